@@ -1,0 +1,281 @@
+//! eddy-config: the one place where Eddy's tunables and the description of a deployment live.
+//!
+//! `Config` holds every tunable with its documented default; `Deployment` is the hosts file
+//! written at start-up (daemon list, secret, config) that clients and tools read. This crate
+//! does no I/O beyond reading and writing those files, and knows nothing of the wire format.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Errors reading or writing configuration files.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Every tunable of a deployment. Defaults are documented per field; a TOML file may set any
+/// subset of them (missing fields take the default).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Size of a data chunk in bytes; chunk k of a file is placed by hash(file id, k).
+    /// Default 512 KiB. Fixed for the life of a deployment.
+    pub chunk_size: u64,
+    /// Deadline for one RPC, in milliseconds; past it the caller gets EIO. Default 10 000.
+    pub rpc_timeout_ms: u64,
+    /// Deadline to connect and authenticate to a daemon, in milliseconds. Default 3 000.
+    pub connect_timeout_ms: u64,
+    /// Largest frame accepted on the wire, header included. Default 64 MiB.
+    pub max_frame_bytes: u32,
+    /// Largest data payload the client puts in one read or write RPC; larger per-daemon
+    /// groups are split. Default 8 MiB.
+    pub max_rpc_data_bytes: u32,
+    /// Directory entries per readdir page from each daemon. Default 1024.
+    pub readdir_page: u32,
+    /// Threads of a daemon's blocking pool for chunk and metadata I/O. Default 32.
+    pub io_threads: usize,
+    /// Threads serving FUSE requests in `eddy mount`. Default 8.
+    pub fuse_threads: usize,
+    /// How long the kernel may cache attributes and entries of the mount, in milliseconds.
+    /// Default 1 000.
+    pub fuse_attr_ttl_ms: u64,
+    /// Longest accepted path, in bytes (ENAMETOOLONG beyond). Default 4096.
+    pub max_path_bytes: usize,
+    /// Longest accepted path component, in bytes (ENAMETOOLONG beyond). Default 255.
+    pub max_name_bytes: usize,
+    /// TCP port daemons listen on when started on remote hosts. Default 7750.
+    pub port: u16,
+    /// Seconds `eddy start` waits for every daemon to become ready. Default 60.
+    pub start_timeout_s: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            chunk_size: 512 * 1024,
+            rpc_timeout_ms: 10_000,
+            connect_timeout_ms: 3_000,
+            max_frame_bytes: 64 * 1024 * 1024,
+            max_rpc_data_bytes: 8 * 1024 * 1024,
+            readdir_page: 1024,
+            io_threads: 32,
+            fuse_threads: 8,
+            fuse_attr_ttl_ms: 1_000,
+            max_path_bytes: 4096,
+            max_name_bytes: 255,
+            port: 7750,
+            start_timeout_s: 60,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the values that would make a deployment unusable.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.chunk_size < 4096 || self.chunk_size > 64 * 1024 * 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "chunk_size {} must be between 4 KiB and 64 MiB",
+                self.chunk_size
+            )));
+        }
+        if u64::from(self.max_rpc_data_bytes) + 1024 * 1024 > u64::from(self.max_frame_bytes) {
+            return Err(ConfigError::Invalid(format!(
+                "max_rpc_data_bytes {} must be at least 1 MiB below max_frame_bytes {}",
+                self.max_rpc_data_bytes, self.max_frame_bytes
+            )));
+        }
+        if self.max_rpc_data_bytes < 64 * 1024 {
+            return Err(ConfigError::Invalid("max_rpc_data_bytes must be at least 64 KiB".into()));
+        }
+        if self.readdir_page == 0 || self.io_threads == 0 || self.fuse_threads == 0 {
+            return Err(ConfigError::Invalid(
+                "readdir_page, io_threads and fuse_threads must be positive".into(),
+            ));
+        }
+        if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {
+            return Err(ConfigError::Invalid("timeouts must be positive".into()));
+        }
+        Ok(())
+    }
+
+    /// Reads a TOML file holding any subset of the fields.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = read(path)?;
+        let cfg: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// One daemon of a deployment. Ids are stable across restarts and index placement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonEntry {
+    /// Stable id; placement hashes over the ordered list of ids.
+    pub id: u32,
+    /// Host name the daemon runs on (as given to the launcher).
+    pub host: String,
+    /// TCP address clients on other nodes use, `ip:port`.
+    pub addr: String,
+    /// Unix socket for clients on the same node, if any.
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+    /// Storage root directory of the daemon (on its host).
+    pub root: PathBuf,
+}
+
+/// The hosts file of a deployment: written by `eddy start`, read by clients and tools.
+/// It carries the secret, so it is written with mode 0600.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deployment {
+    /// Name of the deployment (free text, e.g. the job id).
+    pub name: String,
+    /// Shared secret, hex encoded; clients prove knowledge of it on connect.
+    pub secret: String,
+    /// Tunables shared by daemons and clients.
+    #[serde(default)]
+    pub config: Config,
+    /// The daemons, ordered by id.
+    pub daemons: Vec<DaemonEntry>,
+}
+
+impl Deployment {
+    /// A fresh random secret (32 bytes, hex).
+    pub fn new_secret() -> String {
+        let bytes: [u8; 32] = rand::random();
+        hex::encode(bytes)
+    }
+
+    /// The secret as raw bytes.
+    pub fn secret_bytes(&self) -> Result<Vec<u8>, ConfigError> {
+        hex::decode(&self.secret)
+            .map_err(|e| ConfigError::Invalid(format!("deployment secret is not hex: {e}")))
+    }
+
+    /// Checks ids are unique and sorted, and the config is sane.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.config.validate()?;
+        if self.daemons.is_empty() {
+            return Err(ConfigError::Invalid("deployment lists no daemons".into()));
+        }
+        for pair in self.daemons.windows(2) {
+            if pair[0].id >= pair[1].id {
+                return Err(ConfigError::Invalid(format!(
+                    "daemon ids must be unique and ascending (found {} then {})",
+                    pair[0].id, pair[1].id
+                )));
+            }
+        }
+        self.secret_bytes()?;
+        Ok(())
+    }
+
+    /// Reads and validates a deployment file.
+    pub fn load(path: &Path) -> Result<Deployment, ConfigError> {
+        let text = read(path)?;
+        let dep: Deployment = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        dep.validate()?;
+        Ok(dep)
+    }
+
+    /// Writes the deployment atomically (temp file + rename) with mode 0600.
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let text = toml::to_string_pretty(self)
+            .map_err(|e| ConfigError::Invalid(format!("cannot encode deployment: {e}")))?;
+        let tmp = path.with_extension("tmp");
+        let werr = |source| ConfigError::Write { path: tmp.clone(), source };
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(werr)?;
+        f.write_all(text.as_bytes()).map_err(werr)?;
+        f.sync_all().map_err(werr)?;
+        std::fs::rename(&tmp, path)
+            .map_err(|source| ConfigError::Write { path: path.to_owned(), source })
+    }
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_documented_values() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.chunk_size, 512 * 1024);
+    }
+
+    #[test]
+    fn partial_toml_takes_defaults() {
+        let c: Config = toml::from_str("chunk_size = 1048576\n").unwrap();
+        assert_eq!(c.chunk_size, 1 << 20);
+        assert_eq!(c.rpc_timeout_ms, Config::default().rpc_timeout_ms);
+    }
+
+    #[test]
+    fn unknown_field_is_rejected() {
+        assert!(toml::from_str::<Config>("chunk_sise = 1\n").is_err());
+    }
+
+    #[test]
+    fn tiny_chunk_is_rejected() {
+        let c = Config { chunk_size: 100, ..Config::default() };
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn deployment_round_trips_with_private_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deployment.toml");
+        let dep = Deployment {
+            name: "job1".into(),
+            secret: Deployment::new_secret(),
+            config: Config::default(),
+            daemons: vec![
+                DaemonEntry { id: 0, host: "a".into(), addr: "127.0.0.1:1".into(), socket: None, root: "/r0".into() },
+                DaemonEntry { id: 1, host: "b".into(), addr: "127.0.0.1:2".into(), socket: Some("/s".into()), root: "/r1".into() },
+            ],
+        };
+        dep.save(&path).unwrap();
+        assert_eq!(Deployment::load(&path).unwrap(), dep);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn unordered_ids_are_rejected() {
+        let dep = Deployment {
+            name: "x".into(),
+            secret: Deployment::new_secret(),
+            config: Config::default(),
+            daemons: vec![
+                DaemonEntry { id: 1, host: "a".into(), addr: "x:1".into(), socket: None, root: "/".into() },
+                DaemonEntry { id: 1, host: "b".into(), addr: "x:2".into(), socket: None, root: "/".into() },
+            ],
+        };
+        assert!(dep.validate().is_err());
+    }
+}

@@ -1,0 +1,178 @@
+//! eddy-placement: the pure function that tells every client, on its own, which daemon holds
+//! the metadata of a path and which holds chunk k of a file.
+//!
+//! Metadata of a path lives on `owner(hash(path))`; chunk k of a file lives on
+//! `owner(hash(file_id, k))`. The hash is xxh3-64 with fixed seeds (never a toolchain- or
+//! process-randomised hash), and `owner` is rendezvous (highest-random-weight) hashing over
+//! the ordered list of daemon ids, so adding a daemon moves only ~1/N of the items and a
+//! ranked list of R distinct daemons is available for replication. This crate does no I/O.
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Seed of the path hash. Changing it re-places every file: never do.
+pub const PATH_SEED: u64 = 0x4564_6479_5061_7468; // "EddyPath"
+/// Seed of the chunk hash. Changing it re-places every chunk: never do.
+pub const CHUNK_SEED: u64 = 0x4564_6479_4368_6e6b; // "EddyChnk"
+/// Seed of the rendezvous score.
+pub const OWNER_SEED: u64 = 0x4564_6479_4f77_6e72; // "EddyOwnr"
+
+/// Stable 64-bit hash of a normalised path.
+pub fn path_hash(path: &str) -> u64 {
+    xxh3_64_with_seed(path.as_bytes(), PATH_SEED)
+}
+
+/// Stable 64-bit hash of chunk `index` of the file `file_id`.
+pub fn chunk_hash(file_id: u128, index: u64) -> u64 {
+    let mut buf = [0u8; 24];
+    buf[..16].copy_from_slice(&file_id.to_le_bytes());
+    buf[16..].copy_from_slice(&index.to_le_bytes());
+    xxh3_64_with_seed(&buf, CHUNK_SEED)
+}
+
+/// Rendezvous score of an item hash on a daemon id.
+fn score(item: u64, daemon: u32) -> u64 {
+    let mut buf = [0u8; 12];
+    buf[..8].copy_from_slice(&item.to_le_bytes());
+    buf[8..].copy_from_slice(&daemon.to_le_bytes());
+    xxh3_64_with_seed(&buf, OWNER_SEED)
+}
+
+/// The ordered daemon list of a deployment, by stable id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    ids: Vec<u32>,
+}
+
+impl Placement {
+    /// A placement over the given daemon ids (any order; duplicates removed).
+    /// Returns `None` when the list is empty.
+    pub fn new(mut ids: Vec<u32>) -> Option<Placement> {
+        ids.sort_unstable();
+        ids.dedup();
+        (!ids.is_empty()).then_some(Placement { ids })
+    }
+
+    /// The daemon ids, ascending.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// The daemon owning an item hash: the one with the highest rendezvous score
+    /// (ties broken by the lower id, which cannot happen for distinct ids in practice).
+    pub fn owner(&self, item: u64) -> u32 {
+        let mut best = self.ids[0];
+        let mut best_score = score(item, best);
+        for &id in &self.ids[1..] {
+            let s = score(item, id);
+            if s > best_score {
+                best = id;
+                best_score = s;
+            }
+        }
+        best
+    }
+
+    /// The `r` daemons (or all, if fewer) ranked by score: the first is `owner(item)`, the
+    /// rest are the replica targets in order.
+    pub fn owners(&self, item: u64, r: usize) -> Vec<u32> {
+        let mut scored: Vec<(u64, u32)> = self.ids.iter().map(|&id| (score(item, id), id)).collect();
+        scored.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        scored.into_iter().take(r).map(|(_, id)| id).collect()
+    }
+
+    /// Owner of the metadata of a normalised path.
+    pub fn meta_owner(&self, path: &str) -> u32 {
+        self.owner(path_hash(path))
+    }
+
+    /// Owner of chunk `index` of file `file_id`.
+    pub fn chunk_owner(&self, file_id: u128, index: u64) -> u32 {
+        self.owner(chunk_hash(file_id, index))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // Pinned values: if any of these change, data written by an older build would be looked
+    // for on the wrong daemon. They must never change.
+    #[test]
+    fn pinned_hashes() {
+        assert_eq!(path_hash("/"), PINNED_ROOT);
+        assert_eq!(path_hash("/a/b.txt"), PINNED_AB);
+        assert_eq!(chunk_hash(0x0123_4567_89ab_cdef_0011_2233_4455_6677, 3), PINNED_CHUNK);
+    }
+
+    #[test]
+    fn pinned_owners() {
+        let p = Placement::new(vec![0, 1, 2, 3, 4, 5, 6, 7]).unwrap();
+        let owners: Vec<u32> = (0..16).map(|i| p.meta_owner(&format!("/dir/f{i}"))).collect();
+        assert_eq!(owners, PINNED_OWNERS);
+        let chunks: Vec<u32> = (0..16).map(|k| p.chunk_owner(42, k)).collect();
+        assert_eq!(chunks, PINNED_CHUNK_OWNERS);
+    }
+
+    const PINNED_ROOT: u64 = 14057892171467246231;
+    const PINNED_AB: u64 = 454331443949274485;
+    const PINNED_CHUNK: u64 = 6189345827901158181;
+    const PINNED_OWNERS: [u32; 16] = [7, 0, 0, 0, 7, 5, 3, 0, 2, 6, 4, 6, 7, 6, 0, 5];
+    const PINNED_CHUNK_OWNERS: [u32; 16] = [5, 6, 1, 0, 6, 7, 2, 6, 6, 6, 1, 2, 7, 1, 7, 0];
+
+    #[test]
+    fn spread_is_roughly_even() {
+        let p = Placement::new((0..4).collect()).unwrap();
+        let mut counts = [0usize; 4];
+        for i in 0..40_000u64 {
+            counts[p.chunk_owner(7, i) as usize] += 1;
+        }
+        for c in counts {
+            assert!((9_000..11_000).contains(&c), "uneven spread: {counts:?}");
+        }
+    }
+
+    #[test]
+    fn adding_a_daemon_moves_about_one_in_n() {
+        let before = Placement::new((0..9).collect()).unwrap();
+        let after = Placement::new((0..10).collect()).unwrap();
+        let moved = (0..20_000u64)
+            .filter(|&i| before.owner(chunk_hash(1, i)) != after.owner(chunk_hash(1, i)))
+            .count();
+        // Expected 1/10 of the items; every moved item must go to the new daemon.
+        assert!((1_500..2_500).contains(&moved), "moved {moved}");
+        for i in 0..20_000u64 {
+            let h = chunk_hash(1, i);
+            if before.owner(h) != after.owner(h) {
+                assert_eq!(after.owner(h), 9);
+            }
+        }
+    }
+
+    #[test]
+    fn empty_list_has_no_placement() {
+        assert!(Placement::new(vec![]).is_none());
+    }
+
+    proptest! {
+        #[test]
+        fn owners_are_distinct_and_start_with_owner(item: u64, n in 1u32..20, r in 1usize..25) {
+            let p = Placement::new((0..n).collect()).unwrap();
+            let list = p.owners(item, r);
+            prop_assert_eq!(list.len(), r.min(n as usize));
+            prop_assert_eq!(list[0], p.owner(item));
+            let mut sorted = list.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            prop_assert_eq!(sorted.len(), list.len());
+        }
+
+        #[test]
+        fn id_order_does_not_matter(item: u64, mut ids in proptest::collection::vec(0u32..1000, 1..10)) {
+            let a = Placement::new(ids.clone()).unwrap();
+            ids.reverse();
+            let b = Placement::new(ids).unwrap();
+            prop_assert_eq!(a.owner(item), b.owner(item));
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! eddy-proto: the wire format between Eddy clients and daemons, and the rules both sides
+//! apply to what crosses it.
+//!
+//! - `frame`: length-prefixed frames `[u32 len][u64 request id][body]`, with a maximum size;
+//! - `msg`: the request and response messages (bincode-encoded, size-limited decoding);
+//! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret);
+//! - `path`: path normalisation and the metadata key layout;
+//! - `Errno`: errors as errno values with a short context message.
+//!
+//! This crate performs no file or metadata operation itself; it must never panic on bytes
+//! read from the network.
+
+pub mod auth;
+pub mod frame;
+pub mod msg;
+pub mod path;
+
+pub use msg::*;
+
+/// Version of the protocol; the handshake refuses a peer with another one.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// An error as it crosses the wire: an errno value and a short message saying what failed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]
+#[error("{msg} ({})", errno_name(*.errno))]
+pub struct Errno {
+    /// A positive errno value (libc constants).
+    pub errno: i32,
+    /// What failed, for humans.
+    pub msg: String,
+}
+
+impl Errno {
+    pub fn new(errno: i32, msg: impl Into<String>) -> Errno {
+        Errno { errno, msg: msg.into() }
+    }
+    pub fn enoent(what: impl std::fmt::Display) -> Errno {
+        Errno::new(libc::ENOENT, format!("{what}: no such file or directory"))
+    }
+    pub fn eio(what: impl Into<String>) -> Errno {
+        Errno::new(libc::EIO, what)
+    }
+    pub fn einval(what: impl Into<String>) -> Errno {
+        Errno::new(libc::EINVAL, what)
+    }
+    /// Wraps an OS error, keeping its errno (EIO if it has none).
+    pub fn from_io(err: &std::io::Error, context: impl std::fmt::Display) -> Errno {
+        Errno::new(err.raw_os_error().unwrap_or(libc::EIO), format!("{context}: {err}"))
+    }
+}
+
+impl From<Errno> for std::io::Error {
+    fn from(e: Errno) -> std::io::Error {
+        std::io::Error::new(std::io::Error::from_raw_os_error(e.errno).kind(), e)
+    }
+}
+
+/// The symbolic name of an errno value, e.g. "ENOENT".
+pub fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::EBADF => "EBADF",
+        libc::EACCES => "EACCES",
+        libc::EEXIST => "EEXIST",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::EFBIG => "EFBIG",
+        libc::ENOSPC => "ENOSPC",
+        libc::EROFS => "EROFS",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        libc::ELOOP => "ELOOP",
+        libc::ENOLCK => "ENOLCK",
+        libc::ENOSYS => "ENOSYS",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EPROTO => "EPROTO",
+        libc::EXDEV => "EXDEV",
+        libc::EBUSY => "EBUSY",
+        libc::ENODATA => "ENODATA",
+        _ => "errno",
+    }
+}

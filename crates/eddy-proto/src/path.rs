@@ -1,0 +1,220 @@
+//! Paths inside an Eddy namespace and the metadata key layout.
+//!
+//! A normalised path is absolute, has no empty, `.` or `..` components and no trailing slash
+//! (the root is `/`). `..` above the root stays at the root, so no path escapes the namespace.
+//!
+//! The metadata key of a path is `parent \0 name` (the root's key is `\0`), so the children
+//! of a directory form one contiguous key range, `dir \0 ...`, and a readdir scans exactly
+//! them, never the subtree.
+
+use crate::Errno;
+
+/// Limits applied by `normalize`.
+#[derive(Debug, Clone, Copy)]
+pub struct PathLimits {
+    pub max_path: usize,
+    pub max_name: usize,
+}
+
+impl Default for PathLimits {
+    fn default() -> Self {
+        PathLimits { max_path: 4096, max_name: 255 }
+    }
+}
+
+/// Normalises a path: EINVAL for a relative path or a NUL byte, ENAMETOOLONG for a path or
+/// a component over the limits.
+pub fn normalize(path: &str, limits: PathLimits) -> Result<String, Errno> {
+    if path.len() > limits.max_path {
+        return Err(Errno::new(
+            libc::ENAMETOOLONG,
+            format!("path of {} bytes exceeds {} bytes", path.len(), limits.max_path),
+        ));
+    }
+    if path.contains('\0') {
+        return Err(Errno::einval("path contains a NUL byte"));
+    }
+    if !path.starts_with('/') {
+        return Err(Errno::einval(format!("path {path:?} is not absolute")));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for comp in path.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            name => {
+                if name.len() > limits.max_name {
+                    return Err(Errno::new(
+                        libc::ENAMETOOLONG,
+                        format!("name of {} bytes exceeds {} bytes", name.len(), limits.max_name),
+                    ));
+                }
+                parts.push(name);
+            }
+        }
+    }
+    if parts.is_empty() {
+        return Ok("/".to_string());
+    }
+    let mut out = String::with_capacity(path.len());
+    for p in parts {
+        out.push('/');
+        out.push_str(p);
+    }
+    Ok(out)
+}
+
+/// Checks that a single name is valid for a directory entry.
+pub fn check_name(name: &str, limits: PathLimits) -> Result<(), Errno> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        return Err(Errno::einval(format!("{name:?} is not a valid file name")));
+    }
+    if name.contains('\0') {
+        return Err(Errno::einval("file name contains a NUL byte"));
+    }
+    if name.len() > limits.max_name {
+        return Err(Errno::new(
+            libc::ENAMETOOLONG,
+            format!("name of {} bytes exceeds {} bytes", name.len(), limits.max_name),
+        ));
+    }
+    Ok(())
+}
+
+/// Joins a normalised directory and a name.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Splits a normalised path into parent and name; `None` for the root.
+pub fn split(path: &str) -> Option<(&str, &str)> {
+    if path == "/" {
+        return None;
+    }
+    let idx = path.rfind('/')?;
+    let parent = if idx == 0 { "/" } else { &path[..idx] };
+    Some((parent, &path[idx + 1..]))
+}
+
+/// Whether `path` is `dir` or lies below it (both normalised).
+pub fn is_within(path: &str, dir: &str) -> bool {
+    dir == "/" || path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+}
+
+/// The metadata key of a normalised path.
+pub fn meta_key(path: &str) -> Vec<u8> {
+    match split(path) {
+        None => vec![0],
+        Some((parent, name)) => {
+            let mut k = Vec::with_capacity(path.len() + 1);
+            k.extend_from_slice(parent.as_bytes());
+            k.push(0);
+            k.extend_from_slice(name.as_bytes());
+            k
+        }
+    }
+}
+
+/// The key prefix shared by exactly the children of a directory.
+pub fn children_prefix(dir: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(dir.len() + 1);
+    k.extend_from_slice(dir.as_bytes());
+    k.push(0);
+    k
+}
+
+/// The key prefixes covering every entry strictly below a directory other than the root:
+/// its children (`dir \0`) and the deeper entries (`dir /`).
+pub fn subtree_prefixes(dir: &str) -> [Vec<u8>; 2] {
+    let mut deeper = dir.as_bytes().to_vec();
+    deeper.push(b'/');
+    [children_prefix(dir), deeper]
+}
+
+/// The path a metadata key stands for; `None` if the key is malformed.
+pub fn key_to_path(key: &[u8]) -> Option<String> {
+    if key == [0] {
+        return Some("/".to_string());
+    }
+    let idx = key.iter().position(|&b| b == 0)?;
+    let parent = std::str::from_utf8(&key[..idx]).ok()?;
+    let name = std::str::from_utf8(&key[idx + 1..]).ok()?;
+    Some(join(parent, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn n(p: &str) -> Result<String, i32> {
+        normalize(p, PathLimits::default()).map_err(|e| e.errno)
+    }
+
+    #[test]
+    fn normalisation() {
+        assert_eq!(n("/").unwrap(), "/");
+        assert_eq!(n("//a///b/").unwrap(), "/a/b");
+        assert_eq!(n("/a/./b/../c").unwrap(), "/a/c");
+        assert_eq!(n("/../../etc/passwd").unwrap(), "/etc/passwd");
+        assert_eq!(n("/a/.."), Ok("/".to_string()));
+        assert_eq!(n("a/b"), Err(libc::EINVAL));
+        assert_eq!(n(""), Err(libc::EINVAL));
+        assert_eq!(n("/a\0b"), Err(libc::EINVAL));
+        assert_eq!(n(&format!("/{}", "x".repeat(256))), Err(libc::ENAMETOOLONG));
+        assert_eq!(n(&"/abcdefgh".repeat(600)), Err(libc::ENAMETOOLONG));
+        assert!(n(&format!("/{}", "x".repeat(255))).is_ok());
+    }
+
+    #[test]
+    fn keys() {
+        assert_eq!(meta_key("/"), b"\0");
+        assert_eq!(meta_key("/a"), b"/\0a");
+        assert_eq!(meta_key("/a/b"), b"/a\0b");
+        assert!(meta_key("/a/b").starts_with(&children_prefix("/a")));
+        assert!(!meta_key("/a/b/c").starts_with(&children_prefix("/a")));
+        assert!(!meta_key("/ab").starts_with(&children_prefix("/a")));
+        let [c, d] = subtree_prefixes("/a");
+        assert!(meta_key("/a/b/c").starts_with(&d));
+        assert!(meta_key("/a/b").starts_with(&c));
+        assert!(!meta_key("/ab/c").starts_with(&d));
+        assert_eq!(key_to_path(b"\0").unwrap(), "/");
+    }
+
+    #[test]
+    fn within() {
+        assert!(is_within("/a/b", "/a"));
+        assert!(is_within("/a", "/a"));
+        assert!(!is_within("/ab", "/a"));
+        assert!(is_within("/x", "/"));
+    }
+
+    #[test]
+    fn names() {
+        let l = PathLimits::default();
+        assert!(check_name("ok", l).is_ok());
+        for bad in ["", ".", "..", "a/b", "a\0b"] {
+            assert!(check_name(bad, l).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn normalize_is_idempotent_and_keys_invert(p in "(/[a-z.]{0,4}){0,6}") {
+            if let Ok(a) = normalize(&p, PathLimits::default()) {
+                prop_assert_eq!(normalize(&a, PathLimits::default()).unwrap(), a.clone());
+                prop_assert!(!a.contains("/./") && !a.contains("/../") && !a.contains("//"));
+                prop_assert_eq!(key_to_path(&meta_key(&a)).unwrap(), a.clone());
+                if let Some((parent, name)) = split(&a) {
+                    prop_assert_eq!(join(parent, name), a);
+                }
+            }
+        }
+    }
+}
