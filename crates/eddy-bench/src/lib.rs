@@ -1,0 +1,1 @@
+//! eddy-bench (work in progress).

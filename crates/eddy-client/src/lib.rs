@@ -1,0 +1,1 @@
+//! eddy-client (work in progress).

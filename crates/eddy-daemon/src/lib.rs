@@ -1,0 +1,1 @@
+//! eddy-daemon: the Eddy storage daemon (work in progress).

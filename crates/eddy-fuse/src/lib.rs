@@ -1,0 +1,1 @@
+//! eddy-fuse (work in progress).
