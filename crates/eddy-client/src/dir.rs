@@ -1,0 +1,123 @@
+//! Directory listing: every daemon holds some children of a directory (each child lives on
+//! the owner of its own path), so a listing merges one sorted stream per daemon. Each stream
+//! buffers one page, so memory stays bounded for a directory of any size; the cookie is the
+//! last name returned.
+
+use crate::{Client, DirEntry, Errno, FileKind};
+use eddy_proto::{Reply, Request};
+use futures::future::join_all;
+use std::collections::VecDeque;
+
+struct Stream {
+    daemon: u32,
+    buf: VecDeque<DirEntry>,
+    after: Option<String>,
+    done: bool,
+}
+
+/// Cursor over a directory, in byte order of the names.
+pub struct DirReader {
+    client: Client,
+    dir: String,
+    streams: Vec<Stream>,
+    cookie: Option<String>,
+    checked: bool,
+}
+
+impl DirReader {
+    pub(crate) fn new(client: Client, dir: String, after: Option<String>) -> DirReader {
+        let streams = client
+            .0
+            .placement
+            .ids()
+            .iter()
+            .map(|&daemon| Stream {
+                daemon,
+                buf: VecDeque::new(),
+                after: after.clone(),
+                done: false,
+            })
+            .collect();
+        DirReader {
+            client,
+            dir,
+            streams,
+            cookie: after,
+            checked: false,
+        }
+    }
+
+    /// The name of the last entry returned, from which a new reader can resume.
+    pub fn cookie(&self) -> Option<&str> {
+        self.cookie.as_deref()
+    }
+
+    /// The next page of entries (up to `readdir_page`), or `None` at the end.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<DirEntry>>, Errno> {
+        if !self.checked {
+            let d = self.client.stat(&self.dir).await?;
+            if d.kind != FileKind::Dir {
+                return Err(Errno::new(
+                    libc::ENOTDIR,
+                    format!("{} is not a directory", self.dir),
+                ));
+            }
+            self.checked = true;
+        }
+        let page = self.client.config().readdir_page as usize;
+        let mut out = Vec::with_capacity(page);
+        while out.len() < page {
+            self.refill().await?;
+            let next = self
+                .streams
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.buf.front().map(|e| (i, e.name.as_str())))
+                .min_by(|a, b| a.1.cmp(b.1))
+                .map(|(i, _)| i);
+            let Some(i) = next else { break };
+            if let Some(e) = self.streams[i].buf.pop_front() {
+                out.push(e);
+            }
+        }
+        if let Some(last) = out.last() {
+            self.cookie = Some(last.name.clone());
+        }
+        Ok((!out.is_empty()).then_some(out))
+    }
+
+    /// Fetches the next page of every stream whose buffer ran dry, all at once.
+    async fn refill(&mut self) -> Result<(), Errno> {
+        let limit = self.client.config().readdir_page;
+        let need: Vec<usize> = (0..self.streams.len())
+            .filter(|&i| self.streams[i].buf.is_empty() && !self.streams[i].done)
+            .collect();
+        if need.is_empty() {
+            return Ok(());
+        }
+        let calls = need.iter().map(|&i| {
+            let s = &self.streams[i];
+            self.client.call(
+                s.daemon,
+                Request::Readdir {
+                    dir: self.dir.clone(),
+                    after: s.after.clone(),
+                    limit,
+                },
+            )
+        });
+        let replies = join_all(calls).await;
+        for (i, r) in need.into_iter().zip(replies) {
+            let Reply::Entries { entries, more } = r? else {
+                return Err(Errno::eio("unexpected reply to readdir"));
+            };
+            let s = &mut self.streams[i];
+            s.done = !more || entries.is_empty();
+            if let Some(last) = entries.last() {
+                s.after = Some(last.name.clone());
+            }
+            s.buf.extend(entries);
+        }
+        Ok(())
+    }
+}
