@@ -1,1 +1,53 @@
-//! eddy-daemon: the Eddy storage daemon (work in progress).
+//! eddy-daemon: `eddyd`, the Eddy storage daemon, one per node. It keeps the metadata of the
+//! paths it owns in an embedded LSM store (fjall) and the chunks it owns as files under its
+//! root, and serves clients over TCP and a unix socket with the eddy-proto wire format.
+//!
+//! It must not: decide placement (clients do), check anything across daemons (parents,
+//! emptiness), panic or stop serving others because of one bad request or connection, or
+//! acknowledge a Sync before the data and metadata are on stable storage.
+//!
+//! Layout under the root: `meta/` (fjall, keyspace "meta": `path::meta_key(path)` →
+//! `Inode::to_record()`), `chunks/<file id, 32 hex>/<k>`, `eddyd.sock`, `eddyd.ready`.
+
+mod args;
+mod chunks;
+mod error;
+mod handler;
+mod locks;
+mod meta;
+mod ready;
+mod server;
+
+pub use args::{system_host_name, DaemonArgs, DaemonSettings, SECRET_ENV, SOCKET_FILE};
+pub use error::DaemonError;
+pub use ready::{read_ready, ready_path, ReadyInfo, READY_FILE};
+pub use server::{Daemon, CHUNKS_DIR, META_DIR};
+
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Runs a daemon until SIGTERM, SIGINT or a client's Shutdown; blocks the calling thread.
+/// Builds its own multi-threaded runtime. Returns after a clean stop.
+pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
+    let settings = DaemonSettings::from_args(&args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("eddyd")
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    runtime.block_on(serve_until_signal(settings))
+}
+
+/// Starts a daemon and serves until SIGTERM, SIGINT or a client's Shutdown, then stops it
+/// cleanly.
+pub async fn serve_until_signal(settings: DaemonSettings) -> Result<(), DaemonError> {
+    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Runtime)?;
+    let daemon = Daemon::start(settings).await?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+        _ = daemon.stopped() => {}
+    }
+    daemon.shutdown();
+    daemon.wait().await
+}

@@ -1,0 +1,254 @@
+//! Command line of eddyd and its resolution into the settings a daemon runs with.
+
+use crate::DaemonError;
+use eddy_config::{Config, Deployment};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Environment variable holding the deployment secret (hex) when no file is given.
+pub const SECRET_ENV: &str = "EDDY_SECRET";
+
+/// Name of the default unix socket inside the root.
+pub const SOCKET_FILE: &str = "eddyd.sock";
+
+/// Command line of `eddyd`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "eddyd", about = "The Eddy storage daemon: one per node")]
+pub struct DaemonArgs {
+    /// Storage root (created if missing): metadata, chunks, socket and ready file live here.
+    #[arg(long)]
+    pub root: PathBuf,
+    /// TCP listen address; default 0.0.0.0:<config port>. Port 0 picks any free port.
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Unix socket for clients on this node; default ROOT/eddyd.sock; "none" disables it.
+    #[arg(long)]
+    pub socket: Option<String>,
+    /// Stable id of this daemon in the deployment.
+    #[arg(long, default_value_t = 0)]
+    pub id: u32,
+    /// Host name reported in status; default: the system host name.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// File holding the deployment secret in hex (else EDDY_SECRET, else --deployment).
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
+    /// A deployment.toml to take the secret and the config from (explicit flags override).
+    #[arg(long)]
+    pub deployment: Option<PathBuf>,
+    /// TOML file with any subset of the config fields; overrides the deployment's config.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Chunk size in bytes; overrides the config.
+    #[arg(long)]
+    pub chunk_size: Option<u64>,
+    /// Log level or tracing filter, e.g. "debug" or "eddy_daemon=debug,fjall=warn".
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+}
+
+/// Everything a daemon needs to run, resolved from `DaemonArgs` (or built directly by tests).
+#[derive(Debug, Clone)]
+pub struct DaemonSettings {
+    pub root: PathBuf,
+    pub listen: SocketAddr,
+    /// Unix socket path, or `None` for no unix socket.
+    pub socket: Option<PathBuf>,
+    pub id: u32,
+    pub host: String,
+    pub secret: Vec<u8>,
+    pub config: Config,
+}
+
+impl DaemonSettings {
+    /// Settings for a daemon on `root` listening on `listen`, with the default socket,
+    /// id 0, the system host name and the given secret and config.
+    pub fn new(root: &Path, listen: SocketAddr, secret: Vec<u8>, config: Config) -> DaemonSettings {
+        DaemonSettings {
+            root: root.to_owned(),
+            listen,
+            socket: Some(root.join(SOCKET_FILE)),
+            id: 0,
+            host: system_host_name(),
+            secret,
+            config,
+        }
+    }
+
+    /// Resolves the command line: reads the deployment, config and secret files.
+    pub fn from_args(args: &DaemonArgs) -> Result<DaemonSettings, DaemonError> {
+        let deployment = args
+            .deployment
+            .as_deref()
+            .map(Deployment::load)
+            .transpose()?;
+        let config = resolve_config(args, deployment.as_ref())?;
+        let secret = resolve_secret(args, deployment.as_ref())?;
+        let listen_text = args
+            .listen
+            .clone()
+            .unwrap_or_else(|| format!("0.0.0.0:{}", config.port));
+        let listen = listen_text.parse::<SocketAddr>().map_err(|e| {
+            DaemonError::Args(format!(
+                "--listen {listen_text:?} is not an ip:port address: {e}"
+            ))
+        })?;
+        let socket = match args.socket.as_deref() {
+            Some("none") => None,
+            Some(p) => Some(PathBuf::from(p)),
+            None => Some(args.root.join(SOCKET_FILE)),
+        };
+        Ok(DaemonSettings {
+            root: args.root.clone(),
+            listen,
+            socket,
+            id: args.id,
+            host: args.host.clone().unwrap_or_else(system_host_name),
+            secret,
+            config,
+        })
+    }
+}
+
+/// The deployment's config (or the default), overlaid with the --config file's fields and
+/// then --chunk-size; validated.
+fn resolve_config(
+    args: &DaemonArgs,
+    deployment: Option<&Deployment>,
+) -> Result<Config, DaemonError> {
+    let mut config = deployment.map(|d| d.config.clone()).unwrap_or_default();
+    if let Some(path) = &args.config {
+        config = overlay_config(&config, path)?;
+    }
+    if let Some(cs) = args.chunk_size {
+        config.chunk_size = cs;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// Applies the fields present in a TOML file on top of `base`.
+fn overlay_config(base: &Config, path: &Path) -> Result<Config, DaemonError> {
+    let parse_err = |message: String| eddy_config::ConfigError::Parse {
+        path: path.to_owned(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| eddy_config::ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let overlay: toml::Table = toml::from_str(&text).map_err(|e| parse_err(e.to_string()))?;
+    let mut merged = toml::Table::try_from(base).map_err(|e| parse_err(e.to_string()))?;
+    merged.extend(overlay);
+    let config: Config = toml::Value::Table(merged)
+        .try_into()
+        .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+    Ok(config)
+}
+
+/// The secret: --secret-file, else EDDY_SECRET, else the deployment's.
+fn resolve_secret(
+    args: &DaemonArgs,
+    deployment: Option<&Deployment>,
+) -> Result<Vec<u8>, DaemonError> {
+    let (source_name, hex_text) = if let Some(path) = &args.secret_file {
+        let text = std::fs::read_to_string(path).map_err(|e| DaemonError::Secret {
+            source_name: path.display().to_string(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        (path.display().to_string(), text)
+    } else if let Ok(text) = std::env::var(SECRET_ENV) {
+        (SECRET_ENV.to_string(), text)
+    } else if let Some(d) = deployment {
+        ("the deployment file".to_string(), d.secret.clone())
+    } else {
+        return Err(DaemonError::NoSecret);
+    };
+    decode_secret(&source_name, &hex_text)
+}
+
+fn decode_secret(source_name: &str, hex_text: &str) -> Result<Vec<u8>, DaemonError> {
+    let secret_err = |message: String| DaemonError::Secret {
+        source_name: source_name.to_string(),
+        message,
+    };
+    let bytes = hex::decode(hex_text.trim()).map_err(|e| secret_err(format!("not hex: {e}")))?;
+    if bytes.is_empty() {
+        return Err(secret_err("the secret is empty".into()));
+    }
+    Ok(bytes)
+}
+
+/// The system host name, or "localhost" if it cannot be read.
+pub fn system_host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(extra: &[&str]) -> DaemonArgs {
+        let mut argv = vec!["eddyd", "--root", "/tmp/r"];
+        argv.extend_from_slice(extra);
+        DaemonArgs::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn secret_file_and_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("s");
+        std::fs::write(&secret, "abcd\n").unwrap();
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(&cfg, "chunk_size = 65536\nport = 9000\n").unwrap();
+        let s = secret.to_str().unwrap();
+        let c = cfg.to_str().unwrap();
+        let args = parse(&[
+            "--secret-file",
+            s,
+            "--config",
+            c,
+            "--chunk-size",
+            "131072",
+            "--socket",
+            "none",
+        ]);
+        let st = DaemonSettings::from_args(&args).unwrap();
+        assert_eq!(st.secret, vec![0xab, 0xcd]);
+        assert_eq!(st.config.chunk_size, 131072);
+        assert_eq!(st.config.port, 9000);
+        assert_eq!(st.listen.port(), 9000);
+        assert_eq!(st.socket, None);
+        assert_eq!(st.config.rpc_timeout_ms, Config::default().rpc_timeout_ms);
+    }
+
+    #[test]
+    fn bad_secret_and_bad_listen_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("s");
+        std::fs::write(&secret, "zz").unwrap();
+        let args = parse(&["--secret-file", secret.to_str().unwrap()]);
+        let err = DaemonSettings::from_args(&args).unwrap_err().to_string();
+        assert!(err.contains("not hex"), "{err}");
+        std::fs::write(&secret, "00ff").unwrap();
+        let args = parse(&[
+            "--secret-file",
+            secret.to_str().unwrap(),
+            "--listen",
+            "nowhere",
+        ]);
+        let err = DaemonSettings::from_args(&args).unwrap_err().to_string();
+        assert!(err.contains("--listen"), "{err}");
+        let args = parse(&[
+            "--secret-file",
+            secret.to_str().unwrap(),
+            "--chunk-size",
+            "10",
+        ]);
+        assert!(DaemonSettings::from_args(&args).is_err());
+    }
+}

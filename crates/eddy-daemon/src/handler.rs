@@ -1,0 +1,150 @@
+//! Request execution: the daemon's shared state and the dispatch from a `Request` to the
+//! stores. Store work runs on the blocking pool, at most `config.io_threads` at a time, so
+//! disk I/O overlaps with the network without starving the async workers.
+
+use crate::args::DaemonSettings;
+use crate::chunks::ChunkStore;
+use crate::meta::MetaStore;
+use eddy_proto::{DaemonStatus, Errno, Reply, Request, Response};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{watch, Semaphore};
+
+/// Everything a request may touch.
+pub struct State {
+    pub settings: DaemonSettings,
+    pub meta: MetaStore,
+    pub chunks: ChunkStore,
+    io_permits: Semaphore,
+    requests: AtomicU64,
+    started: Instant,
+    /// Set to true to stop the daemon.
+    pub shutdown: watch::Sender<bool>,
+}
+
+impl State {
+    pub fn new(settings: DaemonSettings, meta: MetaStore, chunks: ChunkStore) -> State {
+        let io_threads = settings.config.io_threads;
+        State {
+            settings,
+            meta,
+            chunks,
+            io_permits: Semaphore::new(io_threads),
+            requests: AtomicU64::new(0),
+            started: Instant::now(),
+            shutdown: watch::Sender::new(false),
+        }
+    }
+
+    /// Executes one request. Never panics; every failure is an errno for the client.
+    pub async fn handle(self: &Arc<Self>, req: Request) -> Response {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match req {
+            Request::Shutdown => {
+                tracing::info!("shutdown requested by a client");
+                self.shutdown.send_replace(true);
+                Ok(Reply::Ok)
+            }
+            other => self.blocking(move |st| st.execute(other)).await,
+        }
+    }
+
+    /// Runs `f` on the blocking pool under an I/O permit.
+    async fn blocking<F>(self: &Arc<Self>, f: F) -> Response
+    where
+        F: FnOnce(&State) -> Response + Send + 'static,
+    {
+        let _permit = self
+            .io_permits
+            .acquire()
+            .await
+            .map_err(|_| Errno::eio("the daemon is stopping"))?;
+        let st = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&st))
+            .await
+            .unwrap_or_else(|e| Err(Errno::eio(format!("request failed unexpectedly: {e}"))))
+    }
+
+    fn execute(&self, req: Request) -> Response {
+        let (meta, chunks) = (&self.meta, &self.chunks);
+        match req {
+            Request::Create {
+                path,
+                inode,
+                exclusive,
+            } => meta.create(&path, inode, exclusive).map(Reply::Inode),
+            Request::Stat { path } => meta.stat(&path).map(Reply::Inode),
+            Request::Remove { path, kind } => meta.remove(&path, kind).map(Reply::Inode),
+            Request::SetAttr { path, attr } => meta.set_attr(&path, &attr).map(Reply::Inode),
+            Request::GrowSize { path, size } => meta.grow_size(&path, size).map(Reply::Inode),
+            Request::ReserveAppend { path, len } => {
+                meta.reserve_append(&path, len).map(Reply::Offset)
+            }
+            Request::Insert {
+                path,
+                inode,
+                replace,
+            } => meta.insert(&path, inode, replace).map(|()| Reply::Ok),
+            Request::Readdir { dir, after, limit } => meta
+                .readdir(&dir, after.as_deref(), limit)
+                .map(|p| Reply::Entries {
+                    entries: p.items,
+                    more: p.more,
+                }),
+            Request::HasChildren { dir } => meta.has_children(&dir).map(Reply::Bool),
+            Request::ListSubtree { dir, after, limit } => meta
+                .list_subtree(&dir, after.as_deref(), limit)
+                .map(|p| Reply::Subtree {
+                    entries: p.items,
+                    more: p.more,
+                }),
+            Request::Write {
+                file_id,
+                pieces,
+                data,
+            } => chunks.write(file_id, &pieces, &data).map(|()| Reply::Ok),
+            Request::Read { file_id, pieces } => chunks.read(file_id, &pieces).map(Reply::Data),
+            Request::TruncateData { file_id, size } => {
+                chunks.truncate(file_id, size).map(|()| Reply::Ok)
+            }
+            Request::RemoveData { file_id } => chunks.remove(file_id).map(|()| Reply::Ok),
+            Request::Sync { file_id } => self.sync(file_id).map(|()| Reply::Ok),
+            Request::Status => self.status().map(Reply::Status),
+            Request::Shutdown => Ok(Reply::Ok),
+        }
+    }
+
+    /// Sync of one file's chunks, or of everything; the metadata store is persisted either way.
+    fn sync(&self, file_id: Option<eddy_proto::FileId>) -> Result<(), Errno> {
+        match file_id {
+            Some(id) => self.chunks.sync(id)?,
+            None => self.chunks.sync_all()?,
+        }
+        self.meta.persist()
+    }
+
+    fn status(&self) -> Result<DaemonStatus, Errno> {
+        let root = &self.settings.root;
+        let vfs = nix::sys::statvfs::statvfs(root)
+            .map_err(|e| Errno::new(e as i32, format!("statvfs {}: {e}", root.display())))?;
+        let frag = vfs.fragment_size() as u64;
+        let (chunk_bytes, chunks) = self.chunks.usage();
+        Ok(DaemonStatus {
+            id: self.settings.id,
+            host: self.settings.host.clone(),
+            pid: std::process::id(),
+            root: root.display().to_string(),
+            fs_total_bytes: vfs.blocks() as u64 * frag,
+            fs_free_bytes: vfs.blocks_free() as u64 * frag,
+            fs_avail_bytes: vfs.blocks_available() as u64 * frag,
+            fs_files: vfs.files() as u64,
+            fs_files_free: vfs.files_free() as u64,
+            chunk_bytes,
+            chunks,
+            entries: self.meta.entries(),
+            uptime_s: self.started.elapsed().as_secs(),
+            requests: self.requests.load(Ordering::Relaxed),
+        })
+    }
+}

@@ -1,0 +1,435 @@
+//! The metadata store: one fjall keyspace mapping `path::meta_key(path)` to
+//! `Inode::to_record()`. Every read-modify-write of one key runs under that key's stripe of a
+//! lock table, so concurrent operations on one path never lose an update. All functions
+//! block: call them from the blocking pool.
+
+use crate::locks::StripedLocks;
+use crate::DaemonError;
+use eddy_config::Config;
+use eddy_proto::path::{self, PathLimits};
+use eddy_proto::{
+    DirEntry, Errno, FileKind, Inode, RemoveKind, SetAttr, SetTime, SubtreeEntry, Timespec,
+};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Name of the keyspace holding the metadata records.
+pub const META_KEYSPACE: &str = "meta";
+
+/// Permission bits kept by `SetAttr` (and stored in an inode).
+const MODE_BITS: u32 = 0o7777;
+
+/// A page of a listing: the items and whether further ones exist.
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub more: bool,
+}
+
+/// The metadata store of one daemon.
+pub struct MetaStore {
+    db: Database,
+    meta: Keyspace,
+    locks: StripedLocks,
+    /// Entries held; counted exactly at open and kept by every insert and remove.
+    entries: AtomicU64,
+    limits: PathLimits,
+    /// Budget of encoded bytes for one listing reply, so a page always fits a frame.
+    reply_budget: usize,
+}
+
+fn fjall_err(what: &str, e: fjall::Error) -> Errno {
+    Errno::eio(format!("metadata store: {what}: {e}"))
+}
+
+impl MetaStore {
+    /// Opens (or creates, or recovers) the store in `dir`.
+    pub fn open(dir: &Path, config: &Config) -> Result<MetaStore, DaemonError> {
+        let meta_err = |message: String| DaemonError::Meta {
+            path: dir.to_owned(),
+            message,
+        };
+        let db = Database::builder(dir).open().map_err(|e| match e {
+            fjall::Error::Locked => meta_err(
+                "it is locked by another process; is another eddyd running on this root?".into(),
+            ),
+            e => meta_err(e.to_string()),
+        })?;
+        let meta = db
+            .keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)
+            .map_err(|e| meta_err(e.to_string()))?;
+        let count = meta
+            .len()
+            .map_err(|e| meta_err(format!("cannot count entries: {e}")))?;
+        Ok(MetaStore {
+            db,
+            meta,
+            locks: StripedLocks::default(),
+            entries: AtomicU64::new(count as u64),
+            limits: PathLimits {
+                max_path: config.max_path_bytes,
+                max_name: config.max_name_bytes,
+            },
+            reply_budget: config.max_rpc_data_bytes as usize,
+        })
+    }
+
+    /// Number of entries held.
+    pub fn entries(&self) -> u64 {
+        self.entries.load(Ordering::Relaxed)
+    }
+
+    /// Makes every acknowledged metadata change durable (journal fsync).
+    pub fn persist(&self) -> Result<(), Errno> {
+        self.db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| fjall_err("persist", e))
+    }
+
+    fn key_of(&self, p: &str) -> Result<(String, Vec<u8>), Errno> {
+        let norm = path::normalize(p, self.limits)?;
+        let key = path::meta_key(&norm);
+        Ok((norm, key))
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Inode>, Errno> {
+        match self.meta.get(key).map_err(|e| fjall_err("get", e))? {
+            Some(v) => Inode::from_record(&v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Stores `inode` under `key`; `existed` says whether the key was present before.
+    fn put(&self, key: &[u8], inode: &Inode, existed: bool) -> Result<(), Errno> {
+        self.meta
+            .insert(key, inode.to_record())
+            .map_err(|e| fjall_err("insert", e))?;
+        if !existed {
+            self.entries.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Runs a read-modify-write on the entry of `p` under its stripe lock: `f` gets the
+    /// current inode and returns the new one (stored) and the reply value.
+    fn update<R>(
+        &self,
+        p: &str,
+        f: impl FnOnce(&str, Inode) -> Result<(Inode, R), Errno>,
+    ) -> Result<R, Errno> {
+        let (norm, key) = self.key_of(p)?;
+        let _guard = self.locks.lock(&key);
+        let old = self.get(&key)?.ok_or_else(|| Errno::enoent(&norm))?;
+        let (new, reply) = f(&norm, old)?;
+        self.put(&key, &new, true)?;
+        Ok(reply)
+    }
+
+    /// Create: EEXIST with `exclusive` if present; without, an existing entry is returned
+    /// as is, whatever its kind (the client interprets it).
+    pub fn create(&self, p: &str, inode: Inode, exclusive: bool) -> Result<Inode, Errno> {
+        let (norm, key) = self.key_of(p)?;
+        let _guard = self.locks.lock(&key);
+        if let Some(existing) = self.get(&key)? {
+            if exclusive {
+                return Err(Errno::new(libc::EEXIST, format!("{norm}: file exists")));
+            }
+            return Ok(existing);
+        }
+        let inode = Inode {
+            mode: inode.mode & MODE_BITS,
+            ..inode
+        };
+        self.put(&key, &inode, false)?;
+        Ok(inode)
+    }
+
+    pub fn stat(&self, p: &str) -> Result<Inode, Errno> {
+        let (norm, key) = self.key_of(p)?;
+        self.get(&key)?.ok_or_else(|| Errno::enoent(&norm))
+    }
+
+    pub fn remove(&self, p: &str, kind: RemoveKind) -> Result<Inode, Errno> {
+        let (norm, key) = self.key_of(p)?;
+        let _guard = self.locks.lock(&key);
+        let old = self.get(&key)?.ok_or_else(|| Errno::enoent(&norm))?;
+        match (kind, old.kind) {
+            (RemoveKind::NotDir, FileKind::Dir) => {
+                return Err(Errno::new(libc::EISDIR, format!("{norm}: is a directory")))
+            }
+            (RemoveKind::Dir, k) if k != FileKind::Dir => {
+                return Err(Errno::new(
+                    libc::ENOTDIR,
+                    format!("{norm}: not a directory"),
+                ))
+            }
+            _ => {}
+        }
+        self.meta.remove(key).map_err(|e| fjall_err("remove", e))?;
+        self.entries.fetch_sub(1, Ordering::Relaxed);
+        Ok(old)
+    }
+
+    pub fn set_attr(&self, p: &str, attr: &SetAttr) -> Result<Inode, Errno> {
+        self.update(p, |_, old| {
+            let new = apply_attr(old, attr, Timespec::now());
+            Ok((new.clone(), new))
+        })
+    }
+
+    /// Raises the size to at least `size`; mtime and ctime become now.
+    pub fn grow_size(&self, p: &str, size: u64) -> Result<Inode, Errno> {
+        self.update(p, |norm, mut ino| {
+            not_dir(norm, &ino)?;
+            let now = Timespec::now();
+            ino.size = ino.size.max(size);
+            ino.mtime = now;
+            ino.ctime = now;
+            Ok((ino.clone(), ino))
+        })
+    }
+
+    /// Reserves `len` bytes at the end: returns the old size, which grows by `len`.
+    pub fn reserve_append(&self, p: &str, len: u64) -> Result<u64, Errno> {
+        self.update(p, |norm, mut ino| {
+            not_dir(norm, &ino)?;
+            let offset = ino.size;
+            ino.size = offset
+                .checked_add(len)
+                .ok_or_else(|| Errno::new(libc::EFBIG, format!("{norm}: size would overflow")))?;
+            let now = Timespec::now();
+            ino.mtime = now;
+            ino.ctime = now;
+            Ok((ino, offset))
+        })
+    }
+
+    /// Inserts an entry as given; without `replace`, an existing entry gives EEXIST.
+    pub fn insert(&self, p: &str, inode: Inode, replace: bool) -> Result<(), Errno> {
+        let (norm, key) = self.key_of(p)?;
+        let _guard = self.locks.lock(&key);
+        let existed = self.get(&key)?.is_some();
+        if existed && !replace {
+            return Err(Errno::new(libc::EEXIST, format!("{norm}: file exists")));
+        }
+        self.put(&key, &inode, existed)
+    }
+
+    pub fn has_children(&self, dir: &str) -> Result<bool, Errno> {
+        let (norm, _) = self.key_of(dir)?;
+        match self.meta.prefix(path::children_prefix(&norm)).next() {
+            Some(guard) => guard.key().map(|_| true).map_err(|e| fjall_err("scan", e)),
+            None => Ok(false),
+        }
+    }
+
+    /// Children of `dir` with names strictly after `after`, in name order.
+    pub fn readdir(
+        &self,
+        dir: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page<DirEntry>, Errno> {
+        let (norm, _) = self.key_of(dir)?;
+        let prefix = path::children_prefix(&norm);
+        let cursor = after.map(|a| [prefix.as_slice(), a.as_bytes()].concat());
+        let mut page = Page {
+            items: Vec::new(),
+            more: false,
+        };
+        let mut budget = self.reply_budget;
+        self.scan(&prefix, cursor.as_deref(), |key, inode| {
+            let name = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            push_limited(
+                &mut page,
+                &mut budget,
+                limit,
+                name.len(),
+                DirEntry { name, inode },
+            )
+        })?;
+        Ok(page)
+    }
+
+    /// Entries strictly below `dir`, in metadata key order (parent path, then name),
+    /// continuing strictly after the entry of the path `after`.
+    pub fn list_subtree(
+        &self,
+        dir: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page<SubtreeEntry>, Errno> {
+        let (norm, _) = self.key_of(dir)?;
+        let prefixes: Vec<Vec<u8>> = if norm == "/" {
+            vec![b"/".to_vec()]
+        } else {
+            path::subtree_prefixes(&norm).to_vec()
+        };
+        let cursor = after.map(|a| self.key_of(a).map(|(_, k)| k)).transpose()?;
+        let mut page = Page {
+            items: Vec::new(),
+            more: false,
+        };
+        let mut budget = self.reply_budget;
+        for prefix in &prefixes {
+            let go_on = self.scan(prefix, cursor.as_deref(), |key, inode| {
+                let Some(path) = path::key_to_path(key) else {
+                    tracing::warn!(key = ?key, "skipping a malformed metadata key");
+                    return Ok(true);
+                };
+                push_limited(
+                    &mut page,
+                    &mut budget,
+                    limit,
+                    path.len(),
+                    SubtreeEntry { path, inode },
+                )
+            })?;
+            if !go_on {
+                break;
+            }
+        }
+        Ok(page)
+    }
+
+    /// Visits the entries whose key starts with `prefix` and is after `cursor`, in key
+    /// order, while `visit` returns true. Returns false if `visit` stopped the scan.
+    fn scan(
+        &self,
+        prefix: &[u8],
+        cursor: Option<&[u8]>,
+        mut visit: impl FnMut(&[u8], Inode) -> Result<bool, Errno>,
+    ) -> Result<bool, Errno> {
+        let start = match cursor {
+            Some(c) if c >= prefix => Bound::Excluded(c.to_vec()),
+            _ => Bound::Included(prefix.to_vec()),
+        };
+        for guard in self.meta.range::<Vec<u8>, _>((start, Bound::Unbounded)) {
+            let (key, value) = guard.into_inner().map_err(|e| fjall_err("scan", e))?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if !visit(&key, Inode::from_record(&value)?)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Adds an item to a page unless the page is full (by count or by bytes); a full page
+/// marks `more` and stops the scan.
+fn push_limited<T>(
+    page: &mut Page<T>,
+    budget: &mut usize,
+    limit: u32,
+    name_len: usize,
+    item: T,
+) -> Result<bool, Errno> {
+    let cost = name_len + std::mem::size_of::<Inode>();
+    if page.items.len() >= limit as usize || (cost > *budget && !page.items.is_empty()) {
+        page.more = true;
+        return Ok(false);
+    }
+    *budget = budget.saturating_sub(cost);
+    page.items.push(item);
+    Ok(true)
+}
+
+fn not_dir(norm: &str, ino: &Inode) -> Result<(), Errno> {
+    if ino.kind == FileKind::Dir {
+        return Err(Errno::new(libc::EISDIR, format!("{norm}: is a directory")));
+    }
+    Ok(())
+}
+
+fn resolve_time(t: SetTime, now: Timespec) -> Timespec {
+    match t {
+        SetTime::Now => now,
+        SetTime::At(ts) => ts,
+    }
+}
+
+/// Applies attribute changes; ctime becomes `now` if anything was asked to change.
+fn apply_attr(mut ino: Inode, attr: &SetAttr, now: Timespec) -> Inode {
+    if let Some(mode) = attr.mode {
+        ino.mode = mode & MODE_BITS;
+    }
+    if let Some(uid) = attr.uid {
+        ino.uid = uid;
+    }
+    if let Some(gid) = attr.gid {
+        ino.gid = gid;
+    }
+    if let Some(size) = attr.size {
+        ino.size = size;
+    }
+    if let Some(t) = attr.atime {
+        ino.atime = resolve_time(t, now);
+    }
+    if let Some(t) = attr.mtime {
+        ino.mtime = resolve_time(t, now);
+    }
+    if *attr != SetAttr::default() {
+        ino.ctime = now;
+    }
+    ino
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(size: u64) -> Inode {
+        Inode {
+            kind: FileKind::File,
+            file_id: 7,
+            mode: 0o644,
+            uid: 1,
+            gid: 1,
+            size,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            target: None,
+        }
+    }
+
+    #[test]
+    fn apply_attr_masks_mode_and_touches_ctime() {
+        let now = Timespec { sec: 100, nsec: 1 };
+        let attr = SetAttr {
+            mode: Some(0o170755),
+            mtime: Some(SetTime::At(Timespec { sec: 5, nsec: 0 })),
+            ..Default::default()
+        };
+        let ino = apply_attr(file(3), &attr, now);
+        assert_eq!(ino.mode, 0o755);
+        assert_eq!(ino.mtime.sec, 5);
+        assert_eq!(ino.ctime, now);
+        let untouched = apply_attr(file(3), &SetAttr::default(), now);
+        assert_eq!(untouched, file(3));
+    }
+
+    #[test]
+    fn subtree_of_root_and_of_dir_in_key_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(dir.path(), &Config::default()).unwrap();
+        for p in ["/", "/a", "/a/b", "/a/b/c", "/ab", "/a/z"] {
+            store.create(p, file(0), true).unwrap();
+        }
+        assert_eq!(store.entries(), 6);
+        let all = store.list_subtree("/", None, 100).unwrap();
+        let paths: Vec<_> = all.items.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["/a", "/ab", "/a/b", "/a/z", "/a/b/c"]);
+        let under_a = store.list_subtree("/a", None, 2).unwrap();
+        let paths: Vec<_> = under_a.items.iter().map(|e| e.path.clone()).collect();
+        assert_eq!(paths, ["/a/b", "/a/z"]);
+        assert!(under_a.more);
+        let rest = store.list_subtree("/a", Some("/a/z"), 2).unwrap();
+        let paths: Vec<_> = rest.items.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["/a/b/c"]);
+        assert!(!rest.more);
+    }
+}

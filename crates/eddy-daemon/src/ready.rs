@@ -1,0 +1,54 @@
+//! The ready file `ROOT/eddyd.ready`: written atomically once both listeners are bound, so
+//! a launcher polling for it learns the address actually bound; removed on clean exit.
+
+use serde::{Deserialize, Serialize};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+/// Name of the ready file inside the root.
+pub const READY_FILE: &str = "eddyd.ready";
+
+/// Contents of the ready file (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadyInfo {
+    pub id: u32,
+    pub pid: u32,
+    /// TCP address actually bound, `ip:port`.
+    pub addr: String,
+    /// Unix socket path, if any.
+    pub socket: Option<String>,
+    pub host: String,
+}
+
+/// Path of the ready file of a root.
+pub fn ready_path(root: &Path) -> PathBuf {
+    root.join(READY_FILE)
+}
+
+/// Reads the ready file of a root; `None` if there is none (yet).
+pub fn read_ready(root: &Path) -> std::io::Result<Option<ReadyInfo>> {
+    match std::fs::read(ready_path(root)) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes the ready file atomically (temp file + rename).
+pub fn write_ready(root: &Path, info: &ReadyInfo) -> std::io::Result<()> {
+    let path = ready_path(root);
+    let tmp = path.with_extension("ready.tmp");
+    let json = serde_json::to_vec(info).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, json)?;
+    std::fs::rename(&tmp, &path)
+}
+
+/// Removes the ready file; a missing one is fine.
+pub fn remove_ready(root: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(ready_path(root)) {
+        Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,411 @@
+//! The network side: TCP and unix listeners, the handshake, and per connection one reader
+//! (frames in, one task per request) and one writer (responses out, matched by request id).
+//! A bad frame closes its own connection only. Stopping waits, bounded, for in-flight
+//! requests, then persists the metadata store and removes the ready file and the socket.
+
+use crate::args::DaemonSettings;
+use crate::chunks::ChunkStore;
+use crate::handler::State;
+use crate::meta::MetaStore;
+use crate::ready::{self, ReadyInfo};
+use crate::DaemonError;
+use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
+use eddy_proto::frame::{read_frame, write_frame, FrameError, HEADER_BYTES};
+use eddy_proto::{decode, encode, Errno, Request, Response, PROTOCOL_VERSION};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// Directory of the metadata store inside the root.
+pub const META_DIR: &str = "meta";
+/// Directory of the chunk files inside the root.
+pub const CHUNKS_DIR: &str = "chunks";
+/// Pause after a failed accept (e.g. out of file descriptors) before trying again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Dropped by every connection and request task when it ends: the daemon stops once all
+/// clones are gone (or the grace period passes).
+type Alive = mpsc::Sender<()>;
+
+/// A running daemon.
+pub struct Daemon {
+    addr: SocketAddr,
+    socket: Option<PathBuf>,
+    state: Arc<State>,
+    supervisor: JoinHandle<Result<(), DaemonError>>,
+}
+
+impl Daemon {
+    /// Opens the stores under the root, binds the listeners, writes the ready file and starts
+    /// serving. Returns once clients can connect.
+    pub async fn start(settings: DaemonSettings) -> Result<Daemon, DaemonError> {
+        let root = settings.root.clone();
+        std::fs::create_dir_all(&root).map_err(|source| DaemonError::Root {
+            path: root.clone(),
+            source,
+        })?;
+        ready::remove_ready(&root).map_err(|source| DaemonError::Root {
+            path: root.clone(),
+            source,
+        })?;
+        let state = open_state(settings).await?;
+        let tcp = TcpListener::bind(state.settings.listen)
+            .await
+            .map_err(|source| DaemonError::Listen {
+                addr: state.settings.listen.to_string(),
+                source,
+            })?;
+        let addr = tcp.local_addr().map_err(|source| DaemonError::Listen {
+            addr: state.settings.listen.to_string(),
+            source,
+        })?;
+        let socket = state.settings.socket.clone();
+        let unix = socket.as_deref().map(bind_unix).transpose()?;
+        let info = ReadyInfo {
+            id: state.settings.id,
+            pid: std::process::id(),
+            addr: addr.to_string(),
+            socket: socket.as_ref().map(|p| p.display().to_string()),
+            host: state.settings.host.clone(),
+        };
+        ready::write_ready(&root, &info).map_err(|source| DaemonError::Ready {
+            path: ready::ready_path(&root),
+            source,
+        })?;
+        tracing::info!(
+            id = info.id,
+            addr = %addr,
+            socket = ?info.socket,
+            root = %root.display(),
+            chunk_size = state.settings.config.chunk_size,
+            "eddyd ready"
+        );
+        let supervisor = tokio::spawn(supervise(Arc::clone(&state), tcp, unix));
+        Ok(Daemon {
+            addr,
+            socket,
+            state,
+            supervisor,
+        })
+    }
+
+    /// The TCP address actually bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The unix socket, if any.
+    pub fn socket_path(&self) -> Option<&Path> {
+        self.socket.as_deref()
+    }
+
+    /// Asks the daemon to stop (as SIGTERM does).
+    pub fn shutdown(&self) {
+        self.state.shutdown.send_replace(true);
+    }
+
+    /// Resolves once a stop has been asked for (by `shutdown` or a client's Shutdown).
+    pub async fn stopped(&self) {
+        stop_requested(&mut self.state.shutdown.subscribe()).await;
+    }
+
+    /// Waits until the daemon has stopped and cleaned up.
+    pub async fn wait(self) -> Result<(), DaemonError> {
+        self.supervisor
+            .await
+            .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?
+    }
+}
+
+async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, DaemonError> {
+    tokio::task::spawn_blocking(move || {
+        let root = &settings.root;
+        let meta = MetaStore::open(&root.join(META_DIR), &settings.config)?;
+        let chunks = ChunkStore::open(
+            &root.join(CHUNKS_DIR),
+            settings.config.chunk_size,
+            u64::from(settings.config.max_rpc_data_bytes),
+        )?;
+        Ok(Arc::new(State::new(settings, meta, chunks)))
+    })
+    .await
+    .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?
+}
+
+/// Binds the unix socket, replacing a stale socket file left by a dead daemon.
+fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
+    let sock_err = |message: String| DaemonError::Socket {
+        path: path.to_owned(),
+        message,
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(sock_err(
+                "a file that is not a socket is in the way; remove it or pass --socket".into(),
+            ));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(sock_err(
+                "another daemon is listening on it; stop it or pass --socket".into(),
+            ));
+        }
+        std::fs::remove_file(path)
+            .map_err(|e| sock_err(format!("cannot remove the stale socket: {e}")))?;
+    }
+    UnixListener::bind(path).map_err(|e| sock_err(format!("{e}; pass --socket PATH (or none)")))
+}
+
+/// Serves until a stop is asked for, then drains and cleans up.
+async fn supervise(
+    state: Arc<State>,
+    tcp: TcpListener,
+    unix: Option<UnixListener>,
+) -> Result<(), DaemonError> {
+    let (alive, mut all_done) = mpsc::channel::<()>(1);
+    let tcp_task = tokio::spawn(accept_tcp(Arc::clone(&state), tcp, alive.clone()));
+    let unix_task = unix.map(|u| tokio::spawn(accept_unix(Arc::clone(&state), u, alive.clone())));
+    drop(alive);
+    let mut stop = state.shutdown.subscribe();
+    stop_requested(&mut stop).await;
+    tracing::info!("eddyd stopping: no new connections, waiting for in-flight requests");
+    let grace = Duration::from_millis(state.settings.config.rpc_timeout_ms);
+    if tokio::time::timeout(grace, all_done.recv()).await.is_err() {
+        tracing::warn!(
+            grace_ms = grace.as_millis() as u64,
+            "in-flight requests did not finish in time"
+        );
+    }
+    tcp_task.abort();
+    if let Some(t) = unix_task {
+        t.abort();
+    }
+    cleanup(&state).await
+}
+
+async fn cleanup(state: &Arc<State>) -> Result<(), DaemonError> {
+    let st = Arc::clone(state);
+    let persisted = tokio::task::spawn_blocking(move || st.meta.persist())
+        .await
+        .map_err(|e| DaemonError::Persist(e.to_string()))?;
+    let root = &state.settings.root;
+    if let Err(e) = ready::remove_ready(root) {
+        tracing::warn!(error = %e, "cannot remove the ready file");
+    }
+    if let Some(sock) = &state.settings.socket {
+        if let Err(e) = std::fs::remove_file(sock) {
+            tracing::warn!(error = %e, socket = %sock.display(), "cannot remove the socket");
+        }
+    }
+    persisted.map_err(|e| DaemonError::Persist(e.to_string()))?;
+    tracing::info!("eddyd stopped");
+    Ok(())
+}
+
+async fn accept_tcp(state: Arc<State>, listener: TcpListener, alive: Alive) {
+    let mut stop = state.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            _ = stop_requested(&mut stop) => return,
+            res = listener.accept() => match res {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    tracing::debug!(%peer, "tcp connection");
+                    tokio::spawn(serve_connection(Arc::clone(&state), stream, peer.to_string(), alive.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "tcp accept failed");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                }
+            }
+        }
+    }
+}
+
+async fn accept_unix(state: Arc<State>, listener: UnixListener, alive: Alive) {
+    let mut stop = state.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            _ = stop_requested(&mut stop) => return,
+            res = listener.accept() => match res {
+                Ok((stream, _)) => {
+                    tokio::spawn(serve_connection(Arc::clone(&state), stream, "unix".to_string(), alive.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "unix accept failed");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                }
+            }
+        }
+    }
+}
+
+/// Serves one connection: handshake, then frames until the peer closes, a frame is bad or
+/// the daemon stops.
+async fn serve_connection<S>(state: Arc<State>, stream: S, peer: String, alive: Alive)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut reader, writer) = tokio::io::split(stream);
+    let mut writer = BufWriter::new(writer);
+    let deadline = Duration::from_millis(state.settings.config.connect_timeout_ms);
+    match tokio::time::timeout(deadline, handshake(&state, &mut reader, &mut writer)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => {
+            tracing::warn!(%peer, "handshake refused: {why}");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, "handshake timed out");
+            return;
+        }
+    }
+    let max = state.settings.config.max_frame_bytes;
+    let (tx, rx) = mpsc::unbounded_channel::<(u64, Vec<u8>)>();
+    tokio::spawn(write_loop(writer, rx, max, peer.clone(), alive.clone()));
+    let mut stop = state.shutdown.subscribe();
+    loop {
+        let frame = tokio::select! {
+            _ = stop_requested(&mut stop) => break,
+            f = read_frame(&mut reader, max) => f,
+        };
+        let (id, body) = match frame {
+            Ok(f) => f,
+            Err(FrameError::Closed) => break,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "bad frame; closing the connection");
+                break;
+            }
+        };
+        let req: Request = match decode(&body, u64::from(max)) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "undecodable request; closing the connection");
+                break;
+            }
+        };
+        tracing::debug!(%peer, id, op = req.op_name(), "request");
+        tokio::spawn(run_request(
+            Arc::clone(&state),
+            id,
+            req,
+            tx.clone(),
+            alive.clone(),
+        ));
+    }
+}
+
+async fn run_request(
+    state: Arc<State>,
+    id: u64,
+    req: Request,
+    tx: mpsc::UnboundedSender<(u64, Vec<u8>)>,
+    _alive: Alive,
+) {
+    let resp = state.handle(req).await;
+    let body = encode_response(&resp, state.settings.config.max_frame_bytes);
+    // The writer is gone only if the connection broke; the reply has nowhere to go.
+    let _ = tx.send((id, body));
+}
+
+/// Encodes a response; one that cannot be encoded or would not fit a frame becomes EIO.
+fn encode_response(resp: &Response, max: u32) -> Vec<u8> {
+    let fits = |b: &Vec<u8>| b.len() + HEADER_BYTES <= max as usize;
+    match encode(resp) {
+        Ok(body) if fits(&body) => body,
+        Ok(body) => fallback(format!(
+            "reply of {} bytes exceeds the frame limit",
+            body.len()
+        )),
+        Err(e) => fallback(format!("cannot encode the reply: {e}")),
+    }
+}
+
+fn fallback(msg: String) -> Vec<u8> {
+    let resp: Response = Err(Errno::eio(msg));
+    encode(&resp).unwrap_or_default()
+}
+
+/// Writes responses as they come, flushing when no more are queued.
+async fn write_loop<W>(
+    mut w: BufWriter<W>,
+    mut rx: mpsc::UnboundedReceiver<(u64, Vec<u8>)>,
+    max: u32,
+    peer: String,
+    _alive: Alive,
+) where
+    W: AsyncWrite + Unpin,
+{
+    let result: Result<(), FrameError> = async {
+        while let Some((id, body)) = rx.recv().await {
+            write_frame(&mut w, id, &body, max).await?;
+            while let Ok((id, body)) = rx.try_recv() {
+                write_frame(&mut w, id, &body, max).await?;
+            }
+            w.flush().await?;
+        }
+        w.shutdown().await?;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection write failed");
+    }
+}
+
+/// The daemon's side of the handshake; on refusal the client gets the reason as an errno.
+async fn handshake<R, W>(state: &State, r: &mut R, w: &mut W) -> Result<(), String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let max = state.settings.config.max_frame_bytes;
+    let nonce = auth::new_nonce();
+    let hello = ServerHello {
+        version: PROTOCOL_VERSION,
+        daemon_id: state.settings.id,
+        nonce,
+    };
+    send_frame(w, &hello, max).await?;
+    let (_, body) = read_frame(r, max).await.map_err(|e| e.to_string())?;
+    let verdict = match decode::<ClientHello>(&body, u64::from(max)) {
+        Err(e) => Err(e),
+        Ok(h) if h.version != PROTOCOL_VERSION => Err(Errno::new(
+            libc::EPROTO,
+            format!(
+                "client speaks protocol {}, this daemon speaks {PROTOCOL_VERSION}",
+                h.version
+            ),
+        )),
+        Ok(h) if !auth::verify(&state.settings.secret, &nonce, &h.proof) => {
+            Err(Errno::new(libc::EACCES, "wrong deployment secret"))
+        }
+        Ok(_) => Ok(()),
+    };
+    let result: HelloResult = verdict.clone();
+    send_frame(w, &result, max).await?;
+    verdict.map_err(|e| e.to_string())
+}
+
+async fn send_frame<W, T>(w: &mut W, msg: &T, max: u32) -> Result<(), String>
+where
+    W: AsyncWrite + Unpin,
+    T: serde::Serialize,
+{
+    let body = encode(msg).map_err(|e| e.to_string())?;
+    write_frame(w, 0, &body, max)
+        .await
+        .map_err(|e| e.to_string())?;
+    w.flush().await.map_err(|e| e.to_string())
+}
+
+/// Resolves once a stop has been asked for.
+async fn stop_requested(rx: &mut watch::Receiver<bool>) {
+    // The sender lives in the daemon state, which outlives every receiver's task.
+    let _ = rx.wait_for(|stop| *stop).await;
+}
