@@ -3,8 +3,17 @@
 //! it never touches a daemon's storage directly.
 
 mod cli;
+mod debug;
+mod fuse;
+mod mount;
+mod mounts;
+mod procs;
+mod start;
+mod state;
+mod status;
+mod stop;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Parser;
 use cli::{Cli, Command};
 
@@ -25,7 +34,17 @@ fn init_tracing() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Start(args) => start::start(args),
+        Command::Stop(args) => stop::stop(args),
+        Command::Status(args) => status::status(args),
+        Command::Mount(args) => mount::mount(args),
+        Command::Umount(args) => mount::umount(args),
         Command::Bench(_) => anyhow::bail!("eddy bench is not available in this build yet"),
-        other => anyhow::bail!("{other:?} is not implemented yet"),
+        Command::Debug(cmd) => debug::debug(cmd),
     }
+}
+
+/// The tokio runtime the client library runs in.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
 }

@@ -1,0 +1,94 @@
+//! `eddy mount` / `eddy umount`: serve the namespace through FUSE. Without --foreground the
+//! command re-executes itself detached with --foreground and returns once the mount is up.
+
+use crate::cli::{MountArgs, UmountArgs};
+use crate::mounts::{is_fuse_mounted, mount_target, wait_mounted};
+use crate::state::{absolute, StateDir};
+use anyhow::{bail, Context, Result};
+use eddy_client::Client;
+use eddy_config::Deployment;
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+pub fn mount(args: MountArgs) -> Result<()> {
+    let state = StateDir::from_arg(args.state.state.as_deref())?;
+    if args.foreground {
+        return mount_foreground(&state, &args.mountpoint, args.allow_other);
+    }
+    let dep = state.load_deployment()?;
+    mount_background(&state, &args.mountpoint, args.allow_other, Duration::from_secs(dep.config.start_timeout_s))?;
+    println!("eddy: mounted deployment {:?} on {}", dep.name, args.mountpoint.display());
+    Ok(())
+}
+
+/// Runs `eddy mount --foreground` detached (output in STATE/mount.log) and waits, at most
+/// `bound`, until the mount is up.
+pub fn mount_background(state: &StateDir, mnt: &Path, allow_other: bool, bound: Duration) -> Result<()> {
+    let target = mount_target(mnt)?;
+    if is_fuse_mounted(&target)? {
+        bail!("{} is already a mount point; unmount it first with `eddy umount {0}`", target.display());
+    }
+    let exe = std::env::current_exe().context("cannot find the eddy executable to run the mount")?;
+    let mut args: Vec<OsString> = vec!["mount".into(), "--state".into(), state.dir().into()];
+    args.extend([target.clone().into(), "--foreground".into()]);
+    if allow_other {
+        args.push("--allow-other".into());
+    }
+    let log = state.mount_log();
+    let mut child = crate::procs::spawn_detached(&exe, &args, &log)?;
+    wait_mounted(&target, &mut child, &log, bound)
+}
+
+/// Mounts and serves until unmounted (or SIGINT/SIGTERM, which unmount).
+fn mount_foreground(state: &StateDir, mnt: &Path, allow_other: bool) -> Result<()> {
+    let dep = state.load_deployment()?;
+    let target = mount_target(mnt)?;
+    let rt = crate::runtime()?;
+    let client = rt
+        .block_on(Client::connect(dep.clone()))
+        .context("cannot connect to the deployment's daemons; check `eddy status`")?;
+    state.add_mount(&target)?;
+    rt.spawn(unmount_on_signal(target.clone()));
+    let served = crate::fuse::mount(client, rt.handle().clone(), &target, mount_options(&dep, allow_other));
+    if let Err(e) = state.remove_mount(&target) {
+        tracing::warn!("cannot update the mount list: {e:#}");
+    }
+    served.with_context(|| format!("cannot mount on {}", target.display()))
+}
+
+fn mount_options(dep: &Deployment, allow_other: bool) -> crate::fuse::MountOptions {
+    crate::fuse::MountOptions {
+        allow_other,
+        fsname: format!("eddy:{}", dep.name),
+        threads: dep.config.fuse_threads,
+        attr_ttl: Duration::from_millis(dep.config.fuse_attr_ttl_ms),
+    }
+}
+
+/// Unmounts when the serving process is asked to stop, so no dead mount is left behind.
+async fn unmount_on_signal(target: std::path::PathBuf) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::warn!("cannot install signal handlers; a killed mount must be unmounted by hand");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    if let Err(e) = crate::fuse::unmount(&target) {
+        tracing::warn!("cannot unmount {}: {e}", target.display());
+    }
+}
+
+pub fn umount(args: UmountArgs) -> Result<()> {
+    let target = std::fs::canonicalize(&args.mountpoint).unwrap_or_else(|_| absolute(&args.mountpoint));
+    if !is_fuse_mounted(&target)? {
+        bail!("{} is not a FUSE mount point", target.display());
+    }
+    crate::fuse::unmount(&target)
+        .with_context(|| format!("cannot unmount {}; is a process using it? (try `fusermount -u {0}`)", target.display()))?;
+    println!("eddy: unmounted {}", target.display());
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! Processes: finding the daemon binary, spawning detached children with their output in a
+//! log file, and stopping recorded processes without ever signalling a reused pid.
+
+use crate::state::RecordedProcess;
+use anyhow::{Context, Result};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How often waits poll for a file, a port or a process.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Environment variable naming the daemon binary explicitly.
+pub const DAEMON_BIN_ENV: &str = "EDDY_DAEMON_BIN";
+
+/// The `eddyd` binary: $EDDY_DAEMON_BIN, else next to this executable, else `eddyd` on PATH.
+pub fn daemon_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os(DAEMON_BIN_ENV) {
+        return PathBuf::from(path);
+    }
+    let sibling = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|d| d.join("eddyd")));
+    match sibling {
+        Some(path) if path.is_file() => path,
+        _ => PathBuf::from("eddyd"),
+    }
+}
+
+/// Spawns `program args` in a new session (so that the caller's terminal and signals do not
+/// reach it), stdin from /dev/null and stdout/stderr into `log` (truncated).
+pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<Child> {
+    let out = std::fs::File::create(log).with_context(|| format!("cannot create log file {}", log.display()))?;
+    let err = out.try_clone().with_context(|| format!("cannot reopen log file {}", log.display()))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().with_context(|| {
+        format!("cannot run {}: check that it is installed and executable", program.display())
+    })
+}
+
+/// Records a just-spawned child for `eddy stop`.
+pub fn record(label: String, child: &Child) -> RecordedProcess {
+    let pid = child.id();
+    let start_time = proc_stat(pid).map(|s| s.start_time).unwrap_or(0);
+    RecordedProcess { label, pid, start_time }
+}
+
+/// The last `lines` lines of a log file, indented, for error messages.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    let tail = &all[all.len().saturating_sub(lines)..];
+    if tail.is_empty() {
+        return format!("(log {} is empty)", path.display());
+    }
+    let body: Vec<String> = tail.iter().map(|l| format!("    {l}")).collect();
+    format!("last lines of {}:\n{}", path.display(), body.join("\n"))
+}
+
+struct ProcStat {
+    state: char,
+    start_time: u64,
+}
+
+/// State and start time from /proc/<pid>/stat (None if the process is gone).
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; fields after it follow the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let start_time = fields.get(19)?.parse().ok()?;
+    Some(ProcStat { state, start_time })
+}
+
+/// Whether the recorded process still runs (same pid and start time, not a zombie).
+pub fn is_running(p: &RecordedProcess) -> bool {
+    match proc_stat(p.pid) {
+        Some(s) => s.start_time == p.start_time && s.state != 'Z' && s.state != 'X',
+        None => false,
+    }
+}
+
+/// Sends `signal` to the recorded process's group (it leads its own session), if it runs.
+fn signal(p: &RecordedProcess, signal: i32) {
+    if !is_running(p) {
+        return;
+    }
+    let Ok(pid) = i32::try_from(p.pid) else { return };
+    // SAFETY: plain syscalls on a pid we verified to be the process we started.
+    unsafe {
+        if libc::kill(-pid, signal) != 0 {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
+/// Waits until none of `procs` runs or `bound` passes; returns those still running.
+pub fn wait_gone(procs: &[RecordedProcess], bound: Duration) -> Vec<RecordedProcess> {
+    let deadline = Instant::now() + bound;
+    loop {
+        let alive: Vec<RecordedProcess> = procs.iter().filter(|p| is_running(p)).cloned().collect();
+        if alive.is_empty() || Instant::now() >= deadline {
+            return alive;
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Stops recorded processes: waits `grace` for them to exit by themselves, then SIGTERM and
+/// another `grace`, then SIGKILL. Returns the labels of those that had to be killed.
+pub fn stop_processes(procs: &[RecordedProcess], grace: Duration) -> Vec<String> {
+    let alive = wait_gone(procs, grace);
+    if alive.is_empty() {
+        return Vec::new();
+    }
+    alive.iter().for_each(|p| signal(p, libc::SIGTERM));
+    let alive = wait_gone(&alive, grace);
+    alive.iter().for_each(|p| signal(p, libc::SIGKILL));
+    let _ = wait_gone(&alive, grace);
+    alive.into_iter().map(|p| format!("{} (pid {})", p.label, p.pid)).collect()
+}
+
+/// Kills children spawned by a start that failed, and reaps them.
+pub fn kill_children(children: &mut [Child]) {
+    for child in children.iter_mut() {
+        if let Ok(pid) = i32::try_from(child.id()) {
+            // SAFETY: the child is ours and not yet reaped, so its pid cannot be reused.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detached_child_is_recorded_and_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("sleep.log");
+        let mut child = spawn_detached(Path::new("sleep"), &["30".into()], &log).unwrap();
+        let rec = record("sleep".into(), &child);
+        assert!(is_running(&rec));
+        let stale = RecordedProcess { start_time: rec.start_time + 1, ..rec.clone() };
+        assert!(!is_running(&stale), "a different start time is another process");
+        let reaper = std::thread::spawn(move || child.wait().unwrap());
+        let killed = stop_processes(&[rec.clone()], Duration::from_millis(200));
+        assert_eq!(killed.len(), 1);
+        reaper.join().unwrap();
+        assert!(!is_running(&rec));
+    }
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("x.log");
+        std::fs::write(&log, "a\nb\nc\n").unwrap();
+        let tail = log_tail(&log, 2);
+        assert!(tail.contains("b") && tail.contains("c") && !tail.contains("    a"), "{tail}");
+    }
+}

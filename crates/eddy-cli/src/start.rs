@@ -1,0 +1,468 @@
+//! `eddy start`: launch the daemons of a deployment, wait until every one serves, write the
+//! deployment file, and optionally mount the namespace.
+
+use crate::cli::StartArgs;
+use crate::mounts::LOG_TAIL_LINES;
+use crate::procs::{self, log_tail, POLL_INTERVAL};
+use crate::state::{absolute, RecordedProcess, StateDir};
+use anyhow::{bail, Context, Result};
+use eddy_client::Client;
+use eddy_config::{Config, DaemonEntry, Deployment};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Ready file a daemon writes into its root once it serves.
+const READY_FILE: &str = "eddyd.ready";
+/// Default launcher for `--hosts`.
+const SSH_LAUNCHER: &str = "ssh {host} {cmd}";
+/// Default launcher for `--slurm`.
+const SRUN_LAUNCHER: &str = "srun --nodes=1 --ntasks=1 --overlap -w {host} {cmd}";
+
+/// What a daemon writes to ROOT/eddyd.ready.
+#[derive(Debug, serde::Deserialize)]
+struct Ready {
+    id: u32,
+    addr: String,
+    #[serde(default)]
+    socket: Option<PathBuf>,
+    host: String,
+}
+
+/// One host of a hosts file: the name the launcher gets and the address daemons listen on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLine {
+    pub name: String,
+    pub address: String,
+}
+
+/// Everything the daemons of a new deployment share.
+struct Plan {
+    state: StateDir,
+    config: Config,
+    name: String,
+    secret: String,
+}
+
+pub fn start(args: StartArgs) -> Result<()> {
+    let state = start_state_dir(&args)?;
+    if state.has_deployment() {
+        bail!(
+            "a deployment is already running in {} (see `eddy status --state {0}`); \
+             stop it first with `eddy stop --state {0}`",
+            state.dir().display()
+        );
+    }
+    let config = start_config(&args)?;
+    let name = args
+        .name
+        .clone()
+        .or_else(|| std::env::var("SLURM_JOB_ID").ok())
+        .unwrap_or_else(|| "eddy".to_string());
+    state.create()?;
+    let plan = Plan { state, config, name, secret: Deployment::new_secret() };
+    plan.state.write_secret(&plan.secret)?;
+    plan.state.write_config(&plan.config)?;
+    let dep = if let Some(n) = args.local {
+        start_local(&plan, n, &args.root)?
+    } else {
+        let hosts = match &args.hosts {
+            Some(file) => read_hosts_file(file)?,
+            None => slurm_hosts()?,
+        };
+        let default_launcher = if args.slurm { SRUN_LAUNCHER } else { SSH_LAUNCHER };
+        let launcher = args.launcher.as_deref().unwrap_or(default_launcher);
+        let port = args.listen_port.unwrap_or(plan.config.port);
+        start_remote(&plan, &hosts, &args.root, launcher, port)?
+    };
+    println!(
+        "eddy: deployment {:?} started: {} daemons; state in {}",
+        dep.name,
+        dep.daemons.len(),
+        plan.state.dir().display()
+    );
+    if let Some(mnt) = &args.mount {
+        crate::mount::mount_background(&plan.state, mnt, false, start_bound(&plan.config)).with_context(|| {
+            format!(
+                "the daemons are running but mounting failed; retry `eddy mount --state {0} {1}` \
+                 or stop them with `eddy stop --state {0}`",
+                plan.state.dir().display(),
+                mnt.display()
+            )
+        })?;
+        println!("eddy: mounted on {}", mnt.display());
+    }
+    Ok(())
+}
+
+/// --state, else $EDDY_STATE (clap fills both), else --root if it is a plain directory.
+fn start_state_dir(args: &StartArgs) -> Result<StateDir> {
+    if let Some(dir) = &args.state {
+        return Ok(StateDir::new(dir));
+    }
+    let root = args.root.to_string_lossy();
+    if root.contains("{host}") || root.contains("{id}") {
+        bail!("--root {root} has placeholders, so it cannot hold the state: pass --state DIR");
+    }
+    Ok(StateDir::new(&args.root))
+}
+
+/// The --config file (or defaults) with --chunk-size applied, validated.
+fn start_config(args: &StartArgs) -> Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path).with_context(|| format!("fix the configuration file {}", path.display()))?,
+        None => Config::default(),
+    };
+    if let Some(cs) = args.chunk_size {
+        config.chunk_size = cs;
+    }
+    config.validate().context("invalid configuration (check --chunk-size and --config)")?;
+    Ok(config)
+}
+
+fn start_bound(config: &Config) -> Duration {
+    Duration::from_secs(config.start_timeout_s)
+}
+
+/// Creates a storage root and checks it is writable.
+fn create_root(root: &Path) -> Result<()> {
+    let hint = || format!("cannot use {} as a storage root; choose a writable --root", root.display());
+    std::fs::create_dir_all(root).with_context(hint)?;
+    let probe = root.join(".eddy-write-test");
+    std::fs::write(&probe, b"").with_context(hint)?;
+    std::fs::remove_file(&probe).with_context(hint)
+}
+
+// ---------------------------------------------------------------- local daemons
+
+fn start_local(plan: &Plan, n: u32, root: &Path) -> Result<Deployment> {
+    if n == 0 {
+        bail!("--local 0: a deployment needs at least one daemon (use --local N with N >= 1)");
+    }
+    let root = absolute(root);
+    create_root(&root)?;
+    let bin = procs::daemon_binary();
+    let mut children = Vec::new();
+    let mut recorded = Vec::new();
+    let result = spawn_and_wait_local(plan, n, &root, &bin, &mut children, &mut recorded);
+    match result {
+        Ok(dep) => {
+            plan.state.write_pids(&recorded)?;
+            plan.state.save_deployment(&dep)?;
+            Ok(dep)
+        }
+        Err(e) => {
+            procs::kill_children(&mut children);
+            Err(e)
+        }
+    }
+}
+
+fn spawn_and_wait_local(
+    plan: &Plan,
+    n: u32,
+    root: &Path,
+    bin: &Path,
+    children: &mut Vec<Child>,
+    recorded: &mut Vec<RecordedProcess>,
+) -> Result<Deployment> {
+    let mut roots = Vec::new();
+    for id in 0..n {
+        let droot = root.join(format!("d{id}"));
+        create_root(&droot)?;
+        remove_stale(&droot.join(READY_FILE))?;
+        let args = local_daemon_args(plan, &droot, id);
+        let child = procs::spawn_detached(bin, &args, &plan.state.daemon_log(id))?;
+        recorded.push(procs::record(format!("daemon-{id}"), &child));
+        children.push(child);
+        roots.push(droot);
+    }
+    let daemons = wait_ready_files(plan, &roots, children)?;
+    let dep = Deployment { name: plan.name.clone(), secret: plan.secret.clone(), config: plan.config.clone(), daemons };
+    verify(&dep)?;
+    Ok(dep)
+}
+
+fn local_daemon_args(plan: &Plan, root: &Path, id: u32) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["--root".into(), root.into(), "--id".into(), id.to_string().into()];
+    args.extend(["--listen".into(), "127.0.0.1:0".into()]);
+    args.extend(shared_daemon_args(plan));
+    args
+}
+
+fn shared_daemon_args(plan: &Plan) -> Vec<OsString> {
+    vec![
+        "--secret-file".into(),
+        plan.state.secret_path().into(),
+        "--config".into(),
+        plan.state.config_path().into(),
+    ]
+}
+
+fn remove_stale(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("cannot remove the stale {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Waits until daemon i has written roots[i]/eddyd.ready; fails if one exits first.
+fn wait_ready_files(plan: &Plan, roots: &[PathBuf], children: &mut [Child]) -> Result<Vec<DaemonEntry>> {
+    let deadline = Instant::now() + start_bound(&plan.config);
+    let mut ready: Vec<Option<DaemonEntry>> = vec![None; roots.len()];
+    loop {
+        for (i, root) in roots.iter().enumerate() {
+            if ready[i].is_none() {
+                ready[i] = read_ready(root)?;
+            }
+        }
+        if ready.iter().all(Option::is_some) {
+            return Ok(ready.into_iter().flatten().collect());
+        }
+        for (i, child) in children.iter_mut().enumerate() {
+            check_alive(plan, child, to_id(i)?)?;
+        }
+        if Instant::now() >= deadline {
+            let missing: Vec<String> =
+                ready.iter().enumerate().filter(|(_, r)| r.is_none()).map(|(i, _)| i.to_string()).collect();
+            bail!(
+                "daemons {} did not become ready within {} s (start_timeout_s); see their logs in {}",
+                missing.join(", "),
+                plan.config.start_timeout_s,
+                plan.state.dir().display()
+            );
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+fn to_id(i: usize) -> Result<u32> {
+    u32::try_from(i).context("too many daemons")
+}
+
+/// The daemon's entry once its ready file is complete (a partial file reads as not ready).
+fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
+    let path = root.join(READY_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let Ok(r) = serde_json::from_str::<Ready>(&text) else { return Ok(None) };
+    Ok(Some(DaemonEntry { id: r.id, host: r.host, addr: r.addr, socket: r.socket, root: root.to_owned() }))
+}
+
+/// Fails with the tail of the log if the process (daemon or launcher) `id` has exited.
+fn check_alive(plan: &Plan, child: &mut Child, id: u32) -> Result<()> {
+    if let Some(status) = child.try_wait().context("cannot check a daemon process")? {
+        let log = plan.state.daemon_log(id);
+        bail!("daemon {id} exited ({status}) before it was ready\n{}", log_tail(&log, LOG_TAIL_LINES));
+    }
+    Ok(())
+}
+
+/// Connects once (which creates the namespace root) and checks every daemon answers.
+fn verify(dep: &Deployment) -> Result<()> {
+    let rt = crate::runtime()?;
+    rt.block_on(probe(dep.clone())).map_err(|e| anyhow::anyhow!("the daemons started but {e}"))
+}
+
+/// Ok if a client connects and every daemon answers status; else what failed.
+async fn probe(dep: Deployment) -> Result<(), String> {
+    let client = Client::connect(dep).await.map_err(|e| format!("a client cannot connect: {e}"))?;
+    let failed: Vec<String> = client
+        .daemon_status()
+        .await
+        .into_iter()
+        .filter_map(|(id, r)| r.err().map(|e| format!("daemon {id}: {e}")))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("not every daemon answers: {}", failed.join("; ")))
+    }
+}
+
+// ---------------------------------------------------------------- remote daemons
+
+/// Parses a hosts file: `name [address]` per line, `#` starts a comment.
+pub fn parse_hosts(text: &str) -> Result<Vec<HostLine>> {
+    let mut hosts = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            [] => {}
+            [name] => hosts.push(HostLine { name: name.to_string(), address: name.to_string() }),
+            [name, address] => hosts.push(HostLine { name: name.to_string(), address: address.to_string() }),
+            _ => bail!("line {}: expected `name [address]`, found {raw:?}", n + 1),
+        }
+    }
+    if hosts.is_empty() {
+        bail!("it lists no hosts");
+    }
+    Ok(hosts)
+}
+
+fn read_hosts_file(file: &Path) -> Result<Vec<HostLine>> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read the hosts file {}", file.display()))?;
+    parse_hosts(&text).with_context(|| format!("hosts file {} is not valid", file.display()))
+}
+
+/// The nodes of the current Slurm job.
+fn slurm_hosts() -> Result<Vec<HostLine>> {
+    let nodelist = std::env::var("SLURM_JOB_NODELIST")
+        .context("--slurm needs SLURM_JOB_NODELIST: run it inside a Slurm allocation, or use --hosts FILE")?;
+    let out = std::process::Command::new("scontrol")
+        .args(["show", "hostnames", &nodelist])
+        .output()
+        .context("cannot run `scontrol show hostnames`: is Slurm installed on this node?")?;
+    if !out.status.success() {
+        bail!("`scontrol show hostnames {nodelist}` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    parse_hosts(&String::from_utf8_lossy(&out.stdout)).context("scontrol returned no host names")
+}
+
+/// Replaces `{host}` and `{id}` in a template string.
+fn fill(template: &str, host: &str, id: u32) -> String {
+    template.replace("{host}", host).replace("{id}", &id.to_string())
+}
+
+/// The launcher command line: the template split on whitespace, `{cmd}` replaced by the
+/// daemon's arguments (as separate words) and `{host}`/`{id}` filled in.
+pub fn launcher_argv(template: &str, host: &str, id: u32, cmd: &[OsString]) -> Result<Vec<OsString>> {
+    let words: Vec<&str> = template.split_whitespace().collect();
+    if !words.contains(&"{cmd}") {
+        bail!("launcher template {template:?} has no {{cmd}} word (e.g. `ssh {{host}} {{cmd}}`)");
+    }
+    let mut argv = Vec::new();
+    for w in words {
+        if w == "{cmd}" {
+            argv.extend(cmd.iter().cloned());
+        } else {
+            argv.push(fill(w, host, id).into());
+        }
+    }
+    Ok(argv)
+}
+
+fn remote_daemon_cmd(plan: &Plan, bin: &Path, root: &Path, id: u32, host: &HostLine, port: u16) -> Vec<OsString> {
+    let mut cmd: Vec<OsString> = vec![bin.into(), "--root".into(), root.into(), "--id".into(), id.to_string().into()];
+    cmd.extend(["--host".into(), host.name.clone().into()]);
+    cmd.extend(["--listen".into(), listen_addr(&host.address, port).into()]);
+    cmd.extend(["--socket".into(), "none".into()]);
+    cmd.extend(shared_daemon_args(plan));
+    cmd
+}
+
+/// `address:port`, bracketing IPv6 literals.
+fn listen_addr(address: &str, port: u16) -> String {
+    if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}
+
+fn start_remote(plan: &Plan, hosts: &[HostLine], root: &Path, launcher: &str, port: u16) -> Result<Deployment> {
+    let root_template = absolute(root).to_string_lossy().into_owned();
+    let bin = procs::daemon_binary();
+    let mut daemons = Vec::new();
+    let mut children = Vec::new();
+    let mut recorded = Vec::new();
+    let result = (|| -> Result<Deployment> {
+        for (i, host) in hosts.iter().enumerate() {
+            let id = to_id(i)?;
+            let droot = PathBuf::from(fill(&root_template, &host.name, id));
+            let cmd = remote_daemon_cmd(plan, &bin, &droot, id, host, port);
+            let argv = launcher_argv(launcher, &host.name, id, &cmd)?;
+            let (program, rest) = argv.split_first().context("empty launcher template")?;
+            let child = procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;
+            recorded.push(procs::record(format!("launcher-{id}"), &child));
+            children.push(child);
+            let addr = listen_addr(&host.address, port);
+            daemons.push(DaemonEntry { id, host: host.name.clone(), addr, socket: None, root: droot });
+        }
+        let dep = Deployment { name: plan.name.clone(), secret: plan.secret.clone(), config: plan.config.clone(), daemons };
+        dep.validate().context("the deployment is not valid")?;
+        wait_serving(plan, &dep, &mut children)?;
+        Ok(dep)
+    })();
+    match result {
+        Ok(dep) => {
+            plan.state.write_pids(&recorded)?;
+            plan.state.save_deployment(&dep)?;
+            Ok(dep)
+        }
+        Err(e) => {
+            procs::kill_children(&mut children);
+            Err(e)
+        }
+    }
+}
+
+/// Waits until a client reaches every daemon, failing early if a launcher fails.
+fn wait_serving(plan: &Plan, dep: &Deployment, children: &mut [Child]) -> Result<()> {
+    let rt = crate::runtime()?;
+    let deadline = Instant::now() + start_bound(&plan.config);
+    loop {
+        let last = match rt.block_on(probe(dep.clone())) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        for (i, child) in children.iter_mut().enumerate() {
+            if let Some(status) = child.try_wait().context("cannot check a launcher process")? {
+                if !status.success() {
+                    let log = plan.state.daemon_log(to_id(i)?);
+                    bail!(
+                        "the launcher of daemon {i} on {} exited ({status}) before the daemon served\n{}",
+                        dep.daemons[i].host,
+                        log_tail(&log, LOG_TAIL_LINES)
+                    );
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the daemons did not all serve within {} s (start_timeout_s): {last}; see the logs in {}",
+                plan.config.start_timeout_s,
+                plan.state.dir().display()
+            );
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_file_with_comments_and_addresses() {
+        let hosts = parse_hosts("# nodes\nn0 10.0.0.1\n\nn1   # no address\n").unwrap();
+        assert_eq!(
+            hosts,
+            vec![
+                HostLine { name: "n0".into(), address: "10.0.0.1".into() },
+                HostLine { name: "n1".into(), address: "n1".into() },
+            ]
+        );
+        assert!(parse_hosts("# only a comment\n").is_err());
+        let err = parse_hosts("a b c\n").unwrap_err().to_string();
+        assert!(err.contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn launcher_template_expands_host_and_cmd() {
+        let cmd: Vec<OsString> = vec!["eddyd".into(), "--root".into(), "/r".into()];
+        let argv = launcher_argv("ip netns exec {host} {cmd}", "ns0", 0, &cmd).unwrap();
+        let words: Vec<&str> = argv.iter().map(|w| w.to_str().unwrap()).collect();
+        assert_eq!(words, ["ip", "netns", "exec", "ns0", "eddyd", "--root", "/r"]);
+        assert!(launcher_argv("ssh {host}", "h", 0, &cmd).is_err());
+        assert_eq!(fill("/tmp/{host}/{id}", "n1", 3), "/tmp/n1/3");
+        assert_eq!(listen_addr("::1", 7), "[::1]:7");
+    }
+}

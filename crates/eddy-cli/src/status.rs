@@ -1,0 +1,173 @@
+//! `eddy status`: one line (or JSON object) per daemon; fails if any daemon is down.
+
+use crate::cli::StatusArgs;
+use crate::state::StateDir;
+use anyhow::{bail, Result};
+use eddy_client::Client;
+use eddy_config::Deployment;
+use eddy_proto::DaemonStatus;
+use serde::Serialize;
+
+/// What `status` reports about one daemon.
+#[derive(Debug, Serialize)]
+struct DaemonRow {
+    id: u32,
+    host: String,
+    addr: String,
+    up: bool,
+    /// Why the daemon is considered down.
+    error: Option<String>,
+    storage_used_bytes: Option<u64>,
+    storage_free_bytes: Option<u64>,
+    chunk_bytes: Option<u64>,
+    chunks: Option<u64>,
+    entries: Option<u64>,
+    uptime_s: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    name: String,
+    state: String,
+    daemons: Vec<DaemonRow>,
+}
+
+pub fn status(args: StatusArgs) -> Result<()> {
+    let state = StateDir::from_arg(args.state.state.as_deref())?;
+    let dep = state.load_deployment()?;
+    let rows = collect(&dep)?;
+    let down = rows.iter().filter(|r| !r.up).count();
+    let report = Report { name: dep.name.clone(), state: state.dir().display().to_string(), daemons: rows };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    if down > 0 {
+        bail!(
+            "{down} of {} daemons are down; see their logs in {}",
+            report.daemons.len(),
+            state.dir().display()
+        );
+    }
+    Ok(())
+}
+
+fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
+    let rt = crate::runtime()?;
+    let results = rt.block_on(async {
+        match Client::connect(dep.clone()).await {
+            Ok(client) => client.daemon_status().await.into_iter().map(|(id, r)| (id, r.map_err(|e| e.to_string()))).collect(),
+            Err(e) => {
+                let msg = format!("cannot connect: {e}");
+                dep.daemons.iter().map(|d| (d.id, Err(msg.clone()))).collect::<Vec<_>>()
+            }
+        }
+    });
+    Ok(dep
+        .daemons
+        .iter()
+        .map(|d| {
+            let result = results.iter().find(|(id, _)| *id == d.id).map(|(_, r)| r.clone());
+            row(d, result.unwrap_or_else(|| Err("no status returned".into())))
+        })
+        .collect())
+}
+
+fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> DaemonRow {
+    let mut row = DaemonRow {
+        id: d.id,
+        host: d.host.clone(),
+        addr: d.addr.clone(),
+        up: result.is_ok(),
+        error: None,
+        storage_used_bytes: None,
+        storage_free_bytes: None,
+        chunk_bytes: None,
+        chunks: None,
+        entries: None,
+        uptime_s: None,
+    };
+    match result {
+        Ok(s) => {
+            row.storage_used_bytes = Some(s.fs_total_bytes.saturating_sub(s.fs_free_bytes));
+            row.storage_free_bytes = Some(s.fs_avail_bytes);
+            row.chunk_bytes = Some(s.chunk_bytes);
+            row.chunks = Some(s.chunks);
+            row.entries = Some(s.entries);
+            row.uptime_s = Some(s.uptime_s);
+        }
+        Err(e) => row.error = Some(e),
+    }
+    row
+}
+
+fn print_table(report: &Report) {
+    println!("deployment {:?} (state {})", report.name, report.state);
+    println!(
+        "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9}",
+        "ID", "HOST", "ADDRESS", "STATE", "USED", "FREE", "CHUNK DATA", "CHUNKS", "ENTRIES", "UPTIME"
+    );
+    for r in &report.daemons {
+        let opt = |v: Option<u64>, f: fn(u64) -> String| v.map(f).unwrap_or_else(|| "-".into());
+        println!(
+            "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9}",
+            r.id,
+            r.host,
+            r.addr,
+            if r.up { "up" } else { "down" },
+            opt(r.storage_used_bytes, human_bytes),
+            opt(r.storage_free_bytes, human_bytes),
+            opt(r.chunk_bytes, human_bytes),
+            opt(r.chunks, |v| v.to_string()),
+            opt(r.entries, |v| v.to_string()),
+            opt(r.uptime_s, human_duration),
+        );
+        if let Some(e) = &r.error {
+            println!("      daemon {} is down: {e}", r.id);
+        }
+    }
+}
+
+/// Bytes with a binary unit, e.g. "1.5 GiB".
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// Seconds as "1h02m03s", "4m05s" or "6s".
+pub fn human_duration(s: u64) -> String {
+    let (h, m, sec) = (s / 3600, (s / 60) % 60, s % 60);
+    if h > 0 {
+        format!("{h}h{m:02}m{sec:02}s")
+    } else if m > 0 {
+        format!("{m}m{sec:02}s")
+    } else {
+        format!("{sec}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(65), "1m05s");
+        assert_eq!(human_duration(3723), "1h02m03s");
+    }
+}
