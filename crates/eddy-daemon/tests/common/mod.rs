@@ -1,0 +1,176 @@
+//! A minimal wire client for the daemon tests: handshake, then requests matched by id.
+
+#![allow(dead_code)]
+
+use eddy_config::Config;
+use eddy_daemon::{Daemon, DaemonSettings};
+use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
+use eddy_proto::frame::{read_frame, write_frame};
+use eddy_proto::{
+    decode, encode, FileKind, Inode, Reply, Request, Response, Timespec, PROTOCOL_VERSION,
+};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+pub const SECRET: &[u8] = b"test secret of the deployment";
+pub const MAX: u32 = 64 * 1024 * 1024;
+/// Guard against a hang in a test; never an assertion on speed.
+pub const GUARD: Duration = Duration::from_secs(30);
+
+pub fn config(chunk_size: u64) -> Config {
+    Config {
+        chunk_size,
+        ..Config::default()
+    }
+}
+
+pub async fn start(root: &Path, chunk_size: u64) -> Daemon {
+    let settings = DaemonSettings::new(
+        root,
+        "127.0.0.1:0".parse().unwrap(),
+        SECRET.to_vec(),
+        config(chunk_size),
+    );
+    Daemon::start(settings).await.unwrap()
+}
+
+pub struct Conn<S> {
+    pub stream: S,
+    next_id: u64,
+    pending: HashMap<u64, Response>,
+}
+
+/// Connects and authenticates; the handshake verdict is returned as is.
+pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    secret: &[u8],
+) -> (Conn<S>, HelloResult) {
+    let (id, body) = read_frame(&mut stream, MAX).await.unwrap();
+    assert_eq!(id, 0);
+    let hello: ServerHello = decode(&body, MAX as u64).unwrap();
+    assert_eq!(hello.version, PROTOCOL_VERSION);
+    let reply = ClientHello {
+        version: PROTOCOL_VERSION,
+        proof: auth::prove(secret, &hello.nonce),
+    };
+    write_frame(&mut stream, 0, &encode(&reply).unwrap(), MAX)
+        .await
+        .unwrap();
+    stream.flush().await.unwrap();
+    let (id, body) = read_frame(&mut stream, MAX).await.unwrap();
+    assert_eq!(id, 0);
+    let verdict: HelloResult = decode(&body, MAX as u64).unwrap();
+    (
+        Conn {
+            stream,
+            next_id: 1,
+            pending: HashMap::new(),
+        },
+        verdict,
+    )
+}
+
+pub async fn connect(addr: std::net::SocketAddr) -> Conn<tokio::net::TcpStream> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (conn, verdict) = handshake(stream, SECRET).await;
+    verdict.unwrap();
+    conn
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+    /// Sends a request without waiting; returns its id.
+    pub async fn send(&mut self, req: &Request) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        write_frame(&mut self.stream, id, &encode(req).unwrap(), MAX)
+            .await
+            .unwrap();
+        self.stream.flush().await.unwrap();
+        id
+    }
+
+    /// Waits for the response to request `id` (others are kept for later).
+    pub async fn recv(&mut self, id: u64) -> Response {
+        loop {
+            if let Some(r) = self.pending.remove(&id) {
+                return r;
+            }
+            let (got, body) = tokio::time::timeout(GUARD, read_frame(&mut self.stream, MAX))
+                .await
+                .expect("daemon did not answer")
+                .unwrap();
+            self.pending.insert(got, decode(&body, MAX as u64).unwrap());
+        }
+    }
+
+    pub async fn call(&mut self, req: Request) -> Response {
+        let id = self.send(&req).await;
+        self.recv(id).await
+    }
+
+    pub async fn ok(&mut self, req: Request) -> Reply {
+        let op = req.op_name();
+        self.call(req)
+            .await
+            .unwrap_or_else(|e| panic!("{op} failed: {e}"))
+    }
+
+    pub async fn errno(&mut self, req: Request) -> i32 {
+        let op = req.op_name();
+        match self.call(req).await {
+            Ok(r) => panic!("{op} succeeded with {r:?}, expected an error"),
+            Err(e) => e.errno,
+        }
+    }
+
+    pub async fn inode(&mut self, req: Request) -> Inode {
+        match self.ok(req).await {
+            Reply::Inode(i) => i,
+            other => panic!("expected an inode, got {other:?}"),
+        }
+    }
+
+    pub async fn data(&mut self, req: Request) -> Vec<u8> {
+        match self.ok(req).await {
+            Reply::Data(d) => d,
+            other => panic!("expected data, got {other:?}"),
+        }
+    }
+}
+
+pub fn inode(kind: FileKind, file_id: u128) -> Inode {
+    Inode {
+        kind,
+        file_id,
+        mode: 0o644,
+        uid: 1000,
+        gid: 1000,
+        size: 0,
+        atime: Timespec { sec: 1, nsec: 0 },
+        mtime: Timespec { sec: 1, nsec: 0 },
+        ctime: Timespec { sec: 1, nsec: 0 },
+        target: None,
+    }
+}
+
+pub fn file(file_id: u128) -> Inode {
+    inode(FileKind::File, file_id)
+}
+
+pub fn dir() -> Inode {
+    inode(FileKind::Dir, 0)
+}
+
+pub fn create(path: &str, inode: Inode) -> Request {
+    Request::Create {
+        path: path.into(),
+        inode,
+        exclusive: true,
+    }
+}
+
+pub fn stat(path: &str) -> Request {
+    Request::Stat { path: path.into() }
+}

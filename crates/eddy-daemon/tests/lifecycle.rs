@@ -1,0 +1,336 @@
+//! Daemon life cycle and robustness: the ready file, the unix socket, clean and unclean
+//! restarts, refused handshakes and malformed input on one connection while others go on.
+
+mod common;
+
+use clap::Parser;
+use common::*;
+use eddy_daemon::{read_ready, Daemon, DaemonArgs, DaemonError, DaemonSettings, SECRET_ENV};
+use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
+use eddy_proto::frame::{read_frame, write_frame};
+use eddy_proto::{decode, encode, Piece, Reply, Request, PROTOCOL_VERSION};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads until the daemon closes the connection; no reply may arrive before.
+async fn assert_closed(stream: &mut TcpStream) {
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(GUARD, stream.read(&mut buf))
+        .await
+        .expect("connection was not closed")
+    {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("expected the connection to close, got {n} bytes"),
+    }
+}
+
+/// A connection that has passed the handshake, as raw bytes.
+async fn authed_stream(addr: std::net::SocketAddr) -> TcpStream {
+    connect(addr).await.stream
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_closes_only_its_connection() {
+    let root = tempfile::tempdir().unwrap();
+    let mut settings = DaemonSettings::new(
+        root.path(),
+        "127.0.0.1:0".parse().unwrap(),
+        SECRET.to_vec(),
+        config(4096),
+    );
+    settings.config.connect_timeout_ms = 300;
+    let d = Daemon::start(settings).await.unwrap();
+    let addr = d.local_addr();
+    let mut good = connect(addr).await;
+    good.inode(create("/keep", file(1))).await;
+
+    // Wrong secret: EACCES, then the connection is closed.
+    let (mut bad, verdict) =
+        handshake(TcpStream::connect(addr).await.unwrap(), b"not the secret").await;
+    assert_eq!(verdict.unwrap_err().errno, libc::EACCES);
+    assert_closed(&mut bad.stream).await;
+    assert_eq!(good.inode(stat("/keep")).await.file_id, 1);
+
+    // Wrong protocol version: EPROTO.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let (_, body) = read_frame(&mut s, MAX).await.unwrap();
+    let hello: ServerHello = decode(&body, MAX as u64).unwrap();
+    let reply = ClientHello {
+        version: PROTOCOL_VERSION + 1,
+        proof: auth::prove(SECRET, &hello.nonce),
+    };
+    write_frame(&mut s, 0, &encode(&reply).unwrap(), MAX)
+        .await
+        .unwrap();
+    let (_, body) = read_frame(&mut s, MAX).await.unwrap();
+    let verdict: HelloResult = decode(&body, MAX as u64).unwrap();
+    assert_eq!(verdict.unwrap_err().errno, libc::EPROTO);
+    assert_closed(&mut s).await;
+
+    // Garbage instead of a ClientHello: EPROTO.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    read_frame(&mut s, MAX).await.unwrap();
+    write_frame(&mut s, 0, &[0xff; 7], MAX).await.unwrap();
+    let (_, body) = read_frame(&mut s, MAX).await.unwrap();
+    let verdict: HelloResult = decode(&body, MAX as u64).unwrap();
+    assert_eq!(verdict.unwrap_err().errno, libc::EPROTO);
+    assert_closed(&mut s).await;
+
+    // A silent client is dropped at the handshake deadline.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    read_frame(&mut s, MAX).await.unwrap();
+    assert_closed(&mut s).await;
+    assert_eq!(good.inode(stat("/keep")).await.file_id, 1);
+
+    // After the handshake: garbage bytes (a length shorter than the header).
+    let mut s = authed_stream(addr).await;
+    s.write_all(&[3, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef])
+        .await
+        .unwrap();
+    assert_closed(&mut s).await;
+    assert_eq!(good.inode(stat("/keep")).await.file_id, 1);
+
+    // A length over the frame limit.
+    let mut s = authed_stream(addr).await;
+    s.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
+    s.write_all(&[0u8; 16]).await.unwrap();
+    assert_closed(&mut s).await;
+    assert_eq!(good.inode(stat("/keep")).await.file_id, 1);
+
+    // A truncated frame: the header promises 100 bytes, 20 come, then end of stream.
+    let mut s = authed_stream(addr).await;
+    s.write_all(&100u32.to_le_bytes()).await.unwrap();
+    s.write_all(&[1u8; 20]).await.unwrap();
+    s.shutdown().await.unwrap();
+    assert_closed(&mut s).await;
+    assert_eq!(good.inode(stat("/keep")).await.file_id, 1);
+
+    // A well-formed frame whose body is no request.
+    let mut s = authed_stream(addr).await;
+    write_frame(&mut s, 5, &[0xff; 32], MAX).await.unwrap();
+    assert_closed(&mut s).await;
+    // A request whose length field claims far more bytes than the frame holds.
+    let mut s = authed_stream(addr).await;
+    let mut body = encode(&Request::Write {
+        file_id: 1,
+        pieces: vec![],
+        data: vec![],
+    })
+    .unwrap();
+    let n = body.len();
+    body[n - 8..].copy_from_slice(&(1u64 << 60).to_le_bytes());
+    write_frame(&mut s, 6, &body, MAX).await.unwrap();
+    assert_closed(&mut s).await;
+
+    // The good connection and new ones are still served.
+    assert_eq!(good.inode(stat("/keep")).await.file_id, 1);
+    let mut again = connect(addr).await;
+    assert_eq!(again.inode(stat("/keep")).await.file_id, 1);
+    d.shutdown();
+    d.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_file_unix_socket_and_shutdown_request() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let ready = read_ready(root.path()).unwrap().expect("ready file");
+    assert_eq!(ready.addr, d.local_addr().to_string());
+    assert_eq!(ready.pid, std::process::id());
+    assert_eq!(ready.id, 0);
+    let sock = d.socket_path().unwrap().to_owned();
+    assert_eq!(ready.socket.as_deref(), Some(sock.to_str().unwrap()));
+    assert_eq!(sock, root.path().join("eddyd.sock"));
+    let raw: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.path().join("eddyd.ready")).unwrap()).unwrap();
+    for field in ["id", "pid", "addr", "socket", "host"] {
+        assert!(raw.get(field).is_some(), "ready file lacks {field}");
+    }
+
+    let (mut c, verdict) = handshake(
+        tokio::net::UnixStream::connect(&sock).await.unwrap(),
+        SECRET,
+    )
+    .await;
+    verdict.unwrap();
+    c.inode(create("/via-unix", file(3))).await;
+    assert_eq!(c.inode(stat("/via-unix")).await.file_id, 3);
+    let Reply::Status(s) = c.ok(Request::Status).await else {
+        panic!()
+    };
+    assert_eq!(s.root, root.path().display().to_string());
+    assert_eq!(s.entries, 1);
+
+    assert!(matches!(c.ok(Request::Shutdown).await, Reply::Ok));
+    d.wait().await.unwrap();
+    assert!(
+        read_ready(root.path()).unwrap().is_none(),
+        "ready file removed on clean exit"
+    );
+    assert!(!sock.exists(), "socket removed on clean exit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_errors_for_a_locked_root_and_a_used_port() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let same_root = DaemonSettings::new(
+        root.path(),
+        "127.0.0.1:0".parse().unwrap(),
+        SECRET.to_vec(),
+        config(4096),
+    );
+    let err = Daemon::start(same_root)
+        .await
+        .err()
+        .expect("second daemon on one root");
+    assert!(matches!(err, DaemonError::Meta { .. }), "{err}");
+
+    let other = tempfile::tempdir().unwrap();
+    let same_port =
+        DaemonSettings::new(other.path(), d.local_addr(), SECRET.to_vec(), config(4096));
+    let err = Daemon::start(same_port)
+        .await
+        .err()
+        .expect("second daemon on one port");
+    assert!(matches!(err, DaemonError::Listen { .. }), "{err}");
+    assert!(err.to_string().contains("--listen"), "{err}");
+    d.shutdown();
+    d.wait().await.unwrap();
+}
+
+/// Writes a file's metadata and two chunks, syncs, and returns the bytes written.
+async fn write_and_sync<S>(c: &mut Conn<S>) -> Vec<u8>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    c.inode(create("/", dir())).await;
+    c.inode(create("/data", file(5))).await;
+    let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    let pieces = vec![
+        Piece {
+            chunk: 0,
+            offset: 0,
+            len: 4096,
+        },
+        Piece {
+            chunk: 1,
+            offset: 0,
+            len: 4096,
+        },
+    ];
+    c.ok(Request::Write {
+        file_id: 5,
+        pieces,
+        data: data.clone(),
+    })
+    .await;
+    c.inode(Request::GrowSize {
+        path: "/data".into(),
+        size: 8192,
+    })
+    .await;
+    c.ok(Request::Sync { file_id: Some(5) }).await;
+    data
+}
+
+async fn check_recovered(root: &Path, data: &[u8]) {
+    let d = start(root, 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    assert_eq!(c.inode(stat("/data")).await.size, 8192);
+    let pieces = vec![
+        Piece {
+            chunk: 0,
+            offset: 0,
+            len: 4096,
+        },
+        Piece {
+            chunk: 1,
+            offset: 0,
+            len: 4096,
+        },
+    ];
+    assert_eq!(c.data(Request::Read { file_id: 5, pieces }).await, data);
+    let Reply::Status(s) = c.ok(Request::Status).await else {
+        panic!()
+    };
+    assert_eq!((s.entries, s.chunks, s.chunk_bytes), (2, 2, 8192));
+    assert_eq!(read_ready(root).unwrap().unwrap().pid, std::process::id());
+    d.shutdown();
+    d.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_restart_recovers_everything() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    let data = write_and_sync(&mut c).await;
+    d.shutdown();
+    d.wait().await.unwrap();
+    check_recovered(root.path(), &data).await;
+}
+
+const CHILD_ROOT_ENV: &str = "EDDY_TEST_CHILD_ROOT";
+
+/// Not a test of its own: the body of the daemon process that `restart_after_kill_9` starts
+/// (this test binary run again with the root in the environment).
+#[test]
+fn child_daemon() {
+    let Ok(root) = std::env::var(CHILD_ROOT_ENV) else {
+        return;
+    };
+    let argv = [
+        "eddyd",
+        "--root",
+        &root,
+        "--listen",
+        "127.0.0.1:0",
+        "--chunk-size",
+        "4096",
+        "--socket",
+        "none",
+    ];
+    eddy_daemon::run(DaemonArgs::try_parse_from(argv).unwrap()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_after_kill_9_keeps_synced_data() {
+    let root = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_daemon", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROOT_ENV, root.path())
+        .env(SECRET_ENV, hex::encode(SECRET))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + GUARD;
+    let ready = loop {
+        if let Some(r) = read_ready(root.path()).unwrap() {
+            break r;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "child daemon exited early"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "child daemon never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(ready.pid, child.id());
+    assert_eq!(ready.socket, None);
+    let mut c = connect(ready.addr.parse().unwrap()).await;
+    let data = write_and_sync(&mut c).await;
+    child.kill().unwrap(); // SIGKILL: no clean shutdown
+    child.wait().unwrap();
+    assert!(
+        read_ready(root.path()).unwrap().is_some(),
+        "a killed daemon leaves its ready file"
+    );
+    check_recovered(root.path(), &data).await;
+}

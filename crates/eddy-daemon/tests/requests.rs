@@ -1,0 +1,475 @@
+//! Every request type against a real daemon over a real TCP connection.
+
+mod common;
+
+use common::*;
+use eddy_proto::{FileKind, Piece, RemoveKind, Reply, Request, SetAttr, SetTime, Timespec};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_stat_remove_insert() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+
+    assert_eq!(c.errno(stat("/f")).await, libc::ENOENT);
+    let created = c.inode(create("/f", file(11))).await;
+    assert_eq!(created.file_id, 11);
+    assert_eq!(c.inode(stat("/f")).await, created);
+    // Paths are normalised by the daemon.
+    assert_eq!(c.inode(stat("//f/")).await, created);
+    assert_eq!(c.errno(stat("relative")).await, libc::EINVAL);
+    assert_eq!(c.errno(create("/f", file(12))).await, libc::EEXIST);
+    // Without exclusive an existing entry comes back as is, whatever its kind.
+    let again = c
+        .inode(Request::Create {
+            path: "/f".into(),
+            inode: file(13),
+            exclusive: false,
+        })
+        .await;
+    assert_eq!(again.file_id, 11);
+    c.inode(create("/d", dir())).await;
+    let d_again = c
+        .inode(Request::Create {
+            path: "/d".into(),
+            inode: file(14),
+            exclusive: false,
+        })
+        .await;
+    assert_eq!(d_again.kind, FileKind::Dir);
+
+    let rm = |p: &str, kind| Request::Remove {
+        path: p.into(),
+        kind,
+    };
+    assert_eq!(c.errno(rm("/d", RemoveKind::NotDir)).await, libc::EISDIR);
+    assert_eq!(c.errno(rm("/f", RemoveKind::Dir)).await, libc::ENOTDIR);
+    assert_eq!(c.inode(rm("/d", RemoveKind::Dir)).await.kind, FileKind::Dir);
+    assert_eq!(c.inode(rm("/f", RemoveKind::Any)).await.file_id, 11);
+    assert_eq!(c.errno(rm("/f", RemoveKind::Any)).await, libc::ENOENT);
+    assert_eq!(c.errno(stat("/f")).await, libc::ENOENT);
+
+    let ins = |p: &str, id, replace| Request::Insert {
+        path: p.into(),
+        inode: file(id),
+        replace,
+    };
+    assert!(matches!(c.ok(ins("/g", 20, false)).await, Reply::Ok));
+    assert_eq!(c.errno(ins("/g", 21, false)).await, libc::EEXIST);
+    assert_eq!(c.inode(stat("/g")).await.file_id, 20);
+    assert!(matches!(c.ok(ins("/g", 22, true)).await, Reply::Ok));
+    assert_eq!(c.inode(stat("/g")).await.file_id, 22);
+
+    let status = match c.ok(Request::Status).await {
+        Reply::Status(s) => s,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(status.entries, 1);
+    assert_eq!(status.pid, std::process::id());
+    assert!(status.fs_total_bytes > 0);
+    assert!(status.requests >= 20);
+    d.shutdown();
+    d.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setattr_semantics() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    let attr = |attr| Request::SetAttr {
+        path: "/f".into(),
+        attr,
+    };
+    assert_eq!(
+        c.errno(attr(SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        }))
+        .await,
+        libc::ENOENT
+    );
+    c.inode(create("/f", file(1))).await;
+    let at = Timespec { sec: 1234, nsec: 5 };
+    let new = c
+        .inode(attr(SetAttr {
+            mode: Some(0o100755),
+            uid: Some(7),
+            gid: Some(8),
+            size: Some(99),
+            atime: Some(SetTime::At(at)),
+            mtime: Some(SetTime::Now),
+        }))
+        .await;
+    assert_eq!(new.mode, 0o755, "type bits are dropped");
+    assert_eq!((new.uid, new.gid, new.size), (7, 8, 99));
+    assert_eq!(new.atime, at);
+    assert!(new.mtime.sec > 1_000_000_000, "mtime is now");
+    assert!(new.ctime.sec > 1_000_000_000, "ctime follows every change");
+    assert_eq!(c.inode(stat("/f")).await, new);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readdir_pages_and_subtree() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    c.inode(create("/", dir())).await;
+    c.inode(create("/d", dir())).await;
+    for i in 0..25 {
+        c.inode(create(&format!("/d/n{i:02}"), file(i))).await;
+    }
+    // Neighbours that must not show up in /d's listing.
+    c.inode(create("/d/n00/deep", file(100))).await;
+    c.inode(create("/dd", file(101))).await;
+    c.inode(create("/e", dir())).await;
+
+    let mut names = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let req = Request::Readdir {
+            dir: "/d".into(),
+            after: after.clone(),
+            limit: 10,
+        };
+        let Reply::Entries { entries, more } = c.ok(req).await else {
+            panic!("expected entries")
+        };
+        pages += 1;
+        assert!(entries.len() <= 10);
+        names.extend(entries.iter().map(|e| e.name.clone()));
+        after = entries.last().map(|e| e.name.clone());
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(pages, 3);
+    let expected: Vec<String> = (0..25).map(|i| format!("n{i:02}")).collect();
+    assert_eq!(names, expected);
+
+    let has = |d: &str| Request::HasChildren { dir: d.into() };
+    assert!(matches!(c.ok(has("/d")).await, Reply::Bool(true)));
+    assert!(matches!(c.ok(has("/e")).await, Reply::Bool(false)));
+    let Reply::Entries { entries, more } = c
+        .ok(Request::Readdir {
+            dir: "/e".into(),
+            after: None,
+            limit: 10,
+        })
+        .await
+    else {
+        panic!()
+    };
+    assert!(entries.is_empty() && !more);
+
+    // Subtree of /d: 25 children plus one deeper entry, never /dd.
+    let mut paths = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let req = Request::ListSubtree {
+            dir: "/d".into(),
+            after: after.clone(),
+            limit: 7,
+        };
+        let Reply::Subtree { entries, more } = c.ok(req).await else {
+            panic!("expected subtree")
+        };
+        paths.extend(entries.iter().map(|e| e.path.clone()));
+        after = entries.last().map(|e| e.path.clone());
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(paths.len(), 26);
+    assert!(paths.contains(&"/d/n00/deep".to_string()));
+    assert!(!paths.iter().any(|p| p == "/dd" || p == "/d"));
+    let mut dedup = paths.clone();
+    dedup.sort();
+    dedup.dedup();
+    assert_eq!(dedup.len(), 26);
+
+    // Subtree of the root: everything but the root itself.
+    let Reply::Subtree { entries, more } = c
+        .ok(Request::ListSubtree {
+            dir: "/".into(),
+            after: None,
+            limit: 1000,
+        })
+        .await
+    else {
+        panic!()
+    };
+    assert!(!more);
+    assert_eq!(entries.len(), 29);
+    assert!(!entries.iter().any(|e| e.path == "/"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_grow_size_keeps_the_max() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    c.inode(create("/shared", file(1))).await;
+    c.inode(create("/dir", dir())).await;
+    let grow = |size| Request::GrowSize {
+        path: "/shared".into(),
+        size,
+    };
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let addr = d.local_addr();
+        tasks.push(tokio::spawn(async move {
+            let mut c = connect(addr).await;
+            // Pipelined: all requests outstanding at once on this connection.
+            let mut ids = Vec::new();
+            for i in 0..50u64 {
+                ids.push(c.send(&grow((i * 7919 + w * 104_729) % 1_000_003)).await);
+            }
+            for id in ids {
+                c.recv(id).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let expected = (0..8u64)
+        .flat_map(|w| (0..50u64).map(move |i| (i * 7919 + w * 104_729) % 1_000_003))
+        .max()
+        .unwrap();
+    assert_eq!(c.inode(stat("/shared")).await.size, expected);
+    // A smaller size never shrinks the file.
+    assert_eq!(c.inode(grow(5)).await.size, expected);
+    assert_eq!(
+        c.errno(Request::GrowSize {
+            path: "/nope".into(),
+            size: 1
+        })
+        .await,
+        libc::ENOENT
+    );
+    assert_eq!(
+        c.errno(Request::GrowSize {
+            path: "/dir".into(),
+            size: 1
+        })
+        .await,
+        libc::EISDIR
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reserve_append_is_disjoint_and_contiguous() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    let mut start_inode = file(1);
+    start_inode.size = 1000;
+    c.inode(create("/log", start_inode)).await;
+    let mut tasks = Vec::new();
+    for w in 0..6u64 {
+        let addr = d.local_addr();
+        tasks.push(tokio::spawn(async move {
+            let mut c = connect(addr).await;
+            let mut sent = Vec::new();
+            for i in 0..30u64 {
+                let len = 1 + (w * 31 + i * 17) % 200;
+                let id = c
+                    .send(&Request::ReserveAppend {
+                        path: "/log".into(),
+                        len,
+                    })
+                    .await;
+                sent.push((id, len));
+            }
+            let mut got = Vec::new();
+            for (id, len) in sent {
+                let Ok(Reply::Offset(off)) = c.recv(id).await else {
+                    panic!("reserve failed")
+                };
+                got.push((off, len));
+            }
+            got
+        }));
+    }
+    let mut ranges = Vec::new();
+    for t in tasks {
+        ranges.extend(t.await.unwrap());
+    }
+    ranges.sort();
+    let mut next = 1000;
+    for (off, len) in &ranges {
+        assert_eq!(*off, next, "ranges must be contiguous and disjoint");
+        next += len;
+    }
+    assert_eq!(c.inode(stat("/log")).await.size, next);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_read_holes_and_bounds() {
+    let root = tempfile::tempdir().unwrap();
+    let cs = 4096u32;
+    let d = start(root.path(), u64::from(cs)).await;
+    let mut c = connect(d.local_addr()).await;
+    let fid = 0xabcdef_u128;
+    let p = |chunk, offset, len| Piece { chunk, offset, len };
+    let pattern = |n: usize, seed: u8| {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect::<Vec<u8>>()
+    };
+
+    let a = pattern(100, 1);
+    let b = pattern(cs as usize, 2);
+    let data = [a.clone(), b.clone()].concat();
+    let write = Request::Write {
+        file_id: fid,
+        pieces: vec![p(0, 10, 100), p(3, 0, cs)],
+        data,
+    };
+    assert!(matches!(c.ok(write).await, Reply::Ok));
+
+    // Holes before and after the written range read as zeros, as do chunks never written
+    // and bytes past a chunk's end.
+    let got = c
+        .data(Request::Read {
+            file_id: fid,
+            pieces: vec![p(0, 0, 200), p(1, 0, 50), p(3, 100, 20)],
+        })
+        .await;
+    assert_eq!(got.len(), 270);
+    assert!(got[..10].iter().all(|&x| x == 0));
+    assert_eq!(&got[10..110], &a[..]);
+    assert!(got[110..250].iter().all(|&x| x == 0));
+    assert_eq!(&got[250..270], &b[100..120]);
+    let missing = c
+        .data(Request::Read {
+            file_id: 999,
+            pieces: vec![p(5, 7, 33)],
+        })
+        .await;
+    assert_eq!(missing, vec![0u8; 33]);
+
+    // Overwrite in the middle keeps the rest.
+    let write = Request::Write {
+        file_id: fid,
+        pieces: vec![p(0, 50, 4)],
+        data: vec![9, 9, 9, 9],
+    };
+    c.ok(write).await;
+    let got = c
+        .data(Request::Read {
+            file_id: fid,
+            pieces: vec![p(0, 48, 8)],
+        })
+        .await;
+    assert_eq!(got, vec![a[38], a[39], 9, 9, 9, 9, a[44], a[45]]);
+
+    // A piece crossing the chunk end, or data not matching the pieces, is EINVAL.
+    let beyond = Request::Write {
+        file_id: fid,
+        pieces: vec![p(0, cs - 10, 11)],
+        data: vec![0; 11],
+    };
+    assert_eq!(c.errno(beyond).await, libc::EINVAL);
+    let read_beyond = Request::Read {
+        file_id: fid,
+        pieces: vec![p(0, cs, 1)],
+    };
+    assert_eq!(c.errno(read_beyond).await, libc::EINVAL);
+    let short = Request::Write {
+        file_id: fid,
+        pieces: vec![p(0, 0, 10)],
+        data: vec![0; 9],
+    };
+    assert_eq!(c.errno(short).await, libc::EINVAL);
+    // Nothing of the refused writes landed.
+    let got = c
+        .data(Request::Read {
+            file_id: fid,
+            pieces: vec![p(0, cs - 10, 10)],
+        })
+        .await;
+    assert_eq!(got, vec![0u8; 10]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_across_chunks_and_remove_data() {
+    let root = tempfile::tempdir().unwrap();
+    let cs = 4096u32;
+    let d = start(root.path(), u64::from(cs)).await;
+    let mut c = connect(d.local_addr()).await;
+    let fid = 77u128;
+    let pieces: Vec<Piece> = (0..3)
+        .map(|k| Piece {
+            chunk: k,
+            offset: 0,
+            len: cs,
+        })
+        .collect();
+    let data = vec![0x5a_u8; 3 * cs as usize];
+    c.ok(Request::Write {
+        file_id: fid,
+        pieces: pieces.clone(),
+        data,
+    })
+    .await;
+    c.ok(Request::Sync { file_id: Some(fid) }).await;
+    let chunk_dir = root.path().join("chunks").join(format!("{fid:032x}"));
+    assert!(chunk_dir.join("2").exists());
+
+    // Cut inside chunk 1: chunk 0 intact, chunk 1 keeps 100 bytes, chunk 2 is gone.
+    c.ok(Request::TruncateData {
+        file_id: fid,
+        size: u64::from(cs) + 100,
+    })
+    .await;
+    assert!(!chunk_dir.join("2").exists());
+    assert_eq!(std::fs::metadata(chunk_dir.join("1")).unwrap().len(), 100);
+    let got = c
+        .data(Request::Read {
+            file_id: fid,
+            pieces: pieces.clone(),
+        })
+        .await;
+    assert!(got[..cs as usize + 100].iter().all(|&x| x == 0x5a));
+    assert!(got[cs as usize + 100..].iter().all(|&x| x == 0));
+
+    // Truncating at a chunk boundary deletes the chunk that starts there.
+    c.ok(Request::TruncateData {
+        file_id: fid,
+        size: u64::from(cs),
+    })
+    .await;
+    assert!(!chunk_dir.join("1").exists());
+    assert_eq!(
+        std::fs::metadata(chunk_dir.join("0")).unwrap().len(),
+        u64::from(cs)
+    );
+    let Reply::Status(s) = c.ok(Request::Status).await else {
+        panic!()
+    };
+    assert_eq!((s.chunks, s.chunk_bytes), (1, u64::from(cs)));
+
+    c.ok(Request::RemoveData { file_id: fid }).await;
+    assert!(!chunk_dir.exists());
+    c.ok(Request::RemoveData { file_id: fid }).await;
+    c.ok(Request::TruncateData {
+        file_id: fid,
+        size: 0,
+    })
+    .await;
+    let got = c
+        .data(Request::Read {
+            file_id: fid,
+            pieces,
+        })
+        .await;
+    assert!(got.iter().all(|&x| x == 0));
+    let Reply::Status(s) = c.ok(Request::Status).await else {
+        panic!()
+    };
+    assert_eq!((s.chunks, s.chunk_bytes), (0, 0));
+    c.ok(Request::Sync { file_id: None }).await;
+}
