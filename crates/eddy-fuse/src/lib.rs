@@ -1,1 +1,354 @@
-//! eddy-fuse (work in progress).
+//! eddy-fuse: the FUSE front-end of Eddy. It mounts the namespace of a deployment as a
+//! local file system and translates each kernel request into calls of `eddy-client`.
+//!
+//! The kernel speaks inode numbers, Eddy speaks paths: `table` keeps the mapping (with the
+//! kernel's lookup counts). Requests are served by several threads at once, each running the
+//! client's futures on a tokio runtime. Permissions are checked by the kernel
+//! (`default_permissions`) from the attributes we report.
+//!
+//! This crate must not talk to daemons itself (everything goes through `eddy_client::Client`),
+//! keep per-file state beyond open handles, or answer an unsupported operation (locks, hard
+//! links, special files) with a silent success.
+
+mod attr;
+mod dir;
+mod fs;
+mod table;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use tracing::{debug, info, warn};
+
+/// How to mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Let users other than the one mounting access the file system (`allow_other`).
+    pub allow_other: bool,
+    /// Source name shown in the mount table, e.g. "eddy".
+    pub fsname: String,
+    /// Threads serving requests (config `fuse_threads`).
+    pub threads: usize,
+    /// How long the kernel may cache attributes and entries (config `fuse_attr_ttl_ms`).
+    pub attr_ttl: Duration,
+}
+
+impl MountOptions {
+    /// The options a deployment's configuration asks for, without `allow_other`.
+    pub fn from_config(config: &eddy_config::Config) -> MountOptions {
+        MountOptions {
+            allow_other: false,
+            fsname: "eddy".to_string(),
+            threads: config.fuse_threads,
+            attr_ttl: Duration::from_millis(config.fuse_attr_ttl_ms),
+        }
+    }
+}
+
+/// Errors of mounting and unmounting.
+#[derive(Debug, thiserror::Error)]
+pub enum FuseError {
+    #[error(
+        "cannot mount Eddy at {}: {source} (the directory must exist, /dev/fuse must be \
+         accessible and fusermount3 from the fuse3 package installed)",
+        mountpoint.display()
+    )]
+    Mount {
+        mountpoint: PathBuf,
+        source: io::Error,
+    },
+    #[error("the FUSE session at {} failed: {source}", mountpoint.display())]
+    Session {
+        mountpoint: PathBuf,
+        source: io::Error,
+    },
+    #[error("cannot unmount {}: {reason} (close the files open under it, or unmount it lazily with `umount -l`)", mountpoint.display())]
+    Unmount { mountpoint: PathBuf, reason: String },
+    #[error("cannot read the mount table: {0}")]
+    MountTable(io::Error),
+}
+
+/// The fuser session configuration for `opts`.
+fn session_config(opts: &MountOptions) -> fuser::Config {
+    use fuser::MountOption;
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(opts.fsname.clone()),
+        MountOption::Subtype("eddy".to_string()),
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = if opts.allow_other {
+        fuser::SessionACL::All
+    } else {
+        fuser::SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    config
+}
+
+fn new_session(
+    client: eddy_client::Client,
+    rt: tokio::runtime::Handle,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> Result<fuser::Session<fs::EddyFs>, FuseError> {
+    let fs = fs::EddyFs::new(client, rt, opts);
+    let session = fuser::Session::new(fs, mountpoint, &session_config(opts)).map_err(|source| {
+        FuseError::Mount {
+            mountpoint: mountpoint.to_owned(),
+            source,
+        }
+    })?;
+    info!(mountpoint = %mountpoint.display(), threads = opts.threads, "Eddy mounted");
+    Ok(session)
+}
+
+/// Mounts the Eddy namespace of `client` at `mountpoint` and serves it until unmounted
+/// (blocking). `rt` is a handle of a multi-threaded tokio runtime on which the client's
+/// futures run (`block_on` from the FUSE threads); do not call this from inside that runtime.
+pub fn mount(
+    client: eddy_client::Client,
+    rt: tokio::runtime::Handle,
+    mountpoint: &Path,
+    opts: MountOptions,
+) -> Result<(), FuseError> {
+    let session = new_session(client, rt, mountpoint, &opts)?;
+    let res = session.run();
+    info!(mountpoint = %mountpoint.display(), "Eddy unmounted");
+    res.map_err(|source| FuseError::Session {
+        mountpoint: mountpoint.to_owned(),
+        source,
+    })
+}
+
+/// A mount served in the background; dropping it unmounts.
+#[derive(Debug)]
+pub struct MountGuard {
+    session: Option<fuser::BackgroundSession>,
+    mountpoint: PathBuf,
+}
+
+impl MountGuard {
+    /// Where the file system is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts and waits for the serving threads to end.
+    pub fn unmount(mut self) -> Result<(), FuseError> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<(), FuseError> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        unmount(&self.mountpoint)?;
+        session.join().map_err(|source| FuseError::Session {
+            mountpoint: self.mountpoint.clone(),
+            source,
+        })
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.finish() {
+            warn!("{e}");
+        }
+    }
+}
+
+/// Like `mount`, but serves from background threads and returns at once, with a guard that
+/// unmounts when dropped.
+pub fn spawn_mount(
+    client: eddy_client::Client,
+    rt: tokio::runtime::Handle,
+    mountpoint: &Path,
+    opts: MountOptions,
+) -> Result<MountGuard, FuseError> {
+    let session = new_session(client, rt, mountpoint, &opts)?;
+    let bg = session.spawn().map_err(|source| FuseError::Session {
+        mountpoint: mountpoint.to_owned(),
+        source,
+    })?;
+    Ok(MountGuard {
+        session: Some(bg),
+        mountpoint: mountpoint.to_owned(),
+    })
+}
+
+/// One way of unmounting.
+type UnmountAttempt = fn(&Path) -> Result<(), String>;
+
+/// Unmounts the file system at `mountpoint`: `fusermount3 -u`, then umount(2), then a lazy
+/// unmount. Ok if nothing is mounted there.
+pub fn unmount(mountpoint: &Path) -> Result<(), FuseError> {
+    let target = resolve(mountpoint);
+    let mut reason = String::from("still mounted");
+    let attempts: [(&str, UnmountAttempt); 4] = [
+        ("fusermount3 -u", |p| fusermount(p, false)),
+        ("umount", |p| umount2(p, 0)),
+        ("fusermount3 -u -z", |p| fusermount(p, true)),
+        ("umount -l", |p| umount2(p, libc::MNT_DETACH)),
+    ];
+    for (what, attempt) in attempts {
+        if !is_mounted(&target)? {
+            return Ok(());
+        }
+        if let Err(e) = attempt(&target) {
+            debug!(mountpoint = %target.display(), "{what} failed: {e}");
+            reason = format!("{what}: {e}");
+        }
+    }
+    if is_mounted(&target)? {
+        return Err(FuseError::Unmount {
+            mountpoint: mountpoint.to_owned(),
+            reason,
+        });
+    }
+    Ok(())
+}
+
+/// The absolute, symlink-free form of a mount point, computed without touching the mount
+/// point itself (a dead FUSE mount answers every access with ENOTCONN).
+fn resolve(mountpoint: &Path) -> PathBuf {
+    let absolute = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_owned());
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(parent), Some(name)) => match parent.canonicalize() {
+            Ok(parent) => parent.join(name),
+            Err(_) => absolute,
+        },
+        _ => absolute,
+    }
+}
+
+/// Whether something is mounted exactly at `target` (per /proc/self/mountinfo).
+fn is_mounted(target: &Path) -> Result<bool, FuseError> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").map_err(FuseError::MountTable)?;
+    Ok(mountinfo_has(&table, target))
+}
+
+/// Whether a mountinfo text lists `target` as a mount point.
+fn mountinfo_has(table: &str, target: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let want = target.as_os_str().as_bytes();
+    table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .any(|field| unescape_mountinfo(field) == want)
+}
+
+/// Decodes the octal escapes (`\040` for a space, ...) of a mountinfo field.
+fn unescape_mountinfo(field: &str) -> Vec<u8> {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
+            let s = std::str::from_utf8(d).ok()?;
+            u8::from_str_radix(s, 8).ok()
+        });
+        match (bytes[i], octal) {
+            (b'\\', Some(b)) => {
+                out.push(b);
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn fusermount(target: &Path, lazy: bool) -> Result<(), String> {
+    let mut cmd = Command::new("fusermount3");
+    cmd.arg("-u").arg("-q");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd
+        .arg(target)
+        .output()
+        .map_err(|e| format!("cannot run fusermount3: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+fn umount2(target: &Path, flags: libc::c_int) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(target.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    let rc = unsafe { libc::umount2(c.as_ptr(), flags) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_parsing_handles_escapes() {
+        let table = "36 35 98:0 / /mnt/with\\040space rw,noatime master:1 - fuse.eddy eddy rw\n\
+                     37 35 98:0 / /mnt/plain rw - ext4 /dev/sda1 rw\n";
+        assert!(mountinfo_has(table, Path::new("/mnt/with space")));
+        assert!(mountinfo_has(table, Path::new("/mnt/plain")));
+        assert!(!mountinfo_has(table, Path::new("/mnt")));
+        assert_eq!(unescape_mountinfo("a\\134b\\"), b"a\\b\\".to_vec());
+    }
+
+    #[test]
+    fn unmount_of_a_plain_directory_is_ok() {
+        let dir = tempfile::tempdir().unwrap();
+        unmount(dir.path()).unwrap();
+        assert!(dir.path().exists());
+    }
+
+    #[test]
+    fn session_config_uses_the_options() {
+        let opts = MountOptions {
+            allow_other: true,
+            fsname: "job7".into(),
+            threads: 3,
+            attr_ttl: Duration::from_secs(1),
+        };
+        let c = session_config(&opts);
+        assert_eq!(c.n_threads, Some(3));
+        assert!(c.clone_fd);
+        assert_eq!(c.acl, fuser::SessionACL::All);
+        assert!(c
+            .mount_options
+            .contains(&fuser::MountOption::DefaultPermissions));
+        assert!(c
+            .mount_options
+            .contains(&fuser::MountOption::FSName("job7".into())));
+        assert!(c
+            .mount_options
+            .contains(&fuser::MountOption::Subtype("eddy".into())));
+        let opts = MountOptions {
+            allow_other: false,
+            ..opts
+        };
+        assert_eq!(session_config(&opts).acl, fuser::SessionACL::Owner);
+    }
+
+    #[test]
+    fn options_from_config() {
+        let cfg = eddy_config::Config::default();
+        let o = MountOptions::from_config(&cfg);
+        assert_eq!(o.threads, cfg.fuse_threads);
+        assert_eq!(o.attr_ttl, Duration::from_millis(cfg.fuse_attr_ttl_ms));
+        assert!(!o.allow_other);
+    }
+}

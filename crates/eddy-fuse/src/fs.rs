@@ -1,0 +1,724 @@
+//! The `fuser::Filesystem` implementation: each request is translated into calls of the
+//! client library, run to completion on the tokio runtime from the FUSE worker thread.
+
+use crate::attr::{file_attr, is_noop, set_attr};
+use crate::dir::DirStream;
+use crate::table::{join, parent_of, InodeTable};
+use crate::MountOptions;
+use eddy_client::{Client, Creds, File};
+use eddy_proto::{Errno, Inode};
+use fuser::{
+    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+use tokio::runtime::Handle;
+use tracing::{debug, warn};
+
+/// Largest read and write request asked of the kernel. 1 MiB is what the kernel grants by
+/// default (fs.fuse.max_pages_limit = 256 pages); fuser derives max_pages from it.
+const MAX_REQUEST_BYTES: u32 = 1 << 20;
+
+/// Capabilities requested from the kernel when it offers them: lock requests must reach us
+/// so that we can refuse them (ENOLCK) instead of the kernel granting local-only locks;
+/// parallel lookups and readdirs in one directory; page cache invalidated when a file's
+/// size or mtime changes (another node wrote it).
+const WANTED_CAPS: [InitFlags; 4] = [
+    InitFlags::FUSE_POSIX_LOCKS,
+    InitFlags::FUSE_FLOCK_LOCKS,
+    InitFlags::FUSE_PARALLEL_DIROPS,
+    InitFlags::FUSE_AUTO_INVAL_DATA,
+];
+
+/// Generation of every inode number (the file system is not exported over NFS).
+const GENERATION: Generation = Generation(0);
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// An Eddy error as a FUSE reply error.
+fn fuse_errno(e: &Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.errno)
+}
+
+/// A name from the kernel as UTF-8 (Eddy paths are strings).
+fn utf8(name: &OsStr) -> Result<&str, Errno> {
+    name.to_str()
+        .ok_or_else(|| Errno::einval(format!("{name:?} is not valid UTF-8")))
+}
+
+/// The credentials of a request: new entries belong to the caller; the kernel has checked
+/// permissions already (default_permissions).
+fn creds(req: &Request) -> Creds {
+    Creds {
+        uid: req.uid(),
+        gid: req.gid(),
+        enforce: false,
+    }
+}
+
+/// Logs a failed operation at debug level and turns it into a reply error.
+fn failed(op: &str, e: &Errno) -> fuser::Errno {
+    debug!(op, errno = e.errno, "{e}");
+    fuse_errno(e)
+}
+
+/// The Eddy file system as seen by the kernel.
+pub(crate) struct EddyFs {
+    client: Client,
+    rt: Handle,
+    ttl: Duration,
+    blksize: u32,
+    table: Mutex<InodeTable>,
+    files: Mutex<HashMap<u64, File>>,
+    dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
+    next_fh: AtomicU64,
+}
+
+impl EddyFs {
+    pub(crate) fn new(client: Client, rt: Handle, opts: &MountOptions) -> EddyFs {
+        let blksize = u32::try_from(client.config().chunk_size).unwrap_or(u32::MAX);
+        EddyFs {
+            client,
+            rt,
+            ttl: opts.attr_ttl,
+            blksize,
+            table: Mutex::new(InodeTable::new()),
+            files: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    /// Runs a client future to completion on the runtime.
+    fn run<T>(&self, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
+        self.rt.block_on(fut)
+    }
+
+    /// The current path of an inode; ENOENT if the kernel names one we no longer know.
+    fn path(&self, ino: INodeNo) -> Result<String, Errno> {
+        lock(&self.table)
+            .path(ino.0)
+            .ok_or_else(|| Errno::enoent(format!("inode {}", ino.0)))
+    }
+
+    /// The path of entry `name` in directory `parent`.
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
+        let dir = self.path(parent)?;
+        Ok(join(&dir, utf8(name)?))
+    }
+
+    /// Registers a kernel lookup of `path` and builds its attributes.
+    fn entry(&self, path: &str, inode: &Inode) -> fuser::FileAttr {
+        let ino = lock(&self.table).lookup(path);
+        file_attr(ino, inode, self.blksize)
+    }
+
+    fn attr(&self, ino: INodeNo, inode: &Inode) -> fuser::FileAttr {
+        file_attr(ino.0, inode, self.blksize)
+    }
+
+    fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn add_file(&self, file: File) -> u64 {
+        let fh = self.new_fh();
+        lock(&self.files).insert(fh, file);
+        fh
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<File, Errno> {
+        lock(&self.files)
+            .get(&fh.0)
+            .cloned()
+            .ok_or_else(|| Errno::new(libc::EBADF, format!("unknown file handle {}", fh.0)))
+    }
+
+    fn do_setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        attr: eddy_proto::SetAttr,
+        size: Option<u64>,
+        fh: Option<FileHandle>,
+    ) -> Result<Inode, Errno> {
+        let file = fh.and_then(|h| self.file(h).ok());
+        let mut inode = None;
+        if let Some(size) = size {
+            inode = Some(match &file {
+                // Through the open file, so that its cached size stays right.
+                Some(f) if f.writable() => self.run(self.client.ftruncate(f, size))?,
+                _ => self.run(self.client.truncate(&self.path(ino)?, size, creds(req)))?,
+            });
+        }
+        if !is_noop(&attr) {
+            inode = Some(self.run(self.client.setattr(&self.path(ino)?, attr, creds(req)))?);
+        }
+        match (inode, file) {
+            (Some(inode), _) => Ok(inode),
+            (None, Some(f)) => self.run(self.client.fstat(&f)),
+            (None, None) => self.run(self.client.stat(&self.path(ino)?)),
+        }
+    }
+
+    fn do_rename(
+        &self,
+        req: &Request,
+        from: &str,
+        to: &str,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        if !RenameFlags::RENAME_NOREPLACE.contains(flags) {
+            // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported: renameat2(2) says EINVAL.
+            return Err(Errno::einval(format!(
+                "rename flags {flags} are not supported"
+            )));
+        }
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            match self.run(self.client.stat(to)) {
+                Ok(_) => return Err(Errno::new(libc::EEXIST, format!("{to} exists"))),
+                Err(e) if e.errno == libc::ENOENT => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.run(self.client.rename(from, to, creds(req)))?;
+        lock(&self.table).rename(from, to);
+        Ok(())
+    }
+
+    fn do_readdir(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectory,
+    ) -> Result<(), Errno> {
+        let stream = lock(&self.dirs)
+            .get(&fh.0)
+            .cloned()
+            .ok_or_else(|| Errno::new(libc::EBADF, format!("unknown directory handle {}", fh.0)))?;
+        let mut stream = lock(&stream);
+        stream.seek(offset, &self.client, &self.rt)?;
+        while let Some(item) = stream.current(&self.client, &self.rt)? {
+            let ino = match item.ino {
+                Some(ino) => ino,
+                None => lock(&self.table).peek(&join(stream.path(), &item.name)),
+            };
+            if reply.add(INodeNo(ino), stream.position() + 1, item.kind, &item.name) {
+                break; // the reply buffer is full: this entry comes first next time
+            }
+            stream.advance();
+        }
+        Ok(())
+    }
+
+    fn do_fallocate(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<(), Errno> {
+        if mode != 0 {
+            return Err(Errno::new(
+                libc::EOPNOTSUPP,
+                format!("fallocate mode {mode:#x} is not supported"),
+            ));
+        }
+        let end = offset
+            .checked_add(length)
+            .ok_or_else(|| Errno::new(libc::EFBIG, "fallocate range overflows"))?;
+        let file = self.file(fh)?;
+        let size = self.run(self.client.fstat(&file))?.size;
+        if end > size {
+            self.run(self.client.ftruncate(&file, end))?;
+        }
+        Ok(())
+    }
+}
+
+impl Filesystem for EddyFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(max) = config.set_max_write(MAX_REQUEST_BYTES) {
+            let _ = config.set_max_write(max);
+        }
+        if let Err(max) = config.set_max_readahead(MAX_REQUEST_BYTES) {
+            let _ = config.set_max_readahead(max);
+        }
+        for cap in WANTED_CAPS {
+            if config.add_capabilities(cap).is_err() {
+                warn!(?cap, "the kernel does not offer this FUSE capability");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let res = self.child(parent, name).and_then(|path| {
+            let inode = self.run(self.client.stat(&path))?;
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("lookup", &e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        lock(&self.table).forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        // By the current path (an open file's own path is the one it was opened by); the
+        // open file only serves an entry that has no path any more.
+        let res = match (self.path(ino), fh.and_then(|h| self.file(h).ok())) {
+            (Ok(p), _) => self.run(self.client.stat(&p)),
+            (Err(_), Some(f)) => self.run(self.client.fstat(&f)),
+            (Err(e), None) => Err(e),
+        };
+        match res {
+            Ok(inode) => reply.attr(&self.ttl, &self.attr(ino, &inode)),
+            Err(e) => reply.error(failed("getattr", &e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let attr = set_attr(mode, uid, gid, atime, mtime);
+        match self.do_setattr(req, ino, attr, size, fh) {
+            Ok(inode) => reply.attr(&self.ttl, &self.attr(ino, &inode)),
+            Err(e) => reply.error(failed("setattr", &e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self
+            .path(ino)
+            .and_then(|p| self.run(self.client.readlink(&p)))
+        {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(e) => reply.error(failed("readlink", &e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let kind = mode & libc::S_IFMT;
+        if kind != libc::S_IFREG && kind != 0 {
+            let e = Errno::new(
+                libc::EOPNOTSUPP,
+                "only regular files can be created by mknod",
+            );
+            return reply.error(failed("mknod", &e));
+        }
+        let res = self.child(parent, name).and_then(|path| {
+            let file = self.run(self.client.create(&path, mode & 0o7777, true, creds(req)))?;
+            let inode = file.inode();
+            self.run(self.client.close(&file))?;
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("mknod", &e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = self.child(parent, name).and_then(|path| {
+            let inode = self.run(self.client.mkdir(&path, mode & 0o7777, creds(req)))?;
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("mkdir", &e)),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.child(parent, name).and_then(|path| {
+            self.run(self.client.unlink(&path, creds(req)))?;
+            lock(&self.table).remove(&path);
+            Ok(())
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("unlink", &e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.child(parent, name).and_then(|path| {
+            self.run(self.client.rmdir(&path, creds(req)))?;
+            lock(&self.table).remove(&path);
+            Ok(())
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("rmdir", &e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let res = self.child(parent, link_name).and_then(|path| {
+            let target = utf8(target.as_os_str())?;
+            let inode = self.run(self.client.symlink(target, &path, creds(req)))?;
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("symlink", &e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let res = self
+            .child(parent, name)
+            .and_then(|from| Ok((from, self.child(newparent, newname)?)))
+            .and_then(|(from, to)| self.do_rename(req, &from, &to, flags));
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("rename", &e)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let e = Errno::new(libc::EOPNOTSUPP, "hard links are not supported");
+        reply.error(failed("link", &e));
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel handles O_CREAT/O_EXCL (create) and O_TRUNC (setattr) itself.
+        let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+        let res = self
+            .path(ino)
+            .and_then(|p| self.run(self.client.open(&p, flags, 0, creds(req))));
+        match res {
+            // No FOPEN_KEEP_CACHE: the page cache is dropped on open, so that data written by
+            // other nodes is seen after an open.
+            Ok(file) => reply.opened(FileHandle(self.add_file(file)), FopenFlags::empty()),
+            Err(e) => reply.error(failed("open", &e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let res = self
+            .file(fh)
+            .and_then(|f| self.run(self.client.pread(&f, offset, size as usize)));
+        match res {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(failed("read", &e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let res = self
+            .file(fh)
+            .and_then(|f| self.run(self.client.pwrite(&f, offset, data)));
+        match res {
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(failed("write", &e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(2) of one descriptor: publish the size so that other nodes see it.
+        match self.file(fh).and_then(|f| self.run(self.client.close(&f))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("flush", &e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let file = lock(&self.files).remove(&fh.0);
+        match file.map(|f| self.run(self.client.close(&f))) {
+            Some(Err(e)) => reply.error(failed("release", &e)),
+            Some(Ok(())) | None => reply.ok(),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.file(fh).and_then(|f| self.run(self.client.fsync(&f))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("fsync", &e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let res = self.path(ino).map(|path| {
+            let table = lock(&self.table);
+            let parent = table.peek(parent_of(&path));
+            DirStream::new(path, ino.0, parent)
+        });
+        match res {
+            Ok(stream) => {
+                let fh = self.new_fh();
+                lock(&self.dirs).insert(fh, Arc::new(Mutex::new(stream)));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(failed("opendir", &e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.do_readdir(fh, offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("readdir", &e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.dirs).remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Namespace changes are acknowledged only once the metadata owner has logged them.
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.run(self.client.statfs()) {
+            Ok(s) => {
+                let bsize = s.block_size.max(1);
+                let blocks = |bytes: u64| bytes / u64::from(bsize);
+                let namelen =
+                    u32::try_from(self.client.config().max_name_bytes).unwrap_or(u32::MAX);
+                reply.statfs(
+                    blocks(s.total_bytes),
+                    blocks(s.free_bytes),
+                    blocks(s.avail_bytes),
+                    s.files,
+                    s.files_free,
+                    bsize,
+                    namelen,
+                    bsize,
+                );
+            }
+            Err(e) => reply.error(failed("statfs", &e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks the mode bits itself and rarely asks;
+        // answer whether the entry still exists.
+        match self.path(ino).and_then(|p| self.run(self.client.stat(&p))) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(failed("access", &e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let res = self.child(parent, name).and_then(|path| {
+            let file = self.run(self.client.open(
+                &path,
+                flags | libc::O_CREAT,
+                mode & 0o7777,
+                creds(req),
+            ))?;
+            let attr = self.entry(&path, &file.inode());
+            Ok((attr, self.add_file(file)))
+        });
+        match res {
+            Ok((attr, fh)) => reply.created(
+                &self.ttl,
+                &attr,
+                GENERATION,
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(failed("create", &e)),
+        }
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        reply.error(failed("getlk", &no_locks()));
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        _sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Also reached by flock(2), with FUSE_FLOCK_LOCKS.
+        reply.error(failed("setlk", &no_locks()));
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.do_fallocate(fh, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("fallocate", &e)),
+        }
+    }
+}
+
+/// The error of every lock request.
+fn no_locks() -> Errno {
+    Errno::new(libc::ENOLCK, "file locks are not supported")
+}
