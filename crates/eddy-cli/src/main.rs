@@ -4,7 +4,6 @@
 
 mod cli;
 mod debug;
-mod fuse;
 mod mount;
 mod mounts;
 mod procs;

@@ -50,15 +50,15 @@ fn mount_foreground(state: &StateDir, mnt: &Path, allow_other: bool) -> Result<(
         .context("cannot connect to the deployment's daemons; check `eddy status`")?;
     state.add_mount(&target)?;
     rt.spawn(unmount_on_signal(target.clone()));
-    let served = crate::fuse::mount(client, rt.handle().clone(), &target, mount_options(&dep, allow_other));
+    let served = eddy_fuse::mount(client, rt.handle().clone(), &target, mount_options(&dep, allow_other));
     if let Err(e) = state.remove_mount(&target) {
         tracing::warn!("cannot update the mount list: {e:#}");
     }
     served.with_context(|| format!("cannot mount on {}", target.display()))
 }
 
-fn mount_options(dep: &Deployment, allow_other: bool) -> crate::fuse::MountOptions {
-    crate::fuse::MountOptions {
+fn mount_options(dep: &Deployment, allow_other: bool) -> eddy_fuse::MountOptions {
+    eddy_fuse::MountOptions {
         allow_other,
         fsname: format!("eddy:{}", dep.name),
         threads: dep.config.fuse_threads,
@@ -77,7 +77,7 @@ async fn unmount_on_signal(target: std::path::PathBuf) {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-    if let Err(e) = crate::fuse::unmount(&target) {
+    if let Err(e) = eddy_fuse::unmount(&target) {
         tracing::warn!("cannot unmount {}: {e}", target.display());
     }
 }
@@ -87,7 +87,7 @@ pub fn umount(args: UmountArgs) -> Result<()> {
     if !is_fuse_mounted(&target)? {
         bail!("{} is not a FUSE mount point", target.display());
     }
-    crate::fuse::unmount(&target)
+    eddy_fuse::unmount(&target)
         .with_context(|| format!("cannot unmount {}; is a process using it? (try `fusermount -u {0}`)", target.display()))?;
     println!("eddy: unmounted {}", target.display());
     Ok(())

@@ -13,22 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-/// Ready file a daemon writes into its root once it serves.
-const READY_FILE: &str = "eddyd.ready";
 /// Default launcher for `--hosts`.
 const SSH_LAUNCHER: &str = "ssh {host} {cmd}";
 /// Default launcher for `--slurm`.
 const SRUN_LAUNCHER: &str = "srun --nodes=1 --ntasks=1 --overlap -w {host} {cmd}";
-
-/// What a daemon writes to ROOT/eddyd.ready.
-#[derive(Debug, serde::Deserialize)]
-struct Ready {
-    id: u32,
-    addr: String,
-    #[serde(default)]
-    socket: Option<PathBuf>,
-    host: String,
-}
 
 /// One host of a hosts file: the name the launcher gets and the address daemons listen on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,7 +159,7 @@ fn spawn_and_wait_local(
     for id in 0..n {
         let droot = root.join(format!("d{id}"));
         create_root(&droot)?;
-        remove_stale(&droot.join(READY_FILE))?;
+        remove_stale(&eddy_daemon::ready_path(&droot))?;
         let args = local_daemon_args(plan, &droot, id);
         let child = procs::spawn_detached(bin, &args, &plan.state.daemon_log(id))?;
         recorded.push(procs::record(format!("daemon-{id}"), &child));
@@ -243,16 +231,17 @@ fn to_id(i: usize) -> Result<u32> {
     u32::try_from(i).context("too many daemons")
 }
 
-/// The daemon's entry once its ready file is complete (a partial file reads as not ready).
+/// The daemon's entry once it has written its ready file.
 fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
-    let path = root.join(READY_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    let Ok(r) = serde_json::from_str::<Ready>(&text) else { return Ok(None) };
-    Ok(Some(DaemonEntry { id: r.id, host: r.host, addr: r.addr, socket: r.socket, root: root.to_owned() }))
+    let ready = eddy_daemon::read_ready(root)
+        .with_context(|| format!("cannot read {}", eddy_daemon::ready_path(root).display()))?;
+    Ok(ready.map(|r| DaemonEntry {
+        id: r.id,
+        host: r.host,
+        addr: r.addr,
+        socket: r.socket.map(PathBuf::from),
+        root: root.to_owned(),
+    }))
 }
 
 /// Fails with the tail of the log if the process (daemon or launcher) `id` has exited.
