@@ -1,0 +1,117 @@
+//! Bad input at the system level: malformed frames on raw connections never stop a daemon
+//! from serving good clients; a wrong secret is refused; a full device gives ENOSPC and
+//! loses nothing.
+
+mod common;
+
+use common::{pattern, Cluster};
+use eddy_client::{Client, Creds};
+use eddy_config::Deployment;
+use rand::{Rng, SeedableRng};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_frames_close_only_their_connection() {
+    let cl = Cluster::start(3);
+    let c = cl.client().await;
+    let f = c.create("/ok", 0o644, true, Creds::root()).await.unwrap();
+    c.pwrite(&f, 0, b"fine").await.unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let addrs: Vec<String> = cl.dep.daemons.iter().map(|d| d.addr.clone()).collect();
+    for round in 0..60 {
+        let addr = &addrs[round % addrs.len()];
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let garbage: Vec<u8> = match round % 4 {
+            // Random bytes.
+            0 => (0..rng.gen_range(1..4000)).map(|_| rng.gen()).collect(),
+            // A huge length prefix.
+            1 => u32::MAX.to_le_bytes().to_vec(),
+            // A well-formed frame with an undecodable body.
+            2 => {
+                let body: Vec<u8> = (0..rng.gen_range(0..200)).map(|_| rng.gen()).collect();
+                let mut v = ((body.len() + 8) as u32).to_le_bytes().to_vec();
+                v.extend_from_slice(&0u64.to_le_bytes());
+                v.extend(body);
+                v
+            }
+            // A truncated frame, then hang up.
+            _ => vec![100, 0, 0, 0, 1, 2],
+        };
+        let _ = s.write_all(&garbage);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        // The daemon answers with at most its hello and closes: reading ends, never hangs.
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+        if round % 10 == 9 {
+            let g = c.open("/ok", libc::O_RDONLY, 0, Creds::root()).await.unwrap();
+            assert_eq!(c.pread(&g, 0, 10).await.unwrap(), b"fine", "good client served after round {round}");
+        }
+    }
+    for (id, s) in c.daemon_status().await {
+        assert!(s.is_ok(), "daemon {id} still serving");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_secret_is_refused() {
+    let cl = Cluster::start(3);
+    let mut dep: Deployment = cl.dep.clone();
+    dep.secret = Deployment::new_secret();
+    let err = Client::connect(dep).await.map(|_| ()).unwrap_err();
+    assert_eq!(err.errno, libc::EACCES, "{err}");
+    // The right secret still works.
+    assert!(Client::connect(cl.dep.clone()).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_device_gives_enospc_and_loses_nothing() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    // Each daemon's root on its own 8 MiB tmpfs.
+    let mnt = tempfile::tempdir().unwrap();
+    let mut guards = Vec::new();
+    for i in 0..3 {
+        let dir = mnt.path().join(format!("t{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"]).arg(&dir).status().unwrap();
+        assert!(st.success(), "mount tmpfs");
+        guards.push(Unmount(dir));
+    }
+    let cl = Cluster::start_on(3, common::test_config(), |i| guards[i].0.join("root"));
+    let c = cl.client().await;
+    let me = Creds::root();
+    let keep = c.create("/keep", 0o644, true, me).await.unwrap();
+    let kept = pattern(3, 0, 1 << 20);
+    c.pwrite(&keep, 0, &kept).await.unwrap();
+    let big = c.create("/big", 0o644, true, me).await.unwrap();
+    let block = pattern(4, 0, 1 << 20);
+    let mut err = None;
+    for i in 0..64u64 {
+        if let Err(e) = c.pwrite(&big, i << 20, &block).await {
+            err = Some(e);
+            break;
+        }
+    }
+    assert_eq!(err.expect("a 64 MiB write into 24 MiB must fail").errno, libc::ENOSPC);
+    // Nothing else was damaged, and the daemons still serve.
+    let g = c.open("/keep", libc::O_RDONLY, 0, me).await.unwrap();
+    assert_eq!(c.pread(&g, 0, kept.len()).await.unwrap(), kept);
+    c.unlink("/big", me).await.unwrap();
+    let again = c.create("/again", 0o644, true, me).await.unwrap();
+    c.pwrite(&again, 0, &block).await.unwrap();
+    assert_eq!(c.pread(&again, 0, block.len()).await.unwrap(), block);
+    drop(cl);
+}
+
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}

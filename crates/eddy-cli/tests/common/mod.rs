@@ -1,0 +1,160 @@
+//! Test harness: real `eddyd` processes on this host, each with its own storage root, talking
+//! over real sockets; a client built from the deployment they form.
+#![allow(dead_code)]
+
+use eddy_client::Client;
+use eddy_config::{Config, DaemonEntry, Deployment};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const EDDYD: &str = env!("CARGO_BIN_EXE_eddyd");
+pub const EDDY: &str = env!("CARGO_BIN_EXE_eddy");
+
+/// A small chunk size so that tests cross chunk and daemon boundaries with little data.
+pub fn test_config() -> Config {
+    Config { chunk_size: 64 * 1024, rpc_timeout_ms: 5_000, readdir_page: 256, ..Config::default() }
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub dep: Deployment,
+    pub deployment_file: PathBuf,
+    children: Vec<Option<Child>>,
+}
+
+impl Cluster {
+    pub fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, test_config())
+    }
+
+    pub fn start_with(n: usize, config: Config) -> Cluster {
+        Cluster::start_on(n, config, |_| PathBuf::new())
+    }
+
+    /// Starts `n` daemons; `root_of(i)` gives daemon i's storage root (empty: under the
+    /// cluster's temporary directory).
+    pub fn start_on(n: usize, config: Config, root_of: impl Fn(usize) -> PathBuf) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secret = Deployment::new_secret();
+        let mut dep = Deployment { name: "test".into(), secret, config, daemons: Vec::new() };
+        let deployment_file = dir.path().join("deployment.toml");
+        let mut children = Vec::new();
+        for id in 0..n as u32 {
+            let given = root_of(id as usize);
+            let root = if given.as_os_str().is_empty() { dir.path().join(format!("d{id}")) } else { given };
+            dep.daemons.push(DaemonEntry {
+                id,
+                host: "localhost".into(),
+                addr: "127.0.0.1:0".into(),
+                socket: Some(root.join("eddyd.sock")),
+                root,
+            });
+        }
+        // Written once before start so daemons read secret and config from it.
+        dep.save(&deployment_file).expect("save deployment");
+        for i in 0..n {
+            let (child, addr) = spawn_daemon(&dep.daemons[i], &deployment_file, "127.0.0.1:0");
+            dep.daemons[i].addr = addr;
+            children.push(Some(child));
+        }
+        dep.save(&deployment_file).expect("save deployment");
+        Cluster { dir, dep, deployment_file, children }
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(self.dep.clone()).await.expect("connect")
+    }
+
+    pub fn root_of(&self, i: usize) -> &Path {
+        &self.dep.daemons[i].root
+    }
+
+    /// kill -9: no chance to flush anything.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status success.
+    pub fn terminate(&mut self, i: usize) -> bool {
+        match self.children[i].take() {
+            Some(mut c) => {
+                // SAFETY: plain kill(2) on our own child's pid.
+                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+                c.wait().map(|s| s.success()).unwrap_or(false)
+            }
+            None => false,
+        }
+    }
+
+    /// Starts daemon i again on the same root and the same address.
+    pub fn restart(&mut self, i: usize) {
+        let addr = self.dep.daemons[i].addr.clone();
+        let (child, bound) = spawn_daemon(&self.dep.daemons[i], &self.deployment_file, &addr);
+        assert_eq!(bound, addr);
+        self.children[i] = Some(child);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
+
+fn spawn_daemon(d: &DaemonEntry, deployment_file: &Path, listen: &str) -> (Child, String) {
+    std::fs::create_dir_all(&d.root).expect("create root");
+    let ready = d.root.join("eddyd.ready");
+    let _ = std::fs::remove_file(&ready);
+    let log = std::fs::File::create(log_path(d)).expect("log file");
+    let child = Command::new(EDDYD)
+        .arg("--root")
+        .arg(&d.root)
+        .arg("--id")
+        .arg(d.id.to_string())
+        .arg("--listen")
+        .arg(listen)
+        .arg("--deployment")
+        .arg(deployment_file)
+        .arg("--log-level")
+        .arg("warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn eddyd");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&ready) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+                let addr = v["addr"].as_str().expect("addr in ready file").to_string();
+                return (child, addr);
+            }
+        }
+        assert!(Instant::now() < deadline, "daemon {} did not become ready: {}", d.id, tail_log(d));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn tail_log(d: &DaemonEntry) -> String {
+    std::fs::read_to_string(log_path(d)).unwrap_or_default()
+}
+
+fn log_path(d: &DaemonEntry) -> PathBuf {
+    let flat: String = d.root.to_string_lossy().chars().map(|c| if c == '/' { '_' } else { c }).collect();
+    std::env::temp_dir().join(format!("eddyd{flat}.log"))
+}
+
+/// Deterministic bytes for (seed, offset): a fast but wrong system cannot fake them.
+pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| ((offset + i).wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) as u8).collect()
+}
+
+pub fn errno<T: std::fmt::Debug>(r: Result<T, eddy_client::Errno>) -> i32 {
+    r.expect_err("expected an error").errno
+}
