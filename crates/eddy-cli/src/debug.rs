@@ -11,7 +11,8 @@ pub fn debug(cmd: DebugCommand) -> Result<()> {
     match cmd {
         DebugCommand::Put { state, local, path } => {
             let dep = StateDir::from_arg(state.state.as_deref())?.load_deployment()?;
-            let data = std::fs::read(&local).with_context(|| format!("cannot read {}", local.display()))?;
+            let data = std::fs::read(&local)
+                .with_context(|| format!("cannot read {}", local.display()))?;
             crate::runtime()?.block_on(put(dep, &path, &data))?;
             println!("eddy: wrote {} bytes to {path}", data.len());
             Ok(())
@@ -27,38 +28,65 @@ pub fn debug(cmd: DebugCommand) -> Result<()> {
 }
 
 async fn put(dep: eddy_config::Deployment, path: &str, data: &[u8]) -> Result<()> {
-    let client = Client::connect(dep).await.context("cannot connect to the deployment")?;
+    let client = Client::connect(dep)
+        .await
+        .context("cannot connect to the deployment")?;
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
-    let file = client.open(path, flags, 0o644, Creds::current()).await.with_context(|| format!("cannot create {path}"))?;
+    let file = client
+        .open(path, flags, 0o644, Creds::current())
+        .await
+        .with_context(|| format!("cannot create {path}"))?;
     let piece = piece_len(&client);
     let mut offset = 0usize;
     for part in data.chunks(piece) {
-        client.pwrite(&file, offset as u64, part).await.with_context(|| format!("cannot write {path} at {offset}"))?;
+        client
+            .pwrite(&file, offset as u64, part)
+            .await
+            .with_context(|| format!("cannot write {path} at {offset}"))?;
         offset += part.len();
     }
-    client.fsync(&file).await.with_context(|| format!("cannot fsync {path}"))?;
-    client.close(&file).await.with_context(|| format!("cannot close {path}"))
+    client
+        .fsync(&file)
+        .await
+        .with_context(|| format!("cannot fsync {path}"))?;
+    client
+        .close(&file)
+        .await
+        .with_context(|| format!("cannot close {path}"))
 }
 
 async fn get(dep: eddy_config::Deployment, path: &str) -> Result<Vec<u8>> {
-    let client = Client::connect(dep).await.context("cannot connect to the deployment")?;
-    let file = client.open(path, libc::O_RDONLY, 0, Creds::current()).await.with_context(|| format!("cannot open {path}"))?;
+    let client = Client::connect(dep)
+        .await
+        .context("cannot connect to the deployment")?;
+    let file = client
+        .open(path, libc::O_RDONLY, 0, Creds::current())
+        .await
+        .with_context(|| format!("cannot open {path}"))?;
     let piece = piece_len(&client);
     let mut data = Vec::new();
     loop {
-        let part = client.pread(&file, data.len() as u64, piece).await.with_context(|| format!("cannot read {path}"))?;
+        let part = client
+            .pread(&file, data.len() as u64, piece)
+            .await
+            .with_context(|| format!("cannot read {path}"))?;
         if part.is_empty() {
             break;
         }
         data.extend_from_slice(&part);
     }
-    client.close(&file).await.with_context(|| format!("cannot close {path}"))?;
+    client
+        .close(&file)
+        .await
+        .with_context(|| format!("cannot close {path}"))?;
     Ok(data)
 }
 
 /// Bytes moved per call: the largest payload of one RPC.
 fn piece_len(client: &Client) -> usize {
-    usize::try_from(client.config().max_rpc_data_bytes).unwrap_or(usize::MAX).max(1)
+    usize::try_from(client.config().max_rpc_data_bytes)
+        .unwrap_or(usize::MAX)
+        .max(1)
 }
 
 fn write_local(local: &Path, data: &[u8]) -> Result<()> {

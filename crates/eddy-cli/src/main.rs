@@ -28,7 +28,10 @@ fn main() {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("EDDY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -45,5 +48,8 @@ fn run(cli: Cli) -> Result<()> {
 
 /// The tokio runtime the client library runs in.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }

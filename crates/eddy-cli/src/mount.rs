@@ -17,19 +17,37 @@ pub fn mount(args: MountArgs) -> Result<()> {
         return mount_foreground(&state, &args.mountpoint, args.allow_other);
     }
     let dep = state.load_deployment()?;
-    mount_background(&state, &args.mountpoint, args.allow_other, Duration::from_secs(dep.config.start_timeout_s))?;
-    println!("eddy: mounted deployment {:?} on {}", dep.name, args.mountpoint.display());
+    mount_background(
+        &state,
+        &args.mountpoint,
+        args.allow_other,
+        Duration::from_secs(dep.config.start_timeout_s),
+    )?;
+    println!(
+        "eddy: mounted deployment {:?} on {}",
+        dep.name,
+        args.mountpoint.display()
+    );
     Ok(())
 }
 
 /// Runs `eddy mount --foreground` detached (output in STATE/mount.log) and waits, at most
 /// `bound`, until the mount is up.
-pub fn mount_background(state: &StateDir, mnt: &Path, allow_other: bool, bound: Duration) -> Result<()> {
+pub fn mount_background(
+    state: &StateDir,
+    mnt: &Path,
+    allow_other: bool,
+    bound: Duration,
+) -> Result<()> {
     let target = mount_target(mnt)?;
     if is_fuse_mounted(&target)? {
-        bail!("{} is already a mount point; unmount it first with `eddy umount {0}`", target.display());
+        bail!(
+            "{} is already a mount point; unmount it first with `eddy umount {0}`",
+            target.display()
+        );
     }
-    let exe = std::env::current_exe().context("cannot find the eddy executable to run the mount")?;
+    let exe =
+        std::env::current_exe().context("cannot find the eddy executable to run the mount")?;
     let mut args: Vec<OsString> = vec!["mount".into(), "--state".into(), state.dir().into()];
     args.extend([target.clone().into(), "--foreground".into()]);
     if allow_other {
@@ -50,7 +68,12 @@ fn mount_foreground(state: &StateDir, mnt: &Path, allow_other: bool) -> Result<(
         .context("cannot connect to the deployment's daemons; check `eddy status`")?;
     state.add_mount(&target)?;
     rt.spawn(unmount_on_signal(target.clone()));
-    let served = eddy_fuse::mount(client, rt.handle().clone(), &target, mount_options(&dep, allow_other));
+    let served = eddy_fuse::mount(
+        client,
+        rt.handle().clone(),
+        &target,
+        mount_options(&dep, allow_other),
+    );
     if let Err(e) = state.remove_mount(&target) {
         tracing::warn!("cannot update the mount list: {e:#}");
     }
@@ -69,7 +92,10 @@ fn mount_options(dep: &Deployment, allow_other: bool) -> eddy_fuse::MountOptions
 /// Unmounts when the serving process is asked to stop, so no dead mount is left behind.
 async fn unmount_on_signal(target: std::path::PathBuf) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::warn!("cannot install signal handlers; a killed mount must be unmounted by hand");
         return;
     };
@@ -83,12 +109,17 @@ async fn unmount_on_signal(target: std::path::PathBuf) {
 }
 
 pub fn umount(args: UmountArgs) -> Result<()> {
-    let target = std::fs::canonicalize(&args.mountpoint).unwrap_or_else(|_| absolute(&args.mountpoint));
+    let target =
+        std::fs::canonicalize(&args.mountpoint).unwrap_or_else(|_| absolute(&args.mountpoint));
     if !is_fuse_mounted(&target)? {
         bail!("{} is not a FUSE mount point", target.display());
     }
-    eddy_fuse::unmount(&target)
-        .with_context(|| format!("cannot unmount {}; is a process using it? (try `fusermount -u {0}`)", target.display()))?;
+    eddy_fuse::unmount(&target).with_context(|| {
+        format!(
+            "cannot unmount {}; is a process using it? (try `fusermount -u {0}`)",
+            target.display()
+        )
+    })?;
     println!("eddy: unmounted {}", target.display());
     Ok(())
 }

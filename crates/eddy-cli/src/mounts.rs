@@ -13,7 +13,8 @@ pub const LOG_TAIL_LINES: usize = 20;
 
 /// The mount points of FUSE file systems, from /proc/self/mountinfo.
 pub fn fuse_mounts() -> Result<Vec<PathBuf>> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo")
+        .context("cannot read /proc/self/mountinfo")?;
     Ok(text.lines().filter_map(parse_fuse_line).collect())
 }
 
@@ -34,7 +35,9 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match octal {
             Some(d) => {
                 out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
@@ -56,8 +59,12 @@ pub fn is_fuse_mounted(mnt: &Path) -> Result<bool> {
 
 /// The canonical path of an existing directory to mount on, or a clear error.
 pub fn mount_target(mnt: &Path) -> Result<PathBuf> {
-    let canon = std::fs::canonicalize(mnt)
-        .with_context(|| format!("mount point {} is not usable; create the directory first", mnt.display()))?;
+    let canon = std::fs::canonicalize(mnt).with_context(|| {
+        format!(
+            "mount point {} is not usable; create the directory first",
+            mnt.display()
+        )
+    })?;
     if !canon.is_dir() {
         bail!("mount point {} is not a directory", mnt.display());
     }

@@ -20,7 +20,9 @@ pub fn daemon_binary() -> PathBuf {
     if let Some(path) = std::env::var_os(DAEMON_BIN_ENV) {
         return PathBuf::from(path);
     }
-    let sibling = std::env::current_exe().ok().and_then(|exe| exe.parent().map(|d| d.join("eddyd")));
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("eddyd")));
     match sibling {
         Some(path) if path.is_file() => path,
         _ => PathBuf::from("eddyd"),
@@ -30,8 +32,11 @@ pub fn daemon_binary() -> PathBuf {
 /// Spawns `program args` in a new session (so that the caller's terminal and signals do not
 /// reach it), stdin from /dev/null and stdout/stderr into `log` (truncated).
 pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<Child> {
-    let out = std::fs::File::create(log).with_context(|| format!("cannot create log file {}", log.display()))?;
-    let err = out.try_clone().with_context(|| format!("cannot reopen log file {}", log.display()))?;
+    let out = std::fs::File::create(log)
+        .with_context(|| format!("cannot create log file {}", log.display()))?;
+    let err = out
+        .try_clone()
+        .with_context(|| format!("cannot reopen log file {}", log.display()))?;
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
@@ -44,7 +49,10 @@ pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<C
         });
     }
     cmd.spawn().with_context(|| {
-        format!("cannot run {}: check that it is installed and executable", program.display())
+        format!(
+            "cannot run {}: check that it is installed and executable",
+            program.display()
+        )
     })
 }
 
@@ -52,7 +60,11 @@ pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<C
 pub fn record(label: String, child: &Child) -> RecordedProcess {
     let pid = child.id();
     let start_time = proc_stat(pid).map(|s| s.start_time).unwrap_or(0);
-    RecordedProcess { label, pid, start_time }
+    RecordedProcess {
+        label,
+        pid,
+        start_time,
+    }
 }
 
 /// The last `lines` lines of a log file, indented, for error messages.
@@ -96,7 +108,9 @@ fn signal(p: &RecordedProcess, signal: i32) {
     if !is_running(p) {
         return;
     }
-    let Ok(pid) = i32::try_from(p.pid) else { return };
+    let Ok(pid) = i32::try_from(p.pid) else {
+        return;
+    };
     // SAFETY: plain syscalls on a pid we verified to be the process we started.
     unsafe {
         if libc::kill(-pid, signal) != 0 {
@@ -128,7 +142,10 @@ pub fn stop_processes(procs: &[RecordedProcess], grace: Duration) -> Vec<String>
     let alive = wait_gone(&alive, grace);
     alive.iter().for_each(|p| signal(p, libc::SIGKILL));
     let _ = wait_gone(&alive, grace);
-    alive.into_iter().map(|p| format!("{} (pid {})", p.label, p.pid)).collect()
+    alive
+        .into_iter()
+        .map(|p| format!("{} (pid {})", p.label, p.pid))
+        .collect()
 }
 
 /// Kills children spawned by a start that failed, and reaps them.
@@ -156,8 +173,14 @@ mod tests {
         let mut child = spawn_detached(Path::new("sleep"), &["30".into()], &log).unwrap();
         let rec = record("sleep".into(), &child);
         assert!(is_running(&rec));
-        let stale = RecordedProcess { start_time: rec.start_time + 1, ..rec.clone() };
-        assert!(!is_running(&stale), "a different start time is another process");
+        let stale = RecordedProcess {
+            start_time: rec.start_time + 1,
+            ..rec.clone()
+        };
+        assert!(
+            !is_running(&stale),
+            "a different start time is another process"
+        );
         let reaper = std::thread::spawn(move || child.wait().unwrap());
         let killed = stop_processes(&[rec.clone()], Duration::from_millis(200));
         assert_eq!(killed.len(), 1);
@@ -171,6 +194,9 @@ mod tests {
         let log = dir.path().join("x.log");
         std::fs::write(&log, "a\nb\nc\n").unwrap();
         let tail = log_tail(&log, 2);
-        assert!(tail.contains("b") && tail.contains("c") && !tail.contains("    a"), "{tail}");
+        assert!(
+            tail.contains("b") && tail.contains("c") && !tail.contains("    a"),
+            "{tail}"
+        );
     }
 }

@@ -49,7 +49,12 @@ pub fn start(args: StartArgs) -> Result<()> {
         .or_else(|| std::env::var("SLURM_JOB_ID").ok())
         .unwrap_or_else(|| "eddy".to_string());
     state.create()?;
-    let plan = Plan { state, config, name, secret: Deployment::new_secret() };
+    let plan = Plan {
+        state,
+        config,
+        name,
+        secret: Deployment::new_secret(),
+    };
     plan.state.write_secret(&plan.secret)?;
     plan.state.write_config(&plan.config)?;
     let dep = if let Some(n) = args.local {
@@ -59,7 +64,11 @@ pub fn start(args: StartArgs) -> Result<()> {
             Some(file) => read_hosts_file(file)?,
             None => slurm_hosts()?,
         };
-        let default_launcher = if args.slurm { SRUN_LAUNCHER } else { SSH_LAUNCHER };
+        let default_launcher = if args.slurm {
+            SRUN_LAUNCHER
+        } else {
+            SSH_LAUNCHER
+        };
         let launcher = args.launcher.as_deref().unwrap_or(default_launcher);
         let port = args.listen_port.unwrap_or(plan.config.port);
         start_remote(&plan, &hosts, &args.root, launcher, port)?
@@ -71,14 +80,15 @@ pub fn start(args: StartArgs) -> Result<()> {
         plan.state.dir().display()
     );
     if let Some(mnt) = &args.mount {
-        crate::mount::mount_background(&plan.state, mnt, false, start_bound(&plan.config)).with_context(|| {
-            format!(
+        crate::mount::mount_background(&plan.state, mnt, false, start_bound(&plan.config))
+            .with_context(|| {
+                format!(
                 "the daemons are running but mounting failed; retry `eddy mount --state {0} {1}` \
                  or stop them with `eddy stop --state {0}`",
                 plan.state.dir().display(),
                 mnt.display()
             )
-        })?;
+            })?;
         println!("eddy: mounted on {}", mnt.display());
     }
     Ok(())
@@ -99,13 +109,16 @@ fn start_state_dir(args: &StartArgs) -> Result<StateDir> {
 /// The --config file (or defaults) with --chunk-size applied, validated.
 fn start_config(args: &StartArgs) -> Result<Config> {
     let mut config = match &args.config {
-        Some(path) => Config::load(path).with_context(|| format!("fix the configuration file {}", path.display()))?,
+        Some(path) => Config::load(path)
+            .with_context(|| format!("fix the configuration file {}", path.display()))?,
         None => Config::default(),
     };
     if let Some(cs) = args.chunk_size {
         config.chunk_size = cs;
     }
-    config.validate().context("invalid configuration (check --chunk-size and --config)")?;
+    config
+        .validate()
+        .context("invalid configuration (check --chunk-size and --config)")?;
     Ok(config)
 }
 
@@ -115,7 +128,12 @@ fn start_bound(config: &Config) -> Duration {
 
 /// Creates a storage root and checks it is writable.
 fn create_root(root: &Path) -> Result<()> {
-    let hint = || format!("cannot use {} as a storage root; choose a writable --root", root.display());
+    let hint = || {
+        format!(
+            "cannot use {} as a storage root; choose a writable --root",
+            root.display()
+        )
+    };
     std::fs::create_dir_all(root).with_context(hint)?;
     let probe = root.join(".eddy-write-test");
     std::fs::write(&probe, b"").with_context(hint)?;
@@ -167,13 +185,23 @@ fn spawn_and_wait_local(
         roots.push(droot);
     }
     let daemons = wait_ready_files(plan, &roots, children)?;
-    let dep = Deployment { name: plan.name.clone(), secret: plan.secret.clone(), config: plan.config.clone(), daemons };
+    let dep = Deployment {
+        name: plan.name.clone(),
+        secret: plan.secret.clone(),
+        config: plan.config.clone(),
+        daemons,
+    };
     verify(&dep)?;
     Ok(dep)
 }
 
 fn local_daemon_args(plan: &Plan, root: &Path, id: u32) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["--root".into(), root.into(), "--id".into(), id.to_string().into()];
+    let mut args: Vec<OsString> = vec![
+        "--root".into(),
+        root.into(),
+        "--id".into(),
+        id.to_string().into(),
+    ];
     args.extend(["--listen".into(), "127.0.0.1:0".into()]);
     args.extend(shared_daemon_args(plan));
     args
@@ -198,7 +226,11 @@ fn remove_stale(path: &Path) -> Result<()> {
 }
 
 /// Waits until daemon i has written roots[i]/eddyd.ready; fails if one exits first.
-fn wait_ready_files(plan: &Plan, roots: &[PathBuf], children: &mut [Child]) -> Result<Vec<DaemonEntry>> {
+fn wait_ready_files(
+    plan: &Plan,
+    roots: &[PathBuf],
+    children: &mut [Child],
+) -> Result<Vec<DaemonEntry>> {
     let deadline = Instant::now() + start_bound(&plan.config);
     let mut ready: Vec<Option<DaemonEntry>> = vec![None; roots.len()];
     loop {
@@ -214,8 +246,12 @@ fn wait_ready_files(plan: &Plan, roots: &[PathBuf], children: &mut [Child]) -> R
             check_alive(plan, child, to_id(i)?)?;
         }
         if Instant::now() >= deadline {
-            let missing: Vec<String> =
-                ready.iter().enumerate().filter(|(_, r)| r.is_none()).map(|(i, _)| i.to_string()).collect();
+            let missing: Vec<String> = ready
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.is_none())
+                .map(|(i, _)| i.to_string())
+                .collect();
             bail!(
                 "daemons {} did not become ready within {} s (start_timeout_s); see their logs in {}",
                 missing.join(", "),
@@ -248,7 +284,10 @@ fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
 fn check_alive(plan: &Plan, child: &mut Child, id: u32) -> Result<()> {
     if let Some(status) = child.try_wait().context("cannot check a daemon process")? {
         let log = plan.state.daemon_log(id);
-        bail!("daemon {id} exited ({status}) before it was ready\n{}", log_tail(&log, LOG_TAIL_LINES));
+        bail!(
+            "daemon {id} exited ({status}) before it was ready\n{}",
+            log_tail(&log, LOG_TAIL_LINES)
+        );
     }
     Ok(())
 }
@@ -256,12 +295,15 @@ fn check_alive(plan: &Plan, child: &mut Child, id: u32) -> Result<()> {
 /// Connects once (which creates the namespace root) and checks every daemon answers.
 fn verify(dep: &Deployment) -> Result<()> {
     let rt = crate::runtime()?;
-    rt.block_on(probe(dep.clone())).map_err(|e| anyhow::anyhow!("the daemons started but {e}"))
+    rt.block_on(probe(dep.clone()))
+        .map_err(|e| anyhow::anyhow!("the daemons started but {e}"))
 }
 
 /// Ok if a client connects and every daemon answers status; else what failed.
 async fn probe(dep: Deployment) -> Result<(), String> {
-    let client = Client::connect(dep).await.map_err(|e| format!("a client cannot connect: {e}"))?;
+    let client = Client::connect(dep)
+        .await
+        .map_err(|e| format!("a client cannot connect: {e}"))?;
     let failed: Vec<String> = client
         .daemon_status()
         .await
@@ -285,8 +327,14 @@ pub fn parse_hosts(text: &str) -> Result<Vec<HostLine>> {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
             [] => {}
-            [name] => hosts.push(HostLine { name: name.to_string(), address: name.to_string() }),
-            [name, address] => hosts.push(HostLine { name: name.to_string(), address: address.to_string() }),
+            [name] => hosts.push(HostLine {
+                name: name.to_string(),
+                address: name.to_string(),
+            }),
+            [name, address] => hosts.push(HostLine {
+                name: name.to_string(),
+                address: address.to_string(),
+            }),
             _ => bail!("line {}: expected `name [address]`, found {raw:?}", n + 1),
         }
     }
@@ -297,32 +345,44 @@ pub fn parse_hosts(text: &str) -> Result<Vec<HostLine>> {
 }
 
 fn read_hosts_file(file: &Path) -> Result<Vec<HostLine>> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read the hosts file {}", file.display()))?;
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the hosts file {}", file.display()))?;
     parse_hosts(&text).with_context(|| format!("hosts file {} is not valid", file.display()))
 }
 
 /// The nodes of the current Slurm job.
 fn slurm_hosts() -> Result<Vec<HostLine>> {
-    let nodelist = std::env::var("SLURM_JOB_NODELIST")
-        .context("--slurm needs SLURM_JOB_NODELIST: run it inside a Slurm allocation, or use --hosts FILE")?;
+    let nodelist = std::env::var("SLURM_JOB_NODELIST").context(
+        "--slurm needs SLURM_JOB_NODELIST: run it inside a Slurm allocation, or use --hosts FILE",
+    )?;
     let out = std::process::Command::new("scontrol")
         .args(["show", "hostnames", &nodelist])
         .output()
         .context("cannot run `scontrol show hostnames`: is Slurm installed on this node?")?;
     if !out.status.success() {
-        bail!("`scontrol show hostnames {nodelist}` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "`scontrol show hostnames {nodelist}` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     parse_hosts(&String::from_utf8_lossy(&out.stdout)).context("scontrol returned no host names")
 }
 
 /// Replaces `{host}` and `{id}` in a template string.
 fn fill(template: &str, host: &str, id: u32) -> String {
-    template.replace("{host}", host).replace("{id}", &id.to_string())
+    template
+        .replace("{host}", host)
+        .replace("{id}", &id.to_string())
 }
 
 /// The launcher command line: the template split on whitespace, `{cmd}` replaced by the
 /// daemon's arguments (as separate words) and `{host}`/`{id}` filled in.
-pub fn launcher_argv(template: &str, host: &str, id: u32, cmd: &[OsString]) -> Result<Vec<OsString>> {
+pub fn launcher_argv(
+    template: &str,
+    host: &str,
+    id: u32,
+    cmd: &[OsString],
+) -> Result<Vec<OsString>> {
     let words: Vec<&str> = template.split_whitespace().collect();
     if !words.contains(&"{cmd}") {
         bail!("launcher template {template:?} has no {{cmd}} word (e.g. `ssh {{host}} {{cmd}}`)");
@@ -338,8 +398,21 @@ pub fn launcher_argv(template: &str, host: &str, id: u32, cmd: &[OsString]) -> R
     Ok(argv)
 }
 
-fn remote_daemon_cmd(plan: &Plan, bin: &Path, root: &Path, id: u32, host: &HostLine, port: u16) -> Vec<OsString> {
-    let mut cmd: Vec<OsString> = vec![bin.into(), "--root".into(), root.into(), "--id".into(), id.to_string().into()];
+fn remote_daemon_cmd(
+    plan: &Plan,
+    bin: &Path,
+    root: &Path,
+    id: u32,
+    host: &HostLine,
+    port: u16,
+) -> Vec<OsString> {
+    let mut cmd: Vec<OsString> = vec![
+        bin.into(),
+        "--root".into(),
+        root.into(),
+        "--id".into(),
+        id.to_string().into(),
+    ];
     cmd.extend(["--host".into(), host.name.clone().into()]);
     cmd.extend(["--listen".into(), listen_addr(&host.address, port).into()]);
     cmd.extend(["--socket".into(), "none".into()]);
@@ -356,7 +429,13 @@ fn listen_addr(address: &str, port: u16) -> String {
     }
 }
 
-fn start_remote(plan: &Plan, hosts: &[HostLine], root: &Path, launcher: &str, port: u16) -> Result<Deployment> {
+fn start_remote(
+    plan: &Plan,
+    hosts: &[HostLine],
+    root: &Path,
+    launcher: &str,
+    port: u16,
+) -> Result<Deployment> {
     let root_template = absolute(root).to_string_lossy().into_owned();
     let bin = procs::daemon_binary();
     let mut daemons = Vec::new();
@@ -369,13 +448,25 @@ fn start_remote(plan: &Plan, hosts: &[HostLine], root: &Path, launcher: &str, po
             let cmd = remote_daemon_cmd(plan, &bin, &droot, id, host, port);
             let argv = launcher_argv(launcher, &host.name, id, &cmd)?;
             let (program, rest) = argv.split_first().context("empty launcher template")?;
-            let child = procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;
+            let child =
+                procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;
             recorded.push(procs::record(format!("launcher-{id}"), &child));
             children.push(child);
             let addr = listen_addr(&host.address, port);
-            daemons.push(DaemonEntry { id, host: host.name.clone(), addr, socket: None, root: droot });
+            daemons.push(DaemonEntry {
+                id,
+                host: host.name.clone(),
+                addr,
+                socket: None,
+                root: droot,
+            });
         }
-        let dep = Deployment { name: plan.name.clone(), secret: plan.secret.clone(), config: plan.config.clone(), daemons };
+        let dep = Deployment {
+            name: plan.name.clone(),
+            secret: plan.secret.clone(),
+            config: plan.config.clone(),
+            daemons,
+        };
         dep.validate().context("the deployment is not valid")?;
         wait_serving(plan, &dep, &mut children)?;
         Ok(dep)
@@ -403,7 +494,10 @@ fn wait_serving(plan: &Plan, dep: &Deployment, children: &mut [Child]) -> Result
             Err(e) => e,
         };
         for (i, child) in children.iter_mut().enumerate() {
-            if let Some(status) = child.try_wait().context("cannot check a launcher process")? {
+            if let Some(status) = child
+                .try_wait()
+                .context("cannot check a launcher process")?
+            {
                 if !status.success() {
                     let log = plan.state.daemon_log(to_id(i)?);
                     bail!(
@@ -435,8 +529,14 @@ mod tests {
         assert_eq!(
             hosts,
             vec![
-                HostLine { name: "n0".into(), address: "10.0.0.1".into() },
-                HostLine { name: "n1".into(), address: "n1".into() },
+                HostLine {
+                    name: "n0".into(),
+                    address: "10.0.0.1".into()
+                },
+                HostLine {
+                    name: "n1".into(),
+                    address: "n1".into()
+                },
             ]
         );
         assert!(parse_hosts("# only a comment\n").is_err());
@@ -449,7 +549,10 @@ mod tests {
         let cmd: Vec<OsString> = vec!["eddyd".into(), "--root".into(), "/r".into()];
         let argv = launcher_argv("ip netns exec {host} {cmd}", "ns0", 0, &cmd).unwrap();
         let words: Vec<&str> = argv.iter().map(|w| w.to_str().unwrap()).collect();
-        assert_eq!(words, ["ip", "netns", "exec", "ns0", "eddyd", "--root", "/r"]);
+        assert_eq!(
+            words,
+            ["ip", "netns", "exec", "ns0", "eddyd", "--root", "/r"]
+        );
         assert!(launcher_argv("ssh {host}", "h", 0, &cmd).is_err());
         assert_eq!(fill("/tmp/{host}/{id}", "n1", 3), "/tmp/n1/3");
         assert_eq!(listen_addr("::1", 7), "[::1]:7");

@@ -54,7 +54,10 @@ impl StateDir {
     /// Creates the directory (and parents).
     pub fn create(&self) -> Result<()> {
         std::fs::create_dir_all(&self.dir).with_context(|| {
-            format!("cannot create state directory {}; choose a writable --state", self.dir.display())
+            format!(
+                "cannot create state directory {}; choose a writable --state",
+                self.dir.display()
+            )
         })
     }
 
@@ -98,12 +101,14 @@ impl StateDir {
                 path.display()
             );
         }
-        Deployment::load(&path).with_context(|| format!("cannot load the deployment {}", path.display()))
+        Deployment::load(&path)
+            .with_context(|| format!("cannot load the deployment {}", path.display()))
     }
 
     pub fn save_deployment(&self, dep: &Deployment) -> Result<()> {
         let path = self.deployment_path();
-        dep.save(&path).with_context(|| format!("cannot write the deployment file {}", path.display()))
+        dep.save(&path)
+            .with_context(|| format!("cannot write the deployment file {}", path.display()))
     }
 
     /// Marks the deployment stopped: the deployment file becomes `deployment.stopped.toml`,
@@ -126,8 +131,10 @@ impl StateDir {
     }
 
     pub fn write_pids(&self, procs: &[RecordedProcess]) -> Result<()> {
-        let text: String =
-            procs.iter().map(|p| format!("{} {} {}\n", p.label, p.pid, p.start_time)).collect();
+        let text: String = procs
+            .iter()
+            .map(|p| format!("{} {} {}\n", p.label, p.pid, p.start_time))
+            .collect();
         write_private(&self.pids_path(), text.as_bytes())
     }
 
@@ -139,7 +146,11 @@ impl StateDir {
 
     pub fn mounts(&self) -> Result<Vec<PathBuf>> {
         let text = read_optional(&self.mounts_path())?;
-        Ok(text.lines().filter(|l| !l.trim().is_empty()).map(PathBuf::from).collect())
+        Ok(text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(PathBuf::from)
+            .collect())
     }
 
     pub fn add_mount(&self, mnt: &Path) -> Result<()> {
@@ -168,7 +179,11 @@ fn parse_pid_line(line: &str) -> Option<RecordedProcess> {
     let label = it.next()?.to_string();
     let pid = it.next()?.parse().ok()?;
     let start_time = it.next()?.parse().ok()?;
-    Some(RecordedProcess { label, pid, start_time })
+    Some(RecordedProcess {
+        label,
+        pid,
+        start_time,
+    })
 }
 
 /// An absolute form of `path` (relative to the current directory), without touching it.
@@ -186,8 +201,10 @@ pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
         .mode(0o600)
         .open(&tmp)
         .with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(data).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+    f.write_all(data)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
 fn read_optional(path: &Path) -> Result<String> {
@@ -215,8 +232,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let st = StateDir::new(dir.path());
         let procs = vec![
-            RecordedProcess { label: "daemon-0".into(), pid: 12, start_time: 99 },
-            RecordedProcess { label: "launcher-1".into(), pid: 13, start_time: 100 },
+            RecordedProcess {
+                label: "daemon-0".into(),
+                pid: 12,
+                start_time: 99,
+            },
+            RecordedProcess {
+                label: "launcher-1".into(),
+                pid: 13,
+                start_time: 100,
+            },
         ];
         st.write_pids(&procs).unwrap();
         assert_eq!(st.read_pids().unwrap(), procs);
@@ -229,7 +254,10 @@ mod tests {
     #[test]
     fn missing_deployment_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
-        let err = StateDir::new(dir.path()).load_deployment().unwrap_err().to_string();
+        let err = StateDir::new(dir.path())
+            .load_deployment()
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no deployment is running"), "{err}");
     }
 }

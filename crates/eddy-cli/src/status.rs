@@ -37,7 +37,11 @@ pub fn status(args: StatusArgs) -> Result<()> {
     let dep = state.load_deployment()?;
     let rows = collect(&dep)?;
     let down = rows.iter().filter(|r| !r.up).count();
-    let report = Report { name: dep.name.clone(), state: state.dir().display().to_string(), daemons: rows };
+    let report = Report {
+        name: dep.name.clone(),
+        state: state.dir().display().to_string(),
+        daemons: rows,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -57,10 +61,18 @@ fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
     let rt = crate::runtime()?;
     let results = rt.block_on(async {
         match Client::connect(dep.clone()).await {
-            Ok(client) => client.daemon_status().await.into_iter().map(|(id, r)| (id, r.map_err(|e| e.to_string()))).collect(),
+            Ok(client) => client
+                .daemon_status()
+                .await
+                .into_iter()
+                .map(|(id, r)| (id, r.map_err(|e| e.to_string())))
+                .collect(),
             Err(e) => {
                 let msg = format!("cannot connect: {e}");
-                dep.daemons.iter().map(|d| (d.id, Err(msg.clone()))).collect::<Vec<_>>()
+                dep.daemons
+                    .iter()
+                    .map(|d| (d.id, Err(msg.clone())))
+                    .collect::<Vec<_>>()
             }
         }
     });
@@ -68,8 +80,14 @@ fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
         .daemons
         .iter()
         .map(|d| {
-            let result = results.iter().find(|(id, _)| *id == d.id).map(|(_, r)| r.clone());
-            row(d, result.unwrap_or_else(|| Err("no status returned".into())))
+            let result = results
+                .iter()
+                .find(|(id, _)| *id == d.id)
+                .map(|(_, r)| r.clone());
+            row(
+                d,
+                result.unwrap_or_else(|| Err("no status returned".into())),
+            )
         })
         .collect())
 }
@@ -106,7 +124,16 @@ fn print_table(report: &Report) {
     println!("deployment {:?} (state {})", report.name, report.state);
     println!(
         "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9}",
-        "ID", "HOST", "ADDRESS", "STATE", "USED", "FREE", "CHUNK DATA", "CHUNKS", "ENTRIES", "UPTIME"
+        "ID",
+        "HOST",
+        "ADDRESS",
+        "STATE",
+        "USED",
+        "FREE",
+        "CHUNK DATA",
+        "CHUNKS",
+        "ENTRIES",
+        "UPTIME"
     );
     for r in &report.daemons {
         let opt = |v: Option<u64>, f: fn(u64) -> String| v.map(f).unwrap_or_else(|| "-".into());

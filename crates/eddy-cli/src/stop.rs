@@ -20,12 +20,20 @@ pub fn stop(args: StateArgs) -> Result<()> {
     // A daemon that acknowledged shutdown is given one RPC timeout to exit before signals.
     let grace = Duration::from_millis(dep.config.rpc_timeout_ms);
     let killed = crate::procs::stop_processes(&state.read_pids()?, grace);
-    problems.extend(killed.into_iter().map(|p| format!("{p} did not exit in time and was killed")));
+    problems.extend(
+        killed
+            .into_iter()
+            .map(|p| format!("{p} did not exit in time and was killed")),
+    );
     state.mark_stopped()?;
     for p in &problems {
         eprintln!("eddy: warning: {p}");
     }
-    println!("eddy: deployment {:?} stopped ({} daemons)", dep.name, dep.daemons.len());
+    println!(
+        "eddy: deployment {:?} stopped ({} daemons)",
+        dep.name,
+        dep.daemons.len()
+    );
     Ok(())
 }
 
@@ -41,7 +49,10 @@ fn unmount_all(state: &StateDir) -> Vec<String> {
             Ok(false) => {}
             Ok(true) => {
                 if let Err(e) = eddy_fuse::unmount(&mnt) {
-                    problems.push(format!("cannot unmount {}: {e}; try `fusermount -u {0}`", mnt.display()));
+                    problems.push(format!(
+                        "cannot unmount {}: {e}; try `fusermount -u {0}`",
+                        mnt.display()
+                    ));
                 }
             }
             Err(e) => problems.push(format!("{e:#}")),
@@ -65,7 +76,10 @@ fn shutdown_daemons(dep: &Deployment) -> Vec<String> {
             .shutdown_daemons()
             .await
             .into_iter()
-            .filter_map(|(id, r)| r.err().map(|e| format!("daemon {id} did not acknowledge shutdown: {e}")))
+            .filter_map(|(id, r)| {
+                r.err()
+                    .map(|e| format!("daemon {id} did not acknowledge shutdown: {e}"))
+            })
             .collect()
     })
 }

@@ -33,7 +33,11 @@ fn ok(args: &[&str]) -> Output {
 
 fn fails(args: &[&str]) -> String {
     let out = eddy(args);
-    assert!(!out.status.success(), "eddy {args:?} should fail: {}", text(&out));
+    assert!(
+        !out.status.success(),
+        "eddy {args:?} should fail: {}",
+        text(&out)
+    );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -55,7 +59,17 @@ fn start_local(dir: &Path, n: u32, extra: &[&str]) -> (PathBuf, StopGuard) {
     let root = dir.join("root");
     let guard = StopGuard(root.clone());
     let n = n.to_string();
-    let mut args = vec!["start", "--local", &n, "--root", s(&root), "--chunk-size", "65536", "--name", "t"];
+    let mut args = vec![
+        "start",
+        "--local",
+        &n,
+        "--root",
+        s(&root),
+        "--chunk-size",
+        "65536",
+        "--name",
+        "t",
+    ];
     args.extend_from_slice(extra);
     ok(&args);
     (root, guard)
@@ -80,7 +94,11 @@ fn pids(state: &Path) -> Vec<u32> {
 fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
-            let state = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().next().unwrap().to_string();
+            let state = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string();
             state != "Z" && state != "X"
         }
         Err(_) => false,
@@ -100,17 +118,29 @@ fn start_status_stop_local_deployment() {
     let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
     assert_eq!(dep.name, "t");
     assert_eq!(dep.config.chunk_size, 65536);
-    assert_eq!(dep.daemons.iter().map(|d| d.id).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(
+        dep.daemons.iter().map(|d| d.id).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
     let mut addrs: Vec<&str> = dep.daemons.iter().map(|d| d.addr.as_str()).collect();
     addrs.dedup();
     assert_eq!(addrs.len(), 3, "daemons share an address: {addrs:?}");
     for (i, d) in dep.daemons.iter().enumerate() {
         assert_eq!(d.root, state.join(format!("d{i}")));
-        assert!(!d.addr.ends_with(":0"), "address {} is not the real one", d.addr);
+        assert!(
+            !d.addr.ends_with(":0"),
+            "address {} is not the real one",
+            d.addr
+        );
     }
     assert_eq!(mode(&state.join("deployment.toml")), 0o600);
     assert_eq!(mode(&state.join("secret")), 0o600);
-    assert_eq!(std::fs::read_to_string(state.join("secret")).unwrap().trim(), dep.secret);
+    assert_eq!(
+        std::fs::read_to_string(state.join("secret"))
+            .unwrap()
+            .trim(),
+        dep.secret
+    );
 
     let (up, v) = status_json(&state);
     assert!(up, "status failed: {v}");
@@ -120,24 +150,42 @@ fn start_status_stop_local_deployment() {
         assert_eq!(d["id"], i as u64);
         assert_eq!(d["up"], true, "{d}");
         assert_eq!(d["addr"], dep.daemons[i].addr.as_str());
-        assert!(d["entries"].as_u64().is_some() && d["uptime_s"].as_u64().is_some(), "{d}");
+        assert!(
+            d["entries"].as_u64().is_some() && d["uptime_s"].as_u64().is_some(),
+            "{d}"
+        );
     }
     let table = ok(&["status", "--state", s(&state)]);
     let table = String::from_utf8_lossy(&table.stdout);
-    assert_eq!(table.lines().filter(|l| l.contains(" up ")).count(), 3, "{table}");
+    assert_eq!(
+        table.lines().filter(|l| l.contains(" up ")).count(),
+        3,
+        "{table}"
+    );
 
     let procs = pids(&state);
     assert_eq!(procs.len(), 3);
     assert!(procs.iter().all(|&p| alive(p)));
     let out = ok(&["stop", "--state", s(&state)]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("stopped"), "{}", text(&out));
-    assert!(procs.iter().all(|&p| !alive(p)), "daemons still run after stop");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("stopped"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        procs.iter().all(|&p| !alive(p)),
+        "daemons still run after stop"
+    );
     assert!(!state.join("deployment.toml").exists());
     assert!(state.join("deployment.stopped.toml").exists());
     assert!(state.join("daemon-0.log").exists(), "logs are kept");
 
     let out = ok(&["stop", "--state", s(&state)]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing is running"), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nothing is running"),
+        "{}",
+        text(&out)
+    );
     let err = fails(&["status", "--state", s(&state)]);
     assert!(err.contains("no deployment is running"), "{err}");
 }
@@ -146,7 +194,11 @@ fn start_status_stop_local_deployment() {
 fn stop_without_any_deployment_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let out = ok(&["stop", "--state", s(dir.path())]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing is running"), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nothing is running"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -155,9 +207,15 @@ fn starting_twice_in_one_state_dir_is_refused() {
     let (state, _guard) = start_local(dir.path(), 3, &[]);
     let before = std::fs::read_to_string(state.join("deployment.toml")).unwrap();
     let err = fails(&["start", "--local", "3", "--root", s(&state)]);
-    assert!(err.contains("already running") && err.contains("eddy stop"), "{err}");
+    assert!(
+        err.contains("already running") && err.contains("eddy stop"),
+        "{err}"
+    );
     // The running deployment is untouched.
-    assert_eq!(std::fs::read_to_string(state.join("deployment.toml")).unwrap(), before);
+    assert_eq!(
+        std::fs::read_to_string(state.join("deployment.toml")).unwrap(),
+        before
+    );
     assert!(status_json(&state).0);
 }
 
@@ -173,7 +231,12 @@ fn a_dead_daemon_shows_as_down_and_stop_still_succeeds() {
     }
     let (up, v) = status_json(&state);
     assert!(!up, "status must fail with a daemon down: {v}");
-    let states: Vec<bool> = v["daemons"].as_array().unwrap().iter().map(|d| d["up"].as_bool().unwrap()).collect();
+    let states: Vec<bool> = v["daemons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["up"].as_bool().unwrap())
+        .collect();
     assert_eq!(states, [true, false, true]);
     assert!(v["daemons"][1]["error"].as_str().is_some());
     ok(&["stop", "--state", s(&state)]);
@@ -199,10 +262,29 @@ fn bad_arguments_name_the_problem() {
     let file = dir.path().join("file");
     std::fs::write(&file, b"x").unwrap();
     let bad_root = file.join("root");
-    let err = fails(&["start", "--local", "3", "--root", s(&bad_root), "--state", s(&dir.path().join("st"))]);
-    assert!(err.contains(s(&bad_root)) && err.contains("writable --root"), "{err}");
+    let err = fails(&[
+        "start",
+        "--local",
+        "3",
+        "--root",
+        s(&bad_root),
+        "--state",
+        s(&dir.path().join("st")),
+    ]);
+    assert!(
+        err.contains(s(&bad_root)) && err.contains("writable --root"),
+        "{err}"
+    );
 
-    let err = fails(&["start", "--local", "3", "--root", s(&root), "--chunk-size", "10"]);
+    let err = fails(&[
+        "start",
+        "--local",
+        "3",
+        "--root",
+        s(&root),
+        "--chunk-size",
+        "10",
+    ]);
     assert!(err.contains("chunk_size"), "{err}");
 
     let err = fails(&["status"]);
@@ -218,7 +300,8 @@ fn bad_arguments_name_the_problem() {
 fn is_mounted(mnt: &Path) -> bool {
     let canon = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_owned());
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines().any(|l| l.split_whitespace().nth(4) == Some(canon.to_str().unwrap()))
+    info.lines()
+        .any(|l| l.split_whitespace().nth(4) == Some(canon.to_str().unwrap()))
 }
 
 #[test]
@@ -231,14 +314,20 @@ fn start_with_mount_serves_files_and_stop_unmounts() {
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let (state, _guard) = start_local(dir.path(), 3, &["--mount", s(&mnt)]);
-    assert!(is_mounted(&mnt), "{} is not a mount point after start --mount", mnt.display());
+    assert!(
+        is_mounted(&mnt),
+        "{} is not a mount point after start --mount",
+        mnt.display()
+    );
 
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(mnt.join("hello.bin"), &data).unwrap();
     std::fs::create_dir(mnt.join("sub")).unwrap();
     assert_eq!(std::fs::read(mnt.join("hello.bin")).unwrap(), data);
-    let mut names: Vec<String> =
-        std::fs::read_dir(&mnt).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<String> = std::fs::read_dir(&mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     names.sort();
     assert_eq!(names, ["hello.bin", "sub"]);
     let ls = Command::new("ls").arg("-l").arg(&mnt).output().unwrap();
@@ -246,7 +335,10 @@ fn start_with_mount_serves_files_and_stop_unmounts() {
     assert!(String::from_utf8_lossy(&ls.stdout).contains("hello.bin"));
 
     let mounts = std::fs::read_to_string(state.join("mounts")).unwrap();
-    assert!(mounts.contains(s(&std::fs::canonicalize(&mnt).unwrap())), "{mounts}");
+    assert!(
+        mounts.contains(s(&std::fs::canonicalize(&mnt).unwrap())),
+        "{mounts}"
+    );
     ok(&["stop", "--state", s(&state)]);
     assert!(!is_mounted(&mnt), "stop left {} mounted", mnt.display());
 }

@@ -1,0 +1,271 @@
+//! `eddy start --hosts` across network namespaces: three "hosts" and a client, each in its own
+//! network namespace, joined by a bridge in a fifth one. The daemons are launched with
+//! `ip netns exec {host} {cmd}` and reached only over TCP on 10.213.x.0/24 addresses.
+//! Needs root and iproute2; skipped (with a message) otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const EDDY: &str = env!("CARGO_BIN_EXE_eddy");
+const EDDYD: &str = env!("CARGO_BIN_EXE_eddyd");
+const HOSTS: usize = 3;
+
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn ip(args: &[&str]) {
+    let out = run("ip", args);
+    assert!(out.status.success(), "ip {args:?}: {}", text(&out));
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The namespaces of one test run; everything in them is killed and they are deleted on drop.
+struct Net {
+    prefix: String,
+    subnet: u32,
+    created: Vec<String>,
+    state: Option<PathBuf>,
+}
+
+impl Net {
+    fn host(&self, i: usize) -> String {
+        format!("{}h{i}", self.prefix)
+    }
+    fn client(&self) -> String {
+        format!("{}c", self.prefix)
+    }
+    fn bridge(&self) -> String {
+        format!("{}b", self.prefix)
+    }
+    fn addr(&self, last: u32) -> String {
+        format!("10.213.{}.{last}", self.subnet)
+    }
+
+    fn add_ns(&mut self, name: &str) -> bool {
+        let out = run("ip", &["netns", "add", name]);
+        if out.status.success() {
+            self.created.push(name.to_string());
+        }
+        out.status.success()
+    }
+
+    /// Namespace `ns` gets `eth0` with address `addr`, plugged into the bridge as port `port`.
+    fn plug(&self, ns: &str, port: &str, addr: &str) {
+        let br = self.bridge();
+        ip(&[
+            "-n", &br, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns,
+        ]);
+        ip(&["-n", &br, "link", "set", port, "master", "br0"]);
+        ip(&["-n", &br, "link", "set", port, "up"]);
+        ip(&[
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{addr}/24"),
+            "dev",
+            "eth0",
+        ]);
+        ip(&["-n", ns, "link", "set", "eth0", "up"]);
+        ip(&["-n", ns, "link", "set", "lo", "up"]);
+    }
+
+    /// Runs eddy inside the client namespace.
+    fn eddy(&self, args: &[&str]) -> Output {
+        let client = self.client();
+        let mut argv = vec!["netns", "exec", client.as_str(), EDDY];
+        argv.extend_from_slice(args);
+        Command::new("ip")
+            .args(&argv)
+            .env("EDDY_DAEMON_BIN", EDDYD)
+            .env_remove("EDDY_STATE")
+            .output()
+            .expect("run ip netns exec eddy")
+    }
+
+    fn eddy_ok(&self, args: &[&str]) -> Output {
+        let out = self.eddy(args);
+        assert!(out.status.success(), "eddy {args:?} failed: {}", text(&out));
+        out
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        if let Some(state) = &self.state {
+            let _ = self.eddy(&["stop", "--state", s(state)]);
+        }
+        for ns in &self.created {
+            let pids = run("ip", &["netns", "pids", ns]);
+            for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+                let _ = run("kill", &["-KILL", pid]);
+            }
+            let _ = run("ip", &["netns", "del", ns]);
+        }
+    }
+}
+
+/// Builds the five namespaces, or None (after saying why) if this machine cannot.
+fn setup() -> Option<Net> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the network namespace test needs root");
+        return None;
+    }
+    if !Command::new("ip")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+    {
+        eprintln!("skipped: the network namespace test needs `ip` (iproute2)");
+        return None;
+    }
+    let pid = std::process::id();
+    let mut net = Net {
+        prefix: format!("eddyt{pid}"),
+        subnet: 20 + pid % 200,
+        created: Vec::new(),
+        state: None,
+    };
+    let names: Vec<String> = (0..HOSTS)
+        .map(|i| net.host(i))
+        .chain([net.client(), net.bridge()])
+        .collect();
+    for name in &names {
+        if !net.add_ns(name) {
+            eprintln!("skipped: cannot create network namespace {name}");
+            return None;
+        }
+    }
+    let br = net.bridge();
+    ip(&["-n", &br, "link", "add", "br0", "type", "bridge"]);
+    ip(&["-n", &br, "link", "set", "br0", "up"]);
+    for i in 0..HOSTS {
+        net.plug(&net.host(i), &format!("p{i}"), &net.addr(i as u32 + 1));
+    }
+    net.plug(&net.client(), "pc", &net.addr(100));
+    Some(net)
+}
+
+#[test]
+fn hosts_in_network_namespaces_serve_a_client_in_another() {
+    let Some(mut net) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let hosts_file = dir.path().join("hosts");
+    let hosts: String = (0..HOSTS)
+        .map(|i| format!("{} {}\n", net.host(i), net.addr(i as u32 + 1)))
+        .collect();
+    std::fs::write(&hosts_file, format!("# three namespaces\n{hosts}")).unwrap();
+    let root = format!("{}/{{host}}", dir.path().display());
+
+    net.state = Some(state.clone());
+    net.eddy_ok(&[
+        "start",
+        "--hosts",
+        s(&hosts_file),
+        "--launcher",
+        "ip netns exec {host} {cmd}",
+        "--root",
+        &root,
+        "--state",
+        s(&state),
+        "--chunk-size",
+        "65536",
+    ]);
+
+    // The deployment lists the three namespaces at their bridge addresses.
+    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    let addrs: Vec<String> = dep.daemons.iter().map(|d| d.addr.clone()).collect();
+    let expected: Vec<String> = (0..HOSTS)
+        .map(|i| format!("{}:{}", net.addr(i as u32 + 1), dep.config.port))
+        .collect();
+    assert_eq!(addrs, expected);
+    for (i, d) in dep.daemons.iter().enumerate() {
+        assert_eq!(d.host, net.host(i));
+        assert_eq!(d.root, dir.path().join(net.host(i)));
+        assert!(
+            d.socket.is_none(),
+            "remote daemons are reached over TCP only"
+        );
+    }
+
+    // A few MiB through the client library, from the client namespace, and back.
+    let data: Vec<u8> = (0..(3 << 20) + 4321u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let src = dir.path().join("src.bin");
+    let back = dir.path().join("back.bin");
+    std::fs::write(&src, &data).unwrap();
+    net.eddy_ok(&["debug", "put", "--state", s(&state), s(&src), "/big.bin"]);
+    net.eddy_ok(&["debug", "get", "--state", s(&state), "/big.bin", s(&back)]);
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "data read back differs from data written"
+    );
+
+    // Status from the client namespace: three daemons on three addresses, all up, all
+    // holding chunks of the striped file.
+    let out = net.eddy_ok(&["status", "--state", s(&state), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let daemons = v["daemons"].as_array().unwrap();
+    assert_eq!(daemons.len(), HOSTS);
+    for (i, d) in daemons.iter().enumerate() {
+        assert_eq!(d["up"], true, "{d}");
+        assert_eq!(d["addr"], expected[i].as_str());
+        assert!(
+            d["chunks"].as_u64().unwrap() > 0,
+            "daemon {i} holds no chunk: {d}"
+        );
+    }
+
+    // From a host namespace other than the client's, the same deployment is reachable too.
+    let out = run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &net.host(0),
+            EDDY,
+            "status",
+            "--state",
+            s(&state),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+
+    let out = net.eddy_ok(&["stop", "--state", s(&state)]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("stopped"),
+        "{}",
+        text(&out)
+    );
+    for i in 0..HOSTS {
+        let pids = run("ip", &["netns", "pids", &net.host(i)]);
+        assert!(
+            String::from_utf8_lossy(&pids.stdout).trim().is_empty(),
+            "a daemon still runs in {}",
+            net.host(i)
+        );
+    }
+    let out = net.eddy_ok(&["stop", "--state", s(&state)]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing is running"));
+    net.state = None;
+}
