@@ -1,1 +1,133 @@
-//! eddy-bench (work in progress).
+//! eddy-bench: the `eddy bench` command. It runs IO500-shaped workloads (ior-easy, ior-hard,
+//! mdtest-easy, mdtest-hard, find, rnd4k, smallfiles) with worker processes on any directory,
+//! verifies every byte it reads, and reports MiB/s, kIOPS, latency percentiles and the
+//! IO500-style score as tables, JSON and plots; `suite` measures an Eddy mount against the raw
+//! storage under it in the same run.
+//!
+//! It must not: touch anything outside its own work directory (`eddy-bench.work`) in the
+//! target, report a number for a phase whose reads failed verification, depend on Eddy's
+//! internals (it drives Eddy only through the `eddy` command and the mount), or fail on a time.
+
+pub mod args;
+mod coord;
+mod hist;
+mod msg;
+pub mod pattern;
+pub mod plan;
+mod plot;
+pub mod report;
+mod suite;
+mod worker;
+
+pub use args::BenchArgs;
+use args::{BenchCommand, CompareArgs, OutputOpts, RunArgs, ScaleArgs};
+use report::{Report, ResultsFile};
+use std::path::Path;
+
+/// Runs `eddy bench <subcommand>`.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Run(a) => cmd_run(a),
+        BenchCommand::Suite(a) => suite::run(a),
+        BenchCommand::Compare(a) => cmd_compare(a),
+        BenchCommand::Scale(a) => cmd_scale(a),
+        BenchCommand::Worker(a) => worker::main(a),
+    }
+}
+
+/// Prints human output to stdout, or to stderr when the JSON goes to stdout.
+fn human(json: Option<&Path>, text: &str) {
+    if json == Some(Path::new("-")) {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+}
+
+fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
+    let plan = plan::Plan::new(&a.dir, &a.work, &a.phases)?;
+    let label = a
+        .label
+        .clone()
+        .unwrap_or_else(|| a.dir.display().to_string());
+    eprintln!(
+        "eddy bench: {} with {} procs, phases: {}",
+        a.dir.display(),
+        plan.procs,
+        a.phases
+    );
+    let spec = coord::RunSpec {
+        label,
+        launch: &a.launch,
+        keep: a.keep,
+    };
+    let report = coord::run_plan(&plan, &spec)?;
+    human(a.out.json.as_deref(), &report::table(&report));
+    write_outputs(&a.out, vec![report], "eddy bench")
+}
+
+/// Writes `--json` and `--plot` for a list of runs.
+fn write_outputs(out: &OutputOpts, runs: Vec<Report>, title: &str) -> anyhow::Result<()> {
+    if let Some(p) = &out.plot {
+        plot::plot_runs(&runs, p, title)?;
+        eprintln!("plot written to {}", p.display());
+    }
+    if let Some(j) = &out.json {
+        ResultsFile::new(runs).save(j)?;
+    }
+    Ok(())
+}
+
+fn pick(file: &ResultsFile, index: usize, path: &Path) -> anyhow::Result<Report> {
+    file.runs.get(index).cloned().ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} holds {} run(s), run {} is missing",
+            path.display(),
+            file.runs.len(),
+            index + 1
+        )
+    })
+}
+
+fn cmd_compare(a: CompareArgs) -> anyhow::Result<()> {
+    let fa = ResultsFile::load(&a.a)?;
+    let (ra, rb) = match &a.b {
+        Some(b) => (pick(&fa, 0, &a.a)?, pick(&ResultsFile::load(b)?, 0, b)?),
+        None => (pick(&fa, 0, &a.a)?, pick(&fa, 1, &a.a)?),
+    };
+    print!("{}", report::compare_table(&ra, &rb));
+    if let Some(p) = &a.plot {
+        let title = format!("eddy bench: {} vs {}", rb.label, ra.label);
+        plot::plot_runs(&[ra, rb], p, &title)?;
+        eprintln!("plot written to {}", p.display());
+    }
+    Ok(())
+}
+
+fn cmd_scale(a: ScaleArgs) -> anyhow::Result<()> {
+    if a.procs_list.is_empty() {
+        anyhow::bail!("--procs-list is empty");
+    }
+    let mut runs = Vec::new();
+    for &procs in &a.procs_list {
+        let mut opts = a.work.clone();
+        opts.procs = procs;
+        let plan = plan::Plan::new(&a.dir, &opts, "all")?;
+        eprintln!("eddy bench scale: {} procs on {}", procs, a.dir.display());
+        let spec = coord::RunSpec {
+            label: format!("{procs} procs"),
+            launch: &a.launch,
+            keep: false,
+        };
+        runs.push(coord::run_plan(&plan, &spec)?);
+    }
+    human(a.json.as_deref(), &report::scale_table(&runs));
+    if let Some(p) = &a.plot {
+        plot::plot_scale(&runs, p, &format!("eddy bench scale: {}", a.dir.display()))?;
+        eprintln!("plot written to {}", p.display());
+    }
+    if let Some(j) = &a.json {
+        ResultsFile::new(runs).save(j)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! Command-line arguments of `eddy bench`.
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// `eddy bench`: IO500-shaped workloads on any directory.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Run the workloads on a directory (any mounted file system).
+    Run(RunArgs),
+    /// Start a local Eddy deployment, run the workloads on its mount and on the raw storage
+    /// under it in the same run, print both with ratios, stop the deployment.
+    Suite(SuiteArgs),
+    /// Compare two result files (written with --json) phase by phase.
+    Compare(CompareArgs),
+    /// Run the workloads at several process counts and draw throughput against process count.
+    Scale(ScaleArgs),
+    /// Internal: one rank of a run, started by the coordinator.
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The directory to benchmark; a work directory `eddy-bench.work` is created inside it.
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub work: WorkloadOpts,
+    #[command(flatten)]
+    pub launch: LaunchOpts,
+    #[command(flatten)]
+    pub out: OutputOpts,
+    /// Name of this run in tables, plots and JSON (default: the directory).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Which phases to run: `all`, `write` (creating phases only; keeps the files for a later
+    /// `read`), `read` (everything but the creating phases), or a comma list of phase names.
+    #[arg(long, default_value = "all")]
+    pub phases: String,
+    /// Keep the work directory at the end.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SuiteArgs {
+    /// Directory for the daemons' storage and the raw comparison (default: a fresh directory
+    /// on /dev/shm, i.e. tmpfs).
+    #[arg(long)]
+    pub storage: Option<PathBuf>,
+    /// Number of local daemons.
+    #[arg(long, default_value_t = 3)]
+    pub daemons: u32,
+    /// Run the raw storage first (default: Eddy first).
+    #[arg(long)]
+    pub raw_first: bool,
+    #[command(flatten)]
+    pub work: WorkloadOpts,
+    #[command(flatten)]
+    pub launch: LaunchOpts,
+    #[command(flatten)]
+    pub out: OutputOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Baseline result file.
+    pub a: PathBuf,
+    /// Result file compared with the baseline (ratio = B / A). If omitted, A must hold two
+    /// runs (as written by `suite`) and its second run is compared with its first.
+    pub b: Option<PathBuf>,
+    /// Draw the comparison to this file (.svg or .png).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    /// The directory to benchmark.
+    pub dir: PathBuf,
+    /// Process counts to run, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub procs_list: Vec<u32>,
+    #[command(flatten)]
+    pub work: WorkloadOpts,
+    /// Write the results (one run per process count) as JSON to this file (`-` = stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Draw throughput against process count to this file (.svg or .png).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub launch: LaunchOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Coordinator address.
+    #[arg(long)]
+    pub connect: String,
+    /// Token proving the worker was started by this coordinator.
+    #[arg(long)]
+    pub token: String,
+    /// Rank; under mpirun it is taken from OMPI_COMM_WORLD_RANK / PMIX_RANK.
+    #[arg(long)]
+    pub rank: Option<u32>,
+}
+
+/// What the workloads do and how big they are.
+#[derive(Debug, Clone, Args, Serialize, Deserialize, PartialEq)]
+pub struct WorkloadOpts {
+    /// Number of worker processes (ranks).
+    #[arg(long, default_value_t = 2)]
+    pub procs: u32,
+    /// Multiplies every size and count below (e.g. 10 on a cluster, 0.01 for a smoke test).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Workloads to run, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ior-easy,ior-hard,mdtest-easy,mdtest-hard,find,rnd4k,smallfiles"
+    )]
+    pub workloads: Vec<Workload>,
+    /// I/O mode of ior-easy.
+    #[arg(long, default_value = "n-n")]
+    pub easy_mode: IoMode,
+    /// Transfer size of ior-easy in bytes.
+    #[arg(long, default_value_t = 2 * 1024 * 1024)]
+    pub easy_xfer: u64,
+    /// Bytes per rank written by ior-easy (before --scale).
+    #[arg(long, default_value_t = 48 * 1024 * 1024)]
+    pub easy_bytes: u64,
+    /// I/O mode of ior-hard.
+    #[arg(long, default_value = "n-1")]
+    pub hard_mode: IoMode,
+    /// Transfer size of ior-hard in bytes.
+    #[arg(long, default_value_t = 47008)]
+    pub hard_xfer: u64,
+    /// Transfers per rank of ior-hard (before --scale).
+    #[arg(long, default_value_t = 256)]
+    pub hard_segments: u64,
+    /// Empty files per rank of mdtest-easy (before --scale).
+    #[arg(long, default_value_t = 1000)]
+    pub md_easy_files: u64,
+    /// Files per rank of mdtest-hard (before --scale).
+    #[arg(long, default_value_t = 500)]
+    pub md_hard_files: u64,
+    /// Size of each mdtest-hard file.
+    #[arg(long, default_value_t = 3901)]
+    pub md_hard_bytes: u64,
+    /// Random 4 KiB reads per rank of rnd4k (before --scale).
+    #[arg(long, default_value_t = 2000)]
+    pub rnd4k_ops: u64,
+    /// Small files per rank of smallfiles (before --scale).
+    #[arg(long, default_value_t = 500)]
+    pub small_files: u64,
+    /// Size of each small file.
+    #[arg(long, default_value_t = 8192)]
+    pub small_bytes: u64,
+}
+
+/// How workers are launched.
+#[derive(Debug, Clone, Args)]
+pub struct LaunchOpts {
+    /// Launch the workers as MPI ranks with OpenMPI's `mpirun -np N` (same command on a cluster).
+    #[arg(long)]
+    pub mpi: bool,
+    /// Address the coordinator listens on for its workers (use 0.0.0.0:0 across nodes).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// Extra argument for mpirun (repeatable), e.g. --mpirun-arg=--oversubscribe.
+    #[arg(long = "mpirun-arg", allow_hyphen_values = true)]
+    pub mpirun_args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OutputOpts {
+    /// Write the results as JSON to this file (`-` = stdout; the table then goes to stderr).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Draw the per-phase results to this file (.svg or .png).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    IorEasy,
+    IorHard,
+    MdtestEasy,
+    MdtestHard,
+    Find,
+    Rnd4k,
+    Smallfiles,
+}
+
+/// File sharing mode of an IOR workload (DFRA's Table 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+pub enum IoMode {
+    /// N processes, N files.
+    #[value(name = "n-n")]
+    #[serde(rename = "n-n")]
+    NN,
+    /// N processes, one shared file.
+    #[value(name = "n-1")]
+    #[serde(rename = "n-1")]
+    N1,
+    /// One process does all the I/O on one file.
+    #[value(name = "1-1")]
+    #[serde(rename = "1-1")]
+    OneOne,
+}

@@ -1,0 +1,69 @@
+//! Coordinator ↔ worker protocol: newline-delimited JSON over one TCP connection per worker.
+//!
+//! worker → coordinator: `Hello` once, then per phase any number of `Progress` and one `Done`
+//! or `Failed`. coordinator → worker: `Setup` once, then `Run` per phase, then `Exit`.
+//! The coordinator sends the next `Run` only after every worker answered the previous one:
+//! that is the barrier between phases.
+
+use crate::hist::Histogram;
+use crate::plan::{Phase, Plan};
+use anyhow::Context;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::io::{BufRead, Write};
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum ToCoord {
+    Hello { rank: u32, token: String },
+    Progress { ops: u64 },
+    Done(PhaseStats),
+    Failed { error: String },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum ToWorker {
+    Setup { plan: Box<Plan> },
+    Run { phase: Phase },
+    Exit,
+}
+
+/// What one rank measured in one phase.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PhaseStats {
+    pub ops: u64,
+    pub bytes: u64,
+    /// Files matched (find phase only).
+    pub matches: u64,
+    pub latency: Histogram,
+}
+
+impl PhaseStats {
+    pub fn merge(&mut self, o: &PhaseStats) {
+        self.ops += o.ops;
+        self.bytes += o.bytes;
+        self.matches += o.matches;
+        self.latency.merge(&o.latency);
+    }
+}
+
+pub fn send<T: Serialize>(w: &mut impl Write, msg: &T) -> anyhow::Result<()> {
+    let mut line = serde_json::to_vec(msg).context("encoding a message")?;
+    line.push(b'\n');
+    w.write_all(&line)
+        .context("sending to the coordinator connection")?;
+    w.flush().context("sending to the coordinator connection")
+}
+
+/// Reads one message; Ok(None) at end of stream.
+pub fn recv<T: DeserializeOwned>(r: &mut impl BufRead) -> anyhow::Result<Option<T>> {
+    let mut line = String::new();
+    if r.read_line(&mut line)
+        .context("reading from the coordinator connection")?
+        == 0
+    {
+        return Ok(None);
+    }
+    let msg = serde_json::from_str(&line).with_context(|| format!("malformed message {line:?}"))?;
+    Ok(Some(msg))
+}

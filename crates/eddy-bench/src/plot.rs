@@ -1,0 +1,350 @@
+//! Plots: per-phase comparison of runs (horizontal bars, log scale, one panel for bandwidth
+//! phases in MiB/s and one for the others in kIOPS) and throughput against process count.
+//! The output format follows the file extension: `.svg` or `.png`.
+//!
+//! Text needs a TrueType font: `EDDY_BENCH_FONT`, else DejaVu Sans (Debian/Ubuntu package
+//! `fonts-dejavu-core`) or Liberation Sans at their usual paths.
+
+use crate::plan::{Kind, Phase};
+use crate::report::{ratio, Report};
+use anyhow::{anyhow, bail, Context};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+const FONT_CANDIDATES: [&str; 5] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
+];
+const FONT: &str = "sans-serif";
+const WIDTH: u32 = 1100;
+const ROW_HEIGHT: u32 = 34;
+const PANEL_EXTRA: u32 = 110;
+
+fn plot_err<E: std::fmt::Display>(e: E) -> anyhow::Error {
+    anyhow!("drawing failed: {e}")
+}
+
+/// Finds and registers a font once per process.
+fn ensure_font() -> anyhow::Result<()> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if let Some(p) = std::env::var_os("EDDY_BENCH_FONT") {
+            candidates.push(p.into());
+        }
+        candidates.extend(FONT_CANDIDATES.iter().map(PathBuf::from));
+        let Some((path, bytes)) = candidates
+            .iter()
+            .find_map(|p| Some((p, std::fs::read(p).ok()?)))
+        else {
+            return Err(
+                "no TrueType font found for the plot: install the package fonts-dejavu-core \
+                        (apt-get install fonts-dejavu-core) or set EDDY_BENCH_FONT to a .ttf file"
+                    .to_string(),
+            );
+        };
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        for style in [FontStyle::Normal, FontStyle::Bold] {
+            plotters::style::register_font(FONT, style, bytes)
+                .map_err(|_| format!("{} is not a usable TrueType font", path.display()))?;
+        }
+        Ok(())
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+enum Format {
+    Svg,
+    Png,
+}
+
+fn format_of(path: &Path) -> anyhow::Result<Format> {
+    match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        Some("svg") => Ok(Format::Svg),
+        Some("png") => Ok(Format::Png),
+        _ => bail!("{}: the plot file must end in .svg or .png", path.display()),
+    }
+}
+
+/// Renders `draw` to `path` at the given size, in the format the extension names.
+fn render(
+    path: &Path,
+    size: (u32, u32),
+    draw: impl Fn(&DrawingArea<SVGBackend, Shift>) -> anyhow::Result<()>,
+    draw_png: impl Fn(&DrawingArea<BitMapBackend, Shift>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    ensure_font()?;
+    match format_of(path)? {
+        Format::Svg => {
+            let root = SVGBackend::new(path, size).into_drawing_area();
+            draw(&root)?;
+            root.present().map_err(plot_err)
+        }
+        Format::Png => {
+            let root = BitMapBackend::new(path, size).into_drawing_area();
+            draw_png(&root)?;
+            root.present().map_err(plot_err)
+        }
+    }
+    .with_context(|| format!("cannot write the plot {}", path.display()))
+}
+
+fn color(i: usize) -> RGBColor {
+    const COLORS: [RGBColor; 6] = [
+        RGBColor(0x4c, 0x72, 0xb0),
+        RGBColor(0xdd, 0x84, 0x52),
+        RGBColor(0x55, 0xa8, 0x68),
+        RGBColor(0xc4, 0x4e, 0x52),
+        RGBColor(0x81, 0x72, 0xb3),
+        RGBColor(0x93, 0x78, 0x60),
+    ];
+    COLORS[i % COLORS.len()]
+}
+
+/// Phases present in the first run, split into (bandwidth, other) panels.
+fn panels(runs: &[Report]) -> (Vec<Phase>, Vec<Phase>) {
+    let phases: Vec<Phase> = runs
+        .first()
+        .map(|r| r.phases.iter().map(|p| p.phase).collect())
+        .unwrap_or_default();
+    let bw = phases
+        .iter()
+        .copied()
+        .filter(|p| p.kind() == Kind::Bw)
+        .collect();
+    let other = phases
+        .iter()
+        .copied()
+        .filter(|p| p.kind() != Kind::Bw)
+        .collect();
+    (bw, other)
+}
+
+fn value(run: &Report, phase: Phase) -> Option<f64> {
+    run.phases
+        .iter()
+        .find(|p| p.phase == phase)
+        .map(|p| p.primary())
+        .filter(|v| *v > 0.0)
+}
+
+/// Per-phase comparison of one or more runs.
+pub fn plot_runs(runs: &[Report], path: &Path, title: &str) -> anyhow::Result<()> {
+    if runs.is_empty() {
+        bail!("nothing to plot");
+    }
+    let (bw, other) = panels(runs);
+    let rows = |n: usize| n.max(1) as u32 * ROW_HEIGHT * runs.len().max(2) as u32 / 2 + PANEL_EXTRA;
+    let height = 60 + rows(bw.len()) + rows(other.len());
+    let split = 60 + rows(bw.len()) - 40;
+    let panels = (bw.as_slice(), other.as_slice());
+    render(
+        path,
+        (WIDTH, height),
+        |r| draw_runs(r, runs, title, split, panels),
+        |r| draw_runs(r, runs, title, split, panels),
+    )
+}
+
+fn draw_runs<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    runs: &[Report],
+    title: &str,
+    split: u32,
+    (bw, other): (&[Phase], &[Phase]),
+) -> anyhow::Result<()> {
+    root.fill(&WHITE).map_err(plot_err)?;
+    let root = root.titled(title, (FONT, 24)).map_err(plot_err)?;
+    let (top, bottom) = root.split_vertically(split);
+    bars(&top, runs, bw, "bandwidth phases (MiB/s, log scale)")?;
+    bars(
+        &bottom,
+        runs,
+        other,
+        "metadata and IOPS phases (kIOPS, log scale)",
+    )
+}
+
+fn bars<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    runs: &[Report],
+    phases: &[Phase],
+    caption: &str,
+) -> anyhow::Result<()> {
+    if phases.is_empty() {
+        return Ok(());
+    }
+    let values: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| phases.iter().filter_map(|p| value(r, *p)))
+        .collect();
+    let lo = values
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .min(1.0)
+        / 2.0;
+    let hi = values.iter().copied().fold(0.0, f64::max).max(lo * 10.0) * 4.0;
+    let k = phases.len();
+    let names: Vec<&str> = phases.iter().map(|p| p.name()).collect();
+    let label = |y: &f64| {
+        let i = y.round();
+        if (y - i).abs() < 1e-6 && i >= 0.0 {
+            names
+                .get(k - 1 - i as usize)
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FONT, 18))
+        .margin(12)
+        .x_label_area_size(34)
+        .y_label_area_size(170)
+        .build_cartesian_2d((lo..hi).log_scale(), -0.5f64..(k as f64 - 0.5))
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(k * 4 + 1)
+        .y_label_formatter(&label)
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(plot_err)?;
+    let n = runs.len() as f64;
+    let band = 0.8 / n;
+    for (ri, run) in runs.iter().enumerate() {
+        let c = color(ri);
+        let rects = phases.iter().enumerate().filter_map(|(pi, p)| {
+            let v = value(run, *p)?;
+            let y0 = (k - 1 - pi) as f64 + 0.4 - band * (ri as f64 + 1.0);
+            Some(Rectangle::new([(lo, y0), (v, y0 + band * 0.9)], c.filled()))
+        });
+        chart
+            .draw_series(rects)
+            .map_err(plot_err)?
+            .label(run.label.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+    }
+    if runs.len() == 2 {
+        let notes = phases.iter().enumerate().filter_map(|(pi, p)| {
+            let (a, b) = (value(&runs[0], *p)?, value(&runs[1], *p)?);
+            let r = ratio(a, b)?;
+            let y = (k - 1 - pi) as f64;
+            Some(Text::new(
+                format!("{r:.2}×"),
+                (a.max(b) * 1.15, y + 0.1),
+                (FONT, 14),
+            ))
+        });
+        chart.draw_series(notes).map_err(plot_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 14))
+        .draw()
+        .map_err(plot_err)
+}
+
+/// Throughput against process count: one line per phase, runs ordered by procs.
+pub fn plot_scale(runs: &[Report], path: &Path, title: &str) -> anyhow::Result<()> {
+    if runs.is_empty() {
+        bail!("nothing to plot");
+    }
+    let (bw, other) = panels(runs);
+    let panels = (bw.as_slice(), other.as_slice());
+    render(
+        path,
+        (WIDTH, 620),
+        |r| draw_scale(r, runs, title, panels),
+        |r| draw_scale(r, runs, title, panels),
+    )
+}
+
+fn draw_scale<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    runs: &[Report],
+    title: &str,
+    (bw, other): (&[Phase], &[Phase]),
+) -> anyhow::Result<()> {
+    root.fill(&WHITE).map_err(plot_err)?;
+    let root = root.titled(title, (FONT, 24)).map_err(plot_err)?;
+    let (left, right) = root.split_horizontally(WIDTH / 2);
+    lines(&left, runs, bw, "bandwidth (MiB/s)")?;
+    lines(&right, runs, other, "metadata and IOPS (kIOPS)")
+}
+
+fn lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    runs: &[Report],
+    phases: &[Phase],
+    caption: &str,
+) -> anyhow::Result<()> {
+    if phases.is_empty() {
+        return Ok(());
+    }
+    let values: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| phases.iter().filter_map(|p| value(r, *p)))
+        .collect();
+    let lo = values
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .min(1.0)
+        / 2.0;
+    let hi = values.iter().copied().fold(0.0, f64::max).max(lo * 10.0) * 2.0;
+    let pmax = runs.iter().map(|r| r.procs).max().unwrap_or(1).max(2);
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FONT, 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(1u32..pmax, (lo..hi).log_scale())
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("processes")
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(plot_err)?;
+    for (i, p) in phases.iter().enumerate() {
+        let c = Palette99::pick(i).to_rgba();
+        let pts: Vec<(u32, f64)> = runs
+            .iter()
+            .filter_map(|r| Some((r.procs, value(r, *p)?)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(p.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+        chart
+            .draw_series(pts.into_iter().map(|pt| Circle::new(pt, 4, c.filled())))
+            .map_err(plot_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 13))
+        .draw()
+        .map_err(plot_err)
+}

@@ -1,0 +1,374 @@
+//! Results: per-phase numbers, the IO500-style score, the human tables, the JSON file format
+//! and comparisons between runs.
+
+use crate::args::WorkloadOpts;
+use crate::msg::PhaseStats;
+use crate::plan::{Kind, Phase};
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Identifies the JSON format; bumped on incompatible changes.
+pub const FORMAT: &str = "eddy-bench/1";
+const MIB: f64 = 1024.0 * 1024.0;
+const GIB: f64 = 1024.0 * MIB;
+
+/// The content of a `--json` file: one or more runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultsFile {
+    pub format: String,
+    pub runs: Vec<Report>,
+}
+
+/// One run of the workloads on one directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub label: String,
+    /// The benchmarked directory.
+    pub target: String,
+    pub procs: u32,
+    /// Unix time the run started.
+    pub started_unix: u64,
+    pub options: WorkloadOpts,
+    pub phases: Vec<PhaseResult>,
+    pub score: Score,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseResult {
+    pub phase: Phase,
+    pub kind: Kind,
+    pub ops: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub mib_s: f64,
+    pub kiops: f64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+}
+
+impl PhaseResult {
+    pub fn new(phase: Phase, stats: &PhaseStats, seconds: f64) -> PhaseResult {
+        let secs = seconds.max(1e-9);
+        PhaseResult {
+            phase,
+            kind: phase.kind(),
+            ops: stats.ops,
+            bytes: stats.bytes,
+            seconds,
+            mib_s: stats.bytes as f64 / MIB / secs,
+            kiops: stats.ops as f64 / 1000.0 / secs,
+            p50_us: stats.latency.quantile_us(0.50),
+            p99_us: stats.latency.quantile_us(0.99),
+        }
+    }
+
+    /// The number that matters for this phase: MiB/s for bandwidth phases, else kIOPS.
+    pub fn primary(&self) -> f64 {
+        match self.kind {
+            Kind::Bw => self.mib_s,
+            _ => self.kiops,
+        }
+    }
+
+    pub fn unit(&self) -> &'static str {
+        match self.kind {
+            Kind::Bw => "MiB/s",
+            _ => "kIOPS",
+        }
+    }
+}
+
+/// IO500-style score: BW = geometric mean of the IOR phases in GiB/s, MD = geometric mean of
+/// the metadata phases in kIOPS, score = √(BW·MD). A part is None when none of its phases ran.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    pub bw_gib_s: Option<f64>,
+    pub md_kiops: Option<f64>,
+    pub score: Option<f64>,
+}
+
+pub fn geomean(values: &[f64]) -> Option<f64> {
+    if values.is_empty() || values.iter().any(|v| !(*v > 0.0)) {
+        return None;
+    }
+    Some((values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp())
+}
+
+impl Score {
+    pub fn of(phases: &[PhaseResult]) -> Score {
+        let bw: Vec<f64> = phases
+            .iter()
+            .filter(|p| p.kind == Kind::Bw)
+            .map(|p| p.bytes as f64 / GIB / p.seconds.max(1e-9))
+            .collect();
+        let md: Vec<f64> = phases
+            .iter()
+            .filter(|p| p.kind == Kind::Md)
+            .map(|p| p.kiops)
+            .collect();
+        let bw_gib_s = geomean(&bw);
+        let md_kiops = geomean(&md);
+        let score = match (bw_gib_s, md_kiops) {
+            (Some(b), Some(m)) => Some((b * m).sqrt()),
+            _ => None,
+        };
+        Score {
+            bw_gib_s,
+            md_kiops,
+            score,
+        }
+    }
+}
+
+impl ResultsFile {
+    pub fn new(runs: Vec<Report>) -> ResultsFile {
+        ResultsFile {
+            format: FORMAT.to_string(),
+            runs,
+        }
+    }
+
+    pub fn load(path: &Path) -> anyhow::Result<ResultsFile> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let f: ResultsFile = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not an eddy bench result file", path.display()))?;
+        if f.format != FORMAT {
+            bail!(
+                "{}: format {:?}, this eddy reads {FORMAT:?}",
+                path.display(),
+                f.format
+            );
+        }
+        Ok(f)
+    }
+
+    /// Writes the file, or to stdout for `-`.
+    pub fn save(&self, path: &Path) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self).context("encoding results")?;
+        if path == Path::new("-") {
+            println!("{text}");
+            return Ok(());
+        }
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or("-".to_string(), |v| format!("{v:.prec$}"))
+}
+
+/// The human table of one run.
+pub fn table(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{} — {} ({} procs)", r.label, r.target, r.procs);
+    let _ = writeln!(
+        s,
+        "{:<20} {:>10} {:>9} {:>10} {:>10} {:>8}",
+        "phase", "MiB/s", "kIOPS", "p50 µs", "p99 µs", "time s"
+    );
+    for p in &r.phases {
+        let _ = writeln!(
+            s,
+            "{:<20} {:>10.1} {:>9.2} {:>10} {:>10} {:>8.2}",
+            p.phase.name(),
+            p.mib_s,
+            p.kiops,
+            opt(p.p50_us, 1),
+            opt(p.p99_us, 1),
+            p.seconds
+        );
+    }
+    let _ = writeln!(
+        s,
+        "score: BW {} GiB/s, MD {} kIOPS, score {}",
+        opt(r.score.bw_gib_s, 3),
+        opt(r.score.md_kiops, 3),
+        opt(r.score.score, 3)
+    );
+    s
+}
+
+/// Ratio b / a, None when a is zero.
+pub fn ratio(a: f64, b: f64) -> Option<f64> {
+    (a > 0.0).then(|| b / a)
+}
+
+/// The comparison table: each phase of `a` and `b`, and the ratio b / a.
+pub fn compare_table(a: &Report, b: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} vs {} (ratio = {} / {})",
+        b.label, a.label, b.label, a.label
+    );
+    let _ = writeln!(
+        s,
+        "{:<20} {:>14} {:>14} {:>8} {:>6}",
+        "phase", a.label, b.label, "ratio", "unit"
+    );
+    for pa in &a.phases {
+        let Some(pb) = b.phases.iter().find(|p| p.phase == pa.phase) else {
+            continue;
+        };
+        let _ = writeln!(
+            s,
+            "{:<20} {:>14.2} {:>14.2} {:>8} {:>6}",
+            pa.phase.name(),
+            pa.primary(),
+            pb.primary(),
+            opt(ratio(pa.primary(), pb.primary()), 3),
+            pa.unit()
+        );
+    }
+    let rows = [
+        ("score BW (GiB/s)", a.score.bw_gib_s, b.score.bw_gib_s),
+        ("score MD (kIOPS)", a.score.md_kiops, b.score.md_kiops),
+        ("score", a.score.score, b.score.score),
+    ];
+    for (name, x, y) in rows {
+        let r = match (x, y) {
+            (Some(x), Some(y)) => ratio(x, y),
+            _ => None,
+        };
+        let _ = writeln!(
+            s,
+            "{:<20} {:>14} {:>14} {:>8}",
+            name,
+            opt(x, 3),
+            opt(y, 3),
+            opt(r, 3)
+        );
+    }
+    s
+}
+
+/// One row per phase, one column per run (e.g. per process count), primary metric.
+pub fn scale_table(runs: &[Report]) -> String {
+    let mut s = String::new();
+    let _ = write!(s, "{:<20} {:>6}", "phase", "unit");
+    for r in runs {
+        let _ = write!(s, " {:>12}", r.label);
+    }
+    s.push('\n');
+    let Some(first) = runs.first() else { return s };
+    for p in &first.phases {
+        let _ = write!(s, "{:<20} {:>6}", p.phase.name(), p.unit());
+        for r in runs {
+            let v = r
+                .phases
+                .iter()
+                .find(|q| q.phase == p.phase)
+                .map(PhaseResult::primary);
+            let _ = write!(s, " {:>12}", opt(v, 2));
+        }
+        s.push('\n');
+    }
+    let _ = write!(s, "{:<20} {:>6}", "score", "");
+    for r in runs {
+        let _ = write!(s, " {:>12}", opt(r.score.score, 3));
+    }
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hist::Histogram;
+    use std::time::Duration;
+
+    fn phase(phase: Phase, bytes: u64, ops: u64, secs: f64) -> PhaseResult {
+        let mut latency = Histogram::default();
+        latency.record(Duration::from_micros(100));
+        PhaseResult::new(
+            phase,
+            &PhaseStats {
+                ops,
+                bytes,
+                matches: 0,
+                latency,
+            },
+            secs,
+        )
+    }
+
+    #[test]
+    fn score_is_io500_arithmetic() {
+        let g = 1u64 << 30;
+        let phases = vec![
+            phase(Phase::IorEasyWrite, 4 * g, 10, 1.0),    // 4 GiB/s
+            phase(Phase::IorHardRead, g, 10, 1.0),         // 1 GiB/s
+            phase(Phase::MdtestEasyWrite, 0, 9000, 1.0),   // 9 kIOPS
+            phase(Phase::Find, 0, 1000, 1.0),              // 1 kIOPS
+            phase(Phase::Rnd4kRead, 4096, 1_000_000, 1.0), // extra: ignored
+        ];
+        let s = Score::of(&phases);
+        assert!((s.bw_gib_s.unwrap() - 2.0).abs() < 1e-9);
+        assert!((s.md_kiops.unwrap() - 3.0).abs() < 1e-9);
+        assert!((s.score.unwrap() - 6f64.sqrt()).abs() < 1e-9);
+        assert!((phases[0].mib_s - 4096.0).abs() < 1e-9);
+        assert!((phases[2].kiops - 9.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn score_parts_missing_or_zero() {
+        let only_md = Score::of(&[phase(Phase::Find, 0, 10, 1.0)]);
+        assert_eq!(only_md.bw_gib_s, None);
+        assert_eq!(only_md.score, None);
+        assert!(only_md.md_kiops.is_some());
+        assert_eq!(geomean(&[1.0, 0.0]), None);
+        assert_eq!(geomean(&[]), None);
+        assert!((geomean(&[2.0, 8.0]).unwrap() - 4.0).abs() < 1e-12);
+    }
+
+    fn report(label: &str, factor: f64) -> Report {
+        let phases = vec![
+            phase(
+                Phase::IorEasyWrite,
+                (100.0 * factor) as u64 * 1024 * 1024,
+                50,
+                1.0,
+            ),
+            phase(Phase::MdtestHardStat, 0, (2000.0 * factor) as u64, 1.0),
+        ];
+        Report {
+            label: label.into(),
+            target: "/t".into(),
+            procs: 2,
+            started_unix: 1,
+            options: crate::plan::tests_support::default_opts(),
+            score: Score::of(&phases),
+            phases,
+        }
+    }
+
+    #[test]
+    fn json_round_trip_and_format_check() {
+        let f = ResultsFile::new(vec![report("raw", 1.0), report("eddy", 0.5)]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        f.save(&path).unwrap();
+        assert_eq!(ResultsFile::load(&path).unwrap(), f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"phase\": \"ior-easy-write\""), "{text}");
+        assert!(text.contains("\"kind\": \"bw\""));
+        std::fs::write(&path, text.replace(FORMAT, "other/9")).unwrap();
+        assert!(ResultsFile::load(&path).is_err());
+    }
+
+    #[test]
+    fn compare_prints_ratios() {
+        let t = compare_table(&report("raw", 1.0), &report("eddy", 0.5));
+        let line = t.lines().find(|l| l.starts_with("ior-easy-write")).unwrap();
+        assert!(line.contains("0.500"), "{t}");
+        let line = t
+            .lines()
+            .find(|l| l.starts_with("mdtest-hard-stat"))
+            .unwrap();
+        assert!(line.contains("0.500") && line.contains("kIOPS"), "{t}");
+    }
+}

@@ -1,0 +1,198 @@
+//! `eddy bench suite`: starts a local Eddy deployment with the `eddy` command itself
+//! (`eddy start --local N --root R --mount M --state S`), runs the workloads on the mount M and
+//! on a raw directory on the same storage in the same run, prints both with ratios, and always
+//! stops the deployment (`eddy stop --state S`) and removes what it created.
+
+use crate::args::SuiteArgs;
+use crate::coord::{run_plan, RunSpec};
+use crate::plan::Plan;
+use crate::report::{self, Report};
+use anyhow::{bail, Context};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the mount may take to appear after `eddy start` returned.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default storage: tmpfs.
+const TMPFS: &str = "/dev/shm";
+
+pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
+    let base = storage_dir(a.storage.as_deref())?;
+    let root = base.path().join("root");
+    let mount = base.path().join("mnt");
+    let state = base.path().join("state");
+    let raw = base.path().join("raw");
+    for d in [&mount, &raw] {
+        std::fs::create_dir(d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    let exe = std::env::current_exe().context("cannot find the eddy program's path")?;
+    eprintln!("eddy bench suite: storage {}", base.path().display());
+    let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state)?;
+    let result = measure(&a, &mount, &raw);
+    let stopped = deployment.stop();
+    let runs = result?;
+    stopped?;
+    drop(deployment);
+    print_suite(&a, &runs);
+    crate::write_outputs(&a.out, runs, "eddy bench suite: Eddy vs raw storage")
+}
+
+/// Runs the workloads on Eddy and on raw storage; returns [raw, eddy].
+fn measure(a: &SuiteArgs, mount: &Path, raw: &Path) -> anyhow::Result<Vec<Report>> {
+    let one = |dir: &Path, label: &str| -> anyhow::Result<Report> {
+        eprintln!("eddy bench suite: {label} ({})", dir.display());
+        let plan = Plan::new(dir, &a.work, "all")?;
+        let spec = RunSpec {
+            label: label.to_string(),
+            launch: &a.launch,
+            keep: false,
+        };
+        run_plan(&plan, &spec)
+            .with_context(|| format!("benchmark on {label} ({}) failed", dir.display()))
+    };
+    if a.raw_first {
+        let r = one(raw, "raw")?;
+        Ok(vec![r, one(mount, "eddy")?])
+    } else {
+        let e = one(mount, "eddy")?;
+        Ok(vec![one(raw, "raw")?, e])
+    }
+}
+
+fn print_suite(a: &SuiteArgs, runs: &[Report]) {
+    let mut text = String::new();
+    for r in runs {
+        text.push_str(&report::table(r));
+        text.push('\n');
+    }
+    if let [raw, eddy] = runs {
+        text.push_str(&report::compare_table(raw, eddy));
+    }
+    crate::human(a.out.json.as_deref(), &text);
+}
+
+fn storage_dir(given: Option<&Path>) -> anyhow::Result<tempfile::TempDir> {
+    let parent = match given {
+        Some(d) => d.to_path_buf(),
+        None if Path::new(TMPFS).is_dir() => PathBuf::from(TMPFS),
+        None => std::env::temp_dir(),
+    };
+    tempfile::Builder::new()
+        .prefix("eddy-bench-suite.")
+        .tempdir_in(&parent)
+        .with_context(|| {
+            format!(
+                "cannot create a directory in {} (missing or not writable?)",
+                parent.display()
+            )
+        })
+}
+
+/// A running local deployment; stopped on drop if not stopped explicitly.
+struct Deployment {
+    exe: PathBuf,
+    state: PathBuf,
+    mount: PathBuf,
+    running: bool,
+}
+
+impl Deployment {
+    fn start(
+        exe: &Path,
+        daemons: u32,
+        root: &Path,
+        mount: &Path,
+        state: &Path,
+    ) -> anyhow::Result<Deployment> {
+        let mut d = Deployment {
+            exe: exe.into(),
+            state: state.into(),
+            mount: mount.into(),
+            running: true,
+        };
+        let out = Command::new(exe)
+            .arg("start")
+            .arg("--local")
+            .arg(daemons.to_string())
+            .arg("--root")
+            .arg(root)
+            .arg("--mount")
+            .arg(mount)
+            .arg("--state")
+            .arg(state)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {} start", exe.display()))?;
+        if !out.status.success() {
+            // Whatever was started must go.
+            let _ = d.stop();
+            bail!(
+                "eddy start failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        wait_mounted(mount)?;
+        d.running = true;
+        Ok(d)
+    }
+
+    fn stop(&mut self) -> anyhow::Result<()> {
+        if !self.running {
+            return Ok(());
+        }
+        self.running = false;
+        let out = Command::new(&self.exe)
+            .arg("stop")
+            .arg("--state")
+            .arg(&self.state)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {} stop", self.exe.display()))?;
+        if !out.status.success() {
+            bail!(
+                "eddy stop failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        if is_mountpoint(&self.mount) {
+            bail!("{} is still mounted after eddy stop", self.mount.display());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Deployment {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("warning: {e:#}");
+        }
+    }
+}
+
+/// True if `p` is on another device than its parent (a mount point).
+fn is_mountpoint(p: &Path) -> bool {
+    let parent = p.parent().unwrap_or(p);
+    match (std::fs::metadata(p), std::fs::metadata(parent)) {
+        (Ok(a), Ok(b)) => a.dev() != b.dev(),
+        _ => false,
+    }
+}
+
+fn wait_mounted(mount: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + MOUNT_TIMEOUT;
+    while !is_mountpoint(mount) {
+        if Instant::now() > deadline {
+            bail!(
+                "eddy start succeeded but {} is not mounted after {MOUNT_TIMEOUT:?}",
+                mount.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
