@@ -72,10 +72,10 @@ fn random_io_matches_the_model() {
     let cl = Cluster::start_with(3, Config { chunk_size: CHUNK, ..common::test_config() });
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(cl.client());
-    let mut case = 0u64;
+    let case = std::sync::atomic::AtomicU64::new(0);
     proptest!(ProptestConfig { cases: 48, ..ProptestConfig::default() }, |(ops in proptest::collection::vec(op(), 1..25))| {
-        case += 1;
-        let path = format!("/case{case}");
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = format!("/case{n}");
         rt.block_on(run(&c, &path, &ops))?;
     });
 }

@@ -158,3 +158,95 @@ pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
 pub fn errno<T: std::fmt::Debug>(r: Result<T, eddy_client::Errno>) -> i32 {
     r.expect_err("expected an error").errno
 }
+
+/// A cluster with a real FUSE mount served by `eddy mount --foreground`.
+pub struct Mounted {
+    pub mnt: tempfile::TempDir,
+    child: Option<Child>,
+    // Dropped after the mount is gone.
+    pub cluster: Cluster,
+}
+
+impl Mounted {
+    /// `None` (with a message) where FUSE is unavailable.
+    pub fn start(n: usize) -> Option<Mounted> {
+        Mounted::start_with(n, test_config())
+    }
+
+    pub fn start_with(n: usize, config: Config) -> Option<Mounted> {
+        if !Path::new("/dev/fuse").exists() {
+            eprintln!("skipped: /dev/fuse is missing");
+            return None;
+        }
+        let cluster = Cluster::start_with(n, config);
+        let mnt = tempfile::tempdir().expect("mountpoint");
+        let log = std::fs::File::create(cluster.dir.path().join("mount.log")).expect("log");
+        let child = Command::new(EDDY)
+            .arg("mount")
+            .arg("--state")
+            .arg(cluster.dir.path())
+            .arg(mnt.path())
+            .arg("--foreground")
+            .arg("--allow-other")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn eddy mount");
+        let m = Mounted { mnt, child: Some(child), cluster };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_mountpoint(m.mnt.path()) {
+            let log = std::fs::read_to_string(m.cluster.dir.path().join("mount.log")).unwrap_or_default();
+            assert!(Instant::now() < deadline, "mount did not appear: {log}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(m)
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.path().join(rel.trim_start_matches('/'))
+    }
+
+    /// Runs a shell command with the mount as working directory; returns (status ok, stdout, stderr).
+    pub fn sh(&self, script: &str) -> (bool, String, String) {
+        let out = Command::new("sh").arg("-c").arg(script).current_dir(self.mnt.path()).output().expect("sh");
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    /// Like `sh`, but the command must succeed.
+    pub fn ok(&self, script: &str) -> String {
+        let (ok, out, err) = self.sh(script);
+        assert!(ok, "`{script}` failed: {err}");
+        out
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3").arg("-u").arg(self.mnt.path()).stderr(Stdio::null()).status();
+        if is_mountpoint(self.mnt.path()) {
+            let _ = Command::new("umount").arg("-l").arg(self.mnt.path()).stderr(Stdio::null()).status();
+        }
+        if let Some(mut c) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Whether `p` is a mount point, from /proc/self/mountinfo.
+pub fn is_mountpoint(p: &Path) -> bool {
+    let Ok(canon) = p.canonicalize() else { return false };
+    let want = canon.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+}
