@@ -55,7 +55,7 @@ pub struct StartArgs {
     pub root: PathBuf,
     /// Launcher command template for remote daemons; `{host}` is the host name and `{cmd}`
     /// the daemon command line (default `ssh {host} {cmd}`, or srun with --slurm).
-    #[arg(long, value_name = "TEMPLATE")]
+    #[arg(long, value_name = "TEMPLATE", conflicts_with = "local")]
     pub launcher: Option<String>,
     /// Mount the namespace here once the daemons are ready.
     #[arg(long, value_name = "MNT")]
@@ -73,7 +73,7 @@ pub struct StartArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// TCP port remote daemons listen on (default: the configuration's `port`).
-    #[arg(long, value_name = "PORT")]
+    #[arg(long, value_name = "PORT", conflicts_with = "local")]
     pub listen_port: Option<u16>,
 }
 

@@ -368,3 +368,137 @@ fn mount_and_umount_commands() {
     ok(&["stop", "--state", s(&state)]);
     assert!(!is_mounted(&mnt));
 }
+
+fn write_script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_daemon_that_dies_at_start_fails_start_with_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("fake-eddyd");
+    write_script(&fake, "echo 'disk on fire' >&2\nexit 3");
+    let root = dir.path().join("r");
+    let out = Command::new(EDDY)
+        .args(["start", "--local", "2", "--root", s(&root)])
+        .env("EDDY_DAEMON_BIN", &fake)
+        .env_remove("EDDY_STATE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("exited") && err.contains("disk on fire"),
+        "{err}"
+    );
+    assert!(
+        !root.join("deployment.toml").exists(),
+        "a failed start wrote a deployment"
+    );
+    // Nothing is left to stop.
+    let out = ok(&["stop", "--state", s(&root)]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing is running"));
+}
+
+/// A TCP port nobody listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_failing_launcher_fails_start_with_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "node0 127.0.0.1\n").unwrap();
+    let launcher = dir.path().join("launch");
+    write_script(&launcher, "echo \"no route to $1\" >&2\nexit 255");
+    let state = dir.path().join("state");
+    let template = format!("{} {{host}} {{cmd}}", launcher.display());
+    let port = free_port().to_string();
+    let err = fails(&[
+        "start",
+        "--hosts",
+        s(&hosts),
+        "--launcher",
+        &template,
+        "--root",
+        s(&dir.path().join("{host}")),
+        "--state",
+        s(&state),
+        "--listen-port",
+        &port,
+    ]);
+    assert!(
+        err.contains("launcher of daemon 0 on node0") && err.contains("no route to node0"),
+        "{err}"
+    );
+    assert!(!state.join("deployment.toml").exists());
+
+    let err = fails(&[
+        "start",
+        "--local",
+        "1",
+        "--root",
+        s(dir.path()),
+        "--launcher",
+        "x {cmd}",
+    ]);
+    assert!(
+        err.contains("--launcher") && err.contains("--local"),
+        "{err}"
+    );
+}
+
+#[test]
+fn slurm_start_takes_hosts_from_scontrol() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    // A stand-in for Slurm's scontrol: one node, the loopback address.
+    write_script(
+        &bin.join("scontrol"),
+        "[ \"$1 $2 $3\" = 'show hostnames n[1]' ] || exit 1\necho 127.0.0.1",
+    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let state = dir.path().join("state");
+    let _guard = StopGuard(state.clone());
+    let port = free_port().to_string();
+    let out = Command::new(EDDY)
+        .args([
+            "start",
+            "--slurm",
+            "--launcher",
+            "{cmd}",
+            "--listen-port",
+            &port,
+            "--state",
+            s(&state),
+        ])
+        .args(["--root", s(&dir.path().join("root-{id}"))])
+        .env("EDDY_DAEMON_BIN", EDDYD)
+        .env("PATH", path)
+        .env("SLURM_JOB_NODELIST", "n[1]")
+        .env("SLURM_JOB_ID", "4242")
+        .env_remove("EDDY_STATE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    assert_eq!(dep.name, "4242", "the Slurm job id names the deployment");
+    assert_eq!(dep.daemons.len(), 1);
+    assert_eq!(dep.daemons[0].addr, format!("127.0.0.1:{port}"));
+    assert_eq!(dep.daemons[0].root, dir.path().join("root-0"));
+    let (up, v) = status_json(&state);
+    assert!(up, "{v}");
+    ok(&["stop", "--state", s(&state)]);
+    assert!(pids_gone(&state));
+
+    let err = fails(&["start", "--slurm", "--root", s(dir.path())]);
+    assert!(err.contains("SLURM_JOB_NODELIST"), "{err}");
+}
