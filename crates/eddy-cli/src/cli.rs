@@ -24,7 +24,7 @@ pub enum Command {
     /// Unmount a mount point made by `eddy mount`.
     Umount(UmountArgs),
     /// Run IO500-shaped benchmarks on a directory.
-    Bench(BenchPending),
+    Bench(eddy_bench::BenchArgs),
     /// Low-level helpers that talk to the deployment through the client library.
     #[command(hide = true, subcommand)]
     Debug(DebugCommand),
@@ -128,9 +128,3 @@ pub enum DebugCommand {
     },
 }
 
-/// Arguments of `eddy bench` until the bench crate exposes its own.
-#[derive(Debug, Args)]
-pub struct BenchPending {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub args: Vec<String>,
-}

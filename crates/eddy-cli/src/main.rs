@@ -41,7 +41,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Status(args) => status::status(args),
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),
-        Command::Bench(_) => anyhow::bail!("eddy bench is not available in this build yet"),
+        Command::Bench(args) => eddy_bench::run(args),
         Command::Debug(cmd) => debug::debug(cmd),
     }
 }
