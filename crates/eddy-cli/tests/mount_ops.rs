@@ -34,7 +34,7 @@ fn coreutils_work_on_the_mount() {
     assert!(ls.contains("small.txt") && ls.contains("link -> b/big.bin") && ls.contains("11 "), "{ls}");
     let found = m.ok("find tree -type f | sort");
     assert_eq!(found, "tree/a/b/big.bin\ntree/a/small.txt\n");
-    assert_eq!(m.ok("find tree -name '*.txt' -size -1k").trim(), "tree/a/small.txt");
+    assert_eq!(m.ok("find tree -name '*.txt' -size -2k").trim(), "tree/a/small.txt");
     let du: u64 = m.ok("du -sk tree").split_whitespace().next().unwrap().parse().unwrap();
     assert!(du >= 3072, "du reports {du} KiB for 3 MiB of data");
     m.ok("dd if=/dev/zero of=dd.bin bs=1M count=4 status=none");
