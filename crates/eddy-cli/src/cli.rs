@@ -127,4 +127,3 @@ pub enum DebugCommand {
         local: PathBuf,
     },
 }
-

@@ -68,7 +68,7 @@ fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
                 .map(|(id, r)| (id, r.map_err(|e| e.to_string())))
                 .collect(),
             Err(e) => {
-                let msg = format!("cannot connect: {e}");
+                let msg = format!("no client could connect (the daemon holding the namespace root may be down): {e}");
                 dep.daemons
                     .iter()
                     .map(|d| (d.id, Err(msg.clone())))

@@ -23,7 +23,7 @@ pub fn stop(args: StateArgs) -> Result<()> {
     problems.extend(
         killed
             .into_iter()
-            .map(|p| format!("{p} did not exit in time and was killed")),
+            .map(|p| format!("{p} did not exit after shutdown and was signalled")),
     );
     state.mark_stopped()?;
     for p in &problems {
