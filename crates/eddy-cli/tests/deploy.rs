@@ -172,6 +172,9 @@ fn start_status_stop_local_deployment() {
         "{}",
         text(&out)
     );
+    // Every daemon acknowledged the shutdown and exited without being signalled.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("warning"), "{}", text(&out));
     assert!(
         procs.iter().all(|&p| !alive(p)),
         "daemons still run after stop"
