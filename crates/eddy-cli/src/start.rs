@@ -33,6 +33,45 @@ struct Plan {
     secret: String,
 }
 
+impl Plan {
+    fn deployment(&self, daemons: Vec<DaemonEntry>) -> Deployment {
+        Deployment {
+            name: self.name.clone(),
+            secret: self.secret.clone(),
+            config: self.config.clone(),
+            daemons,
+        }
+    }
+}
+
+/// Processes spawned by a start in progress; all are killed if the start fails.
+#[derive(Default)]
+struct Spawned {
+    children: Vec<Child>,
+    recorded: Vec<RecordedProcess>,
+}
+
+impl Spawned {
+    fn push(&mut self, label: String, child: Child) {
+        self.recorded.push(procs::record(label, &child));
+        self.children.push(child);
+    }
+
+    /// On success records the processes and saves the deployment; on any failure kills
+    /// every spawned process, so a failed start leaves nothing running.
+    fn commit(mut self, plan: &Plan, result: Result<Deployment>) -> Result<Deployment> {
+        let saved = result.and_then(|dep| {
+            plan.state.write_pids(&self.recorded)?;
+            plan.state.save_deployment(&dep)?;
+            Ok(dep)
+        });
+        if saved.is_err() {
+            procs::kill_children(&mut self.children);
+        }
+        saved
+    }
+}
+
 pub fn start(args: StartArgs) -> Result<()> {
     let state = start_state_dir(&args)?;
     if state.has_deployment() {
@@ -148,49 +187,30 @@ fn start_local(plan: &Plan, n: u32, root: &Path) -> Result<Deployment> {
     }
     let root = absolute(root);
     create_root(&root)?;
-    let bin = procs::daemon_binary();
-    let mut children = Vec::new();
-    let mut recorded = Vec::new();
-    let result = spawn_and_wait_local(plan, n, &root, &bin, &mut children, &mut recorded);
-    match result {
-        Ok(dep) => {
-            plan.state.write_pids(&recorded)?;
-            plan.state.save_deployment(&dep)?;
-            Ok(dep)
-        }
-        Err(e) => {
-            procs::kill_children(&mut children);
-            Err(e)
-        }
-    }
+    let mut spawned = Spawned::default();
+    let result = spawn_and_wait_local(plan, n, &root, &mut spawned);
+    spawned.commit(plan, result)
 }
 
 fn spawn_and_wait_local(
     plan: &Plan,
     n: u32,
     root: &Path,
-    bin: &Path,
-    children: &mut Vec<Child>,
-    recorded: &mut Vec<RecordedProcess>,
+    spawned: &mut Spawned,
 ) -> Result<Deployment> {
+    let bin = procs::daemon_binary();
     let mut roots = Vec::new();
     for id in 0..n {
         let droot = root.join(format!("d{id}"));
         create_root(&droot)?;
         remove_stale(&eddy_daemon::ready_path(&droot))?;
         let args = local_daemon_args(plan, &droot, id);
-        let child = procs::spawn_detached(bin, &args, &plan.state.daemon_log(id))?;
-        recorded.push(procs::record(format!("daemon-{id}"), &child));
-        children.push(child);
+        let child = procs::spawn_detached(&bin, &args, &plan.state.daemon_log(id))?;
+        spawned.push(format!("daemon-{id}"), child);
         roots.push(droot);
     }
-    let daemons = wait_ready_files(plan, &roots, children)?;
-    let dep = Deployment {
-        name: plan.name.clone(),
-        secret: plan.secret.clone(),
-        config: plan.config.clone(),
-        daemons,
-    };
+    let daemons = wait_ready_files(plan, &roots, &mut spawned.children)?;
+    let dep = plan.deployment(daemons);
     verify(&dep)?;
     Ok(dep)
 }
@@ -436,52 +456,43 @@ fn start_remote(
     launcher: &str,
     port: u16,
 ) -> Result<Deployment> {
+    let mut spawned = Spawned::default();
+    let result = launch_remote(plan, hosts, root, launcher, port, &mut spawned);
+    spawned.commit(plan, result)
+}
+
+fn launch_remote(
+    plan: &Plan,
+    hosts: &[HostLine],
+    root: &Path,
+    launcher: &str,
+    port: u16,
+    spawned: &mut Spawned,
+) -> Result<Deployment> {
     let root_template = absolute(root).to_string_lossy().into_owned();
     let bin = procs::daemon_binary();
     let mut daemons = Vec::new();
-    let mut children = Vec::new();
-    let mut recorded = Vec::new();
-    let result = (|| -> Result<Deployment> {
-        for (i, host) in hosts.iter().enumerate() {
-            let id = to_id(i)?;
-            let droot = PathBuf::from(fill(&root_template, &host.name, id));
-            let cmd = remote_daemon_cmd(plan, &bin, &droot, id, host, port);
-            let argv = launcher_argv(launcher, &host.name, id, &cmd)?;
-            let (program, rest) = argv.split_first().context("empty launcher template")?;
-            let child =
-                procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;
-            recorded.push(procs::record(format!("launcher-{id}"), &child));
-            children.push(child);
-            let addr = listen_addr(&host.address, port);
-            daemons.push(DaemonEntry {
-                id,
-                host: host.name.clone(),
-                addr,
-                socket: None,
-                root: droot,
-            });
-        }
-        let dep = Deployment {
-            name: plan.name.clone(),
-            secret: plan.secret.clone(),
-            config: plan.config.clone(),
-            daemons,
-        };
-        dep.validate().context("the deployment is not valid")?;
-        wait_serving(plan, &dep, &mut children)?;
-        Ok(dep)
-    })();
-    match result {
-        Ok(dep) => {
-            plan.state.write_pids(&recorded)?;
-            plan.state.save_deployment(&dep)?;
-            Ok(dep)
-        }
-        Err(e) => {
-            procs::kill_children(&mut children);
-            Err(e)
-        }
+    for (i, host) in hosts.iter().enumerate() {
+        let id = to_id(i)?;
+        let droot = PathBuf::from(fill(&root_template, &host.name, id));
+        let cmd = remote_daemon_cmd(plan, &bin, &droot, id, host, port);
+        let argv = launcher_argv(launcher, &host.name, id, &cmd)?;
+        let (program, rest) = argv.split_first().context("empty launcher template")?;
+        let child = procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;
+        spawned.push(format!("launcher-{id}"), child);
+        let addr = listen_addr(&host.address, port);
+        daemons.push(DaemonEntry {
+            id,
+            host: host.name.clone(),
+            addr,
+            socket: None,
+            root: droot,
+        });
     }
+    let dep = plan.deployment(daemons);
+    dep.validate().context("the deployment is not valid")?;
+    wait_serving(plan, &dep, &mut spawned.children)?;
+    Ok(dep)
 }
 
 /// Waits until a client reaches every daemon, failing early if a launcher fails.
