@@ -72,6 +72,16 @@ impl Spawned {
     }
 }
 
+/// Where the daemons run, resolved from the arguments before anything is started.
+enum Placement {
+    Local(u32),
+    Remote {
+        hosts: Vec<HostLine>,
+        launcher: String,
+        port: u16,
+    },
+}
+
 pub fn start(args: StartArgs) -> Result<()> {
     let state = start_state_dir(&args)?;
     if state.has_deployment() {
@@ -82,6 +92,10 @@ pub fn start(args: StartArgs) -> Result<()> {
         );
     }
     let config = start_config(&args)?;
+    let placement = placement(&args, &config)?;
+    if let Some(mnt) = &args.mount {
+        crate::mounts::mount_target(mnt)?;
+    }
     let name = args
         .name
         .clone()
@@ -96,21 +110,13 @@ pub fn start(args: StartArgs) -> Result<()> {
     };
     plan.state.write_secret(&plan.secret)?;
     plan.state.write_config(&plan.config)?;
-    let dep = if let Some(n) = args.local {
-        start_local(&plan, n, &args.root)?
-    } else {
-        let hosts = match &args.hosts {
-            Some(file) => read_hosts_file(file)?,
-            None => slurm_hosts()?,
-        };
-        let default_launcher = if args.slurm {
-            SRUN_LAUNCHER
-        } else {
-            SSH_LAUNCHER
-        };
-        let launcher = args.launcher.as_deref().unwrap_or(default_launcher);
-        let port = args.listen_port.unwrap_or(plan.config.port);
-        start_remote(&plan, &hosts, &args.root, launcher, port)?
+    let dep = match &placement {
+        Placement::Local(n) => start_local(&plan, *n, &args.root)?,
+        Placement::Remote {
+            hosts,
+            launcher,
+            port,
+        } => start_remote(&plan, hosts, &args.root, launcher, *port)?,
     };
     println!(
         "eddy: deployment {:?} started: {} daemons; state in {}",
@@ -119,17 +125,51 @@ pub fn start(args: StartArgs) -> Result<()> {
         plan.state.dir().display()
     );
     if let Some(mnt) = &args.mount {
-        crate::mount::mount_background(&plan.state, mnt, false, start_bound(&plan.config))
-            .with_context(|| {
-                format!(
+        mount_after_start(&plan, mnt)?;
+    }
+    Ok(())
+}
+
+fn placement(args: &StartArgs, config: &Config) -> Result<Placement> {
+    if let Some(n) = args.local {
+        if n == 0 {
+            bail!("--local 0: a deployment needs at least one daemon (use --local N with N >= 1)");
+        }
+        return Ok(Placement::Local(n));
+    }
+    let hosts = match &args.hosts {
+        Some(file) => read_hosts_file(file)?,
+        None => slurm_hosts()?,
+    };
+    let default_launcher = if args.slurm {
+        SRUN_LAUNCHER
+    } else {
+        SSH_LAUNCHER
+    };
+    let launcher = args
+        .launcher
+        .clone()
+        .unwrap_or_else(|| default_launcher.to_string());
+    launcher_argv(&launcher, "", 0, &[])?;
+    let port = args.listen_port.unwrap_or(config.port);
+    Ok(Placement::Remote {
+        hosts,
+        launcher,
+        port,
+    })
+}
+
+fn mount_after_start(plan: &Plan, mnt: &Path) -> Result<()> {
+    crate::mount::mount_background(&plan.state, mnt, false, start_bound(&plan.config))
+        .with_context(|| {
+            format!(
                 "the daemons are running but mounting failed; retry `eddy mount --state {0} {1}` \
                  or stop them with `eddy stop --state {0}`",
                 plan.state.dir().display(),
                 mnt.display()
             )
-            })?;
-        println!("eddy: mounted on {}", mnt.display());
-    }
+        })?;
+    println!("eddy: mounted on {}", mnt.display());
     Ok(())
 }
 
@@ -182,9 +222,6 @@ fn create_root(root: &Path) -> Result<()> {
 // ---------------------------------------------------------------- local daemons
 
 fn start_local(plan: &Plan, n: u32, root: &Path) -> Result<Deployment> {
-    if n == 0 {
-        bail!("--local 0: a deployment needs at least one daemon (use --local N with N >= 1)");
-    }
     let root = absolute(root);
     create_root(&root)?;
     let mut spawned = Spawned::default();

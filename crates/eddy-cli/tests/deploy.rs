@@ -297,7 +297,24 @@ fn bad_arguments_name_the_problem() {
     std::fs::write(&hosts, "# nothing\n").unwrap();
     let err = fails(&["start", "--hosts", s(&hosts), "--root", s(&root)]);
     assert!(err.contains("lists no hosts"), "{err}");
-    assert!(!root.join("deployment.toml").exists());
+
+    let missing = dir.path().join("no-such-mnt");
+    let err = fails(&[
+        "start",
+        "--local",
+        "1",
+        "--root",
+        s(&root),
+        "--mount",
+        s(&missing),
+    ]);
+    assert!(
+        err.contains(s(&missing)) && err.contains("create the directory"),
+        "{err}"
+    );
+
+    // Arguments are checked before anything is created or started.
+    assert!(!root.exists(), "a refused start created {}", root.display());
 }
 
 fn is_mounted(mnt: &Path) -> bool {
