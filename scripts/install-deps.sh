@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what building and testing Eddy needs on a fresh Debian machine. Idempotent.
+set -euo pipefail
+
+PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# FUSE: let mounts made with allow_other work for non-root users too.
+if [ -w /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
+  echo user_allow_other >> /etc/fuse.conf
+fi
+
+# Rust: the workspace needs a toolchain of 1.90 or newer (fjall's minimum).
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo not found. Install Rust 1.90 or newer (https://rustup.rs) and run this again." >&2
+  exit 1
+fi
+ver=$(rustc --version | awk '{print $2}')
+if [ "$(printf '%s\n1.90.0\n' "$ver" | sort -V | head -1)" != "1.90.0" ]; then
+  echo "error: rustc $ver is too old; Eddy needs 1.90 or newer (rustup update)." >&2
+  exit 1
+fi
