@@ -149,6 +149,8 @@ fn check_target(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
     if st.f_blocks == 0 {
         return Ok(()); // the file system does not report its size
     }
+    // The statvfs field types differ between platforms; on 64-bit Linux they are u64.
+    #[allow(clippy::useless_conversion)]
     let avail = u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize));
     let needed = plan.space_needed();
     if avail < needed {

@@ -55,7 +55,7 @@ pub fn fill(buf: &mut [u8], key: u64, offset: u64) {
     let mut seed = block_seed(key, w);
     let mut chunks = buf[pos..].chunks_exact_mut(8);
     for c in &mut chunks {
-        if w % WORDS_PER_BLOCK == 0 {
+        if w.is_multiple_of(WORDS_PER_BLOCK) {
             seed = block_seed(key, w);
         }
         c.copy_from_slice(&word(seed, w));

@@ -195,7 +195,7 @@ fn bars<DB: DrawingBackend>(
         .fold(f64::INFINITY, f64::min)
         .min(1.0)
         / 2.0;
-    let hi = values.iter().copied().fold(0.0, f64::max).max(lo * 10.0) * 4.0;
+    let hi = values.iter().copied().fold(0.0, f64::max).max(lo * 10.0) * 6.0;
     let k = phases.len();
     let names: Vec<&str> = phases.iter().map(|p| p.name()).collect();
     let label = |y: &f64| {

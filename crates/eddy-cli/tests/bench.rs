@@ -1,0 +1,604 @@
+//! `eddy bench`: every workload at a tiny size on a plain directory, verification failures on
+//! corrupted data, errors for bad targets, JSON/compare/plots, and runs on a real Eddy mount.
+//! No test looks at a speed.
+
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const EDDY: &str = env!("CARGO_BIN_EXE_eddy");
+/// Makes every size tiny.
+const TINY: &str = "0.02";
+
+fn eddy(args: &[&str]) -> Output {
+    Command::new(EDDY)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run eddy")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = eddy(args);
+    assert!(
+        out.status.success(),
+        "eddy {args:?} failed:\n{}",
+        text(&out)
+    );
+    out
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = eddy(args);
+    assert!(
+        !out.status.success(),
+        "eddy {args:?} should fail:\n{}",
+        text(&out)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn load(p: &Path) -> Value {
+    serde_json::from_str(&fs::read_to_string(p).expect("json file")).expect("valid json")
+}
+
+/// Phase names of run `i` of a result file, checking every phase did some work.
+fn phases(v: &Value, i: usize) -> Vec<String> {
+    let run = &v["runs"][i];
+    run["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .map(|p| {
+            let name = p["phase"].as_str().expect("phase name").to_string();
+            assert!(
+                p["ops"].as_u64().expect("ops") > 0,
+                "{name} did nothing: {p}"
+            );
+            assert!(p["seconds"].as_f64().expect("seconds") >= 0.0);
+            name
+        })
+        .collect()
+}
+
+fn empty(dir: &Path) -> bool {
+    fs::read_dir(dir).expect("readdir").next().is_none()
+}
+
+/// Runs one workload selection on `dir` and returns the phases it reported.
+fn run_workloads(dir: &Path, workloads: &str, extra: &[&str]) -> Vec<String> {
+    let json = dir.join("../r.json");
+    let json = json.to_str().expect("utf-8");
+    let mut args = vec![
+        "bench",
+        "run",
+        s(dir),
+        "--scale",
+        TINY,
+        "--workloads",
+        workloads,
+        "--json",
+        json,
+    ];
+    args.extend_from_slice(extra);
+    let out = ok(&args);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("phase") && table.contains("score"),
+        "no table:\n{table}"
+    );
+    let v = load(Path::new(json));
+    assert_eq!(v["format"], "eddy-bench/1");
+    assert!(
+        empty(dir),
+        "work directory left behind in {}",
+        dir.display()
+    );
+    phases(&v, 0)
+}
+
+#[test]
+fn each_workload_runs_and_cleans_up_on_a_plain_directory() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("target");
+    fs::create_dir(&dir).unwrap();
+    let cases: [(&str, &[&str], &[&str]); 7] = [
+        ("ior-easy", &[], &["ior-easy-write", "ior-easy-read"]),
+        ("ior-hard", &[], &["ior-hard-write", "ior-hard-read"]),
+        (
+            "mdtest-easy",
+            &[],
+            &[
+                "mdtest-easy-write",
+                "mdtest-easy-stat",
+                "mdtest-easy-delete",
+            ],
+        ),
+        (
+            "mdtest-hard",
+            &[],
+            &[
+                "mdtest-hard-write",
+                "mdtest-hard-stat",
+                "mdtest-hard-read",
+                "mdtest-hard-delete",
+            ],
+        ),
+        // find needs something to walk: mdtest-hard with enough files to match "01".
+        ("mdtest-hard,find", &["--md-hard-files", "6000"], &["find"]),
+        ("ior-easy,rnd4k", &[], &["rnd4k-read"]),
+        ("smallfiles", &[], &["smallfiles-write", "smallfiles-read"]),
+    ];
+    for (workloads, extra, want) in cases {
+        let got = run_workloads(&dir, workloads, extra);
+        for w in want {
+            assert!(
+                got.iter().any(|g| g == w),
+                "{workloads}: phase {w} missing from {got:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ior_modes_n1_nn_and_1_1() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("target");
+    fs::create_dir(&dir).unwrap();
+    for (easy, hard) in [("n-1", "n-n"), ("1-1", "1-1"), ("n-n", "n-1")] {
+        let got = run_workloads(
+            &dir,
+            "ior-easy,ior-hard,rnd4k",
+            &[
+                "--procs",
+                "3",
+                "--easy-mode",
+                easy,
+                "--hard-mode",
+                hard,
+                "--easy-xfer",
+                "65536",
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                "ior-easy-write",
+                "ior-hard-write",
+                "ior-easy-read",
+                "rnd4k-read",
+                "ior-hard-read"
+            ]
+        );
+    }
+}
+
+/// Writes with `--phases write`, lets `damage` alter the kept files, then expects
+/// `--phases read` to fail with `expect` in its message, to print no score, and to clean up.
+fn corrupt_between_phases(workloads: &str, damage: impl Fn(&Path), expect: &str) {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path();
+    let common = ["--scale", TINY, "--workloads", workloads];
+    let mut write = vec!["bench", "run", s(dir), "--phases", "write"];
+    write.extend_from_slice(&common);
+    ok(&write);
+    let work = dir.join("eddy-bench.work");
+    assert!(work.is_dir(), "--phases write must keep its files");
+    // A read run with other options is refused before reading anything.
+    let mut other = vec!["bench", "run", s(dir), "--phases", "read", "--procs", "3"];
+    other.extend_from_slice(&common);
+    assert!(fails(&other).contains("other options"));
+    assert!(work.is_dir());
+
+    damage(&work);
+    let mut read = vec!["bench", "run", s(dir), "--phases", "read"];
+    read.extend_from_slice(&common);
+    let out = eddy(&read);
+    assert!(
+        !out.status.success(),
+        "corrupted data was accepted:\n{}",
+        text(&out)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(expect), "expected {expect:?} in:\n{err}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("score"),
+        "a score was printed:\n{}",
+        text(&out)
+    );
+    assert!(
+        !work.exists(),
+        "work directory left behind after the failure"
+    );
+}
+
+fn flip_byte(path: &Path, offset: u64) {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset).unwrap();
+    f.write_all_at(&[b[0] ^ 0x01], offset).unwrap();
+}
+
+#[test]
+fn a_flipped_byte_fails_the_ior_read() {
+    corrupt_between_phases(
+        "ior-easy",
+        |work| flip_byte(&work.join("ior-easy/file.1"), 12345),
+        "data mismatch at file offset 12345",
+    );
+}
+
+#[test]
+fn a_flipped_byte_fails_the_shared_file_read() {
+    corrupt_between_phases(
+        "ior-hard",
+        |work| flip_byte(&work.join("ior-hard/shared"), 47008 + 7),
+        "verification failed",
+    );
+}
+
+#[test]
+fn a_truncated_small_file_fails_the_mdtest_read() {
+    corrupt_between_phases(
+        "mdtest-hard",
+        |work| {
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .open(work.join("mdt-hard/f.1.3"))
+                .unwrap();
+            f.set_len(100).unwrap();
+        },
+        "expected a regular file of 3901 bytes",
+    );
+}
+
+#[test]
+fn a_missing_entry_fails_find() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path();
+    let args = [
+        "--workloads",
+        "mdtest-hard,find",
+        "--md-hard-files",
+        "150",
+        "--procs",
+        "2",
+    ];
+    let mut write = vec!["bench", "run", s(dir), "--phases", "write"];
+    write.extend_from_slice(&args);
+    ok(&write);
+    // f.0.101 matches find's criteria (name contains "01", 3901 bytes, new).
+    fs::remove_file(dir.join("eddy-bench.work/mdt-hard/f.0.101")).unwrap();
+    let mut find = vec!["bench", "run", s(dir), "--phases", "find"];
+    find.extend_from_slice(&args);
+    let err = fails(&find);
+    assert!(err.contains("find matched"), "{err}");
+}
+
+#[test]
+fn bad_targets_give_clear_errors() {
+    let base = tempfile::tempdir().unwrap();
+    let missing = base.path().join("nope");
+    let err = fails(&["bench", "run", s(&missing), "--scale", TINY]);
+    assert!(err.contains("does not exist"), "{err}");
+
+    let file = base.path().join("file");
+    fs::write(&file, b"x").unwrap();
+    let err = fails(&["bench", "run", s(&file), "--scale", TINY]);
+    assert!(err.contains("not a directory"), "{err}");
+
+    let err = fails(&[
+        "bench",
+        "run",
+        s(base.path()),
+        "--easy-bytes",
+        "1000000000000000000",
+    ]);
+    assert!(err.contains("MiB free") && err.contains("--scale"), "{err}");
+
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        let ro = base.path().join("ro");
+        fs::create_dir(&ro).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+        let err = fails(&["bench", "run", s(&ro), "--scale", TINY]);
+        assert!(err.contains("not writable"), "{err}");
+    }
+
+    let err = fails(&["bench", "run", s(base.path()), "--phases", "no-such-phase"]);
+    assert!(err.contains("unknown phase"), "{err}");
+    let err = fails(&[
+        "bench",
+        "run",
+        s(base.path()),
+        "--phases",
+        "read",
+        "--scale",
+        TINY,
+    ]);
+    assert!(err.contains("--phases write"), "{err}");
+    // Nothing was created by the failed runs.
+    let left: Vec<_> = fs::read_dir(base.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.iter().all(|n| n != "eddy-bench.work"), "{left:?}");
+}
+
+#[test]
+fn json_compare_and_plots() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("t");
+    fs::create_dir(&dir).unwrap();
+    let p = |n: &str| base.path().join(n);
+    for (label, json, plot) in [("first", "a.json", "a.svg"), ("second", "b.json", "b.png")] {
+        ok(&[
+            "bench",
+            "run",
+            s(&dir),
+            "--scale",
+            TINY,
+            "--label",
+            label,
+            "--json",
+            s(&p(json)),
+            "--plot",
+            s(&p(plot)),
+        ]);
+    }
+    let a = load(&p("a.json"));
+    assert_eq!(a["runs"][0]["label"], "first");
+    assert_eq!(phases(&a, 0).len(), 15);
+    assert!(a["runs"][0]["score"]["score"].as_f64().unwrap() > 0.0);
+    assert!(fs::read_to_string(p("a.svg")).unwrap().contains("<svg"));
+    assert!(fs::read(p("b.png")).unwrap().starts_with(b"\x89PNG"));
+
+    let out = ok(&[
+        "bench",
+        "compare",
+        s(&p("a.json")),
+        s(&p("b.json")),
+        "--plot",
+        s(&p("c.png")),
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("ratio") && table.contains("ior-hard-read") && table.contains("score"),
+        "{table}"
+    );
+    assert!(fs::read(p("c.png")).unwrap().starts_with(b"\x89PNG"));
+
+    // JSON to stdout: the table moves to stderr and stdout parses.
+    let out = ok(&[
+        "bench",
+        "run",
+        s(&dir),
+        "--scale",
+        TINY,
+        "--workloads",
+        "mdtest-easy",
+        "--json",
+        "-",
+    ]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    assert_eq!(v["runs"][0]["phases"][0]["phase"], "mdtest-easy-write");
+
+    assert!(
+        fails(&["bench", "compare", s(&p("a.svg")), s(&p("b.json"))])
+            .contains("not an eddy bench result")
+    );
+    assert!(fails(&["bench", "compare", s(&p("a.json"))]).contains("run 2 is missing"));
+}
+
+#[test]
+fn scale_runs_each_process_count_and_plots() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("t");
+    fs::create_dir(&dir).unwrap();
+    let json = base.path().join("s.json");
+    let plot = base.path().join("s.svg");
+    ok(&[
+        "bench",
+        "scale",
+        s(&dir),
+        "--procs-list",
+        "1,3",
+        "--scale",
+        TINY,
+        "--workloads",
+        "ior-easy,mdtest-easy",
+        "--json",
+        s(&json),
+        "--plot",
+        s(&plot),
+    ]);
+    let v = load(&json);
+    let procs: Vec<u64> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["procs"].as_u64().unwrap())
+        .collect();
+    assert_eq!(procs, [1, 3]);
+    assert!(fs::read_to_string(&plot)
+        .unwrap()
+        .contains("ior-easy-write"));
+    assert!(empty(&dir));
+}
+
+/// A local deployment started with `eddy start --local 3 --mount`; stopped on drop.
+struct Deployment {
+    dir: tempfile::TempDir,
+}
+
+impl Deployment {
+    fn mount(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+
+    /// None (with the reason) where a deployment with a mount cannot be started here.
+    fn start() -> Option<Deployment> {
+        if !Path::new("/dev/fuse").exists() {
+            eprintln!("skipped: /dev/fuse is missing");
+            return None;
+        }
+        let d = Deployment {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let p = d.dir.path();
+        fs::create_dir(p.join("mnt")).unwrap();
+        let out = eddy(&[
+            "start",
+            "--local",
+            "3",
+            "--root",
+            s(&p.join("root")),
+            "--mount",
+            s(&p.join("mnt")),
+            "--state",
+            s(&p.join("state")),
+        ]);
+        if !out.status.success() {
+            eprintln!(
+                "skipped: eddy start with a mount does not work here:\n{}",
+                text(&out)
+            );
+            return None;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_mountpoint(&d.mount()) {
+            if Instant::now() > deadline {
+                eprintln!("skipped: eddy start succeeded but nothing is mounted");
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(d)
+    }
+}
+
+impl Drop for Deployment {
+    fn drop(&mut self) {
+        let _ = eddy(&["stop", "--state", s(&self.dir.path().join("state"))]);
+    }
+}
+
+fn is_mountpoint(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(p), p.parent().map(fs::metadata)) {
+        (Ok(a), Some(Ok(b))) => a.dev() != b.dev(),
+        _ => false,
+    }
+}
+
+#[test]
+fn every_workload_on_an_eddy_mount() {
+    let Some(d) = Deployment::start() else { return };
+    let mnt = d.mount();
+    // From here on, a failure is a failure: the mount works, so the benchmark must.
+    let json = d.dir.path().join("eddy.json");
+    ok(&[
+        "bench",
+        "run",
+        s(&mnt),
+        "--scale",
+        TINY,
+        "--procs",
+        "3",
+        "--label",
+        "eddy",
+        "--json",
+        s(&json),
+    ]);
+    let v = load(&json);
+    assert_eq!(phases(&v, 0).len(), 15);
+    assert!(empty(&mnt), "work directory left on the mount");
+    // Verification works through the mount too.
+    ok(&[
+        "bench",
+        "run",
+        s(&mnt),
+        "--scale",
+        TINY,
+        "--workloads",
+        "ior-hard",
+        "--phases",
+        "write",
+    ]);
+    flip_byte(&mnt.join("eddy-bench.work/ior-hard/shared"), 100);
+    let err = fails(&[
+        "bench",
+        "run",
+        s(&mnt),
+        "--scale",
+        TINY,
+        "--workloads",
+        "ior-hard",
+        "--phases",
+        "read",
+    ]);
+    assert!(err.contains("verification failed"), "{err}");
+    assert!(empty(&mnt));
+}
+
+#[test]
+fn suite_measures_eddy_and_raw_in_one_run() {
+    // Probe: skip only where a mounted deployment cannot start at all.
+    let Some(probe) = Deployment::start() else {
+        return;
+    };
+    drop(probe);
+    let storage = tempfile::tempdir().unwrap();
+    let json = storage.path().join("suite.json");
+    let plot = storage.path().join("suite.png");
+    let out = ok(&[
+        "bench",
+        "suite",
+        "--storage",
+        s(storage.path()),
+        "--scale",
+        TINY,
+        "--json",
+        s(&json),
+        "--plot",
+        s(&plot),
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("eddy vs raw") && table.contains("ratio"),
+        "{table}"
+    );
+    let v = load(&json);
+    assert_eq!(v["runs"][0]["label"], "raw");
+    assert_eq!(v["runs"][1]["label"], "eddy");
+    assert_eq!(phases(&v, 0), phases(&v, 1));
+    assert!(fs::read(&plot).unwrap().starts_with(b"\x89PNG"));
+    // Everything the suite created is gone, the plot and JSON aside.
+    let mut left: Vec<String> = fs::read_dir(storage.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["suite.json", "suite.png"]);
+}
