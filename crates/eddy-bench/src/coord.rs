@@ -7,6 +7,7 @@
 //! coordinator started them. See `msg.rs` for the protocol.
 
 use crate::args::LaunchOpts;
+use crate::interrupt;
 use crate::msg::{recv, send, PhaseStats, ToCoord, ToWorker};
 use crate::plan::{Phase, Plan, FIND_REF, MANIFEST};
 use crate::report::{PhaseResult, Report, Score};
@@ -17,13 +18,15 @@ use std::io::BufReader;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long workers may take to start and connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long workers may take to exit once told to.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the coordinator checks for a signal while waiting for workers.
+const POLL: Duration = Duration::from_millis(100);
 /// The find phase's reference time lies this far in the past, so that files created right
 /// after it are "newer" even on a file system with one-second timestamps.
 const FIND_REF_AGE: Duration = Duration::from_secs(2);
@@ -67,6 +70,7 @@ pub fn run_plan(plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
     let mut workers = Workers::launch(plan, spec.launch)?;
     let mut phases = Vec::new();
     for &phase in &plan.phases {
+        interrupt::check()?;
         let (stats, secs) = workers.run_phase(plan, phase)?;
         if phase == Phase::Find && stats.matches != plan.find_expected() {
             bail!(
@@ -328,6 +332,7 @@ impl Workers {
                     connected += 1;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    interrupt::check()?;
                     self.check_alive()?;
                     if Instant::now() > deadline {
                         bail!(
@@ -423,7 +428,12 @@ impl Workers {
         let mut total = PhaseStats::default();
         let mut errors = Vec::new();
         while finished.iter().any(|f| !f) {
-            let (rank, ev) = self.rx.recv().context("all worker connections are gone")?;
+            interrupt::check()?;
+            let (rank, ev) = match self.rx.recv_timeout(POLL) {
+                Ok(x) => x,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => bail!("all worker connections are gone"),
+            };
             let r = rank as usize;
             match ev {
                 Event::Msg(ToCoord::Progress { ops }) => {
@@ -472,7 +482,7 @@ impl Workers {
             loop {
                 match c.try_wait() {
                     Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() > deadline => {
+                    Ok(None) if interrupt::interrupted() || Instant::now() > deadline => {
                         let _ = c.kill();
                         let _ = c.wait();
                         break;

@@ -11,6 +11,7 @@
 pub mod args;
 mod coord;
 mod hist;
+mod interrupt;
 mod msg;
 pub mod pattern;
 pub mod plan;
@@ -26,6 +27,9 @@ use std::path::Path;
 
 /// Runs `eddy bench <subcommand>`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if !matches!(args.command, BenchCommand::Worker(_)) {
+        interrupt::install();
+    }
     match args.command {
         BenchCommand::Run(a) => cmd_run(a),
         BenchCommand::Suite(a) => suite::run(a),
@@ -110,6 +114,7 @@ fn cmd_scale(a: ScaleArgs) -> anyhow::Result<()> {
     }
     let mut runs = Vec::new();
     for &procs in &a.procs_list {
+        interrupt::check()?;
         let mut opts = a.work.clone();
         opts.procs = procs;
         let plan = plan::Plan::new(&a.dir, &opts, "all")?;

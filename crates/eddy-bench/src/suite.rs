@@ -54,9 +54,11 @@ fn measure(a: &SuiteArgs, mount: &Path, raw: &Path) -> anyhow::Result<Vec<Report
     };
     if a.raw_first {
         let r = one(raw, "raw")?;
+        crate::interrupt::check()?;
         Ok(vec![r, one(mount, "eddy")?])
     } else {
         let e = one(mount, "eddy")?;
+        crate::interrupt::check()?;
         Ok(vec![one(raw, "raw")?, e])
     }
 }
