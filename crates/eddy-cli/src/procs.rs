@@ -179,7 +179,7 @@ mod tests {
             "a different start time is another process"
         );
         let reaper = std::thread::spawn(move || child.wait().unwrap());
-        let killed = stop_processes(&[rec.clone()], Duration::from_millis(200));
+        let killed = stop_processes(std::slice::from_ref(&rec), Duration::from_millis(200));
         assert_eq!(killed.len(), 1);
         reaper.join().unwrap();
         assert!(!is_running(&rec));

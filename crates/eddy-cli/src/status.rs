@@ -60,7 +60,7 @@ pub fn status(args: StatusArgs) -> Result<()> {
 fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
     let rt = crate::runtime()?;
     let results = rt.block_on(async {
-        match Client::connect(dep.clone()).await {
+        match Client::new(dep.clone()) {
             Ok(client) => client
                 .daemon_status()
                 .await
@@ -68,7 +68,7 @@ fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
                 .map(|(id, r)| (id, r.map_err(|e| e.to_string())))
                 .collect(),
             Err(e) => {
-                let msg = format!("no client could connect (the daemon holding the namespace root may be down): {e}");
+                let msg = format!("the deployment file is not usable: {e}");
                 dep.daemons
                     .iter()
                     .map(|d| (d.id, Err(msg.clone())))

@@ -68,7 +68,7 @@ fn shutdown_daemons(dep: &Deployment) -> Vec<String> {
         Err(e) => return vec![format!("{e:#}")],
     };
     rt.block_on(async {
-        let client = match Client::connect(dep.clone()).await {
+        let client = match Client::new(dep.clone()) {
             Ok(c) => c,
             Err(e) => return vec![format!("cannot connect to the daemons to stop them: {e}")],
         };

@@ -46,8 +46,15 @@ async fn malformed_frames_close_only_their_connection() {
         let mut sink = Vec::new();
         let _ = s.read_to_end(&mut sink);
         if round % 10 == 9 {
-            let g = c.open("/ok", libc::O_RDONLY, 0, Creds::root()).await.unwrap();
-            assert_eq!(c.pread(&g, 0, 10).await.unwrap(), b"fine", "good client served after round {round}");
+            let g = c
+                .open("/ok", libc::O_RDONLY, 0, Creds::root())
+                .await
+                .unwrap();
+            assert_eq!(
+                c.pread(&g, 0, 10).await.unwrap(),
+                b"fine",
+                "good client served after round {round}"
+            );
         }
     }
     for (id, s) in c.daemon_status().await {
@@ -78,7 +85,11 @@ async fn full_device_gives_enospc_and_loses_nothing() {
     for i in 0..3 {
         let dir = mnt.path().join(format!("t{i}"));
         std::fs::create_dir(&dir).unwrap();
-        let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"]).arg(&dir).status().unwrap();
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .unwrap();
         assert!(st.success(), "mount tmpfs");
         guards.push(Unmount(dir));
     }
@@ -97,7 +108,10 @@ async fn full_device_gives_enospc_and_loses_nothing() {
             break;
         }
     }
-    assert_eq!(err.expect("a 64 MiB write into 24 MiB must fail").errno, libc::ENOSPC);
+    assert_eq!(
+        err.expect("a 64 MiB write into 24 MiB must fail").errno,
+        libc::ENOSPC
+    );
     // Nothing else was damaged, and the daemons still serve.
     let g = c.open("/keep", libc::O_RDONLY, 0, me).await.unwrap();
     assert_eq!(c.pread(&g, 0, kept.len()).await.unwrap(), kept);
@@ -112,6 +126,9 @@ struct Unmount(std::path::PathBuf);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
     }
 }

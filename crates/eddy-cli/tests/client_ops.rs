@@ -21,10 +21,23 @@ async fn files_span_chunks_and_daemons() {
     assert_eq!(c.pread(&f, 0, data.len() + 1000).await.unwrap(), data);
     // Unaligned window crossing several chunks.
     let off = cs as u64 * 2 - 17;
-    assert_eq!(c.pread(&f, off, cs * 3).await.unwrap(), &data[off as usize..off as usize + cs * 3]);
+    assert_eq!(
+        c.pread(&f, off, cs * 3).await.unwrap(),
+        &data[off as usize..off as usize + cs * 3]
+    );
     // Past end of file: short, then empty.
-    assert_eq!(c.pread(&f, data.len() as u64 - 10, 100).await.unwrap().len(), 10);
-    assert!(c.pread(&f, data.len() as u64 + 5, 100).await.unwrap().is_empty());
+    assert_eq!(
+        c.pread(&f, data.len() as u64 - 10, 100)
+            .await
+            .unwrap()
+            .len(),
+        10
+    );
+    assert!(c
+        .pread(&f, data.len() as u64 + 5, 100)
+        .await
+        .unwrap()
+        .is_empty());
     c.fsync(&f).await.unwrap();
     c.close(&f).await.unwrap();
     // Each chunk sits on the daemon placement names for it, and nowhere else.
@@ -32,7 +45,9 @@ async fn files_span_chunks_and_daemons() {
     let status = c.daemon_status().await;
     assert_eq!(status.len(), 3);
     for (id, s) in status {
-        let expected = (0..8).filter(|&k| placement.chunk_owner(f.file_id(), k) == id).count() as u64;
+        let expected = (0..8)
+            .filter(|&k| placement.chunk_owner(f.file_id(), k) == id)
+            .count() as u64;
         assert_eq!(s.unwrap().chunks, expected, "chunks held by daemon {id}");
     }
     // A second client (another connection) sees the same bytes.
@@ -54,19 +69,37 @@ async fn error_cases_give_posix_errnos() {
     assert_eq!(errno(c.open("/nope", RW, 0, me).await), libc::ENOENT);
     assert_eq!(errno(c.mkdir("/nope/sub", 0o755, me).await), libc::ENOENT);
     assert_eq!(errno(c.mkdir("/d", 0o755, me).await), libc::EEXIST);
-    assert_eq!(errno(c.open("/d/f", CREAT | libc::O_EXCL, 0o644, me).await), libc::EEXIST);
+    assert_eq!(
+        errno(c.open("/d/f", CREAT | libc::O_EXCL, 0o644, me).await),
+        libc::EEXIST
+    );
     assert_eq!(errno(c.mkdir("/d/f/sub", 0o755, me).await), libc::ENOTDIR);
     assert_eq!(errno(c.stat("/d/f/sub").await), libc::ENOTDIR);
-    assert_eq!(errno(c.open("/d/f", libc::O_RDONLY | libc::O_DIRECTORY, 0, me).await), libc::ENOTDIR);
-    assert_eq!(errno(c.readdir("/d/f", None).unwrap().next_page().await), libc::ENOTDIR);
+    assert_eq!(
+        errno(
+            c.open("/d/f", libc::O_RDONLY | libc::O_DIRECTORY, 0, me)
+                .await
+        ),
+        libc::ENOTDIR
+    );
+    assert_eq!(
+        errno(c.readdir("/d/f", None).unwrap().next_page().await),
+        libc::ENOTDIR
+    );
     assert_eq!(errno(c.rmdir("/d/f", me).await), libc::ENOTDIR);
     assert_eq!(errno(c.open("/d", RW, 0, me).await), libc::EISDIR);
     assert_eq!(errno(c.unlink("/d", me).await), libc::EISDIR);
     assert_eq!(errno(c.truncate("/d", 0, me).await), libc::EISDIR);
     assert_eq!(errno(c.rmdir("/d", me).await), libc::ENOTEMPTY);
     assert_eq!(errno(c.rmdir("/", me).await), libc::EBUSY);
-    assert_eq!(errno(c.stat(&format!("/{}", "n".repeat(256))).await), libc::ENAMETOOLONG);
-    assert_eq!(errno(c.mkdir(&"/abcdefghijklmnop".repeat(300), 0o755, me).await), libc::ENAMETOOLONG);
+    assert_eq!(
+        errno(c.stat(&format!("/{}", "n".repeat(256))).await),
+        libc::ENAMETOOLONG
+    );
+    assert_eq!(
+        errno(c.mkdir(&"/abcdefghijklmnop".repeat(300), 0o755, me).await),
+        libc::ENAMETOOLONG
+    );
     assert_eq!(errno(c.stat("relative/path").await), libc::EINVAL);
     assert_eq!(errno(c.stat("/a\0b").await), libc::EINVAL);
     assert_eq!(errno(c.readlink("/d/f").await), libc::EINVAL);
@@ -80,20 +113,49 @@ async fn error_cases_give_posix_errnos() {
     assert_eq!(errno(c.pread(&wo, 0, 1).await), libc::EBADF);
 
     // Permissions, for a caller the library checks.
-    let alice = Creds { uid: 1000, gid: 1000, enforce: true };
-    let bob = Creds { uid: 1001, gid: 1001, enforce: true };
+    let alice = Creds {
+        uid: 1000,
+        gid: 1000,
+        enforce: true,
+    };
+    let bob = Creds {
+        uid: 1001,
+        gid: 1001,
+        enforce: true,
+    };
     c.mkdir("/home", 0o777, me).await.unwrap();
-    let private = c.open("/home/alice", CREAT | libc::O_EXCL, 0o600, alice).await.unwrap();
+    let private = c
+        .open("/home/alice", CREAT | libc::O_EXCL, 0o600, alice)
+        .await
+        .unwrap();
     c.pwrite(&private, 0, b"secret").await.unwrap();
     assert_eq!(c.stat("/home/alice").await.unwrap().uid, 1000);
-    assert_eq!(errno(c.open("/home/alice", libc::O_RDONLY, 0, bob).await), libc::EACCES);
-    assert!(c.open("/home/alice", libc::O_RDONLY, 0, alice).await.is_ok());
+    assert_eq!(
+        errno(c.open("/home/alice", libc::O_RDONLY, 0, bob).await),
+        libc::EACCES
+    );
+    assert!(c
+        .open("/home/alice", libc::O_RDONLY, 0, alice)
+        .await
+        .is_ok());
     c.mkdir("/locked", 0o755, me).await.unwrap();
-    assert_eq!(errno(c.open("/locked/x", CREAT, 0o644, bob).await), libc::EACCES);
+    assert_eq!(
+        errno(c.open("/locked/x", CREAT, 0o644, bob).await),
+        libc::EACCES
+    );
     assert_eq!(errno(c.mkdir("/locked/x", 0o755, bob).await), libc::EACCES);
-    let chmod = SetAttr { mode: Some(0o644), ..SetAttr::default() };
-    assert_eq!(errno(c.setattr("/home/alice", chmod.clone(), bob).await), libc::EPERM);
-    assert_eq!(c.setattr("/home/alice", chmod, alice).await.unwrap().mode, 0o644);
+    let chmod = SetAttr {
+        mode: Some(0o644),
+        ..SetAttr::default()
+    };
+    assert_eq!(
+        errno(c.setattr("/home/alice", chmod.clone(), bob).await),
+        libc::EPERM
+    );
+    assert_eq!(
+        c.setattr("/home/alice", chmod, alice).await.unwrap().mode,
+        0o644
+    );
     assert!(c.open("/home/alice", libc::O_RDONLY, 0, bob).await.is_ok());
 }
 
@@ -125,8 +187,13 @@ async fn rename_files_and_directories() {
     c.mkdir("/src", 0o755, me).await.unwrap();
     c.mkdir("/src/sub", 0o700, me).await.unwrap();
     for i in 0..20 {
-        let f = c.create(&format!("/src/sub/f{i}"), 0o644, true, me).await.unwrap();
-        c.pwrite(&f, 0, &pattern(i, 0, 1000 + i as usize)).await.unwrap();
+        let f = c
+            .create(&format!("/src/sub/f{i}"), 0o644, true, me)
+            .await
+            .unwrap();
+        c.pwrite(&f, 0, &pattern(i, 0, 1000 + i as usize))
+            .await
+            .unwrap();
     }
     c.symlink("sub/f1", "/src/link", me).await.unwrap();
     c.rename("/src", "/dst", me).await.unwrap();
@@ -134,8 +201,14 @@ async fn rename_files_and_directories() {
     assert_eq!(errno(c.stat("/src/sub/f3").await), libc::ENOENT);
     assert_eq!(c.stat("/dst/sub").await.unwrap().mode, 0o700);
     for i in 0..20 {
-        let f = c.open(&format!("/dst/sub/f{i}"), libc::O_RDONLY, 0, me).await.unwrap();
-        assert_eq!(c.pread(&f, 0, 5000).await.unwrap(), pattern(i, 0, 1000 + i as usize));
+        let f = c
+            .open(&format!("/dst/sub/f{i}"), libc::O_RDONLY, 0, me)
+            .await
+            .unwrap();
+        assert_eq!(
+            c.pread(&f, 0, 5000).await.unwrap(),
+            pattern(i, 0, 1000 + i as usize)
+        );
     }
     // The relative symlink still resolves from its new place.
     let l = c.open("/dst/link", libc::O_RDONLY, 0, me).await.unwrap();
@@ -148,7 +221,10 @@ async fn rename_files_and_directories() {
     c.mkdir("/other/x", 0o755, me).await.unwrap();
     c.mkdir("/full", 0o755, me).await.unwrap();
     c.mkdir("/full/y", 0o755, me).await.unwrap();
-    assert_eq!(errno(c.rename("/other", "/full", me).await), libc::ENOTEMPTY);
+    assert_eq!(
+        errno(c.rename("/other", "/full", me).await),
+        libc::ENOTEMPTY
+    );
     assert_eq!(errno(c.rename("/other", "/a2", me).await), libc::ENOTDIR);
     assert_eq!(errno(c.rename("/a2", "/other", me).await), libc::EISDIR);
     assert_eq!(errno(c.rename("/missing", "/x", me).await), libc::ENOENT);
@@ -187,8 +263,17 @@ async fn readdir_of_100k_entries_in_pages() {
     sorted.sort();
     assert_eq!(seen, sorted, "every entry exactly once, in name order");
     // The listing of the parent is not polluted by the 100k grandchildren.
-    let top = c.readdir("/", None).unwrap().next_page().await.unwrap().unwrap();
-    assert_eq!(top.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["big"]);
+    let top = c
+        .readdir("/", None)
+        .unwrap()
+        .next_page()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        top.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+        vec!["big"]
+    );
 }
 
 trait MkOrFile {
@@ -203,7 +288,9 @@ impl MkOrFile for eddy_client::Client {
         if odd {
             self.mkdir(&p, 0o755, Creds::root()).await.map(|_| ())
         } else {
-            self.create(&p, 0o644, true, Creds::root()).await.map(|_| ())
+            self.create(&p, 0o644, true, Creds::root())
+                .await
+                .map(|_| ())
         }
     }
 }
@@ -220,7 +307,10 @@ async fn sparse_files_and_truncate_across_chunks() {
     assert_eq!(c.stat("/sparse").await.unwrap().size, 10 * cs + 107);
     let all = c.pread(&f, 0, (11 * cs) as usize).await.unwrap();
     assert_eq!(all.len() as u64, 10 * cs + 107);
-    assert!(all[..(10 * cs + 7) as usize].iter().all(|&b| b == 0), "holes read as zeros");
+    assert!(
+        all[..(10 * cs + 7) as usize].iter().all(|&b| b == 0),
+        "holes read as zeros"
+    );
     assert_eq!(&all[(10 * cs + 7) as usize..], &tail[..]);
 
     // Truncate down into the middle of a chunk, then up again: the cut bytes read as zeros.
@@ -231,7 +321,10 @@ async fn sparse_files_and_truncate_across_chunks() {
     assert_eq!(c.truncate("/t", cut, me).await.unwrap().size, cut);
     assert_eq!(c.stat("/t").await.unwrap().size, cut);
     let h = c.open("/t", libc::O_RDONLY, 0, me).await.unwrap();
-    assert_eq!(c.pread(&h, 0, (4 * cs) as usize).await.unwrap(), &data[..cut as usize]);
+    assert_eq!(
+        c.pread(&h, 0, (4 * cs) as usize).await.unwrap(),
+        &data[..cut as usize]
+    );
     c.truncate("/t", 3 * cs + 5, me).await.unwrap();
     let h = c.open("/t", libc::O_RDONLY, 0, me).await.unwrap();
     let back = c.pread(&h, 0, (4 * cs) as usize).await.unwrap();
@@ -239,10 +332,18 @@ async fn sparse_files_and_truncate_across_chunks() {
     assert_eq!(&back[..cut as usize], &data[..cut as usize]);
     assert!(back[cut as usize..].iter().all(|&b| b == 0));
     // O_TRUNC empties the file; the old data does not come back when it grows again.
-    let t = c.open("/t", libc::O_RDWR | libc::O_TRUNC, 0, me).await.unwrap();
+    let t = c
+        .open("/t", libc::O_RDWR | libc::O_TRUNC, 0, me)
+        .await
+        .unwrap();
     assert_eq!(c.stat("/t").await.unwrap().size, 0);
     c.ftruncate(&t, 2 * cs).await.unwrap();
-    assert!(c.pread(&t, 0, (2 * cs) as usize).await.unwrap().iter().all(|&b| b == 0));
+    assert!(c
+        .pread(&t, 0, (2 * cs) as usize)
+        .await
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -258,17 +359,49 @@ async fn symlinks_attributes_statfs_unlink() {
     assert_eq!(c.stat("/link").await.unwrap().kind, FileKind::Symlink);
     let via = c.open("/link", libc::O_RDONLY, 0, me).await.unwrap();
     assert_eq!(c.pread(&via, 0, 10).await.unwrap(), b"hello");
-    assert_eq!(errno(c.open("/link", libc::O_RDONLY | libc::O_NOFOLLOW, 0, me).await), libc::ELOOP);
+    assert_eq!(
+        errno(
+            c.open("/link", libc::O_RDONLY | libc::O_NOFOLLOW, 0, me)
+                .await
+        ),
+        libc::ELOOP
+    );
     c.symlink("/loop2", "/loop1", me).await.unwrap();
     c.symlink("/loop1", "/loop2", me).await.unwrap();
-    assert_eq!(errno(c.open("/loop1", libc::O_RDONLY, 0, me).await), libc::ELOOP);
+    assert_eq!(
+        errno(c.open("/loop1", libc::O_RDONLY, 0, me).await),
+        libc::ELOOP
+    );
     assert_eq!(errno(c.symlink("/x", "/link", me).await), libc::EEXIST);
 
-    let t = Timespec { sec: 1_000_000_000, nsec: 5 };
-    let attr = SetAttr { mode: Some(0o4711), uid: Some(7), gid: Some(8), atime: Some(SetTime::At(t)), mtime: Some(SetTime::At(t)), size: None };
+    let t = Timespec {
+        sec: 1_000_000_000,
+        nsec: 5,
+    };
+    let attr = SetAttr {
+        mode: Some(0o4711),
+        uid: Some(7),
+        gid: Some(8),
+        atime: Some(SetTime::At(t)),
+        mtime: Some(SetTime::At(t)),
+        size: None,
+    };
     let i = c.setattr("/file", attr, me).await.unwrap();
-    assert_eq!((i.mode, i.uid, i.gid, i.atime, i.mtime), (0o4711, 7, 8, t, t));
-    let now = c.setattr("/file", SetAttr { mtime: Some(SetTime::Now), ..SetAttr::default() }, me).await.unwrap();
+    assert_eq!(
+        (i.mode, i.uid, i.gid, i.atime, i.mtime),
+        (0o4711, 7, 8, t, t)
+    );
+    let now = c
+        .setattr(
+            "/file",
+            SetAttr {
+                mtime: Some(SetTime::Now),
+                ..SetAttr::default()
+            },
+            me,
+        )
+        .await
+        .unwrap();
     assert!(now.mtime > t);
     assert_eq!(c.stat("/file").await.unwrap().mode, 0o4711);
 
@@ -276,7 +409,10 @@ async fn symlinks_attributes_statfs_unlink() {
     assert!(s.total_bytes > 0 && s.avail_bytes > 0 && s.avail_bytes <= s.total_bytes);
 
     c.unlink("/link", me).await.unwrap();
-    assert!(c.stat("/file").await.is_ok(), "unlinking a symlink leaves its target");
+    assert!(
+        c.stat("/file").await.is_ok(),
+        "unlinking a symlink leaves its target"
+    );
     c.unlink("/file", me).await.unwrap();
     assert_eq!(errno(c.stat("/file").await), libc::ENOENT);
     assert_eq!(errno(c.unlink("/file", me).await), libc::ENOENT);
@@ -298,7 +434,10 @@ async fn concurrent_appends_and_disjoint_writers_in_one_process() {
     let tasks = (0..WRITERS).map(|w| {
         let c = c.clone();
         tokio::spawn(async move {
-            let f = c.open("/log", libc::O_WRONLY | libc::O_APPEND, 0, Creds::root()).await.unwrap();
+            let f = c
+                .open("/log", libc::O_WRONLY | libc::O_APPEND, 0, Creds::root())
+                .await
+                .unwrap();
             for r in 0..RECORDS {
                 let mut rec = vec![b'a' + w as u8; REC];
                 rec[..8].copy_from_slice(&(r as u64).to_le_bytes());
@@ -315,7 +454,10 @@ async fn concurrent_appends_and_disjoint_writers_in_one_process() {
     let mut next = [0u64; WRITERS];
     for rec in all.chunks(REC) {
         let w = (rec[REC - 1] - b'a') as usize;
-        assert!(rec[8..].iter().all(|&b| b == rec[REC - 1]), "records never interleave");
+        assert!(
+            rec[8..].iter().all(|&b| b == rec[REC - 1]),
+            "records never interleave"
+        );
         let r = u64::from_le_bytes(rec[..8].try_into().unwrap());
         assert_eq!(r, next[w], "each writer's records stay in order");
         next[w] += 1;

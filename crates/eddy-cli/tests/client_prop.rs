@@ -69,7 +69,13 @@ async fn run(c: &Client, path: &str, ops: &[Op]) -> Result<(), TestCaseError> {
 
 #[test]
 fn random_io_matches_the_model() {
-    let cl = Cluster::start_with(3, Config { chunk_size: CHUNK, ..common::test_config() });
+    let cl = Cluster::start_with(
+        3,
+        Config {
+            chunk_size: CHUNK,
+            ..common::test_config()
+        },
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(cl.client());
     let case = std::sync::atomic::AtomicU64::new(0);

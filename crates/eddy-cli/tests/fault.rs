@@ -20,7 +20,11 @@ fn path_avoiding(avoid: u32, c: &Client, prefix: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_or_hung_daemon_gives_eio_and_others_keep_working() {
-    let config = Config { rpc_timeout_ms: 2_000, connect_timeout_ms: 1_000, ..common::test_config() };
+    let config = Config {
+        rpc_timeout_ms: 2_000,
+        connect_timeout_ms: 1_000,
+        ..common::test_config()
+    };
     let timeout = Duration::from_millis(config.rpc_timeout_ms);
     let mut cl = Cluster::start_with(3, config);
     let c = cl.client().await;
@@ -53,14 +57,20 @@ async fn killed_or_hung_daemon_gives_eio_and_others_keep_working() {
     let took = t.elapsed();
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert_eq!(r.unwrap_err().errno, libc::EIO);
-    assert!(took < timeout * 3, "EIO came after {took:?}, deadline {timeout:?}");
+    assert!(
+        took < timeout * 3,
+        "EIO came after {took:?}, deadline {timeout:?}"
+    );
     // Once it runs again, the same client reads everything.
     assert_eq!(c.pread(&big, 0, data.len()).await.unwrap(), data);
 
     // Dead daemon (kill -9): EIO, and files not on it keep working, reads and writes.
     cl.kill(2);
     let t = Instant::now();
-    assert_eq!(c.pread(&big, 0, data.len()).await.unwrap_err().errno, libc::EIO);
+    assert_eq!(
+        c.pread(&big, 0, data.len()).await.unwrap_err().errno,
+        libc::EIO
+    );
     assert!(t.elapsed() < timeout * 3);
     for (path, i) in &small {
         let f = c.open(path, libc::O_RDWR, 0, me).await.unwrap();

@@ -25,31 +25,61 @@ fn coreutils_work_on_the_mount() {
     let sd = s.display();
 
     m.ok(&format!("cp -r {sd}/tree ./tree"));
-    assert_eq!(fs::read(m.path("tree/a/b/big.bin")).unwrap(), pattern(1, 0, 3 << 20));
+    assert_eq!(
+        fs::read(m.path("tree/a/b/big.bin")).unwrap(),
+        pattern(1, 0, 3 << 20)
+    );
     m.ok(&format!("cmp {sd}/tree/a/b/big.bin tree/a/b/big.bin"));
     assert_eq!(m.ok("cat tree/a/small.txt"), "hello eddy\n");
     assert_eq!(m.ok("readlink tree/a/link").trim(), "b/big.bin");
     m.ok("cmp tree/a/link tree/a/b/big.bin");
     let ls = m.ok("ls -l tree/a");
-    assert!(ls.contains("small.txt") && ls.contains("link -> b/big.bin") && ls.contains("11 "), "{ls}");
+    assert!(
+        ls.contains("small.txt") && ls.contains("link -> b/big.bin") && ls.contains("11 "),
+        "{ls}"
+    );
     let found = m.ok("find tree -type f | sort");
     assert_eq!(found, "tree/a/b/big.bin\ntree/a/small.txt\n");
-    assert_eq!(m.ok("find tree -name '*.txt' -size -2k").trim(), "tree/a/small.txt");
-    let du: u64 = m.ok("du -sk tree").split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(
+        m.ok("find tree -name '*.txt' -size -2k").trim(),
+        "tree/a/small.txt"
+    );
+    let du: u64 = m
+        .ok("du -sk tree")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(du >= 3072, "du reports {du} KiB for 3 MiB of data");
     m.ok("dd if=/dev/zero of=dd.bin bs=1M count=4 status=none");
     assert_eq!(fs::metadata(m.path("dd.bin")).unwrap().len(), 4 << 20);
     m.ok("dd if=dd.bin of=/dev/null bs=1M status=none");
     m.ok("touch -d '2001-02-03 04:05:06' stamp && touch new");
-    assert_eq!(m.ok("stat -c %Y stamp").trim(), m.ok("date -d '2001-02-03 04:05:06' +%s").trim());
-    assert_eq!(m.ok("stat -c '%s %F %a' tree/a/small.txt").trim(), "11 regular file 644");
+    assert_eq!(
+        m.ok("stat -c %Y stamp").trim(),
+        m.ok("date -d '2001-02-03 04:05:06' +%s").trim()
+    );
+    assert_eq!(
+        m.ok("stat -c '%s %F %a' tree/a/small.txt").trim(),
+        "11 regular file 644"
+    );
     m.ok("ln -s tree/a/small.txt sl && cat sl");
     m.ok("mv tree moved && test ! -e tree && test -f moved/a/b/big.bin");
     m.ok("mv moved/a/small.txt moved/renamed.txt && test -f moved/renamed.txt");
-    m.ok(&format!("tar -C {sd} -cf {sd}/t.tar tree && mkdir untar && tar -C untar -xf {sd}/t.tar"));
+    m.ok(&format!(
+        "tar -C {sd} -cf {sd}/t.tar tree && mkdir untar && tar -C untar -xf {sd}/t.tar"
+    ));
     m.ok(&format!("diff -r {sd}/tree untar/tree"));
     m.ok("chmod 600 untar/tree/a/small.txt");
-    assert_eq!(fs::metadata(m.path("untar/tree/a/small.txt")).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        fs::metadata(m.path("untar/tree/a/small.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
     m.ok("rm -r moved untar");
     assert_eq!(m.ok("ls -A | sort"), "dd.bin\nnew\nsl\nstamp\n");
     let df = m.ok("df -k .");
@@ -62,27 +92,70 @@ fn errors_on_the_mount() {
     let p = |s: &str| m.path(s);
     fs::create_dir(p("d")).unwrap();
     fs::write(p("d/f"), b"data").unwrap();
-    assert_eq!(fs::metadata(p("nope")).unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(
+        fs::metadata(p("nope")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
     assert_eq!(raw_errno(fs::create_dir(p("d")).unwrap_err()), libc::EEXIST);
-    assert_eq!(raw_errno(fs::OpenOptions::new().write(true).create_new(true).open(p("d/f")).unwrap_err()), libc::EEXIST);
-    assert_eq!(raw_errno(fs::create_dir(p("d/f/x")).unwrap_err()), libc::ENOTDIR);
-    assert_eq!(raw_errno(fs::read_dir(p("d/f")).unwrap_err()), libc::ENOTDIR);
-    assert_eq!(raw_errno(fs::OpenOptions::new().write(true).open(p("d")).unwrap_err()), libc::EISDIR);
-    assert_eq!(raw_errno(fs::remove_dir(p("d")).unwrap_err()), libc::ENOTEMPTY);
-    assert_eq!(raw_errno(fs::remove_file(p("d")).unwrap_err()), libc::EISDIR);
-    assert_eq!(raw_errno(fs::write(p(&"n".repeat(256)), b"").unwrap_err()), libc::ENAMETOOLONG);
+    assert_eq!(
+        raw_errno(
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(p("d/f"))
+                .unwrap_err()
+        ),
+        libc::EEXIST
+    );
+    assert_eq!(
+        raw_errno(fs::create_dir(p("d/f/x")).unwrap_err()),
+        libc::ENOTDIR
+    );
+    assert_eq!(
+        raw_errno(fs::read_dir(p("d/f")).unwrap_err()),
+        libc::ENOTDIR
+    );
+    assert_eq!(
+        raw_errno(fs::OpenOptions::new().write(true).open(p("d")).unwrap_err()),
+        libc::EISDIR
+    );
+    assert_eq!(
+        raw_errno(fs::remove_dir(p("d")).unwrap_err()),
+        libc::ENOTEMPTY
+    );
+    assert_eq!(
+        raw_errno(fs::remove_file(p("d")).unwrap_err()),
+        libc::EISDIR
+    );
+    assert_eq!(
+        raw_errno(fs::write(p(&"n".repeat(256)), b"").unwrap_err()),
+        libc::ENAMETOOLONG
+    );
     // Hard links and locks are not supported: a clear errno, never a silent success.
-    assert_eq!(raw_errno(fs::hard_link(p("d/f"), p("d/g")).unwrap_err()), libc::EOPNOTSUPP);
-    let f = fs::OpenOptions::new().read(true).write(true).open(p("d/f")).unwrap();
+    assert_eq!(
+        raw_errno(fs::hard_link(p("d/f"), p("d/g")).unwrap_err()),
+        libc::EOPNOTSUPP
+    );
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(p("d/f"))
+        .unwrap();
     use std::os::fd::AsRawFd;
     // SAFETY: flock(2) and fcntl(2) on a descriptor we own.
     let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENOLCK)));
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::ENOLCK))
+    );
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = libc::F_WRLCK as i16;
     fl.l_whence = libc::SEEK_SET as i16;
     let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &fl) };
-    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENOLCK)));
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::ENOLCK))
+    );
     // Permissions are enforced for other users.
     fs::write(p("private"), b"x").unwrap();
     fs::set_permissions(p("private"), fs::Permissions::from_mode(0o600)).unwrap();
@@ -94,7 +167,9 @@ fn errors_on_the_mount() {
         assert!(!ok && err.contains("Permission denied"), "{err}");
         fs::set_permissions(p("private"), fs::Permissions::from_mode(0o644)).unwrap();
         m.ok("setpriv --reuid=65534 --regid=65534 --clear-groups cat private");
-        m.ok("chown 65534:65534 d && setpriv --reuid=65534 --regid=65534 --clear-groups touch d/new");
+        m.ok(
+            "chown 65534:65534 d && setpriv --reuid=65534 --regid=65534 --clear-groups touch d/new",
+        );
         assert_eq!(fs::metadata(p("d/new")).unwrap().uid(), 65534);
     }
 }
@@ -106,7 +181,10 @@ fn large_directory_and_truncate_through_the_mount() {
     for i in 0..3000 {
         fs::File::create(m.path(&format!("many/f{i:05}"))).unwrap();
     }
-    let names: Vec<String> = fs::read_dir(m.path("many")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: Vec<String> = fs::read_dir(m.path("many"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     assert_eq!(names.len(), 3000);
     let mut sorted = names.clone();
     sorted.sort();
@@ -115,13 +193,22 @@ fn large_directory_and_truncate_through_the_mount() {
     assert_eq!(m.ok("ls many | wc -l").trim(), "3000");
 
     let cs = m.cluster.dep.config.chunk_size;
-    let f = fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.path("t")).unwrap();
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.path("t"))
+        .unwrap();
     let data = pattern(2, 0, (3 * cs) as usize);
     f.write_all_at(&data, 0).unwrap();
     f.set_len(cs + 10).unwrap();
     f.set_len(2 * cs).unwrap();
     let mut back = Vec::new();
-    fs::File::open(m.path("t")).unwrap().read_to_end(&mut back).unwrap();
+    fs::File::open(m.path("t"))
+        .unwrap()
+        .read_to_end(&mut back)
+        .unwrap();
     assert_eq!(back.len() as u64, 2 * cs);
     assert_eq!(&back[..(cs + 10) as usize], &data[..(cs + 10) as usize]);
     assert!(back[(cs + 10) as usize..].iter().all(|&b| b == 0));
@@ -149,29 +236,49 @@ fn processes_share_one_file_through_the_mount() {
     for r in 0..4 {
         for b in 0..3 {
             let blk = b * 4 + r;
-            script += &format!("dd if={}/r{r} of=shared bs=1M seek={blk} conv=notrunc status=none & ", src.path().display());
+            script += &format!(
+                "dd if={}/r{r} of=shared bs=1M seek={blk} conv=notrunc status=none & ",
+                src.path().display()
+            );
         }
     }
     m.ok(&format!("{script} wait"));
     let all = fs::read(m.path("shared")).unwrap();
     assert_eq!(all.len(), 12 << 20);
     for (blk, data) in all.chunks(1 << 20).enumerate() {
-        assert_eq!(data, &pattern((blk % 4) as u64, 0, 1 << 20)[..], "block {blk}");
+        assert_eq!(
+            data,
+            &pattern((blk % 4) as u64, 0, 1 << 20)[..],
+            "block {blk}"
+        );
     }
     // 4 processes append 200 lines each at once: every line arrives whole.
     m.ok("for p in 1 2 3 4; do (for i in $(seq 1 200); do echo \"proc$p line$i padding-padding-padding\" >> log; done) & done; wait");
     let text = fs::read_to_string(m.path("log")).unwrap();
     assert_eq!(text.lines().count(), 800);
     for p in 1..=4 {
-        let mine: Vec<&str> = text.lines().filter(|l| l.starts_with(&format!("proc{p} "))).collect();
+        let mine: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("proc{p} ")))
+            .collect();
         assert_eq!(mine.len(), 200);
         for (i, l) in mine.iter().enumerate() {
             assert_eq!(*l, format!("proc{p} line{} padding-padding-padding", i + 1));
         }
     }
     // And a handle kept open sees a write made through another handle.
-    let mut a = fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.path("x")).unwrap();
-    let b = fs::OpenOptions::new().read(true).write(true).open(m.path("x")).unwrap();
+    let mut a = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.path("x"))
+        .unwrap();
+    let b = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path("x"))
+        .unwrap();
     a.write_all(b"0123456789").unwrap();
     let mut buf = [0u8; 10];
     assert_eq!(b.read_at(&mut buf, 0).unwrap(), 10);

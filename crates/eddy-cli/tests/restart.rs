@@ -16,8 +16,13 @@ async fn fsynced_data_survives_kill_9_and_restart() {
         c.mkdir("/dir", 0o750, me).await.unwrap();
         c.symlink("/dir/f0", "/link", me).await.unwrap();
         for i in 0..6u64 {
-            let f = c.create(&format!("/dir/f{i}"), 0o644, true, me).await.unwrap();
-            c.pwrite(&f, 0, &pattern(i, 0, cs * 2 + 100 * i as usize)).await.unwrap();
+            let f = c
+                .create(&format!("/dir/f{i}"), 0o644, true, me)
+                .await
+                .unwrap();
+            c.pwrite(&f, 0, &pattern(i, 0, cs * 2 + 100 * i as usize))
+                .await
+                .unwrap();
             c.fsync(&f).await.unwrap();
         }
     }
@@ -37,9 +42,16 @@ async fn fsynced_data_survives_kill_9_and_restart() {
     }
     assert_eq!(names, (0..6).map(|i| format!("f{i}")).collect::<Vec<_>>());
     for i in 0..6u64 {
-        let f = c.open(&format!("/dir/f{i}"), libc::O_RDONLY, 0, me).await.unwrap();
+        let f = c
+            .open(&format!("/dir/f{i}"), libc::O_RDONLY, 0, me)
+            .await
+            .unwrap();
         let want = pattern(i, 0, cs * 2 + 100 * i as usize);
-        assert_eq!(c.pread(&f, 0, want.len() + 1).await.unwrap(), want, "file {i}");
+        assert_eq!(
+            c.pread(&f, 0, want.len() + 1).await.unwrap(),
+            want,
+            "file {i}"
+        );
     }
 }
 
@@ -53,13 +65,22 @@ async fn sigterm_stops_cleanly_and_restart_keeps_everything() {
         c.pwrite(&f, 0, &pattern(5, 0, 300_000)).await.unwrap();
     }
     for i in 0..3 {
-        assert!(cl.terminate(i), "daemon {i} did not exit cleanly on SIGTERM");
-        assert!(!cl.root_of(i).join("eddyd.ready").exists(), "ready file removed on clean stop");
+        assert!(
+            cl.terminate(i),
+            "daemon {i} did not exit cleanly on SIGTERM"
+        );
+        assert!(
+            !cl.root_of(i).join("eddyd.ready").exists(),
+            "ready file removed on clean stop"
+        );
     }
     for i in 0..3 {
         cl.restart(i);
     }
     let c = cl.client().await;
     let f = c.open("/kept", libc::O_RDONLY, 0, me).await.unwrap();
-    assert_eq!(c.pread(&f, 0, 400_000).await.unwrap(), pattern(5, 0, 300_000));
+    assert_eq!(
+        c.pread(&f, 0, 400_000).await.unwrap(),
+        pattern(5, 0, 300_000)
+    );
 }

@@ -106,6 +106,14 @@ impl Client {
     /// Prepares links to every daemon (connected lazily, Unix socket where the daemon's socket
     /// exists on this host, TCP otherwise) and makes sure the root directory exists.
     pub async fn connect(dep: Deployment) -> Result<Client, Errno> {
+        let client = Client::new(dep)?;
+        client.ensure_root().await?;
+        Ok(client)
+    }
+
+    /// Prepares the links without contacting any daemon: for tools (status, stop) that must
+    /// work while some daemons are down.
+    pub fn new(dep: Deployment) -> Result<Client, Errno> {
         dep.validate().map_err(|e| Errno::einval(e.to_string()))?;
         let secret = Arc::new(
             dep.secret_bytes()
@@ -122,14 +130,12 @@ impl Client {
             max_path: dep.config.max_path_bytes,
             max_name: dep.config.max_name_bytes,
         };
-        let client = Client(Arc::new(Inner {
+        Ok(Client(Arc::new(Inner {
             dep,
             placement,
             links,
             limits,
-        }));
-        client.ensure_root().await?;
-        Ok(client)
+        })))
     }
 
     pub fn config(&self) -> &Config {
