@@ -11,9 +11,15 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is not valid: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("invalid configuration: {0}")]
@@ -92,7 +98,9 @@ impl Config {
             )));
         }
         if self.max_rpc_data_bytes < 64 * 1024 {
-            return Err(ConfigError::Invalid("max_rpc_data_bytes must be at least 64 KiB".into()));
+            return Err(ConfigError::Invalid(
+                "max_rpc_data_bytes must be at least 64 KiB".into(),
+            ));
         }
         if self.readdir_page == 0 || self.io_threads == 0 || self.fuse_threads == 0 {
             return Err(ConfigError::Invalid(
@@ -197,7 +205,10 @@ impl Deployment {
         let text = toml::to_string_pretty(self)
             .map_err(|e| ConfigError::Invalid(format!("cannot encode deployment: {e}")))?;
         let tmp = path.with_extension("tmp");
-        let werr = |source| ConfigError::Write { path: tmp.clone(), source };
+        let werr = |source| ConfigError::Write {
+            path: tmp.clone(),
+            source,
+        };
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -207,13 +218,18 @@ impl Deployment {
             .map_err(werr)?;
         f.write_all(text.as_bytes()).map_err(werr)?;
         f.sync_all().map_err(werr)?;
-        std::fs::rename(&tmp, path)
-            .map_err(|source| ConfigError::Write { path: path.to_owned(), source })
+        std::fs::rename(&tmp, path).map_err(|source| ConfigError::Write {
+            path: path.to_owned(),
+            source,
+        })
     }
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -241,7 +257,10 @@ mod tests {
 
     #[test]
     fn tiny_chunk_is_rejected() {
-        let c = Config { chunk_size: 100, ..Config::default() };
+        let c = Config {
+            chunk_size: 100,
+            ..Config::default()
+        };
         assert!(c.validate().is_err());
     }
 
@@ -255,8 +274,20 @@ mod tests {
             secret: Deployment::new_secret(),
             config: Config::default(),
             daemons: vec![
-                DaemonEntry { id: 0, host: "a".into(), addr: "127.0.0.1:1".into(), socket: None, root: "/r0".into() },
-                DaemonEntry { id: 1, host: "b".into(), addr: "127.0.0.1:2".into(), socket: Some("/s".into()), root: "/r1".into() },
+                DaemonEntry {
+                    id: 0,
+                    host: "a".into(),
+                    addr: "127.0.0.1:1".into(),
+                    socket: None,
+                    root: "/r0".into(),
+                },
+                DaemonEntry {
+                    id: 1,
+                    host: "b".into(),
+                    addr: "127.0.0.1:2".into(),
+                    socket: Some("/s".into()),
+                    root: "/r1".into(),
+                },
             ],
         };
         dep.save(&path).unwrap();
@@ -272,8 +303,20 @@ mod tests {
             secret: Deployment::new_secret(),
             config: Config::default(),
             daemons: vec![
-                DaemonEntry { id: 1, host: "a".into(), addr: "x:1".into(), socket: None, root: "/".into() },
-                DaemonEntry { id: 1, host: "b".into(), addr: "x:2".into(), socket: None, root: "/".into() },
+                DaemonEntry {
+                    id: 1,
+                    host: "a".into(),
+                    addr: "x:1".into(),
+                    socket: None,
+                    root: "/".into(),
+                },
+                DaemonEntry {
+                    id: 1,
+                    host: "b".into(),
+                    addr: "x:2".into(),
+                    socket: None,
+                    root: "/".into(),
+                },
             ],
         };
         assert!(dep.validate().is_err());

@@ -75,7 +75,8 @@ impl Placement {
     /// The `r` daemons (or all, if fewer) ranked by score: the first is `owner(item)`, the
     /// rest are the replica targets in order.
     pub fn owners(&self, item: u64, r: usize) -> Vec<u32> {
-        let mut scored: Vec<(u64, u32)> = self.ids.iter().map(|&id| (score(item, id), id)).collect();
+        let mut scored: Vec<(u64, u32)> =
+            self.ids.iter().map(|&id| (score(item, id), id)).collect();
         scored.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         scored.into_iter().take(r).map(|(_, id)| id).collect()
     }
@@ -102,13 +103,18 @@ mod tests {
     fn pinned_hashes() {
         assert_eq!(path_hash("/"), PINNED_ROOT);
         assert_eq!(path_hash("/a/b.txt"), PINNED_AB);
-        assert_eq!(chunk_hash(0x0123_4567_89ab_cdef_0011_2233_4455_6677, 3), PINNED_CHUNK);
+        assert_eq!(
+            chunk_hash(0x0123_4567_89ab_cdef_0011_2233_4455_6677, 3),
+            PINNED_CHUNK
+        );
     }
 
     #[test]
     fn pinned_owners() {
         let p = Placement::new(vec![0, 1, 2, 3, 4, 5, 6, 7]).unwrap();
-        let owners: Vec<u32> = (0..16).map(|i| p.meta_owner(&format!("/dir/f{i}"))).collect();
+        let owners: Vec<u32> = (0..16)
+            .map(|i| p.meta_owner(&format!("/dir/f{i}")))
+            .collect();
         assert_eq!(owners, PINNED_OWNERS);
         let chunks: Vec<u32> = (0..16).map(|k| p.chunk_owner(42, k)).collect();
         assert_eq!(chunks, PINNED_CHUNK_OWNERS);

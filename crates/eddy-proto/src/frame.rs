@@ -21,7 +21,10 @@ pub enum FrameError {
 }
 
 /// Reads one frame; returns the request id and the body.
-pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> Result<(u64, Vec<u8>), FrameError> {
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: u32,
+) -> Result<(u64, Vec<u8>), FrameError> {
     let mut len_buf = [0u8; 4];
     match r.read_exact(&mut len_buf).await {
         Ok(_) => {}
@@ -33,7 +36,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> Result<(u6
         return Err(FrameError::TooShort(len));
     }
     if u64::from(len) + 4 > u64::from(max) {
-        return Err(FrameError::TooLarge { len: u64::from(len) + 4, max });
+        return Err(FrameError::TooLarge {
+            len: u64::from(len) + 4,
+            max,
+        });
     }
     let mut id_buf = [0u8; 8];
     r.read_exact(&mut id_buf).await?;
@@ -43,7 +49,12 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> Result<(u6
 }
 
 /// Writes one frame (not flushed).
-pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, id: u64, body: &[u8], max: u32) -> Result<(), FrameError> {
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    id: u64,
+    body: &[u8],
+    max: u32,
+) -> Result<(), FrameError> {
     let total = body.len() as u64 + HEADER_BYTES as u64;
     if total > u64::from(max) {
         return Err(FrameError::TooLarge { len: total, max });
@@ -67,7 +78,10 @@ mod tests {
         let mut r = &buf[..];
         let (id, body) = read_frame(&mut r, 1024).await.unwrap();
         assert_eq!((id, body.as_slice()), (7, &b"hello"[..]));
-        assert!(matches!(read_frame(&mut r, 1024).await, Err(FrameError::Closed)));
+        assert!(matches!(
+            read_frame(&mut r, 1024).await,
+            Err(FrameError::Closed)
+        ));
     }
 
     #[tokio::test]
@@ -75,10 +89,16 @@ mod tests {
         let mut buf = Vec::new();
         buf.extend_from_slice(&u32::MAX.to_le_bytes());
         let mut r = &buf[..];
-        assert!(matches!(read_frame(&mut r, 1024).await, Err(FrameError::TooLarge { .. })));
+        assert!(matches!(
+            read_frame(&mut r, 1024).await,
+            Err(FrameError::TooLarge { .. })
+        ));
         let small = 3u32.to_le_bytes();
         let mut r = &small[..];
-        assert!(matches!(read_frame(&mut r, 1024).await, Err(FrameError::TooShort(3))));
+        assert!(matches!(
+            read_frame(&mut r, 1024).await,
+            Err(FrameError::TooShort(3))
+        ));
         let mut out = Vec::new();
         assert!(write_frame(&mut out, 1, &[0u8; 2000], 1024).await.is_err());
     }

@@ -32,7 +32,10 @@ pub struct Errno {
 
 impl Errno {
     pub fn new(errno: i32, msg: impl Into<String>) -> Errno {
-        Errno { errno, msg: msg.into() }
+        Errno {
+            errno,
+            msg: msg.into(),
+        }
     }
     pub fn enoent(what: impl std::fmt::Display) -> Errno {
         Errno::new(libc::ENOENT, format!("{what}: no such file or directory"))
@@ -45,7 +48,10 @@ impl Errno {
     }
     /// Wraps an OS error, keeping its errno (EIO if it has none).
     pub fn from_io(err: &std::io::Error, context: impl std::fmt::Display) -> Errno {
-        Errno::new(err.raw_os_error().unwrap_or(libc::EIO), format!("{context}: {err}"))
+        Errno::new(
+            err.raw_os_error().unwrap_or(libc::EIO),
+            format!("{context}: {err}"),
+        )
     }
 }
 

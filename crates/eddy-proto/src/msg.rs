@@ -30,7 +30,10 @@ impl Timespec {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
     }
 }
 
@@ -71,7 +74,9 @@ impl Inode {
             Some((&INODE_RECORD_VERSION, rest)) => codec()
                 .deserialize(rest)
                 .map_err(|e| Errno::eio(format!("damaged metadata record: {e}"))),
-            Some((v, _)) => Err(Errno::eio(format!("metadata record version {v} is not supported"))),
+            Some((v, _)) => Err(Errno::eio(format!(
+                "metadata record version {v} is not supported"
+            ))),
             None => Err(Errno::eio("empty metadata record")),
         }
     }
@@ -162,7 +167,11 @@ pub enum Request {
     /// Creates an entry. With `exclusive`, an existing entry gives EEXIST; without, an
     /// existing file is returned as is (O_CREAT without O_EXCL) and an existing entry of
     /// another kind gives EEXIST (or EISDIR for a directory). Replies `Inode`.
-    Create { path: String, inode: Inode, exclusive: bool },
+    Create {
+        path: String,
+        inode: Inode,
+        exclusive: bool,
+    },
     /// Replies `Inode` or ENOENT.
     Stat { path: String },
     /// Removes an entry; replies the removed `Inode`.
@@ -176,15 +185,27 @@ pub enum Request {
     /// with the start of the reserved range.
     ReserveAppend { path: String, len: u64 },
     /// Inserts (or, with `replace`, overwrites) an entry as given: the second half of rename.
-    Insert { path: String, inode: Inode, replace: bool },
+    Insert {
+        path: String,
+        inode: Inode,
+        replace: bool,
+    },
     /// Up to `limit` children of `dir` held by this daemon with names after `after`, in
     /// byte order of their names. Replies `Entries`.
-    Readdir { dir: String, after: Option<String>, limit: u32 },
+    Readdir {
+        dir: String,
+        after: Option<String>,
+        limit: u32,
+    },
     /// Whether this daemon holds any child of `dir`. Replies `Bool`.
     HasChildren { dir: String },
     /// Up to `limit` entries strictly below `dir` held by this daemon, after the path `after`.
     /// Replies `Subtree`.
-    ListSubtree { dir: String, after: Option<String>, limit: u32 },
+    ListSubtree {
+        dir: String,
+        after: Option<String>,
+        limit: u32,
+    },
 
     // ---- data: sent to owner(hash(file_id, k)) ----
     /// Writes `data` (the pieces' bytes back to back) into the chunks. Replies `Ok`.
@@ -244,8 +265,14 @@ pub enum Reply {
     Offset(u64),
     Bool(bool),
     /// Directory entries; `more` is true when the daemon holds further children.
-    Entries { entries: Vec<DirEntry>, more: bool },
-    Subtree { entries: Vec<SubtreeEntry>, more: bool },
+    Entries {
+        entries: Vec<DirEntry>,
+        more: bool,
+    },
+    Subtree {
+        entries: Vec<SubtreeEntry>,
+        more: bool,
+    },
     Data(#[serde(with = "serde_bytes")] Vec<u8>),
     Status(DaemonStatus),
 }
@@ -254,7 +281,9 @@ pub enum Reply {
 pub type Response = Result<Reply, Errno>;
 
 fn codec() -> impl bincode::Options {
-    bincode::DefaultOptions::new().with_fixint_encoding().allow_trailing_bytes()
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .allow_trailing_bytes()
 }
 
 /// Encodes a message body.
@@ -296,7 +325,11 @@ mod tests {
     fn request_round_trip() {
         let r = Request::Write {
             file_id: 9,
-            pieces: vec![Piece { chunk: 1, offset: 2, len: 3 }],
+            pieces: vec![Piece {
+                chunk: 1,
+                offset: 2,
+                len: 3,
+            }],
             data: vec![1, 2, 3],
         };
         let bytes = encode(&r).unwrap();
@@ -319,10 +352,18 @@ mod tests {
     #[test]
     fn huge_length_prefix_does_not_allocate() {
         // A Write whose data claims 2^60 bytes.
-        let mut bytes = encode(&Request::Write { file_id: 1, pieces: vec![], data: vec![] }).unwrap();
+        let mut bytes = encode(&Request::Write {
+            file_id: 1,
+            pieces: vec![],
+            data: vec![],
+        })
+        .unwrap();
         let n = bytes.len();
         bytes[n - 8..].copy_from_slice(&(1u64 << 60).to_le_bytes());
-        assert_eq!(decode::<Request>(&bytes, 1 << 20).unwrap_err().errno, libc::EPROTO);
+        assert_eq!(
+            decode::<Request>(&bytes, 1 << 20).unwrap_err().errno,
+            libc::EPROTO
+        );
     }
 
     proptest! {

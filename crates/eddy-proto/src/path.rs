@@ -18,7 +18,10 @@ pub struct PathLimits {
 
 impl Default for PathLimits {
     fn default() -> Self {
-        PathLimits { max_path: 4096, max_name: 255 }
+        PathLimits {
+            max_path: 4096,
+            max_name: 255,
+        }
     }
 }
 
@@ -28,7 +31,11 @@ pub fn normalize(path: &str, limits: PathLimits) -> Result<String, Errno> {
     if path.len() > limits.max_path {
         return Err(Errno::new(
             libc::ENAMETOOLONG,
-            format!("path of {} bytes exceeds {} bytes", path.len(), limits.max_path),
+            format!(
+                "path of {} bytes exceeds {} bytes",
+                path.len(),
+                limits.max_path
+            ),
         ));
     }
     if path.contains('\0') {
@@ -48,7 +55,11 @@ pub fn normalize(path: &str, limits: PathLimits) -> Result<String, Errno> {
                 if name.len() > limits.max_name {
                     return Err(Errno::new(
                         libc::ENAMETOOLONG,
-                        format!("name of {} bytes exceeds {} bytes", name.len(), limits.max_name),
+                        format!(
+                            "name of {} bytes exceeds {} bytes",
+                            name.len(),
+                            limits.max_name
+                        ),
                     ));
                 }
                 parts.push(name);
@@ -77,7 +88,11 @@ pub fn check_name(name: &str, limits: PathLimits) -> Result<(), Errno> {
     if name.len() > limits.max_name {
         return Err(Errno::new(
             libc::ENAMETOOLONG,
-            format!("name of {} bytes exceeds {} bytes", name.len(), limits.max_name),
+            format!(
+                "name of {} bytes exceeds {} bytes",
+                name.len(),
+                limits.max_name
+            ),
         ));
     }
     Ok(())
@@ -104,7 +119,9 @@ pub fn split(path: &str) -> Option<(&str, &str)> {
 
 /// Whether `path` is `dir` or lies below it (both normalised).
 pub fn is_within(path: &str, dir: &str) -> bool {
-    dir == "/" || path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+    dir == "/"
+        || path == dir
+        || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
 }
 
 /// The metadata key of a normalised path.
