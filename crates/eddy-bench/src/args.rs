@@ -136,7 +136,7 @@ pub struct WorkloadOpts {
     #[arg(long, default_value_t = 2 * 1024 * 1024)]
     pub easy_xfer: u64,
     /// Bytes per rank written by ior-easy (before --scale).
-    #[arg(long, default_value_t = 48 * 1024 * 1024)]
+    #[arg(long, default_value_t = 128 * 1024 * 1024)]
     pub easy_bytes: u64,
     /// I/O mode of ior-hard.
     #[arg(long, default_value = "n-1")]
@@ -145,22 +145,22 @@ pub struct WorkloadOpts {
     #[arg(long, default_value_t = 47008)]
     pub hard_xfer: u64,
     /// Transfers per rank of ior-hard (before --scale).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 1024)]
     pub hard_segments: u64,
     /// Empty files per rank of mdtest-easy (before --scale).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 4000)]
     pub md_easy_files: u64,
     /// Files per rank of mdtest-hard (before --scale).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 2000)]
     pub md_hard_files: u64,
     /// Size of each mdtest-hard file.
     #[arg(long, default_value_t = 3901)]
     pub md_hard_bytes: u64,
     /// Random 4 KiB reads per rank of rnd4k (before --scale).
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 8000)]
     pub rnd4k_ops: u64,
     /// Small files per rank of smallfiles (before --scale).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 2000)]
     pub small_files: u64,
     /// Size of each small file.
     #[arg(long, default_value_t = 8192)]

@@ -506,11 +506,11 @@ mod tests {
     fn scale_and_find_expectation() {
         let o = opts(&["--scale", "0.1", "--procs", "2"]);
         let plan = Plan::new(Path::new("/tmp"), &o, "all").unwrap();
-        assert_eq!(plan.sizes.md_hard_files, 50);
-        assert_eq!(plan.sizes.easy_xfers, 3); // 4.8 MiB in 2 MiB transfers, rounded up
+        assert_eq!(plan.sizes.md_hard_files, 200);
+        assert_eq!(plan.sizes.easy_xfers, 7); // 12.8 MiB in 2 MiB transfers, rounded up
                                               // Names of mdtest-hard files containing "01", counted independently of the plan.
         let by_hand = (0..2u32)
-            .flat_map(|r| (0..50u64).map(move |i| format!("f.{r}.{i}")))
+            .flat_map(|r| (0..200u64).map(move |i| format!("f.{r}.{i}")))
             .filter(|n| n.contains("01"))
             .count() as u64;
         assert_eq!(plan.find_expected(), by_hand);

@@ -212,6 +212,7 @@ fn bars<DB: DrawingBackend>(
     let mut chart = ChartBuilder::on(area)
         .caption(caption, (FONT, 18))
         .margin(12)
+        .margin_right(40)
         .x_label_area_size(34)
         .y_label_area_size(170)
         .build_cartesian_2d((lo..hi).log_scale(), -0.5f64..(k as f64 - 0.5))
@@ -260,6 +261,16 @@ fn bars<DB: DrawingBackend>(
         .label_font((FONT, 14))
         .draw()
         .map_err(plot_err)
+}
+
+/// A ratio with about three significant digits.
+fn ratio_text(r: f64) -> String {
+    match r {
+        r if r >= 10.0 => format!("{r:.0}"),
+        r if r >= 1.0 => format!("{r:.2}"),
+        r if r >= 0.01 => format!("{r:.3}"),
+        r => format!("{r:.1e}"),
+    }
 }
 
 /// Throughput against process count: one line per phase, runs ordered by procs.
