@@ -246,7 +246,7 @@ fn bars<DB: DrawingBackend>(
             let r = ratio(a, b)?;
             let y = (k - 1 - pi) as f64;
             Some(Text::new(
-                format!("{r:.2}×"),
+                format!("{}×", ratio_text(r)),
                 (a.max(b) * 1.15, y + 0.1),
                 (FONT, 14),
             ))
