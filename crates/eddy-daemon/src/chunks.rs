@@ -1,7 +1,8 @@
 //! Chunk files: chunk k of file `id` is `chunks/<id as 32 hex>/<k>` under the root, written
-//! and read with pwrite/pread at offsets inside the chunk. Operations that change a chunk's
-//! length run under the chunk's stripe lock so the usage counters stay exact. All
-//! functions block: call them from the blocking pool.
+//! and read with pwrite/pread at offsets inside the chunk. Operations that create, cut or
+//! delete a chunk run under the chunk's stripe lock, so the usage counters stay exact and the
+//! cache of open chunk files never holds a descriptor of a deleted chunk. All functions
+//! block: call them from the blocking pool.
 
 use crate::locks::StripedLocks;
 use crate::DaemonError;
@@ -11,6 +12,32 @@ use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Open chunk files kept, at most: a quarter of the descriptor limit, up to this many.
+const FD_CACHE_MAX: usize = 4096;
+/// Share of the descriptor limit the cache may use (1/n), leaving room for sockets and the
+/// metadata store.
+const FD_CACHE_SHARE: u64 = 4;
+
+type ChunkKey = (FileId, u64);
+
+/// An open chunk file and its length. The length changes only under the chunk's stripe
+/// lock, so it is exact while the entry is cached.
+struct OpenChunk {
+    file: File,
+    len: AtomicU64,
+}
+
+impl OpenChunk {
+    fn new(file: File, id: FileId, k: u64) -> Result<Arc<OpenChunk>, Errno> {
+        let len = file.metadata().map_err(|e| io_err(&e, id, k))?.len();
+        Ok(Arc::new(OpenChunk {
+            file,
+            len: AtomicU64::new(len),
+        }))
+    }
+}
 
 /// The chunk files of one daemon.
 pub struct ChunkStore {
@@ -23,6 +50,9 @@ pub struct ChunkStore {
     bytes: AtomicU64,
     /// Number of chunk files.
     count: AtomicU64,
+    /// Open chunk files (read-write), most recently used kept. Entries are inserted and
+    /// removed only under the chunk's stripe lock.
+    fds: quick_cache::sync::Cache<ChunkKey, Arc<OpenChunk>>,
 }
 
 fn io_err(e: &std::io::Error, id: FileId, k: u64) -> Errno {
@@ -45,6 +75,7 @@ impl ChunkStore {
             locks: StripedLocks::default(),
             bytes: AtomicU64::new(bytes),
             count: AtomicU64::new(count),
+            fds: quick_cache::sync::Cache::new(fd_cache_capacity()),
         })
     }
 
@@ -114,14 +145,27 @@ impl ChunkStore {
 
     fn write_piece(&self, id: FileId, p: &Piece, bytes: &[u8]) -> Result<(), Errno> {
         let _guard = self.locks.lock(&Self::lock_key(id, p.chunk));
-        let (file, created) = self.open_for_write(id, p.chunk)?;
-        if created {
-            self.count.fetch_add(1, Ordering::Relaxed);
-        }
-        let old_len = file.metadata().map_err(|e| io_err(&e, id, p.chunk))?.len();
-        let result = file.write_all_at(bytes, u64::from(p.offset));
-        // Account for what is on disk now, even after a partial (failed) write.
-        let new_len = file.metadata().map(|m| m.len()).unwrap_or(old_len);
+        let chunk = match self.fds.get(&(id, p.chunk)) {
+            Some(c) => c,
+            None => {
+                let (f, created) = self.open_for_write(id, p.chunk)?;
+                if created {
+                    self.count.fetch_add(1, Ordering::Relaxed);
+                }
+                let c = OpenChunk::new(f, id, p.chunk)?;
+                self.fds.insert((id, p.chunk), Arc::clone(&c));
+                c
+            }
+        };
+        let old_len = chunk.len.load(Ordering::Relaxed);
+        let start = u64::from(p.offset);
+        let result = chunk.file.write_all_at(bytes, start);
+        let new_len = match &result {
+            Ok(()) => old_len.max(start + bytes.len() as u64),
+            // After a failed (maybe partial) write, account for what is on disk.
+            Err(_) => chunk.file.metadata().map(|m| m.len()).unwrap_or(old_len),
+        };
+        chunk.len.store(new_len, Ordering::Relaxed);
         self.account(old_len, new_len);
         result.map_err(|e| io_err(&e, id, p.chunk))
     }
@@ -129,13 +173,14 @@ impl ChunkStore {
     /// Opens a chunk for writing, creating it (and its directory) if missing.
     fn open_for_write(&self, id: FileId, k: u64) -> Result<(File, bool), Errno> {
         let path = self.chunk_path(id, k);
-        match OpenOptions::new().write(true).open(&path) {
+        match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(f) => return Ok((f, false)),
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&e, id, k)),
         }
         std::fs::create_dir_all(self.file_dir(id)).map_err(|e| io_err(&e, id, k))?;
         let f = OpenOptions::new()
+            .read(true)
             .write(true)
             .create(true)
             .truncate(false)
@@ -162,15 +207,40 @@ impl ChunkStore {
         Ok(out)
     }
 
+    /// The open chunk file, from the cache or opened (and cached); `None` if missing.
+    fn cached(&self, id: FileId, k: u64) -> Result<Option<Arc<OpenChunk>>, Errno> {
+        if let Some(f) = self.fds.get(&(id, k)) {
+            return Ok(Some(f));
+        }
+        let _guard = self.locks.lock(&Self::lock_key(id, k));
+        if let Some(f) = self.fds.get(&(id, k)) {
+            return Ok(Some(f));
+        }
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.chunk_path(id, k))
+        {
+            Ok(f) => {
+                let c = OpenChunk::new(f, id, k)?;
+                self.fds.insert((id, k), Arc::clone(&c));
+                Ok(Some(c))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(&e, id, k)),
+        }
+    }
+
     fn read_piece(&self, id: FileId, p: &Piece, buf: &mut [u8]) -> Result<(), Errno> {
-        let file = match File::open(self.chunk_path(id, p.chunk)) {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err(&e, id, p.chunk)),
+        let Some(chunk) = self.cached(id, p.chunk)? else {
+            return Ok(());
         };
         let mut done = 0usize;
         while done < buf.len() {
-            match file.read_at(&mut buf[done..], u64::from(p.offset) + done as u64) {
+            match chunk
+                .file
+                .read_at(&mut buf[done..], u64::from(p.offset) + done as u64)
+            {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -225,6 +295,8 @@ impl ChunkStore {
     }
 
     fn cut_chunk(&self, id: FileId, k: u64, path: &Path, keep: u64) -> Result<(), Errno> {
+        // The cached length would be stale: the next use reopens the chunk.
+        self.fds.remove(&(id, k));
         let file = match OpenOptions::new().write(true).open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
@@ -239,6 +311,7 @@ impl ChunkStore {
     }
 
     fn delete_chunk(&self, id: FileId, k: u64, path: &Path) -> Result<(), Errno> {
+        self.fds.remove(&(id, k));
         let len = match std::fs::metadata(path) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
@@ -279,11 +352,9 @@ impl ChunkStore {
         if chunks.is_empty() {
             return Ok(());
         }
-        for (k, path) in &chunks {
-            match File::open(path) {
-                Ok(f) => f.sync_all().map_err(|e| io_err(&e, id, *k))?,
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(io_err(&e, id, *k)),
+        for (k, _) in &chunks {
+            if let Some(c) = self.cached(id, *k)? {
+                c.file.sync_all().map_err(|e| io_err(&e, id, *k))?;
             }
         }
         sync_dir(&self.file_dir(id))?;
@@ -297,6 +368,22 @@ impl ChunkStore {
         nix::unistd::syncfs(&dir)
             .map_err(|e| Errno::new(e as i32, format!("syncing the chunk file system: {e}")))
     }
+}
+
+/// Entries of the open-file cache: raises the soft descriptor limit to the hard one (best
+/// effort), then takes a share of it.
+fn fd_cache_capacity() -> usize {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let soft = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(_) => soft,
+        },
+        Ok((soft, _)) => soft,
+        Err(_) => 0,
+    };
+    let share = usize::try_from(soft / FD_CACHE_SHARE).unwrap_or(FD_CACHE_MAX);
+    share.clamp(1, FD_CACHE_MAX)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), Errno> {
@@ -358,5 +445,41 @@ mod tests {
         store.remove(5).unwrap();
         assert_eq!(store.usage(), (0, 0));
         assert!(!dir.path().join(format!("{:032x}", 5u128)).exists());
+    }
+
+    #[test]
+    fn cached_descriptors_never_outlive_a_removal_or_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ChunkStore::open(dir.path(), 4096, 1 << 20).unwrap();
+        let p = |offset, len| Piece {
+            chunk: 0,
+            offset,
+            len,
+        };
+        store.write(9, &[p(0, 100)], &[7u8; 100]).unwrap();
+        assert_eq!(store.read(9, &[p(0, 100)]).unwrap(), vec![7u8; 100]);
+        store.remove(9).unwrap();
+        // A write after the removal lands in a new chunk file, visible on disk.
+        store.write(9, &[p(10, 5)], &[3u8; 5]).unwrap();
+        let on_disk = std::fs::read(dir.path().join(format!("{:032x}", 9u128)).join("0")).unwrap();
+        assert_eq!(on_disk, [vec![0u8; 10], vec![3u8; 5]].concat());
+        assert_eq!(store.usage(), (15, 1));
+        // After a cut, the cached length is not trusted: growing again is counted right.
+        store.truncate(9, 12).unwrap();
+        assert_eq!(store.usage(), (12, 1));
+        store.write(9, &[p(20, 4)], &[1u8; 4]).unwrap();
+        assert_eq!(store.usage(), (24, 1));
+        let got = store.read(9, &[p(0, 30)]).unwrap();
+        assert_eq!(
+            got,
+            [
+                vec![0u8; 10],
+                vec![3u8; 2],
+                vec![0u8; 8],
+                vec![1u8; 4],
+                vec![0u8; 6]
+            ]
+            .concat()
+        );
     }
 }

@@ -34,7 +34,11 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
         .thread_name("eddyd")
         .build()
         .map_err(DaemonError::Runtime)?;
-    runtime.block_on(serve_until_signal(settings))
+    let grace = std::time::Duration::from_millis(settings.config.rpc_timeout_ms);
+    let result = runtime.block_on(serve_until_signal(settings));
+    // Blocking work still running past the drain (a stuck disk) does not hold the exit.
+    runtime.shutdown_timeout(grace);
+    result
 }
 
 /// Starts a daemon and serves until SIGTERM, SIGINT or a client's Shutdown, then stops it

@@ -1,14 +1,32 @@
 //! eddyd: the Eddy storage daemon. All the work is in the eddy-daemon crate.
 
 use clap::Parser;
+use std::io::IsTerminal;
+
+/// A plain level applies to Eddy; the storage engine's own logs stay at warn unless a full
+/// filter is given.
+fn log_filter(level: &str) -> String {
+    if level.contains('=') || level.contains(',') {
+        level.to_string()
+    } else {
+        format!("{level},fjall=warn,lsm_tree=warn")
+    }
+}
 
 fn main() {
     let args = eddy_daemon::DaemonArgs::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(&args.log_level))
+        .unwrap_or_else(|e| {
+            eprintln!(
+                "eddyd: --log-level {:?} is not valid ({e}); using info",
+                args.log_level
+            );
+            tracing_subscriber::EnvFilter::new(log_filter("info"))
+        });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     if let Err(e) = eddy_daemon::run(args) {
         eprintln!("eddyd: {e}");

@@ -74,6 +74,7 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
 
 pub async fn connect(addr: std::net::SocketAddr) -> Conn<tokio::net::TcpStream> {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
     let (conn, verdict) = handshake(stream, SECRET).await;
     verdict.unwrap();
     conn
