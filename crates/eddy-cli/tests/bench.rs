@@ -602,3 +602,45 @@ fn suite_measures_eddy_and_raw_in_one_run() {
     left.sort();
     assert_eq!(left, ["suite.json", "suite.png"]);
 }
+
+#[test]
+fn ctrl_c_stops_the_workers_and_cleans_up() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path();
+    let mut child = Command::new(EDDY)
+        .args([
+            "bench",
+            "run",
+            s(dir),
+            "--workloads",
+            "mdtest-easy",
+            "--md-easy-files",
+            "2000000",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the create phase is under way.
+    let first = dir.join("eddy-bench.work/mdt-easy/r0/f0");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !first.exists() {
+        assert!(Instant::now() < deadline, "the create phase never started");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "eddy bench exited early"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(empty(dir), "work directory left behind after Ctrl-C");
+}
