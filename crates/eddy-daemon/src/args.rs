@@ -30,7 +30,7 @@ pub struct DaemonArgs {
     /// Host name reported in status; default: the system host name.
     #[arg(long)]
     pub host: Option<String>,
-    /// File holding the deployment secret in hex (else EDDY_SECRET, else --deployment).
+    /// File holding the deployment secret in hex (else --deployment's, else EDDY_SECRET).
     #[arg(long)]
     pub secret_file: Option<PathBuf>,
     /// A deployment.toml to take the secret and the config from (explicit flags override).
@@ -146,7 +146,8 @@ fn overlay_config(base: &Config, path: &Path) -> Result<Config, DaemonError> {
     Ok(config)
 }
 
-/// The secret: --secret-file, else EDDY_SECRET, else the deployment's.
+/// The secret: --secret-file, else the deployment's (both named on the command line), else
+/// the ambient EDDY_SECRET.
 fn resolve_secret(
     args: &DaemonArgs,
     deployment: Option<&Deployment>,
@@ -157,10 +158,10 @@ fn resolve_secret(
             message: format!("cannot read it: {e}"),
         })?;
         (path.display().to_string(), text)
-    } else if let Ok(text) = std::env::var(SECRET_ENV) {
-        (SECRET_ENV.to_string(), text)
     } else if let Some(d) = deployment {
         ("the deployment file".to_string(), d.secret.clone())
+    } else if let Ok(text) = std::env::var(SECRET_ENV) {
+        (SECRET_ENV.to_string(), text)
     } else {
         return Err(DaemonError::NoSecret);
     };
@@ -250,5 +251,54 @@ mod tests {
             "10",
         ]);
         assert!(DaemonSettings::from_args(&args).is_err());
+    }
+
+    #[test]
+    fn deployment_gives_secret_and_config_flags_override() {
+        let dir = tempfile::tempdir().unwrap();
+        let dep_path = dir.path().join("deployment.toml");
+        let dep = Deployment {
+            name: "job".into(),
+            secret: "0102".into(),
+            config: Config {
+                chunk_size: 1 << 20,
+                port: 7001,
+                ..Config::default()
+            },
+            daemons: vec![eddy_config::DaemonEntry {
+                id: 0,
+                host: "h".into(),
+                addr: "127.0.0.1:7001".into(),
+                socket: None,
+                root: "/r".into(),
+            }],
+        };
+        dep.save(&dep_path).unwrap();
+        let d = dep_path.to_str().unwrap();
+        let st =
+            DaemonSettings::from_args(&parse(&["--deployment", d, "--id", "3", "--host", "n1"]))
+                .unwrap();
+        assert_eq!(st.secret, vec![1, 2]);
+        assert_eq!(
+            (st.config.chunk_size, st.listen.port(), st.id),
+            (1 << 20, 7001, 3)
+        );
+        assert_eq!(st.host, "n1");
+        assert_eq!(st.socket, Some(PathBuf::from("/tmp/r/eddyd.sock")));
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(&cfg, "readdir_page = 7\n").unwrap();
+        let args = parse(&[
+            "--deployment",
+            d,
+            "--config",
+            cfg.to_str().unwrap(),
+            "--chunk-size",
+            "65536",
+        ]);
+        let st = DaemonSettings::from_args(&args).unwrap();
+        assert_eq!(
+            (st.config.chunk_size, st.config.readdir_page, st.config.port),
+            (65536, 7, 7001)
+        );
     }
 }

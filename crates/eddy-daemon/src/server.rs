@@ -25,6 +25,9 @@ use tokio::task::JoinHandle;
 pub const META_DIR: &str = "meta";
 /// Directory of the chunk files inside the root.
 pub const CHUNKS_DIR: &str = "chunks";
+/// Largest frame accepted before the client has proven the secret: a ClientHello is a few
+/// dozen bytes, and nobody unauthenticated may make the daemon allocate more.
+const HELLO_FRAME_MAX: u32 = 4096;
 /// Pause after a failed accept (e.g. out of file descriptors) before trying again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
@@ -364,7 +367,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let max = state.settings.config.max_frame_bytes;
+    let max = HELLO_FRAME_MAX;
     let nonce = auth::new_nonce();
     let hello = ServerHello {
         version: PROTOCOL_VERSION,

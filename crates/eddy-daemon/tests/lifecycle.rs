@@ -79,6 +79,12 @@ async fn bad_input_closes_only_its_connection() {
     assert_eq!(verdict.unwrap_err().errno, libc::EPROTO);
     assert_closed(&mut s).await;
 
+    // An unauthenticated client cannot send a big frame.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    read_frame(&mut s, MAX).await.unwrap();
+    s.write_all(&(1u32 << 20).to_le_bytes()).await.unwrap();
+    assert_closed(&mut s).await;
+
     // A silent client is dropped at the handshake deadline.
     let mut s = TcpStream::connect(addr).await.unwrap();
     read_frame(&mut s, MAX).await.unwrap();
