@@ -30,12 +30,14 @@ const MAX_REQUEST_BYTES: u32 = 1 << 20;
 /// Capabilities requested from the kernel when it offers them: lock requests must reach us
 /// so that we can refuse them (ENOLCK) instead of the kernel granting local-only locks;
 /// parallel lookups and readdirs in one directory; page cache invalidated when a file's
-/// size or mtime changes (another node wrote it).
-const WANTED_CAPS: [InitFlags; 4] = [
+/// size or mtime changes (another node wrote it); O_TRUNC handled by `open` (the client then
+/// truncates through the new handle, so that its cached size starts at 0).
+const WANTED_CAPS: [InitFlags; 5] = [
     InitFlags::FUSE_POSIX_LOCKS,
     InitFlags::FUSE_FLOCK_LOCKS,
     InitFlags::FUSE_PARALLEL_DIROPS,
     InitFlags::FUSE_AUTO_INVAL_DATA,
+    InitFlags::FUSE_ATOMIC_O_TRUNC,
 ];
 
 /// Generation of every inode number (the file system is not exported over NFS).
@@ -157,9 +159,8 @@ impl EddyFs {
         let mut inode = None;
         if let Some(size) = size {
             inode = Some(match &file {
-                // Through the open file, so that its cached size stays right.
                 Some(f) if f.writable() => self.run(self.client.ftruncate(f, size))?,
-                _ => self.run(self.client.truncate(&self.path(ino)?, size, creds(req)))?,
+                _ => self.truncate_path(req, &self.path(ino)?, size)?,
             });
         }
         if !is_noop(&attr) {
@@ -169,6 +170,25 @@ impl EddyFs {
             (Some(inode), _) => Ok(inode),
             (None, Some(f)) => self.run(self.client.fstat(&f)),
             (None, None) => self.run(self.client.stat(&self.path(ino)?)),
+        }
+    }
+
+    /// Truncates by path. Writable handles of this mount open on that path truncate
+    /// through themselves, so that the sizes they have cached follow (a handle that believes
+    /// the file larger would not publish the size of its next writes).
+    fn truncate_path(&self, req: &Request, path: &str, size: u64) -> Result<Inode, Errno> {
+        let open: Vec<File> = lock(&self.files)
+            .values()
+            .filter(|f| f.writable() && f.path() == path)
+            .cloned()
+            .collect();
+        let mut inode = None;
+        for f in &open {
+            inode = Some(self.run(self.client.ftruncate(f, size))?);
+        }
+        match inode {
+            Some(inode) => Ok(inode),
+            None => self.run(self.client.truncate(path, size, creds(req))),
         }
     }
 
@@ -452,8 +472,8 @@ impl Filesystem for EddyFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        // The kernel handles O_CREAT/O_EXCL (create) and O_TRUNC (setattr) itself.
-        let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+        // O_CREAT/O_EXCL go to `create`; O_TRUNC comes here (FUSE_ATOMIC_O_TRUNC).
+        let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
         let res = self
             .path(ino)
             .and_then(|p| self.run(self.client.open(&p, flags, 0, creds(req))));

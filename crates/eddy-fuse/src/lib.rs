@@ -69,13 +69,18 @@ pub enum FuseError {
     MountTable(io::Error),
 }
 
+/// File system subtype: the mount shows as type "fuse.eddy".
+pub const SUBTYPE: &str = "eddy";
+
 /// The fuser session configuration for `opts`.
 fn session_config(opts: &MountOptions) -> fuser::Config {
     use fuser::MountOption;
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::FSName(opts.fsname.clone()),
-        MountOption::Subtype("eddy".to_string()),
+        // As a plain option rather than `Subtype`, which fuser's direct mount(2) path (used
+        // as root) drops; fusermount3 reads the same "subtype=" string.
+        MountOption::CUSTOM(format!("subtype={SUBTYPE}")),
         MountOption::DefaultPermissions,
     ];
     config.acl = if opts.allow_other {
@@ -145,11 +150,23 @@ impl MountGuard {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        unmount(&self.mountpoint)?;
-        session.join().map_err(|source| FuseError::Session {
-            mountpoint: self.mountpoint.clone(),
-            source,
-        })
+        match unmount_with(&self.mountpoint)? {
+            Unmounted::Detached => {
+                // Files are still open under the mount: the kernel keeps the connection, and
+                // the serving threads, until they are closed. Waiting here could be forever.
+                warn!(
+                    mountpoint = %self.mountpoint.display(),
+                    "unmounted lazily; requests are served until the last open file is closed"
+                );
+                Ok(())
+            }
+            Unmounted::Gone | Unmounted::NotMounted => {
+                session.join().map_err(|source| FuseError::Session {
+                    mountpoint: self.mountpoint.clone(),
+                    source,
+                })
+            }
+        }
     }
 }
 
@@ -183,33 +200,57 @@ pub fn spawn_mount(
 /// One way of unmounting.
 type UnmountAttempt = fn(&Path) -> Result<(), String>;
 
+/// How an unmount went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unmounted {
+    NotMounted,
+    /// Unmounted; the kernel has ended the connection.
+    Gone,
+    /// Detached from the tree while still busy; the connection lives on until the last
+    /// open file under it is closed.
+    Detached,
+}
+
 /// Unmounts the file system at `mountpoint`: `fusermount3 -u`, then umount(2), then a lazy
 /// unmount. Ok if nothing is mounted there.
 pub fn unmount(mountpoint: &Path) -> Result<(), FuseError> {
+    unmount_with(mountpoint).map(|_| ())
+}
+
+fn unmount_with(mountpoint: &Path) -> Result<Unmounted, FuseError> {
     let target = resolve(mountpoint);
+    if !is_mounted(&target)? {
+        return Ok(Unmounted::NotMounted);
+    }
     let mut reason = String::from("still mounted");
-    let attempts: [(&str, UnmountAttempt); 4] = [
-        ("fusermount3 -u", |p| fusermount(p, false)),
-        ("umount", |p| umount2(p, 0)),
-        ("fusermount3 -u -z", |p| fusermount(p, true)),
-        ("umount -l", |p| umount2(p, libc::MNT_DETACH)),
+    let attempts: [(&str, UnmountAttempt, Unmounted); 4] = [
+        ("fusermount3 -u", |p| fusermount(p, false), Unmounted::Gone),
+        ("umount", |p| umount2(p, 0), Unmounted::Gone),
+        (
+            "fusermount3 -u -z",
+            |p| fusermount(p, true),
+            Unmounted::Detached,
+        ),
+        (
+            "umount -l",
+            |p| umount2(p, libc::MNT_DETACH),
+            Unmounted::Detached,
+        ),
     ];
-    for (what, attempt) in attempts {
-        if !is_mounted(&target)? {
-            return Ok(());
-        }
-        if let Err(e) = attempt(&target) {
-            debug!(mountpoint = %target.display(), "{what} failed: {e}");
-            reason = format!("{what}: {e}");
+    for (what, attempt, outcome) in attempts {
+        match attempt(&target) {
+            Ok(()) if !is_mounted(&target)? => return Ok(outcome),
+            Ok(()) => reason = format!("{what}: still mounted"),
+            Err(e) => {
+                debug!(mountpoint = %target.display(), "{what} failed: {e}");
+                reason = format!("{what}: {e}");
+            }
         }
     }
-    if is_mounted(&target)? {
-        return Err(FuseError::Unmount {
-            mountpoint: mountpoint.to_owned(),
-            reason,
-        });
-    }
-    Ok(())
+    Err(FuseError::Unmount {
+        mountpoint: mountpoint.to_owned(),
+        reason,
+    })
 }
 
 /// The absolute, symlink-free form of a mount point, computed without touching the mount
@@ -335,7 +376,7 @@ mod tests {
             .contains(&fuser::MountOption::FSName("job7".into())));
         assert!(c
             .mount_options
-            .contains(&fuser::MountOption::Subtype("eddy".into())));
+            .contains(&fuser::MountOption::CUSTOM("subtype=eddy".into())));
         let opts = MountOptions {
             allow_other: false,
             ..opts

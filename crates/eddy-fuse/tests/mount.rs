@@ -1,0 +1,289 @@
+//! A real mount over three real daemons (in this process, on loopback sockets), exercised
+//! through ordinary file system calls.
+
+use eddy_client::Client;
+use eddy_config::{Config, DaemonEntry, Deployment};
+use eddy_daemon::{Daemon, DaemonSettings};
+use eddy_fuse::{spawn_mount, MountGuard, MountOptions};
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::time::Duration;
+
+struct Fixture {
+    guard: Option<MountGuard>,
+    daemons: Vec<Daemon>,
+    rt: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        for d in self.daemons.drain(..) {
+            d.shutdown();
+            let _ = self.rt.block_on(d.wait());
+        }
+    }
+}
+
+/// Chunks of 64 KiB and pages of 16 names, so that small tests cross chunk, daemon and page
+/// boundaries.
+fn config() -> Config {
+    Config {
+        chunk_size: 64 * 1024,
+        readdir_page: 16,
+        rpc_timeout_ms: 5_000,
+        ..Config::default()
+    }
+}
+
+fn start(n: u32) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let secret = Deployment::new_secret();
+    let mut dep = Deployment {
+        name: "fuse-test".into(),
+        secret,
+        config: config(),
+        daemons: vec![],
+    };
+    let mut daemons = Vec::new();
+    for id in 0..n {
+        let root = dir.path().join(format!("d{id}"));
+        let mut s = DaemonSettings::new(
+            &root,
+            "127.0.0.1:0".parse().unwrap(),
+            dep.secret_bytes().unwrap(),
+            config(),
+        );
+        s.id = id;
+        let d = rt.block_on(Daemon::start(s)).unwrap();
+        dep.daemons.push(DaemonEntry {
+            id,
+            host: "localhost".into(),
+            addr: d.local_addr().to_string(),
+            socket: d.socket_path().map(Path::to_owned),
+            root,
+        });
+        daemons.push(d);
+    }
+    let client: Client = rt.block_on(Client::connect(dep)).unwrap();
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let opts = MountOptions {
+        allow_other: false,
+        fsname: "eddy-test".into(),
+        threads: 4,
+        attr_ttl: Duration::from_millis(100),
+    };
+    let guard = spawn_mount(client, rt.handle().clone(), &mnt, opts).unwrap();
+    Fixture {
+        guard: Some(guard),
+        daemons,
+        rt,
+        _dir: dir,
+    }
+}
+
+fn errno_of(r: std::io::Result<impl Sized>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 4096) as u8).collect()
+}
+
+#[test]
+fn mount_serves_posix_calls() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: /dev/fuse is not available");
+        return;
+    }
+    let mut fx = start(3);
+    let mnt = fx.guard.as_ref().unwrap().mountpoint().to_owned();
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        mounts.contains("fuse.eddy"),
+        "mounted with subtype eddy: {mounts}"
+    );
+
+    // Data across chunks and daemons, read back whole and in the middle.
+    fs::create_dir(mnt.join("d")).unwrap();
+    let data = pattern(300 * 1024 + 17);
+    fs::write(mnt.join("d/f"), &data).unwrap();
+    assert_eq!(fs::read(mnt.join("d/f")).unwrap(), data);
+    let mut f = fs::File::open(mnt.join("d/f")).unwrap();
+    f.seek(SeekFrom::Start(65_000)).unwrap();
+    let mut mid = vec![0u8; 70_000];
+    f.read_exact(&mut mid).unwrap();
+    assert_eq!(mid, data[65_000..135_000]);
+    drop(f);
+    let md = fs::metadata(mnt.join("d/f")).unwrap();
+    assert_eq!(md.len(), data.len() as u64);
+    assert_eq!(md.blocks(), (data.len() as u64).div_ceil(512));
+    assert_eq!(md.blksize(), 64 * 1024);
+    assert_eq!(md.nlink(), 1);
+    assert!(fs::metadata(mnt.join("d")).unwrap().is_dir());
+
+    // A listing spanning many pages and several readdir calls: every name exactly once.
+    fs::create_dir(mnt.join("many")).unwrap();
+    let want: BTreeSet<String> = (0..400)
+        .map(|i| format!("entry-with-a-longish-name-{i:04}"))
+        .collect();
+    for name in &want {
+        fs::File::create(mnt.join("many").join(name)).unwrap();
+    }
+    let mut got = Vec::new();
+    for e in fs::read_dir(mnt.join("many")).unwrap() {
+        got.push(e.unwrap().file_name().to_string_lossy().into_owned());
+    }
+    assert_eq!(got.len(), want.len(), "no duplicates, nothing missing");
+    assert_eq!(got.into_iter().collect::<BTreeSet<_>>(), want);
+
+    // Renaming a directory: entries below it are reachable under the new name.
+    fs::rename(mnt.join("d"), mnt.join("e")).unwrap();
+    assert_eq!(fs::read(mnt.join("e/f")).unwrap(), data);
+    assert_eq!(errno_of(fs::metadata(mnt.join("d/f"))), libc::ENOENT);
+
+    // RENAME_NOREPLACE onto an existing entry; RENAME_EXCHANGE refused.
+    fs::write(mnt.join("a"), b"a").unwrap();
+    fs::write(mnt.join("b"), b"b").unwrap();
+    let (a, b) = (cpath(&mnt.join("a")), cpath(&mnt.join("b")));
+    // SAFETY: valid NUL-terminated paths.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    assert_eq!(rc, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    // SAFETY: as above.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(rc, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EINVAL)
+    );
+    fs::rename(mnt.join("a"), mnt.join("b")).unwrap();
+    assert_eq!(fs::read(mnt.join("b")).unwrap(), b"a");
+
+    // Symlinks.
+    std::os::unix::fs::symlink("e/f", mnt.join("link")).unwrap();
+    assert_eq!(fs::read_link(mnt.join("link")).unwrap(), Path::new("e/f"));
+    assert_eq!(fs::read(mnt.join("link")).unwrap(), data);
+
+    // chmod, truncate (by path and through an open file), append.
+    fs::set_permissions(mnt.join("b"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(
+        fs::metadata(mnt.join("b")).unwrap().permissions().mode() & 0o7777,
+        0o600
+    );
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("e/f"))
+        .unwrap();
+    f.set_len(10).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 10);
+    drop(f);
+    assert_eq!(fs::read(mnt.join("e/f")).unwrap(), data[..10]);
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(mnt.join("e/f"))
+        .unwrap();
+    f.write_all(b"tail").unwrap();
+    drop(f);
+    assert_eq!(&fs::read(mnt.join("e/f")).unwrap()[10..], b"tail");
+    fs::write(mnt.join("e/f"), b"new").unwrap(); // O_TRUNC
+    assert_eq!(fs::read(mnt.join("e/f")).unwrap(), b"new");
+
+    // Unsupported: hard links, locks, special files.
+    assert_eq!(
+        errno_of(fs::hard_link(mnt.join("b"), mnt.join("b2"))),
+        libc::EOPNOTSUPP
+    );
+    let f = fs::File::open(mnt.join("b")).unwrap();
+    // SAFETY: a valid open descriptor.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(rc, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOLCK)
+    );
+    let lock = libc::flock {
+        l_type: libc::F_RDLCK as i16,
+        l_whence: libc::SEEK_SET as i16,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    // SAFETY: a valid open descriptor and lock description.
+    let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &lock) };
+    assert_eq!(rc, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOLCK)
+    );
+    drop(f);
+    let fifo = cpath(&mnt.join("fifo"));
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
+    assert_eq!(rc, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EOPNOTSUPP)
+    );
+
+    // Exclusive create, unlink, rmdir.
+    let excl = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o640)
+        .open(mnt.join("b"));
+    assert_eq!(errno_of(excl), libc::EEXIST);
+    assert_eq!(errno_of(fs::remove_dir(mnt.join("e"))), libc::ENOTEMPTY);
+    fs::remove_file(mnt.join("e/f")).unwrap();
+    fs::remove_dir(mnt.join("e")).unwrap();
+    assert_eq!(errno_of(fs::metadata(mnt.join("e"))), libc::ENOENT);
+
+    // statfs.
+    let c = cpath(&mnt);
+    // SAFETY: zeroed statvfs is a valid out-parameter; `c` is a valid path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    assert!(st.f_bsize > 0 && st.f_blocks > 0);
+
+    // Unmounting ends the mount.
+    let guard = fx.guard.take().unwrap();
+    guard.unmount().unwrap();
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&*mnt.to_string_lossy()));
+}
