@@ -303,20 +303,42 @@ fn child_daemon() {
     eddy_daemon::run(DaemonArgs::try_parse_from(argv).unwrap()).unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_after_kill_9_keeps_synced_data() {
-    let root = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_daemon", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ROOT_ENV, root.path())
+/// Starts `child_daemon` in a new process on `root`, optionally through `unshare` with the
+/// chunk directory on a tmpfs of `tmpfs_bytes`, and waits for its ready file.
+async fn spawn_child(
+    root: &Path,
+    tmpfs_bytes: Option<u64>,
+) -> (std::process::Child, eddy_daemon::ReadyInfo) {
+    let exe = std::env::current_exe().unwrap();
+    let test_args = ["--exact", "child_daemon", "--nocapture", "--test-threads=1"];
+    let mut cmd = match tmpfs_bytes {
+        None => {
+            let mut c = Command::new(&exe);
+            c.args(test_args);
+            c
+        }
+        Some(bytes) => {
+            let script = format!(
+                "mkdir -p \"$1/chunks\" && mount -t tmpfs -o size={bytes} tmpfs \"$1/chunks\" && shift && exec \"$@\""
+            );
+            let mut c = Command::new("unshare");
+            c.args(["-rm", "sh", "-c", &script, "sh"])
+                .arg(root)
+                .arg(&exe)
+                .args(test_args);
+            c
+        }
+    };
+    let mut child = cmd
+        .env(CHILD_ROOT_ENV, root)
         .env(SECRET_ENV, hex::encode(SECRET))
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + GUARD;
-    let ready = loop {
-        if let Some(r) = read_ready(root.path()).unwrap() {
-            break r;
+    loop {
+        if let Some(r) = read_ready(root).unwrap() {
+            return (child, r);
         }
         assert!(
             child.try_wait().unwrap().is_none(),
@@ -327,7 +349,13 @@ async fn restart_after_kill_9_keeps_synced_data() {
             "child daemon never became ready"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_after_kill_9_keeps_synced_data() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut child, ready) = spawn_child(root.path(), None).await;
     assert_eq!(ready.pid, child.id());
     assert_eq!(ready.socket, None);
     let mut c = connect(ready.addr.parse().unwrap()).await;
@@ -339,4 +367,79 @@ async fn restart_after_kill_9_keeps_synced_data() {
         "a killed daemon leaves its ready file"
     );
     check_recovered(root.path(), &data).await;
+}
+
+/// Whether this machine lets an unprivileged user namespace mount a tmpfs.
+fn can_unshare_mount() -> bool {
+    Command::new("unshare")
+        .args(["-rm", "sh", "-c", "mount -t tmpfs tmpfs /mnt"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_device_gives_enospc_and_harms_nothing_else() {
+    if !can_unshare_mount() {
+        eprintln!("skipped: cannot mount a tmpfs in a user namespace here");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let (mut child, ready) = spawn_child(root.path(), Some(64 * 1024)).await;
+    let mut c = connect(ready.addr.parse().unwrap()).await;
+    let chunks = |n: u64| {
+        (0..n)
+            .map(|k| Piece {
+                chunk: k,
+                offset: 0,
+                len: 4096,
+            })
+            .collect::<Vec<_>>()
+    };
+    let kept: Vec<u8> = (0..8 * 4096u32).map(|i| (i % 253) as u8).collect();
+    c.ok(Request::Write {
+        file_id: 1,
+        pieces: chunks(8),
+        data: kept.clone(),
+    })
+    .await;
+    c.inode(create("/kept", file(1))).await;
+
+    let too_much = Request::Write {
+        file_id: 2,
+        pieces: chunks(16),
+        data: vec![0xee; 16 * 4096],
+    };
+    assert_eq!(c.errno(too_much).await, libc::ENOSPC);
+
+    // Other data, the metadata store and the connection are unharmed.
+    assert_eq!(
+        c.data(Request::Read {
+            file_id: 1,
+            pieces: chunks(8)
+        })
+        .await,
+        kept
+    );
+    assert_eq!(c.inode(stat("/kept")).await.file_id, 1);
+    c.inode(create("/after", file(3))).await;
+    c.ok(Request::Sync { file_id: Some(1) }).await;
+    // Freeing space makes writes possible again.
+    c.ok(Request::RemoveData { file_id: 2 }).await;
+    c.ok(Request::Write {
+        file_id: 3,
+        pieces: chunks(4),
+        data: vec![7; 4 * 4096],
+    })
+    .await;
+    let Reply::Status(s) = c.ok(Request::Status).await else {
+        panic!()
+    };
+    assert_eq!((s.chunks, s.chunk_bytes), (12, 12 * 4096));
+
+    assert!(matches!(c.ok(Request::Shutdown).await, Reply::Ok));
+    assert!(child.wait().unwrap().success(), "clean exit after Shutdown");
+    assert!(read_ready(root.path()).unwrap().is_none());
 }
