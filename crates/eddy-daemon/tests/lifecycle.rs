@@ -443,3 +443,30 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
     assert!(child.wait().unwrap().success(), "clean exit after Shutdown");
     assert!(read_ready(root.path()).unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_cleanly_and_persists_metadata() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut child, ready) = spawn_child(root.path(), None).await;
+    let mut c = connect(ready.addr.parse().unwrap()).await;
+    // No Sync: a clean stop persists the metadata store by itself.
+    c.inode(create("/unsynced", file(42))).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(
+        child.wait().unwrap().success(),
+        "SIGTERM gives exit status 0"
+    );
+    assert!(
+        read_ready(root.path()).unwrap().is_none(),
+        "ready file removed"
+    );
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    assert_eq!(c.inode(stat("/unsynced")).await.file_id, 42);
+    d.shutdown();
+    d.wait().await.unwrap();
+}
