@@ -10,8 +10,8 @@ use eddy_proto::{Errno, Inode};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -478,9 +478,10 @@ impl Filesystem for EddyFs {
             .path(ino)
             .and_then(|p| self.run(self.client.open(&p, flags, 0, creds(req))));
         match res {
-            // No FOPEN_KEEP_CACHE: the page cache is dropped on open, so that data written by
-            // other nodes is seen after an open.
-            Ok(file) => reply.opened(FileHandle(self.add_file(file)), FopenFlags::empty()),
+            Ok(file) => {
+                let fopen = fopen_flags(&file);
+                reply.opened(FileHandle(self.add_file(file)), fopen)
+            }
             Err(e) => reply.error(failed("open", &e)),
         }
     }
@@ -622,8 +623,11 @@ impl Filesystem for EddyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Namespace changes are acknowledged only once the metadata owner has logged them.
-        reply.ok();
+        // The client offers no per-directory sync: make every daemon's metadata durable.
+        match self.run(self.client.sync_all()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("fsyncdir", &e)),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -675,16 +679,13 @@ impl Filesystem for EddyFs {
                 creds(req),
             ))?;
             let attr = self.entry(&path, &file.inode());
-            Ok((attr, self.add_file(file)))
+            let fopen = fopen_flags(&file);
+            Ok((attr, self.add_file(file), fopen))
         });
         match res {
-            Ok((attr, fh)) => reply.created(
-                &self.ttl,
-                &attr,
-                GENERATION,
-                FileHandle(fh),
-                FopenFlags::empty(),
-            ),
+            Ok((attr, fh, fopen)) => {
+                reply.created(&self.ttl, &attr, GENERATION, FileHandle(fh), fopen)
+            }
             Err(e) => reply.error(failed("create", &e)),
         }
     }
@@ -721,6 +722,83 @@ impl Filesystem for EddyFs {
         reply.error(failed("setlk", &no_locks()));
     }
 
+    // Extended attributes, lseek(SEEK_DATA/SEEK_HOLE) and copy_file_range: ENOSYS tells the
+    // kernel once and for all that they are not implemented; it then answers EOPNOTSUPP for
+    // xattrs itself and falls back to its generic lseek and copy.
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: i64,
+        _whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(fuser::Errno::ENOTTY);
+    }
+
     fn fallocate(
         &self,
         _req: &Request,
@@ -735,6 +813,19 @@ impl Filesystem for EddyFs {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(failed("fallocate", &e)),
         }
+    }
+}
+
+/// How the kernel should treat an open file. Never FOPEN_KEEP_CACHE: the page cache is
+/// dropped on open, so that data written by other nodes is seen after an open. O_APPEND
+/// files bypass the page cache: the client appends at the end the metadata owner reserves,
+/// which may differ from the offset the kernel assumed (another node appended meanwhile),
+/// so cached pages would hold the data at the wrong place.
+fn fopen_flags(file: &File) -> FopenFlags {
+    if file.append() {
+        FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        FopenFlags::empty()
     }
 }
 

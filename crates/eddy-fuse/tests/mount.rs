@@ -219,9 +219,16 @@ fn mount_serves_posix_calls() {
         .append(true)
         .open(mnt.join("e/f"))
         .unwrap();
+    // A second appender between two appends of the first: nothing is overwritten.
+    let mut g = fs::OpenOptions::new()
+        .append(true)
+        .open(mnt.join("e/f"))
+        .unwrap();
     f.write_all(b"tail").unwrap();
-    drop(f);
-    assert_eq!(&fs::read(mnt.join("e/f")).unwrap()[10..], b"tail");
+    g.write_all(b"+g").unwrap();
+    f.write_all(b"+f").unwrap();
+    drop((f, g));
+    assert_eq!(&fs::read(mnt.join("e/f")).unwrap()[10..], b"tail+g+f");
     fs::write(mnt.join("e/f"), b"new").unwrap(); // O_TRUNC
     assert_eq!(fs::read(mnt.join("e/f")).unwrap(), b"new");
 
@@ -273,6 +280,35 @@ fn mount_serves_posix_calls() {
     fs::remove_file(mnt.join("e/f")).unwrap();
     fs::remove_dir(mnt.join("e")).unwrap();
     assert_eq!(errno_of(fs::metadata(mnt.join("e"))), libc::ENOENT);
+
+    // Extended attributes are not supported.
+    let c = cpath(&mnt.join("b"));
+    let name = CString::new("user.x").unwrap();
+    // SAFETY: valid NUL-terminated strings and a valid buffer.
+    let rc = unsafe { libc::setxattr(c.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(rc, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EOPNOTSUPP)
+    );
+
+    // Requests from several threads at once, each on its own files.
+    fs::create_dir(mnt.join("par")).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let dir = mnt.join("par");
+            s.spawn(move || {
+                for i in 0..25 {
+                    let body = pattern(10_000 + t * 100 + i);
+                    let p = dir.join(format!("t{t}-{i}"));
+                    fs::write(&p, &body).unwrap();
+                    assert_eq!(fs::read(&p).unwrap(), body);
+                }
+            });
+        }
+    });
+    assert_eq!(fs::read_dir(mnt.join("par")).unwrap().count(), 100);
+    fs::File::open(mnt.join("par")).unwrap().sync_all().unwrap(); // fsyncdir
 
     // statfs.
     let c = cpath(&mnt);
