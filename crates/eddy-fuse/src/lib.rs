@@ -133,6 +133,8 @@ pub fn mount(
 pub struct MountGuard {
     session: Option<fuser::BackgroundSession>,
     mountpoint: PathBuf,
+    /// The connection's name in fusectl, to abort it if the unmount has to be lazy.
+    connection: Option<u64>,
 }
 
 impl MountGuard {
@@ -141,7 +143,10 @@ impl MountGuard {
         &self.mountpoint
     }
 
-    /// Unmounts and waits for the serving threads to end.
+    /// Unmounts and waits for the serving threads to end. If files are still open under the
+    /// mount, it is detached and its connection aborted (those files then fail with
+    /// ENOTCONN): this process serves the mount, so it could not answer their last requests
+    /// once it exits, and would hang in exit.
     pub fn unmount(mut self) -> Result<(), FuseError> {
         self.finish()
     }
@@ -151,22 +156,32 @@ impl MountGuard {
             return Ok(());
         };
         match unmount_with(&self.mountpoint)? {
-            Unmounted::Detached => {
-                // Files are still open under the mount: the kernel keeps the connection, and
-                // the serving threads, until they are closed. Waiting here could be forever.
-                warn!(
-                    mountpoint = %self.mountpoint.display(),
-                    "unmounted lazily; requests are served until the last open file is closed"
-                );
-                Ok(())
-            }
-            Unmounted::Gone | Unmounted::NotMounted => {
-                session.join().map_err(|source| FuseError::Session {
-                    mountpoint: self.mountpoint.clone(),
-                    source,
-                })
-            }
+            Unmounted::Detached => match self.connection.map(abort_connection) {
+                Some(Ok(())) => self.join(session),
+                failed => {
+                    // Files are still open under the mount and the connection cannot be
+                    // aborted (fusectl not mounted?): it is served until they are closed.
+                    let why = match failed {
+                        Some(Err(e)) => e.to_string(),
+                        _ => "connection unknown".to_string(),
+                    };
+                    warn!(
+                        mountpoint = %self.mountpoint.display(),
+                        "unmounted lazily, cannot abort the connection ({why}); requests are \
+                         served until the last open file is closed"
+                    );
+                    Ok(())
+                }
+            },
+            Unmounted::Gone | Unmounted::NotMounted => self.join(session),
         }
+    }
+
+    fn join(&self, session: fuser::BackgroundSession) -> Result<(), FuseError> {
+        session.join().map_err(|source| FuseError::Session {
+            mountpoint: self.mountpoint.clone(),
+            source,
+        })
     }
 }
 
@@ -194,7 +209,28 @@ pub fn spawn_mount(
     Ok(MountGuard {
         session: Some(bg),
         mountpoint: mountpoint.to_owned(),
+        connection: connection_id(mountpoint),
     })
+}
+
+/// Where the FUSE control file system (fusectl) lists connections.
+const FUSECTL_DIR: &str = "/sys/fs/fuse/connections";
+
+/// The fusectl name of the connection serving the mount at `mountpoint`: the kernel's
+/// device number of the mount, `major << 20 | minor`.
+fn connection_id(mountpoint: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(mountpoint).ok()?.dev();
+    Some((u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)))
+}
+
+/// Aborts a FUSE connection: pending and future requests fail with ENOTCONN and the
+/// serving threads see the end of the session.
+fn abort_connection(id: u64) -> io::Result<()> {
+    std::fs::write(
+        Path::new(FUSECTL_DIR).join(id.to_string()).join("abort"),
+        "1",
+    )
 }
 
 /// One way of unmounting.

@@ -323,3 +323,25 @@ fn mount_serves_posix_calls() {
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&*mnt.to_string_lossy()));
 }
+
+#[test]
+fn unmount_with_an_open_file_aborts_the_connection() {
+    let fusectl_mounted =
+        fs::read_dir("/sys/fs/fuse/connections").is_ok_and(|mut d| d.next().is_some());
+    if !Path::new("/dev/fuse").exists() || !fusectl_mounted {
+        eprintln!("skipped: needs /dev/fuse and fusectl mounted on /sys/fs/fuse/connections");
+        return;
+    }
+    let mut fx = start(3);
+    let mnt = fx.guard.as_ref().unwrap().mountpoint().to_owned();
+    fs::write(mnt.join("held"), b"data").unwrap();
+    let mut held = fs::File::open(mnt.join("held")).unwrap();
+
+    // The mount is busy: it is detached, and its connection aborted so that nothing waits
+    // on this process to answer for the open file.
+    fx.guard.take().unwrap().unmount().unwrap();
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&*mnt.to_string_lossy()));
+    let mut buf = Vec::new();
+    assert_eq!(errno_of(held.read_to_end(&mut buf)), libc::ENOTCONN);
+}
