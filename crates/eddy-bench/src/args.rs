@@ -165,6 +165,12 @@ pub struct WorkloadOpts {
     /// Size of each small file.
     #[arg(long, default_value_t = 8192)]
     pub small_bytes: u64,
+    /// Stop each creating phase after this many seconds (IO500's stonewall): every rank then
+    /// continues to the largest count any rank reached, and later phases use that count;
+    /// rnd4k-read stops at this time too. 0 = off. Default: off for `run` and `scale`, 20 s
+    /// for `suite`.
+    #[arg(long)]
+    pub stonewall: Option<f64>,
 }
 
 /// How workers are launched.

@@ -48,6 +48,8 @@ struct Manifest {
 
 /// Runs the plan's phases on its work directory and returns the report.
 pub fn run_plan(plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
+    let mut plan = plan.clone();
+    let plan = &mut plan;
     let target = plan.work.parent().unwrap_or(&plan.work).to_path_buf();
     check_target(&target, plan)?;
     let creates = plan.phases.iter().any(|p| p.creates());
@@ -69,9 +71,15 @@ pub fn run_plan(plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
         .map_or(0, |d| d.as_secs());
     let mut workers = Workers::launch(plan, spec.launch)?;
     let mut phases = Vec::new();
-    for &phase in &plan.phases {
+    for phase in plan.phases.clone() {
         interrupt::check()?;
         let (stats, secs) = workers.run_phase(plan, phase)?;
+        if phase.creates() {
+            if let Some(items) = stats.items {
+                plan.set_items(phase, items);
+            }
+            write_manifest(plan)?;
+        }
         if phase == Phase::Find && stats.matches != plan.find_expected() {
             bail!(
                 "find matched {} files but {} files match its criteria: the file system lost, \
@@ -194,6 +202,11 @@ fn populate(plan: &Plan) -> anyhow::Result<()> {
     let when = SystemTime::now() - FIND_REF_AGE;
     f.set_modified(when)
         .with_context(|| format!("cannot set the mtime of {}", reference.display()))?;
+    write_manifest(plan)
+}
+
+/// Records the options and the (effective) sizes for a later run without creating phases.
+fn write_manifest(plan: &Plan) -> anyhow::Result<()> {
     let m = Manifest {
         procs: plan.procs,
         sizes: plan.sizes.clone(),
@@ -204,8 +217,9 @@ fn populate(plan: &Plan) -> anyhow::Result<()> {
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// A run without creating phases must use the plan its files were written with.
-fn check_manifest(plan: &Plan) -> anyhow::Result<()> {
+/// A run without creating phases must use the options its files were written with; it takes
+/// the sizes the creating phases reached from the manifest.
+fn check_manifest(plan: &mut Plan) -> anyhow::Result<()> {
     let path = plan.work.join(MANIFEST);
     let text = std::fs::read_to_string(&path).with_context(|| {
         format!(
@@ -217,7 +231,8 @@ fn check_manifest(plan: &Plan) -> anyhow::Result<()> {
         serde_json::from_str(&text).with_context(|| format!("{} is malformed", path.display()))?;
     let mut opts = plan.opts.clone();
     opts.workloads = m.options.workloads.clone();
-    if m.procs != plan.procs || m.sizes != plan.sizes || m.options != opts {
+    opts.stonewall = m.options.stonewall;
+    if m.procs != plan.procs || m.options != opts {
         bail!(
             "the files in {} were written with other options (procs {}, {:?}); \
              use the same --procs, --scale and sizes as the write run",
@@ -226,12 +241,57 @@ fn check_manifest(plan: &Plan) -> anyhow::Result<()> {
             m.sizes
         );
     }
+    plan.sizes = m.sizes;
     Ok(())
 }
 
 enum Event {
     Msg(ToCoord),
     Closed(String),
+}
+
+/// What the coordinator knows about the ranks during one phase.
+struct PhaseState {
+    finished: Vec<bool>,
+    /// Ranks stopped at the stonewall, with the items they made.
+    waiting: Vec<Option<u64>>,
+    /// Items made by finished ranks.
+    items: Vec<Option<u64>>,
+    progress: Vec<u64>,
+    total: PhaseStats,
+    errors: Vec<String>,
+}
+
+impl PhaseState {
+    fn event(&mut self, r: usize, ev: Event, phase: Phase) {
+        match ev {
+            Event::Msg(ToCoord::Progress { ops }) => self.progress[r] = ops,
+            Event::Msg(ToCoord::Stonewalled { items }) => self.waiting[r] = Some(items),
+            Event::Msg(ToCoord::Done(stats)) => {
+                self.items[r] = stats.items;
+                self.total.merge(&stats);
+                self.finished[r] = true;
+            }
+            Event::Msg(ToCoord::Failed { error }) => {
+                self.errors.push(error);
+                self.finished[r] = true;
+            }
+            Event::Msg(ToCoord::Hello { .. }) => {
+                self.errors.push(format!("rank {r}: unexpected hello"));
+                self.finished[r] = true;
+            }
+            Event::Closed(why) => {
+                if !self.finished[r] {
+                    self.errors.push(format!(
+                        "rank {r}: worker lost during {} ({why})",
+                        phase.name()
+                    ));
+                    self.finished[r] = true;
+                    self.waiting[r] = None;
+                }
+            }
+        }
+    }
 }
 
 /// The running workers and their connections.
@@ -420,57 +480,70 @@ impl Workers {
         let bar = progress_bar(phase, expected_ops(plan, phase));
         let t0 = Instant::now();
         for c in &mut self.conns {
-            send(c, &ToWorker::Run { phase })?;
+            send(
+                c,
+                &ToWorker::Run {
+                    phase,
+                    sizes: plan.sizes.clone(),
+                },
+            )?;
         }
         let n = self.conns.len();
-        let mut finished = vec![false; n];
-        let mut progress = vec![0u64; n];
-        let mut total = PhaseStats::default();
-        let mut errors = Vec::new();
-        while finished.iter().any(|f| !f) {
+        let mut st = PhaseState {
+            finished: vec![false; n],
+            waiting: vec![None; n],
+            items: vec![None; n],
+            progress: vec![0; n],
+            total: PhaseStats::default(),
+            errors: Vec::new(),
+        };
+        while st.finished.iter().any(|f| !f) {
             interrupt::check()?;
             let (rank, ev) = match self.rx.recv_timeout(POLL) {
                 Ok(x) => x,
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => bail!("all worker connections are gone"),
             };
-            let r = rank as usize;
-            match ev {
-                Event::Msg(ToCoord::Progress { ops }) => {
-                    progress[r] = ops;
-                    bar.set_position(progress.iter().sum());
-                }
-                Event::Msg(ToCoord::Done(stats)) => {
-                    total.merge(&stats);
-                    finished[r] = true;
-                }
-                Event::Msg(ToCoord::Failed { error }) => {
-                    errors.push(error);
-                    finished[r] = true;
-                }
-                Event::Msg(ToCoord::Hello { .. }) => {
-                    errors.push(format!("rank {rank}: unexpected hello"));
-                    finished[r] = true;
-                }
-                Event::Closed(why) => {
-                    if !finished[r] {
-                        errors.push(format!(
-                            "rank {rank}: worker lost during {} ({why})",
-                            phase.name()
-                        ));
-                        finished[r] = true;
-                    }
-                }
-            }
+            st.event(rank as usize, ev, phase);
+            bar.set_position(st.progress.iter().sum());
+            self.release_stonewalled(&mut st)?;
         }
         let secs = t0.elapsed().as_secs_f64();
         bar.finish_and_clear();
-        if !errors.is_empty() {
-            bail!("phase {} failed:\n  {}", phase.name(), errors.join("\n  "));
+        if !st.errors.is_empty() {
+            bail!(
+                "phase {} failed:\n  {}",
+                phase.name(),
+                st.errors.join("\n  ")
+            );
         }
-        Ok((total, secs))
+        Ok((st.total, secs))
     }
 
+    /// Once every rank has either finished or stopped at the stonewall, tells the stopped ones
+    /// to continue to the largest count any rank reached (IO500's wear-out).
+    fn release_stonewalled(&mut self, st: &mut PhaseState) -> anyhow::Result<()> {
+        if st.waiting.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        if (0..st.finished.len()).any(|r| !st.finished[r] && st.waiting[r].is_none()) {
+            return Ok(());
+        }
+        let reached = st
+            .waiting
+            .iter()
+            .chain(st.items.iter())
+            .flatten()
+            .copied()
+            .max()
+            .unwrap_or(0);
+        for (r, w) in st.waiting.iter_mut().enumerate() {
+            if w.take().is_some() {
+                send(&mut self.conns[r], &ToWorker::Continue { to: reached })?;
+            }
+        }
+        Ok(())
+    }
     /// Tells the workers to exit and reaps them; kills those that do not exit in time.
     fn shutdown(&mut self) {
         for c in &mut self.conns {

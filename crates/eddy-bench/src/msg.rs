@@ -6,7 +6,7 @@
 //! that is the barrier between phases.
 
 use crate::hist::Histogram;
-use crate::plan::{Phase, Plan};
+use crate::plan::{Phase, Plan, Sizes};
 use anyhow::Context;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::io::{BufRead, Write};
@@ -14,17 +14,38 @@ use std::io::{BufRead, Write};
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum ToCoord {
-    Hello { rank: u32, token: String },
-    Progress { ops: u64 },
+    Hello {
+        rank: u32,
+        token: String,
+    },
+    Progress {
+        ops: u64,
+    },
+    /// The stonewall hit after `items` creations; waiting for `Continue`.
+    Stonewalled {
+        items: u64,
+    },
     Done(PhaseStats),
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum ToWorker {
-    Setup { plan: Box<Plan> },
-    Run { phase: Phase },
+    Setup {
+        plan: Box<Plan>,
+    },
+    /// Run a phase with these (effective) sizes.
+    Run {
+        phase: Phase,
+        sizes: Sizes,
+    },
+    /// After a stonewall: create up to `to` items in all.
+    Continue {
+        to: u64,
+    },
     Exit,
 }
 
@@ -35,6 +56,8 @@ pub struct PhaseStats {
     pub bytes: u64,
     /// Files matched (find phase only).
     pub matches: u64,
+    /// Items created by this rank (creating phases, ranks that create only).
+    pub items: Option<u64>,
     pub latency: Histogram,
 }
 
@@ -43,6 +66,10 @@ impl PhaseStats {
         self.ops += o.ops;
         self.bytes += o.bytes;
         self.matches += o.matches;
+        self.items = match (self.items, o.items) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         self.latency.merge(&o.latency);
     }
 }

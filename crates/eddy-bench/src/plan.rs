@@ -198,8 +198,11 @@ pub struct Ior {
     pub dir: &'static str,
     pub mode: IoMode,
     pub xfer: u64,
-    /// Transfers per writing rank.
+    /// Transfers per writing rank (after a stonewall: the count reached).
     pub count: u64,
+    /// Transfers per rank as planned: the stride of the n-1 block layout, so that offsets do
+    /// not depend on where a stonewall stopped.
+    pub stride: u64,
     pub procs: u32,
     /// n-1 layout: transfers interleaved by rank (IOR segments) rather than one block per rank.
     pub interleaved: bool,
@@ -232,7 +235,7 @@ impl Ior {
         let n = u64::from(self.procs);
         match (self.mode, self.interleaved) {
             (IoMode::N1, true) => (i * n + w) * self.xfer,
-            (IoMode::N1, false) => (w * self.count + i) * self.xfer,
+            (IoMode::N1, false) => (w * self.stride + i) * self.xfer,
             _ => i * self.xfer,
         }
     }
@@ -249,13 +252,18 @@ impl Ior {
     /// The files of this workload and their sizes.
     pub fn files(&self) -> Vec<(String, u64)> {
         let per = self.count * self.xfer;
+        let n = u64::from(self.procs);
         match self.mode {
             IoMode::NN => self
                 .writers()
                 .into_iter()
                 .map(|w| (self.file(w), per))
                 .collect(),
-            IoMode::N1 => vec![(self.file(0), per * u64::from(self.procs))],
+            IoMode::N1 if self.interleaved => vec![(self.file(0), per * n)],
+            IoMode::N1 => vec![(
+                self.file(0),
+                ((n - 1) * self.stride + self.count) * self.xfer,
+            )],
             IoMode::OneOne => vec![(self.file(0), per)],
         }
     }
@@ -270,6 +278,8 @@ pub struct Plan {
     pub opts: WorkloadOpts,
     pub sizes: Sizes,
     pub phases: Vec<Phase>,
+    /// Seconds after which creating phases stop (0 = never).
+    pub stonewall_s: f64,
 }
 
 impl Plan {
@@ -287,6 +297,10 @@ impl Plan {
         if w.contains(&Workload::Rnd4k) && !w.contains(&Workload::IorEasy) {
             bail!("rnd4k reads the files of ior-easy: add ior-easy to --workloads");
         }
+        let stonewall_s = opts.stonewall.unwrap_or(0.0);
+        if !(stonewall_s >= 0.0 && stonewall_s.is_finite()) {
+            bail!("--stonewall must be a number of seconds, 0 for none");
+        }
         let dir = std::path::absolute(dir)
             .with_context(|| format!("cannot resolve {}", dir.display()))?;
         Ok(Plan {
@@ -295,7 +309,21 @@ impl Plan {
             opts: opts.clone(),
             sizes: Sizes::new(opts),
             phases: select_phases(phases, &opts.workloads)?,
+            stonewall_s,
         })
+    }
+
+    /// Records how many items a creating phase made per rank (after a stonewall).
+    pub fn set_items(&mut self, phase: Phase, items: u64) {
+        let s = &mut self.sizes;
+        match phase {
+            Phase::IorEasyWrite => s.easy_xfers = items,
+            Phase::IorHardWrite => s.hard_xfers = items,
+            Phase::MdtestEasyWrite => s.md_easy_files = items,
+            Phase::MdtestHardWrite => s.md_hard_files = items,
+            Phase::SmallfilesWrite => s.small_files = items,
+            _ => {}
+        }
     }
 
     pub fn has(&self, w: Workload) -> bool {
@@ -308,6 +336,7 @@ impl Plan {
             mode: self.opts.easy_mode,
             xfer: self.opts.easy_xfer,
             count: self.sizes.easy_xfers,
+            stride: Sizes::new(&self.opts).easy_xfers,
             procs: self.procs,
             interleaved: false,
         }
@@ -319,6 +348,7 @@ impl Plan {
             mode: self.opts.hard_mode,
             xfer: self.opts.hard_xfer,
             count: self.sizes.hard_xfers,
+            stride: Sizes::new(&self.opts).hard_xfers,
             procs: self.procs,
             interleaved: true,
         }
@@ -459,6 +489,7 @@ mod tests {
                 mode: IoMode::N1,
                 xfer: 10,
                 count: 4,
+                stride: 4,
                 procs: 3,
                 interleaved,
             };
@@ -473,12 +504,29 @@ mod tests {
     }
 
     #[test]
+    fn stonewalled_block_layout_keeps_planned_offsets() {
+        let ior = Ior {
+            dir: "d",
+            mode: IoMode::N1,
+            xfer: 10,
+            count: 2,
+            stride: 5,
+            procs: 2,
+            interleaved: false,
+        };
+        assert_eq!(ior.offset(1, 0), 50);
+        assert_eq!(ior.offset(1, 1), 60);
+        assert_eq!(ior.files(), vec![("d/shared".to_string(), 70)]);
+    }
+
+    #[test]
     fn one_one_mode_has_a_single_writer_and_reader() {
         let ior = Ior {
             dir: "d",
             mode: IoMode::OneOne,
             xfer: 4,
             count: 2,
+            stride: 2,
             procs: 4,
             interleaved: true,
         };

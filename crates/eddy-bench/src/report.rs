@@ -290,6 +290,7 @@ mod tests {
                 ops,
                 bytes,
                 matches: 0,
+                items: None,
                 latency,
             },
             secs,

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 /// How long the mount may take to appear after `eddy start` returned.
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Stonewall of the suite's creating phases unless --stonewall is given: bounds the suite's
+/// time on a slow file system while the default sizes finish well before it on this one.
+const SUITE_STONEWALL_S: f64 = 20.0;
 /// Default storage: tmpfs.
 const TMPFS: &str = "/dev/shm";
 
@@ -43,7 +46,10 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
 fn measure(a: &SuiteArgs, mount: &Path, raw: &Path) -> anyhow::Result<Vec<Report>> {
     let one = |dir: &Path, label: &str| -> anyhow::Result<Report> {
         eprintln!("eddy bench suite: {label} ({})", dir.display());
-        let plan = Plan::new(dir, &a.work, "all")?;
+        let mut plan = Plan::new(dir, &a.work, "all")?;
+        if a.work.stonewall.is_none() {
+            plan.stonewall_s = SUITE_STONEWALL_S;
+        }
         let spec = RunSpec {
             label: label.to_string(),
             launch: &a.launch,

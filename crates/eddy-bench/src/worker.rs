@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -43,14 +43,15 @@ pub fn main(args: WorkerArgs) -> anyhow::Result<()> {
             token: args.token,
         },
     )?;
-    let plan = match recv::<ToWorker>(&mut input)? {
+    let mut plan = match recv::<ToWorker>(&mut input)? {
         Some(ToWorker::Setup { plan }) => *plan,
         other => bail!("rank {rank}: expected the plan, got {other:?}"),
     };
     loop {
         match recv::<ToWorker>(&mut input)? {
-            Some(ToWorker::Run { phase }) => {
-                let mut ctx = Ctx::new(&plan, rank, &mut out);
+            Some(ToWorker::Run { phase, sizes }) => {
+                plan.sizes = sizes;
+                let mut ctx = Ctx::new(&plan, rank, &mut out, &mut input);
                 let msg = match ctx.run(phase) {
                     Ok(()) => ToCoord::Done(ctx.stats),
                     Err(e) => ToCoord::Failed {
@@ -73,22 +74,43 @@ fn mpi_rank() -> Option<u32> {
 }
 
 /// The state of one rank during one phase.
-pub struct Ctx<'a, W: Write> {
+pub struct Ctx<'a, W: Write, R: BufRead> {
     plan: &'a Plan,
     rank: u32,
     out: &'a mut W,
+    input: &'a mut R,
+    started: Instant,
+    stonewalled: bool,
     last_progress: Instant,
     pub stats: PhaseStats,
 }
 
-impl<'a, W: Write> Ctx<'a, W> {
-    pub fn new(plan: &'a Plan, rank: u32, out: &'a mut W) -> Self {
+impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
+    pub fn new(plan: &'a Plan, rank: u32, out: &'a mut W, input: &'a mut R) -> Self {
         Ctx {
             plan,
             rank,
             out,
+            input,
+            started: Instant::now(),
+            stonewalled: false,
             last_progress: Instant::now(),
             stats: PhaseStats::default(),
+        }
+    }
+
+    /// Before creating item `i` of `count`: once the stonewall time has passed, reports the
+    /// items made so far and returns the count the coordinator says every rank must reach.
+    fn stonewall(&mut self, i: u64, count: u64) -> anyhow::Result<u64> {
+        let limit = self.plan.stonewall_s;
+        if self.stonewalled || limit <= 0.0 || self.started.elapsed().as_secs_f64() < limit {
+            return Ok(count);
+        }
+        self.stonewalled = true;
+        send(self.out, &ToCoord::Stonewalled { items: i })?;
+        match recv::<ToWorker>(self.input)? {
+            Some(ToWorker::Continue { to }) => Ok(to.max(i)),
+            other => bail!("expected the count to continue to, got {other:?}"),
         }
     }
 
@@ -179,7 +201,13 @@ impl<'a, W: Write> Ctx<'a, W> {
             .with_context(|| format!("cannot open {} for writing", path.display()))?;
         let key = pattern::key(&rel, self.rank);
         let mut buf = vec![0u8; usize::try_from(ior.xfer)?];
-        for i in 0..ior.count {
+        let mut count = ior.count;
+        let mut i = 0;
+        while i < count {
+            count = self.stonewall(i, count)?;
+            if i >= count {
+                break;
+            }
             let off = ior.offset(self.rank, i);
             pattern::fill(&mut buf, key, off);
             let t = Instant::now();
@@ -191,7 +219,9 @@ impl<'a, W: Write> Ctx<'a, W> {
                 )
             })?;
             self.op(t, ior.xfer)?;
+            i += 1;
         }
+        self.stats.items = Some(i);
         file.sync_all()
             .with_context(|| format!("fsync of {}", path.display()))
     }
@@ -220,7 +250,11 @@ impl<'a, W: Write> Ctx<'a, W> {
         let mut files: HashMap<String, File> = HashMap::new();
         let mut rng = StdRng::seed_from_u64(0x4b_0000 + u64::from(self.rank));
         let mut buf = vec![0u8; RND_READ as usize];
+        let limit = self.plan.stonewall_s;
         for _ in 0..self.plan.sizes.rnd4k_ops {
+            if limit > 0.0 && self.started.elapsed().as_secs_f64() >= limit {
+                break; // nothing depends on the count of random reads
+            }
             let w = writers[rng.gen_range(0..writers.len())];
             let i = rng.gen_range(0..ior.count);
             let within = rng.gen_range(0..ior.xfer.div_ceil(RND_READ)) * RND_READ;
@@ -252,7 +286,13 @@ impl<'a, W: Write> Ctx<'a, W> {
         name: impl Fn(u64) -> String,
     ) -> anyhow::Result<()> {
         let mut buf = vec![0u8; usize::try_from(size)?];
-        for i in 0..count {
+        let mut count = count;
+        let mut i = 0;
+        while i < count {
+            count = self.stonewall(i, count)?;
+            if i >= count {
+                break;
+            }
             let rel = name(i);
             let path = self.path(&rel);
             if size > 0 {
@@ -270,7 +310,9 @@ impl<'a, W: Write> Ctx<'a, W> {
             }
             drop(f);
             self.op(t, size)?;
+            i += 1;
         }
+        self.stats.items = Some(i);
         Ok(())
     }
 

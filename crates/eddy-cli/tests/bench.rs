@@ -644,3 +644,58 @@ fn ctrl_c_stops_the_workers_and_cleans_up() {
     assert!(err.contains("interrupted"), "{err}");
     assert!(empty(dir), "work directory left behind after Ctrl-C");
 }
+
+#[test]
+fn stonewall_stops_creation_and_every_rank_reaches_the_same_count() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("t");
+    fs::create_dir(&dir).unwrap();
+    let json = base.path().join("w.json");
+    // Far more files than can be made before the stonewall; 3 ranks.
+    let opts = [
+        "--workloads",
+        "mdtest-easy",
+        "--md-easy-files",
+        "1000000",
+        "--procs",
+        "3",
+        "--stonewall",
+        "0.05",
+    ];
+    let mut write = vec![
+        "bench",
+        "run",
+        s(&dir),
+        "--phases",
+        "write",
+        "--json",
+        s(&json),
+    ];
+    write.extend_from_slice(&opts);
+    ok(&write);
+    let created = load(&json)["runs"][0]["phases"][0]["ops"].as_u64().unwrap();
+    assert!(created > 0 && created < 3_000_000, "created {created}");
+    assert_eq!(
+        created % 3,
+        0,
+        "ranks did not continue to the same count: {created}"
+    );
+    // The read run takes the reached count from the manifest: stat and delete see every file.
+    let mut read = vec![
+        "bench",
+        "run",
+        s(&dir),
+        "--phases",
+        "read",
+        "--json",
+        s(&json),
+    ];
+    read.extend_from_slice(&opts);
+    ok(&read);
+    let v = load(&json);
+    assert_eq!(phases(&v, 0), ["mdtest-easy-stat", "mdtest-easy-delete"]);
+    for p in v["runs"][0]["phases"].as_array().unwrap() {
+        assert_eq!(p["ops"].as_u64().unwrap(), created, "{p}");
+    }
+    assert!(empty(&dir));
+}
