@@ -72,12 +72,31 @@ pub enum FuseError {
 /// File system subtype: the mount shows as type "fuse.eddy".
 pub const SUBTYPE: &str = "eddy";
 
+/// `name` made safe for the mount table and for fusermount3's comma-separated options.
+fn mount_table_name(name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c == ',' || c == '\\' || c.is_whitespace() || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    if clean.is_empty() {
+        SUBTYPE.to_string()
+    } else {
+        clean
+    }
+}
+
 /// The fuser session configuration for `opts`.
 fn session_config(opts: &MountOptions) -> fuser::Config {
     use fuser::MountOption;
     let mut config = fuser::Config::default();
     config.mount_options = vec![
-        MountOption::FSName(opts.fsname.clone()),
+        MountOption::FSName(mount_table_name(&opts.fsname)),
         // As a plain option rather than `Subtype`, which fuser's direct mount(2) path (used
         // as root) drops; fusermount3 reads the same "subtype=" string.
         MountOption::CUSTOM(format!("subtype={SUBTYPE}")),
@@ -418,6 +437,12 @@ mod tests {
             ..opts
         };
         assert_eq!(session_config(&opts).acl, fuser::SessionACL::Owner);
+    }
+
+    #[test]
+    fn fsname_is_made_safe() {
+        assert_eq!(mount_table_name("eddy:job 1,a\\b"), "eddy:job_1_a_b");
+        assert_eq!(mount_table_name(""), "eddy");
     }
 
     #[test]

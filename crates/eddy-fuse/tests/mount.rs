@@ -345,3 +345,76 @@ fn unmount_with_an_open_file_aborts_the_connection() {
     let mut buf = Vec::new();
     assert_eq!(errno_of(held.read_to_end(&mut buf)), libc::ENOTCONN);
 }
+
+/// Runs a shell command line in `dir`, returning its stdout; fails the test on a non-zero
+/// exit.
+fn sh(dir: &Path, script: &str) -> String {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "`{script}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn coreutils_work_on_the_mount() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: /dev/fuse is not available");
+        return;
+    }
+    let fx = start(3);
+    let mnt = fx.guard.as_ref().unwrap().mountpoint().to_owned();
+    let src = tempfile::tempdir().unwrap();
+    sh(src.path(), "mkdir -p tree/a/b && head -c 200000 /dev/urandom > tree/a/b/big && echo hi > tree/small && ln -s a/b/big tree/link && chmod 640 tree/small");
+    let dest = mnt.display().to_string();
+    let from = src.path().display().to_string();
+    // Copy in with attributes, compare, copy back out.
+    sh(&mnt, &format!("cp -a {from}/tree {dest}/tree"));
+    sh(
+        &mnt,
+        &format!("diff -r --no-dereference {from}/tree {dest}/tree"),
+    );
+    assert_eq!(sh(&mnt, "stat -c %a tree/small").trim(), "640");
+    assert_eq!(sh(&mnt, "readlink tree/link").trim(), "a/b/big");
+    assert_eq!(
+        sh(&mnt, "find tree | sort").lines().collect::<Vec<_>>(),
+        vec![
+            "tree",
+            "tree/a",
+            "tree/a/b",
+            "tree/a/b/big",
+            "tree/link",
+            "tree/small"
+        ]
+    );
+    // Times: touch with a given date, then mv of the whole tree keeps contents and times.
+    sh(&mnt, "touch -d '2001-02-03 04:05:06 UTC' tree/small");
+    sh(&mnt, "mv tree moved");
+    assert_eq!(
+        sh(&mnt, "date -u -r moved/small +%FT%T").trim(),
+        "2001-02-03T04:05:06"
+    );
+    sh(&mnt, &format!("cmp {from}/tree/a/b/big moved/a/b/big"));
+    assert!(
+        sh(&mnt, "du -s moved")
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
+    // Truncate and dd in the middle of a file.
+    sh(&mnt, "truncate -s 100 moved/a/b/big && dd if=/dev/zero of=moved/a/b/big bs=10 seek=20 count=1 conv=notrunc status=none");
+    assert_eq!(sh(&mnt, "stat -c %s moved/a/b/big").trim(), "210");
+    // Recursive removal.
+    sh(&mnt, "rm -rf moved");
+    assert_eq!(sh(&mnt, "ls -A"), "");
+}
