@@ -1,7 +1,8 @@
 //! Coordinator ↔ worker protocol: newline-delimited JSON over one TCP connection per worker.
 //!
-//! worker → coordinator: `Hello` once, then per phase any number of `Progress` and one `Done`
-//! or `Failed`. coordinator → worker: `Setup` once, then `Run` per phase, then `Exit`.
+//! worker → coordinator: `Hello` once, then per phase any number of `Progress`, in a creating
+//! phase possibly one `Stonewalled` (answered by `Continue`), and one `Done` or `Failed`.
+//! coordinator → worker: `Setup` once, then `Run` per phase, then `Exit`.
 //! The coordinator sends the next `Run` only after every worker answered the previous one:
 //! that is the barrier between phases.
 
@@ -93,4 +94,42 @@ pub fn recv<T: DeserializeOwned>(r: &mut impl BufRead) -> anyhow::Result<Option<
     }
     let msg = serde_json::from_str(&line).with_context(|| format!("malformed message {line:?}"))?;
     Ok(Some(msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufReader;
+
+    #[test]
+    fn messages_round_trip_over_a_byte_stream() {
+        let mut stats = PhaseStats {
+            ops: 3,
+            bytes: 9,
+            matches: 1,
+            items: Some(3),
+            ..Default::default()
+        };
+        stats.latency.record(std::time::Duration::from_micros(5));
+        let mut wire = Vec::new();
+        send(&mut wire, &ToCoord::Stonewalled { items: 7 }).unwrap();
+        send(&mut wire, &ToCoord::Done(stats.clone())).unwrap();
+        let mut r = BufReader::new(&wire[..]);
+        assert!(matches!(
+            recv::<ToCoord>(&mut r).unwrap(),
+            Some(ToCoord::Stonewalled { items: 7 })
+        ));
+        match recv::<ToCoord>(&mut r).unwrap() {
+            Some(ToCoord::Done(got)) => {
+                assert_eq!(
+                    (got.ops, got.bytes, got.matches, got.items),
+                    (3, 9, 1, Some(3))
+                );
+                assert_eq!(got.latency, stats.latency);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(recv::<ToCoord>(&mut r).unwrap().is_none());
+        assert!(recv::<ToCoord>(&mut BufReader::new(&b"{bad\n"[..])).is_err());
+    }
 }

@@ -112,6 +112,28 @@ fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
+/// Distinct, dark enough colours for up to 15 lines on white.
+fn line_color(i: usize) -> RGBColor {
+    const COLORS: [RGBColor; 15] = [
+        RGBColor(0x1f, 0x77, 0xb4),
+        RGBColor(0xd6, 0x27, 0x28),
+        RGBColor(0x2c, 0xa0, 0x2c),
+        RGBColor(0xff, 0x7f, 0x0e),
+        RGBColor(0x94, 0x67, 0xbd),
+        RGBColor(0x8c, 0x56, 0x4b),
+        RGBColor(0xe3, 0x77, 0xc2),
+        RGBColor(0x7f, 0x7f, 0x7f),
+        RGBColor(0xbc, 0xbd, 0x22),
+        RGBColor(0x17, 0xbe, 0xcf),
+        RGBColor(0x39, 0x3b, 0x79),
+        RGBColor(0x63, 0x79, 0x39),
+        RGBColor(0x8c, 0x6d, 0x31),
+        RGBColor(0x84, 0x3c, 0x39),
+        RGBColor(0x7b, 0x41, 0x73),
+    ];
+    COLORS[i % COLORS.len()]
+}
+
 /// Phases present in the first run, split into (bandwidth, other) panels.
 fn panels(runs: &[Report]) -> (Vec<Phase>, Vec<Phase>) {
     let phases: Vec<Phase> = runs
@@ -189,13 +211,7 @@ fn bars<DB: DrawingBackend>(
         .iter()
         .flat_map(|r| phases.iter().filter_map(|p| value(r, *p)))
         .collect();
-    let lo = values
-        .iter()
-        .copied()
-        .fold(f64::INFINITY, f64::min)
-        .min(1.0)
-        / 2.0;
-    let hi = values.iter().copied().fold(0.0, f64::max).max(lo * 10.0) * 6.0;
+    let (lo, hi) = bounds(&values, 6.0);
     let k = phases.len();
     let names: Vec<&str> = phases.iter().map(|p| p.name()).collect();
     let label = |y: &f64| {
@@ -263,6 +279,17 @@ fn bars<DB: DrawingBackend>(
         .map_err(plot_err)
 }
 
+/// Log-axis bounds: half the smallest value to `headroom` times the largest.
+fn bounds(values: &[f64], headroom: f64) -> (f64, f64) {
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(0.0, f64::max);
+    if !(min.is_finite() && min > 0.0) {
+        return (0.1, 10.0);
+    }
+    let lo = min / 2.0;
+    (lo, (max * headroom).max(lo * 10.0))
+}
+
 /// A ratio with about three significant digits.
 fn ratio_text(r: f64) -> String {
     match r {
@@ -314,13 +341,7 @@ fn lines<DB: DrawingBackend>(
         .iter()
         .flat_map(|r| phases.iter().filter_map(|p| value(r, *p)))
         .collect();
-    let lo = values
-        .iter()
-        .copied()
-        .fold(f64::INFINITY, f64::min)
-        .min(1.0)
-        / 2.0;
-    let hi = values.iter().copied().fold(0.0, f64::max).max(lo * 10.0) * 2.0;
+    let (lo, hi) = bounds(&values, 2.0);
     let pmax = runs.iter().map(|r| r.procs).max().unwrap_or(1).max(2);
     let mut chart = ChartBuilder::on(area)
         .caption(caption, (FONT, 18))
@@ -336,7 +357,7 @@ fn lines<DB: DrawingBackend>(
         .draw()
         .map_err(plot_err)?;
     for (i, p) in phases.iter().enumerate() {
-        let c = Palette99::pick(i).to_rgba();
+        let c = line_color(i);
         let pts: Vec<(u32, f64)> = runs
             .iter()
             .filter_map(|r| Some((r.procs, value(r, *p)?)))
