@@ -214,7 +214,39 @@ impl EddyFs {
         }
         self.run(self.client.rename(from, to, creds(req)))?;
         lock(&self.table).rename(from, to);
+        self.rebind_files(from, to);
         Ok(())
+    }
+
+    /// An open file keeps the path it was opened by, and the client reaches the file's
+    /// metadata (size updates, stat) through it. After a rename, the handles of this mount
+    /// open at or below the old path are reopened at the new one, so that their writes keep
+    /// publishing the size (a log renamed away while its writer goes on, for instance).
+    fn rebind_files(&self, from: &str, to: &str) {
+        let moved: Vec<(u64, File)> = lock(&self.files)
+            .iter()
+            .filter(|(_, f)| is_at_or_below(f.path(), from))
+            .map(|(fh, f)| (*fh, f.clone()))
+            .collect();
+        for (fh, old) in moved {
+            let path = format!("{to}{}", &old.path()[from.len()..]);
+            match self.run(
+                self.client
+                    .open(&path, reopen_flags(&old), 0, Creds::root()),
+            ) {
+                Ok(new) if new.file_id() == old.file_id() => {
+                    let mut files = lock(&self.files);
+                    if files.contains_key(&fh) {
+                        files.insert(fh, new);
+                    }
+                }
+                Ok(_) => debug!(
+                    path,
+                    "renamed file was replaced meanwhile; handle not moved"
+                ),
+                Err(e) => debug!(path, "cannot reopen a renamed file: {e}"),
+            }
+        }
     }
 
     fn do_readdir(
@@ -829,7 +861,36 @@ fn fopen_flags(file: &File) -> FopenFlags {
     }
 }
 
+/// Whether `path` is `dir` or below it.
+fn is_at_or_below(path: &str, dir: &str) -> bool {
+    path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+}
+
+/// Flags that reopen a file in the same mode, without creating or truncating anything.
+fn reopen_flags(file: &File) -> i32 {
+    let access = match (file.readable(), file.writable()) {
+        (true, true) => libc::O_RDWR,
+        (false, true) => libc::O_WRONLY,
+        _ => libc::O_RDONLY,
+    };
+    let append = if file.append() { libc::O_APPEND } else { 0 };
+    access | append | libc::O_NOFOLLOW
+}
+
 /// The error of every lock request.
 fn no_locks() -> Errno {
     Errno::new(libc::ENOLCK, "file locks are not supported")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_at_or_below;
+
+    #[test]
+    fn at_or_below() {
+        assert!(is_at_or_below("/a", "/a"));
+        assert!(is_at_or_below("/a/b", "/a"));
+        assert!(!is_at_or_below("/ab", "/a"));
+        assert!(!is_at_or_below("/b", "/a"));
+    }
 }

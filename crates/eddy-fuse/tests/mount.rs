@@ -159,6 +159,15 @@ fn mount_serves_posix_calls() {
     assert_eq!(fs::read(mnt.join("e/f")).unwrap(), data);
     assert_eq!(errno_of(fs::metadata(mnt.join("d/f"))), libc::ENOENT);
 
+    // A file renamed while open for writing: later writes land in it and grow it.
+    let mut log = fs::File::create(mnt.join("app.log")).unwrap();
+    log.write_all(b"one\n").unwrap();
+    fs::rename(mnt.join("app.log"), mnt.join("app.log.1")).unwrap();
+    log.write_all(b"two\n").unwrap();
+    drop(log);
+    assert_eq!(fs::read(mnt.join("app.log.1")).unwrap(), b"one\ntwo\n");
+    fs::remove_file(mnt.join("app.log.1")).unwrap();
+
     // RENAME_NOREPLACE onto an existing entry; RENAME_EXCHANGE refused.
     fs::write(mnt.join("a"), b"a").unwrap();
     fs::write(mnt.join("b"), b"b").unwrap();
