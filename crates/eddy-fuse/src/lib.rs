@@ -6,6 +6,18 @@
 //! client's futures on a tokio runtime. Permissions are checked by the kernel
 //! (`default_permissions`) from the attributes we report.
 //!
+//! What the mount answers, beyond plain POSIX calls:
+//! - hard links, special files (FIFOs, sockets, devices), RENAME_EXCHANGE: EOPNOTSUPP
+//!   (EINVAL for the rename flag); POSIX and BSD locks: ENOLCK; extended attributes:
+//!   EOPNOTSUPP (the kernel's answer to our ENOSYS);
+//! - the page cache is dropped at every open (no `keep_cache`) and O_APPEND files bypass it,
+//!   so data written on other nodes is seen after an open;
+//! - an open file follows a rename done through this mount; a file unlinked (or renamed on
+//!   another node) while open can no longer be used through its handle (Eddy names
+//!   metadata by path);
+//! - `MountGuard` (tests) aborts its FUSE connection when files are still open at unmount,
+//!   since the serving process could not answer for them once it exits.
+//!
 //! This crate must not talk to daemons itself (everything goes through `eddy_client::Client`),
 //! keep per-file state beyond open handles, or answer an unsupported operation (locks, hard
 //! links, special files) with a silent success.
