@@ -15,8 +15,8 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Run the workloads on a directory (any mounted file system).
     Run(RunArgs),
-    /// Start a local Eddy deployment, run the workloads on its mount and on the raw storage
-    /// under it in the same run, print both with ratios, stop the deployment.
+    /// Start a local Eddy deployment, run the workloads on its mount and on a raw directory on
+    /// the same storage in the same run, print both with ratios, stop the deployment.
     Suite(SuiteArgs),
     /// Compare two result files (written with --json) phase by phase.
     Compare(CompareArgs),
