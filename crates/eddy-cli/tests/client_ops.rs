@@ -464,3 +464,25 @@ async fn concurrent_appends_and_disjoint_writers_in_one_process() {
     }
     assert!(next.iter().all(|&n| n == RECORDS as u64));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_after_another_clients_truncate_are_published() {
+    let cl = Cluster::start(3);
+    let a = cl.client().await;
+    let b = cl.client().await;
+    let me = Creds::root();
+    let f = a.create("/f", 0o644, true, me).await.unwrap();
+    a.pwrite(&f, 0, &pattern(1, 0, 100_000)).await.unwrap();
+    let before = a.stat("/f").await.unwrap().mtime;
+    // Another client truncates; the first keeps writing inside the size it remembers.
+    b.truncate("/f", 10, me).await.unwrap();
+    a.pwrite(&f, 50_000, b"after").await.unwrap();
+    let st = b.stat("/f").await.unwrap();
+    assert_eq!(st.size, 50_005);
+    assert!(st.mtime >= before);
+    let g = b.open("/f", libc::O_RDONLY, 0, me).await.unwrap();
+    let all = b.pread(&g, 0, 60_000).await.unwrap();
+    assert_eq!(&all[..10], &pattern(1, 0, 10)[..]);
+    assert!(all[10..50_000].iter().all(|&x| x == 0));
+    assert_eq!(&all[50_000..], b"after");
+}

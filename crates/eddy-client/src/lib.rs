@@ -830,7 +830,7 @@ impl Client {
     }
 
     /// Writes `data` at `offset` (at the end, reserved atomically, with O_APPEND). The data
-    /// RPCs and the size update go out together; writers never wait on each other.
+    /// RPCs and the size update go out together; writers never wait on each other's data.
     pub async fn pwrite(&self, f: &File, offset: u64, data: &[u8]) -> Result<usize, Errno> {
         if !f.writable() {
             return Err(Errno::new(
@@ -890,8 +890,10 @@ impl Client {
                 },
             )
         });
+        // Every write tells the owner how far it reached (merged with max) and moves mtime,
+        // even inside the size this handle knows: another client may have truncated the file.
         let grow = async {
-            if !f.append() && end > f.0.known_size.load(Ordering::Acquire) {
+            if !f.append() {
                 self.meta(
                     f.path(),
                     Request::GrowSize {

@@ -97,6 +97,12 @@ impl Config {
                 self.max_rpc_data_bytes, self.max_frame_bytes
             )));
         }
+        if self.chunk_size > u64::from(self.max_rpc_data_bytes) {
+            return Err(ConfigError::Invalid(format!(
+                "chunk_size {} must not exceed max_rpc_data_bytes {}: one chunk must fit in one RPC",
+                self.chunk_size, self.max_rpc_data_bytes
+            )));
+        }
         if self.max_rpc_data_bytes < 64 * 1024 {
             return Err(ConfigError::Invalid(
                 "max_rpc_data_bytes must be at least 64 KiB".into(),

@@ -164,9 +164,9 @@ pub struct DaemonStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     // ---- metadata: sent to owner(hash(path)) ----
-    /// Creates an entry. With `exclusive`, an existing entry gives EEXIST; without, an
-    /// existing file is returned as is (O_CREAT without O_EXCL) and an existing entry of
-    /// another kind gives EEXIST (or EISDIR for a directory). Replies `Inode`.
+    /// Creates an entry. With `exclusive`, an existing entry gives EEXIST; without, the
+    /// existing entry is returned as it is, whatever its kind (O_CREAT without O_EXCL: the
+    /// client tells a file it may open from a directory it may not). Replies `Inode`.
     Create {
         path: String,
         inode: Inode,
