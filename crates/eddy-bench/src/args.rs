@@ -1,5 +1,6 @@
 //! Command-line arguments of `eddy bench`.
 
+use crate::fs::Target;
 use clap::{Args, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -13,10 +14,12 @@ pub struct BenchArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Run the workloads on a directory (any mounted file system).
+    /// Run the workloads on a directory (any mounted file system) or, with
+    /// `eddy:STATE_DIR[:/dir]`, through the Eddy client library.
     Run(RunArgs),
-    /// Start a local Eddy deployment, run the workloads on its mount and on a raw directory on
-    /// the same storage in the same run, print both with ratios, stop the deployment.
+    /// Start a local Eddy deployment, run the workloads on its mount, through the client
+    /// library and on a raw directory on the same storage in the same run, print them with
+    /// ratios, stop the deployment.
     Suite(SuiteArgs),
     /// Compare two result files (written with --json) phase by phase.
     Compare(CompareArgs),
@@ -29,15 +32,18 @@ pub enum BenchCommand {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The directory to benchmark; a work directory `eddy-bench.work` is created inside it.
-    pub dir: PathBuf,
+    /// What to benchmark: a directory (any mounted file system), or
+    /// `eddy:STATE_DIR[:/sub/dir]` to drive the workloads through the Eddy client library in
+    /// the namespace of the deployment started with `eddy start --state STATE_DIR` (default
+    /// directory `/`). A work directory `eddy-bench.work` is created inside it.
+    pub target: Target,
     #[command(flatten)]
     pub work: WorkloadOpts,
     #[command(flatten)]
     pub launch: LaunchOpts,
     #[command(flatten)]
     pub out: OutputOpts,
-    /// Name of this run in tables, plots and JSON (default: the directory).
+    /// Name of this run in tables, plots and JSON (default: the target).
     #[arg(long)]
     pub label: Option<String>,
     /// Which phases to run: `all`, `write` (creating phases only; keeps the files for a later
@@ -61,6 +67,9 @@ pub struct SuiteArgs {
     /// Run the raw storage first (default: Eddy first).
     #[arg(long)]
     pub raw_first: bool,
+    /// Skip the third run, through the client library (`eddy:STATE`) on the same deployment.
+    #[arg(long)]
+    pub no_client: bool,
     #[command(flatten)]
     pub work: WorkloadOpts,
     #[command(flatten)]
@@ -83,8 +92,8 @@ pub struct CompareArgs {
 
 #[derive(Debug, Args)]
 pub struct ScaleArgs {
-    /// The directory to benchmark.
-    pub dir: PathBuf,
+    /// What to benchmark: a directory or `eddy:STATE_DIR[:/sub/dir]` (see `run`).
+    pub target: Target,
     /// Process counts to run, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     pub procs_list: Vec<u32>,

@@ -7,6 +7,7 @@
 //! coordinator started them. See `msg.rs` for the protocol.
 
 use crate::args::LaunchOpts;
+use crate::fs::{EddyFs, Fs, LocalFs, Target};
 use crate::interrupt;
 use crate::msg::{recv, send, PhaseStats, ToCoord, ToWorker};
 use crate::plan::{Phase, Plan, FIND_REF, MANIFEST};
@@ -16,7 +17,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use std::io::BufReader;
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -48,23 +49,31 @@ struct Manifest {
 
 /// Runs the plan's phases on its work directory and returns the report.
 pub fn run_plan(plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
+    match &plan.target {
+        Target::Dir(_) => run_on(&LocalFs, plan, spec),
+        Target::Eddy { state, .. } => run_on(&EddyFs::connect(state)?, plan, spec),
+    }
+}
+
+/// `run_plan` with the coordinator's own access to the target (work directory, manifest).
+fn run_on<F: Fs>(fs: &F, plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
     let mut plan = plan.clone();
     let plan = &mut plan;
-    let target = plan.work.parent().unwrap_or(&plan.work).to_path_buf();
-    check_target(&target, plan)?;
+    check_target(fs, plan)?;
     let creates = plan.phases.iter().any(|p| p.creates());
     if creates {
-        create_work_dir(plan)?;
+        create_work_dir(fs, plan)?;
     } else {
-        check_manifest(plan)?;
+        check_manifest(fs, plan)?;
     }
     // From here on the work directory is ours to remove (unless --keep).
     let mut guard = WorkDir {
+        fs,
         path: plan.work.clone(),
         remove: !spec.keep,
     };
     if creates {
-        populate(plan)?;
+        populate(fs, plan)?;
     }
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -78,7 +87,7 @@ pub fn run_plan(plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
             if let Some(items) = stats.items {
                 plan.set_items(phase, items);
             }
-            write_manifest(plan)?;
+            write_manifest(fs, plan)?;
         }
         if phase == Phase::Find && stats.matches != plan.find_expected() {
             bail!(
@@ -105,7 +114,7 @@ pub fn run_plan(plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
     drop(guard);
     Ok(Report {
         label: spec.label.clone(),
-        target: target.display().to_string(),
+        target: plan.target.to_string(),
         procs: plan.procs,
         started_unix,
         options: plan.opts.clone(),
@@ -115,15 +124,16 @@ pub fn run_plan(plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
 }
 
 /// Removes the work directory when dropped, unless told not to.
-struct WorkDir {
-    path: std::path::PathBuf,
+struct WorkDir<'a, F: Fs> {
+    fs: &'a F,
+    path: PathBuf,
     remove: bool,
 }
 
-impl Drop for WorkDir {
+impl<F: Fs> Drop for WorkDir<'_, F> {
     fn drop(&mut self) {
         if self.remove {
-            if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            if let Err(e) = self.fs.remove_tree(&self.path) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     eprintln!("warning: could not remove {}: {e}", self.path.display());
                 }
@@ -133,43 +143,32 @@ impl Drop for WorkDir {
 }
 
 /// Clear errors for a missing, unwritable or too small target directory.
-fn check_target(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
-    let md = std::fs::metadata(dir).with_context(|| {
-        format!(
-            "target directory {} does not exist or cannot be accessed",
-            dir.display()
-        )
-    })?;
-    if !md.is_dir() {
-        bail!("target {} is not a directory", dir.display());
+fn check_target<F: Fs>(fs: &F, plan: &Plan) -> anyhow::Result<()> {
+    let dir = plan.target.dir();
+    let t = &plan.target;
+    let md = fs
+        .stat(&dir)
+        .with_context(|| format!("target directory {t} does not exist or cannot be accessed"))?;
+    if !md.is_dir {
+        bail!("target {t} is not a directory");
     }
     if !plan.phases.iter().any(|p| p.creates()) {
         return Ok(());
     }
-    let cpath = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-        .context("target path contains a NUL byte")?;
-    // SAFETY: cpath is a valid NUL-terminated string.
-    if unsafe { libc::access(cpath.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
-        let e = std::io::Error::last_os_error();
-        bail!("target directory {} is not writable: {e}", dir.display());
+    if let Err(e) = fs.check_writable(&dir) {
+        bail!("target directory {t} is not writable: {e}");
     }
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: cpath is valid and st is a properly sized out-parameter.
-    if unsafe { libc::statvfs(cpath.as_ptr(), &mut st) } != 0 {
-        return Ok(()); // no statfs: nothing to check against
-    }
-    if st.f_blocks == 0 {
+    let Some(avail) = fs
+        .avail_bytes(&dir)
+        .with_context(|| format!("cannot get the free space of {t}"))?
+    else {
         return Ok(()); // the file system does not report its size
-    }
-    // The statvfs field types differ between platforms; on 64-bit Linux they are u64.
-    #[allow(clippy::useless_conversion)]
-    let avail = u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize));
+    };
     let needed = plan.space_needed();
     if avail < needed {
         bail!(
-            "target directory {} has {} MiB free but the chosen sizes need {} MiB: \
+            "target directory {t} has {} MiB free but the chosen sizes need {} MiB: \
              lower --scale or the sizes, or free space",
-            dir.display(),
             avail >> 20,
             needed.div_ceil(1 << 20)
         );
@@ -178,8 +177,8 @@ fn check_target(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
 }
 
 /// Creates the work directory; fails if it exists, so that nothing of another run is touched.
-fn create_work_dir(plan: &Plan) -> anyhow::Result<()> {
-    match std::fs::create_dir(&plan.work) {
+fn create_work_dir<F: Fs>(fs: &F, plan: &Plan) -> anyhow::Result<()> {
+    match fs.mkdir(&plan.work) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => bail!(
             "{} already exists (left by an earlier run with --keep or --phases write?): \
@@ -191,22 +190,23 @@ fn create_work_dir(plan: &Plan) -> anyhow::Result<()> {
 }
 
 /// Creates the sub-directories, the manifest and the find reference.
-fn populate(plan: &Plan) -> anyhow::Result<()> {
+fn populate<F: Fs>(fs: &F, plan: &Plan) -> anyhow::Result<()> {
     for d in plan.dirs() {
         let p = plan.work.join(d);
-        std::fs::create_dir(&p).with_context(|| format!("cannot create {}", p.display()))?;
+        fs.mkdir(&p)
+            .with_context(|| format!("cannot create {}", p.display()))?;
     }
     let reference = plan.work.join(FIND_REF);
-    let f = std::fs::File::create(&reference)
+    fs.write_file(&reference, b"")
         .with_context(|| format!("cannot create {}", reference.display()))?;
     let when = SystemTime::now() - FIND_REF_AGE;
-    f.set_modified(when)
+    fs.set_mtime(&reference, when)
         .with_context(|| format!("cannot set the mtime of {}", reference.display()))?;
-    write_manifest(plan)
+    write_manifest(fs, plan)
 }
 
 /// Records the options and the (effective) sizes for a later run without creating phases.
-fn write_manifest(plan: &Plan) -> anyhow::Result<()> {
+fn write_manifest<F: Fs>(fs: &F, plan: &Plan) -> anyhow::Result<()> {
     let m = Manifest {
         procs: plan.procs,
         sizes: plan.sizes.clone(),
@@ -214,21 +214,22 @@ fn write_manifest(plan: &Plan) -> anyhow::Result<()> {
     };
     let text = serde_json::to_string_pretty(&m).context("encoding the manifest")?;
     let path = plan.work.join(MANIFEST);
-    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+    fs.write_file(&path, text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// A run without creating phases must use the options its files were written with; it takes
 /// the sizes the creating phases reached from the manifest.
-fn check_manifest(plan: &mut Plan) -> anyhow::Result<()> {
+fn check_manifest<F: Fs>(fs: &F, plan: &mut Plan) -> anyhow::Result<()> {
     let path = plan.work.join(MANIFEST);
-    let text = std::fs::read_to_string(&path).with_context(|| {
+    let text = fs.read_file(&path).with_context(|| {
         format!(
             "cannot read {}: run the write phases first (--phases write)",
             path.display()
         )
     })?;
-    let m: Manifest =
-        serde_json::from_str(&text).with_context(|| format!("{} is malformed", path.display()))?;
+    let m: Manifest = serde_json::from_slice(&text)
+        .with_context(|| format!("{} is malformed", path.display()))?;
     let mut opts = plan.opts.clone();
     opts.workloads = m.options.workloads.clone();
     opts.stonewall = m.options.stonewall;

@@ -10,6 +10,7 @@
 
 pub mod args;
 mod coord;
+pub mod fs;
 mod hist;
 mod interrupt;
 mod msg;
@@ -49,16 +50,11 @@ fn human(json: Option<&Path>, text: &str) {
 }
 
 fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
-    let plan = plan::Plan::new(&a.dir, &a.work, &a.phases)?;
-    let label = a
-        .label
-        .clone()
-        .unwrap_or_else(|| a.dir.display().to_string());
+    let plan = plan::Plan::new(&a.target, &a.work, &a.phases)?;
+    let label = a.label.clone().unwrap_or_else(|| a.target.to_string());
     eprintln!(
         "eddy bench: {} with {} procs, phases: {}",
-        a.dir.display(),
-        plan.procs,
-        a.phases
+        a.target, plan.procs, a.phases
     );
     let spec = coord::RunSpec {
         label,
@@ -117,8 +113,8 @@ fn cmd_scale(a: ScaleArgs) -> anyhow::Result<()> {
         interrupt::check()?;
         let mut opts = a.work.clone();
         opts.procs = procs;
-        let plan = plan::Plan::new(&a.dir, &opts, "all")?;
-        eprintln!("eddy bench scale: {} procs on {}", procs, a.dir.display());
+        let plan = plan::Plan::new(&a.target, &opts, "all")?;
+        eprintln!("eddy bench scale: {} procs on {}", procs, a.target);
         let spec = coord::RunSpec {
             label: format!("{procs} procs"),
             launch: &a.launch,
@@ -128,7 +124,7 @@ fn cmd_scale(a: ScaleArgs) -> anyhow::Result<()> {
     }
     human(a.json.as_deref(), &report::scale_table(&runs));
     if let Some(p) = &a.plot {
-        plot::plot_scale(&runs, p, &format!("eddy bench scale: {}", a.dir.display()))?;
+        plot::plot_scale(&runs, p, &format!("eddy bench scale: {}", a.target))?;
         eprintln!("plot written to {}", p.display());
     }
     if let Some(j) = &a.json {

@@ -3,9 +3,10 @@
 //! rank writes which bytes where.
 
 use crate::args::{IoMode, Workload, WorkloadOpts};
+use crate::fs::Target;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Name of the work directory created inside the benchmarked directory.
 pub const WORK_DIR: &str = "eddy-bench.work";
@@ -272,7 +273,9 @@ impl Ior {
 /// Everything a worker needs to run its part of the phases.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
-    /// The work directory (absolute).
+    /// What is benchmarked (local paths absolute).
+    pub target: Target,
+    /// The work directory (absolute, a path of the target's file system).
     pub work: PathBuf,
     pub procs: u32,
     pub opts: WorkloadOpts,
@@ -283,7 +286,7 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub fn new(dir: &Path, opts: &WorkloadOpts, phases: &str) -> anyhow::Result<Plan> {
+    pub fn new(target: &Target, opts: &WorkloadOpts, phases: &str) -> anyhow::Result<Plan> {
         if opts.procs == 0 {
             bail!("--procs must be at least 1");
         }
@@ -301,10 +304,17 @@ impl Plan {
         if !(stonewall_s >= 0.0 && stonewall_s.is_finite()) {
             bail!("--stonewall must be a number of seconds, 0 for none");
         }
-        let dir = std::path::absolute(dir)
-            .with_context(|| format!("cannot resolve {}", dir.display()))?;
+        let target = target
+            .absolute()
+            .with_context(|| format!("cannot resolve {target}"))?;
+        if let Target::Eddy { dir, .. } = &target {
+            if !dir.starts_with('/') {
+                bail!("{target}: the directory in the namespace must be absolute");
+            }
+        }
         Ok(Plan {
-            work: dir.join(WORK_DIR),
+            work: target.dir().join(WORK_DIR),
+            target,
             procs: opts.procs,
             opts: opts.clone(),
             sizes: Sizes::new(opts),
@@ -481,6 +491,10 @@ mod tests {
     use super::tests_support::opts;
     use super::*;
 
+    fn tmp() -> Target {
+        Target::Dir("/tmp".into())
+    }
+
     #[test]
     fn shared_file_layouts_cover_every_transfer_once() {
         for interleaved in [true, false] {
@@ -553,7 +567,7 @@ mod tests {
     #[test]
     fn scale_and_find_expectation() {
         let o = opts(&["--scale", "0.1", "--procs", "2"]);
-        let plan = Plan::new(Path::new("/tmp"), &o, "all").unwrap();
+        let plan = Plan::new(&tmp(), &o, "all").unwrap();
         assert_eq!(plan.sizes.md_hard_files, 200);
         assert_eq!(plan.sizes.easy_xfers, 7); // 12.8 MiB in 2 MiB transfers, rounded up
                                               // Names of mdtest-hard files containing "01", counted independently of the plan.
@@ -562,8 +576,8 @@ mod tests {
             .filter(|n| n.contains("01"))
             .count() as u64;
         assert_eq!(plan.find_expected(), by_hand);
-        let big = Plan::new(Path::new("/tmp"), &opts(&["--procs", "2"]), "all").unwrap();
+        let big = Plan::new(&tmp(), &opts(&["--procs", "2"]), "all").unwrap();
         assert!(big.find_expected() > 0);
-        assert!(Plan::new(Path::new("/tmp"), &opts(&["--workloads", "rnd4k"]), "all").is_err());
+        assert!(Plan::new(&tmp(), &opts(&["--workloads", "rnd4k"]), "all").is_err());
     }
 }

@@ -256,14 +256,23 @@ fn bars<DB: DrawingBackend>(
             .label(run.label.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
     }
-    if runs.len() == 2 {
+    if runs.len() >= 2 {
+        // Each run's ratio to the first, beside the longest bar of the phase.
         let notes = phases.iter().enumerate().filter_map(|(pi, p)| {
-            let (a, b) = (value(&runs[0], *p)?, value(&runs[1], *p)?);
-            let r = ratio(a, b)?;
+            let a = value(&runs[0], *p)?;
+            let vals: Vec<f64> = runs[1..].iter().filter_map(|r| value(r, *p)).collect();
+            let text: Vec<String> = vals
+                .iter()
+                .filter_map(|&b| Some(format!("{}×", ratio_text(ratio(a, b)?))))
+                .collect();
+            if text.is_empty() {
+                return None;
+            }
+            let right = vals.iter().copied().fold(a, f64::max);
             let y = (k - 1 - pi) as f64;
             Some(Text::new(
-                format!("{}×", ratio_text(r)),
-                (a.max(b) * 1.15, y + 0.1),
+                text.join(" / "),
+                (right * 1.15, y + 0.1),
                 (FONT, 14),
             ))
         });

@@ -246,6 +246,76 @@ pub fn compare_table(a: &Report, b: &Report) -> String {
     s
 }
 
+/// The suite's table: each phase of `base` and of every run in `others`, then the ratio of
+/// each of them to `base` (columns e.g. raw, eddy, eddy-lib, eddy/raw, eddy-lib/raw).
+pub fn ratios_table(base: &Report, others: &[&Report]) -> String {
+    let mut s = String::new();
+    let names: Vec<&str> = others.iter().map(|r| r.label.as_str()).collect();
+    let _ = writeln!(
+        s,
+        "{} vs {} (ratio = run / {})",
+        names.join(", "),
+        base.label,
+        base.label
+    );
+    let ratio_names: Vec<String> = names
+        .iter()
+        .map(|n| format!("{n}/{}", base.label))
+        .collect();
+    let w = |t: &str| t.len().max(12);
+    let _ = write!(s, "{:<20} {:>w$}", "phase", base.label, w = w(&base.label));
+    for n in &names {
+        let _ = write!(s, " {:>w$}", n, w = w(n));
+    }
+    for n in &ratio_names {
+        let _ = write!(s, " {:>w$}", n, w = w(n));
+    }
+    let _ = writeln!(s, " {:>6}", "unit");
+    for pa in &base.phases {
+        let found: Vec<Option<f64>> = others
+            .iter()
+            .map(|r| {
+                r.phases
+                    .iter()
+                    .find(|p| p.phase == pa.phase)
+                    .map(PhaseResult::primary)
+            })
+            .collect();
+        let a = pa.primary();
+        let _ = write!(s, "{:<20} {:>w$.2}", pa.phase.name(), a, w = w(&base.label));
+        for (v, n) in found.iter().zip(&names) {
+            let _ = write!(s, " {:>w$}", opt(*v, 2), w = w(n));
+        }
+        for (v, n) in found.iter().zip(&ratio_names) {
+            let _ = write!(s, " {:>w$}", opt(v.and_then(|v| ratio(a, v)), 3), w = w(n));
+        }
+        let _ = writeln!(s, " {:>6}", pa.unit());
+    }
+    type Part = fn(&Score) -> Option<f64>;
+    let rows: [(&str, Part); 3] = [
+        ("score BW (GiB/s)", |x| x.bw_gib_s),
+        ("score MD (kIOPS)", |x| x.md_kiops),
+        ("score", |x| x.score),
+    ];
+    for (name, part) in rows {
+        let a = part(&base.score);
+        let _ = write!(s, "{:<20} {:>w$}", name, opt(a, 3), w = w(&base.label));
+        let vals: Vec<Option<f64>> = others.iter().map(|r| part(&r.score)).collect();
+        for (v, n) in vals.iter().zip(&names) {
+            let _ = write!(s, " {:>w$}", opt(*v, 3), w = w(n));
+        }
+        for (v, n) in vals.iter().zip(&ratio_names) {
+            let r = match (a, v) {
+                (Some(a), Some(v)) => ratio(a, *v),
+                _ => None,
+            };
+            let _ = write!(s, " {:>w$}", opt(r, 3), w = w(n));
+        }
+        s.push('\n');
+    }
+    s
+}
+
 /// One row per phase, one column per run (e.g. per process count), primary metric.
 pub fn scale_table(runs: &[Report]) -> String {
     let mut s = String::new();
@@ -359,6 +429,34 @@ mod tests {
         assert!(text.contains("\"kind\": \"bw\""));
         std::fs::write(&path, text.replace(FORMAT, "other/9")).unwrap();
         assert!(ResultsFile::load(&path).is_err());
+    }
+
+    #[test]
+    fn ratios_table_has_a_column_per_run_and_per_ratio() {
+        let (raw, mnt, lib) = (
+            report("raw", 1.0),
+            report("eddy", 0.5),
+            report("eddy-lib", 0.25),
+        );
+        let t = ratios_table(&raw, &[&mnt, &lib]);
+        let header = t.lines().nth(1).unwrap();
+        for col in [
+            "raw",
+            "eddy",
+            "eddy-lib",
+            "eddy/raw",
+            "eddy-lib/raw",
+            "unit",
+        ] {
+            assert!(header.split_whitespace().any(|c| c == col), "{col}: {t}");
+        }
+        let line = t.lines().find(|l| l.starts_with("ior-easy-write")).unwrap();
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[4], "0.500", "{t}");
+        assert_eq!(cells[5], "0.250", "{t}");
+        assert_eq!(cells[6], "MiB/s", "{t}");
+        let score = t.lines().find(|l| l.starts_with("score MD")).unwrap();
+        assert!(score.contains("0.500") && score.contains("0.250"), "{t}");
     }
 
     #[test]

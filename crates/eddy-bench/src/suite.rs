@@ -1,10 +1,12 @@
 //! `eddy bench suite`: starts a local Eddy deployment with the `eddy` command itself
-//! (`eddy start --local N --root R --mount M --state S`), runs the workloads on the mount M and
-//! on a raw directory on the same storage in the same run, prints both with ratios, and always
-//! stops the deployment (`eddy stop --state S`) and removes what it created.
+//! (`eddy start --local N --root R --mount M --state S`), runs the workloads on the mount M,
+//! through the client library on the same deployment (`eddy:S`, unless --no-client) and on a
+//! raw directory on the same storage in the same run, prints them with ratios to raw, and
+//! always stops the deployment (`eddy stop --state S`) and removes what it created.
 
 use crate::args::SuiteArgs;
 use crate::coord::{run_plan, RunSpec};
+use crate::fs::Target;
 use crate::plan::Plan;
 use crate::report::{self, Report};
 use anyhow::{bail, Context};
@@ -18,6 +20,10 @@ const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Stonewall of the suite's creating phases unless --stonewall is given: bounds the suite's
 /// time on a slow file system while the default sizes finish well before it on this one.
 const SUITE_STONEWALL_S: f64 = 20.0;
+/// Labels of the suite's runs in tables, plots and JSON.
+pub const LABEL_RAW: &str = "raw";
+pub const LABEL_MOUNT: &str = "eddy";
+pub const LABEL_LIB: &str = "eddy-lib";
 /// Default storage: tmpfs.
 const TMPFS: &str = "/dev/shm";
 
@@ -33,20 +39,43 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find the eddy program's path")?;
     eprintln!("eddy bench suite: storage {}", base.path().display());
     let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state)?;
-    let result = measure(&a, &mount, &raw);
+    let targets = Targets {
+        raw: Target::Dir(raw),
+        mount: Target::Dir(mount),
+        lib: (!a.no_client).then(|| Target::Eddy {
+            state: state.clone(),
+            dir: "/".to_string(),
+        }),
+    };
+    let result = measure(&a, &targets);
     let stopped = deployment.stop();
     let runs = result?;
     stopped?;
     drop(deployment);
     print_suite(&a, &runs);
-    crate::write_outputs(&a.out, runs, "eddy bench suite: Eddy vs raw storage")
+    let title = if a.no_client {
+        "eddy bench suite: Eddy mount vs raw storage"
+    } else {
+        "eddy bench suite: Eddy mount and client library vs raw storage"
+    };
+    crate::write_outputs(&a.out, runs, title)
 }
 
-/// Runs the workloads on Eddy and on raw storage; returns [raw, eddy].
-fn measure(a: &SuiteArgs, mount: &Path, raw: &Path) -> anyhow::Result<Vec<Report>> {
-    let one = |dir: &Path, label: &str| -> anyhow::Result<Report> {
-        eprintln!("eddy bench suite: {label} ({})", dir.display());
-        let mut plan = Plan::new(dir, &a.work, "all")?;
+/// What the suite measures on one deployment.
+struct Targets {
+    raw: Target,
+    mount: Target,
+    /// The same namespace through the client library (None with --no-client).
+    lib: Option<Target>,
+}
+
+/// Runs the workloads on Eddy (mount, then library) and on raw storage; returns
+/// [raw, eddy, eddy-lib] (without eddy-lib under --no-client).
+fn measure(a: &SuiteArgs, t: &Targets) -> anyhow::Result<Vec<Report>> {
+    let one = |target: &Target, label: &str| -> anyhow::Result<Report> {
+        crate::interrupt::check()?;
+        eprintln!("eddy bench suite: {label} ({target})");
+        let mut plan = Plan::new(target, &a.work, "all")?;
         if a.work.stonewall.is_none() {
             plan.stonewall_s = SUITE_STONEWALL_S;
         }
@@ -55,17 +84,23 @@ fn measure(a: &SuiteArgs, mount: &Path, raw: &Path) -> anyhow::Result<Vec<Report
             launch: &a.launch,
             keep: false,
         };
-        run_plan(&plan, &spec)
-            .with_context(|| format!("benchmark on {label} ({}) failed", dir.display()))
+        run_plan(&plan, &spec).with_context(|| format!("benchmark on {label} ({target}) failed"))
+    };
+    let eddy = |first: Option<Report>| -> anyhow::Result<Vec<Report>> {
+        let mut runs: Vec<Report> = first.into_iter().collect();
+        runs.push(one(&t.mount, LABEL_MOUNT)?);
+        if let Some(lib) = &t.lib {
+            runs.push(one(lib, LABEL_LIB)?);
+        }
+        Ok(runs)
     };
     if a.raw_first {
-        let r = one(raw, "raw")?;
-        crate::interrupt::check()?;
-        Ok(vec![r, one(mount, "eddy")?])
+        let raw = one(&t.raw, LABEL_RAW)?;
+        eddy(Some(raw))
     } else {
-        let e = one(mount, "eddy")?;
-        crate::interrupt::check()?;
-        Ok(vec![one(raw, "raw")?, e])
+        let mut runs = eddy(None)?;
+        runs.insert(0, one(&t.raw, LABEL_RAW)?);
+        Ok(runs)
     }
 }
 
@@ -75,8 +110,9 @@ fn print_suite(a: &SuiteArgs, runs: &[Report]) {
         text.push_str(&report::table(r));
         text.push('\n');
     }
-    if let [raw, eddy] = runs {
-        text.push_str(&report::compare_table(raw, eddy));
+    if let [raw, eddy @ ..] = runs {
+        let others: Vec<&Report> = eddy.iter().collect();
+        text.push_str(&report::ratios_table(raw, &others));
     }
     crate::human(a.out.json.as_deref(), &text);
 }

@@ -2,16 +2,15 @@
 //! to run on its share of the files, verifying every byte it reads.
 
 use crate::args::WorkerArgs;
+use crate::fs::{EddyFs, Fs, LocalFs, OpenMode, Target};
 use crate::msg::{recv, send, PhaseStats, ToCoord, ToWorker};
 use crate::pattern;
 use crate::plan::{Ior, Phase, Plan, FIND_REF, RND_READ};
 use anyhow::{bail, Context};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use xxhash_rust::xxh3::xxh3_64;
@@ -43,22 +42,39 @@ pub fn main(args: WorkerArgs) -> anyhow::Result<()> {
             token: args.token,
         },
     )?;
-    let mut plan = match recv::<ToWorker>(&mut input)? {
+    let plan = match recv::<ToWorker>(&mut input)? {
         Some(ToWorker::Setup { plan }) => *plan,
         other => bail!("rank {rank}: expected the plan, got {other:?}"),
     };
+    match &plan.target {
+        Target::Dir(_) => serve(&LocalFs, plan, rank, &mut out, &mut input),
+        Target::Eddy { state, .. } => {
+            let fs = EddyFs::connect(state).with_context(|| format!("rank {rank}"))?;
+            serve(&fs, plan, rank, &mut out, &mut input)
+        }
+    }
+}
+
+/// Runs the phases the coordinator asks for, on `fs`, until told to exit.
+fn serve<F: Fs>(
+    fs: &F,
+    mut plan: Plan,
+    rank: u32,
+    out: &mut TcpStream,
+    input: &mut BufReader<TcpStream>,
+) -> anyhow::Result<()> {
     loop {
-        match recv::<ToWorker>(&mut input)? {
+        match recv::<ToWorker>(input)? {
             Some(ToWorker::Run { phase, sizes }) => {
                 plan.sizes = sizes;
-                let mut ctx = Ctx::new(&plan, rank, &mut out, &mut input);
+                let mut ctx = Ctx::new(fs, &plan, rank, out, input);
                 let msg = match ctx.run(phase) {
                     Ok(()) => ToCoord::Done(ctx.stats),
                     Err(e) => ToCoord::Failed {
                         error: format!("{e:#}"),
                     },
                 };
-                send(&mut out, &msg)?;
+                send(out, &msg)?;
             }
             Some(ToWorker::Exit) | None => return Ok(()),
             Some(other) => bail!("rank {rank}: unexpected message {other:?}"),
@@ -74,7 +90,8 @@ fn mpi_rank() -> Option<u32> {
 }
 
 /// The state of one rank during one phase.
-pub struct Ctx<'a, W: Write, R: BufRead> {
+pub struct Ctx<'a, F: Fs, W: Write, R: BufRead> {
+    fs: &'a F,
     plan: &'a Plan,
     rank: u32,
     out: &'a mut W,
@@ -85,9 +102,10 @@ pub struct Ctx<'a, W: Write, R: BufRead> {
     pub stats: PhaseStats,
 }
 
-impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
-    pub fn new(plan: &'a Plan, rank: u32, out: &'a mut W, input: &'a mut R) -> Self {
+impl<'a, F: Fs, W: Write, R: BufRead> Ctx<'a, F, W, R> {
+    pub fn new(fs: &'a F, plan: &'a Plan, rank: u32, out: &'a mut W, input: &'a mut R) -> Self {
         Ctx {
+            fs,
             plan,
             rank,
             out,
@@ -193,11 +211,9 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
         }
         let rel = ior.file(self.rank);
         let path = self.path(&rel);
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let file = self
+            .fs
+            .open(&path, OpenMode::Write)
             .with_context(|| format!("cannot open {} for writing", path.display()))?;
         let key = pattern::key(&rel, self.rank);
         let mut buf = vec![0u8; usize::try_from(ior.xfer)?];
@@ -211,7 +227,7 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
             let off = ior.offset(self.rank, i);
             pattern::fill(&mut buf, key, off);
             let t = Instant::now();
-            file.write_all_at(&buf, off).with_context(|| {
+            self.fs.write_all_at(&file, &buf, off).with_context(|| {
                 format!(
                     "write of {} bytes at {off} in {}",
                     buf.len(),
@@ -222,8 +238,12 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
             i += 1;
         }
         self.stats.items = Some(i);
-        file.sync_all()
-            .with_context(|| format!("fsync of {}", path.display()))
+        self.fs
+            .fsync(&file)
+            .with_context(|| format!("fsync of {}", path.display()))?;
+        self.fs
+            .close(file)
+            .with_context(|| format!("close of {}", path.display()))
     }
 
     fn ior_read(&mut self, ior: &Ior) -> anyhow::Result<()> {
@@ -232,22 +252,27 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
         };
         let rel = ior.file(src);
         let path = self.path(&rel);
-        let file = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        let file = self
+            .fs
+            .open(&path, OpenMode::Read)
+            .with_context(|| format!("cannot open {}", path.display()))?;
         let key = pattern::key(&rel, src);
         let mut buf = vec![0u8; usize::try_from(ior.xfer)?];
         for i in 0..ior.count {
             let off = ior.offset(src, i);
             let t = Instant::now();
-            read_exact_at(&file, &mut buf, off, &path)?;
+            self.read_exact_at(&file, &mut buf, off, &path)?;
             self.op(t, ior.xfer)?;
             verify(&buf, key, off, &path)?;
         }
-        Ok(())
+        self.fs
+            .close(file)
+            .with_context(|| format!("close of {}", path.display()))
     }
 
     fn rnd4k(&mut self, ior: &Ior) -> anyhow::Result<()> {
         let writers = ior.writers();
-        let mut files: HashMap<String, File> = HashMap::new();
+        let mut files: HashMap<String, F::File> = HashMap::new();
         let mut rng = StdRng::seed_from_u64(0x4b_0000 + u64::from(self.rank));
         let mut buf = vec![0u8; RND_READ as usize];
         let limit = self.plan.stonewall_s;
@@ -263,17 +288,24 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
             let rel = ior.file(w);
             let path = self.path(&rel);
             if !files.contains_key(&rel) {
-                let f =
-                    File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+                let f = self
+                    .fs
+                    .open(&path, OpenMode::Read)
+                    .with_context(|| format!("cannot open {}", path.display()))?;
                 files.insert(rel.clone(), f);
             }
             let Some(file) = files.get(&rel) else {
                 continue;
             };
             let t = Instant::now();
-            read_exact_at(file, &mut buf[..len], off, &path)?;
+            self.read_exact_at(file, &mut buf[..len], off, &path)?;
             self.op(t, len as u64)?;
             verify(&buf[..len], pattern::key(&rel, w), off, &path)?;
+        }
+        for (rel, f) in files {
+            self.fs
+                .close(f)
+                .with_context(|| format!("close of {}", self.path(&rel).display()))?;
         }
         Ok(())
     }
@@ -299,16 +331,18 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
                 pattern::fill(&mut buf, pattern::key(&rel, self.rank), 0);
             }
             let t = Instant::now();
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
+            let f = self
+                .fs
+                .open(&path, OpenMode::CreateNew)
                 .with_context(|| format!("cannot create {}", path.display()))?;
             if size > 0 {
-                f.write_all(&buf)
+                self.fs
+                    .write_all_at(&f, &buf, 0)
                     .with_context(|| format!("write to {}", path.display()))?;
             }
-            drop(f);
+            self.fs
+                .close(f)
+                .with_context(|| format!("close of {}", path.display()))?;
             self.op(t, size)?;
             i += 1;
         }
@@ -325,14 +359,17 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
         for i in 0..count {
             let path = self.path(&name(i));
             let t = Instant::now();
-            let md = fs::metadata(&path).with_context(|| format!("stat of {}", path.display()))?;
+            let md = self
+                .fs
+                .stat(&path)
+                .with_context(|| format!("stat of {}", path.display()))?;
             self.op(t, 0)?;
-            if !md.is_file() || md.len() != size {
+            if !md.is_file || md.len != size {
                 bail!(
                     "{}: expected a regular file of {size} bytes, found {} of {} bytes",
                     path.display(),
-                    if md.is_file() { "a file" } else { "a non-file" },
-                    md.len()
+                    if md.is_file { "a file" } else { "a non-file" },
+                    md.len
                 );
             }
         }
@@ -352,8 +389,7 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
             let path = self.path(&rel);
             buf.clear();
             let t = Instant::now();
-            File::open(&path)
-                .and_then(|mut f| f.read_to_end(&mut buf))
+            self.read_whole(&path, &mut buf)
                 .with_context(|| format!("read of {}", path.display()))?;
             self.op(t, buf.len() as u64)?;
             if buf.len() as u64 != size {
@@ -372,7 +408,9 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
         for i in 0..count {
             let path = self.path(&name(i));
             let t = Instant::now();
-            fs::remove_file(&path).with_context(|| format!("unlink of {}", path.display()))?;
+            self.fs
+                .unlink(&path)
+                .with_context(|| format!("unlink of {}", path.display()))?;
             self.op(t, 0)?;
         }
         Ok(())
@@ -382,29 +420,29 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
     /// entries whose name hashes to it, matching name, size and newer-than like IO500's find.
     fn find(&mut self) -> anyhow::Result<()> {
         let reference = self.path(FIND_REF);
-        let newer_than = fs::metadata(&reference)
-            .and_then(|m| m.modified())
-            .with_context(|| format!("stat of {}", reference.display()))?;
+        let newer_than = self
+            .fs
+            .stat(&reference)
+            .with_context(|| format!("stat of {}", reference.display()))?
+            .mtime;
         let root = self.plan.work.clone();
         let mut stack = vec![root];
         while let Some(dir) = stack.pop() {
-            let entries =
-                fs::read_dir(&dir).with_context(|| format!("readdir of {}", dir.display()))?;
+            let entries = self
+                .fs
+                .readdir(&dir)
+                .with_context(|| format!("readdir of {}", dir.display()))?;
             for entry in entries {
-                let entry = entry.with_context(|| format!("readdir of {}", dir.display()))?;
-                let ft = entry
-                    .file_type()
-                    .with_context(|| format!("type of {:?}", entry.path()))?;
-                if ft.is_dir() {
-                    stack.push(entry.path());
+                let path = dir.join(&entry.name);
+                if entry.is_dir {
+                    stack.push(path);
                     continue;
                 }
-                let name = entry.file_name();
-                let name = name.to_string_lossy();
+                let name = entry.name.as_str();
                 if xxh3_64(name.as_bytes()) % u64::from(self.plan.procs) != u64::from(self.rank) {
                     continue;
                 }
-                self.find_one(&entry.path(), &name, newer_than)?;
+                self.find_one(&path, name, newer_than)?;
             }
         }
         Ok(())
@@ -412,25 +450,40 @@ impl<'a, W: Write, R: BufRead> Ctx<'a, W, R> {
 
     fn find_one(&mut self, path: &Path, name: &str, newer_than: SystemTime) -> anyhow::Result<()> {
         let t = Instant::now();
-        let md =
-            fs::symlink_metadata(path).with_context(|| format!("stat of {}", path.display()))?;
+        let md = self
+            .fs
+            .stat(path)
+            .with_context(|| format!("stat of {}", path.display()))?;
         self.op(t, 0)?;
-        let newer = md.modified().map(|m| m > newer_than).unwrap_or(false);
-        if name.contains(Plan::FIND_NAME) && md.len() == self.plan.find_size() && newer {
+        let newer = md.mtime > newer_than;
+        if name.contains(Plan::FIND_NAME) && md.len == self.plan.find_size() && newer {
             self.stats.matches += 1;
         }
         Ok(())
     }
-}
 
-fn read_exact_at(file: &File, buf: &mut [u8], off: u64, path: &Path) -> anyhow::Result<()> {
-    file.read_exact_at(buf, off).with_context(|| {
-        format!(
-            "read of {} bytes at offset {off} of {} (file too short or I/O error)",
-            buf.len(),
-            path.display()
-        )
-    })
+    fn read_exact_at(
+        &self,
+        file: &F::File,
+        buf: &mut [u8],
+        off: u64,
+        path: &Path,
+    ) -> anyhow::Result<()> {
+        self.fs.read_exact_at(file, buf, off).with_context(|| {
+            format!(
+                "read of {} bytes at offset {off} of {} (file too short or I/O error)",
+                buf.len(),
+                path.display()
+            )
+        })
+    }
+
+    /// open, read to the end, close.
+    fn read_whole(&self, path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        let f = self.fs.open(path, OpenMode::Read)?;
+        self.fs.read_to_end(&f, buf)?;
+        self.fs.close(f)
+    }
 }
 
 fn verify(buf: &[u8], key: u64, off: u64, path: &Path) -> anyhow::Result<()> {
