@@ -81,20 +81,19 @@ fn empty(dir: &Path) -> bool {
     fs::read_dir(dir).expect("readdir").next().is_none()
 }
 
-/// Runs one workload selection on `dir` and returns the phases it reported.
-fn run_workloads(dir: &Path, workloads: &str, extra: &[&str]) -> Vec<String> {
-    let json = dir.join("../r.json");
-    let json = json.to_str().expect("utf-8");
+/// Runs one workload selection on `target` (a directory or `eddy:STATE`), writing its JSON to
+/// `json`, and returns the phases it reported.
+fn bench_run(target: &str, json: &Path, workloads: &str, extra: &[&str]) -> Vec<String> {
     let mut args = vec![
         "bench",
         "run",
-        s(dir),
+        target,
         "--scale",
         TINY,
         "--workloads",
         workloads,
         "--json",
-        json,
+        s(json),
     ];
     args.extend_from_slice(extra);
     let out = ok(&args);
@@ -103,14 +102,66 @@ fn run_workloads(dir: &Path, workloads: &str, extra: &[&str]) -> Vec<String> {
         table.contains("phase") && table.contains("score"),
         "no table:\n{table}"
     );
-    let v = load(Path::new(json));
+    let v = load(json);
     assert_eq!(v["format"], "eddy-bench/1");
+    assert_eq!(v["runs"][0]["target"], target);
+    phases(&v, 0)
+}
+
+/// Runs one workload selection on `dir` and returns the phases it reported.
+fn run_workloads(dir: &Path, workloads: &str, extra: &[&str]) -> Vec<String> {
+    let json = dir.join("../r.json");
+    let got = bench_run(s(dir), &json, workloads, extra);
     assert!(
         empty(dir),
         "work directory left behind in {}",
         dir.display()
     );
-    phases(&v, 0)
+    got
+}
+
+type Case = (
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
+/// Every workload: (--workloads, extra options, phases that must be reported).
+const WORKLOAD_CASES: [Case; 7] = [
+    ("ior-easy", &[], &["ior-easy-write", "ior-easy-read"]),
+    ("ior-hard", &[], &["ior-hard-write", "ior-hard-read"]),
+    (
+        "mdtest-easy",
+        &[],
+        &[
+            "mdtest-easy-write",
+            "mdtest-easy-stat",
+            "mdtest-easy-delete",
+        ],
+    ),
+    (
+        "mdtest-hard",
+        &[],
+        &[
+            "mdtest-hard-write",
+            "mdtest-hard-stat",
+            "mdtest-hard-read",
+            "mdtest-hard-delete",
+        ],
+    ),
+    // find needs something to walk: mdtest-hard with enough files to match "01".
+    ("mdtest-hard,find", &["--md-hard-files", "6000"], &["find"]),
+    ("ior-easy,rnd4k", &[], &["rnd4k-read"]),
+    ("smallfiles", &[], &["smallfiles-write", "smallfiles-read"]),
+];
+
+fn assert_phases(workloads: &str, got: &[String], want: &[&str]) {
+    for w in want {
+        assert!(
+            got.iter().any(|g| g == w),
+            "{workloads}: phase {w} missing from {got:?}"
+        );
+    }
 }
 
 #[test]
@@ -118,41 +169,9 @@ fn each_workload_runs_and_cleans_up_on_a_plain_directory() {
     let base = tempfile::tempdir().unwrap();
     let dir = base.path().join("target");
     fs::create_dir(&dir).unwrap();
-    let cases: [(&str, &[&str], &[&str]); 7] = [
-        ("ior-easy", &[], &["ior-easy-write", "ior-easy-read"]),
-        ("ior-hard", &[], &["ior-hard-write", "ior-hard-read"]),
-        (
-            "mdtest-easy",
-            &[],
-            &[
-                "mdtest-easy-write",
-                "mdtest-easy-stat",
-                "mdtest-easy-delete",
-            ],
-        ),
-        (
-            "mdtest-hard",
-            &[],
-            &[
-                "mdtest-hard-write",
-                "mdtest-hard-stat",
-                "mdtest-hard-read",
-                "mdtest-hard-delete",
-            ],
-        ),
-        // find needs something to walk: mdtest-hard with enough files to match "01".
-        ("mdtest-hard,find", &["--md-hard-files", "6000"], &["find"]),
-        ("ior-easy,rnd4k", &[], &["rnd4k-read"]),
-        ("smallfiles", &[], &["smallfiles-write", "smallfiles-read"]),
-    ];
-    for (workloads, extra, want) in cases {
+    for (workloads, extra, want) in WORKLOAD_CASES {
         let got = run_workloads(&dir, workloads, extra);
-        for w in want {
-            assert!(
-                got.iter().any(|g| g == w),
-                "{workloads}: phase {w} missing from {got:?}"
-            );
-        }
+        assert_phases(workloads, &got, want);
     }
 }
 
@@ -512,6 +531,234 @@ fn is_mountpoint(p: &Path) -> bool {
     }
 }
 
+/// A local deployment without a mount (`eddy start --local 3`), benchmarked through the client
+/// library as `eddy:STATE`; stopped on drop. Needs no FUSE, so these tests never skip.
+struct LibDeployment {
+    dir: tempfile::TempDir,
+}
+
+impl LibDeployment {
+    fn start() -> LibDeployment {
+        let d = LibDeployment {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let p = d.dir.path();
+        ok(&[
+            "start",
+            "--local",
+            "3",
+            "--root",
+            s(&p.join("root")),
+            "--state",
+            s(&p.join("state")),
+        ]);
+        d
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn target(&self) -> String {
+        format!("eddy:{}", s(&self.state()))
+    }
+
+    /// True if `path` does not exist in the namespace (read through the library).
+    fn absent(&self, path: &str) -> bool {
+        let local = self.dir.path().join("got");
+        let out = eddy(&["debug", "get", "--state", s(&self.state()), path, s(&local)]);
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("ENOENT")
+    }
+
+    fn get(&self, path: &str) -> Vec<u8> {
+        let local = self.dir.path().join("got");
+        ok(&["debug", "get", "--state", s(&self.state()), path, s(&local)]);
+        fs::read(&local).unwrap()
+    }
+
+    fn put(&self, path: &str, data: &[u8]) {
+        let local = self.dir.path().join("put");
+        fs::write(&local, data).unwrap();
+        ok(&["debug", "put", "--state", s(&self.state()), s(&local), path]);
+    }
+}
+
+impl Drop for LibDeployment {
+    fn drop(&mut self) {
+        let _ = eddy(&["stop", "--state", s(&self.state())]);
+    }
+}
+
+#[test]
+fn each_workload_through_the_client_library() {
+    let d = LibDeployment::start();
+    let target = d.target();
+    let json = d.dir.path().join("lib.json");
+    for (workloads, extra, want) in WORKLOAD_CASES {
+        let got = bench_run(&target, &json, workloads, extra);
+        assert_phases(workloads, &got, want);
+        assert!(
+            d.absent("/eddy-bench.work"),
+            "{workloads}: work directory left in the namespace"
+        );
+    }
+    // The three IOR layouts through the library too.
+    for (easy, hard) in [("n-1", "n-n"), ("1-1", "1-1")] {
+        let extra = ["--procs", "3", "--easy-mode", easy, "--hard-mode", hard];
+        let got = bench_run(&target, &json, "ior-easy,ior-hard,rnd4k", &extra);
+        assert_eq!(got.len(), 5, "{got:?}");
+    }
+    // All workloads in one run.
+    let got = bench_run(
+        &target,
+        &json,
+        "ior-easy,ior-hard,mdtest-easy,mdtest-hard,find,rnd4k,smallfiles",
+        &[],
+    );
+    assert_eq!(got.len(), 15, "{got:?}");
+    assert!(d.absent("/eddy-bench.work"));
+}
+
+#[test]
+fn library_targets_give_clear_errors() {
+    let d = LibDeployment::start();
+    let state = s(&d.state()).to_string();
+    let err = fails(&[
+        "bench",
+        "run",
+        &format!("eddy:{state}:/nope"),
+        "--scale",
+        TINY,
+    ]);
+    assert!(err.contains("does not exist"), "{err}");
+    d.put("/file", b"x");
+    let err = fails(&[
+        "bench",
+        "run",
+        &format!("eddy:{state}:/file"),
+        "--scale",
+        TINY,
+    ]);
+    assert!(err.contains("not a directory"), "{err}");
+    // Free space comes from the daemons' statfs.
+    let err = fails(&[
+        "bench",
+        "run",
+        &d.target(),
+        "--easy-bytes",
+        "1000000000000000000",
+    ]);
+    assert!(err.contains("MiB free") && err.contains("--scale"), "{err}");
+    let err = fails(&[
+        "bench",
+        "run",
+        &d.target(),
+        "--phases",
+        "read",
+        "--scale",
+        TINY,
+    ]);
+    assert!(err.contains("--phases write"), "{err}");
+    assert!(d.absent("/eddy-bench.work"));
+    let err = fails(&["bench", "run", "eddy:", "--scale", TINY]);
+    assert!(err.contains("STATE_DIR"), "{err}");
+    let nothing = d.dir.path().join("no-state");
+    let err = fails(&[
+        "bench",
+        "run",
+        &format!("eddy:{}", s(&nothing)),
+        "--scale",
+        TINY,
+    ]);
+    assert!(err.contains("no Eddy deployment is running"), "{err}");
+    // A stopped deployment, and one whose daemons are gone while its file says otherwise.
+    ok(&["stop", "--state", &state]);
+    let err = fails(&["bench", "run", &d.target(), "--scale", TINY]);
+    assert!(err.contains("is stopped"), "{err}");
+    fs::copy(
+        d.state().join("deployment.stopped.toml"),
+        d.state().join("deployment.toml"),
+    )
+    .unwrap();
+    let err = fails(&["bench", "run", &d.target(), "--scale", TINY]);
+    assert!(err.contains("cannot reach the Eddy deployment"), "{err}");
+    fs::remove_file(d.state().join("deployment.toml")).unwrap();
+}
+
+/// Writes through the library with `--phases write`, lets `damage` alter the kept files
+/// through the library (`eddy debug get`/`put`), then expects `--phases read` to fail with
+/// `expect` in its message, to print no score, and to clean up.
+fn corrupt_through_library(workloads: &str, damage: impl Fn(&LibDeployment), expect: &str) {
+    let d = LibDeployment::start();
+    let target = d.target();
+    let common = ["--scale", TINY, "--workloads", workloads];
+    let mut write = vec!["bench", "run", &target, "--phases", "write"];
+    write.extend_from_slice(&common);
+    ok(&write);
+    assert!(!d.absent("/eddy-bench.work/manifest.json"));
+    let mut other = vec!["bench", "run", &target, "--phases", "read", "--procs", "3"];
+    other.extend_from_slice(&common);
+    assert!(fails(&other).contains("other options"));
+
+    damage(&d);
+    let mut read = vec!["bench", "run", &target, "--phases", "read"];
+    read.extend_from_slice(&common);
+    let out = eddy(&read);
+    assert!(
+        !out.status.success(),
+        "corrupted data was accepted:\n{}",
+        text(&out)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(expect), "expected {expect:?} in:\n{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("score"));
+    assert!(
+        d.absent("/eddy-bench.work"),
+        "work directory left behind after the failure"
+    );
+}
+
+#[test]
+fn a_byte_flipped_through_the_library_fails_the_ior_read() {
+    corrupt_through_library(
+        "ior-easy",
+        |d| {
+            let path = "/eddy-bench.work/ior-easy/file.1";
+            let mut data = d.get(path);
+            data[12345] ^= 0x01;
+            d.put(path, &data);
+        },
+        "data mismatch at file offset 12345",
+    );
+}
+
+#[test]
+fn a_shared_file_damaged_through_the_library_fails_the_read() {
+    corrupt_through_library(
+        "ior-hard",
+        |d| {
+            let path = "/eddy-bench.work/ior-hard/shared";
+            let mut data = d.get(path);
+            data[47008 + 7] ^= 0x80;
+            d.put(path, &data);
+        },
+        "verification failed",
+    );
+}
+
+#[test]
+fn a_file_truncated_through_the_library_fails_the_mdtest_stat() {
+    corrupt_through_library(
+        "mdtest-hard",
+        |d| {
+            let path = "/eddy-bench.work/mdt-hard/f.1.3";
+            let data = d.get(path);
+            d.put(path, &data[..100]);
+        },
+        "expected a regular file of 3901 bytes",
+    );
+}
+
 #[test]
 fn every_workload_on_an_eddy_mount() {
     let Some(d) = Deployment::start() else { return };
@@ -586,14 +833,39 @@ fn suite_measures_eddy_and_raw_in_one_run() {
     ]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
-        table.contains("eddy vs raw") && table.contains("ratio"),
+        table.contains("eddy, eddy-lib vs raw") && table.contains("ratio"),
         "{table}"
     );
+    let header = table
+        .lines()
+        .find(|l| l.contains("eddy-lib/raw"))
+        .unwrap_or_else(|| panic!("no ratio header:\n{table}"));
+    let cols: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(
+        cols,
+        [
+            "phase",
+            "raw",
+            "eddy",
+            "eddy-lib",
+            "eddy/raw",
+            "eddy-lib/raw",
+            "unit"
+        ]
+    );
     let v = load(&json);
+    assert_eq!(v["runs"].as_array().unwrap().len(), 3);
     assert_eq!(v["runs"][0]["label"], "raw");
     assert_eq!(v["runs"][1]["label"], "eddy");
+    assert_eq!(v["runs"][2]["label"], "eddy-lib");
+    let lib_target = v["runs"][2]["target"].as_str().unwrap();
+    assert!(lib_target.starts_with("eddy:"), "{lib_target}");
     assert_eq!(phases(&v, 0), phases(&v, 1));
+    assert_eq!(phases(&v, 0), phases(&v, 2));
     assert!(fs::read(&plot).unwrap().starts_with(b"\x89PNG"));
+    // compare on a suite file: the mount (run 2) against raw (run 1).
+    let cmp = ok(&["bench", "compare", s(&json)]);
+    assert!(String::from_utf8_lossy(&cmp.stdout).contains("eddy vs raw"));
     // Everything the suite created is gone, the plot and JSON aside.
     let mut left: Vec<String> = fs::read_dir(storage.path())
         .unwrap()
@@ -601,6 +873,42 @@ fn suite_measures_eddy_and_raw_in_one_run() {
         .collect();
     left.sort();
     assert_eq!(left, ["suite.json", "suite.png"]);
+}
+
+#[test]
+fn suite_without_the_library_run() {
+    let Some(probe) = Deployment::start() else {
+        return;
+    };
+    drop(probe);
+    let storage = tempfile::tempdir().unwrap();
+    let json = storage.path().join("suite.json");
+    let out = ok(&[
+        "bench",
+        "suite",
+        "--no-client",
+        "--storage",
+        s(storage.path()),
+        "--scale",
+        TINY,
+        "--workloads",
+        "ior-easy,mdtest-easy",
+        "--json",
+        s(&json),
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("eddy vs raw") && !table.contains("eddy-lib"),
+        "{table}"
+    );
+    let v = load(&json);
+    let labels: Vec<&str> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["raw", "eddy"]);
 }
 
 #[test]

@@ -91,9 +91,7 @@ impl EddyFs {
             .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
         let client = rt.block_on(Client::connect(dep)).map_err(|e| {
             anyhow::anyhow!(
-                "cannot reach the Eddy deployment in {} (is it running? see `eddy status \
-                 --state {}`): {e}",
-                state.display(),
+                "cannot reach the Eddy deployment in {}: {e}",
                 state.display()
             )
         })?;
