@@ -117,11 +117,13 @@ async fn error_cases_give_posix_errnos() {
         uid: 1000,
         gid: 1000,
         enforce: true,
+        parent_resolved: false,
     };
     let bob = Creds {
         uid: 1001,
         gid: 1001,
         enforce: true,
+        parent_resolved: false,
     };
     c.mkdir("/home", 0o777, me).await.unwrap();
     let private = c

@@ -10,17 +10,18 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::oneshot;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
 
-/// Depth of the queue of frames waiting for the writer task.
-const SEND_QUEUE: usize = 256;
+type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 
-/// A live connection.
+/// A live connection. Callers write their own frames (under a lock, so frames never
+/// interleave); one reader task hands each response to the caller waiting for its id.
 pub(crate) struct Conn {
-    tx: mpsc::Sender<(u64, Vec<u8>)>,
+    writer: tokio::sync::Mutex<Writer>,
+    max_frame: u32,
     pending: Pending,
     next_id: AtomicU64,
     dead: Arc<AtomicBool>,
@@ -41,14 +42,54 @@ impl Conn {
             pending: &self.pending,
             id,
         };
-        if self.tx.send((id, body)).await.is_err() {
-            return Err(Errno::eio(format!("{what}: connection closed")));
+        if let Err(e) = self.send(id, &body).await {
+            fail_all(
+                &self.dead,
+                &self.pending,
+                &format!("{what}: connection broken: {e}"),
+            );
+            return Err(Errno::eio(format!("{what}: connection broken: {e}")));
         }
         let resp = rx
             .await
             .unwrap_or_else(|_| Err(Errno::eio(format!("{what}: connection lost"))));
         drop(guard);
         resp
+    }
+
+    /// Writes one frame. If this future is dropped half-way (a deadline), the stream holds a
+    /// partial frame: the guard marks the connection dead so nobody writes after it.
+    async fn send(&self, id: u64, body: &[u8]) -> Result<(), String> {
+        let mut w = self.writer.lock().await;
+        let cut = CutGuard {
+            dead: &self.dead,
+            armed: true,
+        };
+        write_frame(&mut *w, id, body, self.max_frame)
+            .await
+            .map_err(|e| e.to_string())?;
+        w.flush().await.map_err(|e| e.to_string())?;
+        cut.disarm();
+        Ok(())
+    }
+}
+
+struct CutGuard<'a> {
+    dead: &'a AtomicBool,
+    armed: bool,
+}
+
+impl CutGuard<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CutGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.dead.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -194,11 +235,10 @@ impl Link {
 
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let dead = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel(SEND_QUEUE);
-        tokio::spawn(writer(w, rx, self.max_frame, dead.clone(), pending.clone()));
         tokio::spawn(reader(r, self.max_frame, dead.clone(), pending.clone()));
         Ok(Conn {
-            tx,
+            writer: tokio::sync::Mutex::new(Box::new(w)),
+            max_frame: self.max_frame,
             pending,
             next_id: AtomicU64::new(1),
             dead,
@@ -210,43 +250,6 @@ fn fail_all(dead: &AtomicBool, pending: &Pending, why: &str) {
     dead.store(true, Ordering::Release);
     for (_, tx) in lock(pending).drain() {
         let _ = tx.send(Err(Errno::eio(why.to_string())));
-    }
-}
-
-async fn writer<W: AsyncWrite + Unpin>(
-    w: W,
-    mut rx: mpsc::Receiver<(u64, Vec<u8>)>,
-    max_frame: u32,
-    dead: Arc<AtomicBool>,
-    pending: Pending,
-) {
-    let mut w = BufWriter::with_capacity(256 * 1024, w);
-    while let Some((id, body)) = rx.recv().await {
-        let mut res = write_frame(&mut w, id, &body, max_frame)
-            .await
-            .map_err(|e| e.to_string());
-        // Batch whatever else is queued before flushing.
-        while res.is_ok() {
-            match rx.try_recv() {
-                Ok((id, body)) => {
-                    res = write_frame(&mut w, id, &body, max_frame)
-                        .await
-                        .map_err(|e| e.to_string())
-                }
-                Err(_) => break,
-            }
-        }
-        if res.is_ok() {
-            res = w.flush().await.map_err(|e| e.to_string());
-        }
-        if let Err(e) = res {
-            fail_all(
-                &dead,
-                &pending,
-                &format!("connection to daemon broken: {e}"),
-            );
-            return;
-        }
     }
 }
 

@@ -3,13 +3,16 @@
 
 use eddy_proto::{Errno, Inode, SetAttr};
 
-/// Who performs an operation: owner of new entries and, when `enforce` is set, the subject of
-/// permission checks.
+/// Who performs an operation and what the caller has already checked: the owner of new
+/// entries; with `enforce`, the subject of permission checks; with `parent_resolved`, the
+/// caller (a kernel, through FUSE) has already resolved the parent directory, so the library
+/// need not look it up again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Creds {
     pub uid: u32,
     pub gid: u32,
     pub enforce: bool,
+    pub parent_resolved: bool,
 }
 
 impl Creds {
@@ -21,6 +24,18 @@ impl Creds {
             uid,
             gid,
             enforce: uid != 0,
+            parent_resolved: false,
+        }
+    }
+
+    /// A request the kernel has vetted (FUSE with default_permissions): no permission checks,
+    /// no parent lookups.
+    pub fn kernel(uid: u32, gid: u32) -> Creds {
+        Creds {
+            uid,
+            gid,
+            enforce: false,
+            parent_resolved: true,
         }
     }
 
@@ -30,6 +45,7 @@ impl Creds {
             uid: 0,
             gid: 0,
             enforce: false,
+            parent_resolved: false,
         }
     }
 }
@@ -148,16 +164,19 @@ mod tests {
             uid: 10,
             gid: 99,
             enforce: true,
+            parent_resolved: false,
         };
         let group = Creds {
             uid: 11,
             gid: 20,
             enforce: true,
+            parent_resolved: false,
         };
         let other = Creds {
             uid: 12,
             gid: 21,
             enforce: true,
+            parent_resolved: false,
         };
         let i = inode(0o640);
         assert!(check(&i, owner, Access::READ | Access::WRITE, "/f").is_ok());
@@ -185,7 +204,8 @@ mod tests {
             Creds {
                 uid: 0,
                 gid: 0,
-                enforce: true
+                enforce: true,
+                parent_resolved: false,
             },
             Access::WRITE,
             "/f"
@@ -200,11 +220,13 @@ mod tests {
             uid: 12,
             gid: 21,
             enforce: true,
+            parent_resolved: false,
         };
         let owner = Creds {
             uid: 10,
             gid: 20,
             enforce: true,
+            parent_resolved: false,
         };
         let chmod = SetAttr {
             mode: Some(0o600),

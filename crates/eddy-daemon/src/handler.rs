@@ -46,7 +46,11 @@ impl State {
                 self.shutdown.send_replace(true);
                 Ok(Reply::Ok)
             }
-            other => self.blocking(move |st| st.execute(other)).await,
+            // Disk-bound work goes to the blocking pool, so disk and network overlap.
+            other if other.is_storage_io() => self.blocking(move |st| st.execute(other)).await,
+            // Metadata operations are memtable-speed KV operations: a thread hand-off would
+            // cost more than the work itself.
+            other => self.execute(other),
         }
     }
 

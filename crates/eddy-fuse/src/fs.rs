@@ -60,13 +60,9 @@ fn utf8(name: &OsStr) -> Result<&str, Errno> {
 }
 
 /// The credentials of a request: new entries belong to the caller; the kernel has checked
-/// permissions already (default_permissions).
+/// permissions (default_permissions) and resolved the parent directory already.
 fn creds(req: &Request) -> Creds {
-    Creds {
-        uid: req.uid(),
-        gid: req.gid(),
-        enforce: false,
-    }
+    Creds::kernel(req.uid(), req.gid())
 }
 
 /// Logs a failed operation at debug level and turns it into a reply error.
@@ -317,7 +313,7 @@ impl Filesystem for EddyFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let res = self.child(parent, name).and_then(|path| {
-            let inode = self.run(self.client.stat(&path))?;
+            let inode = self.run(self.client.lookup(&path))?;
             Ok(self.entry(&path, &inode))
         });
         match res {

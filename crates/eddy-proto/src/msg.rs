@@ -233,6 +233,20 @@ pub enum Request {
 }
 
 impl Request {
+    /// Whether the request touches chunk files or syncs storage (disk-bound), as opposed to
+    /// metadata operations that run at memory speed in the KV store.
+    pub fn is_storage_io(&self) -> bool {
+        matches!(
+            self,
+            Request::Write { .. }
+                | Request::Read { .. }
+                | Request::TruncateData { .. }
+                | Request::RemoveData { .. }
+                | Request::Sync { .. }
+                | Request::Status
+        )
+    }
+
     /// Short name of the operation, for logs and counters.
     pub fn op_name(&self) -> &'static str {
         match self {
