@@ -193,18 +193,7 @@ pub fn absolute(path: &Path) -> PathBuf {
 
 /// Writes a file readable by its owner only (temp file + rename).
 pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    f.write_all(data)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+    Ok(eddy_config::write_private(path, data)?)
 }
 
 fn read_optional(path: &Path) -> Result<String> {

@@ -272,19 +272,26 @@ impl Client {
 
     pub async fn mkdir(&self, path: &str, mode: u32, creds: Creds) -> Result<Inode, Errno> {
         let p = self.norm(path)?;
-        self.check_parent(&p, creds).await?;
         let inode = new_inode(FileKind::Dir, mode, creds, None);
-        expect_inode(
-            self.meta(
-                &p,
-                Request::Create {
-                    path: p.clone(),
-                    inode,
-                    exclusive: true,
-                },
-            )
-            .await?,
-        )
+        self.create_entry(&p, inode, true, creds).await
+    }
+
+    /// Creates an entry at its owner after checking its parent; without `exclusive`, an
+    /// existing entry is returned as it is.
+    async fn create_entry(
+        &self,
+        p: &str,
+        inode: Inode,
+        exclusive: bool,
+        creds: Creds,
+    ) -> Result<Inode, Errno> {
+        self.check_parent(p, creds).await?;
+        let req = Request::Create {
+            path: p.to_string(),
+            inode,
+            exclusive,
+        };
+        expect_inode(self.meta(p, req).await?)
     }
 
     pub async fn symlink(
@@ -299,19 +306,8 @@ impl Client {
                 "symlink target must be non-empty, NUL-free and within the path limit",
             ));
         }
-        self.check_parent(&p, creds).await?;
         let inode = new_inode(FileKind::Symlink, 0o777, creds, Some(target.to_string()));
-        expect_inode(
-            self.meta(
-                &p,
-                Request::Create {
-                    path: p.clone(),
-                    inode,
-                    exclusive: true,
-                },
-            )
-            .await?,
-        )
+        self.create_entry(&p, inode, true, creds).await
     }
 
     pub async fn readlink(&self, path: &str) -> Result<String, Errno> {
@@ -681,20 +677,10 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
-        self.check_parent(p, creds).await?;
         let fresh = new_inode(FileKind::File, mode, creds, None);
-        let got = expect_inode(
-            self.meta(
-                p,
-                Request::Create {
-                    path: p.to_string(),
-                    inode: fresh.clone(),
-                    exclusive,
-                },
-            )
-            .await?,
-        )?;
-        let created = got.file_id == fresh.file_id;
+        let fresh_id = fresh.file_id;
+        let got = self.create_entry(p, fresh, exclusive, creds).await?;
+        let created = got.file_id == fresh_id;
         Ok((got, created))
     }
 

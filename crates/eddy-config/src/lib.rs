@@ -206,29 +206,35 @@ impl Deployment {
 
     /// Writes the deployment atomically (temp file + rename) with mode 0600.
     pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let text = toml::to_string_pretty(self)
             .map_err(|e| ConfigError::Invalid(format!("cannot encode deployment: {e}")))?;
-        let tmp = path.with_extension("tmp");
-        let werr = |source| ConfigError::Write {
-            path: tmp.clone(),
-            source,
-        };
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(werr)?;
-        f.write_all(text.as_bytes()).map_err(werr)?;
-        f.sync_all().map_err(werr)?;
-        std::fs::rename(&tmp, path).map_err(|source| ConfigError::Write {
-            path: path.to_owned(),
-            source,
-        })
+        write_private(path, text.as_bytes())
     }
+}
+
+/// Writes a file readable by its owner only (mode 0600), atomically: a temp file beside it,
+/// synced, then renamed over it.
+pub fn write_private(path: &Path, data: &[u8]) -> Result<(), ConfigError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let werr = |source| ConfigError::Write {
+        path: tmp.clone(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(werr)?;
+    f.write_all(data).map_err(werr)?;
+    f.sync_all().map_err(werr)?;
+    std::fs::rename(&tmp, path).map_err(|source| ConfigError::Write {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {

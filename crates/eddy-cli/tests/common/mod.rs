@@ -2,6 +2,8 @@
 //! over real sockets; a client built from the deployment they form.
 #![allow(dead_code)]
 
+pub mod model;
+
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment};
 use std::path::{Path, PathBuf};
