@@ -1,12 +1,14 @@
 //! eddy-bench: the `eddy bench` command. It runs IO500-shaped workloads (ior-easy, ior-hard,
-//! mdtest-easy, mdtest-hard, find, rnd4k, smallfiles) with worker processes on any directory,
-//! verifies every byte it reads, and reports MiB/s, kIOPS, latency percentiles and the
-//! IO500-style score as tables, JSON and plots; `suite` measures an Eddy mount against the raw
-//! storage under it in the same run.
+//! mdtest-easy, mdtest-hard, find, rnd4k, smallfiles) with worker processes on any directory or,
+//! as `eddy:STATE_DIR[:/dir]`, through the Eddy client library (one `Fs` trait, two
+//! implementations, see `fs`), verifies every byte it reads, and reports MiB/s, kIOPS, latency
+//! percentiles and the IO500-style score as tables, JSON and plots; `suite` measures an Eddy
+//! mount and the client library against the raw storage under them in the same run.
 //!
 //! It must not: touch anything outside its own work directory (`eddy-bench.work`) in the
 //! target, report a number for a phase whose reads failed verification, depend on Eddy's
-//! internals (it drives Eddy only through the `eddy` command and the mount), or fail on a time.
+//! internals (it drives Eddy only through the `eddy` command, the mount and the public API of
+//! `eddy-client`), or fail on a time.
 
 pub mod args;
 mod coord;
