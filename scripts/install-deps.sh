@@ -2,7 +2,9 @@
 # Installs what building and testing Eddy needs on a fresh Debian machine. Idempotent.
 set -euo pipefail
 
-PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential)
+# slurm-wlm and munge: crates/eddy-cli/tests/slurm.rs brings up a private Slurm cluster.
+PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
+  slurm-wlm munge)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

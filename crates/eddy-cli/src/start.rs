@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment};
 use std::ffi::OsString;
+use std::net::{IpAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -141,6 +142,10 @@ fn placement(args: &StartArgs, config: &Config) -> Result<Placement> {
         Some(file) => read_hosts_file(file)?,
         None => slurm_hosts()?,
     };
+    let hosts = hosts
+        .into_iter()
+        .map(resolve_host)
+        .collect::<Result<Vec<_>>>()?;
     let default_launcher = if args.slurm {
         SRUN_LAUNCHER
     } else {
@@ -425,6 +430,33 @@ fn slurm_hosts() -> Result<Vec<HostLine>> {
     parse_hosts(&String::from_utf8_lossy(&out.stdout)).context("scontrol returned no host names")
 }
 
+/// The host with its address as an IP literal, since daemons listen on `ip:port`: a name
+/// (a Slurm node, or a hosts file line without an address) is resolved here, IPv4 first.
+fn resolve_host(host: HostLine) -> Result<HostLine> {
+    if host.address.parse::<IpAddr>().is_ok() {
+        return Ok(host);
+    }
+    let ips: Vec<IpAddr> = (host.address.as_str(), 0)
+        .to_socket_addrs()
+        .with_context(|| {
+            format!(
+                "cannot resolve the address of host {:?}; give it as `name address` in a hosts file",
+                host.name
+            )
+        })?
+        .map(|a| a.ip())
+        .collect();
+    let ip = ips
+        .iter()
+        .find(|ip| ip.is_ipv4())
+        .or_else(|| ips.first())
+        .with_context(|| format!("host {:?} resolves to no address", host.name))?;
+    Ok(HostLine {
+        address: ip.to_string(),
+        ..host
+    })
+}
+
 /// Replaces `{host}` and `{id}` in a template string.
 fn fill(template: &str, host: &str, id: u32) -> String {
     template
@@ -604,5 +636,23 @@ mod tests {
         assert!(launcher_argv("ssh {host}", "h", 0, &cmd).is_err());
         assert_eq!(fill("/tmp/{host}/{id}", "n1", 3), "/tmp/n1/3");
         assert_eq!(listen_addr("::1", 7), "[::1]:7");
+    }
+
+    #[test]
+    fn host_names_resolve_to_ip_literals() {
+        let host = |address: &str| HostLine {
+            name: "n0".into(),
+            address: address.into(),
+        };
+        assert_eq!(
+            resolve_host(host("localhost")).unwrap().address,
+            "127.0.0.1"
+        );
+        assert_eq!(resolve_host(host("::1")).unwrap().address, "::1");
+        let err = format!(
+            "{:#}",
+            resolve_host(host("no-such-host.invalid")).unwrap_err()
+        );
+        assert!(err.contains("\"n0\""), "{err}");
     }
 }

@@ -476,49 +476,17 @@ fn a_failing_launcher_fails_start_with_its_output() {
 }
 
 #[test]
-fn slurm_start_takes_hosts_from_scontrol() {
+fn slurm_start_outside_an_allocation_names_the_missing_variable() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    // A stand-in for Slurm's scontrol: one node, the loopback address.
-    write_script(
-        &bin.join("scontrol"),
-        "[ \"$1 $2 $3\" = 'show hostnames n[1]' ] || exit 1\necho 127.0.0.1",
-    );
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-    let state = dir.path().join("state");
-    let _guard = StopGuard(state.clone());
-    let port = free_port().to_string();
     let out = Command::new(EDDY)
-        .args([
-            "start",
-            "--slurm",
-            "--launcher",
-            "{cmd}",
-            "--listen-port",
-            &port,
-            "--state",
-            s(&state),
-        ])
-        .args(["--root", s(&dir.path().join("root-{id}"))])
+        .args(["start", "--slurm", "--root", s(dir.path())])
         .env("EDDY_DAEMON_BIN", EDDYD)
-        .env("PATH", path)
-        .env("SLURM_JOB_NODELIST", "n[1]")
-        .env("SLURM_JOB_ID", "4242")
+        .env_remove("SLURM_JOB_NODELIST")
         .env_remove("EDDY_STATE")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
-    assert_eq!(dep.name, "4242", "the Slurm job id names the deployment");
-    assert_eq!(dep.daemons.len(), 1);
-    assert_eq!(dep.daemons[0].addr, format!("127.0.0.1:{port}"));
-    assert_eq!(dep.daemons[0].root, dir.path().join("root-0"));
-    let (up, v) = status_json(&state);
-    assert!(up, "{v}");
-    ok(&["stop", "--state", s(&state)]);
-    assert!(pids_gone(&state));
-
-    let err = fails(&["start", "--slurm", "--root", s(dir.path())]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("SLURM_JOB_NODELIST"), "{err}");
+    assert!(!dir.path().join("deployment.toml").exists());
 }
