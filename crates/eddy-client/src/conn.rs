@@ -184,6 +184,7 @@ impl Link {
         };
         if let Some(sock) = self.entry.socket.as_ref().filter(|p| p.exists()) {
             let s = tokio::net::UnixStream::connect(sock).await.map_err(fail)?;
+            eddy_proto::frame::widen_send_buffer(&s);
             let (r, w) = s.into_split();
             return self.handshake(r, w).await;
         }

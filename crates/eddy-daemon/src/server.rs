@@ -237,6 +237,7 @@ async fn accept_unix(state: Arc<State>, listener: UnixListener, alive: Alive) {
             _ = stop_requested(&mut stop) => return,
             res = listener.accept() => match res {
                 Ok((stream, _)) => {
+                    eddy_proto::frame::widen_send_buffer(&stream);
                     tokio::spawn(serve_connection(Arc::clone(&state), stream, "unix".to_string(), alive.clone()));
                 }
                 Err(e) => {

@@ -20,6 +20,26 @@ pub enum FrameError {
     Io(#[from] std::io::Error),
 }
 
+/// Send buffer asked for on local (Unix) sockets: a whole chunk fits, so a chunk crosses in
+/// one wake-up of the reader instead of several.
+pub const LOCAL_SEND_BUFFER: libc::c_int = 4 * 1024 * 1024;
+
+/// Widens a socket's send buffer to `LOCAL_SEND_BUFFER`; the kernel may grant less (its
+/// limit is `net.core.wmem_max`), which is harmless.
+pub fn widen_send_buffer<S: std::os::fd::AsRawFd>(sock: &S) {
+    let size = LOCAL_SEND_BUFFER;
+    // SAFETY: setsockopt on a descriptor the caller owns, with a pointer to a live c_int.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
 /// Reads one frame; returns the request id and the body.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
