@@ -22,16 +22,13 @@ fn spawn_children(dep_file: &std::path::Path, job: &str) {
     let children: Vec<_> = (0..RANKS)
         .map(|rank| {
             Command::new(&exe)
-                .args([
-                    "--exact",
-                    "child_process_entry",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+                .args(["--exact", "child_process_entry", "--test-threads=1"])
                 .env(
                     "EDDY_TEST_WORKER",
                     format!("{job}:{rank}:{}", dep_file.display()),
                 )
+                // The child's own test summary would read like this binary's: keep it out.
+                .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap()
         })
