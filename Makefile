@@ -23,7 +23,7 @@ test: deps
 
 ## The benchmark suite: Eddy beside the raw storage, with ratios and a plot.
 bench: build
-	$(RELEASE)/eddy bench suite --plot docs/bench-suite.svg
+	$(RELEASE)/eddy bench suite --plot docs/bench-suite.png --json docs/bench-suite.json
 
 lint:
 	$(CARGO) fmt --all --check
