@@ -23,6 +23,8 @@ struct DaemonRow {
     chunks: Option<u64>,
     entries: Option<u64>,
     uptime_s: Option<u64>,
+    /// Requests served since the daemon started.
+    requests: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -105,6 +107,7 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
         chunks: None,
         entries: None,
         uptime_s: None,
+        requests: None,
     };
     match result {
         Ok(s) => {
@@ -114,6 +117,7 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
             row.chunks = Some(s.chunks);
             row.entries = Some(s.entries);
             row.uptime_s = Some(s.uptime_s);
+            row.requests = Some(s.requests);
         }
         Err(e) => row.error = Some(e),
     }

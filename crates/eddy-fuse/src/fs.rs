@@ -849,12 +849,18 @@ impl Filesystem for EddyFs {
 /// files bypass the page cache: the client appends at the end the metadata owner reserves,
 /// which may differ from the offset the kernel assumed (another node appended meanwhile),
 /// so cached pages would hold the data at the wrong place.
+///
+/// - Every file: no FLUSH on close (sizes are published by each write, close has nothing to do),
+///   which saves a kernel round trip per close.
+/// - Write-only and append-only opens bypass the page cache: nothing is read back through
+///   them, and through the cache the kernel splits an unaligned write in two requests (the
+///   partial first page alone). Writers to one file may then proceed in parallel.
 fn fopen_flags(file: &File) -> FopenFlags {
-    if file.append() {
-        FopenFlags::FOPEN_DIRECT_IO
-    } else {
-        FopenFlags::empty()
+    let mut flags = FopenFlags::FOPEN_NOFLUSH;
+    if file.append() || !file.readable() {
+        flags |= FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
     }
+    flags
 }
 
 /// Whether `path` is `dir` or below it.
