@@ -479,6 +479,12 @@ async fn writes_after_another_clients_truncate_are_published() {
     // Another client truncates; the first keeps writing inside the size it remembers.
     b.truncate("/f", 10, me).await.unwrap();
     a.pwrite(&f, 50_000, b"after").await.unwrap();
+    assert_eq!(
+        a.stat("/f").await.unwrap().size,
+        50_005,
+        "a client sees its own writes"
+    );
+    a.close(&f).await.unwrap();
     let st = b.stat("/f").await.unwrap();
     assert_eq!(st.size, 50_005);
     assert!(st.mtime >= before);
@@ -487,4 +493,92 @@ async fn writes_after_another_clients_truncate_are_published() {
     assert_eq!(&all[..10], &pattern(1, 0, 10)[..]);
     assert!(all[10..50_000].iter().all(|&x| x == 0));
     assert_eq!(&all[50_000..], b"after");
+}
+
+/// Sum of the requests every daemon has served.
+async fn requests(c: &eddy_client::Client) -> u64 {
+    c.daemon_status()
+        .await
+        .into_iter()
+        .map(|(_, s)| s.unwrap().requests)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn size_updates_are_batched_and_published_on_close() {
+    // A long interval: only the first write and the close publish a size.
+    let cl = Cluster::start_with(
+        3,
+        eddy_config::Config {
+            size_update_ms: 3_600_000,
+            ..common::test_config()
+        },
+    );
+    let writer = cl.client().await;
+    let reader = cl.client().await;
+    let me = Creds::root();
+    let f = writer.create("/shared", 0o644, true, me).await.unwrap();
+    let cs = writer.config().chunk_size;
+    // 200 writes that each stay inside one chunk of one daemon.
+    let before = requests(&writer).await;
+    for i in 0..200u64 {
+        writer.pwrite(&f, i * 100, &[i as u8; 100]).await.unwrap();
+    }
+    let after = requests(&writer).await;
+    // 3 status requests per `requests` call, 200 data RPCs, exactly one size publication.
+    assert_eq!(after - before, 3 + 200 + 1);
+    assert!(20_000 < cs, "the writes above stayed in chunk 0");
+    // The writer sees its own size; the reader sees what was published so far.
+    assert_eq!(writer.stat("/shared").await.unwrap().size, 20_000);
+    assert_eq!(reader.stat("/shared").await.unwrap().size, 100);
+    let g = writer.open("/shared", libc::O_RDONLY, 0, me).await.unwrap();
+    assert_eq!(writer.pread(&g, 0, 30_000).await.unwrap().len(), 20_000);
+    // Close publishes: every client sees the whole file from then on.
+    writer.close(&f).await.unwrap();
+    assert_eq!(reader.stat("/shared").await.unwrap().size, 20_000);
+    let r = reader.open("/shared", libc::O_RDONLY, 0, me).await.unwrap();
+    let all = reader.pread(&r, 0, 30_000).await.unwrap();
+    assert_eq!(all.len(), 20_000);
+    assert!(all
+        .chunks(100)
+        .enumerate()
+        .all(|(i, c)| c.iter().all(|&b| b == i as u8)));
+    // fsync publishes too.
+    let f = writer.open("/shared", libc::O_WRONLY, 0, me).await.unwrap();
+    writer.pwrite(&f, 25_000, b"x").await.unwrap();
+    writer.pwrite(&f, 30_000, b"y").await.unwrap();
+    writer.fsync(&f).await.unwrap();
+    assert_eq!(reader.stat("/shared").await.unwrap().size, 30_001);
+    // A chmod or utimens replies with the whole file, unpublished writes included (a kernel
+    // takes that size as the file's), and publishes them.
+    writer.pwrite(&f, 40_000, b"z").await.unwrap();
+    writer.pwrite(&f, 45_000, b"z").await.unwrap();
+    let attr = SetAttr {
+        mtime: Some(SetTime::Now),
+        ..SetAttr::default()
+    };
+    assert_eq!(writer.setattr("/shared", attr, me).await.unwrap().size, 45_001);
+    assert_eq!(reader.stat("/shared").await.unwrap().size, 45_001);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_sizes_reach_other_clients_without_close() {
+    let cl = Cluster::start(3);
+    let writer = cl.client().await;
+    let reader = cl.client().await;
+    let me = Creds::root();
+    let f = writer.create("/grow", 0o644, true, me).await.unwrap();
+    for i in 0..50u64 {
+        writer.pwrite(&f, i * 1000, &[1u8; 1000]).await.unwrap();
+    }
+    // No fsync, no close: the deferred publication must still come (a liveness check with a
+    // generous bound, not a speed test).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while reader.stat("/grow").await.unwrap().size != 50_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the size was never published"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }

@@ -13,6 +13,7 @@ mod conn;
 mod dir;
 mod layout;
 mod perm;
+mod size;
 
 pub use dir::DirReader;
 pub use eddy_proto::{
@@ -93,6 +94,7 @@ impl File {
 
 struct Inner {
     dep: Deployment,
+    sizes: size::SizeCache,
     placement: Placement,
     links: HashMap<u32, Link>,
     limits: PathLimits,
@@ -130,7 +132,10 @@ impl Client {
             max_path: dep.config.max_path_bytes,
             max_name: dep.config.max_name_bytes,
         };
+        let sizes =
+            size::SizeCache::new(std::time::Duration::from_millis(dep.config.size_update_ms));
         Ok(Client(Arc::new(Inner {
+            sizes,
             dep,
             placement,
             links,
@@ -198,19 +203,88 @@ impl Client {
     }
 
     async fn stat_norm(&self, path: &str) -> Result<Inode, Errno> {
-        match self
-            .meta(
-                path,
-                Request::Stat {
-                    path: path.to_string(),
-                },
-            )
-            .await
-        {
-            Ok(r) => expect_inode(r),
+        match self.stat_raw(path).await {
             Err(e) if e.errno == libc::ENOENT => Err(self.refine_enoent(path, e).await),
-            Err(e) => Err(e),
+            other => other,
         }
+    }
+
+    /// Asks the owner for an entry and adds this client's unpublished writes to a file's
+    /// size. If a publication of that file ended meanwhile, the owner's answer may predate it
+    /// and the cache no longer holds it: ask again.
+    async fn stat_raw(&self, path: &str) -> Result<Inode, Errno> {
+        const TRIES: usize = 4;
+        let mut tries = 0;
+        loop {
+            let epoch = self.0.sizes.epoch();
+            let req = Request::Stat {
+                path: path.to_string(),
+            };
+            let i = expect_inode(self.meta(path, req).await?)?;
+            tries += 1;
+            if i.kind == FileKind::File
+                && self.0.sizes.ended_since(i.file_id, epoch)
+                && tries < TRIES
+            {
+                continue;
+            }
+            return Ok(self.with_pending_size(i));
+        }
+    }
+
+    /// A file's inode as this client sees it: its own unpublished writes count.
+    fn with_pending_size(&self, mut i: Inode) -> Inode {
+        if i.kind == FileKind::File {
+            i.size = i.size.max(self.0.sizes.pending(i.file_id));
+        }
+        i
+    }
+
+    /// Sends a size to the file's owner (merged there with max) and settles the size cache:
+    /// acknowledged, or pending again on failure.
+    async fn send_size(&self, file_id: FileId, path: &str, size: u64) -> Result<(), Errno> {
+        let req = Request::GrowSize {
+            path: path.to_string(),
+            size,
+        };
+        let res = self.meta(path, req).await;
+        self.0.sizes.done(file_id, size, res.is_ok());
+        res.map(|_| ())
+    }
+
+    /// Publishes the size this client's writes to `f` reached, if any is pending.
+    async fn publish_size(&self, f: &File) -> Result<(), Errno> {
+        let Some(gate) = self.0.sizes.gate(f.file_id()) else {
+            return Ok(());
+        };
+        let _held = gate.lock().await;
+        match self.0.sizes.take(f.file_id(), false) {
+            Some((_, size)) => self.send_size(f.file_id(), f.path(), size).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The deferred publication of a file's size, `delay` after a write.
+    fn schedule_size_publication(&self, file_id: FileId, delay: std::time::Duration) {
+        let client = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let Some(gate) = client.0.sizes.gate(file_id) else {
+                return;
+            };
+            let _held = gate.lock().await;
+            let Some((path, size)) = client.0.sizes.take(file_id, true) else {
+                return;
+            };
+            match client.send_size(file_id, &path, size).await {
+                Ok(()) => {}
+                // Removed meanwhile: nothing to publish to.
+                Err(e) if e.errno == libc::ENOENT => client.0.sizes.forget(file_id),
+                Err(e) => {
+                    tracing::warn!(%path, "size publication failed, retried at fsync/close: {e}")
+                }
+            }
+        });
     }
 
     /// Turns ENOENT into ENOTDIR when an ancestor is not a directory, as POSIX wants.
@@ -267,7 +341,7 @@ impl Client {
     /// look at the ancestors.
     pub async fn lookup(&self, path: &str) -> Result<Inode, Errno> {
         let p = self.norm(path)?;
-        expect_inode(self.meta(&p, Request::Stat { path: p.clone() }).await?)
+        self.stat_raw(&p).await
     }
 
     pub async fn mkdir(&self, path: &str, mode: u32, creds: Creds) -> Result<Inode, Errno> {
@@ -337,9 +411,11 @@ impl Client {
             Err(e) if e.errno == libc::ENOENT => return Err(self.refine_enoent(&p, e).await),
             Err(e) => return Err(e),
         };
-        // A file of size 0 holds no chunk: every acknowledged write raised the size, and
-        // truncation drops the chunks past the new size. Only a write that failed half-way can
-        // leave unreachable chunks behind (garbage, never visible).
+        self.0.sizes.forget(removed.file_id);
+        // A file of size 0 holds no chunk: the first write of every client publishes its size
+        // at once, and truncation drops the chunks past the new size. Only a write racing with
+        // this unlink, or one that failed half-way, can leave unreachable chunks behind
+        // (garbage, never visible).
         if removed.kind == FileKind::File && removed.size > 0 {
             self.drop_data(removed.file_id).await?;
         }
@@ -533,6 +609,23 @@ impl Client {
         let p = self.norm(path)?;
         let cur = self.stat_norm(&p).await?;
         perm::check_setattr(&cur, &attr, creds, &p)?;
+        // Under the file's publication gate: a publication under way ends first and none
+        // starts meanwhile. A truncate then drops the sizes reached before it; any other change
+        // first publishes them, so that the inode the owner replies with is the whole file
+        // (a kernel takes that size as the file's).
+        let gate = match cur.kind {
+            FileKind::File => self.0.sizes.gate(cur.file_id),
+            _ => None,
+        };
+        let _held = match &gate {
+            Some(g) => Some(g.lock().await),
+            None => None,
+        };
+        if attr.size.is_none() && gate.is_some() {
+            if let Some((_, size)) = self.0.sizes.take(cur.file_id, false) {
+                self.send_size(cur.file_id, &p, size).await?;
+            }
+        }
         if let Some(size) = attr.size {
             if cur.kind == FileKind::Dir {
                 return Err(Errno::new(libc::EISDIR, format!("{p} is a directory")));
@@ -540,6 +633,8 @@ impl Client {
             if cur.kind != FileKind::File {
                 return Err(Errno::einval(format!("{p} is not a regular file")));
             }
+            // Sizes this client's earlier writes reached no longer hold.
+            self.0.sizes.forget(cur.file_id);
             self.all_ok(|| Request::TruncateData {
                 file_id: cur.file_id,
                 size,
@@ -892,21 +987,21 @@ impl Client {
                 },
             )
         });
-        // Every write tells the owner how far it reached (merged with max) and moves mtime,
-        // even inside the size this handle knows: another client may have truncated the file.
+        // The size this write reached goes to the owner with the data, or later in a batch
+        // (see `size`); O_APPEND reserved its range, and so the size, already.
+        let plan = if f.append() {
+            size::Plan::Wait
+        } else {
+            self.0.sizes.record(f.file_id(), f.path(), end)
+        };
         let grow = async {
-            if !f.append() {
-                self.meta(
-                    f.path(),
-                    Request::GrowSize {
-                        path: f.path().to_string(),
-                        size: end,
-                    },
-                )
-                .await
-                .map(|_| ())
-            } else {
-                Ok(())
+            match plan {
+                size::Plan::Now(size) => self.send_size(f.file_id(), f.path(), size).await,
+                size::Plan::Arm(delay) => {
+                    self.schedule_size_publication(f.file_id(), delay);
+                    Ok(())
+                }
+                size::Plan::Wait => Ok(()),
             }
         };
         let (results, grown) = futures::join!(join_all(writes), grow);
@@ -920,12 +1015,16 @@ impl Client {
 
     /// Makes the file's data and metadata durable on every daemon.
     pub async fn fsync(&self, f: &File) -> Result<(), Errno> {
+        self.publish_size(f).await?;
         let file_id = Some(f.file_id());
         self.all_ok(|| Request::Sync { file_id }).await.map(|_| ())
     }
 
-    /// Closes the handle. Sizes are published as writes happen, so nothing is pending.
-    pub async fn close(&self, _f: &File) -> Result<(), Errno> {
+    /// Closes the handle: publishes the size its writes reached, so that every client sees
+    /// it from now on (close-to-open).
+    pub async fn close(&self, f: &File) -> Result<(), Errno> {
+        self.publish_size(f).await?;
+        self.0.sizes.release(f.file_id());
         Ok(())
     }
 

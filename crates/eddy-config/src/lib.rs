@@ -43,6 +43,10 @@ pub struct Config {
     /// Largest data payload the client puts in one read or write RPC; larger per-daemon
     /// groups are split. Default 8 MiB.
     pub max_rpc_data_bytes: u32,
+    /// How often, at most, a client publishes to a file's metadata owner the size its writes
+    /// reached, in milliseconds; fsync and close always publish. 0 publishes with every
+    /// write. Default 5.
+    pub size_update_ms: u64,
     /// Directory entries per readdir page from each daemon. Default 1024.
     pub readdir_page: u32,
     /// Threads of a daemon's blocking pool for chunk and metadata I/O. Default 32.
@@ -70,6 +74,7 @@ impl Default for Config {
             connect_timeout_ms: 3_000,
             max_frame_bytes: 64 * 1024 * 1024,
             max_rpc_data_bytes: 8 * 1024 * 1024,
+            size_update_ms: 5,
             readdir_page: 1024,
             io_threads: 32,
             fuse_threads: 8,

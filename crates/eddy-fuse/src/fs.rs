@@ -850,17 +850,19 @@ impl Filesystem for EddyFs {
 /// which may differ from the offset the kernel assumed (another node appended meanwhile),
 /// so cached pages would hold the data at the wrong place.
 ///
-/// - Every file: no FLUSH on close (sizes are published by each write, close has nothing to do),
-///   which saves a kernel round trip per close.
+/// - Read-only opens: no FLUSH on close (there is no size to publish), which saves a kernel
+///   round trip per close. Writable opens keep it: close publishes the size writes reached.
 /// - Write-only and append-only opens bypass the page cache: nothing is read back through
 ///   them, and through the cache the kernel splits an unaligned write in two requests (the
 ///   partial first page alone). Writers to one file may then proceed in parallel.
 fn fopen_flags(file: &File) -> FopenFlags {
-    let mut flags = FopenFlags::FOPEN_NOFLUSH;
-    if file.append() || !file.readable() {
-        flags |= FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+    if !file.writable() {
+        return FopenFlags::FOPEN_NOFLUSH;
     }
-    flags
+    if file.append() || !file.readable() {
+        return FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+    }
+    FopenFlags::empty()
 }
 
 /// Whether `path` is `dir` or below it.
