@@ -284,3 +284,66 @@ fn processes_share_one_file_through_the_mount() {
     assert_eq!(b.read_at(&mut buf, 0).unwrap(), 10);
     assert_eq!(&buf, b"0123456789");
 }
+
+#[test]
+fn a_file_unlinked_while_open_lives_until_closed() {
+    let Some(m) = Mounted::start(3) else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let lib = rt.block_on(m.cluster.client());
+    let names = |dir: &str| -> Vec<String> {
+        rt.block_on(async {
+            let mut rd = lib.readdir(dir, None).unwrap();
+            let mut out = Vec::new();
+            while let Some(page) = rd.next_page().await.unwrap() {
+                out.extend(page.into_iter().map(|e| e.name));
+            }
+            out
+        })
+    };
+    fs::create_dir(m.path("tmp")).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.path("tmp/scratch"))
+        .unwrap();
+    f.write_all(&pattern(3, 0, 300_000)).unwrap();
+    fs::remove_file(m.path("tmp/scratch")).unwrap();
+    // Gone from the namespace as users see it...
+    assert_eq!(
+        fs::metadata(m.path("tmp/scratch")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert!(
+        fs::read_dir(m.path("tmp")).unwrap().next().is_none(),
+        "listing shows nothing"
+    );
+    // ...but alive through the descriptor: more writes, reads, fstat.
+    f.write_all(&pattern(4, 300_000, 1000)).unwrap();
+    let mut back = vec![0u8; 301_000];
+    f.read_exact_at(&mut back, 0).unwrap();
+    assert_eq!(&back[..300_000], &pattern(3, 0, 300_000)[..]);
+    assert_eq!(&back[300_000..], &pattern(4, 300_000, 1000)[..]);
+    assert_eq!(f.metadata().unwrap().len(), 301_000);
+    assert_eq!(
+        names("/tmp").len(),
+        1,
+        "kept under a hidden name until closed"
+    );
+    // The last close removes it for good, data included.
+    drop(f);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !names("/tmp").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the unlinked file was never removed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    fs::remove_dir(m.path("tmp")).unwrap();
+    // A file unlinked while closed goes at once, as before.
+    fs::write(m.path("plain"), b"x").unwrap();
+    fs::remove_file(m.path("plain")).unwrap();
+    assert!(names("/").is_empty());
+}

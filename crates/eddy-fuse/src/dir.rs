@@ -121,7 +121,12 @@ impl DirStream {
     fn fill(&mut self, source: &mut dyn Source) -> Result<(), Errno> {
         while self.page.is_empty() && !self.done {
             match source.next_page()? {
-                Some(entries) => self.page.extend(entries),
+                // Files unlinked while open live on under a hidden name until closed.
+                Some(entries) => self.page.extend(
+                    entries
+                        .into_iter()
+                        .filter(|e| !crate::fs::is_hidden_orphan(&e.name)),
+                ),
                 None => self.done = true,
             }
         }

@@ -79,6 +79,9 @@ pub(crate) struct EddyFs {
     blksize: u32,
     table: Mutex<InodeTable>,
     files: Mutex<HashMap<u64, File>>,
+    /// Files unlinked while open through this mount: their hidden paths, removed for good
+    /// when the last handle is released.
+    orphans: Mutex<std::collections::HashSet<String>>,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
     next_fh: AtomicU64,
 }
@@ -93,6 +96,7 @@ impl EddyFs {
             blksize,
             table: Mutex::new(InodeTable::new()),
             files: Mutex::new(HashMap::new()),
+            orphans: Mutex::default(),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
         }
@@ -212,6 +216,36 @@ impl EddyFs {
         lock(&self.table).rename(from, to);
         self.rebind_files(from, to);
         Ok(())
+    }
+
+    /// POSIX keeps an unlinked file alive while it is open. Like NFS, the mount renames a file
+    /// unlinked while one of its handles is open to a hidden name in the same directory (left
+    /// out of listings), and removes it when the last handle is released.
+    fn hide_orphan(&self, req: &Request, path: &str, file_id: u128) -> Result<(), Errno> {
+        let hidden =
+            eddy_proto::path::join(parent_of(path), &format!("{HIDDEN_ORPHAN}{file_id:032x}"));
+        self.do_rename(req, path, &hidden, RenameFlags::empty())?;
+        lock(&self.orphans).insert(hidden);
+        Ok(())
+    }
+
+    /// Removes an orphan for good once no handle of this mount has it open.
+    fn reap_orphan(&self, path: &str) {
+        if !lock(&self.orphans).contains(path)
+            || lock(&self.files).values().any(|f| f.path() == path)
+        {
+            return;
+        }
+        lock(&self.orphans).remove(path);
+        match self.run(self.client.unlink(path, Creds::root())) {
+            Ok(()) => {
+                lock(&self.table).remove(path);
+            }
+            Err(e) => debug!(
+                path,
+                "cannot remove an unlinked file after its last close: {e}"
+            ),
+        }
     }
 
     /// An open file keeps the path it was opened by, and the client reaches the file's
@@ -426,9 +460,18 @@ impl Filesystem for EddyFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.child(parent, name).and_then(|path| {
-            self.run(self.client.unlink(&path, creds(req)))?;
-            lock(&self.table).remove(&path);
-            Ok(())
+            let open = lock(&self.files)
+                .values()
+                .find(|f| f.path() == path)
+                .map(File::file_id);
+            match open {
+                Some(file_id) => self.hide_orphan(req, &path, file_id),
+                None => {
+                    self.run(self.client.unlink(&path, creds(req)))?;
+                    lock(&self.table).remove(&path);
+                    Ok(())
+                }
+            }
         });
         match res {
             Ok(()) => reply.ok(),
@@ -581,7 +624,11 @@ impl Filesystem for EddyFs {
         reply: ReplyEmpty,
     ) {
         let file = lock(&self.files).remove(&fh.0);
-        match file.map(|f| self.run(self.client.close(&f))) {
+        let closed = file.as_ref().map(|f| self.run(self.client.close(f)));
+        if let Some(f) = &file {
+            self.reap_orphan(f.path());
+        }
+        match closed {
             Some(Err(e)) => reply.error(failed("release", &e)),
             Some(Ok(())) | None => reply.ok(),
         }
@@ -868,6 +915,14 @@ fn fopen_flags(file: &File) -> FopenFlags {
 /// Whether `path` is `dir` or below it.
 fn is_at_or_below(path: &str, dir: &str) -> bool {
     path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+}
+
+/// Prefix of the hidden name a file unlinked while open lives on under.
+const HIDDEN_ORPHAN: &str = ".eddy-unlinked-";
+
+/// Whether a directory entry is a file unlinked while open (left out of listings).
+pub(crate) fn is_hidden_orphan(name: &str) -> bool {
+    name.starts_with(HIDDEN_ORPHAN)
 }
 
 /// Flags that reopen a file in the same mode, without creating or truncating anything.
