@@ -557,7 +557,10 @@ async fn size_updates_are_batched_and_published_on_close() {
         mtime: Some(SetTime::Now),
         ..SetAttr::default()
     };
-    assert_eq!(writer.setattr("/shared", attr, me).await.unwrap().size, 45_001);
+    assert_eq!(
+        writer.setattr("/shared", attr, me).await.unwrap().size,
+        45_001
+    );
     assert_eq!(reader.stat("/shared").await.unwrap().size, 45_001);
 }
 
@@ -580,5 +583,41 @@ async fn batched_sizes_reach_other_clients_without_close() {
             "the size was never published"
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlink_and_truncate_reach_only_the_chunk_holders() {
+    let cl = Cluster::start(5);
+    let c = cl.client().await;
+    let me = Creds::root();
+    let cs = c.config().chunk_size as usize;
+    let f = c.create("/small", 0o644, true, me).await.unwrap();
+    c.pwrite(&f, 0, &pattern(1, 0, cs / 2)).await.unwrap();
+    c.close(&f).await.unwrap();
+    // truncate: stat, the data of the one chunk, the size; unlink: the entry, the one chunk.
+    let before = requests(&c).await;
+    c.truncate("/small", 10, me).await.unwrap();
+    let after = requests(&c).await;
+    assert_eq!(after - before, 5 + 3);
+    c.unlink("/small", me).await.unwrap();
+    assert_eq!(requests(&c).await - after, 5 + 2);
+    // A file with more chunks than daemons: every daemon is asked, and no chunk is left.
+    let g = c.create("/big", 0o644, true, me).await.unwrap();
+    c.pwrite(&g, 0, &pattern(2, 0, cs * 12)).await.unwrap();
+    c.close(&g).await.unwrap();
+    c.truncate("/big", cs as u64 + 1, me).await.unwrap();
+    let h = c.open("/big", libc::O_RDONLY, 0, me).await.unwrap();
+    assert_eq!(
+        c.pread(&h, 0, cs * 12).await.unwrap(),
+        pattern(2, 0, cs + 1)
+    );
+    c.unlink("/big", me).await.unwrap();
+    for (id, s) in c.daemon_status().await {
+        assert_eq!(
+            s.unwrap().chunks,
+            0,
+            "daemon {id} kept chunks of removed files"
+        );
     }
 }

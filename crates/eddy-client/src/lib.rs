@@ -417,7 +417,7 @@ impl Client {
         // this unlink, or one that failed half-way, can leave unreachable chunks behind
         // (garbage, never visible).
         if removed.kind == FileKind::File && removed.size > 0 {
-            self.drop_data(removed.file_id).await?;
+            self.drop_data(removed.file_id, removed.size).await?;
         }
         Ok(())
     }
@@ -460,10 +460,49 @@ impl Client {
         Ok(())
     }
 
-    async fn drop_data(&self, file_id: FileId) -> Result<(), Errno> {
-        self.all_ok(|| Request::RemoveData { file_id })
+    /// Drops every chunk of a file of `size` bytes.
+    async fn drop_data(&self, file_id: FileId, size: u64) -> Result<(), Errno> {
+        self.to_chunk_holders(file_id, 0, size, || Request::RemoveData { file_id })
             .await
-            .map(|_| ())
+    }
+
+    /// Drops the data of a file at and after byte `size`, for a file known to reach `old`.
+    async fn truncate_data(&self, file_id: FileId, size: u64, old: u64) -> Result<(), Errno> {
+        let (from, to) = (size.min(old), size.max(old));
+        self.to_chunk_holders(file_id, from, to, || Request::TruncateData {
+            file_id,
+            size,
+        })
+        .await
+    }
+
+    /// Sends a request to every daemon that may hold a chunk of `file_id` overlapping bytes
+    /// `[from, to)` (at least the chunk holding `from`): the chunks' owners, as placement names
+    /// them, or every daemon when the range covers more chunks than there are daemons. An
+    /// unlink or truncate of a small file so costs one RPC, not one per daemon.
+    async fn to_chunk_holders<F: Fn() -> Request>(
+        &self,
+        file_id: FileId,
+        from: u64,
+        to: u64,
+        make: F,
+    ) -> Result<(), Errno> {
+        let cs = self.config().chunk_size;
+        let first = from / cs;
+        let last = if to > from { (to - 1) / cs } else { first };
+        let ids = self.0.placement.ids();
+        if last - first >= ids.len() as u64 {
+            return self.all_ok(make).await.map(|_| ());
+        }
+        let mut holders: Vec<u32> = (first..=last)
+            .map(|k| self.0.placement.chunk_owner(file_id, k))
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
+        for r in join_all(holders.into_iter().map(|id| self.call(id, make()))).await {
+            r?;
+        }
+        Ok(())
     }
 
     /// rename(2): files, symlinks and directories. A file replaces a file; a directory
@@ -533,7 +572,7 @@ impl Client {
         .await?;
         if let Some(d) = dst {
             if d.kind == FileKind::File && d.file_id != src.file_id {
-                self.drop_data(d.file_id).await?;
+                self.drop_data(d.file_id, d.size).await?;
             }
         }
         Ok(())
@@ -635,11 +674,7 @@ impl Client {
             }
             // Sizes this client's earlier writes reached no longer hold.
             self.0.sizes.forget(cur.file_id);
-            self.all_ok(|| Request::TruncateData {
-                file_id: cur.file_id,
-                size,
-            })
-            .await?;
+            self.truncate_data(cur.file_id, size, cur.size).await?;
         }
         expect_inode(
             self.meta(
@@ -811,11 +846,8 @@ impl Client {
             && acc != libc::O_RDONLY
             && inode.size > 0
         {
-            self.all_ok(|| Request::TruncateData {
-                file_id: inode.file_id,
-                size: 0,
-            })
-            .await?;
+            self.0.sizes.forget(inode.file_id);
+            self.truncate_data(inode.file_id, 0, inode.size).await?;
             let attr = SetAttr {
                 size: Some(0),
                 ..SetAttr::default()
