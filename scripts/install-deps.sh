@@ -3,8 +3,9 @@
 set -euo pipefail
 
 # slurm-wlm and munge: crates/eddy-cli/tests/slurm.rs brings up a private Slurm cluster.
+# openmpi-bin: `eddy bench --mpi` launches its workers with mpirun (tested in tests/bench.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
-  slurm-wlm munge)
+  slurm-wlm munge openmpi-bin)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1007,3 +1007,61 @@ fn stonewall_stops_creation_and_every_rank_reaches_the_same_count() {
     }
     assert!(empty(&dir));
 }
+
+/// Whether a program is on PATH.
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(prog).is_file()))
+}
+
+#[test]
+fn workloads_run_as_openmpi_ranks() {
+    if !on_path("mpirun") {
+        eprintln!("skipped: OpenMPI's mpirun is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("target");
+    fs::create_dir(&work).unwrap();
+    let json = dir.path().join("mpi.json");
+    // Under --mpi the workers get no --rank: they must take it from OpenMPI's environment,
+    // so a run that completes proves mpirun started them as ranks 0 and 1.
+    let out = Command::new(EDDY)
+        .args([
+            "bench",
+            "run",
+            s(&work),
+            "--mpi",
+            "--procs",
+            "2",
+            "--scale",
+            TINY,
+        ])
+        .args(["--json", s(&json)])
+        // mpirun refuses to run as root unless told it may (the tests run as root in CI).
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run eddy");
+    assert!(
+        out.status.success(),
+        "eddy bench --mpi failed:\n{}",
+        text(&out)
+    );
+    let v = load(&json);
+    assert_eq!(v["runs"][0]["procs"], 2);
+    let got = phases(&v, 0);
+    for phase in [
+        "ior-easy-write",
+        "ior-hard-read",
+        "mdtest-hard-delete",
+        "find",
+    ] {
+        assert!(
+            got.iter().any(|p| p == phase),
+            "{phase} missing from {got:?}"
+        );
+    }
+    assert!(empty(&work), "work directory left behind");
+}
