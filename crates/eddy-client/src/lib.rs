@@ -846,22 +846,12 @@ impl Client {
             && acc != libc::O_RDONLY
             && inode.size > 0
         {
-            self.0.sizes.forget(inode.file_id);
-            self.truncate_data(inode.file_id, 0, inode.size).await?;
             let attr = SetAttr {
                 size: Some(0),
                 ..SetAttr::default()
             };
-            inode = expect_inode(
-                self.meta(
-                    &p,
-                    Request::SetAttr {
-                        path: p.clone(),
-                        attr,
-                    },
-                )
-                .await?,
-            )?;
+            // Permission to write was checked above; truncate as setattr does.
+            inode = self.setattr(&p, attr, Creds::root()).await?;
         }
         let known = AtomicU64::new(inode.size);
         Ok(File(Arc::new(FileInner {

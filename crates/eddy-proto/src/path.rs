@@ -52,16 +52,7 @@ pub fn normalize(path: &str, limits: PathLimits) -> Result<String, Errno> {
                 parts.pop();
             }
             name => {
-                if name.len() > limits.max_name {
-                    return Err(Errno::new(
-                        libc::ENAMETOOLONG,
-                        format!(
-                            "name of {} bytes exceeds {} bytes",
-                            name.len(),
-                            limits.max_name
-                        ),
-                    ));
-                }
+                check_name_len(name, limits)?;
                 parts.push(name);
             }
         }
@@ -85,6 +76,11 @@ pub fn check_name(name: &str, limits: PathLimits) -> Result<(), Errno> {
     if name.contains('\0') {
         return Err(Errno::einval("file name contains a NUL byte"));
     }
+    check_name_len(name, limits)
+}
+
+/// ENAMETOOLONG for a name over the limit.
+fn check_name_len(name: &str, limits: PathLimits) -> Result<(), Errno> {
     if name.len() > limits.max_name {
         return Err(Errno::new(
             libc::ENAMETOOLONG,
