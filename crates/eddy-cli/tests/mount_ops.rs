@@ -366,3 +366,51 @@ fn a_file_unlinked_while_open_lives_until_closed() {
     fs::remove_file(m.path("plain")).unwrap();
     assert!(names("/").is_empty());
 }
+
+#[test]
+fn listings_carry_attributes_including_unpublished_sizes() {
+    // Sizes are published only at close here, so a listing from the daemons alone would show
+    // the file being written at the size of its first write.
+    let config = eddy_config::Config {
+        size_update_ms: 3_600_000,
+        ..common::test_config()
+    };
+    let Some(m) = Mounted::start_with(3, config) else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let lib = rt.block_on(m.cluster.client());
+    let requests = || -> u64 {
+        rt.block_on(lib.daemon_status())
+            .into_iter()
+            .map(|(_, s)| s.unwrap().requests)
+            .sum()
+    };
+    fs::create_dir(m.path("d")).unwrap();
+    for i in 0..1000 {
+        fs::write(m.path(&format!("d/f{i:04}")), vec![7u8; i % 100]).unwrap();
+    }
+    let mut w = fs::File::create(m.path("d/growing")).unwrap();
+    w.write_all(&[1u8; 1000]).unwrap();
+    w.write_all(&[2u8; 4000]).unwrap();
+    // Listing with attributes: sizes right, and no lookup per entry.
+    let before = requests();
+    let ls = m.ok("ls -l d");
+    let used = requests() - before;
+    assert!(
+        ls.lines()
+            .any(|l| l.contains(" 99 ") && l.ends_with("f0099")),
+        "{}",
+        &ls[..200.min(ls.len())]
+    );
+    let growing = ls.lines().find(|l| l.ends_with("growing")).unwrap();
+    assert!(
+        growing.contains(" 5000 "),
+        "the writer's unpublished size is listed: {growing}"
+    );
+    // 3 status requests per count, readdir pages from 3 daemons, one stat of the file being
+    // written: far fewer than the 1001 lookups of a listing without attributes.
+    assert!(used < 200, "ls -l of 1001 entries cost {used} requests");
+    assert_eq!(fs::metadata(m.path("d/growing")).unwrap().len(), 5000);
+    drop(w);
+}

@@ -705,6 +705,17 @@ impl Client {
         Ok(s)
     }
 
+    /// The inode of an entry listed in `dir` as this client sees it: the listing's own, or, for
+    /// a file this client is writing, a fresh stat that counts its unpublished writes (the
+    /// listing may predate them).
+    pub async fn entry_inode(&self, dir: &str, entry: &DirEntry) -> Result<Inode, Errno> {
+        let i = &entry.inode;
+        if i.kind == FileKind::File && self.0.sizes.gate(i.file_id).is_some() {
+            return self.stat_raw(&path::join(dir, &entry.name)).await;
+        }
+        Ok(i.clone())
+    }
+
     /// A cursor over the entries of `dir`, resuming after the name `after`.
     pub fn readdir(&self, dir: &str, after: Option<String>) -> Result<DirReader, Errno> {
         let p = self.norm(dir)?;

@@ -20,6 +20,8 @@ pub(crate) struct Item {
     pub kind: FileType,
     /// Known for "." and ".."; for other entries the caller asks the inode table.
     pub ino: Option<u64>,
+    /// The listed entry (not for "." and "..").
+    pub entry: Option<DirEntry>,
 }
 
 /// Where the next entries come from.
@@ -140,16 +142,19 @@ impl DirStream {
                 name: ".".into(),
                 kind: FileType::Directory,
                 ino: Some(self.ino),
+                entry: None,
             }),
             1 => Some(Item {
                 name: "..".into(),
                 kind: FileType::Directory,
                 ino: Some(self.parent_ino),
+                entry: None,
             }),
             _ => self.page.front().map(|e| Item {
                 name: e.name.clone(),
                 kind: file_type(e.inode.kind),
                 ino: None,
+                entry: Some(e.clone()),
             }),
         }
     }

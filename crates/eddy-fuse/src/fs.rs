@@ -6,12 +6,12 @@ use crate::dir::DirStream;
 use crate::table::{join, parent_of, InodeTable};
 use crate::MountOptions;
 use eddy_client::{Client, Creds, File};
-use eddy_proto::{Errno, Inode};
+use eddy_proto::{Errno, FileKind, Inode, Timespec};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -32,12 +32,15 @@ const MAX_REQUEST_BYTES: u32 = 1 << 20;
 /// parallel lookups and readdirs in one directory; page cache invalidated when a file's
 /// size or mtime changes (another node wrote it); O_TRUNC handled by `open` (the client then
 /// truncates through the new handle, so that its cached size starts at 0).
-const WANTED_CAPS: [InitFlags; 5] = [
+const WANTED_CAPS: [InitFlags; 6] = [
     InitFlags::FUSE_POSIX_LOCKS,
     InitFlags::FUSE_FLOCK_LOCKS,
     InitFlags::FUSE_PARALLEL_DIROPS,
     InitFlags::FUSE_AUTO_INVAL_DATA,
     InitFlags::FUSE_ATOMIC_O_TRUNC,
+    // Listings carry every entry's attributes (the daemons send whole inodes with each page),
+    // so `ls -l`, `find` and `du` need no lookup per entry.
+    InitFlags::FUSE_DO_READDIRPLUS,
 ];
 
 /// Generation of every inode number (the file system is not exported over NFS).
@@ -297,6 +300,58 @@ impl EddyFs {
                 None => lock(&self.table).peek(&join(stream.path(), &item.name)),
             };
             if reply.add(INodeNo(ino), stream.position() + 1, item.kind, &item.name) {
+                break; // the reply buffer is full: this entry comes first next time
+            }
+            stream.advance();
+        }
+        Ok(())
+    }
+
+    /// Like `do_readdir`, with each entry's attributes; every entry but "." and ".." counts as
+    /// a lookup for the kernel, so it enters the inode table (and leaves it on forget).
+    fn do_readdirplus(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        reply: &mut ReplyDirectoryPlus,
+    ) -> Result<(), Errno> {
+        let stream = lock(&self.dirs)
+            .get(&fh.0)
+            .cloned()
+            .ok_or_else(|| Errno::new(libc::EBADF, format!("unknown directory handle {}", fh.0)))?;
+        let mut stream = lock(&stream);
+        stream.seek(offset, &self.client, &self.rt)?;
+        while let Some(item) = stream.current(&self.client, &self.rt)? {
+            let next = stream.position() + 1;
+            let full = match (&item.entry, item.ino) {
+                (Some(entry), _) => {
+                    let inode = self.run(self.client.entry_inode(stream.path(), entry))?;
+                    let path = join(stream.path(), &item.name);
+                    let ino = lock(&self.table).lookup(&path);
+                    let attr = self.attr(INodeNo(ino), &inode);
+                    let full =
+                        reply.add(INodeNo(ino), next, &item.name, &self.ttl, &attr, GENERATION);
+                    if full {
+                        // Not sent: the kernel holds no reference to it.
+                        lock(&self.table).forget(ino, 1);
+                    }
+                    full
+                }
+                // "." and "..": the kernel takes no reference and ignores their attributes.
+                (None, Some(ino)) => {
+                    let attr = self.attr(INodeNo(ino), &dot_inode());
+                    reply.add(
+                        INodeNo(ino),
+                        next,
+                        &item.name,
+                        &Duration::ZERO,
+                        &attr,
+                        GENERATION,
+                    )
+                }
+                (None, None) => false,
+            };
+            if full {
                 break; // the reply buffer is full: this entry comes first next time
             }
             stream.advance();
@@ -678,6 +733,20 @@ impl Filesystem for EddyFs {
         }
     }
 
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        match self.do_readdirplus(fh, offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("readdirplus", &e)),
+        }
+    }
+
     fn releasedir(
         &self,
         _req: &Request,
@@ -915,6 +984,22 @@ fn fopen_flags(file: &File) -> FopenFlags {
 /// Whether `path` is `dir` or below it.
 fn is_at_or_below(path: &str, dir: &str) -> bool {
     path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+}
+
+/// Attributes for "." and ".." in a readdirplus reply, which the kernel ignores.
+fn dot_inode() -> Inode {
+    Inode {
+        kind: FileKind::Dir,
+        file_id: 0,
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        atime: Timespec::default(),
+        mtime: Timespec::default(),
+        ctime: Timespec::default(),
+        target: None,
+    }
 }
 
 /// Prefix of the hidden name a file unlinked while open lives on under.
