@@ -132,3 +132,104 @@ impl Drop for Unmount {
             .status();
     }
 }
+
+/// Writes one frame `[u32 len][u64 id][body]` on a blocking stream.
+fn put_frame(s: &mut TcpStream, id: u64, body: &[u8]) -> std::io::Result<()> {
+    let mut f = ((body.len() + 8) as u32).to_le_bytes().to_vec();
+    f.extend_from_slice(&id.to_le_bytes());
+    f.extend_from_slice(body);
+    s.write_all(&f)
+}
+
+/// Reads one frame; returns its id and body.
+fn get_frame(s: &mut TcpStream) -> (u64, Vec<u8>) {
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    let len = u32::from_le_bytes(head[..4].try_into().unwrap()) as usize;
+    let mut body = vec![0u8; len - 8];
+    s.read_exact(&mut body).unwrap();
+    (u64::from_le_bytes(head[4..].try_into().unwrap()), body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_stalls_only_itself() {
+    use eddy_proto::auth::{prove, ClientHello, HelloResult, ServerHello};
+    let config = eddy_config::Config {
+        max_requests_in_flight: 16,
+        ..common::test_config()
+    };
+    let cl = Cluster::start_with(3, config);
+    let good = cl.client().await;
+    let secret = cl.dep.secret_bytes().unwrap();
+    let mut s = TcpStream::connect(&cl.dep.daemons[0].addr).unwrap();
+    let (_, hello) = get_frame(&mut s);
+    let hello: ServerHello = eddy_proto::decode(&hello, 4096).unwrap();
+    let reply = ClientHello {
+        version: eddy_proto::PROTOCOL_VERSION,
+        proof: prove(&secret, &hello.nonce),
+    };
+    put_frame(&mut s, 0, &eddy_proto::encode(&reply).unwrap()).unwrap();
+    let (_, verdict) = get_frame(&mut s);
+    eddy_proto::decode::<HelloResult>(&verdict, 4096)
+        .unwrap()
+        .unwrap();
+
+    // Pipeline 2,000 reads of 64 KiB (128 MiB of replies) from a thread, reading nothing: the
+    // socket buffers fill with replies, and the daemon stops reading this connection at 16
+    // unanswered requests.
+    const N: u64 = 2_000;
+    let mut w = s.try_clone().unwrap();
+    let read = eddy_proto::Request::Read {
+        file_id: 7,
+        pieces: vec![eddy_proto::Piece {
+            chunk: 0,
+            offset: 0,
+            len: 65_536,
+        }],
+    };
+    let body = eddy_proto::encode(&read).unwrap();
+    let served = |st: Vec<(u32, Result<eddy_client::DaemonStatus, eddy_client::Errno>)>| {
+        st[0].1.as_ref().map(|s| s.requests).unwrap()
+    };
+    let before = served(good.daemon_status().await);
+    let writer = std::thread::spawn(move || {
+        for id in 1..=N {
+            put_frame(&mut w, id, &body).unwrap();
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // Replies nobody reads pile up in the socket buffers (a few MiB, about a hundred replies),
+    // then 16 requests wait for them; the rest stay unread in the socket.
+    let taken = served(good.daemon_status().await) - before;
+    assert!(
+        taken < N / 2,
+        "the daemon took {taken} of {N} requests nobody reads replies to"
+    );
+    // The same daemon serves everyone else meanwhile.
+    for (id, st) in good.daemon_status().await {
+        assert!(st.is_ok(), "daemon {id} stopped serving other clients");
+    }
+    let f = good
+        .create("/still", 0o644, true, Creds::root())
+        .await
+        .unwrap();
+    good.pwrite(&f, 0, b"works").await.unwrap();
+    // Once the client reads, every request is answered, in full.
+    let reader = std::thread::spawn(move || {
+        let mut seen = vec![false; N as usize + 1];
+        for _ in 0..N {
+            let (id, body) = get_frame(&mut s);
+            let resp: eddy_proto::Response = eddy_proto::decode(&body, 1 << 20).unwrap();
+            assert_eq!(
+                resp,
+                Ok(eddy_proto::Reply::Data(vec![0; 65_536])),
+                "a hole reads as zeros"
+            );
+            assert!(!seen[id as usize], "reply {id} twice");
+            seen[id as usize] = true;
+        }
+        seen.iter().skip(1).all(|&b| b)
+    });
+    assert!(reader.join().unwrap(), "every request answered once");
+    writer.join().unwrap();
+}

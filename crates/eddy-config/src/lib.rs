@@ -49,6 +49,10 @@ pub struct Config {
     pub size_update_ms: u64,
     /// Directory entries per readdir page from each daemon. Default 1024.
     pub readdir_page: u32,
+    /// Requests one connection may have unanswered at a daemon; past it the daemon stops
+    /// reading that connection until replies are taken (backpressure, bounded memory).
+    /// Default 1024.
+    pub max_requests_in_flight: usize,
     /// Threads of a daemon's blocking pool for chunk and metadata I/O. Default 32.
     pub io_threads: usize,
     /// Threads serving FUSE requests in `eddy mount`. Default 8.
@@ -76,6 +80,7 @@ impl Default for Config {
             max_rpc_data_bytes: 8 * 1024 * 1024,
             size_update_ms: 5,
             readdir_page: 1024,
+            max_requests_in_flight: 1024,
             io_threads: 32,
             fuse_threads: 8,
             fuse_attr_ttl_ms: 1_000,
@@ -113,9 +118,14 @@ impl Config {
                 "max_rpc_data_bytes must be at least 64 KiB".into(),
             ));
         }
-        if self.readdir_page == 0 || self.io_threads == 0 || self.fuse_threads == 0 {
+        if self.readdir_page == 0
+            || self.io_threads == 0
+            || self.fuse_threads == 0
+            || self.max_requests_in_flight == 0
+        {
             return Err(ConfigError::Invalid(
-                "readdir_page, io_threads and fuse_threads must be positive".into(),
+                "readdir_page, io_threads, fuse_threads and max_requests_in_flight must be positive"
+                    .into(),
             ));
         }
         if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 /// Directory of the metadata store inside the root.
@@ -270,10 +270,20 @@ where
         }
     }
     let max = state.settings.config.max_frame_bytes;
-    let (tx, rx) = mpsc::unbounded_channel::<(u64, Vec<u8>)>();
+    // A permit per unanswered request, held until its reply is written: a client that sends
+    // without reading replies stalls its own connection, never the daemon's memory.
+    let in_flight = Arc::new(Semaphore::new(state.settings.config.max_requests_in_flight));
+    let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     tokio::spawn(write_loop(writer, rx, max, peer.clone(), alive.clone()));
     let mut stop = state.shutdown.subscribe();
     loop {
+        let permit = tokio::select! {
+            _ = stop_requested(&mut stop) => break,
+            p = Arc::clone(&in_flight).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
         let frame = tokio::select! {
             _ = stop_requested(&mut stop) => break,
             f = read_frame(&mut reader, max) => f,
@@ -299,22 +309,27 @@ where
             id,
             req,
             tx.clone(),
+            permit,
             alive.clone(),
         ));
     }
 }
 
+/// A reply on its way out, with the permit of its request (released once written).
+type Outgoing = (u64, Vec<u8>, OwnedSemaphorePermit);
+
 async fn run_request(
     state: Arc<State>,
     id: u64,
     req: Request,
-    tx: mpsc::UnboundedSender<(u64, Vec<u8>)>,
+    tx: mpsc::UnboundedSender<Outgoing>,
+    permit: OwnedSemaphorePermit,
     _alive: Alive,
 ) {
     let resp = state.handle(req).await;
     let body = encode_response(&resp, state.settings.config.max_frame_bytes);
     // The writer is gone only if the connection broke; the reply has nowhere to go.
-    let _ = tx.send((id, body));
+    let _ = tx.send((id, body, permit));
 }
 
 /// Encodes a response; one that cannot be encoded or would not fit a frame becomes EIO.
@@ -338,7 +353,7 @@ fn fallback(msg: String) -> Vec<u8> {
 /// Writes responses as they come, flushing when no more are queued.
 async fn write_loop<W>(
     mut w: BufWriter<W>,
-    mut rx: mpsc::UnboundedReceiver<(u64, Vec<u8>)>,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
     max: u32,
     peer: String,
     _alive: Alive,
@@ -346,12 +361,16 @@ async fn write_loop<W>(
     W: AsyncWrite + Unpin,
 {
     let result: Result<(), FrameError> = async {
-        while let Some((id, body)) = rx.recv().await {
+        while let Some((id, body, permit)) = rx.recv().await {
             write_frame(&mut w, id, &body, max).await?;
-            while let Ok((id, body)) = rx.try_recv() {
+            let mut written = vec![permit];
+            while let Ok((id, body, permit)) = rx.try_recv() {
                 write_frame(&mut w, id, &body, max).await?;
+                written.push(permit);
             }
             w.flush().await?;
+            // Flushed: these requests are answered.
+            drop(written);
         }
         w.shutdown().await?;
         Ok(())
