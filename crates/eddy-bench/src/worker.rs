@@ -2,7 +2,7 @@
 //! to run on its share of the files, verifying every byte it reads.
 
 use crate::args::WorkerArgs;
-use crate::fs::{EddyFs, Fs, LocalFs, OpenMode, Target};
+use crate::fs::{EddyFs, Fs, LocalFs, Meta, OpenMode, Target};
 use crate::msg::{recv, send, PhaseStats, ToCoord, ToWorker};
 use crate::pattern;
 use crate::plan::{Ior, Phase, Plan, FIND_REF, RND_READ};
@@ -442,18 +442,28 @@ impl<'a, F: Fs, W: Write, R: BufRead> Ctx<'a, F, W, R> {
                 if xxh3_64(name.as_bytes()) % u64::from(self.plan.procs) != u64::from(self.rank) {
                     continue;
                 }
-                self.find_one(&path, name, newer_than)?;
+                self.find_one(&path, name, newer_than, entry.meta)?;
             }
         }
         Ok(())
     }
 
-    fn find_one(&mut self, path: &Path, name: &str, newer_than: SystemTime) -> anyhow::Result<()> {
+    /// Matches one entry, with the attributes its listing carried or, failing those, a stat.
+    fn find_one(
+        &mut self,
+        path: &Path,
+        name: &str,
+        newer_than: SystemTime,
+        listed: Option<Meta>,
+    ) -> anyhow::Result<()> {
         let t = Instant::now();
-        let md = self
-            .fs
-            .stat(path)
-            .with_context(|| format!("stat of {}", path.display()))?;
+        let md = match listed {
+            Some(md) => md,
+            None => self
+                .fs
+                .stat(path)
+                .with_context(|| format!("stat of {}", path.display()))?,
+        };
         self.op(t, 0)?;
         let newer = md.mtime > newer_than;
         if name.contains(Plan::FIND_NAME) && md.len == self.plan.find_size() && newer {

@@ -199,13 +199,7 @@ impl Fs for EddyFs {
     }
 
     fn stat(&self, path: &Path) -> io::Result<Meta> {
-        let i = self.inode(path)?;
-        Ok(Meta {
-            is_dir: i.kind == FileKind::Dir,
-            is_file: i.kind == FileKind::File,
-            len: i.size,
-            mtime: to_system_time(i.mtime),
-        })
+        Ok(meta_of(&self.inode(path)?))
     }
 
     fn unlink(&self, path: &Path) -> io::Result<()> {
@@ -231,6 +225,8 @@ impl Fs for EddyFs {
         while let Some(page) = self.run(reader.next_page())? {
             out.extend(page.into_iter().map(|e| Entry {
                 is_dir: e.inode.kind == FileKind::Dir,
+                // A symlink's own attributes are not what stat (which follows it) returns.
+                meta: (e.inode.kind != FileKind::Symlink).then(|| meta_of(&e.inode)),
                 name: e.name,
             }));
         }
@@ -265,5 +261,15 @@ impl Fs for EddyFs {
     fn avail_bytes(&self, _dir: &Path) -> io::Result<Option<u64>> {
         let s = self.run(self.client.statfs())?;
         Ok((s.total_bytes > 0).then_some(s.avail_bytes))
+    }
+}
+
+/// The workloads' view of an inode.
+fn meta_of(i: &eddy_client::Inode) -> Meta {
+    Meta {
+        is_dir: i.kind == FileKind::Dir,
+        is_file: i.kind == FileKind::File,
+        len: i.size,
+        mtime: to_system_time(i.mtime),
     }
 }

@@ -80,6 +80,7 @@ impl Fs for LocalFs {
                 Ok(Entry {
                     name: e.file_name().to_string_lossy().into_owned(),
                     is_dir: e.file_type()?.is_dir(),
+                    meta: None,
                 })
             })
             .collect()

@@ -112,6 +112,9 @@ pub struct Meta {
 pub struct Entry {
     pub name: String,
     pub is_dir: bool,
+    /// The entry's attributes when the listing carries them (Eddy's listings do; a POSIX
+    /// `readdir` does not, and the caller must stat).
+    pub meta: Option<Meta>,
 }
 
 /// The operations the benchmark performs. Paths are absolute paths of the target's file
@@ -227,7 +230,8 @@ mod tests {
             names,
             vec![Entry {
                 name: "b".into(),
-                is_dir: true
+                is_dir: true,
+                meta: None,
             }]
         );
         fs.remove_tree(&sub).unwrap();
