@@ -213,33 +213,21 @@ impl Mounted {
             return None;
         }
         let cluster = Cluster::start_with(n, config);
-        let mnt = tempfile::tempdir().expect("mountpoint");
-        let log = std::fs::File::create(cluster.dir.path().join("mount.log")).expect("log");
-        let child = Command::new(EDDY)
-            .arg("mount")
-            .arg("--state")
-            .arg(cluster.dir.path())
-            .arg(mnt.path())
-            .arg("--foreground")
-            .arg("--allow-other")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn eddy mount");
-        let m = Mounted {
+        let (mnt, child) = mount_at(&cluster);
+        Some(Mounted {
             mnt,
             child: Some(child),
             cluster,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !is_mountpoint(m.mnt.path()) {
-            let log =
-                std::fs::read_to_string(m.cluster.dir.path().join("mount.log")).unwrap_or_default();
-            assert!(Instant::now() < deadline, "mount did not appear: {log}");
-            std::thread::sleep(Duration::from_millis(20));
+        })
+    }
+
+    /// A second mount of the same deployment, as another node would have.
+    pub fn another_mount(&self) -> ExtraMount {
+        let (mnt, child) = mount_at(&self.cluster);
+        ExtraMount {
+            mnt,
+            child: Some(child),
         }
-        Some(m)
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -271,29 +259,88 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg(self.mnt.path())
+        unmount(self.mnt.path(), self.child.take());
+    }
+}
+
+/// Another FUSE mount of a cluster's deployment; unmounted on drop.
+pub struct ExtraMount {
+    pub mnt: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl ExtraMount {
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.path().join(rel.trim_start_matches('/'))
+    }
+}
+
+impl Drop for ExtraMount {
+    fn drop(&mut self) {
+        unmount(self.mnt.path(), self.child.take());
+    }
+}
+
+/// Mounts the cluster's deployment on a new directory with `eddy mount --foreground` and
+/// waits until the mount is there.
+// The child is returned to a guard that unmounts and waits for it on drop.
+#[allow(clippy::zombie_processes)]
+fn mount_at(cluster: &Cluster) -> (tempfile::TempDir, Child) {
+    let mnt = tempfile::tempdir().expect("mountpoint");
+    let log_path = cluster.dir.path().join(format!(
+        "mount-{}.log",
+        mnt.path().file_name().unwrap_or_default().to_string_lossy()
+    ));
+    let log = std::fs::File::create(&log_path).expect("log");
+    let mut child = Command::new(EDDY)
+        .arg("mount")
+        .arg("--state")
+        .arg(cluster.dir.path())
+        .arg(mnt.path())
+        .arg("--foreground")
+        .arg("--allow-other")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn eddy mount");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !is_mountpoint(mnt.path()) {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("mount did not appear: {log}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (mnt, child)
+}
+
+/// Unmounts `mnt` and reaps the mount process.
+fn unmount(mnt: &Path, child: Option<Child>) {
+    let _ = Command::new("fusermount3")
+        .arg("-u")
+        .arg(mnt)
+        .stderr(Stdio::null())
+        .status();
+    if is_mountpoint(mnt) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(mnt)
             .stderr(Stdio::null())
             .status();
-        if is_mountpoint(self.mnt.path()) {
-            let _ = Command::new("umount")
-                .arg("-l")
-                .arg(self.mnt.path())
-                .stderr(Stdio::null())
-                .status();
-        }
-        if let Some(mut c) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Some(mut c) = child {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
             }
-            let _ = c.kill();
-            let _ = c.wait();
+            std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }
 
