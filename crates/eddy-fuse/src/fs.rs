@@ -282,16 +282,21 @@ impl EddyFs {
         }
     }
 
+    /// The cursor of an open directory.
+    fn dir_stream(&self, fh: FileHandle) -> Result<Arc<Mutex<DirStream>>, Errno> {
+        lock(&self.dirs)
+            .get(&fh.0)
+            .cloned()
+            .ok_or_else(|| Errno::new(libc::EBADF, format!("unknown directory handle {}", fh.0)))
+    }
+
     fn do_readdir(
         &self,
         fh: FileHandle,
         offset: u64,
         reply: &mut ReplyDirectory,
     ) -> Result<(), Errno> {
-        let stream = lock(&self.dirs)
-            .get(&fh.0)
-            .cloned()
-            .ok_or_else(|| Errno::new(libc::EBADF, format!("unknown directory handle {}", fh.0)))?;
+        let stream = self.dir_stream(fh)?;
         let mut stream = lock(&stream);
         stream.seek(offset, &self.client, &self.rt)?;
         while let Some(item) = stream.current(&self.client, &self.rt)? {
@@ -315,10 +320,7 @@ impl EddyFs {
         offset: u64,
         reply: &mut ReplyDirectoryPlus,
     ) -> Result<(), Errno> {
-        let stream = lock(&self.dirs)
-            .get(&fh.0)
-            .cloned()
-            .ok_or_else(|| Errno::new(libc::EBADF, format!("unknown directory handle {}", fh.0)))?;
+        let stream = self.dir_stream(fh)?;
         let mut stream = lock(&stream);
         stream.seek(offset, &self.client, &self.rt)?;
         while let Some(item) = stream.current(&self.client, &self.rt)? {
