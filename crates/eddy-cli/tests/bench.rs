@@ -2,57 +2,19 @@
 //! corrupted data, errors for bad targets, JSON/compare/plots, and runs on a real Eddy mount.
 //! No test looks at a speed.
 
+mod common;
+
+use common::cli::{eddy, fails, ok, s, text};
+use common::EDDY;
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const EDDY: &str = env!("CARGO_BIN_EXE_eddy");
 /// Makes every size tiny.
 const TINY: &str = "0.02";
-
-fn eddy(args: &[&str]) -> Output {
-    Command::new(EDDY)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run eddy")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn ok(args: &[&str]) -> Output {
-    let out = eddy(args);
-    assert!(
-        out.status.success(),
-        "eddy {args:?} failed:\n{}",
-        text(&out)
-    );
-    out
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = eddy(args);
-    assert!(
-        !out.status.success(),
-        "eddy {args:?} should fail:\n{}",
-        text(&out)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
 
 fn load(p: &Path) -> Value {
     serde_json::from_str(&fs::read_to_string(p).expect("json file")).expect("valid json")

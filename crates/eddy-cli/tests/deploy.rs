@@ -1,49 +1,12 @@
 //! `eddy start --local / status / stop / mount` end to end: real eddyd processes started by
 //! the real `eddy` binary, each test in its own temporary directory.
 
+mod common;
+
+use common::cli::{eddy, fails, free_port, ok, s, text};
+use common::{EDDY, EDDYD};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-const EDDY: &str = env!("CARGO_BIN_EXE_eddy");
-const EDDYD: &str = env!("CARGO_BIN_EXE_eddyd");
-
-fn eddy(args: &[&str]) -> Output {
-    Command::new(EDDY)
-        .args(args)
-        .env("EDDY_DAEMON_BIN", EDDYD)
-        .env_remove("EDDY_STATE")
-        .output()
-        .expect("run eddy")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn ok(args: &[&str]) -> Output {
-    let out = eddy(args);
-    assert!(out.status.success(), "eddy {args:?} failed: {}", text(&out));
-    out
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = eddy(args);
-    assert!(
-        !out.status.success(),
-        "eddy {args:?} should fail: {}",
-        text(&out)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use std::process::Command;
 
 /// Stops the deployment in `state` when the test ends, whatever happened.
 struct StopGuard(PathBuf);
@@ -420,15 +383,6 @@ fn a_daemon_that_dies_at_start_fails_start_with_its_log() {
     // Nothing is left to stop.
     let out = ok(&["stop", "--state", s(&root)]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing is running"));
-}
-
-/// A TCP port nobody listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -3,11 +3,13 @@
 //! `ip netns exec {host} {cmd}` and reached only over TCP on 10.213.x.0/24 addresses.
 //! Needs root and iproute2; skipped (with a message) otherwise.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::cli::{s, text};
+use common::{EDDY, EDDYD};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const EDDY: &str = env!("CARGO_BIN_EXE_eddy");
-const EDDYD: &str = env!("CARGO_BIN_EXE_eddyd");
 const HOSTS: usize = 3;
 
 fn run(program: &str, args: &[&str]) -> Output {
@@ -17,22 +19,9 @@ fn run(program: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 fn ip(args: &[&str]) {
     let out = run("ip", args);
     assert!(out.status.success(), "ip {args:?}: {}", text(&out));
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// The namespaces of one test run; everything in them is killed and they are deleted on drop.

@@ -6,14 +6,15 @@
 //! The daemons run as root (SlurmUser=root), so the test needs euid 0 and the Slurm and
 //! munge programs; without them it prints why and passes without checking anything.
 
+mod common;
+
+use common::cli::free_port;
+use common::{EDDY, EDDYD};
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-
-const EDDY: &str = env!("CARGO_BIN_EXE_eddy");
-const EDDYD: &str = env!("CARGO_BIN_EXE_eddyd");
 
 /// Every program the cluster and the job need.
 const TOOLS: [&str; 9] = [
@@ -76,15 +77,6 @@ fn skip_reason() -> Option<String> {
             missing.join(", ")
         )
     })
-}
-
-/// A TCP port nobody listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn short_hostname() -> String {

@@ -2,6 +2,7 @@
 //! over real sockets; a client built from the deployment they form.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod model;
 
 use eddy_client::Client;
