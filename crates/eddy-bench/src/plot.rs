@@ -198,6 +198,13 @@ fn draw_runs<DB: DrawingBackend>(
     )
 }
 
+/// Every value the runs report for the phases, to scale an axis.
+fn all_values(runs: &[Report], phases: &[Phase]) -> Vec<f64> {
+    runs.iter()
+        .flat_map(|r| phases.iter().filter_map(|p| value(r, *p)))
+        .collect()
+}
+
 fn bars<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     runs: &[Report],
@@ -207,10 +214,7 @@ fn bars<DB: DrawingBackend>(
     if phases.is_empty() {
         return Ok(());
     }
-    let values: Vec<f64> = runs
-        .iter()
-        .flat_map(|r| phases.iter().filter_map(|p| value(r, *p)))
-        .collect();
+    let values = all_values(runs, phases);
     let (lo, hi) = bounds(&values, 6.0);
     let k = phases.len();
     let names: Vec<&str> = phases.iter().map(|p| p.name()).collect();
@@ -346,10 +350,7 @@ fn lines<DB: DrawingBackend>(
     if phases.is_empty() {
         return Ok(());
     }
-    let values: Vec<f64> = runs
-        .iter()
-        .flat_map(|r| phases.iter().filter_map(|p| value(r, *p)))
-        .collect();
+    let values = all_values(runs, phases);
     let (lo, hi) = bounds(&values, 2.0);
     let pmax = runs.iter().map(|r| r.procs).max().unwrap_or(1).max(2);
     let mut chart = ChartBuilder::on(area)
