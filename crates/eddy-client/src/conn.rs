@@ -13,7 +13,11 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
+/// What a caller waiting for a reply gets: the daemon's response, or why the connection
+/// failed before it came.
+type Outcome = Result<Response, String>;
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Outcome>>>>;
 
 type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 
@@ -33,7 +37,7 @@ impl Conn {
     }
 
     /// Sends a request and waits for its response (no deadline here: the caller sets it).
-    async fn call(&self, body: Vec<u8>, what: &str) -> Response {
+    async fn call(&self, body: Vec<u8>) -> Outcome {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
@@ -43,18 +47,15 @@ impl Conn {
             id,
         };
         if let Err(e) = self.send(id, &body).await {
-            fail_all(
-                &self.dead,
-                &self.pending,
-                &format!("{what}: connection broken: {e}"),
-            );
-            return Err(Errno::eio(format!("{what}: connection broken: {e}")));
+            let why = format!("connection broken: {e}");
+            fail_all(&self.dead, &self.pending, &why);
+            return Err(why);
         }
-        let resp = rx
+        let outcome = rx
             .await
-            .unwrap_or_else(|_| Err(Errno::eio(format!("{what}: connection lost"))));
+            .unwrap_or_else(|_| Err("connection lost".to_string()));
         drop(guard);
-        resp
+        outcome
     }
 
     /// Writes one frame. If this future is dropped half-way (a deadline), the stream holds a
@@ -138,17 +139,21 @@ impl Link {
     /// reach the daemon is EIO with a message naming it.
     pub async fn call(&self, req: &Request) -> Result<Reply, Errno> {
         let body = encode(req)?;
-        let what = format!("{} {}", req.op_name(), self.describe());
         let deadline = self.rpc_timeout;
-        match tokio::time::timeout(deadline, async {
+        // Named only when something went wrong: not on the path of every RPC.
+        let what = || format!("{} {}", req.op_name(), self.describe());
+        let outcome = tokio::time::timeout(deadline, async {
             let conn = self.connection().await?;
-            conn.call(body, &what).await
+            Ok(conn.call(body).await)
         })
-        .await
-        {
-            Ok(resp) => resp,
+        .await;
+        match outcome {
+            Ok(Ok(Ok(resp))) => resp,
+            Ok(Ok(Err(why))) => Err(Errno::eio(format!("{}: {why}", what()))),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(Errno::eio(format!(
-                "{what}: no answer within {} ms (is the daemon alive? try `eddy status`)",
+                "{}: no answer within {} ms (is the daemon alive? try `eddy status`)",
+                what(),
                 deadline.as_millis()
             ))),
         }
@@ -250,7 +255,7 @@ impl Link {
 fn fail_all(dead: &AtomicBool, pending: &Pending, why: &str) {
     dead.store(true, Ordering::Release);
     for (_, tx) in lock(pending).drain() {
-        let _ = tx.send(Err(Errno::eio(why.to_string())));
+        let _ = tx.send(Err(why.to_string()));
     }
 }
 
@@ -265,7 +270,7 @@ async fn reader<R: AsyncRead + Unpin>(
             Ok((id, body)) => {
                 let resp: Response = decode(&body, u64::from(max_frame)).unwrap_or_else(Err);
                 if let Some(tx) = lock(&pending).remove(&id) {
-                    let _ = tx.send(resp);
+                    let _ = tx.send(Ok(resp));
                 }
             }
             Err(e) => {
