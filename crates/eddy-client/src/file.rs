@@ -1,0 +1,389 @@
+//! Open files: open/create, positioned reads and writes, fsync, close and ftruncate.
+
+use crate::perm::{self, Access};
+use crate::{layout, new_inode, size, Client, Creds, Errno, FileId, FileKind, Inode, SetAttr};
+use eddy_proto::path;
+use eddy_proto::{Piece, Reply, Request};
+use futures::future::join_all;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Symlinks followed at most this many times when opening (ELOOP beyond).
+const MAX_SYMLINK_HOPS: usize = 8;
+
+pub(crate) struct FileInner {
+    path: String,
+    inode: Inode,
+    flags: i32,
+    /// The largest size this handle knows the file to have (its own writes included).
+    known_size: AtomicU64,
+}
+
+/// An open file. Cheap to clone.
+#[derive(Clone)]
+pub struct File(pub(crate) Arc<FileInner>);
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("path", &self.0.path)
+            .field("file_id", &self.0.inode.file_id)
+            .finish()
+    }
+}
+
+impl File {
+    pub fn path(&self) -> &str {
+        &self.0.path
+    }
+    pub fn file_id(&self) -> FileId {
+        self.0.inode.file_id
+    }
+    /// The inode as of open.
+    pub fn inode(&self) -> Inode {
+        self.0.inode.clone()
+    }
+    pub fn readable(&self) -> bool {
+        self.0.flags & libc::O_ACCMODE != libc::O_WRONLY
+    }
+    pub fn writable(&self) -> bool {
+        self.0.flags & libc::O_ACCMODE != libc::O_RDONLY
+    }
+    pub fn append(&self) -> bool {
+        self.0.flags & libc::O_APPEND != 0
+    }
+    pub(crate) fn raise_known(&self, size: u64) {
+        self.0.known_size.fetch_max(size, Ordering::AcqRel);
+    }
+}
+
+impl Client {
+    // ---------------------------------------------------------------- files
+
+    /// open(2) with libc O_* flags.
+    pub async fn open(
+        &self,
+        path: &str,
+        flags: i32,
+        mode: u32,
+        creds: Creds,
+    ) -> Result<File, Errno> {
+        let mut p = self.norm(path)?;
+        let mut hops = 0;
+        loop {
+            let (inode, created) = self.open_entry(&p, flags, mode, creds).await?;
+            if inode.kind == FileKind::Symlink {
+                if flags & libc::O_NOFOLLOW != 0 {
+                    return Err(Errno::new(
+                        libc::ELOOP,
+                        format!("{p} is a symbolic link (O_NOFOLLOW)"),
+                    ));
+                }
+                hops += 1;
+                if hops > MAX_SYMLINK_HOPS {
+                    return Err(Errno::new(
+                        libc::ELOOP,
+                        format!("too many symbolic links at {p}"),
+                    ));
+                }
+                p = self.resolve_link(&p, inode.target.as_deref().unwrap_or(""))?;
+                continue;
+            }
+            return self.finish_open(p, inode, created, flags, creds).await;
+        }
+    }
+
+    pub(crate) fn resolve_link(&self, link: &str, target: &str) -> Result<String, Errno> {
+        let base = path::split(link).map(|(parent, _)| parent).unwrap_or("/");
+        if target.starts_with('/') {
+            self.norm(target)
+        } else {
+            self.norm(&path::join(base, target))
+        }
+    }
+
+    /// Looks up or creates the entry; returns it and whether this call created it.
+    pub(crate) async fn open_entry(
+        &self,
+        p: &str,
+        flags: i32,
+        mode: u32,
+        creds: Creds,
+    ) -> Result<(Inode, bool), Errno> {
+        if flags & libc::O_CREAT == 0 {
+            return Ok((self.stat_norm(p).await?, false));
+        }
+        let exclusive = flags & libc::O_EXCL != 0;
+        // An enforcing caller may open an existing file in a directory it cannot write to, so
+        // look first; otherwise a non-exclusive Create returns the existing entry by itself.
+        if !exclusive && creds.enforce {
+            match self.stat_norm(p).await {
+                Ok(i) => return Ok((i, false)),
+                Err(e) if e.errno == libc::ENOENT => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let fresh = new_inode(FileKind::File, mode, creds, None);
+        let fresh_id = fresh.file_id;
+        let got = self.create_entry(p, fresh, exclusive, creds).await?;
+        let created = got.file_id == fresh_id;
+        Ok((got, created))
+    }
+
+    pub(crate) async fn finish_open(
+        &self,
+        p: String,
+        mut inode: Inode,
+        created: bool,
+        flags: i32,
+        creds: Creds,
+    ) -> Result<File, Errno> {
+        let acc = flags & libc::O_ACCMODE;
+        let wants_write = acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if inode.kind == FileKind::Dir {
+            if wants_write || flags & libc::O_CREAT != 0 {
+                return Err(Errno::new(libc::EISDIR, format!("{p} is a directory")));
+            }
+        } else if flags & libc::O_DIRECTORY != 0 {
+            return Err(Errno::new(libc::ENOTDIR, format!("{p} is not a directory")));
+        }
+        if !created {
+            let mut want = Access::empty();
+            if acc != libc::O_WRONLY {
+                want |= Access::READ;
+            }
+            if wants_write {
+                want |= Access::WRITE;
+            }
+            perm::check(&inode, creds, want, &p)?;
+        }
+        if inode.kind == FileKind::File
+            && flags & libc::O_TRUNC != 0
+            && acc != libc::O_RDONLY
+            && inode.size > 0
+        {
+            let attr = SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            };
+            // Permission to write was checked above; truncate as setattr does.
+            inode = self.setattr(&p, attr, Creds::root()).await?;
+        }
+        let known = AtomicU64::new(inode.size);
+        Ok(File(Arc::new(FileInner {
+            path: p,
+            inode,
+            flags,
+            known_size: known,
+        })))
+    }
+
+    /// Creates a regular file and opens it read-write.
+    pub async fn create(
+        &self,
+        path: &str,
+        mode: u32,
+        exclusive: bool,
+        creds: Creds,
+    ) -> Result<File, Errno> {
+        let excl = if exclusive { libc::O_EXCL } else { 0 };
+        self.open(path, libc::O_RDWR | libc::O_CREAT | excl, mode, creds)
+            .await
+    }
+
+    pub async fn fstat(&self, f: &File) -> Result<Inode, Errno> {
+        let i = self.stat_norm(f.path()).await?;
+        f.raise_known(i.size);
+        Ok(i)
+    }
+
+    /// Reads up to `len` bytes at `offset`; short at end of file; holes read as zeros.
+    pub async fn pread(&self, f: &File, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        if !f.readable() {
+            return Err(Errno::new(
+                libc::EBADF,
+                format!("{} is not open for reading", f.path()),
+            ));
+        }
+        if f.0.inode.kind == FileKind::Dir {
+            return Err(Errno::new(
+                libc::EISDIR,
+                format!("{} is a directory", f.path()),
+            ));
+        }
+        let end = offset.saturating_add(len as u64);
+        let mut size = f.0.known_size.load(Ordering::Acquire);
+        if end > size {
+            // The range reaches past what we know: another writer may have extended the file.
+            size = self.stat_norm(f.path()).await?.size;
+            f.0.known_size.store(size, Ordering::Release);
+        }
+        if offset >= size {
+            return Ok(Vec::new());
+        }
+        let len = (size - offset).min(len as u64) as usize;
+        let mut out = vec![0u8; len];
+        let cfg = self.config();
+        let batches = layout::batches(
+            &self.0.placement,
+            f.file_id(),
+            offset,
+            len,
+            cfg.chunk_size,
+            cfg.max_rpc_data_bytes as usize,
+        );
+        let reads = batches.iter().map(|b| {
+            let pieces: Vec<Piece> = b.spans.iter().map(|s| s.piece).collect();
+            self.call(
+                b.daemon,
+                Request::Read {
+                    file_id: f.file_id(),
+                    pieces,
+                },
+            )
+        });
+        for (b, r) in batches.iter().zip(join_all(reads).await) {
+            let Reply::Data(data) = r? else {
+                return Err(Errno::eio("unexpected reply to read"));
+            };
+            if data.len() != b.bytes {
+                return Err(Errno::eio(format!(
+                    "daemon {} returned {} bytes, expected {}",
+                    b.daemon,
+                    data.len(),
+                    b.bytes
+                )));
+            }
+            let mut pos = 0;
+            for s in &b.spans {
+                let n = s.piece.len as usize;
+                out[s.buf_pos..s.buf_pos + n].copy_from_slice(&data[pos..pos + n]);
+                pos += n;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset` (at the end, reserved atomically, with O_APPEND). The data
+    /// RPCs and the size update go out together; writers never wait on each other's data.
+    pub async fn pwrite(&self, f: &File, offset: u64, data: &[u8]) -> Result<usize, Errno> {
+        if !f.writable() {
+            return Err(Errno::new(
+                libc::EBADF,
+                format!("{} is not open for writing", f.path()),
+            ));
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let offset = if f.append() {
+            match self
+                .meta(
+                    f.path(),
+                    Request::ReserveAppend {
+                        path: f.path().to_string(),
+                        len: data.len() as u64,
+                    },
+                )
+                .await?
+            {
+                Reply::Offset(o) => o,
+                other => {
+                    return Err(Errno::eio(format!(
+                        "unexpected reply to reserve_append: {other:?}"
+                    )))
+                }
+            }
+        } else {
+            offset
+        };
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| Errno::new(libc::EFBIG, "write beyond the largest file size"))?;
+        let cfg = self.config();
+        let batches = layout::batches(
+            &self.0.placement,
+            f.file_id(),
+            offset,
+            data.len(),
+            cfg.chunk_size,
+            cfg.max_rpc_data_bytes as usize,
+        );
+        let writes = batches.iter().map(|b| {
+            let mut buf = Vec::with_capacity(b.bytes);
+            for s in &b.spans {
+                buf.extend_from_slice(&data[s.buf_pos..s.buf_pos + s.piece.len as usize]);
+            }
+            let pieces = b.spans.iter().map(|s| s.piece).collect();
+            self.call(
+                b.daemon,
+                Request::Write {
+                    file_id: f.file_id(),
+                    pieces,
+                    data: buf,
+                },
+            )
+        });
+        // The size this write reached goes to the owner with the data, or later in a batch
+        // (see `size`); O_APPEND reserved its range, and so the size, already.
+        let plan = if f.append() {
+            size::Plan::Wait
+        } else {
+            self.0.sizes.record(f.file_id(), f.path(), end)
+        };
+        let grow = async {
+            match plan {
+                size::Plan::Now(size) => self.send_size(f.file_id(), f.path(), size).await,
+                size::Plan::Arm(delay) => {
+                    self.schedule_size_publication(f.file_id(), delay);
+                    Ok(())
+                }
+                size::Plan::Wait => Ok(()),
+            }
+        };
+        let (results, grown) = futures::join!(join_all(writes), grow);
+        for r in results {
+            r?;
+        }
+        grown?;
+        f.raise_known(end);
+        Ok(data.len())
+    }
+
+    /// Makes the file's data and metadata durable on every daemon.
+    pub async fn fsync(&self, f: &File) -> Result<(), Errno> {
+        self.publish_size(f).await?;
+        let file_id = Some(f.file_id());
+        self.all_ok(|| Request::Sync { file_id }).await.map(|_| ())
+    }
+
+    /// Closes the handle: publishes the size its writes reached, so that every client sees
+    /// it from now on (close-to-open).
+    pub async fn close(&self, f: &File) -> Result<(), Errno> {
+        self.publish_size(f).await?;
+        self.0.sizes.release(f.file_id());
+        Ok(())
+    }
+
+    pub async fn ftruncate(&self, f: &File, size: u64) -> Result<Inode, Errno> {
+        if !f.writable() {
+            return Err(Errno::new(
+                libc::EINVAL,
+                format!("{} is not open for writing", f.path()),
+            ));
+        }
+        let i = self
+            .setattr(
+                f.path(),
+                SetAttr {
+                    size: Some(size),
+                    ..SetAttr::default()
+                },
+                Creds::root(),
+            )
+            .await?;
+        f.0.known_size.store(size, Ordering::Release);
+        Ok(i)
+    }
+}

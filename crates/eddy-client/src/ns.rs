@@ -1,0 +1,442 @@
+//! Namespace operations: stat, create, remove, rename, setattr and listings of entries.
+
+use crate::perm;
+use crate::{
+    expect_inode, new_inode, Client, Creds, DaemonStatus, DirEntry, DirReader, Errno, FileId,
+    FileKind, FsStats, Inode, SetAttr, Timespec,
+};
+use eddy_proto::path;
+use eddy_proto::{RemoveKind, Reply, Request};
+use futures::future::join_all;
+
+impl Client {
+    // ---------------------------------------------------------------- metadata
+
+    /// lstat: the entry itself (a symlink is not followed).
+    pub async fn stat(&self, path: &str) -> Result<Inode, Errno> {
+        let p = self.norm(path)?;
+        self.stat_norm(&p).await
+    }
+
+    /// Like `stat`, for a caller that knows the parent is a directory (a kernel looking up a
+    /// name in a directory it holds): a missing entry is ENOENT at the cost of one RPC, with no
+    /// look at the ancestors.
+    pub async fn lookup(&self, path: &str) -> Result<Inode, Errno> {
+        let p = self.norm(path)?;
+        self.stat_raw(&p).await
+    }
+
+    pub async fn mkdir(&self, path: &str, mode: u32, creds: Creds) -> Result<Inode, Errno> {
+        let p = self.norm(path)?;
+        let inode = new_inode(FileKind::Dir, mode, creds, None);
+        self.create_entry(&p, inode, true, creds).await
+    }
+
+    /// Creates an entry at its owner after checking its parent; without `exclusive`, an
+    /// existing entry is returned as it is.
+    pub(crate) async fn create_entry(
+        &self,
+        p: &str,
+        inode: Inode,
+        exclusive: bool,
+        creds: Creds,
+    ) -> Result<Inode, Errno> {
+        self.check_parent(p, creds).await?;
+        let req = Request::Create {
+            path: p.to_string(),
+            inode,
+            exclusive,
+        };
+        expect_inode(self.meta(p, req).await?)
+    }
+
+    pub async fn symlink(
+        &self,
+        target: &str,
+        linkpath: &str,
+        creds: Creds,
+    ) -> Result<Inode, Errno> {
+        let p = self.norm(linkpath)?;
+        if target.is_empty() || target.contains('\0') || target.len() > self.0.limits.max_path {
+            return Err(Errno::einval(
+                "symlink target must be non-empty, NUL-free and within the path limit",
+            ));
+        }
+        let inode = new_inode(FileKind::Symlink, 0o777, creds, Some(target.to_string()));
+        self.create_entry(&p, inode, true, creds).await
+    }
+
+    pub async fn readlink(&self, path: &str) -> Result<String, Errno> {
+        let i = self.stat(path).await?;
+        match (i.kind, i.target) {
+            (FileKind::Symlink, Some(t)) => Ok(t),
+            _ => Err(Errno::einval(format!("{path} is not a symbolic link"))),
+        }
+    }
+
+    pub async fn unlink(&self, path: &str, creds: Creds) -> Result<(), Errno> {
+        let p = self.norm(path)?;
+        if creds.enforce {
+            self.check_parent(&p, creds).await?;
+        }
+        let removed = match self
+            .meta(
+                &p,
+                Request::Remove {
+                    path: p.clone(),
+                    kind: RemoveKind::NotDir,
+                },
+            )
+            .await
+        {
+            Ok(r) => expect_inode(r)?,
+            Err(e) if e.errno == libc::ENOENT => return Err(self.refine_enoent(&p, e).await),
+            Err(e) => return Err(e),
+        };
+        self.0.sizes.forget(removed.file_id);
+        // A file of size 0 holds no chunk: the first write of every client publishes its size
+        // at once, and truncation drops the chunks past the new size. Only a write racing with
+        // this unlink, or one that failed half-way, can leave unreachable chunks behind
+        // (garbage, never visible).
+        if removed.kind == FileKind::File && removed.size > 0 {
+            self.drop_data(removed.file_id, removed.size).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn rmdir(&self, path: &str, creds: Creds) -> Result<(), Errno> {
+        let p = self.norm(path)?;
+        if p == "/" {
+            return Err(Errno::new(libc::EBUSY, "cannot remove the root directory"));
+        }
+        if creds.enforce {
+            self.check_parent(&p, creds).await?;
+        }
+        let dir = self.stat_norm(&p).await?;
+        if dir.kind != FileKind::Dir {
+            return Err(Errno::new(libc::ENOTDIR, format!("{p} is not a directory")));
+        }
+        self.ensure_empty(&p).await?;
+        self.meta(
+            &p,
+            Request::Remove {
+                path: p.clone(),
+                kind: RemoveKind::Dir,
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub(crate) async fn ensure_empty(&self, dir: &str) -> Result<(), Errno> {
+        for r in self
+            .all_ok(|| Request::HasChildren {
+                dir: dir.to_string(),
+            })
+            .await?
+        {
+            if r == Reply::Bool(true) {
+                return Err(Errno::new(libc::ENOTEMPTY, format!("{dir} is not empty")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every chunk of a file of `size` bytes.
+    pub(crate) async fn drop_data(&self, file_id: FileId, size: u64) -> Result<(), Errno> {
+        self.to_chunk_holders(file_id, 0, size, || Request::RemoveData { file_id })
+            .await
+    }
+
+    /// Drops the data of a file at and after byte `size`, for a file known to reach `old`.
+    pub(crate) async fn truncate_data(
+        &self,
+        file_id: FileId,
+        size: u64,
+        old: u64,
+    ) -> Result<(), Errno> {
+        let (from, to) = (size.min(old), size.max(old));
+        self.to_chunk_holders(file_id, from, to, || Request::TruncateData {
+            file_id,
+            size,
+        })
+        .await
+    }
+
+    /// Sends a request to every daemon that may hold a chunk of `file_id` overlapping bytes
+    /// `[from, to)` (at least the chunk holding `from`): the chunks' owners, as placement names
+    /// them, or every daemon when the range covers more chunks than there are daemons. An
+    /// unlink or truncate of a small file so costs one RPC, not one per daemon.
+    pub(crate) async fn to_chunk_holders<F: Fn() -> Request>(
+        &self,
+        file_id: FileId,
+        from: u64,
+        to: u64,
+        make: F,
+    ) -> Result<(), Errno> {
+        let cs = self.config().chunk_size;
+        let first = from / cs;
+        let last = if to > from { (to - 1) / cs } else { first };
+        let ids = self.0.placement.ids();
+        if last - first >= ids.len() as u64 {
+            return self.all_ok(make).await.map(|_| ());
+        }
+        let mut holders: Vec<u32> = (first..=last)
+            .map(|k| self.0.placement.chunk_owner(file_id, k))
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
+        for r in join_all(holders.into_iter().map(|id| self.call(id, make()))).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// rename(2): files, symlinks and directories. A file replaces a file; a directory
+    /// replaces an empty directory. Atomic for files as seen by readers: the new name exists
+    /// before the old one goes. Data never moves (it is named by file id).
+    pub async fn rename(&self, from: &str, to: &str, creds: Creds) -> Result<(), Errno> {
+        let from = self.norm(from)?;
+        let to = self.norm(to)?;
+        if from == "/" || to == "/" {
+            return Err(Errno::new(libc::EBUSY, "cannot rename the root directory"));
+        }
+        if from == to {
+            self.stat_norm(&from).await?;
+            return Ok(());
+        }
+        if path::is_within(&to, &from) {
+            return Err(Errno::einval(format!(
+                "cannot move {from} into itself ({to})"
+            )));
+        }
+        let src = self.stat_norm(&from).await?;
+        if creds.enforce {
+            self.check_parent(&from, creds).await?;
+        }
+        self.check_parent(&to, creds).await?;
+        let dst = match self.stat_norm(&to).await {
+            Ok(i) => Some(i),
+            Err(e) if e.errno == libc::ENOENT => None,
+            Err(e) => return Err(e),
+        };
+        if let Some(d) = &dst {
+            match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
+                (true, false) => {
+                    return Err(Errno::new(
+                        libc::ENOTDIR,
+                        format!("{to} is not a directory"),
+                    ))
+                }
+                (false, true) => {
+                    return Err(Errno::new(libc::EISDIR, format!("{to} is a directory")))
+                }
+                (true, true) => self.ensure_empty(&to).await?,
+                (false, false) => {}
+            }
+        }
+        let mut moved = src.clone();
+        moved.ctime = Timespec::now();
+        self.meta(
+            &to,
+            Request::Insert {
+                path: to.clone(),
+                inode: moved,
+                replace: true,
+            },
+        )
+        .await?;
+        if src.kind == FileKind::Dir {
+            self.move_subtree(&from, &to).await?;
+        }
+        self.meta(
+            &from,
+            Request::Remove {
+                path: from.clone(),
+                kind: RemoveKind::Any,
+            },
+        )
+        .await?;
+        if let Some(d) = dst {
+            if d.kind == FileKind::File && d.file_id != src.file_id {
+                self.drop_data(d.file_id, d.size).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-inserts every entry below `from` under `to`, then removes the old entries.
+    pub(crate) async fn move_subtree(&self, from: &str, to: &str) -> Result<(), Errno> {
+        let page = self.config().readdir_page;
+        let mut old_paths = Vec::new();
+        for &id in self.0.placement.ids() {
+            let mut after = None;
+            loop {
+                let req = Request::ListSubtree {
+                    dir: from.to_string(),
+                    after: after.clone(),
+                    limit: page,
+                };
+                let Reply::Subtree { entries, more } = self.call(id, req).await? else {
+                    return Err(Errno::eio("unexpected reply to list_subtree"));
+                };
+                let inserts = entries.iter().map(|e| {
+                    let new_path = format!("{to}{}", &e.path[from.len()..]);
+                    self.meta(
+                        &new_path,
+                        Request::Insert {
+                            path: new_path.clone(),
+                            inode: e.inode.clone(),
+                            replace: true,
+                        },
+                    )
+                });
+                for r in join_all(inserts).await {
+                    r?;
+                }
+                after = entries.last().map(|e| e.path.clone());
+                old_paths.extend(entries.into_iter().map(|e| e.path));
+                if !more || after.is_none() {
+                    break;
+                }
+            }
+        }
+        // Deepest first, so no directory is ever left without its parent.
+        old_paths.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        let removes = old_paths.iter().map(|p| {
+            self.meta(
+                p,
+                Request::Remove {
+                    path: p.clone(),
+                    kind: RemoveKind::Any,
+                },
+            )
+        });
+        for r in join_all(removes).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    pub async fn truncate(&self, path: &str, size: u64, creds: Creds) -> Result<Inode, Errno> {
+        self.setattr(
+            path,
+            SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            },
+            creds,
+        )
+        .await
+    }
+
+    /// chmod, chown, utimens and truncate in one call; returns the new inode.
+    pub async fn setattr(&self, path: &str, attr: SetAttr, creds: Creds) -> Result<Inode, Errno> {
+        let p = self.norm(path)?;
+        let cur = self.stat_norm(&p).await?;
+        perm::check_setattr(&cur, &attr, creds, &p)?;
+        // Under the file's publication gate: a publication under way ends first and none
+        // starts meanwhile. A truncate then drops the sizes reached before it; any other change
+        // first publishes them, so that the inode the owner replies with is the whole file
+        // (a kernel takes that size as the file's).
+        let gate = match cur.kind {
+            FileKind::File => self.0.sizes.gate(cur.file_id),
+            _ => None,
+        };
+        let _held = match &gate {
+            Some(g) => Some(g.lock().await),
+            None => None,
+        };
+        if attr.size.is_none() && gate.is_some() {
+            if let Some((_, size)) = self.0.sizes.take(cur.file_id, false) {
+                self.send_size(cur.file_id, &p, size).await?;
+            }
+        }
+        if let Some(size) = attr.size {
+            if cur.kind == FileKind::Dir {
+                return Err(Errno::new(libc::EISDIR, format!("{p} is a directory")));
+            }
+            if cur.kind != FileKind::File {
+                return Err(Errno::einval(format!("{p} is not a regular file")));
+            }
+            // Sizes this client's earlier writes reached no longer hold.
+            self.0.sizes.forget(cur.file_id);
+            self.truncate_data(cur.file_id, size, cur.size).await?;
+        }
+        expect_inode(
+            self.meta(
+                &p,
+                Request::SetAttr {
+                    path: p.clone(),
+                    attr,
+                },
+            )
+            .await?,
+        )
+    }
+
+    pub async fn statfs(&self) -> Result<FsStats, Errno> {
+        let mut s = FsStats {
+            block_size: 4096,
+            ..FsStats::default()
+        };
+        for r in self.all_ok(|| Request::Status).await? {
+            if let Reply::Status(d) = r {
+                s.total_bytes += d.fs_total_bytes;
+                s.free_bytes += d.fs_free_bytes;
+                s.avail_bytes += d.fs_avail_bytes;
+                s.files += d.fs_files;
+                s.files_free += d.fs_files_free;
+            }
+        }
+        Ok(s)
+    }
+
+    /// The inode of an entry listed in `dir` as this client sees it: the listing's own, or, for
+    /// a file this client is writing, a fresh stat that counts its unpublished writes (the
+    /// listing may predate them).
+    pub async fn entry_inode(&self, dir: &str, entry: &DirEntry) -> Result<Inode, Errno> {
+        let i = &entry.inode;
+        if i.kind == FileKind::File && self.0.sizes.gate(i.file_id).is_some() {
+            return self.stat_raw(&path::join(dir, &entry.name)).await;
+        }
+        Ok(i.clone())
+    }
+
+    /// A cursor over the entries of `dir`, resuming after the name `after`.
+    pub fn readdir(&self, dir: &str, after: Option<String>) -> Result<DirReader, Errno> {
+        let p = self.norm(dir)?;
+        Ok(DirReader::new(self.clone(), p, after))
+    }
+
+    /// Status of every daemon, in id order.
+    pub async fn daemon_status(&self) -> Vec<(u32, Result<DaemonStatus, Errno>)> {
+        self.all(|| Request::Status)
+            .await
+            .into_iter()
+            .map(|(id, r)| {
+                let s = r.and_then(|r| match r {
+                    Reply::Status(s) => Ok(s),
+                    other => Err(Errno::eio(format!("unexpected reply to status: {other:?}"))),
+                });
+                (id, s)
+            })
+            .collect()
+    }
+
+    /// Asks every daemon to stop.
+    pub async fn shutdown_daemons(&self) -> Vec<(u32, Result<(), Errno>)> {
+        self.all(|| Request::Shutdown)
+            .await
+            .into_iter()
+            .map(|(id, r)| (id, r.map(|_| ())))
+            .collect()
+    }
+
+    /// Makes every daemon's metadata and chunks durable.
+    pub async fn sync_all(&self) -> Result<(), Errno> {
+        self.all_ok(|| Request::Sync { file_id: None })
+            .await
+            .map(|_| ())
+    }
+}
