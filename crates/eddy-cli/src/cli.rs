@@ -69,6 +69,15 @@ pub struct StartArgs {
     /// Chunk size in bytes (overrides the configuration file).
     #[arg(long, value_name = "BYTES")]
     pub chunk_size: Option<u64>,
+    /// Link the whole namespace to this backend directory (the parallel file system): its
+    /// entries appear on first touch, data is fetched chunk by chunk and written back by
+    /// stage-out, eviction and stop. Every daemon's host must see it at this path.
+    #[arg(long, value_name = "DIR")]
+    pub backend: Option<PathBuf>,
+    /// Link a sub-tree of the namespace to a backend directory, e.g. --link /in=/pfs/in;
+    /// repeatable (one backend per prefix; the rest of the namespace is scratch).
+    #[arg(long, value_name = "PREFIX=DIR")]
+    pub link: Vec<String>,
     /// Name of the deployment (default: the Slurm job id, else "eddy").
     #[arg(long)]
     pub name: Option<String>,

@@ -7,7 +7,7 @@ use crate::procs::{self, log_tail, POLL_INTERVAL};
 use crate::state::{absolute, RecordedProcess, StateDir};
 use anyhow::{bail, Context, Result};
 use eddy_client::Client;
-use eddy_config::{Config, DaemonEntry, Deployment};
+use eddy_config::{Config, DaemonEntry, Deployment, Link};
 use std::ffi::OsString;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -32,6 +32,8 @@ struct Plan {
     config: Config,
     name: String,
     secret: String,
+    /// Number of daemons; their ids are 0..daemons.
+    daemons: u32,
 }
 
 impl Plan {
@@ -103,11 +105,16 @@ pub fn start(args: StartArgs) -> Result<()> {
         .or_else(|| std::env::var("SLURM_JOB_ID").ok())
         .unwrap_or_else(|| "eddy".to_string());
     state.create()?;
+    let daemons = match &placement {
+        Placement::Local(n) => *n,
+        Placement::Remote { hosts, .. } => to_id(hosts.len())?,
+    };
     let plan = Plan {
         state,
         config,
         name,
         secret: Deployment::new_secret(),
+        daemons,
     };
     plan.state.write_secret(&plan.secret)?;
     plan.state.write_config(&plan.config)?;
@@ -200,9 +207,31 @@ fn start_config(args: &StartArgs) -> Result<Config> {
     if let Some(cs) = args.chunk_size {
         config.chunk_size = cs;
     }
+    if let Some(dir) = &args.backend {
+        config.links.push(Link {
+            prefix: "/".into(),
+            backend: absolute(dir),
+        });
+    }
+    for text in &args.link {
+        let mut link = Link::parse(text).with_context(|| format!("--link {text}"))?;
+        link.backend = absolute(&link.backend);
+        config.links.push(link);
+    }
     config
         .validate()
-        .context("invalid configuration (check --chunk-size and --config)")?;
+        .context("invalid configuration (check --chunk-size, --backend, --link and --config)")?;
+    for link in &config.links {
+        let ok = std::fs::metadata(&link.backend).map(|m| m.is_dir());
+        if !matches!(ok, Ok(true)) {
+            bail!(
+                "the backend directory {} of {} is not a directory this host can reach; \
+                 create it or fix --backend/--link",
+                link.backend.display(),
+                link.prefix
+            );
+        }
+    }
     Ok(config)
 }
 
@@ -270,11 +299,14 @@ fn local_daemon_args(plan: &Plan, root: &Path, id: u32) -> Vec<OsString> {
 }
 
 fn shared_daemon_args(plan: &Plan) -> Vec<OsString> {
+    let members: Vec<String> = (0..plan.daemons).map(|i| i.to_string()).collect();
     vec![
         "--secret-file".into(),
         plan.state.secret_path().into(),
         "--config".into(),
         plan.state.config_path().into(),
+        "--members".into(),
+        members.join(",").into(),
     ]
 }
 

@@ -186,6 +186,7 @@ async fn a_client_that_never_reads_stalls_only_itself() {
             offset: 0,
             len: 65_536,
         }],
+        backing: None,
     };
     let body = eddy_proto::encode(&read).unwrap();
     let served = |st: Vec<(u32, Result<eddy_client::DaemonStatus, eddy_client::Errno>)>| {

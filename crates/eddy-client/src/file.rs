@@ -3,7 +3,7 @@
 use crate::perm::{self, Access};
 use crate::{layout, new_inode, size, Client, Creds, Errno, FileId, FileKind, Inode, SetAttr};
 use eddy_proto::path;
-use eddy_proto::{Piece, Reply, Request};
+use eddy_proto::{Backing, Piece, Reply, Request};
 use futures::future::join_all;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,6 +17,12 @@ pub(crate) struct FileInner {
     flags: i32,
     /// The largest size this handle knows the file to have (its own writes included).
     known_size: AtomicU64,
+    /// For a file under a linked prefix: what its chunks' daemons need to fetch it.
+    pub(crate) backing: Option<Backing>,
+    /// Read-ahead: the offset a sequential reader reads next, and the first chunk not yet
+    /// asked for.
+    ra_next: AtomicU64,
+    ra_upto: AtomicU64,
 }
 
 /// An open file. Cheap to clone.
@@ -51,6 +57,10 @@ impl File {
     }
     pub fn append(&self) -> bool {
         self.0.flags & libc::O_APPEND != 0
+    }
+    /// Whether the file lies under a linked prefix (cached from the backend).
+    pub fn is_linked(&self) -> bool {
+        self.0.backing.is_some()
     }
     pub(crate) fn raise_known(&self, size: u64) {
         self.0.known_size.fetch_max(size, Ordering::AcqRel);
@@ -111,14 +121,15 @@ impl Client {
         creds: Creds,
     ) -> Result<(Inode, bool), Errno> {
         if flags & libc::O_CREAT == 0 {
-            return Ok((self.stat_norm(p).await?, false));
+            let i = self.stat_norm(p).await?;
+            return Ok((self.validate_linked(p, i, flags).await?, false));
         }
         let exclusive = flags & libc::O_EXCL != 0;
         // An enforcing caller may open an existing file in a directory it cannot write to, so
         // look first; otherwise a non-exclusive Create returns the existing entry by itself.
         if !exclusive && creds.enforce {
             match self.stat_norm(p).await {
-                Ok(i) => return Ok((i, false)),
+                Ok(i) => return Ok((self.validate_linked(p, i, flags).await?, false)),
                 Err(e) if e.errno == libc::ENOENT => {}
                 Err(e) => return Err(e),
             }
@@ -127,7 +138,38 @@ impl Client {
         let fresh_id = fresh.file_id;
         let got = self.create_entry(p, fresh, exclusive, creds).await?;
         let created = got.file_id == fresh_id;
-        Ok((got, created))
+        if created {
+            return Ok((got, true));
+        }
+        Ok((self.validate_linked(p, got, flags).await?, false))
+    }
+
+    /// On open of a file under a linked prefix: checks it against its backend copy (a changed
+    /// clean file gets a new generation, whose old chunks are dropped) and, for writing,
+    /// marks it dirty. Other entries are returned as they are.
+    async fn validate_linked(&self, p: &str, i: Inode, flags: i32) -> Result<Inode, Errno> {
+        if i.kind != FileKind::File || i.tier.is_none() {
+            return Ok(i);
+        }
+        let for_write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        let req = Request::Validate {
+            path: p.to_string(),
+            for_write,
+        };
+        match self.meta(p, req).await? {
+            Reply::Revalidated { inode, dropped } => {
+                if let Some((old, size)) = dropped {
+                    self.0.sizes.forget(old);
+                    if let Err(e) = self.drop_data(old, size).await {
+                        tracing::warn!(path = p, "chunks of a stale generation stay: {e}");
+                    }
+                }
+                Ok(self.with_pending_size(inode))
+            }
+            other => Err(Errno::eio(format!(
+                "unexpected reply to validate: {other:?}"
+            ))),
+        }
     }
 
     pub(crate) async fn finish_open(
@@ -170,11 +212,21 @@ impl Client {
             inode = self.setattr(&p, attr, Creds::root()).await?;
         }
         let known = AtomicU64::new(inode.size);
+        let backing = match (&inode.tier, inode.kind) {
+            (Some(t), FileKind::File) => Some(Backing {
+                path: p.clone(),
+                size: t.backend_size,
+            }),
+            _ => None,
+        };
         Ok(File(Arc::new(FileInner {
             path: p,
             inode,
             flags,
             known_size: known,
+            backing,
+            ra_next: AtomicU64::new(0),
+            ra_upto: AtomicU64::new(0),
         })))
     }
 
@@ -239,9 +291,11 @@ impl Client {
                 Request::Read {
                     file_id: f.file_id(),
                     pieces,
+                    backing: f.0.backing.clone(),
                 },
             )
         });
+        self.read_ahead(f, offset, len, size);
         for (b, r) in batches.iter().zip(join_all(reads).await) {
             let Reply::Data(data) = r? else {
                 return Err(Errno::eio("unexpected reply to read"));
@@ -262,6 +316,51 @@ impl Client {
             }
         }
         Ok(out)
+    }
+
+    /// Read-ahead for a sequential reader of a linked file: asks the owners of the next
+    /// `readahead_chunks` chunks to fetch them from the backend, without waiting for them.
+    fn read_ahead(&self, f: &File, offset: u64, len: usize, size: u64) {
+        let (Some(backing), ahead) = (&f.0.backing, u64::from(self.config().readahead_chunks))
+        else {
+            return;
+        };
+        let end = offset + len as u64;
+        let sequential = f.0.ra_next.swap(end, Ordering::AcqRel) == offset;
+        if !sequential || ahead == 0 || len == 0 {
+            return;
+        }
+        let cs = self.config().chunk_size;
+        let chunks_in_file = size.div_ceil(cs);
+        let want = ((end - 1) / cs + 1 + ahead).min(chunks_in_file);
+        let from =
+            f.0.ra_upto
+                .fetch_max(want, Ordering::AcqRel)
+                .max((end - 1) / cs + 1);
+        if from >= want {
+            return;
+        }
+        let mut by_daemon: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
+        for k in from..want {
+            by_daemon
+                .entry(self.0.placement.chunk_owner(f.file_id(), k))
+                .or_default()
+                .push(k);
+        }
+        for (daemon, chunks) in by_daemon {
+            let client = self.clone();
+            let req = Request::Prefetch {
+                file_id: f.file_id(),
+                chunks,
+                backing: backing.clone(),
+                pin: false,
+            };
+            tokio::spawn(async move {
+                if let Err(e) = client.call(daemon, req).await {
+                    tracing::debug!("read-ahead failed (the read itself will fetch): {e}");
+                }
+            });
+        }
     }
 
     /// Writes `data` at `offset` (at the end, reserved atomically, with O_APPEND). The data
@@ -322,6 +421,7 @@ impl Client {
                     file_id: f.file_id(),
                     pieces,
                     data: buf,
+                    backing: f.0.backing.clone(),
                 },
             )
         });

@@ -16,6 +16,7 @@ mod layout;
 mod ns;
 mod perm;
 mod size;
+mod tier;
 
 pub use dir::DirReader;
 pub use eddy_proto::{
@@ -23,6 +24,7 @@ pub use eddy_proto::{
 };
 pub use file::File;
 pub use perm::Creds;
+pub use tier::FileResult;
 
 use conn::Link;
 use eddy_config::{Config, Deployment};
@@ -310,5 +312,6 @@ fn new_inode(kind: FileKind, mode: u32, creds: Creds, target: Option<String>) ->
         mtime: now,
         ctime: now,
         target,
+        tier: None,
     }
 }

@@ -210,6 +210,7 @@ impl Client {
                 "cannot move {from} into itself ({to})"
             )));
         }
+        let linked = self.same_tier(&from, &to)?;
         let src = self.stat_norm(&from).await?;
         if creds.enforce {
             self.check_parent(&from, creds).await?;
@@ -235,6 +236,14 @@ impl Client {
                 (false, false) => {}
             }
         }
+        if linked {
+            // Write-through first: if the backend refuses, nothing has moved.
+            let req = Request::BackendRename {
+                from: from.clone(),
+                to: to.clone(),
+            };
+            self.meta(&from, req).await?;
+        }
         let mut moved = src.clone();
         moved.ctime = Timespec::now();
         self.meta(
@@ -257,12 +266,36 @@ impl Client {
             },
         )
         .await?;
+        if linked {
+            // The daemons holding dirty chunks write them back under the new name.
+            let (f, t) = (from.clone(), to.clone());
+            self.all_ok(|| Request::Rebind {
+                from: f.clone(),
+                to: t.clone(),
+            })
+            .await?;
+        }
         if let Some(d) = dst {
             if d.kind == FileKind::File && d.file_id != src.file_id {
                 self.drop_data(d.file_id, d.size).await?;
             }
         }
         Ok(())
+    }
+
+    /// Whether a rename stays within one linked prefix (true) or within the scratch
+    /// namespace (false); across a link's boundary it is EXDEV, as between two file systems
+    /// (`mv` then copies).
+    fn same_tier(&self, from: &str, to: &str) -> Result<bool, Errno> {
+        let cfg = self.config();
+        match (cfg.link_for(from), cfg.link_for(to)) {
+            (None, None) => Ok(false),
+            (Some(a), Some(b)) if a == b => Ok(true),
+            _ => Err(Errno::new(
+                libc::EXDEV,
+                format!("{from} and {to} lie in different tiers (linked backends or scratch)"),
+            )),
+        }
     }
 
     /// Re-inserts every entry below `from` under `to`, then removes the old entries.

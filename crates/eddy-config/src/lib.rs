@@ -68,6 +68,105 @@ pub struct Config {
     pub port: u16,
     /// Seconds `eddy start` waits for every daemon to become ready. Default 60.
     pub start_timeout_s: u64,
+    /// Bytes of chunk data a daemon may hold before it evicts cached backend chunks; 0 means
+    /// the size of the file system under its root. Default 0.
+    pub cache_capacity_bytes: u64,
+    /// Percent of the capacity above which a daemon starts evicting clean cached chunks
+    /// (least recently used first, dirty ones flushed first). Default 90.
+    pub cache_high_watermark_pct: u8,
+    /// Percent of the capacity eviction brings the daemon's use down to. Default 75.
+    pub cache_low_watermark_pct: u8,
+    /// Chunks a sequential reader of a backend file has fetched ahead of it. Default 8.
+    pub readahead_chunks: u32,
+    /// Deadline of one backend operation (a fetch, a flush, a namespace write-through), in
+    /// milliseconds; past it the request fails with EIO naming the backend path. At most
+    /// three quarters of `rpc_timeout_ms` is used. Default 5 000.
+    pub backend_timeout_ms: u64,
+    /// Threads of a daemon doing backend I/O; a hung backend holds at most these. Default 16.
+    pub backend_threads: usize,
+    /// Namespace prefixes linked to backend directories (the parallel file system). Entries
+    /// under a prefix are imported from the backend on first touch, fetched chunk by chunk,
+    /// written back by stage-out, eviction and stop. The rest of the namespace is scratch.
+    /// TOML: `[[links]]` tables with `prefix = "/data"` and `backend = "/pfs/run7"`.
+    pub links: Vec<Link>,
+}
+
+/// A namespace prefix linked to a backend directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// Absolute, normalised namespace path ("/" links the whole namespace).
+    pub prefix: String,
+    /// Absolute backend directory; every daemon must see it at this path.
+    pub backend: PathBuf,
+}
+
+impl Link {
+    /// Parses `PREFIX=DIR` (the `--link` syntax).
+    pub fn parse(text: &str) -> Result<Link, ConfigError> {
+        let (prefix, backend) = text.split_once('=').ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "link {text:?} must be PREFIX=DIR, e.g. /in=/pfs/in"
+            ))
+        })?;
+        let link = Link {
+            prefix: prefix.trim_end_matches('/').to_string(),
+            backend: PathBuf::from(backend),
+        };
+        let link = if link.prefix.is_empty() {
+            Link {
+                prefix: "/".into(),
+                ..link
+            }
+        } else {
+            link
+        };
+        link.validate()?;
+        Ok(link)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let p = &self.prefix;
+        let bad_prefix = !p.starts_with('/')
+            || (p.len() > 1 && p.ends_with('/'))
+            || p.contains("//")
+            || p.contains('\0')
+            || p.split('/').any(|c| c == "." || c == "..");
+        if bad_prefix {
+            return Err(ConfigError::Invalid(format!(
+                "link prefix {p:?} must be an absolute, normalised namespace path such as /data"
+            )));
+        }
+        if !self.backend.is_absolute() {
+            return Err(ConfigError::Invalid(format!(
+                "backend {} of link {p} must be an absolute directory",
+                self.backend.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the normalised path `path` lies at or under this link's prefix.
+    pub fn covers(&self, path: &str) -> bool {
+        self.prefix == "/"
+            || path == self.prefix
+            || (path.starts_with(&self.prefix) && path.as_bytes()[self.prefix.len()] == b'/')
+    }
+
+    /// The backend path of a normalised namespace path this link covers.
+    pub fn backend_path(&self, path: &str) -> PathBuf {
+        let rest = if self.prefix == "/" {
+            path
+        } else {
+            &path[self.prefix.len()..]
+        };
+        let rest = rest.trim_start_matches('/');
+        if rest.is_empty() {
+            self.backend.clone()
+        } else {
+            self.backend.join(rest)
+        }
+    }
 }
 
 impl Default for Config {
@@ -88,6 +187,13 @@ impl Default for Config {
             max_name_bytes: 255,
             port: 7750,
             start_timeout_s: 60,
+            cache_capacity_bytes: 0,
+            cache_high_watermark_pct: 90,
+            cache_low_watermark_pct: 75,
+            readahead_chunks: 8,
+            backend_timeout_ms: 5_000,
+            backend_threads: 16,
+            links: Vec::new(),
         }
     }
 }
@@ -131,7 +237,53 @@ impl Config {
         if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
         }
+        self.validate_tier()
+    }
+
+    fn validate_tier(&self) -> Result<(), ConfigError> {
+        let (low, high) = (self.cache_low_watermark_pct, self.cache_high_watermark_pct);
+        if low == 0 || low >= high || high > 100 {
+            return Err(ConfigError::Invalid(format!(
+                "cache watermarks must satisfy 0 < low ({low}) < high ({high}) <= 100"
+            )));
+        }
+        if self.backend_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "backend_timeout_ms must be positive".into(),
+            ));
+        }
+        if self.backend_threads == 0 {
+            return Err(ConfigError::Invalid(
+                "backend_threads must be positive".into(),
+            ));
+        }
+        for (i, link) in self.links.iter().enumerate() {
+            link.validate()?;
+            for other in &self.links[..i] {
+                if link.covers(&other.prefix) || other.covers(&link.prefix) {
+                    return Err(ConfigError::Invalid(format!(
+                        "links {} and {} overlap: linked prefixes must be disjoint",
+                        other.prefix, link.prefix
+                    )));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Deadline of one backend operation: `backend_timeout_ms`, but at most three quarters of
+    /// the RPC deadline, so a hung backend gives EIO before the client stops waiting.
+    pub fn backend_deadline(&self) -> std::time::Duration {
+        let ms = self
+            .backend_timeout_ms
+            .min(self.rpc_timeout_ms * 3 / 4)
+            .max(1);
+        std::time::Duration::from_millis(ms)
+    }
+
+    /// The link covering the normalised namespace path `path`, if any.
+    pub fn link_for(&self, path: &str) -> Option<&Link> {
+        self.links.iter().find(|l| l.covers(path))
     }
 
     /// Reads a TOML file holding any subset of the fields.
@@ -280,6 +432,44 @@ mod tests {
     #[test]
     fn unknown_field_is_rejected() {
         assert!(toml::from_str::<Config>("chunk_sise = 1\n").is_err());
+    }
+
+    #[test]
+    fn links_parse_cover_and_map_to_backend_paths() {
+        let l = Link::parse("/in=/pfs/run7").unwrap();
+        assert!(l.covers("/in") && l.covers("/in/a/b"));
+        assert!(!l.covers("/inner") && !l.covers("/"));
+        assert_eq!(l.backend_path("/in"), PathBuf::from("/pfs/run7"));
+        assert_eq!(l.backend_path("/in/a/b"), PathBuf::from("/pfs/run7/a/b"));
+        let root = Link::parse("/=/pfs").unwrap();
+        assert_eq!(root.prefix, "/");
+        assert!(root.covers("/x"));
+        assert_eq!(root.backend_path("/x/y"), PathBuf::from("/pfs/x/y"));
+        assert_eq!(root.backend_path("/"), PathBuf::from("/pfs"));
+        assert!(Link::parse("in=/pfs").is_err());
+        assert!(Link::parse("/in=relative").is_err());
+        assert!(Link::parse("/a/../b=/pfs").is_err());
+        assert!(Link::parse("/in").is_err());
+    }
+
+    #[test]
+    fn overlapping_links_and_bad_watermarks_are_rejected() {
+        let mut c = Config {
+            links: vec![
+                Link::parse("/a=/x").unwrap(),
+                Link::parse("/a/b=/y").unwrap(),
+            ],
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+        c.links[1] = Link::parse("/ab=/y").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.link_for("/ab/c").unwrap().prefix, "/ab");
+        assert!(c.link_for("/c").is_none());
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(toml::from_str::<Config>(&text).unwrap(), c);
+        c.cache_low_watermark_pct = 95;
+        assert!(c.validate().is_err());
     }
 
     #[test]

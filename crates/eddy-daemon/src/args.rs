@@ -42,6 +42,10 @@ pub struct DaemonArgs {
     /// Chunk size in bytes; overrides the config.
     #[arg(long)]
     pub chunk_size: Option<u64>,
+    /// Ids of every daemon of the deployment, comma-separated (e.g. 0,1,2): which children
+    /// of a linked backend directory this daemon imports. Needed when links are configured.
+    #[arg(long, value_delimiter = ',')]
+    pub members: Option<Vec<u32>>,
     /// Log level or tracing filter, e.g. "debug" or "eddy_daemon=debug,fjall=warn".
     #[arg(long, default_value = "info")]
     pub log_level: String,
@@ -58,6 +62,8 @@ pub struct DaemonSettings {
     pub host: String,
     pub secret: Vec<u8>,
     pub config: Config,
+    /// Ids of every daemon of the deployment (see `DaemonArgs::members`).
+    pub members: Option<Vec<u32>>,
 }
 
 impl DaemonSettings {
@@ -72,6 +78,7 @@ impl DaemonSettings {
             host: system_host_name(),
             secret,
             config,
+            members: None,
         }
     }
 
@@ -93,6 +100,13 @@ impl DaemonSettings {
                 "--listen {listen_text:?} is not an ip:port address: {e}"
             ))
         })?;
+        if !config.links.is_empty() && args.members.is_none() {
+            return Err(DaemonError::Args(
+                "backend links are configured but --members is missing: pass the ids of every \
+                 daemon of the deployment (eddy start does)"
+                    .into(),
+            ));
+        }
         let socket = match args.socket.as_deref() {
             Some("none") => None,
             Some(p) => Some(PathBuf::from(p)),
@@ -106,6 +120,7 @@ impl DaemonSettings {
             host: args.host.clone().unwrap_or_else(system_host_name),
             secret,
             config,
+            members: args.members.clone(),
         })
     }
 }

@@ -111,7 +111,7 @@ impl ChunkStore {
     }
 
     /// Checks every piece lies inside a chunk; returns the sum of their lengths.
-    fn check_pieces(&self, pieces: &[Piece]) -> Result<u64, Errno> {
+    pub fn check_pieces(&self, pieces: &[Piece]) -> Result<u64, Errno> {
         let mut total = 0u64;
         for p in pieces {
             if u64::from(p.offset) + u64::from(p.len) > self.chunk_size {
@@ -144,7 +144,64 @@ impl ChunkStore {
     }
 
     fn write_piece(&self, id: FileId, p: &Piece, bytes: &[u8]) -> Result<(), Errno> {
-        let _guard = self.locks.lock(&Self::lock_key(id, p.chunk));
+        let _guard = self.lock(id, p.chunk);
+        self.write_locked(id, p, bytes)
+    }
+
+    /// Locks chunk `k` of `id` against creation, cutting and deletion by others.
+    pub fn lock(&self, id: FileId, k: u64) -> std::sync::MutexGuard<'_, ()> {
+        self.locks.lock(&Self::lock_key(id, k))
+    }
+
+    /// Whether the chunk exists here; the caller holds its lock.
+    pub fn exists_locked(&self, id: FileId, k: u64) -> Result<bool, Errno> {
+        if self.fds.get(&(id, k)).is_some() {
+            return Ok(true);
+        }
+        match std::fs::symlink_metadata(self.chunk_path(id, k)) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_err(&e, id, k)),
+        }
+    }
+
+    /// The chunk's length, if it exists; the caller holds its lock.
+    pub fn len_locked(&self, id: FileId, k: u64) -> Result<Option<u64>, Errno> {
+        Ok(self
+            .cached(id, k, false)?
+            .map(|c| c.len.load(Ordering::Relaxed)))
+    }
+
+    /// The whole chunk's bytes, if it exists; the caller holds its lock.
+    pub fn read_whole_locked(&self, id: FileId, k: u64) -> Result<Option<Vec<u8>>, Errno> {
+        let Some(c) = self.cached(id, k, false)? else {
+            return Ok(None);
+        };
+        let len = c.len.load(Ordering::Relaxed) as usize;
+        let mut buf = vec![0u8; len];
+        let mut done = 0usize;
+        while done < len {
+            match c.file.read_at(&mut buf[done..], done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err(&e, id, k)),
+            }
+        }
+        buf.truncate(done);
+        Ok(Some(buf))
+    }
+
+    /// Deletes the chunk; returns the bytes it held. The caller holds its lock.
+    pub fn delete_locked(&self, id: FileId, k: u64) -> Result<u64, Errno> {
+        let path = self.chunk_path(id, k);
+        let before = self.bytes.load(Ordering::Relaxed);
+        self.delete_chunk(id, k, &path)?;
+        Ok(before.saturating_sub(self.bytes.load(Ordering::Relaxed)))
+    }
+
+    /// Writes one piece; the caller holds the chunk's lock.
+    pub fn write_locked(&self, id: FileId, p: &Piece, bytes: &[u8]) -> Result<(), Errno> {
         let chunk = match self.fds.get(&(id, p.chunk)) {
             Some(c) => c,
             None => {
@@ -171,7 +228,7 @@ impl ChunkStore {
     }
 
     /// Opens a chunk for writing, creating it (and its directory) if missing.
-    fn open_for_write(&self, id: FileId, k: u64) -> Result<(File, bool), Errno> {
+    pub(crate) fn open_for_write(&self, id: FileId, k: u64) -> Result<(File, bool), Errno> {
         let path = self.chunk_path(id, k);
         match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(f) => return Ok((f, false)),
@@ -190,14 +247,7 @@ impl ChunkStore {
 
     /// Reads the pieces back to back; holes and bytes past a chunk's end read as zeros.
     pub fn read(&self, id: FileId, pieces: &[Piece]) -> Result<Vec<u8>, Errno> {
-        let total = self.check_pieces(pieces)?;
-        if total > self.max_read {
-            return Err(Errno::einval(format!(
-                "read of {total} bytes exceeds the limit of {} bytes per request",
-                self.max_read
-            )));
-        }
-        let mut out = vec![0u8; total as usize];
+        let mut out = self.read_buffer(pieces)?;
         let mut at = 0usize;
         for p in pieces {
             let len = p.len as usize;
@@ -207,12 +257,25 @@ impl ChunkStore {
         Ok(out)
     }
 
+    /// A zeroed buffer for a read of the pieces, after checking them and the size limit.
+    pub fn read_buffer(&self, pieces: &[Piece]) -> Result<Vec<u8>, Errno> {
+        let total = self.check_pieces(pieces)?;
+        if total > self.max_read {
+            return Err(Errno::einval(format!(
+                "read of {total} bytes exceeds the limit of {} bytes per request",
+                self.max_read
+            )));
+        }
+        Ok(vec![0u8; total as usize])
+    }
+
     /// The open chunk file, from the cache or opened (and cached); `None` if missing.
-    fn cached(&self, id: FileId, k: u64) -> Result<Option<Arc<OpenChunk>>, Errno> {
+    /// `lock`: take the chunk's lock to open it (false when the caller holds it).
+    fn cached(&self, id: FileId, k: u64, lock: bool) -> Result<Option<Arc<OpenChunk>>, Errno> {
         if let Some(f) = self.fds.get(&(id, k)) {
             return Ok(Some(f));
         }
-        let _guard = self.locks.lock(&Self::lock_key(id, k));
+        let _guard = lock.then(|| self.lock(id, k));
         if let Some(f) = self.fds.get(&(id, k)) {
             return Ok(Some(f));
         }
@@ -231,9 +294,10 @@ impl ChunkStore {
         }
     }
 
-    fn read_piece(&self, id: FileId, p: &Piece, buf: &mut [u8]) -> Result<(), Errno> {
-        let Some(chunk) = self.cached(id, p.chunk)? else {
-            return Ok(());
+    /// Reads one piece into `buf`; false (and `buf` untouched) if the chunk does not exist.
+    pub fn read_piece(&self, id: FileId, p: &Piece, buf: &mut [u8]) -> Result<bool, Errno> {
+        let Some(chunk) = self.cached(id, p.chunk, true)? else {
+            return Ok(false);
         };
         let mut done = 0usize;
         while done < buf.len() {
@@ -247,7 +311,7 @@ impl ChunkStore {
                 Err(e) => return Err(io_err(&e, id, p.chunk)),
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The chunk files of `id` as (index, path); empty if the file has none here.
@@ -353,7 +417,7 @@ impl ChunkStore {
             return Ok(());
         }
         for (k, _) in &chunks {
-            if let Some(c) = self.cached(id, *k)? {
+            if let Some(c) = self.cached(id, *k, true)? {
                 c.file.sync_all().map_err(|e| io_err(&e, id, *k))?;
             }
         }

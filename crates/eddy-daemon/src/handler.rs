@@ -3,8 +3,10 @@
 //! disk I/O overlaps with the network without starving the async workers.
 
 use crate::args::DaemonSettings;
+use crate::backend::Backend;
 use crate::chunks::ChunkStore;
 use crate::meta::MetaStore;
+use crate::tier::Tier;
 use eddy_proto::{DaemonStatus, Errno, Reply, Request, Response};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,6 +18,8 @@ pub struct State {
     pub settings: DaemonSettings,
     pub meta: MetaStore,
     pub chunks: ChunkStore,
+    pub backend: Arc<Backend>,
+    pub tier: Tier,
     io_permits: Semaphore,
     requests: AtomicU64,
     started: Instant,
@@ -24,12 +28,20 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(settings: DaemonSettings, meta: MetaStore, chunks: ChunkStore) -> State {
+    pub fn new(
+        settings: DaemonSettings,
+        meta: MetaStore,
+        chunks: ChunkStore,
+        backend: Arc<Backend>,
+        tier: Tier,
+    ) -> State {
         let io_threads = settings.config.io_threads;
         State {
             settings,
             meta,
             chunks,
+            backend,
+            tier,
             io_permits: Semaphore::new(io_threads),
             requests: AtomicU64::new(0),
             started: Instant::now(),
@@ -46,12 +58,35 @@ impl State {
                 self.shutdown.send_replace(true);
                 Ok(Reply::Ok)
             }
-            // Disk-bound work goes to the blocking pool, so disk and network overlap.
-            other if other.is_storage_io() => self.blocking(move |st| st.execute(other)).await,
+            // Disk-bound work goes to the blocking pool, so disk and network overlap; so does
+            // metadata work that may reach the backend.
+            other if other.is_storage_io() || self.may_reach_backend(&other) => {
+                self.blocking(move |st| st.execute(other)).await
+            }
             // Metadata operations are memtable-speed KV operations: a thread hand-off would
             // cost more than the work itself.
             other => self.execute(other),
         }
+    }
+
+    /// Whether a metadata request names a linked path (import or write-through may follow).
+    fn may_reach_backend(&self, req: &Request) -> bool {
+        if !self.backend.is_active() {
+            return false;
+        }
+        let path = match req {
+            Request::Create { path, .. }
+            | Request::Stat { path }
+            | Request::Remove { path, .. }
+            | Request::SetAttr { path, .. }
+            | Request::GrowSize { path, .. }
+            | Request::ReserveAppend { path, .. } => path,
+            Request::Readdir { dir, .. } | Request::HasChildren { dir } => dir,
+            _ => return false,
+        };
+        eddy_proto::path::normalize(path, self.meta.limits())
+            .map(|p| self.backend.link_for(&p).is_some())
+            .unwrap_or(false)
     }
 
     /// Runs `f` on the blocking pool under an I/O permit.
@@ -107,15 +142,97 @@ impl State {
                 file_id,
                 pieces,
                 data,
-            } => chunks.write(file_id, &pieces, &data).map(|()| Reply::Ok),
-            Request::Read { file_id, pieces } => chunks.read(file_id, &pieces).map(Reply::Data),
-            Request::TruncateData { file_id, size } => {
-                chunks.truncate(file_id, size).map(|()| Reply::Ok)
+                backing,
+            } => self
+                .write(file_id, &pieces, &data, backing.as_ref())
+                .map(|()| Reply::Ok),
+            Request::Read {
+                file_id,
+                pieces,
+                backing: Some(b),
+            } => self
+                .tier
+                .read(chunks, file_id, &pieces, &b)
+                .map(Reply::Data),
+            Request::Read {
+                file_id,
+                pieces,
+                backing: None,
+            } => chunks.read(file_id, &pieces).map(Reply::Data),
+            Request::Prefetch {
+                file_id,
+                chunks: list,
+                backing,
+                pin,
+            } => self
+                .tier
+                .prefetch(chunks, file_id, &list, &backing, pin)
+                .map(Reply::Count),
+            Request::FlushDirty {
+                prefix,
+                after,
+                limit,
+            } => {
+                let (files, more) = self.tier.flush_dirty(chunks, &prefix, after, limit);
+                Ok(Reply::Flushed { files, more })
             }
-            Request::RemoveData { file_id } => chunks.remove(file_id).map(|()| Reply::Ok),
+            Request::Unpin { prefix } => self.tier.unpin(&prefix).map(Reply::Count),
+            Request::Rebind { from, to } => self.tier.rebind(&from, &to).map(|()| Reply::Ok),
+            Request::Validate { path, for_write } => meta
+                .validate(&path, for_write)
+                .map(|(inode, dropped)| Reply::Revalidated { inode, dropped }),
+            Request::BackendRename { from, to } => {
+                meta.backend_rename(&from, &to).map(|()| Reply::Ok)
+            }
+            Request::FinalizeDirty {
+                prefix,
+                skip,
+                after,
+                limit,
+            } => meta
+                .finalize_dirty(&prefix, &skip, after.as_deref(), limit)
+                .map(|(files, more)| Reply::Flushed { files, more }),
+            Request::TruncateData { file_id, size } => chunks
+                .truncate(file_id, size)
+                .and_then(|()| self.tier.truncated(file_id, size))
+                .map(|()| Reply::Ok),
+            Request::RemoveData { file_id } => chunks
+                .remove(file_id)
+                .and_then(|()| self.tier.forget(file_id))
+                .map(|()| Reply::Ok),
             Request::Sync { file_id } => self.sync(file_id).map(|()| Reply::Ok),
             Request::Status => self.status().map(Reply::Status),
             Request::Shutdown => Ok(Reply::Ok),
+        }
+    }
+
+    /// A write: through the tier for a linked file. A full device first gets room from the
+    /// eviction of cached backend chunks, then the write is tried once more.
+    fn write(
+        &self,
+        file_id: eddy_proto::FileId,
+        pieces: &[eddy_proto::Piece],
+        data: &[u8],
+        backing: Option<&eddy_proto::Backing>,
+    ) -> Result<(), Errno> {
+        let attempt = || match backing {
+            Some(b) => self.tier.write(&self.chunks, file_id, pieces, data, b),
+            None => self.chunks.write(file_id, pieces, data),
+        };
+        match attempt() {
+            Err(e) if e.errno == libc::ENOSPC && self.backend.is_active() => {
+                match self.tier.make_room(&self.chunks) {
+                    Ok(n) if n > 0 => attempt(),
+                    _ => Err(e),
+                }
+            }
+            Ok(()) => {
+                if backing.is_none() && self.backend.is_active() {
+                    self.tier.after_growth(&self.chunks);
+                }
+                Ok(())
+            }
+            other => other,
         }
     }
 
@@ -146,6 +263,7 @@ impl State {
             fs_files_free: vfs.files_free() as u64,
             chunk_bytes,
             chunks,
+            tier: self.tier.status(&self.chunks),
             entries: self.meta.entries(),
             uptime_s: self.started.elapsed().as_secs(),
             requests: self.requests.load(Ordering::Relaxed),

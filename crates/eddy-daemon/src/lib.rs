@@ -10,6 +10,7 @@
 //! `Inode::to_record()`), `chunks/<file id, 32 hex>/<k>`, `eddyd.sock`, `eddyd.ready`.
 
 mod args;
+mod backend;
 mod chunks;
 mod error;
 mod handler;
@@ -17,6 +18,7 @@ mod locks;
 mod meta;
 mod ready;
 mod server;
+mod tier;
 
 pub use args::{system_host_name, DaemonArgs, DaemonSettings, SECRET_ENV, SOCKET_FILE};
 pub use error::DaemonError;

@@ -3,9 +3,13 @@
 //! lock table, so concurrent operations on one path never lose an update. All functions
 //! block: call them from the blocking pool.
 
+mod tier;
+
+use crate::backend::Backend;
 use crate::locks::StripedLocks;
 use crate::DaemonError;
 use eddy_config::Config;
+use eddy_placement::Placement;
 use eddy_proto::path::{self, PathLimits};
 use eddy_proto::{
     DirEntry, Errno, FileKind, Inode, RemoveKind, SetAttr, SetTime, SubtreeEntry, Timespec,
@@ -14,6 +18,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Name of the keyspace holding the metadata records.
 pub const META_KEYSPACE: &str = "meta";
@@ -31,6 +36,12 @@ pub struct Page<T> {
 pub struct MetaStore {
     db: Database,
     meta: Keyspace,
+    /// The backend tier's records (import markers of directories here).
+    records: Keyspace,
+    backend: Arc<Backend>,
+    /// The deployment's daemons and this one's id: which children of a linked directory
+    /// this daemon imports.
+    members: Option<(Placement, u32)>,
     locks: StripedLocks,
     /// Entries held; counted exactly at open and kept by every insert and remove.
     entries: AtomicU64,
@@ -44,8 +55,14 @@ fn fjall_err(what: &str, e: fjall::Error) -> Errno {
 }
 
 impl MetaStore {
-    /// Opens (or creates, or recovers) the store in `dir`.
-    pub fn open(dir: &Path, config: &Config) -> Result<MetaStore, DaemonError> {
+    /// Opens (or creates, or recovers) the store in `dir`. `members` (the placement and this
+    /// daemon's id) is needed to import linked directories.
+    pub fn open(
+        dir: &Path,
+        config: &Config,
+        backend: Arc<Backend>,
+        members: Option<(Placement, u32)>,
+    ) -> Result<MetaStore, DaemonError> {
         let meta_err = |message: String| DaemonError::Meta {
             path: dir.to_owned(),
             message,
@@ -59,12 +76,18 @@ impl MetaStore {
         let meta = db
             .keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)
             .map_err(|e| meta_err(e.to_string()))?;
+        let records = db
+            .keyspace(crate::tier::TIER_KEYSPACE, KeyspaceCreateOptions::default)
+            .map_err(|e| meta_err(e.to_string()))?;
         let count = meta
             .len()
             .map_err(|e| meta_err(format!("cannot count entries: {e}")))?;
         Ok(MetaStore {
             db,
             meta,
+            records,
+            backend,
+            members,
             locks: StripedLocks::default(),
             entries: AtomicU64::new(count as u64),
             limits: PathLimits {
@@ -73,6 +96,16 @@ impl MetaStore {
             },
             reply_budget: config.max_rpc_data_bytes as usize,
         })
+    }
+
+    /// The backend tier's keyspace (shared with the chunk side of the tier).
+    pub fn tier_records(&self) -> Keyspace {
+        self.records.clone()
+    }
+
+    /// The path limits the store checks.
+    pub fn limits(&self) -> PathLimits {
+        self.limits
     }
 
     /// Number of entries held.
@@ -120,7 +153,9 @@ impl MetaStore {
     ) -> Result<R, Errno> {
         let (norm, key) = self.key_of(p)?;
         let _guard = self.locks.lock(&key);
-        let old = self.get(&key)?.ok_or_else(|| Errno::enoent(&norm))?;
+        let old = self
+            .get_or_import(&norm, &key)?
+            .ok_or_else(|| Errno::enoent(&norm))?;
         let (new, reply) = f(&norm, old)?;
         self.put(&key, &new, true)?;
         Ok(reply)
@@ -131,29 +166,44 @@ impl MetaStore {
     pub fn create(&self, p: &str, inode: Inode, exclusive: bool) -> Result<Inode, Errno> {
         let (norm, key) = self.key_of(p)?;
         let _guard = self.locks.lock(&key);
-        if let Some(existing) = self.get(&key)? {
+        if let Some(existing) = self.get_or_import(&norm, &key)? {
             if exclusive {
                 return Err(Errno::new(libc::EEXIST, format!("{norm}: file exists")));
             }
             return Ok(existing);
         }
-        let inode = Inode {
+        let mut inode = Inode {
             mode: inode.mode & MODE_BITS,
             ..inode
         };
+        self.create_through(&norm, &mut inode)?;
         self.put(&key, &inode, false)?;
         Ok(inode)
     }
 
     pub fn stat(&self, p: &str) -> Result<Inode, Errno> {
         let (norm, key) = self.key_of(p)?;
-        self.get(&key)?.ok_or_else(|| Errno::enoent(&norm))
+        if let Some(i) = self.get(&key)? {
+            return Ok(i);
+        }
+        if self.linked(&norm).is_none() {
+            return Err(Errno::enoent(&norm));
+        }
+        let _guard = self.locks.lock(&key);
+        self.get_or_import(&norm, &key)?
+            .ok_or_else(|| Errno::enoent(&norm))
     }
 
+    /// Removes an entry; unlink and rmdir (not `Any`, the half of a rename) are written
+    /// through to the backend of a linked path.
     pub fn remove(&self, p: &str, kind: RemoveKind) -> Result<Inode, Errno> {
         let (norm, key) = self.key_of(p)?;
         let _guard = self.locks.lock(&key);
-        let old = self.get(&key)?.ok_or_else(|| Errno::enoent(&norm))?;
+        let old = match kind {
+            RemoveKind::Any => self.get(&key)?,
+            _ => self.get_or_import(&norm, &key)?,
+        }
+        .ok_or_else(|| Errno::enoent(&norm))?;
         match (kind, old.kind) {
             (RemoveKind::NotDir, FileKind::Dir) => {
                 return Err(Errno::new(libc::EISDIR, format!("{norm}: is a directory")))
@@ -166,14 +216,19 @@ impl MetaStore {
             }
             _ => {}
         }
+        if kind != RemoveKind::Any {
+            self.remove_through(&norm, old.kind)?;
+        }
         self.meta.remove(key).map_err(|e| fjall_err("remove", e))?;
         self.entries.fetch_sub(1, Ordering::Relaxed);
         Ok(old)
     }
 
+    /// Changes attributes, written through to the backend of a linked path.
     pub fn set_attr(&self, p: &str, attr: &SetAttr) -> Result<Inode, Errno> {
-        self.update(p, |_, old| {
-            let new = apply_attr(old, attr, Timespec::now());
+        self.update(p, |norm, old| {
+            let mut new = apply_attr(old, attr, Timespec::now());
+            self.setattr_through(norm, attr, &mut new)?;
             Ok((new.clone(), new))
         })
     }
@@ -218,6 +273,7 @@ impl MetaStore {
 
     pub fn has_children(&self, dir: &str) -> Result<bool, Errno> {
         let (norm, _) = self.key_of(dir)?;
+        self.import_dir(&norm)?;
         match self.meta.prefix(path::children_prefix(&norm)).next() {
             Some(guard) => guard.key().map(|_| true).map_err(|e| fjall_err("scan", e)),
             None => Ok(false),
@@ -232,6 +288,9 @@ impl MetaStore {
         limit: u32,
     ) -> Result<Page<DirEntry>, Errno> {
         let (norm, _) = self.key_of(dir)?;
+        if after.is_none() {
+            self.import_dir(&norm)?;
+        }
         let prefix = path::children_prefix(&norm);
         let cursor = after.map(|a| [prefix.as_slice(), a.as_bytes()].concat());
         let mut page = Page {
@@ -393,6 +452,7 @@ mod tests {
             mtime: Timespec::default(),
             ctime: Timespec::default(),
             target: None,
+            tier: None,
         }
     }
 
@@ -415,7 +475,8 @@ mod tests {
     #[test]
     fn subtree_of_root_and_of_dir_in_key_order() {
         let dir = tempfile::tempdir().unwrap();
-        let store = MetaStore::open(dir.path(), &Config::default()).unwrap();
+        let config = Config::default();
+        let store = MetaStore::open(dir.path(), &config, Backend::new(&config), None).unwrap();
         for p in ["/", "/a", "/a/b", "/a/b/c", "/ab", "/a/z"] {
             store.create(p, file(0), true).unwrap();
         }

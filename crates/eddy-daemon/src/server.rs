@@ -4,10 +4,12 @@
 //! requests, then persists the metadata store and removes the ready file and the socket.
 
 use crate::args::DaemonSettings;
+use crate::backend::Backend;
 use crate::chunks::ChunkStore;
 use crate::handler::State;
 use crate::meta::MetaStore;
 use crate::ready::{self, ReadyInfo};
+use crate::tier::Tier;
 use crate::DaemonError;
 use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
 use eddy_proto::frame::{read_frame, write_frame, FrameError, HEADER_BYTES};
@@ -128,13 +130,34 @@ impl Daemon {
 async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, DaemonError> {
     tokio::task::spawn_blocking(move || {
         let root = &settings.root;
-        let meta = MetaStore::open(&root.join(META_DIR), &settings.config)?;
+        let backend = Backend::new(&settings.config);
+        let members = settings
+            .members
+            .clone()
+            .and_then(eddy_placement::Placement::new);
+        let meta = MetaStore::open(
+            &root.join(META_DIR),
+            &settings.config,
+            Arc::clone(&backend),
+            members.map(|p| (p, settings.id)),
+        )?;
         let chunks = ChunkStore::open(
             &root.join(CHUNKS_DIR),
             settings.config.chunk_size,
             u64::from(settings.config.max_rpc_data_bytes),
         )?;
-        Ok(Arc::new(State::new(settings, meta, chunks)))
+        let tier = Tier::open(
+            meta.tier_records(),
+            Arc::clone(&backend),
+            &settings.config,
+            root,
+            &chunks,
+        )
+        .map_err(|e| DaemonError::Meta {
+            path: root.join(META_DIR),
+            message: e.to_string(),
+        })?;
+        Ok(Arc::new(State::new(settings, meta, chunks, backend, tier)))
     })
     .await
     .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?

@@ -124,6 +124,7 @@ async fn bad_input_closes_only_its_connection() {
         file_id: 1,
         pieces: vec![],
         data: vec![],
+        backing: None,
     })
     .unwrap();
     let n = body.len();
@@ -232,6 +233,7 @@ where
         file_id: 5,
         pieces,
         data: data.clone(),
+        backing: None,
     })
     .await;
     c.inode(Request::GrowSize {
@@ -259,7 +261,15 @@ async fn check_recovered(root: &Path, data: &[u8]) {
             len: 4096,
         },
     ];
-    assert_eq!(c.data(Request::Read { file_id: 5, pieces }).await, data);
+    assert_eq!(
+        c.data(Request::Read {
+            file_id: 5,
+            pieces,
+            backing: None
+        })
+        .await,
+        data
+    );
     let Reply::Status(s) = c.ok(Request::Status).await else {
         panic!()
     };
@@ -403,6 +413,7 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
         file_id: 1,
         pieces: chunks(8),
         data: kept.clone(),
+        backing: None,
     })
     .await;
     c.inode(create("/kept", file(1))).await;
@@ -411,6 +422,7 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
         file_id: 2,
         pieces: chunks(16),
         data: vec![0xee; 16 * 4096],
+        backing: None,
     };
     assert_eq!(c.errno(too_much).await, libc::ENOSPC);
 
@@ -418,7 +430,8 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
     assert_eq!(
         c.data(Request::Read {
             file_id: 1,
-            pieces: chunks(8)
+            pieces: chunks(8),
+            backing: None,
         })
         .await,
         kept
@@ -432,6 +445,7 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
         file_id: 3,
         pieces: chunks(4),
         data: vec![7; 4 * 4096],
+        backing: None,
     })
     .await;
     let Reply::Status(s) = c.ok(Request::Status).await else {

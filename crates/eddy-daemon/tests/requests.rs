@@ -327,6 +327,7 @@ async fn write_read_holes_and_bounds() {
         file_id: fid,
         pieces: vec![p(0, 10, 100), p(3, 0, cs)],
         data,
+        backing: None,
     };
     assert!(matches!(c.ok(write).await, Reply::Ok));
 
@@ -336,6 +337,7 @@ async fn write_read_holes_and_bounds() {
         .data(Request::Read {
             file_id: fid,
             pieces: vec![p(0, 0, 200), p(1, 0, 50), p(3, 100, 20)],
+            backing: None,
         })
         .await;
     assert_eq!(got.len(), 270);
@@ -347,6 +349,7 @@ async fn write_read_holes_and_bounds() {
         .data(Request::Read {
             file_id: 999,
             pieces: vec![p(5, 7, 33)],
+            backing: None,
         })
         .await;
     assert_eq!(missing, vec![0u8; 33]);
@@ -356,12 +359,14 @@ async fn write_read_holes_and_bounds() {
         file_id: fid,
         pieces: vec![p(0, 50, 4)],
         data: vec![9, 9, 9, 9],
+        backing: None,
     };
     c.ok(write).await;
     let got = c
         .data(Request::Read {
             file_id: fid,
             pieces: vec![p(0, 48, 8)],
+            backing: None,
         })
         .await;
     assert_eq!(got, vec![a[38], a[39], 9, 9, 9, 9, a[44], a[45]]);
@@ -371,17 +376,20 @@ async fn write_read_holes_and_bounds() {
         file_id: fid,
         pieces: vec![p(0, cs - 10, 11)],
         data: vec![0; 11],
+        backing: None,
     };
     assert_eq!(c.errno(beyond).await, libc::EINVAL);
     let read_beyond = Request::Read {
         file_id: fid,
         pieces: vec![p(0, cs, 1)],
+        backing: None,
     };
     assert_eq!(c.errno(read_beyond).await, libc::EINVAL);
     let short = Request::Write {
         file_id: fid,
         pieces: vec![p(0, 0, 10)],
         data: vec![0; 9],
+        backing: None,
     };
     assert_eq!(c.errno(short).await, libc::EINVAL);
     // Nothing of the refused writes landed.
@@ -389,6 +397,7 @@ async fn write_read_holes_and_bounds() {
         .data(Request::Read {
             file_id: fid,
             pieces: vec![p(0, cs - 10, 10)],
+            backing: None,
         })
         .await;
     assert_eq!(got, vec![0u8; 10]);
@@ -413,6 +422,7 @@ async fn truncate_across_chunks_and_remove_data() {
         file_id: fid,
         pieces: pieces.clone(),
         data,
+        backing: None,
     })
     .await;
     c.ok(Request::Sync { file_id: Some(fid) }).await;
@@ -431,6 +441,7 @@ async fn truncate_across_chunks_and_remove_data() {
         .data(Request::Read {
             file_id: fid,
             pieces: pieces.clone(),
+            backing: None,
         })
         .await;
     assert!(got[..cs as usize + 100].iter().all(|&x| x == 0x5a));
@@ -464,6 +475,7 @@ async fn truncate_across_chunks_and_remove_data() {
         .data(Request::Read {
             file_id: fid,
             pieces,
+            backing: None,
         })
         .await;
     assert!(got.iter().all(|&x| x == 0));

@@ -129,6 +129,7 @@ mod tests {
             },
             ctime: Timespec { sec: -3, nsec: 250 },
             target: None,
+            tier: None,
         }
     }
 

@@ -208,6 +208,7 @@ mod tests {
                 mtime: Timespec::default(),
                 ctime: Timespec::default(),
                 target: None,
+                tier: None,
             },
         }
     }

@@ -1001,6 +1001,7 @@ fn dot_inode() -> Inode {
         mtime: Timespec::default(),
         ctime: Timespec::default(),
         target: None,
+        tier: None,
     }
 }
 

@@ -54,10 +54,59 @@ pub struct Inode {
     pub ctime: Timespec,
     /// Target of a symlink.
     pub target: Option<String>,
+    /// For an entry under a linked prefix: what Eddy knows of its backend copy.
+    pub tier: Option<TierState>,
 }
 
-/// Version byte in front of every stored `Inode` record.
-pub const INODE_RECORD_VERSION: u8 = 1;
+/// The backend side of an entry under a linked prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TierState {
+    /// The backend copy's mtime and size when they were last seen (import, validation,
+    /// write-through or stage-out): a different pair on open means the backend changed.
+    pub backend_mtime: Timespec,
+    pub backend_size: u64,
+    /// The entry has changes the backend has not seen yet (created or opened for writing
+    /// since the last stage-out): never invalidated by a backend change, finalised
+    /// (created, sized, mode and times set) by stage-out.
+    pub dirty: bool,
+}
+
+/// Version byte in front of every stored `Inode` record. Version 1 records (before the
+/// backend tier) are still read.
+pub const INODE_RECORD_VERSION: u8 = 2;
+
+/// The record layout of version 1: an `Inode` without `tier`.
+#[derive(Deserialize)]
+struct InodeV1 {
+    kind: FileKind,
+    file_id: FileId,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    target: Option<String>,
+}
+
+impl From<InodeV1> for Inode {
+    fn from(v: InodeV1) -> Inode {
+        Inode {
+            kind: v.kind,
+            file_id: v.file_id,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            atime: v.atime,
+            mtime: v.mtime,
+            ctime: v.ctime,
+            target: v.target,
+            tier: None,
+        }
+    }
+}
 
 impl Inode {
     /// Encodes the record as stored in the KV store: version byte + bincode.
@@ -73,6 +122,10 @@ impl Inode {
         match bytes.split_first() {
             Some((&INODE_RECORD_VERSION, rest)) => codec()
                 .deserialize(rest)
+                .map_err(|e| Errno::eio(format!("damaged metadata record: {e}"))),
+            Some((1, rest)) => codec()
+                .deserialize::<InodeV1>(rest)
+                .map(Inode::from)
                 .map_err(|e| Errno::eio(format!("damaged metadata record: {e}"))),
             Some((v, _)) => Err(Errno::eio(format!(
                 "metadata record version {v} is not supported"
@@ -152,12 +205,55 @@ pub struct DaemonStatus {
     pub chunk_bytes: u64,
     /// Chunk files held.
     pub chunks: u64,
+    /// The backend tier: bytes of cached backend chunks, of those not yet written back, of
+    /// pinned ones; bytes read from and written to the backend; chunks evicted; the
+    /// capacity and the watermarks (bytes) eviction works between.
+    pub tier: TierStatus,
     /// Metadata entries held.
     pub entries: u64,
     /// Seconds since the daemon started.
     pub uptime_s: u64,
     /// Requests served since start.
     pub requests: u64,
+}
+
+/// What a data request on a file under a linked prefix tells the chunk's daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backing {
+    /// Namespace path of the file (the daemon maps it to the backend path).
+    pub path: String,
+    /// Bytes of the backend copy the client knows of (`TierState::backend_size`): a missing
+    /// chunk below it is fetched; above it, only a chunk this daemon wrote back and evicted
+    /// is, and any other reads as a hole without asking the backend.
+    pub size: u64,
+}
+
+/// Backend-tier figures of one daemon (all zero when nothing is linked).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierStatus {
+    pub cached_bytes: u64,
+    pub dirty_bytes: u64,
+    pub pinned_bytes: u64,
+    pub cached_chunks: u64,
+    pub backend_read_bytes: u64,
+    pub backend_write_bytes: u64,
+    pub fetches: u64,
+    pub evictions: u64,
+    pub capacity_bytes: u64,
+    pub high_watermark_bytes: u64,
+    pub low_watermark_bytes: u64,
+}
+
+/// The outcome for one file of a flush or finalisation on one daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileOutcome {
+    /// Namespace path of the file.
+    pub path: String,
+    pub file_id: FileId,
+    /// Bytes written to the backend.
+    pub bytes: u64,
+    /// Why it failed (the backend path is named); `None` when it succeeded.
+    pub error: Option<Errno>,
 }
 
 /// A request from a client to a daemon.
@@ -209,21 +305,72 @@ pub enum Request {
 
     // ---- data: sent to owner(hash(file_id, k)) ----
     /// Writes `data` (the pieces' bytes back to back) into the chunks. Replies `Ok`.
+    /// With `backing` (a file under a linked prefix), a chunk missing here is fetched from the
+    /// backend before a partial write, and written chunks are dirty until written back.
     Write {
         file_id: FileId,
         pieces: Vec<Piece>,
         #[serde(with = "serde_bytes")]
         data: Vec<u8>,
+        backing: Option<Backing>,
     },
     /// Reads the pieces; holes and bytes past a chunk's end read as zeros. Replies `Data`
-    /// with the pieces' bytes back to back.
-    Read { file_id: FileId, pieces: Vec<Piece> },
+    /// with the pieces' bytes back to back. With `backing`, a chunk missing here is fetched
+    /// from the backend (once, whatever the number of concurrent readers) and kept.
+    Read {
+        file_id: FileId,
+        pieces: Vec<Piece>,
+        backing: Option<Backing>,
+    },
+    /// Fetches the listed chunks of a backend file that this daemon owns and does not hold
+    /// (read-ahead, stage-in); `pin` keeps them from eviction. Replies `Count` with the bytes
+    /// fetched from the backend.
+    Prefetch {
+        file_id: FileId,
+        chunks: Vec<u64>,
+        backing: Backing,
+        pin: bool,
+    },
+    /// Writes this daemon's dirty chunks of files under `prefix` back to the backend (pwrite
+    /// into the backend file, then fsync), for files with ids after `after`, at most `limit`
+    /// files. Replies `Flushed`.
+    FlushDirty {
+        prefix: String,
+        after: Option<FileId>,
+        limit: u32,
+    },
+    /// Releases the pins of this daemon's chunks of files under `prefix`. Replies `Count`.
+    Unpin { prefix: String },
     /// Drops the data at and after byte `size` of the file held by this daemon. Replies `Ok`.
     TruncateData { file_id: FileId, size: u64 },
     /// Drops every chunk of the file held by this daemon. Replies `Ok`.
     RemoveData { file_id: FileId },
     /// Makes this daemon's chunks of the file and its metadata store durable. Replies `Ok`.
     Sync { file_id: Option<FileId> },
+
+    // ---- backend tier, metadata side: sent to owner(hash(path)) ----
+    /// Checks a linked file against its backend copy on open: a clean file whose backend
+    /// mtime or size changed gets a new generation (a new file id: the old chunks are
+    /// garbage); `for_write` marks it dirty. Replies `Revalidated`.
+    Validate { path: String, for_write: bool },
+    /// Renames the backend copy of a linked entry (the write-through half of rename; the
+    /// metadata moves with Insert/Remove). A missing backend source is fine (never flushed).
+    /// Replies `Ok`.
+    BackendRename { from: String, to: String },
+    /// Finalises this daemon's dirty entries under `prefix` in the backend (create, size,
+    /// mode, times), skipping `skip` (files whose data did not flush), after the path `after`,
+    /// at most `limit`. Replies `Flushed`.
+    FinalizeDirty {
+        prefix: String,
+        skip: Vec<FileId>,
+        after: Option<String>,
+        limit: u32,
+    },
+
+    // ---- backend tier, every daemon ----
+    /// A linked entry was renamed: this daemon's records of dirty files under `from` now
+    /// name paths under `to`. Replies `Ok`.
+    Rebind { from: String, to: String },
 
     // ---- daemon ----
     /// Replies `Status`.
@@ -233,13 +380,22 @@ pub enum Request {
 }
 
 impl Request {
-    /// Whether the request touches chunk files or syncs storage (disk-bound), as opposed to
-    /// metadata operations that run at memory speed in the KV store.
+    /// Whether the request touches chunk files, syncs storage or reaches the backend
+    /// (disk-bound), as opposed to metadata operations that run at memory speed in the KV
+    /// store. (A metadata request on a linked path may reach the backend too: the daemon
+    /// checks the path.)
     pub fn is_storage_io(&self) -> bool {
         matches!(
             self,
             Request::Write { .. }
                 | Request::Read { .. }
+                | Request::Prefetch { .. }
+                | Request::FlushDirty { .. }
+                | Request::FinalizeDirty { .. }
+                | Request::Unpin { .. }
+                | Request::Validate { .. }
+                | Request::BackendRename { .. }
+                | Request::Rebind { .. }
                 | Request::TruncateData { .. }
                 | Request::RemoveData { .. }
                 | Request::Sync { .. }
@@ -265,6 +421,13 @@ impl Request {
             Request::TruncateData { .. } => "truncate_data",
             Request::RemoveData { .. } => "remove_data",
             Request::Sync { .. } => "sync",
+            Request::Prefetch { .. } => "prefetch",
+            Request::FlushDirty { .. } => "flush_dirty",
+            Request::Unpin { .. } => "unpin",
+            Request::Validate { .. } => "validate",
+            Request::BackendRename { .. } => "backend_rename",
+            Request::FinalizeDirty { .. } => "finalize_dirty",
+            Request::Rebind { .. } => "rebind",
             Request::Status => "status",
             Request::Shutdown => "shutdown",
         }
@@ -289,6 +452,18 @@ pub enum Reply {
     },
     Data(#[serde(with = "serde_bytes")] Vec<u8>),
     Status(DaemonStatus),
+    Count(u64),
+    /// The entry after validation, and the generation it replaced (file id and the size it
+    /// had), whose chunks the client drops.
+    Revalidated {
+        inode: Inode,
+        dropped: Option<(FileId, u64)>,
+    },
+    /// Per-file outcomes of a flush or finalisation; `more` when files remain.
+    Flushed {
+        files: Vec<FileOutcome>,
+        more: bool,
+    },
 }
 
 /// A response: a reply or an errno.
@@ -332,6 +507,7 @@ mod tests {
             mtime: Timespec::default(),
             ctime: Timespec::default(),
             target: None,
+            tier: None,
         }
     }
 
@@ -345,6 +521,10 @@ mod tests {
                 len: 3,
             }],
             data: vec![1, 2, 3],
+            backing: Some(Backing {
+                path: "/in/x".into(),
+                size: 5,
+            }),
         };
         let bytes = encode(&r).unwrap();
         assert_eq!(decode::<Request>(&bytes, 1 << 20).unwrap(), r);
@@ -364,16 +544,37 @@ mod tests {
     }
 
     #[test]
+    fn version_1_records_are_still_read() {
+        let i = inode();
+        let v1 = (
+            i.kind, i.file_id, i.mode, i.uid, i.gid, i.size, i.atime, i.mtime, i.ctime, i.target,
+        );
+        let mut rec = vec![1u8];
+        rec.extend(encode(&v1).unwrap());
+        assert_eq!(Inode::from_record(&rec).unwrap(), inode());
+        let tiered = Inode {
+            tier: Some(TierState {
+                backend_mtime: Timespec { sec: 9, nsec: 1 },
+                backend_size: 77,
+                dirty: true,
+            }),
+            ..inode()
+        };
+        assert_eq!(Inode::from_record(&tiered.to_record()).unwrap(), tiered);
+    }
+
+    #[test]
     fn huge_length_prefix_does_not_allocate() {
         // A Write whose data claims 2^60 bytes.
         let mut bytes = encode(&Request::Write {
             file_id: 1,
             pieces: vec![],
             data: vec![],
+            backing: None,
         })
         .unwrap();
-        let n = bytes.len();
-        bytes[n - 8..].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        let n = bytes.len() - 1; // the trailing `backing: None` byte
+        bytes[n - 8..n].copy_from_slice(&(1u64 << 60).to_le_bytes());
         assert_eq!(
             decode::<Request>(&bytes, 1 << 20).unwrap_err().errno,
             libc::EPROTO

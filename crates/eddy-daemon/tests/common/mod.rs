@@ -153,6 +153,7 @@ pub fn inode(kind: FileKind, file_id: u128) -> Inode {
         mtime: Timespec { sec: 1, nsec: 0 },
         ctime: Timespec { sec: 1, nsec: 0 },
         target: None,
+        tier: None,
     }
 }
 

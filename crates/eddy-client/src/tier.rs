@@ -1,0 +1,330 @@
+//! Moving data between the backend and the cache on request: stage-in (every daemon fetches
+//! its own chunks of the named files and trees, in parallel), stage-out (every daemon writes
+//! back its own dirty chunks, then the metadata owners finalise the files: create, size,
+//! mode, times) and unpinning. Results are per file; progress is reported as it comes.
+
+use crate::{Client, Errno, FileKind};
+use eddy_proto::{FileId, FileOutcome, Reply, Request};
+use futures::stream::{self, StreamExt};
+use std::collections::{BTreeMap, HashSet};
+
+/// Files staged in at once.
+const STAGE_IN_FILES: usize = 16;
+/// Chunks per prefetch request: small enough that a daemon fetches a file's chunks on
+/// several threads at once.
+const PREFETCH_CHUNKS: usize = 4;
+/// Files per flush or finalisation request.
+const FLUSH_PAGE: u32 = 64;
+
+/// What happened to one file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FileResult {
+    /// Namespace path.
+    pub path: String,
+    /// Bytes moved (fetched from or written to the backend).
+    pub bytes: u64,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
+
+impl Client {
+    /// Prefetches the files under `paths` (files or trees of linked prefixes) into the cache;
+    /// `pin` keeps their chunks from eviction. `progress` sees each file's result as it
+    /// ends. A path that is not linked, or does not exist, is a failed result.
+    pub async fn stage_in(
+        &self,
+        paths: &[String],
+        pin: bool,
+        progress: &(dyn Fn(&FileResult) + Sync),
+    ) -> Vec<FileResult> {
+        let mut files = Vec::new();
+        let mut results = Vec::new();
+        for p in paths {
+            match self.collect_files(p).await {
+                Ok(mut f) => files.append(&mut f),
+                Err(e) => {
+                    let r = FileResult {
+                        path: p.clone(),
+                        bytes: 0,
+                        error: Some(e.to_string()),
+                    };
+                    progress(&r);
+                    results.push(r);
+                }
+            }
+        }
+        let mut staged: Vec<FileResult> = stream::iter(files)
+            .map(|path| async move {
+                let r = match self.stage_in_file(&path, pin).await {
+                    Ok(bytes) => FileResult {
+                        path,
+                        bytes,
+                        error: None,
+                    },
+                    Err(e) => FileResult {
+                        path,
+                        bytes: 0,
+                        error: Some(e.to_string()),
+                    },
+                };
+                progress(&r);
+                r
+            })
+            .buffer_unordered(STAGE_IN_FILES)
+            .collect()
+            .await;
+        results.append(&mut staged);
+        results
+    }
+
+    /// The regular files at or under a namespace path, which must be linked.
+    async fn collect_files(&self, p: &str) -> Result<Vec<String>, Errno> {
+        let p = self.norm(p)?;
+        if self.config().link_for(&p).is_none() {
+            return Err(Errno::einval(format!(
+                "{p} is not under a linked prefix: only backend data can be staged"
+            )));
+        }
+        let top = self.stat(&p).await?;
+        let mut files = Vec::new();
+        let mut dirs = match top.kind {
+            FileKind::Dir => vec![p],
+            FileKind::File => return Ok(vec![p]),
+            FileKind::Symlink => return Ok(Vec::new()),
+        };
+        while let Some(dir) = dirs.pop() {
+            let mut reader = self.readdir(&dir, None)?;
+            while let Some(page) = reader.next_page().await? {
+                for e in page {
+                    let child = eddy_proto::path::join(&dir, &e.name);
+                    match e.inode.kind {
+                        FileKind::Dir => dirs.push(child),
+                        FileKind::File => files.push(child),
+                        FileKind::Symlink => {}
+                    }
+                }
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
+    /// Fetches every chunk of one linked file on the daemons that own them, all at once.
+    async fn stage_in_file(&self, path: &str, pin: bool) -> Result<u64, Errno> {
+        let f = self
+            .open(path, libc::O_RDONLY, 0, crate::Creds::root())
+            .await?;
+        let Some(backing) = f.0.backing.clone() else {
+            return Err(Errno::einval(format!("{path} is not a linked file")));
+        };
+        let cs = self.config().chunk_size;
+        let chunks = f.inode().size.div_ceil(cs);
+        let mut by_daemon: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for k in 0..chunks {
+            by_daemon
+                .entry(self.0.placement.chunk_owner(f.file_id(), k))
+                .or_default()
+                .push(k);
+        }
+        let calls = by_daemon.into_iter().flat_map(|(daemon, ks)| {
+            ks.chunks(PREFETCH_CHUNKS)
+                .map(|batch| {
+                    let req = Request::Prefetch {
+                        file_id: f.file_id(),
+                        chunks: batch.to_vec(),
+                        backing: backing.clone(),
+                        pin,
+                    };
+                    self.call(daemon, req)
+                })
+                .collect::<Vec<_>>()
+        });
+        let mut bytes = 0;
+        for r in futures::future::join_all(calls).await {
+            match r? {
+                Reply::Count(n) => bytes += n,
+                other => {
+                    return Err(Errno::eio(format!(
+                        "unexpected reply to prefetch: {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// The prefixes a stage-out or unpin of `paths` covers: the paths themselves (each must
+    /// be linked), or every linked prefix when none is given.
+    fn linked_prefixes(&self, paths: &[String]) -> Result<Vec<String>, Errno> {
+        if paths.is_empty() {
+            return Ok(self
+                .config()
+                .links
+                .iter()
+                .map(|l| l.prefix.clone())
+                .collect());
+        }
+        paths
+            .iter()
+            .map(|p| {
+                let n = self.norm(p)?;
+                match self.config().link_for(&n) {
+                    Some(_) => Ok(n),
+                    None => Err(Errno::einval(format!("{n} is not under a linked prefix"))),
+                }
+            })
+            .collect()
+    }
+
+    /// Writes every dirty file under `paths` (all linked prefixes when empty) back to the
+    /// backend and returns when it is durable there: first every daemon writes back its own
+    /// dirty chunks (pwrite + fsync into the backend file), in parallel; then the metadata
+    /// owners finalise the files (create, size, mode, times). One result per file is
+    /// returned; `progress` sees each daemon's part of a file as it ends (bytes add up).
+    pub async fn stage_out(
+        &self,
+        paths: &[String],
+        progress: &(dyn Fn(&FileResult) + Sync),
+    ) -> Result<Vec<FileResult>, Errno> {
+        let prefixes = self.linked_prefixes(paths)?;
+        let mut merged: BTreeMap<String, FileResult> = BTreeMap::new();
+        let mut failed: HashSet<FileId> = HashSet::new();
+        for prefix in &prefixes {
+            let outcomes = self
+                .paged_everywhere(
+                    |after| Request::FlushDirty {
+                        prefix: prefix.clone(),
+                        after,
+                        limit: FLUSH_PAGE,
+                    },
+                    progress,
+                )
+                .await?;
+            for o in outcomes {
+                if o.error.is_some() {
+                    failed.insert(o.file_id);
+                }
+                merge(&mut merged, o);
+            }
+        }
+        let skip: Vec<FileId> = failed.into_iter().collect();
+        for prefix in &prefixes {
+            let outcomes = self.finalize_everywhere(prefix, &skip, progress).await?;
+            for o in outcomes {
+                merge(&mut merged, o);
+            }
+        }
+        Ok(merged.into_values().collect())
+    }
+
+    /// Runs a paged flush on every daemon at once, each daemon's pages in turn.
+    async fn paged_everywhere<F>(
+        &self,
+        make: F,
+        progress: &(dyn Fn(&FileResult) + Sync),
+    ) -> Result<Vec<FileOutcome>, Errno>
+    where
+        F: Fn(Option<FileId>) -> Request,
+    {
+        let per_daemon = self.0.placement.ids().iter().map(|&id| {
+            let make = &make;
+            async move {
+                let mut out = Vec::new();
+                let mut after = None;
+                loop {
+                    let Reply::Flushed { files, more } = self.call(id, make(after)).await? else {
+                        return Err(Errno::eio("unexpected reply to a flush"));
+                    };
+                    after = files.iter().map(|f| f.file_id).max().or(after);
+                    report(&files, progress);
+                    out.extend(files);
+                    if !more {
+                        return Ok(out);
+                    }
+                }
+            }
+        });
+        let mut all = Vec::new();
+        for r in futures::future::join_all(per_daemon).await {
+            all.extend(r?);
+        }
+        Ok(all)
+    }
+
+    async fn finalize_everywhere(
+        &self,
+        prefix: &str,
+        skip: &[FileId],
+        progress: &(dyn Fn(&FileResult) + Sync),
+    ) -> Result<Vec<FileOutcome>, Errno> {
+        let per_daemon = self.0.placement.ids().iter().map(|&id| async move {
+            let mut out = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let req = Request::FinalizeDirty {
+                    prefix: prefix.to_string(),
+                    skip: skip.to_vec(),
+                    after: after.clone(),
+                    limit: FLUSH_PAGE,
+                };
+                let Reply::Flushed { files, more } = self.call(id, req).await? else {
+                    return Err(Errno::eio("unexpected reply to finalize"));
+                };
+                after = files.last().map(|f| f.path.clone()).or(after);
+                report(&files, progress);
+                out.extend(files);
+                if !more {
+                    return Ok(out);
+                }
+            }
+        });
+        let mut all = Vec::new();
+        for r in futures::future::join_all(per_daemon).await {
+            all.extend(r?);
+        }
+        Ok(all)
+    }
+
+    /// Releases the pins of cached chunks under `paths` (all linked prefixes when empty);
+    /// returns how many chunks were pinned.
+    pub async fn unpin(&self, paths: &[String]) -> Result<u64, Errno> {
+        let mut n = 0;
+        for prefix in self.linked_prefixes(paths)? {
+            for r in self
+                .all_ok(|| Request::Unpin {
+                    prefix: prefix.clone(),
+                })
+                .await?
+            {
+                if let Reply::Count(c) = r {
+                    n += c;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Shows each outcome of a page to `progress`.
+fn report(files: &[FileOutcome], progress: &(dyn Fn(&FileResult) + Sync)) {
+    for o in files {
+        progress(&FileResult {
+            path: o.path.clone(),
+            bytes: o.bytes,
+            error: o.error.as_ref().map(|e| e.to_string()),
+        });
+    }
+}
+
+/// Adds one daemon's outcome for a file to the file's result.
+fn merge(merged: &mut BTreeMap<String, FileResult>, o: FileOutcome) {
+    let r = merged.entry(o.path.clone()).or_insert(FileResult {
+        path: o.path,
+        bytes: 0,
+        error: None,
+    });
+    r.bytes += o.bytes;
+    if let (None, Some(e)) = (&r.error, o.error) {
+        r.error = Some(e.to_string());
+    }
+}

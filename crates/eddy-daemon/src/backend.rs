@@ -1,0 +1,275 @@
+//! The backend side of the tier: mapping linked namespace paths to backend paths, and running
+//! every backend operation on a pool of its own threads under a deadline. A hung backend (a
+//! parallel file system that stopped answering) then holds at most `backend_threads`
+//! threads, and every request that needs it fails with EIO naming the backend path within
+//! `Config::backend_deadline`, while the daemon keeps serving everything else.
+
+use eddy_config::{Config, Link};
+use eddy_proto::{Errno, Timespec};
+use std::io::ErrorKind;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The linked prefixes and the threads that reach their backends.
+pub struct Backend {
+    links: Vec<Link>,
+    jobs: Mutex<mpsc::Sender<Job>>,
+    deadline: Duration,
+}
+
+/// What a backend stat tells the tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendStat {
+    pub kind: BackendKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    File,
+    Dir,
+    Symlink,
+    /// FIFOs, sockets, devices: not imported.
+    Other,
+}
+
+impl BackendStat {
+    pub fn of(m: &std::fs::Metadata) -> BackendStat {
+        let ft = m.file_type();
+        let kind = if ft.is_file() {
+            BackendKind::File
+        } else if ft.is_dir() {
+            BackendKind::Dir
+        } else if ft.is_symlink() {
+            BackendKind::Symlink
+        } else {
+            BackendKind::Other
+        };
+        let ts = |sec: i64, nsec: i64| Timespec {
+            sec,
+            nsec: nsec.clamp(0, 999_999_999) as u32,
+        };
+        BackendStat {
+            kind,
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+            size: if ft.is_dir() { 0 } else { m.size() },
+            atime: ts(m.atime(), m.atime_nsec()),
+            mtime: ts(m.mtime(), m.mtime_nsec()),
+            ctime: ts(m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// A backend entry as the import needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendEntry {
+    pub stat: BackendStat,
+    pub target: Option<String>,
+}
+
+/// lstat (and readlink for a symlink) of a backend path; `None` if it does not exist.
+pub fn read_entry(p: &Path) -> std::io::Result<Option<BackendEntry>> {
+    let m = match std::fs::symlink_metadata(p) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let stat = BackendStat::of(&m);
+    let target = if stat.kind == BackendKind::Symlink {
+        Some(std::fs::read_link(p)?.to_string_lossy().into_owned())
+    } else {
+        None
+    };
+    Ok(Some(BackendEntry { stat, target }))
+}
+
+/// Errors of a reachable backend keep their errno (EACCES, EROFS, ENOSPC...); those that say
+/// the backend is unreachable become EIO. Either way the message names the backend path.
+pub fn backend_err(e: &std::io::Error, what: &str, path: &Path) -> Errno {
+    let unreachable = matches!(
+        e.raw_os_error(),
+        Some(libc::ENOTCONN) | Some(libc::ETIMEDOUT) | Some(libc::ESTALE) | Some(libc::EHOSTDOWN)
+    );
+    let errno = if unreachable {
+        libc::EIO
+    } else {
+        e.raw_os_error().unwrap_or(libc::EIO)
+    };
+    Errno::new(errno, format!("backend {what} {}: {e}", path.display()))
+}
+
+impl Backend {
+    /// Starts the backend threads (none are started when nothing is linked).
+    pub fn new(config: &Config) -> Arc<Backend> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let threads = if config.links.is_empty() {
+            0
+        } else {
+            config.backend_threads
+        };
+        for i in 0..threads {
+            let rx = Arc::clone(&rx);
+            let spawned = std::thread::Builder::new()
+                .name(format!("eddyd-backend-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(guard) => guard.recv(),
+                        Err(poisoned) => poisoned.into_inner().recv(),
+                    };
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::error!("cannot start backend thread {i}: {e}");
+            }
+        }
+        Arc::new(Backend {
+            links: config.links.clone(),
+            jobs: Mutex::new(tx),
+            deadline: config.backend_deadline(),
+        })
+    }
+
+    /// Whether anything is linked.
+    pub fn is_active(&self) -> bool {
+        !self.links.is_empty()
+    }
+
+    /// The link covering a normalised namespace path.
+    pub fn link_for(&self, path: &str) -> Option<&Link> {
+        self.links.iter().find(|l| l.covers(path))
+    }
+
+    /// The backend path of a normalised namespace path, if it is linked.
+    pub fn resolve(&self, path: &str) -> Option<PathBuf> {
+        self.link_for(path).map(|l| l.backend_path(path))
+    }
+
+    /// Like `resolve`, for a path a client said is linked: EINVAL if it is not.
+    pub fn resolve_linked(&self, path: &str) -> Result<PathBuf, Errno> {
+        self.resolve(path)
+            .ok_or_else(|| Errno::einval(format!("{path} is not under a linked prefix")))
+    }
+
+    /// Runs `f` on a backend thread and waits at most the backend deadline for it. `what`
+    /// and `path` name the operation in errors.
+    pub fn run<T, F>(&self, what: &str, path: &Path, f: F) -> Result<T, Errno>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> std::io::Result<T> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let job: Job = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        let sent = match self.jobs.lock() {
+            Ok(jobs) => jobs.send(job).is_ok(),
+            Err(poisoned) => poisoned.into_inner().send(job).is_ok(),
+        };
+        if !sent {
+            return Err(Errno::eio(format!(
+                "backend {what} {}: no backend thread is running",
+                path.display()
+            )));
+        }
+        match rx.recv_timeout(self.deadline) {
+            Ok(result) => result.map_err(|e| backend_err(&e, what, path)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(Errno::eio(format!(
+                "backend {what} {}: no answer within {} ms (is the parallel file system \
+                 reachable?)",
+                path.display(),
+                self.deadline.as_millis()
+            ))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Errno::eio(format!(
+                "backend {what} {}: the backend thread failed",
+                path.display()
+            ))),
+        }
+    }
+
+    /// lstat of a backend path and, for a symlink, its target; `None` if it does not exist.
+    pub fn entry(&self, path: &Path) -> Result<Option<BackendEntry>, Errno> {
+        let p = path.to_owned();
+        self.run("lstat", path, move || read_entry(&p))
+    }
+
+    /// Reads up to `len` bytes at `offset` of a backend file; short at its end, empty if the
+    /// file does not exist (a file created in Eddy and not yet written back).
+    pub fn read_at(&self, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        let p = path.to_owned();
+        self.run("read", path, move || {
+            use std::os::unix::fs::FileExt;
+            let f = match std::fs::File::open(&p) {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            };
+            let mut buf = vec![0u8; len];
+            let mut done = 0;
+            while done < len {
+                match f.read_at(&mut buf[done..], offset + done as u64) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            buf.truncate(done);
+            Ok(buf)
+        })
+        .map_err(|e| Errno::eio(e.msg))
+    }
+
+    /// Opens a backend file for writing back, creating it (mode 0600 until finalised) if it
+    /// does not exist yet.
+    pub fn open_for_flush(&self, path: &Path) -> Result<Arc<std::fs::File>, Errno> {
+        let p = path.to_owned();
+        self.run("open", path, move || {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&p)
+                .map(Arc::new)
+        })
+    }
+
+    /// pwrite of `data` at `offset` into an open backend file.
+    pub fn write_at(
+        &self,
+        file: &Arc<std::fs::File>,
+        path: &Path,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<(), Errno> {
+        let f = Arc::clone(file);
+        self.run("write", path, move || {
+            use std::os::unix::fs::FileExt;
+            f.write_all_at(&data, offset)
+        })
+    }
+
+    /// fsync of an open backend file.
+    pub fn sync(&self, file: &Arc<std::fs::File>, path: &Path) -> Result<(), Errno> {
+        let f = Arc::clone(file);
+        self.run("fsync", path, move || f.sync_all())
+    }
+}

@@ -1,0 +1,741 @@
+//! The cache side of the backend tier, for the chunks this daemon owns: which chunks of
+//! linked files it holds, which are dirty (not yet written back) or pinned, the least
+//! recently used order, and the operations on them — fetch on a miss, write-back, eviction.
+//!
+//! State lives in memory and in the fjall keyspace `tier` (same journal as the metadata, so
+//! a Sync makes it durable with the data): `c<id><k>` → flags of a cached chunk, `f<id>` →
+//! the file's namespace path and the chunks written back and evicted. Every chunk operation
+//! runs under the chunk's lock in the chunk store, so concurrent readers of a missing chunk
+//! cause one backend read, and a write racing a write-back is never marked clean.
+//! No coordination with other daemons: each one evicts and writes back its own chunks.
+
+use crate::backend::Backend;
+use crate::chunks::ChunkStore;
+use eddy_config::Config;
+use eddy_proto::{Backing, Errno, FileId, FileOutcome, Piece, TierStatus};
+use fjall::Keyspace;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Name of the keyspace holding the tier's records.
+pub const TIER_KEYSPACE: &str = "tier";
+
+const DIRTY: u8 = 1;
+const PINNED: u8 = 2;
+
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    len: u64,
+    dirty: bool,
+    pinned: bool,
+    last_use: u64,
+    /// Bumped by every write: a write-back marks the chunk clean only if none came since.
+    version: u64,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct FileRec {
+    /// Namespace path (kept current by Rebind).
+    path: String,
+    /// Chunks written back (or fetched) and then evicted: fetched again on a miss even
+    /// above the size the client knows of.
+    evicted: BTreeSet<u64>,
+    /// Chunks held here (not persisted: rebuilt from the chunk records).
+    #[serde(skip)]
+    held: BTreeSet<u64>,
+}
+
+#[derive(Default)]
+struct Maps {
+    chunks: HashMap<(FileId, u64), Chunk>,
+    files: HashMap<FileId, FileRec>,
+}
+
+/// The tier's state on one daemon.
+pub struct Tier {
+    backend: Arc<Backend>,
+    chunk_size: u64,
+    records: Keyspace,
+    maps: Mutex<Maps>,
+    clock: AtomicU64,
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+    fetches: AtomicU64,
+    evictions: AtomicU64,
+    capacity_cfg: u64,
+    high_pct: u64,
+    low_pct: u64,
+    root: PathBuf,
+    /// Held by the thread evicting; others go on (or wait, past the capacity).
+    evicting: Mutex<()>,
+}
+
+fn rec_err(what: &str, e: fjall::Error) -> Errno {
+    Errno::eio(format!("tier records: {what}: {e}"))
+}
+
+fn chunk_key(id: FileId, k: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(25);
+    key.push(b'c');
+    key.extend_from_slice(&id.to_be_bytes());
+    key.extend_from_slice(&k.to_be_bytes());
+    key
+}
+
+fn file_key(id: FileId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(17);
+    key.push(b'f');
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+fn under(path: &str, prefix: &str) -> bool {
+    prefix == "/" || path == prefix || eddy_proto::path::is_within(path, prefix)
+}
+
+impl Tier {
+    /// Loads the records; chunk records whose chunk file is gone (a crash between the two)
+    /// are dropped.
+    pub fn open(
+        records: Keyspace,
+        backend: Arc<Backend>,
+        config: &Config,
+        root: &Path,
+        chunks: &ChunkStore,
+    ) -> Result<Tier, Errno> {
+        let mut maps = Maps::default();
+        for guard in records.prefix(b"f") {
+            let (key, value) = guard.into_inner().map_err(|e| rec_err("load", e))?;
+            let Ok(id_bytes) = <[u8; 16]>::try_from(&key[1..]) else {
+                continue;
+            };
+            let rec: FileRec = bincode::deserialize(&value).unwrap_or_default();
+            maps.files.insert(FileId::from_be_bytes(id_bytes), rec);
+        }
+        let mut stale = Vec::new();
+        let mut clock = 0u64;
+        for guard in records.prefix(b"c") {
+            let (key, value) = guard.into_inner().map_err(|e| rec_err("load", e))?;
+            if key.len() != 25 || value.is_empty() {
+                stale.push(key.to_vec());
+                continue;
+            }
+            let id = FileId::from_be_bytes(key[1..17].try_into().unwrap_or_default());
+            let k = u64::from_be_bytes(key[17..25].try_into().unwrap_or_default());
+            let Some(len) = chunks.len_locked(id, k)? else {
+                stale.push(key.to_vec());
+                continue;
+            };
+            clock += 1;
+            maps.chunks.insert(
+                (id, k),
+                Chunk {
+                    len,
+                    dirty: value[0] & DIRTY != 0,
+                    pinned: value[0] & PINNED != 0,
+                    last_use: clock,
+                    version: 0,
+                },
+            );
+            maps.files.entry(id).or_default().held.insert(k);
+        }
+        for key in stale {
+            records.remove(key).map_err(|e| rec_err("remove", e))?;
+        }
+        Ok(Tier {
+            backend,
+            chunk_size: config.chunk_size,
+            records,
+            maps: Mutex::new(maps),
+            clock: AtomicU64::new(clock),
+            read_bytes: AtomicU64::new(0),
+            write_bytes: AtomicU64::new(0),
+            fetches: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            capacity_cfg: config.cache_capacity_bytes,
+            high_pct: u64::from(config.cache_high_watermark_pct),
+            low_pct: u64::from(config.cache_low_watermark_pct),
+            root: root.to_owned(),
+            evicting: Mutex::new(()),
+        })
+    }
+
+    fn maps(&self) -> MutexGuard<'_, Maps> {
+        self.maps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn save_chunk(&self, id: FileId, k: u64, c: &Chunk) -> Result<(), Errno> {
+        let flags = (if c.dirty { DIRTY } else { 0 }) | (if c.pinned { PINNED } else { 0 });
+        self.records
+            .insert(chunk_key(id, k), [flags])
+            .map_err(|e| rec_err("insert", e))
+    }
+
+    fn save_file(&self, id: FileId, rec: &FileRec) -> Result<(), Errno> {
+        let bytes = bincode::serialize(rec).unwrap_or_default();
+        self.records
+            .insert(file_key(id), bytes)
+            .map_err(|e| rec_err("insert", e))
+    }
+
+    fn backend_path(&self, path: &str) -> Result<PathBuf, Errno> {
+        self.backend.resolve_linked(path)
+    }
+
+    /// Records that chunk k of `id` is held here with `len` bytes, after a fetch (clean) or
+    /// a write (dirty); `pin` pins it. Persists what changed.
+    fn note(
+        &self,
+        id: FileId,
+        k: u64,
+        len: u64,
+        dirty: bool,
+        pin: bool,
+        path: &str,
+    ) -> Result<(), Errno> {
+        let now = self.tick();
+        let mut maps = self.maps();
+        let (changed, snapshot) = {
+            let existed = maps.chunks.contains_key(&(id, k));
+            let c = maps.chunks.entry((id, k)).or_insert(Chunk {
+                len,
+                dirty: false,
+                pinned: false,
+                last_use: now,
+                version: 0,
+            });
+            let before = (c.dirty, c.pinned);
+            c.len = len;
+            c.last_use = now;
+            if dirty {
+                c.dirty = true;
+                c.version += 1;
+            }
+            c.pinned |= pin;
+            (!existed || before != (c.dirty, c.pinned), *c)
+        };
+        let rec = maps.files.entry(id).or_default();
+        let mut file_changed = false;
+        if rec.path.is_empty() {
+            rec.path = path.to_string();
+            file_changed = true;
+        }
+        rec.held.insert(k);
+        file_changed |= rec.evicted.remove(&k);
+        let rec_copy = file_changed.then(|| rec.clone());
+        drop(maps);
+        if changed {
+            self.save_chunk(id, k, &snapshot)?;
+        }
+        if let Some(r) = rec_copy {
+            self.save_file(id, &r)?;
+        }
+        Ok(())
+    }
+
+    fn touch(&self, id: FileId, k: u64) {
+        let now = self.tick();
+        if let Some(c) = self.maps().chunks.get_mut(&(id, k)) {
+            c.last_use = now;
+        }
+    }
+
+    /// Whether a missing chunk k of a file must come from the backend: below the size the
+    /// client knows the backend copy to have, or written back and evicted by this daemon.
+    fn in_backend(&self, id: FileId, k: u64, backing: &Backing) -> bool {
+        k.saturating_mul(self.chunk_size) < backing.size
+            || self
+                .maps()
+                .files
+                .get(&id)
+                .is_some_and(|f| f.evicted.contains(&k))
+    }
+
+    /// Fetches chunk k from the backend and keeps it; the caller holds the chunk's lock and
+    /// knows it is missing. Returns the bytes (empty: nothing in the backend, nothing kept).
+    fn fetch_locked(
+        &self,
+        chunks: &ChunkStore,
+        id: FileId,
+        k: u64,
+        backing: &Backing,
+        pin: bool,
+    ) -> Result<Vec<u8>, Errno> {
+        let bpath = self.backend_path(&backing.path)?;
+        let data = self
+            .backend
+            .read_at(&bpath, k * self.chunk_size, self.chunk_size as usize)?;
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        self.read_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        if !data.is_empty() {
+            let piece = Piece {
+                chunk: k,
+                offset: 0,
+                len: data.len() as u32,
+            };
+            chunks.write_locked(id, &piece, &data)?;
+            self.note(id, k, data.len() as u64, false, pin, &backing.path)?;
+        }
+        Ok(data)
+    }
+
+    /// Reads the pieces of a linked file; missing chunks are fetched (once) and kept.
+    pub fn read(
+        &self,
+        chunks: &ChunkStore,
+        id: FileId,
+        pieces: &[Piece],
+        backing: &Backing,
+    ) -> Result<Vec<u8>, Errno> {
+        let mut out = chunks.read_buffer(pieces)?;
+        let mut at = 0usize;
+        let mut grew = false;
+        for p in pieces {
+            let buf = &mut out[at..at + p.len as usize];
+            at += p.len as usize;
+            if chunks.read_piece(id, p, buf)? {
+                self.touch(id, p.chunk);
+                continue;
+            }
+            let guard = chunks.lock(id, p.chunk);
+            if chunks.exists_locked(id, p.chunk)? {
+                // Fetched by a concurrent reader meanwhile.
+                drop(guard);
+                chunks.read_piece(id, p, buf)?;
+                continue;
+            }
+            if !self.in_backend(id, p.chunk, backing) {
+                continue; // a hole
+            }
+            let data = self.fetch_locked(chunks, id, p.chunk, backing, false)?;
+            drop(guard);
+            grew |= !data.is_empty();
+            let from = (p.offset as usize).min(data.len());
+            let to = (p.offset as usize + p.len as usize).min(data.len());
+            buf[..to - from].copy_from_slice(&data[from..to]);
+        }
+        if grew {
+            self.after_growth(chunks);
+        }
+        Ok(out)
+    }
+
+    /// Writes the pieces of a linked file: a chunk missing here that the write covers only
+    /// in part is fetched first; written chunks are dirty.
+    pub fn write(
+        &self,
+        chunks: &ChunkStore,
+        id: FileId,
+        pieces: &[Piece],
+        data: &[u8],
+        backing: &Backing,
+    ) -> Result<(), Errno> {
+        let total = chunks.check_pieces(pieces)?;
+        if total != data.len() as u64 {
+            return Err(Errno::einval(format!(
+                "pieces cover {total} bytes but the write carries {} bytes",
+                data.len()
+            )));
+        }
+        let mut at = 0usize;
+        for p in pieces {
+            let bytes = &data[at..at + p.len as usize];
+            at += p.len as usize;
+            let _guard = chunks.lock(id, p.chunk);
+            let whole = p.offset == 0 && u64::from(p.len) == self.chunk_size;
+            if !whole
+                && !chunks.exists_locked(id, p.chunk)?
+                && self.in_backend(id, p.chunk, backing)
+            {
+                self.fetch_locked(chunks, id, p.chunk, backing, false)?;
+            }
+            chunks.write_locked(id, p, bytes)?;
+            let len = chunks.len_locked(id, p.chunk)?.unwrap_or(0);
+            self.note(id, p.chunk, len, true, false, &backing.path)?;
+        }
+        self.after_growth(chunks);
+        Ok(())
+    }
+
+    /// Fetches the listed chunks that are missing here; pins them with `pin`. Returns the
+    /// bytes fetched from the backend.
+    pub fn prefetch(
+        &self,
+        chunks: &ChunkStore,
+        id: FileId,
+        list: &[u64],
+        backing: &Backing,
+        pin: bool,
+    ) -> Result<u64, Errno> {
+        let mut fetched = 0u64;
+        for &k in list {
+            let _guard = chunks.lock(id, k);
+            if chunks.exists_locked(id, k)? {
+                if pin {
+                    let len = chunks.len_locked(id, k)?.unwrap_or(0);
+                    let dirty = self.maps().chunks.get(&(id, k)).is_some_and(|c| c.dirty);
+                    self.note(id, k, len, dirty, true, &backing.path)?;
+                }
+                continue;
+            }
+            if self.in_backend(id, k, backing) {
+                fetched += self.fetch_locked(chunks, id, k, backing, pin)?.len() as u64;
+            }
+        }
+        if fetched > 0 {
+            self.after_growth(chunks);
+        }
+        Ok(fetched)
+    }
+
+    /// Writes back this daemon's dirty chunks of files under `prefix` with ids after
+    /// `after`, at most `limit` files; returns one outcome per file and whether more remain.
+    pub fn flush_dirty(
+        &self,
+        chunks: &ChunkStore,
+        prefix: &str,
+        after: Option<FileId>,
+        limit: u32,
+    ) -> (Vec<FileOutcome>, bool) {
+        let mut ids: Vec<(FileId, String)> = {
+            let maps = self.maps();
+            maps.files
+                .iter()
+                .filter(|(id, f)| {
+                    after.is_none_or(|a| **id > a)
+                        && under(&f.path, prefix)
+                        && f.held
+                            .iter()
+                            .any(|k| maps.chunks.get(&(**id, *k)).is_some_and(|c| c.dirty))
+                })
+                .map(|(id, f)| (*id, f.path.clone()))
+                .collect()
+        };
+        ids.sort_unstable_by_key(|(id, _)| *id);
+        let more = ids.len() > limit as usize;
+        ids.truncate(limit as usize);
+        let outcomes = ids
+            .into_iter()
+            .map(|(id, path)| {
+                let (bytes, error) = match self.flush_file(chunks, id, &path, None) {
+                    Ok(b) => (b, None),
+                    Err(e) => (0, Some(e)),
+                };
+                FileOutcome {
+                    path,
+                    file_id: id,
+                    bytes,
+                    error,
+                }
+            })
+            .collect();
+        (outcomes, more)
+    }
+
+    /// Writes back the dirty chunks of one file (all, or only `only`), fsyncs the backend
+    /// file, then marks clean the chunks no write touched meanwhile. Returns bytes written.
+    fn flush_file(
+        &self,
+        chunks: &ChunkStore,
+        id: FileId,
+        path: &str,
+        only: Option<u64>,
+    ) -> Result<u64, Errno> {
+        let dirty: Vec<u64> = {
+            let maps = self.maps();
+            let Some(f) = maps.files.get(&id) else {
+                return Ok(0);
+            };
+            f.held
+                .iter()
+                .copied()
+                .filter(|k| only.is_none_or(|o| o == *k))
+                .filter(|k| maps.chunks.get(&(id, *k)).is_some_and(|c| c.dirty))
+                .collect()
+        };
+        if dirty.is_empty() {
+            return Ok(0);
+        }
+        let bpath = self.backend_path(path)?;
+        let file = self.backend.open_for_flush(&bpath)?;
+        let mut written = Vec::new();
+        let mut bytes = 0u64;
+        for k in dirty {
+            let _guard = chunks.lock(id, k);
+            let version = match self.maps().chunks.get(&(id, k)) {
+                Some(c) if c.dirty => c.version,
+                _ => continue,
+            };
+            let Some(data) = chunks.read_whole_locked(id, k)? else {
+                continue;
+            };
+            let n = data.len() as u64;
+            self.backend
+                .write_at(&file, &bpath, k * self.chunk_size, data)?;
+            bytes += n;
+            written.push((k, version));
+        }
+        self.backend.sync(&file, &bpath)?;
+        self.write_bytes.fetch_add(bytes, Ordering::Relaxed);
+        for (k, version) in written {
+            let _guard = chunks.lock(id, k);
+            let snapshot = {
+                let mut maps = self.maps();
+                match maps.chunks.get_mut(&(id, k)) {
+                    Some(c) if c.version == version => {
+                        c.dirty = false;
+                        Some(*c)
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(c) = snapshot {
+                self.save_chunk(id, k, &c)?;
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Releases the pins of chunks of files under `prefix`; returns how many were pinned.
+    pub fn unpin(&self, prefix: &str) -> Result<u64, Errno> {
+        let changed: Vec<((FileId, u64), Chunk)> = {
+            let mut maps = self.maps();
+            let ids: Vec<FileId> = maps
+                .files
+                .iter()
+                .filter(|(_, f)| under(&f.path, prefix))
+                .map(|(id, _)| *id)
+                .collect();
+            let mut out = Vec::new();
+            for id in ids {
+                let held: Vec<u64> = maps.files[&id].held.iter().copied().collect();
+                for k in held {
+                    if let Some(c) = maps.chunks.get_mut(&(id, k)) {
+                        if c.pinned {
+                            c.pinned = false;
+                            out.push(((id, k), *c));
+                        }
+                    }
+                }
+            }
+            out
+        };
+        for ((id, k), c) in &changed {
+            self.save_chunk(*id, *k, c)?;
+        }
+        Ok(changed.len() as u64)
+    }
+
+    /// A linked entry moved from `from` to `to`: the records of files under it follow.
+    pub fn rebind(&self, from: &str, to: &str) -> Result<(), Errno> {
+        let moved: Vec<(FileId, FileRec)> = {
+            let mut maps = self.maps();
+            let mut out = Vec::new();
+            for (id, f) in maps.files.iter_mut() {
+                if f.path == from || eddy_proto::path::is_within(&f.path, from) {
+                    f.path = format!("{to}{}", &f.path[from.len()..]);
+                    out.push((*id, f.clone()));
+                }
+            }
+            out
+        };
+        for (id, rec) in &moved {
+            self.save_file(*id, rec)?;
+        }
+        Ok(())
+    }
+
+    /// The file's chunks are gone (unlink, new generation): forget them.
+    pub fn forget(&self, id: FileId) -> Result<(), Errno> {
+        let held = {
+            let mut maps = self.maps();
+            let Some(f) = maps.files.remove(&id) else {
+                return Ok(());
+            };
+            for k in &f.held {
+                maps.chunks.remove(&(id, *k));
+            }
+            f.held
+        };
+        for k in held {
+            self.records
+                .remove(chunk_key(id, k))
+                .map_err(|e| rec_err("remove", e))?;
+        }
+        self.records
+            .remove(file_key(id))
+            .map_err(|e| rec_err("remove", e))
+    }
+
+    /// The file was cut to `size` bytes (its chunks too): forget what lies beyond.
+    pub fn truncated(&self, id: FileId, size: u64) -> Result<(), Errno> {
+        let cs = self.chunk_size;
+        let (gone, rec) = {
+            let mut maps = self.maps();
+            let Some(f) = maps.files.get_mut(&id) else {
+                return Ok(());
+            };
+            let gone: Vec<u64> = f.held.iter().copied().filter(|k| k * cs >= size).collect();
+            for k in &gone {
+                f.held.remove(k);
+            }
+            f.evicted.retain(|k| k * cs < size);
+            let rec = f.clone();
+            for k in &gone {
+                maps.chunks.remove(&(id, *k));
+            }
+            if !size.is_multiple_of(cs) {
+                let k = size / cs;
+                if let Some(c) = maps.chunks.get_mut(&(id, k)) {
+                    c.len = c.len.min(size - k * cs);
+                }
+            }
+            (gone, rec)
+        };
+        for k in gone {
+            self.records
+                .remove(chunk_key(id, k))
+                .map_err(|e| rec_err("remove", e))?;
+        }
+        self.save_file(id, &rec)
+    }
+
+    /// Capacity and use, in bytes: the configured capacity against the chunk bytes held, or
+    /// the file system under the root against its used bytes.
+    fn capacity(&self, chunks: &ChunkStore) -> (u64, u64) {
+        if self.capacity_cfg > 0 {
+            return (self.capacity_cfg, chunks.usage().0);
+        }
+        match nix::sys::statvfs::statvfs(&self.root) {
+            Ok(v) => {
+                let frag = v.fragment_size();
+                let total = v.blocks() * frag;
+                let avail = v.blocks_available() * frag;
+                (total, total.saturating_sub(avail))
+            }
+            Err(_) => (u64::MAX, 0),
+        }
+    }
+
+    /// After the cache grew: above the high watermark, evict down to the low one (one
+    /// thread at a time; past the capacity itself every writer waits for room).
+    pub fn after_growth(&self, chunks: &ChunkStore) {
+        let (cap, used) = self.capacity(chunks);
+        if used <= cap / 100 * self.high_pct {
+            return;
+        }
+        let guard = if used > cap {
+            Some(self.evicting.lock().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            self.evicting.try_lock().ok()
+        };
+        if let Some(_g) = guard {
+            if let Err(e) = self.evict_to(chunks, cap / 100 * self.low_pct) {
+                tracing::warn!("eviction stopped: {e}");
+            }
+        }
+    }
+
+    /// Frees room (a full device): evicts down to the low watermark now.
+    pub fn make_room(&self, chunks: &ChunkStore) -> Result<u64, Errno> {
+        let (cap, _) = self.capacity(chunks);
+        let _g = self.evicting.lock().unwrap_or_else(|e| e.into_inner());
+        self.evict_to(chunks, cap / 100 * self.low_pct)
+    }
+
+    /// Evicts unpinned chunks, clean ones least recently used first, then dirty ones (written
+    /// back first), until the use is at most `target`. Returns the chunks evicted.
+    fn evict_to(&self, chunks: &ChunkStore, target: u64) -> Result<u64, Errno> {
+        let mut candidates: Vec<(bool, u64, FileId, u64)> = self
+            .maps()
+            .chunks
+            .iter()
+            .filter(|(_, c)| !c.pinned)
+            .map(|((id, k), c)| (c.dirty, c.last_use, *id, *k))
+            .collect();
+        candidates.sort_unstable();
+        let mut evicted = 0u64;
+        let mut last_err = None;
+        for (_, _, id, k) in candidates {
+            if self.capacity(chunks).1 <= target {
+                break;
+            }
+            match self.evict_chunk(chunks, id, k) {
+                Ok(true) => evicted += 1,
+                Ok(false) => {}
+                Err(e) => last_err = Some(e),
+            }
+        }
+        self.evictions.fetch_add(evicted, Ordering::Relaxed);
+        match (evicted, last_err) {
+            (0, Some(e)) => Err(e),
+            _ => Ok(evicted),
+        }
+    }
+
+    /// Evicts one chunk, writing it back first if dirty; false if it is pinned or gone.
+    fn evict_chunk(&self, chunks: &ChunkStore, id: FileId, k: u64) -> Result<bool, Errno> {
+        let (dirty, path) = {
+            let maps = self.maps();
+            match (maps.chunks.get(&(id, k)), maps.files.get(&id)) {
+                (Some(c), Some(f)) if !c.pinned => (c.dirty, f.path.clone()),
+                _ => return Ok(false),
+            }
+        };
+        if dirty {
+            self.flush_file(chunks, id, &path, Some(k))?;
+        }
+        let _guard = chunks.lock(id, k);
+        let rec = {
+            let mut maps = self.maps();
+            match maps.chunks.get(&(id, k)) {
+                Some(c) if !c.dirty && !c.pinned => {}
+                _ => return Ok(false),
+            }
+            maps.chunks.remove(&(id, k));
+            let f = maps.files.entry(id).or_default();
+            f.held.remove(&k);
+            f.evicted.insert(k);
+            f.clone()
+        };
+        chunks.delete_locked(id, k)?;
+        self.records
+            .remove(chunk_key(id, k))
+            .map_err(|e| rec_err("remove", e))?;
+        self.save_file(id, &rec)?;
+        Ok(true)
+    }
+
+    /// The tier's figures for status.
+    pub fn status(&self, chunks: &ChunkStore) -> TierStatus {
+        let (cap, _) = self.capacity(chunks);
+        let mut s = TierStatus {
+            backend_read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            backend_write_bytes: self.write_bytes.load(Ordering::Relaxed),
+            fetches: self.fetches.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            capacity_bytes: cap,
+            high_watermark_bytes: cap / 100 * self.high_pct,
+            low_watermark_bytes: cap / 100 * self.low_pct,
+            ..TierStatus::default()
+        };
+        for c in self.maps().chunks.values() {
+            s.cached_chunks += 1;
+            s.cached_bytes += c.len;
+            if c.dirty {
+                s.dirty_bytes += c.len;
+            }
+            if c.pinned {
+                s.pinned_bytes += c.len;
+            }
+        }
+        s
+    }
+}
