@@ -325,12 +325,14 @@ impl Client {
         else {
             return;
         };
+        let cs = self.config().chunk_size;
         let end = offset + len as u64;
-        let sequential = f.0.ra_next.swap(end, Ordering::AcqRel) == offset;
+        // Near where the last read ended: a kernel reading ahead issues several reads at once,
+        // not always in order.
+        let sequential = f.0.ra_next.swap(end, Ordering::AcqRel).abs_diff(offset) <= 4 * cs;
         if !sequential || ahead == 0 || len == 0 {
             return;
         }
-        let cs = self.config().chunk_size;
         let chunks_in_file = size.div_ceil(cs);
         let want = ((end - 1) / cs + 1 + ahead).min(chunks_in_file);
         let from =

@@ -43,7 +43,8 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub chunk_size: Option<u64>,
     /// Ids of every daemon of the deployment, comma-separated (e.g. 0,1,2): which children
-    /// of a linked backend directory this daemon imports. Needed when links are configured.
+    /// of a linked backend directory this daemon imports. Needed when links are configured;
+    /// default: the daemons of --deployment.
     #[arg(long, value_delimiter = ',')]
     pub members: Option<Vec<u32>>,
     /// Log level or tracing filter, e.g. "debug" or "eddy_daemon=debug,fjall=warn".
@@ -100,7 +101,12 @@ impl DaemonSettings {
                 "--listen {listen_text:?} is not an ip:port address: {e}"
             ))
         })?;
-        if !config.links.is_empty() && args.members.is_none() {
+        let members = args.members.clone().or_else(|| {
+            deployment
+                .as_ref()
+                .map(|d| d.daemons.iter().map(|e| e.id).collect())
+        });
+        if !config.links.is_empty() && members.is_none() {
             return Err(DaemonError::Args(
                 "backend links are configured but --members is missing: pass the ids of every \
                  daemon of the deployment (eddy start does)"
@@ -120,7 +126,7 @@ impl DaemonSettings {
             host: args.host.clone().unwrap_or_else(system_host_name),
             secret,
             config,
-            members: args.members.clone(),
+            members,
         })
     }
 }
