@@ -377,18 +377,21 @@ impl MetaStore {
         let mut todo: Vec<String> = Vec::new();
         let mut more = false;
         let mut visit = |key: &[u8], inode: Inode| {
-            if inode.kind == FileKind::File
-                && inode.tier.is_some_and(|t| t.dirty)
-                && !skip.contains(&inode.file_id)
+            if inode.kind != FileKind::File
+                || !inode.tier.is_some_and(|t| t.dirty)
+                || skip.contains(&inode.file_id)
             {
-                if todo.len() >= limit as usize {
-                    more = true;
-                    return Ok(false);
-                }
-                if let Some(p) = path::key_to_path(key) {
-                    todo.push(p);
-                }
+                return Ok(true);
             }
+            // The scan of the entry's own key also meets siblings whose names extend it.
+            let Some(p) = path::key_to_path(key).filter(|p| path::is_within(p, &norm)) else {
+                return Ok(true);
+            };
+            if todo.len() >= limit as usize {
+                more = true;
+                return Ok(false);
+            }
+            todo.push(p);
             Ok(true)
         };
         let cursor = after.map(|a| self.key_of(a).map(|(_, k)| k)).transpose()?;
