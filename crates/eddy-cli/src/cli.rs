@@ -15,14 +15,21 @@ pub struct Cli {
 pub enum Command {
     /// Start a deployment: N daemons on this host, or one daemon per listed host.
     Start(StartArgs),
-    /// Unmount, stop every daemon of the deployment and mark it stopped (idempotent).
-    Stop(StateArgs),
+    /// Write dirty data back to the backend, unmount, stop every daemon (idempotent).
+    Stop(StopArgs),
     /// Show every daemon of the deployment: address, up/down, storage, entries, uptime.
     Status(StatusArgs),
     /// Mount the deployment's namespace with FUSE.
     Mount(MountArgs),
     /// Unmount a mount point made by `eddy mount`.
     Umount(UmountArgs),
+    /// Fetch files or trees of linked prefixes from the backend into the cache, ahead of use.
+    StageIn(StageInArgs),
+    /// Write the dirty data under linked prefixes back to the backend; returns once it is
+    /// durable there.
+    StageOut(StageOutArgs),
+    /// Release the pins `eddy stage-in --pin` put on cached data, so that it can be evicted.
+    Unpin(UnpinArgs),
     /// Run IO500-shaped benchmarks on a directory.
     Bench(eddy_bench::BenchArgs),
     /// Low-level helpers that talk to the deployment through the client library.
@@ -93,6 +100,70 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Stop even though dirty data under linked prefixes is not written back to the backend:
+    /// no write-back is attempted and that data is lost. Without it, stop first writes every
+    /// linked prefix back, and refuses to stop (the daemons keep running with the data) if
+    /// any file cannot be written back.
+    #[arg(long)]
+    pub discard: bool,
+}
+
+/// How the PATH arguments of stage-in, stage-out and unpin are read.
+const STAGE_PATHS_HELP: &str = "\
+PATH is a namespace path or a local path under a mount of this deployment:
+  - a path that lies under a mount point of this deployment that is mounted on this host
+    (recorded by `eddy mount` / `eddy start --mount` in the state directory) is translated to
+    the namespace path below that mount, e.g. /tmp/mnt/in/x with the mount /tmp/mnt is /in/x;
+    a relative path is taken from the current directory and must lie under such a mount;
+  - any other absolute path is a namespace path, e.g. /in/x (whether or not it also exists
+    on this host).
+A path names a file or a whole tree; it must lie under a linked prefix (--backend, --link).";
+
+#[derive(Debug, Args)]
+#[command(after_help = STAGE_PATHS_HELP)]
+pub struct StageInArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Keep the staged chunks from eviction until `eddy unpin` (or the end of the deployment).
+    #[arg(long)]
+    pub pin: bool,
+    /// Print one JSON document ({"files": [...], "bytes", "failed", "seconds"}) on stdout
+    /// instead of one line per file.
+    #[arg(long)]
+    pub json: bool,
+    /// Files or trees to fetch (namespace paths, or local paths under a mount).
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = STAGE_PATHS_HELP)]
+pub struct StageOutArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Print one JSON document ({"files": [...], "bytes", "failed", "seconds"}) on stdout
+    /// instead of one line per file.
+    #[arg(long)]
+    pub json: bool,
+    /// Linked prefixes or trees under them to write back (default: every linked prefix).
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = STAGE_PATHS_HELP)]
+pub struct UnpinArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Trees whose pins to release (default: every linked prefix).
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -1,12 +1,13 @@
-//! `eddy`: the command that starts, stops, inspects and mounts an Eddy deployment, and runs
-//! the benchmarks. It drives daemons through their processes and the client library only;
-//! it never touches a daemon's storage directly.
+//! `eddy`: the command that starts, stops, inspects and mounts an Eddy deployment, stages
+//! data in from and out to its backend, and runs the benchmarks. It drives daemons through
+//! their processes and the client library only; it never touches a daemon's storage directly.
 
 mod cli;
 mod debug;
 mod mount;
 mod mounts;
 mod procs;
+mod stage;
 mod start;
 mod state;
 mod status;
@@ -41,6 +42,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Status(args) => status::status(args),
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),
+        Command::StageIn(args) => stage::stage_in(args),
+        Command::StageOut(args) => stage::stage_out(args),
+        Command::Unpin(args) => stage::unpin(args),
         Command::Bench(args) => eddy_bench::run(args),
         Command::Debug(cmd) => debug::debug(cmd),
     }

@@ -1,11 +1,12 @@
-//! `eddy status`: one line (or JSON object) per daemon; fails if any daemon is down.
+//! `eddy status`: one line (or JSON object) per daemon; fails if any daemon is down. With a
+//! backend linked, the links and a second table with each daemon's backend-tier figures.
 
 use crate::cli::StatusArgs;
 use crate::state::StateDir;
 use anyhow::{bail, Result};
 use eddy_client::Client;
-use eddy_config::Deployment;
-use eddy_proto::DaemonStatus;
+use eddy_config::{Deployment, Link};
+use eddy_proto::{DaemonStatus, TierStatus};
 use serde::Serialize;
 
 /// What `status` reports about one daemon.
@@ -25,12 +26,17 @@ struct DaemonRow {
     uptime_s: Option<u64>,
     /// Requests served since the daemon started.
     requests: Option<u64>,
+    /// The backend tier: cached, dirty and pinned bytes, bytes read from and written to the
+    /// backend, fetches, evictions, capacity and watermarks (all zero when nothing is linked).
+    tier: Option<TierStatus>,
 }
 
 #[derive(Debug, Serialize)]
 struct Report {
     name: String,
     state: String,
+    /// Namespace prefixes linked to backend directories.
+    links: Vec<Link>,
     daemons: Vec<DaemonRow>,
 }
 
@@ -42,6 +48,7 @@ pub fn status(args: StatusArgs) -> Result<()> {
     let report = Report {
         name: dep.name.clone(),
         state: state.dir().display().to_string(),
+        links: dep.config.links.clone(),
         daemons: rows,
     };
     if args.json {
@@ -108,6 +115,7 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
         entries: None,
         uptime_s: None,
         requests: None,
+        tier: None,
     };
     match result {
         Ok(s) => {
@@ -118,6 +126,7 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
             row.entries = Some(s.entries);
             row.uptime_s = Some(s.uptime_s);
             row.requests = Some(s.requests);
+            row.tier = Some(s.tier);
         }
         Err(e) => row.error = Some(e),
     }
@@ -126,6 +135,9 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
 
 fn print_table(report: &Report) {
     println!("deployment {:?} (state {})", report.name, report.state);
+    for l in &report.links {
+        println!("link {} -> {}", l.prefix, l.backend.display());
+    }
     println!(
         "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9}",
         "ID",
@@ -158,6 +170,54 @@ fn print_table(report: &Report) {
             println!("      daemon {} is down: {e}", r.id);
         }
     }
+    if !report.links.is_empty() {
+        print_tier_table(&report.daemons);
+    }
+}
+
+/// The backend tier's figures of every daemon that answered.
+fn print_tier_table(rows: &[DaemonRow]) {
+    println!("backend tier");
+    println!(
+        "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
+        "ID",
+        "CACHED",
+        "DIRTY",
+        "PINNED",
+        "BE READ",
+        "BE WRITTEN",
+        "EVICTIONS",
+        "WATERMARKS HIGH/LOW"
+    );
+    for r in rows {
+        let Some(t) = &r.tier else {
+            println!("{:>4}  -", r.id);
+            continue;
+        };
+        println!(
+            "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
+            r.id,
+            human_bytes(t.cached_bytes),
+            human_bytes(t.dirty_bytes),
+            human_bytes(t.pinned_bytes),
+            human_bytes(t.backend_read_bytes),
+            human_bytes(t.backend_write_bytes),
+            t.evictions,
+            watermarks(t),
+        );
+    }
+}
+
+/// "9.0 GiB/7.5 GiB" (high/low), "-" without a capacity.
+fn watermarks(t: &TierStatus) -> String {
+    if t.capacity_bytes == 0 {
+        return "-".into();
+    }
+    format!(
+        "{}/{}",
+        human_bytes(t.high_watermark_bytes),
+        human_bytes(t.low_watermark_bytes)
+    )
 }
 
 /// Bytes with a binary unit, e.g. "1.5 GiB".

@@ -235,7 +235,13 @@ impl Client {
                     let Reply::Flushed { files, more } = self.call(id, make(after)).await? else {
                         return Err(Errno::eio("unexpected reply to a flush"));
                     };
-                    after = files.iter().map(|f| f.file_id).max().or(after);
+                    // A file cut short by the daemon's time budget comes again next page.
+                    after = files
+                        .iter()
+                        .filter(|f| f.complete)
+                        .map(|f| f.file_id)
+                        .max()
+                        .or(after);
                     report(&files, progress);
                     out.extend(files);
                     if !more {

@@ -48,6 +48,8 @@ pub struct MetaStore {
     limits: PathLimits,
     /// Budget of encoded bytes for one listing reply, so a page always fits a frame.
     reply_budget: usize,
+    /// Time one finalisation request may take before it replies with what it did.
+    flush_budget: std::time::Duration,
 }
 
 fn fjall_err(what: &str, e: fjall::Error) -> Errno {
@@ -95,6 +97,7 @@ impl MetaStore {
                 max_name: config.max_name_bytes,
             },
             reply_budget: config.max_rpc_data_bytes as usize,
+            flush_budget: std::time::Duration::from_millis(config.rpc_timeout_ms / 2),
         })
     }
 

@@ -18,6 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Name of the keyspace holding the tier's records.
 pub const TIER_KEYSPACE: &str = "tier";
@@ -70,6 +71,8 @@ pub struct Tier {
     root: PathBuf,
     /// Held by the thread evicting; others go on (or wait, past the capacity).
     evicting: Mutex<()>,
+    /// Time one write-back request may take before it replies with what it did.
+    flush_budget: Duration,
 }
 
 fn rec_err(what: &str, e: fjall::Error) -> Errno {
@@ -159,6 +162,7 @@ impl Tier {
             low_pct: u64::from(config.cache_low_watermark_pct),
             root: root.to_owned(),
             evicting: Mutex::new(()),
+            flush_budget: Duration::from_millis(config.rpc_timeout_ms / 2),
         })
     }
 
@@ -419,39 +423,50 @@ impl Tier {
                 .collect()
         };
         ids.sort_unstable_by_key(|(id, _)| *id);
-        let more = ids.len() > limit as usize;
+        let mut more = ids.len() > limit as usize;
         ids.truncate(limit as usize);
-        let outcomes = ids
-            .into_iter()
-            .map(|(id, path)| {
-                let (bytes, error) = match self.flush_file(chunks, id, &path, None) {
-                    Ok(b) => (b, None),
-                    Err(e) => (0, Some(e)),
-                };
-                FileOutcome {
-                    path,
-                    file_id: id,
-                    bytes,
-                    error,
-                }
-            })
-            .collect();
+        let deadline = Instant::now() + self.flush_budget;
+        let mut outcomes = Vec::new();
+        for (id, path) in ids {
+            if Instant::now() >= deadline {
+                more = true;
+                break;
+            }
+            let (bytes, complete, error) = match self.flush_file(chunks, id, &path, None, deadline)
+            {
+                Ok((b, complete)) => (b, complete, None),
+                Err(e) => (0, true, Some(e)),
+            };
+            outcomes.push(FileOutcome {
+                path,
+                file_id: id,
+                bytes,
+                error,
+                complete,
+            });
+            if !complete {
+                more = true;
+                break;
+            }
+        }
         (outcomes, more)
     }
 
     /// Writes back the dirty chunks of one file (all, or only `only`), fsyncs the backend
-    /// file, then marks clean the chunks no write touched meanwhile. Returns bytes written.
+    /// file, then marks clean the chunks no write touched meanwhile. Stops starting chunks
+    /// at `deadline`. Returns the bytes written and whether every dirty chunk was.
     fn flush_file(
         &self,
         chunks: &ChunkStore,
         id: FileId,
         path: &str,
         only: Option<u64>,
-    ) -> Result<u64, Errno> {
+        deadline: Instant,
+    ) -> Result<(u64, bool), Errno> {
         let dirty: Vec<u64> = {
             let maps = self.maps();
             let Some(f) = maps.files.get(&id) else {
-                return Ok(0);
+                return Ok((0, true));
             };
             f.held
                 .iter()
@@ -461,13 +476,18 @@ impl Tier {
                 .collect()
         };
         if dirty.is_empty() {
-            return Ok(0);
+            return Ok((0, true));
         }
         let bpath = self.backend_path(path)?;
         let file = self.backend.open_for_flush(&bpath)?;
         let mut written = Vec::new();
         let mut bytes = 0u64;
+        let mut complete = true;
         for k in dirty {
+            if Instant::now() >= deadline && !written.is_empty() {
+                complete = false;
+                break;
+            }
             let _guard = chunks.lock(id, k);
             let version = match self.maps().chunks.get(&(id, k)) {
                 Some(c) if c.dirty => c.version,
@@ -500,7 +520,7 @@ impl Tier {
                 self.save_chunk(id, k, &c)?;
             }
         }
-        Ok(bytes)
+        Ok((bytes, complete))
     }
 
     /// Releases the pins of chunks of files under `prefix`; returns how many were pinned.
@@ -690,7 +710,8 @@ impl Tier {
             }
         };
         if dirty {
-            self.flush_file(chunks, id, &path, Some(k))?;
+            let no_limit = Instant::now() + Duration::from_secs(3600);
+            self.flush_file(chunks, id, &path, Some(k), no_limit)?;
         }
         let _guard = chunks.lock(id, k);
         let rec = {

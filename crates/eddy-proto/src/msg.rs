@@ -254,6 +254,9 @@ pub struct FileOutcome {
     pub bytes: u64,
     /// Why it failed (the backend path is named); `None` when it succeeded.
     pub error: Option<Errno>,
+    /// False when the request's time ran out in the middle of this file: the rest of it comes
+    /// with the next page.
+    pub complete: bool,
 }
 
 /// A request from a client to a daemon.
@@ -333,7 +336,8 @@ pub enum Request {
     },
     /// Writes this daemon's dirty chunks of files under `prefix` back to the backend (pwrite
     /// into the backend file, then fsync), for files with ids after `after`, at most `limit`
-    /// files. Replies `Flushed`.
+    /// files, and for at most half the RPC deadline (then `more`, and the file under way is
+    /// incomplete). Replies `Flushed`.
     FlushDirty {
         prefix: String,
         after: Option<FileId>,

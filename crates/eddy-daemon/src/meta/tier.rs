@@ -407,7 +407,15 @@ impl MetaStore {
                 break;
             }
         }
-        let outcomes = todo.into_iter().map(|p| self.finalize_one(&p)).collect();
+        let deadline = std::time::Instant::now() + self.flush_budget;
+        let mut outcomes = Vec::new();
+        for p in todo {
+            if std::time::Instant::now() >= deadline {
+                more = true;
+                break;
+            }
+            outcomes.push(self.finalize_one(&p));
+        }
         Ok((outcomes, more))
     }
 
@@ -420,6 +428,7 @@ impl MetaStore {
             file_id: 0,
             bytes: 0,
             error: None,
+            complete: true,
         };
         let result = (|| {
             let Some(mut ino) = self.get(&key)? else {
