@@ -4,8 +4,10 @@ set -euo pipefail
 
 # slurm-wlm and munge: crates/eddy-cli/tests/slurm.rs brings up a private Slurm cluster.
 # openmpi-bin: `eddy bench --mpi` launches its workers with mpirun (tested in tests/bench.rs).
+# glusterfs-server and glusterfs-client: crates/eddy-cli/tests/common/gluster.rs serves a real
+# network file system (a GlusterFS volume on this host) as a backend directory.
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
-  slurm-wlm munge openmpi-bin)
+  slurm-wlm munge openmpi-bin glusterfs-server glusterfs-client)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -22,6 +24,17 @@ fi
 # FUSE: let mounts made with allow_other work for non-root users too.
 if [ -w /etc/fuse.conf ] && ! grep -q '^user_allow_other' /etc/fuse.conf; then
   echo user_allow_other >> /etc/fuse.conf
+fi
+
+# GlusterFS refuses localhost and 127.0.0.1 as brick hosts: give the test bricks a host name of
+# their own that resolves to a loopback address (any 127.x address reaches this host on Linux).
+GLUSTER_HOST_ENTRY="127.0.1.77 eddy-gluster-host"
+if ! grep -Eq '^[[:space:]]*127\.0\.1\.77[[:space:]]+eddy-gluster-host([[:space:]]|$)' /etc/hosts; then
+  if [ -w /etc/hosts ]; then
+    echo "$GLUSTER_HOST_ENTRY" >> /etc/hosts
+  else
+    echo "$GLUSTER_HOST_ENTRY" | sudo tee -a /etc/hosts >/dev/null
+  fi
 fi
 
 # Rust: the workspace needs a toolchain of 1.90 or newer (fjall's minimum).

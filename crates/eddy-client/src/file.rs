@@ -19,6 +19,8 @@ pub(crate) struct FileInner {
     known_size: AtomicU64,
     /// For a file under a linked prefix: what its chunks' daemons need to fetch it.
     pub(crate) backing: Option<Backing>,
+    /// Opening found the backend copy changed and took a new generation of it.
+    renewed: bool,
     /// Read-ahead: the offset a sequential reader reads next, and the first chunk not yet
     /// asked for.
     ra_next: AtomicU64,
@@ -62,6 +64,11 @@ impl File {
     pub fn is_linked(&self) -> bool {
         self.0.backing.is_some()
     }
+    /// Whether opening it found its backend copy changed (size and times may differ from
+    /// what a kernel cached before the open).
+    pub fn renewed(&self) -> bool {
+        self.0.renewed
+    }
     pub(crate) fn raise_known(&self, size: u64) {
         self.0.known_size.fetch_max(size, Ordering::AcqRel);
     }
@@ -81,7 +88,7 @@ impl Client {
         let mut p = self.norm(path)?;
         let mut hops = 0;
         loop {
-            let (inode, created) = self.open_entry(&p, flags, mode, creds).await?;
+            let (inode, created, renewed) = self.open_entry(&p, flags, mode, creds).await?;
             if inode.kind == FileKind::Symlink {
                 if flags & libc::O_NOFOLLOW != 0 {
                     return Err(Errno::new(
@@ -99,7 +106,9 @@ impl Client {
                 p = self.resolve_link(&p, inode.target.as_deref().unwrap_or(""))?;
                 continue;
             }
-            return self.finish_open(p, inode, created, flags, creds).await;
+            return self
+                .finish_open(p, inode, (created, renewed), flags, creds)
+                .await;
         }
     }
 
@@ -112,24 +121,29 @@ impl Client {
         }
     }
 
-    /// Looks up or creates the entry; returns it and whether this call created it.
+    /// Looks up or creates the entry; returns it, whether this call created it and whether
+    /// it found the backend copy changed.
     pub(crate) async fn open_entry(
         &self,
         p: &str,
         flags: i32,
         mode: u32,
         creds: Creds,
-    ) -> Result<(Inode, bool), Errno> {
+    ) -> Result<(Inode, bool, bool), Errno> {
         if flags & libc::O_CREAT == 0 {
             let i = self.stat_norm(p).await?;
-            return Ok((self.validate_linked(p, i, flags).await?, false));
+            let (i, renewed) = self.validate_linked(p, i, flags).await?;
+            return Ok((i, false, renewed));
         }
         let exclusive = flags & libc::O_EXCL != 0;
         // An enforcing caller may open an existing file in a directory it cannot write to, so
         // look first; otherwise a non-exclusive Create returns the existing entry by itself.
         if !exclusive && creds.enforce {
             match self.stat_norm(p).await {
-                Ok(i) => return Ok((self.validate_linked(p, i, flags).await?, false)),
+                Ok(i) => {
+                    let (i, renewed) = self.validate_linked(p, i, flags).await?;
+                    return Ok((i, false, renewed));
+                }
                 Err(e) if e.errno == libc::ENOENT => {}
                 Err(e) => return Err(e),
             }
@@ -139,17 +153,19 @@ impl Client {
         let got = self.create_entry(p, fresh, exclusive, creds).await?;
         let created = got.file_id == fresh_id;
         if created {
-            return Ok((got, true));
+            return Ok((got, true, false));
         }
-        Ok((self.validate_linked(p, got, flags).await?, false))
+        let (i, renewed) = self.validate_linked(p, got, flags).await?;
+        Ok((i, false, renewed))
     }
 
     /// On open of a file under a linked prefix: checks it against its backend copy (a changed
     /// clean file gets a new generation, whose old chunks are dropped) and, for writing,
-    /// marks it dirty. Other entries are returned as they are.
-    async fn validate_linked(&self, p: &str, i: Inode, flags: i32) -> Result<Inode, Errno> {
+    /// marks it dirty. Other entries are returned as they are. True when a new generation
+    /// was taken.
+    async fn validate_linked(&self, p: &str, i: Inode, flags: i32) -> Result<(Inode, bool), Errno> {
         if i.kind != FileKind::File || i.tier.is_none() {
-            return Ok(i);
+            return Ok((i, false));
         }
         let for_write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         let req = Request::Validate {
@@ -158,13 +174,14 @@ impl Client {
         };
         match self.meta(p, req).await? {
             Reply::Revalidated { inode, dropped } => {
+                let renewed = dropped.is_some();
                 if let Some((old, size)) = dropped {
                     self.0.sizes.forget(old);
                     if let Err(e) = self.drop_data(old, size).await {
                         tracing::warn!(path = p, "chunks of a stale generation stay: {e}");
                     }
                 }
-                Ok(self.with_pending_size(inode))
+                Ok((self.with_pending_size(inode), renewed))
             }
             other => Err(Errno::eio(format!(
                 "unexpected reply to validate: {other:?}"
@@ -176,7 +193,7 @@ impl Client {
         &self,
         p: String,
         mut inode: Inode,
-        created: bool,
+        (created, renewed): (bool, bool),
         flags: i32,
         creds: Creds,
     ) -> Result<File, Errno> {
@@ -225,6 +242,7 @@ impl Client {
             flags,
             known_size: known,
             backing,
+            renewed,
             ra_next: AtomicU64::new(0),
             ra_upto: AtomicU64::new(0),
         })))

@@ -145,19 +145,45 @@ impl Client {
         self.all(make).await.into_iter().map(|(_, r)| r).collect()
     }
 
+    /// Makes sure the root directory exists, and that every linked prefix is an entry of
+    /// the namespace (its scratch ancestors made, the prefix imported from its backend), so
+    /// that listings show the links.
     pub(crate) async fn ensure_root(&self) -> Result<(), Errno> {
         let creds = Creds::current();
-        let root = new_inode(FileKind::Dir, 0o755, creds, None);
-        self.meta(
-            "/",
-            Request::Create {
-                path: "/".into(),
-                inode: root,
+        let prefixes: Vec<String> = self
+            .config()
+            .links
+            .iter()
+            .map(|l| l.prefix.clone())
+            .collect();
+        let mut dirs = vec!["/".to_string()];
+        for prefix in &prefixes {
+            let mut ancestors = Vec::new();
+            let mut cur = prefix.as_str();
+            while let Some((parent, _)) = path::split(cur) {
+                ancestors.push(parent.to_string());
+                cur = parent;
+            }
+            dirs.extend(ancestors.into_iter().rev().skip(1));
+        }
+        for dir in dirs {
+            let inode = new_inode(FileKind::Dir, 0o755, creds, None);
+            let req = Request::Create {
+                path: dir.clone(),
+                inode,
                 exclusive: false,
-            },
-        )
-        .await
-        .map(|_| ())
+            };
+            self.meta(&dir, req).await?;
+        }
+        for prefix in prefixes {
+            self.stat_raw(&prefix).await.map_err(|e| {
+                Errno::new(
+                    e.errno,
+                    format!("linked prefix {prefix}: its backend directory: {e}"),
+                )
+            })?;
+        }
+        Ok(())
     }
 
     pub(crate) async fn stat_norm(&self, path: &str) -> Result<Inode, Errno> {

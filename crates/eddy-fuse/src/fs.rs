@@ -974,6 +974,11 @@ impl Filesystem for EddyFs {
 ///   them, and through the cache the kernel splits an unaligned write in two requests (the
 ///   partial first page alone). Writers to one file may then proceed in parallel.
 fn fopen_flags(file: &File) -> FopenFlags {
+    if file.renewed() {
+        // The kernel's cached size predates the backend's change: read around the page cache,
+        // so the new end of the file is not cut at the old one.
+        return FopenFlags::FOPEN_DIRECT_IO;
+    }
     if !file.writable() {
         return FopenFlags::FOPEN_NOFLUSH;
     }

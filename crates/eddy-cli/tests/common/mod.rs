@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod gluster;
 pub mod model;
 
 use eddy_client::Client;

@@ -104,11 +104,13 @@ impl MetaStore {
         let made = self.backend.run("create", &bp, move || {
             match kind {
                 FileKind::Dir => {
-                    use std::os::unix::fs::DirBuilderExt;
-                    match std::fs::DirBuilder::new().mode(mode).create(&p) {
+                    use std::os::unix::fs::PermissionsExt;
+                    match std::fs::create_dir(&p) {
                         Err(e) if e.kind() == ErrorKind::AlreadyExists && p.is_dir() => {}
                         other => other?,
                     }
+                    // The mode as asked, not as the daemon's umask would cut it.
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
                 }
                 _ => std::os::unix::fs::symlink(target.unwrap_or_default(), &p)?,
             }
@@ -198,9 +200,18 @@ impl MetaStore {
             ));
         };
         let (f, t) = (bf.clone(), bt);
-        self.backend.run("rename", &bf, move || {
-            ignore_missing(std::fs::rename(&f, &t))
-        })
+        self.backend
+            .run("rename", &bf, move || match std::fs::rename(&f, &t) {
+                // The source was never written back: what it replaces must go from the backend
+                // too, or its bytes would show through the new file's holes after stage-out.
+                Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::symlink_metadata(&t) {
+                    Ok(m) if m.is_dir() => ignore_missing(std::fs::remove_dir(&t)),
+                    Ok(_) => ignore_missing(std::fs::remove_file(&t)),
+                    Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(e),
+                },
+                other => other,
+            })
     }
 
     /// Makes sure the children of a linked directory that this daemon owns are imported: once
