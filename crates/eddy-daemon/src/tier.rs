@@ -243,10 +243,16 @@ impl Tier {
         Ok(())
     }
 
-    fn touch(&self, id: FileId, k: u64) {
+    /// Marks chunk k of `id` as just used; whether it is recorded here, i.e. complete: a
+    /// chunk is recorded only after its fetch or write has finished.
+    fn touch(&self, id: FileId, k: u64) -> bool {
         let now = self.tick();
-        if let Some(c) = self.maps().chunks.get_mut(&(id, k)) {
-            c.last_use = now;
+        match self.maps().chunks.get_mut(&(id, k)) {
+            Some(c) => {
+                c.last_use = now;
+                true
+            }
+            None => false,
         }
     }
 
@@ -304,8 +310,9 @@ impl Tier {
         for p in pieces {
             let buf = &mut out[at..at + p.len as usize];
             at += p.len as usize;
-            if chunks.read_piece(id, p, buf)? {
-                self.touch(id, p.chunk);
+            // Without the chunk's lock only a recorded chunk is read: a chunk file being
+            // filled by a fetch exists before it holds its bytes.
+            if self.touch(id, p.chunk) && chunks.read_piece(id, p, buf)? {
                 continue;
             }
             let guard = chunks.lock(id, p.chunk);
@@ -766,6 +773,7 @@ mod tests {
     use super::*;
     use eddy_config::Link;
     use fjall::{Database, KeyspaceCreateOptions};
+    use std::sync::atomic::AtomicBool;
 
     const CS: u64 = 4096;
 
@@ -778,10 +786,14 @@ mod tests {
     }
 
     fn fixture(capacity: u64) -> Fixture {
+        fixture_with(capacity, CS)
+    }
+
+    fn fixture_with(capacity: u64, chunk_size: u64) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("pfs")).unwrap();
         let config = Config {
-            chunk_size: CS,
+            chunk_size,
             cache_capacity_bytes: capacity,
             links: vec![Link {
                 prefix: "/".into(),
@@ -804,7 +816,7 @@ mod tests {
         let ks = db
             .keyspace(TIER_KEYSPACE, KeyspaceCreateOptions::default)
             .unwrap();
-        let chunks = ChunkStore::open(&root.join("chunks"), CS, 1 << 20).unwrap();
+        let chunks = ChunkStore::open(&root.join("chunks"), config.chunk_size, 1 << 20).unwrap();
         let tier = Tier::open(ks, Backend::new(config), config, root, &chunks).unwrap();
         (db, chunks, tier)
     }
@@ -852,6 +864,48 @@ mod tests {
         let st = f.tier.status(&f.chunks);
         assert_eq!((st.fetches, st.cached_chunks, st.dirty_bytes), (2, 2, 0));
         assert_eq!(st.backend_read_bytes, CS + 100);
+    }
+
+    #[test]
+    fn readers_beside_a_fetch_never_see_a_chunk_half_filled() {
+        // A fetch counts itself once it has read the backend, then fills the chunk file:
+        // readers aim at the chunk whose file is being filled (large chunks widen that
+        // window). They must wait for the fetch rather than read zeros.
+        const BIG: u64 = 4 << 20;
+        const MIB: u64 = 1 << 20;
+        const N: u64 = 12;
+        let f = fixture_with(0, BIG);
+        let data = bytes(9, (N * BIG) as usize);
+        std::fs::write(f.dir.path().join("pfs/big"), &data).unwrap();
+        let b = backing("/big", data.len() as u64);
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for k in 0..N {
+                    f.tier.prefetch(&f.chunks, 3, &[k], &b, false).unwrap();
+                }
+                done.store(true, Ordering::SeqCst);
+            });
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while !done.load(Ordering::SeqCst) {
+                        let Some(k) = f.tier.fetches.load(Ordering::SeqCst).checked_sub(1) else {
+                            continue;
+                        };
+                        // The chunk's last MiB: what a half-filled chunk file lacks.
+                        let tail = piece(k, (BIG - MIB) as u32, MIB as u32);
+                        let got = f.tier.read(&f.chunks, 3, &[tail], &b).unwrap();
+                        let at = ((k + 1) * BIG - MIB) as usize;
+                        assert!(got == data[at..at + MIB as usize], "chunk {k}: wrong bytes");
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            f.tier.status(&f.chunks).fetches,
+            N,
+            "each chunk fetched once"
+        );
     }
 
     #[test]
