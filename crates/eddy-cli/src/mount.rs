@@ -84,8 +84,7 @@ fn mount_options(dep: &Deployment, allow_other: bool) -> eddy_fuse::MountOptions
     eddy_fuse::MountOptions {
         allow_other,
         fsname: format!("eddy:{}", dep.name),
-        threads: dep.config.fuse_threads,
-        attr_ttl: Duration::from_millis(dep.config.fuse_attr_ttl_ms),
+        ..eddy_fuse::MountOptions::from_config(&dep.config)
     }
 }
 

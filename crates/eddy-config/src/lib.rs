@@ -60,6 +60,11 @@ pub struct Config {
     /// How long the kernel may cache attributes and entries of the mount, in milliseconds.
     /// Default 1 000.
     pub fuse_attr_ttl_ms: u64,
+    /// Kernel read-ahead of the mount in KiB, set (as root) through
+    /// `/sys/class/bdi/MAJ:MIN/read_ahead_kb` once the mount is up: how large the reads the
+    /// kernel sends to Eddy for a sequential reader get (the kernel's default for FUSE is
+    /// 128). 0 leaves the kernel's value. Default 1 024.
+    pub fuse_read_ahead_kb: u32,
     /// Longest accepted path, in bytes (ENAMETOOLONG beyond). Default 4096.
     pub max_path_bytes: usize,
     /// Longest accepted path component, in bytes (ENAMETOOLONG beyond). Default 255.
@@ -183,6 +188,7 @@ impl Default for Config {
             io_threads: 32,
             fuse_threads: 8,
             fuse_attr_ttl_ms: 1_000,
+            fuse_read_ahead_kb: 1024,
             max_path_bytes: 4096,
             max_name_bytes: 255,
             port: 7750,

@@ -44,6 +44,8 @@ pub struct MountOptions {
     pub threads: usize,
     /// How long the kernel may cache attributes and entries (config `fuse_attr_ttl_ms`).
     pub attr_ttl: Duration,
+    /// Kernel read-ahead of the mount in KiB, 0 for the kernel's (config `fuse_read_ahead_kb`).
+    pub read_ahead_kb: u32,
 }
 
 impl MountOptions {
@@ -54,6 +56,7 @@ impl MountOptions {
             fsname: "eddy".to_string(),
             threads: config.fuse_threads,
             attr_ttl: Duration::from_millis(config.fuse_attr_ttl_ms),
+            read_ahead_kb: config.fuse_read_ahead_kb,
         }
     }
 }
@@ -151,6 +154,11 @@ pub fn mount(
     opts: MountOptions,
 ) -> Result<(), FuseError> {
     let session = new_session(client, rt, mountpoint, &opts)?;
+    if opts.read_ahead_kb > 0 {
+        // Waits for the kernel's INIT, which this thread's session.run() answers.
+        let (dir, kb) = (mountpoint.to_owned(), opts.read_ahead_kb);
+        std::thread::spawn(move || set_read_ahead(&dir, kb));
+    }
     let res = session.run();
     info!(mountpoint = %mountpoint.display(), "Eddy unmounted");
     res.map_err(|source| FuseError::Session {
@@ -237,11 +245,48 @@ pub fn spawn_mount(
         mountpoint: mountpoint.to_owned(),
         source,
     })?;
+    if opts.read_ahead_kb > 0 {
+        set_read_ahead(mountpoint, opts.read_ahead_kb);
+    }
     Ok(MountGuard {
         session: Some(bg),
         mountpoint: mountpoint.to_owned(),
         connection: connection_id(mountpoint),
     })
+}
+
+/// Sets the kernel read-ahead of the mount at `mountpoint` to `kb` KiB, through the sysfs
+/// entry of its backing device. Waits for the mount to be initialised (the kernel caps the
+/// read-ahead when it processes INIT, so setting it earlier would not last). Needs root;
+/// otherwise, or if sysfs refuses, the kernel's value stays and a warning says so.
+fn set_read_ahead(mountpoint: &Path, kb: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let dev = match std::fs::metadata(mountpoint) {
+        Ok(m) => m.dev(),
+        Err(e) => {
+            warn!(mountpoint = %mountpoint.display(), "cannot set the read-ahead: {e}");
+            return;
+        }
+    };
+    let file = read_ahead_file(dev);
+    match std::fs::write(&file, format!("{kb}\n")) {
+        Ok(()) => debug!(mountpoint = %mountpoint.display(), kb, "read-ahead set"),
+        Err(e) => warn!(
+            mountpoint = %mountpoint.display(),
+            "cannot set the read-ahead to {kb} KiB in {}: {e}; the kernel's value stays \
+             (sequential reads come in smaller requests)",
+            file.display()
+        ),
+    }
+}
+
+/// The sysfs file holding the read-ahead of the device `dev`.
+fn read_ahead_file(dev: u64) -> PathBuf {
+    PathBuf::from(format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    ))
 }
 
 /// Where the FUSE control file system (fusectl) lists connections.
@@ -430,6 +475,7 @@ mod tests {
             fsname: "job7".into(),
             threads: 3,
             attr_ttl: Duration::from_secs(1),
+            read_ahead_kb: 0,
         };
         let c = session_config(&opts);
         assert_eq!(c.n_threads, Some(3));

@@ -85,6 +85,7 @@ fn start(n: u32) -> Fixture {
         fsname: "eddy-test".into(),
         threads: 4,
         attr_ttl: Duration::from_millis(100),
+        read_ahead_kb: 2048,
     };
     let guard = spawn_mount(client, rt.handle().clone(), &mnt, opts).unwrap();
     Fixture {
@@ -331,6 +332,21 @@ fn mount_serves_posix_calls() {
     guard.unmount().unwrap();
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&*mnt.to_string_lossy()));
+}
+
+#[test]
+fn the_mount_gets_the_configured_read_ahead() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = start(3);
+    let mnt = fx.guard.as_ref().unwrap().mountpoint().to_owned();
+    let dev = fs::metadata(&mnt).unwrap().dev();
+    let file = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    let kb = fs::read_to_string(&file).unwrap();
+    assert_eq!(kb.trim(), "2048", "{file}");
 }
 
 #[test]
