@@ -4,7 +4,7 @@
 CARGO ?= cargo
 RELEASE := target/release
 
-.PHONY: deps build demo test bench lint clean
+.PHONY: deps build demo test bench bench-tier lint clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -24,6 +24,14 @@ test: deps
 ## The benchmark suite: Eddy beside the raw storage, with ratios and a plot.
 bench: build
 	$(RELEASE)/eddy bench suite --plot docs/bench-suite.png --json docs/bench-suite.json
+
+## The backend tier beside the backend used directly: a plain directory, then a GlusterFS volume.
+GLUSTER_BENCH_DIR ?= /var/tmp/eddy-bench-gluster
+bench-tier: build
+	$(RELEASE)/eddy bench tier --json docs/bench-tier-dir.json
+	bash scripts/gluster-volume.sh up $(GLUSTER_BENCH_DIR)
+	$(RELEASE)/eddy bench tier --backend $(GLUSTER_BENCH_DIR)/mnt --json docs/bench-tier-gluster.json; \
+	  rc=$$?; bash scripts/gluster-volume.sh down $(GLUSTER_BENCH_DIR); exit $$rc
 
 lint:
 	$(CARGO) fmt --all --check

@@ -25,6 +25,10 @@ pub enum BenchCommand {
     Compare(CompareArgs),
     /// Run the workloads at several process counts and draw throughput against process count.
     Scale(ScaleArgs),
+    /// Measure the backend tier: cold and warm reads of backend files through an Eddy mount,
+    /// stage-in and stage-out, each against its baseline (the backend read or written
+    /// directly, a native Eddy file, `cp -r`) in the same run.
+    Tier(TierArgs),
     /// Internal: one rank of a run, started by the coordinator.
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -76,6 +80,77 @@ pub struct SuiteArgs {
     pub launch: LaunchOpts,
     #[command(flatten)]
     pub out: OutputOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct TierArgs {
+    /// Directory for the daemons' storage (the cache), the mount point and the local copy of
+    /// `cp -r`; default /var/tmp (a disk whose page cache can be dropped, unlike tmpfs).
+    #[arg(long, value_name = "DIR")]
+    pub storage: Option<PathBuf>,
+    /// The backend (parallel file system) directory: a plain directory or, e.g., a GlusterFS
+    /// mount point. The benchmark works in a fresh sub-directory of it and removes it at the
+    /// end. Default: a fresh directory under --storage.
+    #[arg(long, value_name = "DIR")]
+    pub backend: Option<PathBuf>,
+    /// Bytes moved by each side of each phase in one round (suffixes K, M, G, T: powers of
+    /// 1024; e.g. 256M, 1.5G).
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_bytes)]
+    pub size: u64,
+    /// Files the read and stage-out phases spread --size over.
+    #[arg(long, default_value_t = 8)]
+    pub files: u32,
+    /// Files of the tree staged in (and copied with `cp -r`), spread over --tree-dirs
+    /// directories; together they hold --size bytes.
+    #[arg(long, default_value_t = 64)]
+    pub tree_files: u32,
+    /// Directories of the staged tree.
+    #[arg(long, default_value_t = 4)]
+    pub tree_dirs: u32,
+    /// Number of local daemons.
+    #[arg(long, default_value_t = 3)]
+    pub daemons: u32,
+    /// Configuration file for the deployment (`eddy start --config`), e.g. to try another
+    /// `chunk_size` or `readahead_chunks`.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Rounds of each phase, the two sides alternating which goes first, each round on files
+    /// of its own where needed; a side's figure is its median time.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Write the results as JSON to this file (`-` = stdout; the table then goes to stderr).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// A byte count: a number (fractions allowed) with an optional binary suffix K, M, G or T
+/// (also KiB, MiB, ..., or with a B: KB, MB, ...).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use K, M, G or T)"
+            ))
+        }
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a byte count such as 4096, 64K or 1.5G"))?;
+    let bytes = n * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("{text:?} is not a positive byte count"));
+    }
+    Ok(bytes.round() as u64)
 }
 
 #[derive(Debug, Args)]

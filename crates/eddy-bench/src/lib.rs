@@ -3,7 +3,9 @@
 //! as `eddy:STATE_DIR[:/dir]`, through the Eddy client library (one `Fs` trait, two
 //! implementations, see `fs`), verifies every byte it reads, and reports MiB/s, kIOPS, latency
 //! percentiles and the IO500-style score as tables, JSON and plots; `suite` measures an Eddy
-//! mount and the client library against the raw storage under them in the same run.
+//! mount and the client library against the raw storage under them in the same run; `tier`
+//! measures the backend tier (cold and warm reads of backend files, stage-in, stage-out)
+//! against the backend used directly.
 //!
 //! It must not: touch anything outside its own work directory (`eddy-bench.work`) in the
 //! target, report a number for a phase whose reads failed verification, depend on Eddy's
@@ -21,6 +23,7 @@ pub mod plan;
 mod plot;
 pub mod report;
 mod suite;
+mod tier;
 mod worker;
 
 pub use args::BenchArgs;
@@ -38,6 +41,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Suite(a) => suite::run(a),
         BenchCommand::Compare(a) => cmd_compare(a),
         BenchCommand::Scale(a) => cmd_scale(a),
+        BenchCommand::Tier(a) => tier::run(a),
         BenchCommand::Worker(a) => worker::main(a),
     }
 }

@@ -38,7 +38,7 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
     }
     let exe = std::env::current_exe().context("cannot find the eddy program's path")?;
     eprintln!("eddy bench suite: storage {}", base.path().display());
-    let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state)?;
+    let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state, &[])?;
     let targets = Targets {
         raw: Target::Dir(raw),
         mount: Target::Dir(mount),
@@ -135,7 +135,7 @@ fn storage_dir(given: Option<&Path>) -> anyhow::Result<tempfile::TempDir> {
 }
 
 /// A running local deployment; stopped on drop if not stopped explicitly.
-struct Deployment {
+pub(crate) struct Deployment {
     exe: PathBuf,
     state: PathBuf,
     mount: PathBuf,
@@ -143,12 +143,15 @@ struct Deployment {
 }
 
 impl Deployment {
-    fn start(
+    /// `eddy start --local DAEMONS --root ROOT --mount MOUNT --state STATE EXTRA...`, then
+    /// waits for the mount.
+    pub(crate) fn start(
         exe: &Path,
         daemons: u32,
         root: &Path,
         mount: &Path,
         state: &Path,
+        extra: &[std::ffi::OsString],
     ) -> anyhow::Result<Deployment> {
         let mut d = Deployment {
             exe: exe.into(),
@@ -166,6 +169,7 @@ impl Deployment {
             .arg(mount)
             .arg("--state")
             .arg(state)
+            .args(extra)
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("cannot run {} start", exe.display()))?;
@@ -184,7 +188,7 @@ impl Deployment {
         Ok(d)
     }
 
-    fn stop(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn stop(&mut self) -> anyhow::Result<()> {
         if !self.running {
             return Ok(());
         }

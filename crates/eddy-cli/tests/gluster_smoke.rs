@@ -43,7 +43,7 @@ fn brick_copies(vol: &GlusterVolume, rel: &str) -> Vec<PathBuf> {
         .iter()
         .map(|b| b.join(rel))
         .filter(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.mode() & libc::S_ISVTX as u32 == 0)
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.mode() & libc::S_ISVTX == 0)
         })
         .collect()
 }

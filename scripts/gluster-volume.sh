@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A GlusterFS volume on this host, for trying Eddy in front of a real network file system:
+#   scripts/gluster-volume.sh up DIR [BRICKS]   creates volume "eddy-<basename DIR>" with BRICKS
+#                                               (default 2) bricks under DIR and mounts it at
+#                                               DIR/mnt with the GlusterFS FUSE client
+#   scripts/gluster-volume.sh down DIR          unmounts, stops and deletes it, removes DIR
+# Bricks are named by the host name eddy-gluster-host (GlusterFS refuses localhost and 127.x;
+# scripts/install-deps.sh adds it to /etc/hosts). Needs root and glusterfs-server/-client.
+set -euo pipefail
+
+HOST=eddy-gluster-host
+cmd=${1:-}
+dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 up|down DIR [BRICKS]" >&2; exit 2; }
+dir=$(realpath -m "$dir")
+name="eddy-$(basename "$dir" | tr -c 'A-Za-z0-9_\n-' '-')"
+
+ensure_glusterd() {
+  if ! pgrep -x glusterd >/dev/null; then
+    glusterd -p /run/glusterd.pid --log-level WARNING
+  fi
+  for _ in $(seq 100); do
+    gluster --mode=script volume list >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "glusterd does not answer (see /var/log/glusterfs/glusterd.log)" >&2
+  exit 1
+}
+
+case "$cmd" in
+up)
+  bricks=${3:-2}
+  getent hosts "$HOST" >/dev/null || { echo "$HOST does not resolve: run scripts/install-deps.sh" >&2; exit 1; }
+  ensure_glusterd
+  mkdir -p "$dir/mnt"
+  spec=()
+  for i in $(seq 0 $((bricks - 1))); do
+    mkdir -p "$dir/brick$i"
+    spec+=("$HOST:$dir/brick$i")
+  done
+  # force: bricks on the root file system and several bricks on one server are refused otherwise.
+  gluster --mode=script volume create "$name" "${spec[@]}" force >/dev/null
+  gluster --mode=script volume start "$name" >/dev/null
+  for _ in $(seq 100); do
+    mount -t glusterfs "$HOST:/$name" "$dir/mnt" 2>/dev/null && break
+    sleep 0.2
+  done
+  mountpoint -q "$dir/mnt" || { echo "cannot mount volume $name at $dir/mnt" >&2; exit 1; }
+  echo "$dir/mnt"
+  ;;
+down)
+  if mountpoint -q "$dir/mnt" 2>/dev/null; then umount "$dir/mnt" || umount -l "$dir/mnt"; fi
+  if pgrep -x glusterd >/dev/null && gluster --mode=script volume info "$name" >/dev/null 2>&1; then
+    gluster --mode=script volume stop "$name" force >/dev/null || true
+    gluster --mode=script volume delete "$name" >/dev/null
+  fi
+  rm -rf "$dir"
+  ;;
+*)
+  echo "usage: $0 up|down DIR [BRICKS]" >&2
+  exit 2
+  ;;
+esac
