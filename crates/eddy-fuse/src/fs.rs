@@ -6,7 +6,7 @@ use crate::dir::DirStream;
 use crate::table::{join, parent_of, InodeTable};
 use crate::MountOptions;
 use eddy_client::{Client, Creds, File};
-use eddy_proto::{Errno, FileKind, Inode, Timespec};
+use eddy_proto::{Errno, FileKind, Inode, Timespec, XattrSet};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -72,6 +72,16 @@ fn creds(req: &Request) -> Creds {
 fn failed(op: &str, e: &Errno) -> fuser::Errno {
     debug!(op, errno = e.errno, "{e}");
     fuse_errno(e)
+}
+
+/// Answers getxattr/listxattr: the size when asked with size 0, ERANGE when the caller's
+/// buffer is too small, the bytes otherwise.
+fn reply_xattr(bytes: Vec<u8>, size: u32, reply: ReplyXattr) {
+    match u32::try_from(bytes.len()) {
+        Ok(len) if size == 0 => reply.size(len),
+        Ok(len) if len <= size => reply.data(&bytes),
+        _ => reply.error(fuser::Errno::ERANGE),
+    }
 }
 
 /// The Eddy file system as seen by the kernel.
@@ -473,21 +483,34 @@ impl Filesystem for EddyFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        let kind = mode & libc::S_IFMT;
-        if kind != libc::S_IFREG && kind != 0 {
-            let e = Errno::new(
-                libc::EOPNOTSUPP,
-                "only regular files can be created by mknod",
-            );
-            return reply.error(failed("mknod", &e));
-        }
+        let kind = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => FileKind::File,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => {
+                let e = Errno::einval(format!("mknod: unknown file type {mode:o}"));
+                return reply.error(failed("mknod", &e));
+            }
+        };
         let res = self.child(parent, name).and_then(|path| {
-            let file = self.run(self.client.create(&path, mode & 0o7777, true, creds(req)))?;
-            let inode = file.inode();
-            self.run(self.client.close(&file))?;
+            // The kernel has checked CAP_MKNOD for device nodes.
+            let inode = if kind == FileKind::File {
+                let file = self.run(self.client.create(&path, mode & 0o7777, true, creds(req)))?;
+                let inode = file.inode();
+                self.run(self.client.close(&file))?;
+                inode
+            } else {
+                let rdev = crate::attr::dev_t(rdev);
+                self.run(
+                    self.client
+                        .mknod(&path, kind, mode & 0o7777, rdev, creds(req)),
+                )?
+            };
             Ok(self.entry(&path, &inode))
         });
         match res {
@@ -868,41 +891,77 @@ impl Filesystem for EddyFs {
         reply.error(failed("setlk", &no_locks()));
     }
 
-    // Extended attributes, lseek(SEEK_DATA/SEEK_HOLE) and copy_file_range: ENOSYS tells the
-    // kernel once and for all that they are not implemented; it then answers EOPNOTSUPP for
-    // xattrs itself and falls back to its generic lseek and copy.
+    // Extended attributes of the entry itself; the kernel has checked the namespaces
+    // (trusted.* and security.* changes need CAP_SYS_ADMIN) and the mode bits
+    // (default_permissions). Size 0 asks for the size the answer needs.
     fn setxattr(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(fuser::Errno::ENOSYS);
+        let how = if flags & libc::XATTR_CREATE != 0 {
+            XattrSet::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrSet::Replace
+        } else {
+            XattrSet::Any
+        };
+        let res = self.path(ino).and_then(|p| {
+            let name = utf8(name)?;
+            self.run(self.client.setxattr(&p, name, value, how, creds(req)))
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("setxattr", &e)),
+        }
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(fuser::Errno::ENOSYS);
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let res = self.path(ino).and_then(|p| {
+            let name = utf8(name)?;
+            self.run(self.client.getxattr(&p, name, creds(req)))
+        });
+        match res {
+            Ok(value) => reply_xattr(value, size, reply),
+            Err(e) => reply.error(failed("getxattr", &e)),
+        }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(fuser::Errno::ENOSYS);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let res = self
+            .path(ino)
+            .and_then(|p| self.run(self.client.listxattr(&p, creds(req))));
+        match res {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for n in names {
+                    list.extend_from_slice(n.as_bytes());
+                    list.push(0);
+                }
+                reply_xattr(list, size, reply)
+            }
+            Err(e) => reply.error(failed("listxattr", &e)),
+        }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(fuser::Errno::ENOSYS);
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.path(ino).and_then(|p| {
+            let name = utf8(name)?;
+            self.run(self.client.removexattr(&p, name, creds(req)))
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("removexattr", &e)),
+        }
     }
 
+    // lseek(SEEK_DATA/SEEK_HOLE) and copy_file_range: ENOSYS tells the kernel once and for
+    // all that they are not implemented; it falls back to its generic lseek and copy.
     fn lseek(
         &self,
         _req: &Request,
@@ -1007,6 +1066,8 @@ fn dot_inode() -> Inode {
         ctime: Timespec::default(),
         target: None,
         tier: None,
+        rdev: 0,
+        xattrs: Vec::new(),
     }
 }
 
