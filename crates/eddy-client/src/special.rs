@@ -4,7 +4,8 @@
 //! Extended attributes are those of the entry itself: a symlink is not followed (the
 //! `l*xattr` calls). Who may touch which namespace is checked here for callers that ask
 //! (`Creds::enforce`): `trusted.*` is root's only, `security.*` may be changed by root only,
-//! `user.*` needs read permission to get or list and write permission to set or remove.
+//! `user.*` needs read permission to get and write permission to set or remove (listing
+//! needs none, as on Linux).
 //! Listings leave `trusted.*` out for anyone but root, whatever `enforce` says (the kernel
 //! does not filter them for a FUSE file system).
 
@@ -47,7 +48,8 @@ impl Client {
         self.create_entry(&p, inode, true, creds).await
     }
 
-    /// The entry of `p` if the caller may access it as `want` (checks enforced only).
+    /// Checks that the caller may access attribute `name` of `p` as `want` (when checks are
+    /// enforced): EPERM for root's namespaces, the mode bits for `user.*`.
     async fn xattr_entry(
         &self,
         p: &str,
@@ -58,7 +60,7 @@ impl Client {
         if !creds.enforce || creds.uid == 0 {
             return Ok(());
         }
-        if root_only(name, want == Access::WRITE) {
+        if want == Access::WRITE && root_only(name, true) {
             return Err(Errno::new(
                 libc::EPERM,
                 format!("{p}: attribute {name:?}: only root may use this namespace"),
@@ -102,9 +104,10 @@ impl Client {
         let p = self.norm(path)?;
         self.xattr_entry(&p, name, Access::READ, creds).await?;
         if root_only(name, false) && creds.uid != 0 {
+            // As on Linux: trusted.* does not exist for others.
             return Err(Errno::new(
-                libc::EPERM,
-                format!("{p}: attribute {name:?}: only root may use this namespace"),
+                libc::ENODATA,
+                format!("{p}: no attribute {name:?} (trusted.* is root's only)"),
             ));
         }
         let req = Request::GetXattr {
@@ -117,13 +120,10 @@ impl Client {
         }
     }
 
-    /// listxattr(2): the names in name order; `trusted.*` only for root.
+    /// listxattr(2): the names in name order; `trusted.*` only for root. As on Linux, no
+    /// read permission is needed.
     pub async fn listxattr(&self, path: &str, creds: Creds) -> Result<Vec<String>, Errno> {
         let p = self.norm(path)?;
-        if creds.enforce && creds.uid != 0 {
-            let inode = self.stat_norm(&p).await?;
-            perm::check(&inode, creds, Access::READ, &p)?;
-        }
         let req = Request::ListXattr { path: p.clone() };
         match self.xattr_call(&p, req).await? {
             Reply::Names(names) => Ok(names
