@@ -564,3 +564,108 @@ async fn library_xattrs() {
         .unwrap();
     assert!(c.stat("/moved/g").await.unwrap().ctime > before);
 }
+
+/// mknod(2) on local disk, for a backend directory's contents.
+fn local_mknod(p: &std::path::Path, mode: u32, dev: u64) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mknod(c.as_ptr(), mode, dev) };
+    assert_eq!(
+        rc,
+        0,
+        "mknod {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn special_files_under_a_linked_prefix_reach_the_backend() {
+    let backend = tempfile::tempdir().unwrap();
+    let b = backend.path();
+    local_mknod(&b.join("old_fifo"), libc::S_IFIFO | 0o640, 0);
+    local_mknod(
+        &b.join("old_chr"),
+        libc::S_IFCHR | 0o600,
+        libc::makedev(1, 5),
+    );
+    let config = eddy_config::Config {
+        links: vec![eddy_config::Link {
+            prefix: "/in".into(),
+            backend: b.to_path_buf(),
+        }],
+        ..common::test_config()
+    };
+    let cl = Cluster::start_with(3, config);
+    let c = cl.client().await;
+    let root = Creds::root();
+    // Backend special files are imported with their kind, mode and device number.
+    let fifo = c.stat("/in/old_fifo").await.unwrap();
+    assert_eq!((fifo.kind, fifo.mode), (FileKind::Fifo, 0o640));
+    let mut listed = Vec::new();
+    let mut rd = c.readdir("/in", None).unwrap();
+    while let Some(p) = rd.next_page().await.unwrap() {
+        listed.extend(p.into_iter().map(|e| (e.name, e.inode.kind, e.inode.rdev)));
+    }
+    assert_eq!(
+        listed,
+        [
+            (
+                "old_chr".to_string(),
+                FileKind::CharDevice,
+                libc::makedev(1, 5)
+            ),
+            ("old_fifo".to_string(), FileKind::Fifo, 0),
+        ]
+    );
+    // New ones are written through at once, like mkdir.
+    c.mknod("/in/fifo", FileKind::Fifo, 0o604, 0, root)
+        .await
+        .unwrap();
+    c.mknod(
+        "/in/blk",
+        FileKind::BlockDevice,
+        0o660,
+        libc::makedev(7, 9),
+        root,
+    )
+    .await
+    .unwrap();
+    c.mknod("/in/sock", FileKind::Socket, 0o700, 0, root)
+        .await
+        .unwrap();
+    let meta = |n: &str| fs::symlink_metadata(b.join(n)).unwrap();
+    assert!(meta("fifo").file_type().is_fifo());
+    assert_eq!(meta("fifo").mode() & 0o7777, 0o604);
+    assert!(meta("blk").file_type().is_block_device());
+    assert_eq!(meta("blk").rdev(), libc::makedev(7, 9));
+    assert!(meta("sock").file_type().is_socket());
+    assert_eq!(meta("sock").mode() & 0o7777, 0o700);
+    // chmod, rename and unlink too.
+    let attr = SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    c.setattr("/in/fifo", attr, root).await.unwrap();
+    assert_eq!(meta("fifo").mode() & 0o7777, 0o600);
+    c.rename("/in/fifo", "/in/fifo2", root).await.unwrap();
+    assert!(meta("fifo2").file_type().is_fifo());
+    assert!(!b.join("fifo").exists());
+    for n in ["/in/fifo2", "/in/blk", "/in/sock", "/in/old_chr"] {
+        c.unlink(n, root).await.unwrap();
+    }
+    let left: Vec<_> = fs::read_dir(b)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left, ["old_fifo"]);
+    // Extended attributes of linked entries are kept in Eddy only.
+    c.setxattr("/in/old_fifo", "trusted.k", b"v", XattrSet::Any, root)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.getxattr("/in/old_fifo", "trusted.k", root).await.unwrap(),
+        b"v"
+    );
+}
