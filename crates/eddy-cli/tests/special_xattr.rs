@@ -188,10 +188,20 @@ fn xattrs_on_the_mount() {
     m.ok(&format!("{AS_NOBODY} touch pub/mine"));
     run_errno_script(&m, "user", "pub");
 
-    // Another mount sees them.
+    // Another mount sees them, and a change made there is seen here once the attribute TTL
+    // (fuse_attr_ttl_ms) of what this mount last heard has passed.
     let other = m.another_mount();
     let v = xattr_of(&other.path("pub/ro"), "user.a");
     assert_eq!(v, b"1");
+    let changed = Command::new("setfattr")
+        .args(["-n", "user.a", "-v", "2"])
+        .arg(other.path("pub/ro"))
+        .status()
+        .expect("setfattr");
+    assert!(changed.success());
+    let ttl = m.cluster.dep.config.fuse_attr_ttl_ms;
+    std::thread::sleep(std::time::Duration::from_millis(ttl + 200));
+    assert_eq!(xattr_of(&m.path("pub/ro"), "user.a"), b"2");
 }
 
 fn xattr_of(p: &std::path::Path, name: &str) -> Vec<u8> {

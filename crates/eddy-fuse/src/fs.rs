@@ -4,9 +4,10 @@
 use crate::attr::{file_attr, is_noop, set_attr};
 use crate::dir::DirStream;
 use crate::table::{join, parent_of, InodeTable};
+use crate::xcache::{cacheable, XattrCache};
 use crate::MountOptions;
 use eddy_client::{Client, Creds, File};
-use eddy_proto::{Errno, FileKind, Inode, Timespec, XattrSet};
+use eddy_proto::{Errno, FileKind, Inode, Timespec, Xattr, XattrSet};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -84,6 +85,16 @@ fn reply_xattr(bytes: Vec<u8>, size: u32, reply: ReplyXattr) {
     }
 }
 
+/// The value of attribute `name` among cached attributes, as the library would answer
+/// `uid` (trusted.* does not exist for anyone but root).
+fn cached_value(xattrs: &[Xattr], name: &str, uid: u32) -> Result<Vec<u8>, Errno> {
+    xattrs
+        .iter()
+        .find(|x| x.name == name && (uid == 0 || !name.starts_with("trusted.")))
+        .map(|x| x.value.clone())
+        .ok_or_else(|| Errno::new(libc::ENODATA, format!("no attribute {name:?}")))
+}
+
 /// The Eddy file system as seen by the kernel.
 pub(crate) struct EddyFs {
     client: Client,
@@ -97,6 +108,8 @@ pub(crate) struct EddyFs {
     orphans: Mutex<std::collections::HashSet<String>>,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
     next_fh: AtomicU64,
+    /// Extended attributes of entries as replies carried them, for the attribute TTL.
+    xattrs: XattrCache,
 }
 
 impl EddyFs {
@@ -112,6 +125,7 @@ impl EddyFs {
             orphans: Mutex::default(),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            xattrs: XattrCache::new(opts.attr_ttl),
         }
     }
 
@@ -136,10 +150,13 @@ impl EddyFs {
     /// Registers a kernel lookup of `path` and builds its attributes.
     fn entry(&self, path: &str, inode: &Inode) -> fuser::FileAttr {
         let ino = lock(&self.table).lookup(path);
+        self.xattrs.put(ino, &inode.xattrs);
         file_attr(ino, inode, self.blksize)
     }
 
+    /// The attributes of `inode`, the entry the kernel knows as `ino`.
     fn attr(&self, ino: INodeNo, inode: &Inode) -> fuser::FileAttr {
+        self.xattrs.put(ino.0, &inode.xattrs);
         file_attr(ino.0, inode, self.blksize)
     }
 
@@ -351,7 +368,7 @@ impl EddyFs {
                 }
                 // "." and "..": the kernel takes no reference and ignores their attributes.
                 (None, Some(ino)) => {
-                    let attr = self.attr(INodeNo(ino), &dot_inode());
+                    let attr = file_attr(ino, &dot_inode(), self.blksize);
                     reply.add(
                         INodeNo(ino),
                         next,
@@ -424,7 +441,11 @@ impl Filesystem for EddyFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        lock(&self.table).forget(ino.0, nlookup);
+        let mut table = lock(&self.table);
+        table.forget(ino.0, nlookup);
+        if table.path(ino.0).is_none() {
+            self.xattrs.drop_entry(ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -915,6 +936,7 @@ impl Filesystem for EddyFs {
             let name = utf8(name)?;
             self.run(self.client.setxattr(&p, name, value, how, creds(req)))
         });
+        self.xattrs.drop_entry(ino.0);
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(failed("setxattr", &e)),
@@ -922,9 +944,12 @@ impl Filesystem for EddyFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let res = self.path(ino).and_then(|p| {
-            let name = utf8(name)?;
-            self.run(self.client.getxattr(&p, name, creds(req)))
+        let res = utf8(name).and_then(|name| match self.xattrs.get(ino.0) {
+            Some(cached) if cacheable(name) => cached_value(&cached, name, req.uid()),
+            _ => {
+                let p = self.path(ino)?;
+                self.run(self.client.getxattr(&p, name, creds(req)))
+            }
         });
         match res {
             Ok(value) => reply_xattr(value, size, reply),
@@ -933,9 +958,16 @@ impl Filesystem for EddyFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let res = self
-            .path(ino)
-            .and_then(|p| self.run(self.client.listxattr(&p, creds(req))));
+        let res = match self.xattrs.get(ino.0) {
+            Some(cached) => Ok(cached
+                .iter()
+                .filter(|x| req.uid() == 0 || !x.name.starts_with("trusted."))
+                .map(|x| x.name.clone())
+                .collect()),
+            None => self
+                .path(ino)
+                .and_then(|p| self.run(self.client.listxattr(&p, creds(req)))),
+        };
         match res {
             Ok(names) => {
                 let mut list = Vec::new();
@@ -954,6 +986,7 @@ impl Filesystem for EddyFs {
             let name = utf8(name)?;
             self.run(self.client.removexattr(&p, name, creds(req)))
         });
+        self.xattrs.drop_entry(ino.0);
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(failed("removexattr", &e)),
