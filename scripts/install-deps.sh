@@ -6,7 +6,7 @@ set -euo pipefail
 # openmpi-bin: `eddy bench --mpi` launches its workers with mpirun (tested in tests/bench.rs).
 # glusterfs-server and glusterfs-client: crates/eddy-cli/tests/common/gluster.rs serves a real
 # network file system (a GlusterFS volume on this host) as a backend directory.
-PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
+PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential attr rsync
   slurm-wlm munge openmpi-bin glusterfs-server glusterfs-client)
 
 missing=()

@@ -199,6 +199,12 @@ impl Client {
     ) -> Result<File, Errno> {
         let acc = flags & libc::O_ACCMODE;
         let wants_write = acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if inode.kind.is_special() {
+            return Err(Errno::new(
+                libc::ENXIO,
+                format!("{p} is a special file: it has no data in Eddy (open it on a mount)"),
+            ));
+        }
         if inode.kind == FileKind::Dir {
             if wants_write || flags & libc::O_CREAT != 0 {
                 return Err(Errno::new(libc::EISDIR, format!("{p} is a directory")));

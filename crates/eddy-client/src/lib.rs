@@ -16,11 +16,12 @@ mod layout;
 mod ns;
 mod perm;
 mod size;
+mod special;
 mod tier;
 
 pub use dir::DirReader;
 pub use eddy_proto::{
-    DaemonStatus, DirEntry, Errno, FileId, FileKind, Inode, SetAttr, SetTime, Timespec,
+    DaemonStatus, DirEntry, Errno, FileId, FileKind, Inode, SetAttr, SetTime, Timespec, XattrSet,
 };
 pub use file::File;
 pub use perm::Creds;
@@ -339,5 +340,7 @@ fn new_inode(kind: FileKind, mode: u32, creds: Creds, target: Option<String>) ->
         ctime: now,
         target,
         tier: None,
+        rdev: 0,
+        xattrs: Vec::new(),
     }
 }

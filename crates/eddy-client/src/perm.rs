@@ -156,6 +156,8 @@ mod tests {
             ctime: Timespec::default(),
             target: None,
             tier: None,
+            rdev: 0,
+            xattrs: Vec::new(),
         }
     }
 

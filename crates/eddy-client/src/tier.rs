@@ -90,7 +90,8 @@ impl Client {
         let mut dirs = match top.kind {
             FileKind::Dir => vec![p],
             FileKind::File => return Ok(vec![p]),
-            FileKind::Symlink => return Ok(Vec::new()),
+            // Symlinks and special files have no data to stage.
+            _ => return Ok(Vec::new()),
         };
         while let Some(dir) = dirs.pop() {
             let mut reader = self.readdir(&dir, None)?;
@@ -100,7 +101,7 @@ impl Client {
                     match e.inode.kind {
                         FileKind::Dir => dirs.push(child),
                         FileKind::File => files.push(child),
-                        FileKind::Symlink => {}
+                        _ => {}
                     }
                 }
             }

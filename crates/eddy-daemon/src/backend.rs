@@ -33,6 +33,8 @@ pub struct BackendStat {
     pub atime: Timespec,
     pub mtime: Timespec,
     pub ctime: Timespec,
+    /// Device number of a device node, 0 otherwise.
+    pub rdev: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,8 +42,8 @@ pub enum BackendKind {
     File,
     Dir,
     Symlink,
-    /// FIFOs, sockets, devices: not imported.
-    Other,
+    /// FIFOs, sockets, devices: imported as metadata entries of that kind.
+    Special(eddy_proto::FileKind),
 }
 
 impl BackendStat {
@@ -54,7 +56,16 @@ impl BackendStat {
         } else if ft.is_symlink() {
             BackendKind::Symlink
         } else {
-            BackendKind::Other
+            use std::os::unix::fs::FileTypeExt;
+            BackendKind::Special(if ft.is_fifo() {
+                eddy_proto::FileKind::Fifo
+            } else if ft.is_socket() {
+                eddy_proto::FileKind::Socket
+            } else if ft.is_char_device() {
+                eddy_proto::FileKind::CharDevice
+            } else {
+                eddy_proto::FileKind::BlockDevice
+            })
         };
         let ts = |sec: i64, nsec: i64| Timespec {
             sec,
@@ -69,6 +80,7 @@ impl BackendStat {
             atime: ts(m.atime(), m.atime_nsec()),
             mtime: ts(m.mtime(), m.mtime_nsec()),
             ctime: ts(m.ctime(), m.ctime_nsec()),
+            rdev: m.rdev(),
         }
     }
 }

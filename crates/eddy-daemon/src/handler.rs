@@ -80,7 +80,11 @@ impl State {
             | Request::Remove { path, .. }
             | Request::SetAttr { path, .. }
             | Request::GrowSize { path, .. }
-            | Request::ReserveAppend { path, .. } => path,
+            | Request::ReserveAppend { path, .. }
+            | Request::SetXattr { path, .. }
+            | Request::GetXattr { path, .. }
+            | Request::ListXattr { path }
+            | Request::RemoveXattr { path, .. } => path,
             Request::Readdir { dir, .. } | Request::HasChildren { dir } => dir,
             _ => return false,
         };
@@ -192,6 +196,17 @@ impl State {
             } => meta
                 .finalize_dirty(&prefix, &skip, after.as_deref(), limit)
                 .map(|(files, more)| Reply::Flushed { files, more }),
+            Request::SetXattr {
+                path,
+                name,
+                value,
+                how,
+            } => meta.set_xattr(&path, &name, value, how).map(Reply::Inode),
+            Request::GetXattr { path, name } => meta.get_xattr(&path, &name).map(Reply::Data),
+            Request::ListXattr { path } => meta.list_xattr(&path).map(Reply::Names),
+            Request::RemoveXattr { path, name } => {
+                meta.remove_xattr(&path, &name).map(Reply::Inode)
+            }
             Request::TruncateData { file_id, size } => chunks
                 .truncate(file_id, size)
                 .and_then(|()| self.tier.truncated(file_id, size))

@@ -4,6 +4,7 @@
 //! block: call them from the blocking pool.
 
 mod tier;
+mod xattr;
 
 use crate::backend::Backend;
 use crate::locks::StripedLocks;
@@ -307,7 +308,7 @@ impl MetaStore {
                 &mut page,
                 &mut budget,
                 limit,
-                name.len(),
+                name.len() + variable_bytes(&inode),
                 DirEntry { name, inode },
             )
         })?;
@@ -344,7 +345,7 @@ impl MetaStore {
                     &mut page,
                     &mut budget,
                     limit,
-                    path.len(),
+                    path.len() + variable_bytes(&inode),
                     SubtreeEntry { path, inode },
                 )
             })?;
@@ -378,6 +379,12 @@ impl MetaStore {
         }
         Ok(true)
     }
+}
+
+/// Bytes of an inode beyond its fixed size: symlink target and extended attributes (with
+/// their length prefixes).
+fn variable_bytes(inode: &Inode) -> usize {
+    inode.target.as_ref().map_or(0, String::len) + inode.xattr_bytes() + 16 * inode.xattrs.len()
 }
 
 /// Adds an item to a page unless the page is full (by count or by bytes); a full page
@@ -456,6 +463,8 @@ mod tests {
             ctime: Timespec::default(),
             target: None,
             tier: None,
+            rdev: 0,
+            xattrs: Vec::new(),
         }
     }
 

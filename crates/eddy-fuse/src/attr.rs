@@ -13,7 +13,28 @@ pub fn file_type(kind: FileKind) -> FileType {
         FileKind::File => FileType::RegularFile,
         FileKind::Dir => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
     }
+}
+
+/// A device number as FUSE carries it (the kernel's 32-bit `new_encode_dev`) from the
+/// `dev_t` Eddy stores (glibc's 64-bit encoding); numbers that do not fit give 0.
+pub fn fuse_rdev(rdev: u64) -> u32 {
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    if major > 0xfff || minor > 0xf_ffff {
+        return 0;
+    }
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
+/// A device number from FUSE (32-bit `new_encode_dev`) as a `dev_t`.
+pub fn dev_t(rdev: u32) -> u64 {
+    let major = (rdev & 0xf_ff00) >> 8;
+    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xf_ff00);
+    libc::makedev(major, minor)
 }
 
 /// A wire timestamp as a `SystemTime` (times before the epoch included).
@@ -57,7 +78,7 @@ pub fn timespec(t: SystemTime) -> Timespec {
 pub fn file_attr(ino: u64, inode: &Inode, blksize: u32) -> FileAttr {
     let nlink = match inode.kind {
         FileKind::Dir => 2,
-        FileKind::File | FileKind::Symlink => 1,
+        _ => 1,
     };
     FileAttr {
         ino: INodeNo(ino),
@@ -72,7 +93,7 @@ pub fn file_attr(ino: u64, inode: &Inode, blksize: u32) -> FileAttr {
         nlink,
         uid: inode.uid,
         gid: inode.gid,
-        rdev: 0,
+        rdev: fuse_rdev(inode.rdev),
         blksize,
         flags: 0,
     }
@@ -130,6 +151,8 @@ mod tests {
             ctime: Timespec { sec: -3, nsec: 250 },
             target: None,
             tier: None,
+            rdev: 0,
+            xattrs: Vec::new(),
         }
     }
 
@@ -197,5 +220,21 @@ mod tests {
         assert_eq!(a.mtime, Some(SetTime::At(Timespec { sec: 5, nsec: 6 })));
         assert!(!is_noop(&a));
         assert!(is_noop(&set_attr(None, None, None, None, None)));
+    }
+
+    #[test]
+    fn special_files_carry_type_and_device_number() {
+        let mut dev = inode(FileKind::CharDevice, 0);
+        dev.rdev = libc::makedev(4, 300);
+        let a = file_attr(5, &dev, 4096);
+        assert_eq!(a.kind, FileType::CharDevice);
+        assert_eq!(dev_t(a.rdev), dev.rdev);
+        assert_eq!(a.nlink, 1);
+        // The kernel's encoding of small numbers equals glibc's.
+        assert_eq!(fuse_rdev(libc::makedev(8, 1)), 0x801);
+        assert_eq!(fuse_rdev(libc::makedev(5000, 1)), 0);
+        assert_eq!(file_type(FileKind::Fifo), FileType::NamedPipe);
+        assert_eq!(file_type(FileKind::Socket), FileType::Socket);
+        assert_eq!(file_type(FileKind::BlockDevice), FileType::BlockDevice);
     }
 }

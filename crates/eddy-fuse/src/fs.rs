@@ -4,9 +4,10 @@
 use crate::attr::{file_attr, is_noop, set_attr};
 use crate::dir::DirStream;
 use crate::table::{join, parent_of, InodeTable};
+use crate::xcache::{cacheable, XattrCache};
 use crate::MountOptions;
 use eddy_client::{Client, Creds, File};
-use eddy_proto::{Errno, FileKind, Inode, Timespec};
+use eddy_proto::{Errno, FileKind, Inode, Timespec, Xattr, XattrSet};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -74,6 +75,26 @@ fn failed(op: &str, e: &Errno) -> fuser::Errno {
     fuse_errno(e)
 }
 
+/// Answers getxattr/listxattr: the size when asked with size 0, ERANGE when the caller's
+/// buffer is too small, the bytes otherwise.
+fn reply_xattr(bytes: Vec<u8>, size: u32, reply: ReplyXattr) {
+    match u32::try_from(bytes.len()) {
+        Ok(len) if size == 0 => reply.size(len),
+        Ok(len) if len <= size => reply.data(&bytes),
+        _ => reply.error(fuser::Errno::ERANGE),
+    }
+}
+
+/// The value of attribute `name` among cached attributes, as the library would answer
+/// `uid` (trusted.* does not exist for anyone but root).
+fn cached_value(xattrs: &[Xattr], name: &str, uid: u32) -> Result<Vec<u8>, Errno> {
+    xattrs
+        .iter()
+        .find(|x| x.name == name && (uid == 0 || !name.starts_with("trusted.")))
+        .map(|x| x.value.clone())
+        .ok_or_else(|| Errno::new(libc::ENODATA, format!("no attribute {name:?}")))
+}
+
 /// The Eddy file system as seen by the kernel.
 pub(crate) struct EddyFs {
     client: Client,
@@ -87,6 +108,8 @@ pub(crate) struct EddyFs {
     orphans: Mutex<std::collections::HashSet<String>>,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
     next_fh: AtomicU64,
+    /// Extended attributes of entries as replies carried them, for the attribute TTL.
+    xattrs: XattrCache,
 }
 
 impl EddyFs {
@@ -102,6 +125,7 @@ impl EddyFs {
             orphans: Mutex::default(),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            xattrs: XattrCache::new(opts.attr_ttl),
         }
     }
 
@@ -126,10 +150,13 @@ impl EddyFs {
     /// Registers a kernel lookup of `path` and builds its attributes.
     fn entry(&self, path: &str, inode: &Inode) -> fuser::FileAttr {
         let ino = lock(&self.table).lookup(path);
+        self.xattrs.put(ino, &inode.xattrs);
         file_attr(ino, inode, self.blksize)
     }
 
+    /// The attributes of `inode`, the entry the kernel knows as `ino`.
     fn attr(&self, ino: INodeNo, inode: &Inode) -> fuser::FileAttr {
+        self.xattrs.put(ino.0, &inode.xattrs);
         file_attr(ino.0, inode, self.blksize)
     }
 
@@ -341,7 +368,7 @@ impl EddyFs {
                 }
                 // "." and "..": the kernel takes no reference and ignores their attributes.
                 (None, Some(ino)) => {
-                    let attr = self.attr(INodeNo(ino), &dot_inode());
+                    let attr = file_attr(ino, &dot_inode(), self.blksize);
                     reply.add(
                         INodeNo(ino),
                         next,
@@ -414,7 +441,11 @@ impl Filesystem for EddyFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        lock(&self.table).forget(ino.0, nlookup);
+        let mut table = lock(&self.table);
+        table.forget(ino.0, nlookup);
+        if table.path(ino.0).is_none() {
+            self.xattrs.drop_entry(ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -473,21 +504,34 @@ impl Filesystem for EddyFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        let kind = mode & libc::S_IFMT;
-        if kind != libc::S_IFREG && kind != 0 {
-            let e = Errno::new(
-                libc::EOPNOTSUPP,
-                "only regular files can be created by mknod",
-            );
-            return reply.error(failed("mknod", &e));
-        }
+        let kind = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => FileKind::File,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => {
+                let e = Errno::einval(format!("mknod: unknown file type {mode:o}"));
+                return reply.error(failed("mknod", &e));
+            }
+        };
         let res = self.child(parent, name).and_then(|path| {
-            let file = self.run(self.client.create(&path, mode & 0o7777, true, creds(req)))?;
-            let inode = file.inode();
-            self.run(self.client.close(&file))?;
+            // The kernel has checked CAP_MKNOD for device nodes.
+            let inode = if kind == FileKind::File {
+                let file = self.run(self.client.create(&path, mode & 0o7777, true, creds(req)))?;
+                let inode = file.inode();
+                self.run(self.client.close(&file))?;
+                inode
+            } else {
+                let rdev = crate::attr::dev_t(rdev);
+                self.run(
+                    self.client
+                        .mknod(&path, kind, mode & 0o7777, rdev, creds(req)),
+                )?
+            };
             Ok(self.entry(&path, &inode))
         });
         match res {
@@ -868,41 +912,89 @@ impl Filesystem for EddyFs {
         reply.error(failed("setlk", &no_locks()));
     }
 
-    // Extended attributes, lseek(SEEK_DATA/SEEK_HOLE) and copy_file_range: ENOSYS tells the
-    // kernel once and for all that they are not implemented; it then answers EOPNOTSUPP for
-    // xattrs itself and falls back to its generic lseek and copy.
+    // Extended attributes of the entry itself; the kernel has checked the namespaces
+    // (trusted.* and security.* changes need CAP_SYS_ADMIN) and the mode bits
+    // (default_permissions). Size 0 asks for the size the answer needs.
     fn setxattr(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(fuser::Errno::ENOSYS);
+        let how = if flags & libc::XATTR_CREATE != 0 {
+            XattrSet::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrSet::Replace
+        } else {
+            XattrSet::Any
+        };
+        let res = self.path(ino).and_then(|p| {
+            let name = utf8(name)?;
+            self.run(self.client.setxattr(&p, name, value, how, creds(req)))
+        });
+        self.xattrs.drop_entry(ino.0);
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("setxattr", &e)),
+        }
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(fuser::Errno::ENOSYS);
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let res = utf8(name).and_then(|name| match self.xattrs.get(ino.0) {
+            Some(cached) if cacheable(name) => cached_value(&cached, name, req.uid()),
+            _ => {
+                let p = self.path(ino)?;
+                self.run(self.client.getxattr(&p, name, creds(req)))
+            }
+        });
+        match res {
+            Ok(value) => reply_xattr(value, size, reply),
+            Err(e) => reply.error(failed("getxattr", &e)),
+        }
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(fuser::Errno::ENOSYS);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let res = match self.xattrs.get(ino.0) {
+            Some(cached) => Ok(cached
+                .iter()
+                .filter(|x| req.uid() == 0 || !x.name.starts_with("trusted."))
+                .map(|x| x.name.clone())
+                .collect()),
+            None => self
+                .path(ino)
+                .and_then(|p| self.run(self.client.listxattr(&p, creds(req)))),
+        };
+        match res {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for n in names {
+                    list.extend_from_slice(n.as_bytes());
+                    list.push(0);
+                }
+                reply_xattr(list, size, reply)
+            }
+            Err(e) => reply.error(failed("listxattr", &e)),
+        }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(fuser::Errno::ENOSYS);
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.path(ino).and_then(|p| {
+            let name = utf8(name)?;
+            self.run(self.client.removexattr(&p, name, creds(req)))
+        });
+        self.xattrs.drop_entry(ino.0);
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("removexattr", &e)),
+        }
     }
 
+    // lseek(SEEK_DATA/SEEK_HOLE) and copy_file_range: ENOSYS tells the kernel once and for
+    // all that they are not implemented; it falls back to its generic lseek and copy.
     fn lseek(
         &self,
         _req: &Request,
@@ -1007,6 +1099,8 @@ fn dot_inode() -> Inode {
         ctime: Timespec::default(),
         target: None,
         tier: None,
+        rdev: 0,
+        xattrs: Vec::new(),
     }
 }
 

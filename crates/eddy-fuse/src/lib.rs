@@ -26,6 +26,7 @@ mod attr;
 mod dir;
 mod fs;
 mod table;
+mod xcache;
 
 use std::io;
 use std::path::{Path, PathBuf};

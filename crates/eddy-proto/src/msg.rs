@@ -15,6 +15,48 @@ pub enum FileKind {
     File,
     Dir,
     Symlink,
+    // Special files (no data in Eddy): added at the end, so older encodings stay valid.
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl FileKind {
+    /// FIFOs, sockets and device nodes: metadata entries only, opened by the kernel.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice
+        )
+    }
+}
+
+/// Largest extended attribute name, in bytes (Linux XATTR_NAME_MAX).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended attribute value, in bytes (Linux XATTR_SIZE_MAX).
+pub const XATTR_SIZE_MAX: usize = 64 * 1024;
+/// Largest total of one entry's extended attributes (names and values), in bytes: the record
+/// travels whole in stat and listing replies.
+pub const XATTR_TOTAL_MAX: usize = 256 * 1024;
+
+/// One extended attribute of an entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Xattr {
+    pub name: String,
+    #[serde(with = "serde_bytes")]
+    pub value: Vec<u8>,
+}
+
+/// How `SetXattr` treats an existing attribute (setxattr(2) flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrSet {
+    /// Creates or replaces.
+    Any,
+    /// XATTR_CREATE: an existing attribute gives EEXIST.
+    Create,
+    /// XATTR_REPLACE: a missing attribute gives ENODATA.
+    Replace,
 }
 
 /// A point in time, seconds and nanoseconds since the epoch.
@@ -56,6 +98,22 @@ pub struct Inode {
     pub target: Option<String>,
     /// For an entry under a linked prefix: what Eddy knows of its backend copy.
     pub tier: Option<TierState>,
+    /// Device number of a character or block device node (Linux `dev_t` encoding), 0 for
+    /// anything else.
+    pub rdev: u64,
+    /// Extended attributes, sorted by name. Kept in the record, so they move with the entry
+    /// on rename and are written atomically with it.
+    pub xattrs: Vec<Xattr>,
+}
+
+impl Inode {
+    /// Bytes the extended attributes take (names and values).
+    pub fn xattr_bytes(&self) -> usize {
+        self.xattrs
+            .iter()
+            .map(|x| x.name.len() + x.value.len())
+            .sum()
+    }
 }
 
 /// The backend side of an entry under a linked prefix.
@@ -72,8 +130,45 @@ pub struct TierState {
 }
 
 /// Version byte in front of every stored `Inode` record. Version 1 records (before the
-/// backend tier) are still read.
-pub const INODE_RECORD_VERSION: u8 = 2;
+/// backend tier) and version 2 records (before special files and extended attributes) are
+/// still read.
+pub const INODE_RECORD_VERSION: u8 = 3;
+
+/// The record layout of version 2: an `Inode` without `rdev` and `xattrs`.
+#[derive(Deserialize)]
+struct InodeV2 {
+    kind: FileKind,
+    file_id: FileId,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    target: Option<String>,
+    tier: Option<TierState>,
+}
+
+impl From<InodeV2> for Inode {
+    fn from(v: InodeV2) -> Inode {
+        Inode {
+            kind: v.kind,
+            file_id: v.file_id,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            atime: v.atime,
+            mtime: v.mtime,
+            ctime: v.ctime,
+            target: v.target,
+            tier: v.tier,
+            rdev: 0,
+            xattrs: Vec::new(),
+        }
+    }
+}
 
 /// The record layout of version 1: an `Inode` without `tier`.
 #[derive(Deserialize)]
@@ -104,6 +199,8 @@ impl From<InodeV1> for Inode {
             ctime: v.ctime,
             target: v.target,
             tier: None,
+            rdev: 0,
+            xattrs: Vec::new(),
         }
     }
 }
@@ -122,6 +219,10 @@ impl Inode {
         match bytes.split_first() {
             Some((&INODE_RECORD_VERSION, rest)) => codec()
                 .deserialize(rest)
+                .map_err(|e| Errno::eio(format!("damaged metadata record: {e}"))),
+            Some((2, rest)) => codec()
+                .deserialize::<InodeV2>(rest)
+                .map(Inode::from)
                 .map_err(|e| Errno::eio(format!("damaged metadata record: {e}"))),
             Some((1, rest)) => codec()
                 .deserialize::<InodeV1>(rest)
@@ -376,6 +477,22 @@ pub enum Request {
     /// name paths under `to`. Replies `Ok`.
     Rebind { from: String, to: String },
 
+    // ---- extended attributes: sent to owner(hash(path)) ----
+    /// setxattr(2) on the entry itself (no symlink is followed). Replies `Inode`.
+    SetXattr {
+        path: String,
+        name: String,
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+        how: XattrSet,
+    },
+    /// getxattr(2). Replies `Data` with the value, or ENODATA.
+    GetXattr { path: String, name: String },
+    /// listxattr(2). Replies `Names`, in name order.
+    ListXattr { path: String },
+    /// removexattr(2). Replies `Inode`, or ENODATA.
+    RemoveXattr { path: String, name: String },
+
     // ---- daemon ----
     /// Replies `Status`.
     Status,
@@ -432,6 +549,10 @@ impl Request {
             Request::BackendRename { .. } => "backend_rename",
             Request::FinalizeDirty { .. } => "finalize_dirty",
             Request::Rebind { .. } => "rebind",
+            Request::SetXattr { .. } => "setxattr",
+            Request::GetXattr { .. } => "getxattr",
+            Request::ListXattr { .. } => "listxattr",
+            Request::RemoveXattr { .. } => "removexattr",
             Request::Status => "status",
             Request::Shutdown => "shutdown",
         }
@@ -468,6 +589,8 @@ pub enum Reply {
         files: Vec<FileOutcome>,
         more: bool,
     },
+    /// Names of extended attributes (`ListXattr`).
+    Names(Vec<String>),
 }
 
 /// A response: a reply or an errno.
@@ -512,6 +635,8 @@ mod tests {
             ctime: Timespec::default(),
             target: None,
             tier: None,
+            rdev: 0,
+            xattrs: Vec::new(),
         }
     }
 
@@ -565,6 +690,44 @@ mod tests {
             ..inode()
         };
         assert_eq!(Inode::from_record(&tiered.to_record()).unwrap(), tiered);
+    }
+
+    #[test]
+    fn version_2_records_are_still_read() {
+        let tier = Some(TierState {
+            backend_mtime: Timespec { sec: 3, nsec: 2 },
+            backend_size: 11,
+            dirty: false,
+        });
+        let i = Inode { tier, ..inode() };
+        let v2 = (
+            i.kind, i.file_id, i.mode, i.uid, i.gid, i.size, i.atime, i.mtime, i.ctime, i.target,
+            i.tier,
+        );
+        let mut rec = vec![2u8];
+        rec.extend(encode(&v2).unwrap());
+        assert_eq!(Inode::from_record(&rec).unwrap(), Inode { tier, ..inode() });
+    }
+
+    #[test]
+    fn special_files_and_xattrs_round_trip() {
+        // The old kinds keep their encodings; the new ones come after them.
+        assert_eq!(encode(&FileKind::Symlink).unwrap(), 2u32.to_le_bytes());
+        assert_eq!(encode(&FileKind::BlockDevice).unwrap(), 6u32.to_le_bytes());
+        let dev = Inode {
+            kind: FileKind::CharDevice,
+            rdev: 0x0103,
+            xattrs: vec![Xattr {
+                name: "user.a".into(),
+                value: vec![0, 1, 2],
+            }],
+            ..inode()
+        };
+        assert_eq!(dev.xattr_bytes(), 9);
+        let rec = dev.to_record();
+        assert_eq!(rec[0], 3);
+        assert_eq!(Inode::from_record(&rec).unwrap(), dev);
+        assert!(FileKind::Fifo.is_special() && !FileKind::Symlink.is_special());
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub(super) fn stub(e: &BackendEntry) -> Option<Inode> {
         BackendKind::File => FileKind::File,
         BackendKind::Dir => FileKind::Dir,
         BackendKind::Symlink => FileKind::Symlink,
-        BackendKind::Other => return None,
+        BackendKind::Special(kind) => kind,
     };
     Some(Inode {
         kind,
@@ -39,6 +39,8 @@ pub(super) fn stub(e: &BackendEntry) -> Option<Inode> {
             backend_size: e.stat.size,
             dirty: false,
         }),
+        rdev: e.stat.rdev,
+        xattrs: Vec::new(),
     })
 }
 
@@ -53,6 +55,31 @@ fn system_time(t: Timespec) -> std::time::SystemTime {
 
 fn dir_marker_key(norm: &str) -> Vec<u8> {
     [b"d".as_slice(), norm.as_bytes()].concat()
+}
+
+/// mknod(2) of a special file in the backend, with the mode as asked (not cut by the
+/// daemon's umask).
+fn make_node(p: &Path, kind: FileKind, mode: u32, rdev: u64) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let fmt = match kind {
+        FileKind::Fifo => libc::S_IFIFO,
+        FileKind::Socket => libc::S_IFSOCK,
+        FileKind::CharDevice => libc::S_IFCHR,
+        FileKind::BlockDevice => libc::S_IFBLK,
+        _ => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the calls.
+    let made = unsafe { libc::mknod(c.as_ptr(), fmt | (mode & 0o7777), rdev as libc::dev_t) };
+    if made != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::chmod(c.as_ptr(), mode & 0o7777) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn ignore_missing<T: Default>(r: std::io::Result<T>) -> std::io::Result<T> {
@@ -93,6 +120,7 @@ impl MetaStore {
         let mode = inode.mode;
         let target = inode.target.clone();
         let kind = inode.kind;
+        let rdev = inode.rdev;
         if kind == FileKind::File {
             inode.tier = Some(TierState {
                 dirty: true,
@@ -112,7 +140,8 @@ impl MetaStore {
                     // The mode as asked, not as the daemon's umask would cut it.
                     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
                 }
-                _ => std::os::unix::fs::symlink(target.unwrap_or_default(), &p)?,
+                FileKind::Symlink => std::os::unix::fs::symlink(target.unwrap_or_default(), &p)?,
+                special => make_node(&p, special, mode, rdev)?,
             }
             read_entry(&p)
         })?;
@@ -174,7 +203,11 @@ impl MetaStore {
                     .open(&p)?
                     .set_len(size)?;
             }
-            if (attr.atime.is_some() || attr.mtime.is_some()) && kind != FileKind::Symlink {
+            // Times of special files are kept in Eddy only (opening a FIFO to set them would
+            // block).
+            if (attr.atime.is_some() || attr.mtime.is_some())
+                && matches!(kind, FileKind::File | FileKind::Dir)
+            {
                 let times = std::fs::FileTimes::new()
                     .set_accessed(system_time(atime))
                     .set_modified(system_time(mtime));

@@ -154,6 +154,8 @@ pub fn inode(kind: FileKind, file_id: u128) -> Inode {
         ctime: Timespec { sec: 1, nsec: 0 },
         target: None,
         tier: None,
+        rdev: 0,
+        xattrs: Vec::new(),
     }
 }
 
