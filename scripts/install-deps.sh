@@ -6,19 +6,34 @@ set -euo pipefail
 # openmpi-bin: `eddy bench --mpi` launches its workers with mpirun (tested in tests/bench.rs).
 # glusterfs-server and glusterfs-client: crates/eddy-cli/tests/common/gluster.rs serves a real
 # network file system (a GlusterFS volume on this host) as a backend directory.
-PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential attr rsync
-  slurm-wlm munge openmpi-bin glusterfs-server glusterfs-client)
+# iproute2: tests/netns.rs puts daemons in network namespaces. util-linux: setpriv, for tests
+# that act as another user on a mount. rsync, attr (setfattr/getfattr), python3: tools the
+# tests drive the mount with.
+# A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
+PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
+  slurm-wlm munge openmpi-bin glusterfs-server glusterfs-client rsync attr python3)
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "installing: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# FUSE: the kernel module, and its control file system (tests abort a mount's connection
+# through /sys/fs/fuse/connections).
+if [ ! -e /dev/fuse ]; then
+  $SUDO modprobe fuse || echo "warning: /dev/fuse is missing and \`modprobe fuse\` failed; FUSE tests will fail" >&2
+fi
+if [ -d /sys/fs/fuse/connections ] && ! mountpoint -q /sys/fs/fuse/connections; then
+  $SUDO mount -t fusectl fusectl /sys/fs/fuse/connections ||
+    echo "warning: cannot mount fusectl on /sys/fs/fuse/connections; a FUSE test will fail" >&2
 fi
 
 # FUSE: let mounts made with allow_other work for non-root users too.

@@ -64,9 +64,18 @@ pub struct StartArgs {
     /// the daemon command line (default `ssh {host} {cmd}`, or srun with --slurm).
     #[arg(long, value_name = "TEMPLATE", conflicts_with = "local")]
     pub launcher: Option<String>,
-    /// Mount the namespace here once the daemons are ready.
+    /// Mount the namespace here once the daemons are ready. Mounted by root, the mount is
+    /// open to every user (see --allow-other).
     #[arg(long, value_name = "MNT")]
     pub mount: Option<PathBuf>,
+    /// Let every user use the --mount, with the kernel checking mode bits. The default when
+    /// root mounts; a user other than root needs `user_allow_other` in /etc/fuse.conf.
+    #[arg(long, requires = "mount", conflicts_with = "owner_only")]
+    pub allow_other: bool,
+    /// Only the user who mounts may use the --mount. The default when a user other than root
+    /// mounts.
+    #[arg(long, requires = "mount")]
+    pub owner_only: bool,
     /// State directory (default: $EDDY_STATE, else --root).
     #[arg(long, env = "EDDY_STATE", value_name = "DIR")]
     pub state: Option<PathBuf>,
@@ -175,9 +184,15 @@ pub struct MountArgs {
     /// Stay in the foreground serving the mount until it is unmounted.
     #[arg(long)]
     pub foreground: bool,
-    /// Let other users access the mount (needs user_allow_other in /etc/fuse.conf).
-    #[arg(long)]
+    /// Let every user use the mount, with the kernel checking mode bits (a job's steps run as
+    /// the job's user when root mounts for them). The default when root mounts; a user other
+    /// than root needs `user_allow_other` in /etc/fuse.conf.
+    #[arg(long, conflicts_with = "owner_only")]
     pub allow_other: bool,
+    /// Only the user who mounts may use the mount; any other user gets EACCES (root too, when
+    /// another user mounts). The default when a user other than root mounts.
+    #[arg(long)]
+    pub owner_only: bool,
 }
 
 #[derive(Debug, Args)]

@@ -13,14 +13,15 @@ use std::time::Duration;
 
 pub fn mount(args: MountArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
+    let allow_other = allow_other(args.allow_other, args.owner_only)?;
     if args.foreground {
-        return mount_foreground(&state, &args.mountpoint, args.allow_other);
+        return mount_foreground(&state, &args.mountpoint, allow_other);
     }
     let dep = state.load_deployment()?;
     mount_background(
         &state,
         &args.mountpoint,
-        args.allow_other,
+        allow_other,
         Duration::from_secs(dep.config.start_timeout_s),
     )?;
     println!(
@@ -29,6 +30,38 @@ pub fn mount(args: MountArgs) -> Result<()> {
         args.mountpoint.display()
     );
     Ok(())
+}
+
+/// Whether a mount lets every user in (`allow_other`), from --allow-other / --owner-only.
+/// Default: yes when root mounts (a mount made for a job, e.g. by a Slurm prolog, must serve
+/// the job's user; root needs no `user_allow_other`), no for any other user. The kernel
+/// checks mode bits either way (`default_permissions`).
+pub fn allow_other(allow_other: bool, owner_only: bool) -> Result<bool> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if owner_only {
+        return Ok(false);
+    }
+    if !allow_other {
+        return Ok(root);
+    }
+    if !root && !user_allow_other(&std::fs::read_to_string(FUSE_CONF).unwrap_or_default()) {
+        bail!(
+            "--allow-other: a user other than root may open a mount to other users only if \
+             {FUSE_CONF} has a `user_allow_other` line (ask an administrator), or mount as \
+             root; without --allow-other only you can use the mount"
+        );
+    }
+    Ok(true)
+}
+
+/// FUSE's configuration file: `user_allow_other` lets users mount with allow_other.
+const FUSE_CONF: &str = "/etc/fuse.conf";
+
+/// Whether fuse.conf text enables `user_allow_other` (a line of its own; `#` comments).
+fn user_allow_other(conf: &str) -> bool {
+    conf.lines()
+        .any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other")
 }
 
 /// Runs `eddy mount --foreground` detached (output in STATE/mount.log) and waits, at most
@@ -50,9 +83,14 @@ pub fn mount_background(
         std::env::current_exe().context("cannot find the eddy executable to run the mount")?;
     let mut args: Vec<OsString> = vec!["mount".into(), "--state".into(), state.dir().into()];
     args.extend([target.clone().into(), "--foreground".into()]);
-    if allow_other {
-        args.push("--allow-other".into());
-    }
+    args.push(
+        if allow_other {
+            "--allow-other"
+        } else {
+            "--owner-only"
+        }
+        .into(),
+    );
     let log = state.mount_log();
     let mut child = crate::procs::spawn_detached(&exe, &args, &log)?;
     wait_mounted(&target, &mut child, &log, bound)
@@ -121,4 +159,17 @@ pub fn umount(args: UmountArgs) -> Result<()> {
     })?;
     println!("eddy: unmounted {}", target.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::user_allow_other;
+
+    #[test]
+    fn fuse_conf_user_allow_other() {
+        assert!(user_allow_other("# comment\nuser_allow_other\n"));
+        assert!(user_allow_other("  user_allow_other  # for eddy\n"));
+        assert!(!user_allow_other("#user_allow_other\nmount_max = 1000\n"));
+        assert!(!user_allow_other(""));
+    }
 }

@@ -96,6 +96,7 @@ pub fn start(args: StartArgs) -> Result<()> {
     }
     let config = start_config(&args)?;
     let placement = placement(&args, &config)?;
+    let allow_other = crate::mount::allow_other(args.allow_other, args.owner_only)?;
     if let Some(mnt) = &args.mount {
         crate::mounts::mount_target(mnt)?;
     }
@@ -133,7 +134,7 @@ pub fn start(args: StartArgs) -> Result<()> {
         plan.state.dir().display()
     );
     if let Some(mnt) = &args.mount {
-        mount_after_start(&plan, mnt)?;
+        mount_after_start(&plan, mnt, allow_other)?;
     }
     Ok(())
 }
@@ -171,8 +172,8 @@ fn placement(args: &StartArgs, config: &Config) -> Result<Placement> {
     })
 }
 
-fn mount_after_start(plan: &Plan, mnt: &Path) -> Result<()> {
-    crate::mount::mount_background(&plan.state, mnt, false, start_bound(&plan.config))
+fn mount_after_start(plan: &Plan, mnt: &Path, allow_other: bool) -> Result<()> {
+    crate::mount::mount_background(&plan.state, mnt, allow_other, start_bound(&plan.config))
         .with_context(|| {
             format!(
                 "the daemons are running but mounting failed; retry `eddy mount --state {0} {1}` \

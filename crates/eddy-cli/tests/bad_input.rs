@@ -75,10 +75,7 @@ async fn wrong_secret_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_device_gives_enospc_and_loses_nothing() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a small tmpfs needs root");
-        return;
-    }
+    common::require::root("mount a small tmpfs under each daemon");
     // Each daemon's root on its own 8 MiB tmpfs.
     let mnt = tempfile::tempdir().unwrap();
     let mut guards = Vec::new();

@@ -276,6 +276,36 @@ fn a_missing_entry_fails_find() {
     assert!(err.contains("find matched"), "{err}");
 }
 
+/// A directory nobody may write into: mode 0555 for a user; for root, whom mode bits do not
+/// stop, a read-only tmpfs mounted on it (unmounted on drop).
+struct ReadOnlyDir(Option<PathBuf>);
+
+impl ReadOnlyDir {
+    fn make(dir: &Path) -> ReadOnlyDir {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o555)).unwrap();
+            return ReadOnlyDir(None);
+        }
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "mount a read-only tmpfs on {}", dir.display());
+        ReadOnlyDir(Some(dir.to_owned()))
+    }
+}
+
+impl Drop for ReadOnlyDir {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = Command::new("umount").arg(dir).status();
+        }
+    }
+}
+
 #[test]
 fn bad_targets_give_clear_errors() {
     let base = tempfile::tempdir().unwrap();
@@ -297,15 +327,11 @@ fn bad_targets_give_clear_errors() {
     ]);
     assert!(err.contains("MiB free") && err.contains("--scale"), "{err}");
 
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        let ro = base.path().join("ro");
-        fs::create_dir(&ro).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
-        let err = fails(&["bench", "run", s(&ro), "--scale", TINY]);
-        assert!(err.contains("not writable"), "{err}");
-    }
+    let ro = base.path().join("ro");
+    fs::create_dir(&ro).unwrap();
+    let _ro = ReadOnlyDir::make(&ro);
+    let err = fails(&["bench", "run", s(&ro), "--scale", TINY]);
+    assert!(err.contains("not writable"), "{err}");
 
     let err = fails(&["bench", "run", s(base.path()), "--phases", "no-such-phase"]);
     assert!(err.contains("unknown phase"), "{err}");
@@ -438,12 +464,9 @@ impl Deployment {
         self.dir.path().join("mnt")
     }
 
-    /// None (with the reason) where a deployment with a mount cannot be started here.
-    fn start() -> Option<Deployment> {
-        if !Path::new("/dev/fuse").exists() {
-            eprintln!("skipped: /dev/fuse is missing");
-            return None;
-        }
+    /// Starts the deployment and its mount; any failure fails the test.
+    fn start() -> Deployment {
+        common::require::fuse();
         let d = Deployment {
             dir: tempfile::tempdir().unwrap(),
         };
@@ -460,22 +483,21 @@ impl Deployment {
             "--state",
             s(&p.join("state")),
         ]);
-        if !out.status.success() {
-            eprintln!(
-                "skipped: eddy start with a mount does not work here:\n{}",
-                text(&out)
-            );
-            return None;
-        }
+        assert!(
+            out.status.success(),
+            "eddy start --local 3 --mount failed:\n{}",
+            text(&out)
+        );
         let deadline = Instant::now() + Duration::from_secs(30);
         while !is_mountpoint(&d.mount()) {
-            if Instant::now() > deadline {
-                eprintln!("skipped: eddy start succeeded but nothing is mounted");
-                return None;
-            }
+            assert!(
+                Instant::now() < deadline,
+                "eddy start --mount succeeded but nothing is mounted on {}",
+                d.mount().display()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(d)
+        d
     }
 }
 
@@ -494,7 +516,7 @@ fn is_mountpoint(p: &Path) -> bool {
 }
 
 /// A local deployment without a mount (`eddy start --local 3`), benchmarked through the client
-/// library as `eddy:STATE`; stopped on drop. Needs no FUSE, so these tests never skip.
+/// library as `eddy:STATE`; stopped on drop. Needs no FUSE.
 struct LibDeployment {
     dir: tempfile::TempDir,
 }
@@ -723,7 +745,7 @@ fn a_file_truncated_through_the_library_fails_the_mdtest_stat() {
 
 #[test]
 fn every_workload_on_an_eddy_mount() {
-    let Some(d) = Deployment::start() else { return };
+    let d = Deployment::start();
     let mnt = d.mount();
     // From here on, a failure is a failure: the mount works, so the benchmark must.
     let json = d.dir.path().join("eddy.json");
@@ -773,11 +795,8 @@ fn every_workload_on_an_eddy_mount() {
 
 #[test]
 fn suite_measures_eddy_and_raw_in_one_run() {
-    // Probe: skip only where a mounted deployment cannot start at all.
-    let Some(probe) = Deployment::start() else {
-        return;
-    };
-    drop(probe);
+    // The suite mounts Eddy itself.
+    common::require::fuse();
     let storage = tempfile::tempdir().unwrap();
     let json = storage.path().join("suite.json");
     let plot = storage.path().join("suite.png");
@@ -839,10 +858,8 @@ fn suite_measures_eddy_and_raw_in_one_run() {
 
 #[test]
 fn suite_without_the_library_run() {
-    let Some(probe) = Deployment::start() else {
-        return;
-    };
-    drop(probe);
+    // The suite mounts Eddy itself.
+    common::require::fuse();
     let storage = tempfile::tempdir().unwrap();
     let json = storage.path().join("suite.json");
     let out = ok(&[
@@ -970,18 +987,9 @@ fn stonewall_stops_creation_and_every_rank_reaches_the_same_count() {
     assert!(empty(&dir));
 }
 
-/// Whether a program is on PATH.
-fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(prog).is_file()))
-}
-
 #[test]
 fn workloads_run_as_openmpi_ranks() {
-    if !on_path("mpirun") {
-        eprintln!("skipped: OpenMPI's mpirun is not installed");
-        return;
-    }
+    common::require::mpirun();
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("target");
     fs::create_dir(&work).unwrap();

@@ -289,10 +289,7 @@ fn is_mounted(mnt: &Path) -> bool {
 
 #[test]
 fn start_with_mount_serves_files_and_stop_unmounts() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: /dev/fuse is missing");
-        return;
-    }
+    common::require::fuse();
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
@@ -328,10 +325,7 @@ fn start_with_mount_serves_files_and_stop_unmounts() {
 
 #[test]
 fn mount_and_umount_commands() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: /dev/fuse is missing");
-        return;
-    }
+    common::require::fuse();
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("m");
     std::fs::create_dir(&mnt).unwrap();

@@ -14,7 +14,7 @@ fn raw_errno(e: std::io::Error) -> i32 {
 
 #[test]
 fn coreutils_work_on_the_mount() {
-    let Some(m) = Mounted::start(3) else { return };
+    let m = Mounted::start(3);
     // A source tree on local disk: nested dirs, a multi-chunk file, a symlink.
     let src = tempfile::tempdir().unwrap();
     let s = src.path();
@@ -88,7 +88,9 @@ fn coreutils_work_on_the_mount() {
 
 #[test]
 fn errors_on_the_mount() {
-    let Some(m) = Mounted::start(3) else { return };
+    // The last checks run commands as another user.
+    common::require::switch_user();
+    let m = Mounted::start(3);
     let p = |s: &str| m.path(s);
     fs::create_dir(p("d")).unwrap();
     fs::write(p("d/f"), b"data").unwrap();
@@ -160,23 +162,19 @@ fn errors_on_the_mount() {
     fs::write(p("private"), b"x").unwrap();
     fs::set_permissions(p("private"), fs::Permissions::from_mode(0o600)).unwrap();
     fs::set_permissions(m.mnt.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    if unsafe { libc::geteuid() } == 0 {
-        let (ok, _, err) = m.sh("setpriv --reuid=65534 --regid=65534 --clear-groups cat private");
-        assert!(!ok && err.contains("Permission denied"), "{err}");
-        let (ok, _, err) = m.sh("setpriv --reuid=65534 --regid=65534 --clear-groups touch d/new");
-        assert!(!ok && err.contains("Permission denied"), "{err}");
-        fs::set_permissions(p("private"), fs::Permissions::from_mode(0o644)).unwrap();
-        m.ok("setpriv --reuid=65534 --regid=65534 --clear-groups cat private");
-        m.ok(
-            "chown 65534:65534 d && setpriv --reuid=65534 --regid=65534 --clear-groups touch d/new",
-        );
-        assert_eq!(fs::metadata(p("d/new")).unwrap().uid(), 65534);
-    }
+    let (ok, _, err) = m.sh("setpriv --reuid=65534 --regid=65534 --clear-groups cat private");
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    let (ok, _, err) = m.sh("setpriv --reuid=65534 --regid=65534 --clear-groups touch d/new");
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    fs::set_permissions(p("private"), fs::Permissions::from_mode(0o644)).unwrap();
+    m.ok("setpriv --reuid=65534 --regid=65534 --clear-groups cat private");
+    m.ok("chown 65534:65534 d && setpriv --reuid=65534 --regid=65534 --clear-groups touch d/new");
+    assert_eq!(fs::metadata(p("d/new")).unwrap().uid(), 65534);
 }
 
 #[test]
 fn large_directory_and_truncate_through_the_mount() {
-    let Some(m) = Mounted::start(3) else { return };
+    let m = Mounted::start(3);
     // 3,000 entries created through the mount, 100,000 more through the library (faster to
     // make), all listed through the mount, page by page.
     fs::create_dir(m.path("many")).unwrap();
@@ -244,7 +242,7 @@ fn large_directory_and_truncate_through_the_mount() {
 
 #[test]
 fn processes_share_one_file_through_the_mount() {
-    let Some(m) = Mounted::start(3) else { return };
+    let m = Mounted::start(3);
     // 4 dd processes write interleaved 1 MiB blocks of one file at once.
     let src = tempfile::tempdir().unwrap();
     for r in 0..4 {
@@ -306,7 +304,7 @@ fn processes_share_one_file_through_the_mount() {
 
 #[test]
 fn a_file_unlinked_while_open_lives_until_closed() {
-    let Some(m) = Mounted::start(3) else { return };
+    let m = Mounted::start(3);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lib = rt.block_on(m.cluster.client());
     let names = |dir: &str| -> Vec<String> {
@@ -375,9 +373,7 @@ fn listings_carry_attributes_including_unpublished_sizes() {
         size_update_ms: 3_600_000,
         ..common::test_config()
     };
-    let Some(m) = Mounted::start_with(3, config) else {
-        return;
-    };
+    let m = Mounted::start_with(3, config);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lib = rt.block_on(m.cluster.client());
     let requests = || -> u64 {
@@ -418,7 +414,7 @@ fn listings_carry_attributes_including_unpublished_sizes() {
 #[test]
 fn two_mounts_see_each_others_writes() {
     // Two mounts of one deployment, as two nodes of a job have.
-    let Some(a) = Mounted::start(3) else { return };
+    let a = Mounted::start(3);
     let b = a.another_mount();
     let data = pattern(5, 0, 3 << 20);
     fs::write(a.path("from-a"), &data).unwrap();

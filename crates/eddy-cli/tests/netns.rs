@@ -1,7 +1,7 @@
 //! `eddy start --hosts` across network namespaces: three "hosts" and a client, each in its own
 //! network namespace, joined by a bridge in a fifth one. The daemons are launched with
 //! `ip netns exec {host} {cmd}` and reached only over TCP on 10.213.x.0/24 addresses.
-//! Needs root and iproute2; skipped (with a message) otherwise.
+//! Needs root and iproute2; fails, naming what is missing, otherwise.
 
 mod common;
 
@@ -46,12 +46,16 @@ impl Net {
         format!("10.213.{}.{last}", self.subnet)
     }
 
-    fn add_ns(&mut self, name: &str) -> bool {
+    fn add_ns(&mut self, name: &str) {
         let out = run("ip", &["netns", "add", name]);
-        if out.status.success() {
-            self.created.push(name.to_string());
+        if !out.status.success() {
+            common::require::missing(&format!(
+                "cannot create network namespace {name} (`ip netns add` needs root and a \
+                 kernel with network namespaces): {}",
+                text(&out)
+            ));
         }
-        out.status.success()
+        self.created.push(name.to_string());
     }
 
     /// Namespace `ns` gets `eth0` with address `addr`, plugged into the bridge as port `port`.
@@ -110,22 +114,9 @@ impl Drop for Net {
     }
 }
 
-/// Builds the five namespaces, or None (after saying why) if this machine cannot.
-fn setup() -> Option<Net> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the network namespace test needs root");
-        return None;
-    }
-    if !Command::new("ip")
-        .arg("-V")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-    {
-        eprintln!("skipped: the network namespace test needs `ip` (iproute2)");
-        return None;
-    }
+/// Builds the five namespaces; fails the test, naming what is missing, if this machine cannot.
+fn setup() -> Net {
+    common::require::netns();
     let pid = std::process::id();
     let mut net = Net {
         prefix: format!("eddyt{pid}"),
@@ -138,10 +129,7 @@ fn setup() -> Option<Net> {
         .chain([net.client(), net.bridge()])
         .collect();
     for name in &names {
-        if !net.add_ns(name) {
-            eprintln!("skipped: cannot create network namespace {name}");
-            return None;
-        }
+        net.add_ns(name);
     }
     let br = net.bridge();
     ip(&["-n", &br, "link", "add", "br0", "type", "bridge"]);
@@ -150,12 +138,12 @@ fn setup() -> Option<Net> {
         net.plug(&net.host(i), &format!("p{i}"), &net.addr(i as u32 + 1));
     }
     net.plug(&net.client(), "pc", &net.addr(100));
-    Some(net)
+    net
 }
 
 #[test]
 fn hosts_in_network_namespaces_serve_a_client_in_another() {
-    let Some(mut net) = setup() else { return };
+    let mut net = setup();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let hosts_file = dir.path().join("hosts");

@@ -4,7 +4,7 @@
 //! allocation made with `salloc`: start, write, read back, status, stop.
 //!
 //! The daemons run as root (SlurmUser=root), so the test needs euid 0 and the Slurm and
-//! munge programs; without them it prints why and passes without checking anything.
+//! munge programs; without them it fails, naming what is missing.
 
 mod common;
 
@@ -60,23 +60,10 @@ fn find_tool(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Why the test cannot run here, if it cannot.
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("it runs slurmctld and slurmd as root and needs euid 0".into());
-    }
-    let missing: Vec<&str> = TOOLS
-        .iter()
-        .copied()
-        .filter(|t| find_tool(t).is_none())
-        .collect();
-    (!missing.is_empty()).then(|| {
-        format!(
-            "{} not installed (scripts/install-deps.sh installs slurm-wlm and munge)",
-            missing.join(", ")
-        )
-    })
+/// Fails the test, naming what is missing, if the private cluster cannot run here.
+fn require_slurm() {
+    common::require::root("run slurmctld and slurmd as root (SlurmUser=root)");
+    common::require::programs(&TOOLS, "slurm-wlm and munge");
 }
 
 fn short_hostname() -> String {
@@ -367,10 +354,7 @@ fn payload(len: usize) -> Vec<u8> {
 
 #[test]
 fn start_put_get_status_stop_inside_a_real_slurm_allocation() {
-    if let Some(reason) = skip_reason() {
-        println!("skipped: the private Slurm cluster cannot run here: {reason}");
-        return;
-    }
+    require_slurm();
     let cluster = SlurmCluster::start();
     let t = cluster.dir.path().to_path_buf();
     let data = payload(3 * 1024 * 1024 + 4321);

@@ -18,13 +18,9 @@ const XATTR_ERRNO_PY: &str = include_str!("scripts/xattr_errno.py");
 const AS_NOBODY: &str = "setpriv --reuid=65534 --regid=65534 --clear-groups";
 
 fn mounted() -> Mounted {
-    assert!(
-        std::path::Path::new("/dev/fuse").exists(),
-        "this test needs FUSE (/dev/fuse)"
-    );
-    // SAFETY: geteuid cannot fail.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root");
-    Mounted::start(3).expect("a FUSE mount")
+    common::require::root("create device nodes");
+    common::require::switch_user();
+    Mounted::start(3)
 }
 
 /// Runs the errno script as root or as nobody on `dir`; it must pass.

@@ -338,8 +338,7 @@ async fn large_backend_directory_is_listed_lazily() {
     set_mtime(&many.join("f050000"), 1_600_000_000, 123_456_789);
     want.sort();
 
-    let m = Mounted::start_with(3, linked(&[("/", backend.path())]))
-        .expect("this test needs FUSE (/dev/fuse)");
+    let m = Mounted::start_with(3, linked(&[("/", backend.path())]));
     let c = m.cluster.client().await;
     let listed = list_by_cookie(&c, "/many", 10).await;
     assert_eq!(listed.len(), N, "entries listed through the library");
@@ -381,8 +380,7 @@ async fn reads_from_many_processes_equal_the_backend_bytes() {
         std::fs::write(backend.path().join(format!("file{i}")), &data).unwrap();
         files.push(data);
     }
-    let m = Mounted::start_with(3, linked(&[("/", backend.path())]))
-        .expect("this test needs FUSE (/dev/fuse)");
+    let m = Mounted::start_with(3, linked(&[("/", backend.path())]));
 
     // Rounds of 8 dd processes at once, each reading one random range of one file.
     let mut rng_state = 0x1234_5678_9abc_def0u64;
@@ -579,8 +577,7 @@ async fn backend_changes_are_seen_on_the_next_open() {
     std::fs::write(&g, &a).unwrap();
     set_mtime(&f, 1_500_000_000, 0);
     set_mtime(&g, 1_500_000_000, 0);
-    let m = Mounted::start_with(3, linked(&[("/", backend.path())]))
-        .expect("this test needs FUSE (/dev/fuse)");
+    let m = Mounted::start_with(3, linked(&[("/", backend.path())]));
     let c = m.cluster.client().await;
     // Replaces a backend file's contents and mtime.
     let change = |p: &Path, data: &[u8], sec: u64, nsec: u32| {
@@ -692,7 +689,7 @@ async fn stage_out_makes_the_backend_equal_to_what_was_written() {
     let expect = expect_dir.path().join("b");
     copy_tree(b, &expect);
 
-    let m = Mounted::start_with(3, linked(&[("/", b)])).expect("this test needs FUSE (/dev/fuse)");
+    let m = Mounted::start_with(3, linked(&[("/", b)]));
     let c = m.cluster.client().await;
     // The same commands on the mount and on the local copy.
     let commands = r#"

@@ -2,6 +2,9 @@
 //! restarts, refused handshakes and malformed input on one connection while others go on.
 
 mod common;
+// What the tests need beyond the build: shared with eddy-cli's tests.
+#[path = "../../eddy-cli/tests/common/require.rs"]
+mod require;
 
 use clap::Parser;
 use common::*;
@@ -393,8 +396,11 @@ fn can_unshare_mount() -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_device_gives_enospc_and_harms_nothing_else() {
     if !can_unshare_mount() {
-        eprintln!("skipped: cannot mount a tmpfs in a user namespace here");
-        return;
+        require::missing(
+            "cannot mount a tmpfs in a user namespace (`unshare -rm mount -t tmpfs tmpfs /mnt` \
+             fails): run as root, or allow unprivileged user namespaces \
+             (sysctl kernel.unprivileged_userns_clone=1)",
+        );
     }
     let root = tempfile::tempdir().unwrap();
     let (mut child, ready) = spawn_child(root.path(), Some(64 * 1024)).await;

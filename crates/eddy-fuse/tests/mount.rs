@@ -1,6 +1,10 @@
 //! A real mount over three real daemons (in this process, on loopback sockets), exercised
 //! through ordinary file system calls.
 
+// What the tests need beyond the build (FUSE, fusectl): shared with eddy-cli's tests.
+#[path = "../../eddy-cli/tests/common/require.rs"]
+mod require;
+
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment};
 use eddy_daemon::{Daemon, DaemonSettings};
@@ -43,7 +47,9 @@ fn config() -> Config {
     }
 }
 
+/// Daemons and a mount of them; fails the test, naming what is missing, without FUSE.
 fn start(n: u32) -> Fixture {
+    require::fuse();
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -110,10 +116,6 @@ fn pattern(len: usize) -> Vec<u8> {
 
 #[test]
 fn mount_serves_posix_calls() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: /dev/fuse is not available");
-        return;
-    }
     let mut fx = start(3);
     let mnt = fx.guard.as_ref().unwrap().mountpoint().to_owned();
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -360,12 +362,8 @@ fn the_mount_gets_the_configured_read_ahead() {
 
 #[test]
 fn unmount_with_an_open_file_aborts_the_connection() {
-    let fusectl_mounted =
-        fs::read_dir("/sys/fs/fuse/connections").is_ok_and(|mut d| d.next().is_some());
-    if !Path::new("/dev/fuse").exists() || !fusectl_mounted {
-        eprintln!("skipped: needs /dev/fuse and fusectl mounted on /sys/fs/fuse/connections");
-        return;
-    }
+    // Aborting the connection goes through the FUSE control file system.
+    require::fusectl();
     let mut fx = start(3);
     let mnt = fx.guard.as_ref().unwrap().mountpoint().to_owned();
     fs::write(mnt.join("held"), b"data").unwrap();
@@ -399,10 +397,6 @@ fn sh(dir: &Path, script: &str) -> String {
 
 #[test]
 fn coreutils_work_on_the_mount() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: /dev/fuse is not available");
-        return;
-    }
     let fx = start(3);
     let mnt = fx.guard.as_ref().unwrap().mountpoint().to_owned();
     let src = tempfile::tempdir().unwrap();

@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod gluster;
 pub mod model;
+pub mod require;
 
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment};
@@ -204,23 +205,20 @@ pub struct Mounted {
 }
 
 impl Mounted {
-    /// `None` (with a message) where FUSE is unavailable.
-    pub fn start(n: usize) -> Option<Mounted> {
+    /// Fails the test (naming what is missing) where FUSE is unavailable.
+    pub fn start(n: usize) -> Mounted {
         Mounted::start_with(n, test_config())
     }
 
-    pub fn start_with(n: usize, config: Config) -> Option<Mounted> {
-        if !Path::new("/dev/fuse").exists() {
-            eprintln!("skipped: /dev/fuse is missing");
-            return None;
-        }
+    pub fn start_with(n: usize, config: Config) -> Mounted {
+        require::fuse();
         let cluster = Cluster::start_with(n, config);
         let (mnt, child) = mount_at(&cluster);
-        Some(Mounted {
+        Mounted {
             mnt,
             child: Some(child),
             cluster,
-        })
+        }
     }
 
     /// A second mount of the same deployment, as another node would have.
