@@ -296,6 +296,7 @@ where
     // A permit per unanswered request, held until its reply is written: a client that sends
     // without reading replies stalls its own connection, never the daemon's memory.
     let in_flight = Arc::new(Semaphore::new(state.settings.config.max_requests_in_flight));
+    let conn = state.file_locks.open_conn();
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     tokio::spawn(write_loop(writer, rx, max, peer.clone(), alive.clone()));
     let mut stop = state.shutdown.subscribe();
@@ -329,12 +330,18 @@ where
         tracing::debug!(%peer, id, op = req.op_name(), "request");
         tokio::spawn(run_request(
             Arc::clone(&state),
+            conn,
             id,
             req,
             tx.clone(),
             permit,
             alive.clone(),
         ));
+    }
+    // The client is gone (its mount stopped, its node died) or the daemon stops: its locks go.
+    let dropped = state.file_locks.close_conn(conn);
+    if dropped > 0 {
+        tracing::info!(%peer, dropped, "connection closed; its file locks are released");
     }
 }
 
@@ -343,13 +350,18 @@ type Outgoing = (u64, Vec<u8>, OwnedSemaphorePermit);
 
 async fn run_request(
     state: Arc<State>,
+    conn: crate::advisory::ConnId,
     id: u64,
     req: Request,
     tx: mpsc::UnboundedSender<Outgoing>,
     permit: OwnedSemaphorePermit,
     _alive: Alive,
 ) {
-    let resp = state.handle(req).await;
+    let resp = if req.is_lock() {
+        state.handle_lock(conn, req).await
+    } else {
+        state.handle(req).await
+    };
     let body = encode_response(&resp, state.settings.config.max_frame_bytes);
     // The writer is gone only if the connection broke; the reply has nowhere to go.
     let _ = tx.send((id, body, permit));
