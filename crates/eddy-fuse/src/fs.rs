@@ -28,7 +28,8 @@ use tracing::{debug, warn};
 const MAX_REQUEST_BYTES: u32 = 1 << 20;
 
 /// Capabilities requested from the kernel when it offers them: lock requests must reach us
-/// so that we can refuse them (ENOLCK) instead of the kernel granting local-only locks;
+/// so that they are served across nodes (decision 0006) instead of the kernel granting
+/// local-only locks;
 /// parallel lookups and readdirs in one directory; page cache invalidated when a file's
 /// size or mtime changes (another node wrote it); O_TRUNC handled by `open` (the client then
 /// truncates through the new handle, so that its cached size starts at 0).
@@ -87,6 +88,7 @@ pub(crate) struct EddyFs {
     orphans: Mutex<std::collections::HashSet<String>>,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
     next_fh: AtomicU64,
+    locks: crate::locks::MountLocks,
 }
 
 impl EddyFs {
@@ -102,11 +104,20 @@ impl EddyFs {
             orphans: Mutex::default(),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            locks: Default::default(),
         }
     }
 
+    pub(crate) fn locks(&self) -> &crate::locks::MountLocks {
+        &self.locks
+    }
+
+    pub(crate) fn client_ref(&self) -> &Client {
+        &self.client
+    }
+
     /// Runs a client future to completion on the runtime.
-    fn run<T>(&self, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
+    pub(crate) fn run<T>(&self, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
         self.rt.block_on(fut)
     }
 
@@ -660,11 +671,16 @@ impl Filesystem for EddyFs {
         _req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // close(2) of one descriptor: publish the size so that other nodes see it.
-        match self.file(fh).and_then(|f| self.run(self.client.close(&f))) {
+        // close(2) of one descriptor: publish the size so that other nodes see it, and drop
+        // the closing process's POSIX locks on the file.
+        let res = self.file(fh).and_then(|f| {
+            let closed = self.run(self.client.close(&f));
+            self.release_owner_locks(&f, lock_owner.0).and(closed)
+        });
+        match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(failed("flush", &e)),
         }
@@ -676,12 +692,16 @@ impl Filesystem for EddyFs {
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         let file = lock(&self.files).remove(&fh.0);
-        let closed = file.as_ref().map(|f| self.run(self.client.close(f)));
+        let closed = file.as_ref().map(|f| {
+            let closed = self.run(self.client.close(f));
+            let owner = lock_owner.map(|o| o.0);
+            self.release_handle_locks(f, fh.0, owner).and(closed)
+        });
         if let Some(f) = &file {
             self.reap_orphan(f.path());
         }
@@ -840,32 +860,75 @@ impl Filesystem for EddyFs {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        _start: u64,
-        _end: u64,
-        _typ: i32,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
         _pid: u32,
         reply: ReplyLock,
     ) {
-        reply.error(failed("getlk", &no_locks()));
+        use crate::locks::{kernel_end, kind_of, range_of, typ_of};
+        let res = self.file(fh).and_then(|f| {
+            let (kind, range) = (kind_of(typ)?, range_of(start, end)?);
+            self.run(self.client.test_lock(&f, lock_owner.0, kind, range))
+        });
+        match res {
+            Ok(Some(h)) => reply.locked(
+                h.range.start,
+                kernel_end(h.range.end),
+                typ_of(h.kind),
+                h.pid,
+            ),
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Err(e) => reply.error(failed("getlk", &e)),
+        }
     }
 
     fn setlk(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        _start: u64,
-        _end: u64,
-        _typ: i32,
-        _pid: u32,
-        _sleep: bool,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
         reply: ReplyEmpty,
     ) {
-        // Also reached by flock(2), with FUSE_FLOCK_LOCKS.
-        reply.error(failed("setlk", &no_locks()));
+        // Also reached by flock(2) (FUSE_FLOCK_LOCKS): a whole-file lock owned by the open file.
+        use crate::locks::{kind_of, range_of, wait_for_lock};
+        let ask = self.file(fh).and_then(|f| {
+            let lr = eddy_client::LockRequest {
+                owner: lock_owner.0,
+                handle: fh.0,
+                pid,
+                kind: kind_of(typ)?,
+                range: range_of(start, end)?,
+            };
+            Ok((f, lr))
+        });
+        let (f, lr) = match ask {
+            Ok(x) => x,
+            Err(e) => return reply.error(failed("setlk", &e)),
+        };
+        self.note_lock(f.file_id());
+        if !sleep || lr.kind == eddy_client::LockKind::Unlock {
+            return match self.run(self.client.lock(&f, &lr, false)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(failed("setlk", &e)),
+            };
+        }
+        // A blocking lock waits on the runtime, so that it holds no FUSE thread.
+        let (client, tid) = (self.client.clone(), req.pid());
+        self.rt.spawn(async move {
+            match wait_for_lock(client, f, lr, tid).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(failed("setlk", &e)),
+            }
+        });
     }
 
     // Extended attributes, lseek(SEEK_DATA/SEEK_HOLE) and copy_file_range: ENOSYS tells the
@@ -1027,11 +1090,6 @@ fn reopen_flags(file: &File) -> i32 {
     };
     let append = if file.append() { libc::O_APPEND } else { 0 };
     access | append | libc::O_NOFOLLOW
-}
-
-/// The error of every lock request.
-fn no_locks() -> Errno {
-    Errno::new(libc::ENOLCK, "file locks are not supported")
 }
 
 #[cfg(test)]
