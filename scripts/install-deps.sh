@@ -6,8 +6,10 @@ set -euo pipefail
 # openmpi-bin: `eddy bench --mpi` launches its workers with mpirun (tested in tests/bench.rs).
 # glusterfs-server and glusterfs-client: crates/eddy-cli/tests/common/gluster.rs serves a real
 # network file system (a GlusterFS volume on this host) as a backend directory.
+# python3 and python3-h5py: crates/eddy-cli/tests/locks.rs runs SQLite and HDF5 on the mount
+# (with /usr/bin/python3, the interpreter Debian's h5py is built for).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
-  slurm-wlm munge openmpi-bin glusterfs-server glusterfs-client)
+  slurm-wlm munge openmpi-bin glusterfs-server glusterfs-client python3 python3-h5py)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
