@@ -353,3 +353,75 @@ except Alarm:
     assert_eq!(got, "interrupted True\n");
     finish(holder);
 }
+
+/// The library's lock API: two clients (two sessions) of one deployment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_lock_ranges_and_lose_them_with_their_connection() {
+    use eddy_client::{Creds, LockKind, LockRange, LockRequest};
+    let cluster = common::Cluster::start(3);
+    let (c1, c2) = (cluster.client().await, cluster.client().await);
+    assert_ne!(c1.lock_session(), c2.lock_session());
+    let f1 = c1
+        .create("/l", 0o644, true, Creds::root())
+        .await
+        .expect("create");
+    let f2 = c2
+        .open("/l", libc::O_RDWR, 0, Creds::root())
+        .await
+        .expect("open");
+    let req = |owner, kind, start, end| LockRequest {
+        owner,
+        handle: owner,
+        pid: 1,
+        kind,
+        range: LockRange { start, end },
+    };
+    c1.lock(&f1, &req(1, LockKind::Write, 0, 99), false)
+        .await
+        .expect("lock");
+    // The same owner number in another session is another owner.
+    let e = c2
+        .lock(&f2, &req(1, LockKind::Read, 50, 50), false)
+        .await
+        .expect_err("conflict");
+    assert_eq!(e.errno, libc::EAGAIN);
+    c2.lock(&f2, &req(1, LockKind::Write, 100, u64::MAX), false)
+        .await
+        .expect("a free range");
+    let held = c2
+        .test_lock(&f2, 1, LockKind::Read, LockRange { start: 0, end: 0 })
+        .await
+        .expect("test");
+    assert_eq!(
+        held.map(|h| (h.kind, h.range.end)),
+        Some((LockKind::Write, 99))
+    );
+    // A waiting lock is granted once the holder unlocks part of its range.
+    let waiter = {
+        let (c2, f2) = (c2.clone(), f2.clone());
+        tokio::spawn(async move { c2.lock(&f2, &req(2, LockKind::Write, 10, 19), true).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished());
+    c1.lock(&f1, &req(1, LockKind::Unlock, 0, 49), false)
+        .await
+        .expect("unlock");
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("granted in time")
+        .expect("task")
+        .expect("lock");
+    // Dropping the first client closes its connections: its remaining lock goes.
+    drop(f1);
+    drop(c1);
+    let t = Instant::now();
+    loop {
+        match c2.lock(&f2, &req(3, LockKind::Write, 50, 99), false).await {
+            Ok(()) => break,
+            Err(e) if e.errno == libc::EAGAIN && t.elapsed() < Duration::from_secs(5) => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("the closed client's lock was kept: {e}"),
+        }
+    }
+}
