@@ -425,3 +425,45 @@ async fn clients_lock_ranges_and_lose_them_with_their_connection() {
         }
     }
 }
+
+/// POSIX: closing any descriptor of a file releases the process's locks on it, even one
+/// opened read-only after the lock was taken through another.
+#[test]
+fn closing_any_descriptor_releases_the_process_locks() {
+    let m = mounted();
+    let other = m.another_mount();
+    let (a, b) = (m.path("c"), other.path("c"));
+    std::fs::write(&a, b"x").expect("write");
+    let (mut holder, mut out) = py_spawn(
+        r#"
+import fcntl, sys, time
+f = open(sys.argv[1], 'r')
+fcntl.lockf(f, fcntl.LOCK_SH, 10, 0)
+print('locked', flush=True)
+time.sleep(1.5)
+open(sys.argv[1], 'r').close()
+print('closed', flush=True)
+time.sleep(600)
+"#,
+        &[&a],
+    );
+    wait_line(&mut out, "locked");
+    let acquire = |secs: &str| {
+        Command::new(PYTHON)
+            .arg("-c")
+            .arg(ACQUIRE)
+            .arg(&b)
+            .arg(secs)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    assert!(!acquire("0.3"), "the read lock was not held");
+    wait_line(&mut out, "closed");
+    assert!(
+        acquire("0.5"),
+        "the close did not release the process's lock"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

@@ -621,6 +621,12 @@ impl Filesystem for EddyFs {
                 let fopen = fopen_flags(&file);
                 reply.opened(FileHandle(self.add_file(file)), fopen)
             }
+            // The kernel's cached entry outlived the file (removed on another node within the
+            // entry TTL): ESTALE makes it look the path up again and retry once, so that an
+            // O_CREAT open creates the file anew (SQLite's journal between two mounts).
+            Err(e) if e.errno == libc::ENOENT => {
+                reply.error(failed("open", &Errno::new(libc::ESTALE, e.msg.clone())))
+            }
             Err(e) => reply.error(failed("open", &e)),
         }
     }
@@ -888,7 +894,7 @@ impl Filesystem for EddyFs {
     fn setlk(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
         start: u64,
@@ -899,7 +905,7 @@ impl Filesystem for EddyFs {
         reply: ReplyEmpty,
     ) {
         // Also reached by flock(2) (FUSE_FLOCK_LOCKS): a whole-file lock owned by the open file.
-        use crate::locks::{kind_of, range_of, wait_for_lock};
+        use crate::locks::{invalidate, kind_of, range_of, wait_for_lock};
         let ask = self.file(fh).and_then(|f| {
             let lr = eddy_client::LockRequest {
                 owner: lock_owner.0,
@@ -915,16 +921,27 @@ impl Filesystem for EddyFs {
             Err(e) => return reply.error(failed("setlk", &e)),
         };
         self.note_lock(f.file_id());
-        if !sleep || lr.kind == eddy_client::LockKind::Unlock {
+        // Whoever gets the range next must see the size this node's writes reached.
+        if let Err(e) = self.run(self.client.close(&f)) {
+            return reply.error(failed("setlk", &e));
+        }
+        let slot = self.locks().notifier_slot();
+        let taking = lr.kind != eddy_client::LockKind::Unlock;
+        if !sleep || !taking {
             return match self.run(self.client.lock(&f, &lr, false)) {
-                Ok(()) => reply.ok(),
+                Ok(()) => {
+                    if taking {
+                        invalidate(&slot, ino);
+                    }
+                    reply.ok()
+                }
                 Err(e) => reply.error(failed("setlk", &e)),
             };
         }
         // A blocking lock waits on the runtime, so that it holds no FUSE thread.
         let (client, tid) = (self.client.clone(), req.pid());
         self.rt.spawn(async move {
-            match wait_for_lock(client, f, lr, tid).await {
+            match wait_for_lock(client, f, lr, tid, || invalidate(&slot, ino)).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(failed("setlk", &e)),
             }
@@ -1042,9 +1059,9 @@ fn fopen_flags(file: &File) -> FopenFlags {
         // so the new end of the file is not cut at the old one.
         return FopenFlags::FOPEN_DIRECT_IO;
     }
-    if !file.writable() {
-        return FopenFlags::FOPEN_NOFLUSH;
-    }
+    // Read-only opens keep FLUSH too: a close must release the closing process's POSIX
+    // locks at once (decision 0006), and with FOPEN_NOFLUSH only the later, asynchronous
+    // release of the open file would.
     if file.append() || !file.readable() {
         return FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
     }

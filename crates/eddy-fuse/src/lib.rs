@@ -137,12 +137,15 @@ fn new_session(
     opts: &MountOptions,
 ) -> Result<fuser::Session<fs::EddyFs>, FuseError> {
     let fs = fs::EddyFs::new(client, rt, opts);
+    let notifier = fs.locks().notifier_slot();
     let session = fuser::Session::new(fs, mountpoint, &session_config(opts)).map_err(|source| {
         FuseError::Mount {
             mountpoint: mountpoint.to_owned(),
             source,
         }
     })?;
+    // Set once, right here: the slot cannot be full yet.
+    let _ = notifier.set(session.notifier());
     info!(mountpoint = %mountpoint.display(), threads = opts.threads, "Eddy mounted");
     Ok(session)
 }

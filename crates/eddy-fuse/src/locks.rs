@@ -15,8 +15,9 @@
 use crate::fs::EddyFs;
 use eddy_client::{Client, File, FileId, LockKind, LockRange, LockRequest};
 use eddy_proto::Errno;
+use fuser::{INodeNo, Notifier};
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tracing::debug;
 
@@ -26,13 +27,20 @@ const WAIT_SLICE: Duration = Duration::from_millis(200);
 /// The kernel's "to the end of any file" (OFFSET_MAX).
 const OFFSET_MAX: u64 = i64::MAX as u64;
 
-/// Files this mount has taken locks on: closes of other files send no release.
+/// Files this mount has taken locks on (closes of other files send no release), and the
+/// session's notifier, to drop the kernel's cached pages of a file when a lock is granted.
 #[derive(Default)]
 pub(crate) struct MountLocks {
     files: Mutex<HashSet<FileId>>,
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl MountLocks {
+    /// Where the session's notifier goes once the session exists.
+    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        Arc::clone(&self.notifier)
+    }
+
     fn note(&self, id: FileId) {
         self.files
             .lock()
@@ -97,15 +105,28 @@ pub(crate) fn interrupted(tid: u32) -> bool {
     pending & !field("SigBlk:") & !field("SigIgn:") != 0
 }
 
+/// Drops the kernel's cached pages and attributes of an inode: a lock was just granted, and
+/// what the page cache holds may predate writes made on other nodes under the lock before.
+pub(crate) fn invalidate(slot: &OnceLock<Notifier>, ino: INodeNo) {
+    if let Some(n) = slot.get() {
+        // ENOENT: the kernel holds nothing of the inode.
+        if let Err(e) = n.inval_inode(ino, 0, 0) {
+            debug!(ino = ino.0, error = %e, "page cache invalidation");
+        }
+    }
+}
+
 /// Waits for a lock in slices until it is granted, fails, or the waiter is interrupted.
 pub(crate) async fn wait_for_lock(
     client: Client,
     file: File,
     req: LockRequest,
     tid: u32,
+    granted: impl FnOnce(),
 ) -> Result<(), Errno> {
     loop {
         if client.lock_once(&file, &req, WAIT_SLICE).await? {
+            granted();
             return Ok(());
         }
         if interrupted(tid) {
