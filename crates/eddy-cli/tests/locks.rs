@@ -396,6 +396,12 @@ async fn clients_lock_ranges_and_lose_them_with_their_connection() {
         held.map(|h| (h.kind, h.range.end)),
         Some((LockKind::Write, 99))
     );
+    // A range that ends before it starts is refused, not a crash.
+    let e = c2
+        .lock(&f2, &req(1, LockKind::Write, 9, 3), false)
+        .await
+        .expect_err("bad range");
+    assert_eq!(e.errno, libc::EINVAL);
     // A waiting lock is granted once the holder unlocks part of its range.
     let waiter = {
         let (c2, f2) = (c2.clone(), f2.clone());
@@ -466,4 +472,54 @@ time.sleep(600)
     );
     let _ = holder.kill();
     let _ = holder.wait();
+}
+
+/// OFD locks belong to the open file: a second open of the same file in the same process is
+/// another owner, and closing the first releases the lock for everyone (once the kernel's
+/// asynchronous RELEASE arrives).
+#[test]
+fn ofd_locks_belong_to_the_open_file() {
+    let m = mounted();
+    let other = m.another_mount();
+    let (a, b) = (m.path("o"), other.path("o"));
+    std::fs::write(&a, b"0123456789").expect("write");
+    let got = py(
+        r#"
+import fcntl, os, struct, sys, subprocess, time
+def ofd(fd, typ, cmd):
+    req = struct.pack('hhqqi', typ, 0, 0, 10, 0)
+    try:
+        fcntl.fcntl(fd, cmd, req)
+        return 'ok'
+    except OSError as e:
+        return 'busy' if e.errno in (11, 13) else 'errno %d' % e.errno
+other = 'import fcntl, os, struct, sys\n' \
+    'fd = os.open(sys.argv[1], os.O_RDWR)\n' \
+    'try:\n' \
+    '    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 10, 0)); print("ok")\n' \
+    'except OSError:\n' \
+    '    print("busy")\n'
+def from_other_mount():
+    return subprocess.run([sys.executable, '-c', other, sys.argv[2]], capture_output=True, text=True).stdout.strip()
+fd1 = os.open(sys.argv[1], os.O_RDWR)
+fd2 = os.open(sys.argv[1], os.O_RDWR)
+print(ofd(fd1, fcntl.F_WRLCK, fcntl.F_OFD_SETLK))
+print(ofd(fd2, fcntl.F_WRLCK, fcntl.F_OFD_SETLK))
+print(from_other_mount())
+# The kernel sends FUSE's RELEASE of the last close asynchronously: allow it a moment.
+def soon(f):
+    for _ in range(40):
+        r = f()
+        if r == 'ok':
+            break
+        time.sleep(0.05)
+    return r
+os.close(fd1)
+print(soon(lambda: ofd(fd2, fcntl.F_WRLCK, fcntl.F_OFD_SETLK)))
+os.close(fd2)
+print(soon(from_other_mount))
+"#,
+        &[&a, &b],
+    );
+    assert_eq!(got, "ok\nbusy\nbusy\nok\nok\n", "{got}");
 }
