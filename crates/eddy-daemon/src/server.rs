@@ -275,20 +275,21 @@ async fn accept_unix(state: Arc<State>, listener: UnixListener, alive: Alive) {
 
 /// TCP keepalive and a user timeout on a client connection, so that a client whose node died
 /// (no FIN ever comes) is noticed within the RPC deadline and its file locks are released:
-/// probes start after a third of the deadline, two more follow a sixth apart; unacknowledged
-/// data gives up after the deadline.
+/// probes start after a quarter of the deadline, two more follow an eighth apart, and the
+/// connection is given up when the peer has acknowledged nothing for half the deadline (on
+/// Linux that timeout also governs keepalive failure).
 fn detect_dead_peer(stream: &tokio::net::TcpStream, rpc_timeout_ms: u64) {
     use nix::sys::socket::{setsockopt, sockopt};
     let secs = |ms: u64| u32::try_from(ms.div_ceil(1000).max(1)).unwrap_or(u32::MAX);
     let results = [
         setsockopt(stream, sockopt::KeepAlive, &true),
-        setsockopt(stream, sockopt::TcpKeepIdle, &secs(rpc_timeout_ms / 3)),
-        setsockopt(stream, sockopt::TcpKeepInterval, &secs(rpc_timeout_ms / 6)),
+        setsockopt(stream, sockopt::TcpKeepIdle, &secs(rpc_timeout_ms / 4)),
+        setsockopt(stream, sockopt::TcpKeepInterval, &secs(rpc_timeout_ms / 8)),
         setsockopt(stream, sockopt::TcpKeepCount, &2),
         setsockopt(
             stream,
             sockopt::TcpUserTimeout,
-            &u32::try_from(rpc_timeout_ms).unwrap_or(u32::MAX),
+            &u32::try_from(rpc_timeout_ms / 2).unwrap_or(u32::MAX),
         ),
     ];
     if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
