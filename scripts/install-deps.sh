@@ -9,9 +9,11 @@ set -euo pipefail
 # iproute2: tests/netns.rs puts daemons in network namespaces. util-linux: setpriv, for tests
 # that act as another user on a mount. rsync, attr (setfattr/getfattr), python3: tools the
 # tests drive the mount with.
+# python3-h5py: crates/eddy-cli/tests/locks.rs runs HDF5 on the mount (with /usr/bin/python3, the
+# interpreter Debian's h5py is built for).
 # A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
-  slurm-wlm munge openmpi-bin glusterfs-server glusterfs-client rsync attr python3)
+  slurm-wlm munge openmpi-bin glusterfs-server glusterfs-client rsync attr python3 python3-h5py)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

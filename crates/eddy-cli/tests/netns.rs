@@ -246,3 +246,105 @@ fn hosts_in_network_namespaces_serve_a_client_in_another() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing is running"));
     net.state = None;
 }
+
+/// Starts `eddy mount --foreground` in namespace `ns`'s network only (nsenter, so that the
+/// mount is visible to every process of this host) and waits for the mount.
+fn mount_in(ns: &str, state: &std::path::Path, mnt: &std::path::Path) -> std::process::Child {
+    let child = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{ns}"))
+        .arg(EDDY)
+        .args(["mount", "--state", s(state), s(mnt), "--foreground"])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("nsenter eddy mount");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !common::is_mountpoint(mnt) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "mount in {ns} did not appear"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child
+}
+
+/// A node that dies without closing its connections (its network cut) loses its locks
+/// within the RPC deadline: the daemon's TCP keepalive notices, closes the connection and
+/// drops the locks taken over it; another node's mount then gets the lock.
+#[test]
+fn a_dead_nodes_locks_are_released_within_the_deadline() {
+    let mut net = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let hosts_file = dir.path().join("hosts");
+    let hosts: String = (0..HOSTS)
+        .map(|i| format!("{} {}\n", net.host(i), net.addr(i as u32 + 1)))
+        .collect();
+    std::fs::write(&hosts_file, hosts).unwrap();
+    let root = format!("{}/{{host}}", dir.path().display());
+    net.state = Some(state.clone());
+    net.eddy_ok(&[
+        "start",
+        "--hosts",
+        s(&hosts_file),
+        "--launcher",
+        "ip netns exec {host} {cmd}",
+        "--root",
+        &root,
+        "--state",
+        s(&state),
+    ]);
+    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    let deadline = std::time::Duration::from_millis(dep.config.rpc_timeout_ms);
+    let (ma, mb) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&ma).unwrap();
+    std::fs::create_dir_all(&mb).unwrap();
+    // Mount a on the "client node", mount b on host 0.
+    let mut mount_a = mount_in(&net.client(), &state, &ma);
+    let mut mount_b = mount_in(&net.host(0), &state, &mb);
+    std::fs::write(ma.join("f"), b"x").unwrap();
+    let mut holder = Command::new("flock")
+        .arg("-x")
+        .arg(ma.join("f"))
+        .args(["-c", "echo locked; exec sleep 600"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("flock(1) is required");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    let try_b = |wait: &str| {
+        Command::new("flock")
+            .args(["-x", "-w", wait])
+            .arg(mb.join("f"))
+            .arg("true")
+            .status()
+            .map(|st| st.success())
+            .unwrap_or(false)
+    };
+    assert!(!try_b("0.5"), "the lock was not held");
+    // The client node drops off the network: no FIN, no RST ever reaches the daemons.
+    ip(&["-n", &net.client(), "link", "set", "eth0", "down"]);
+    let t = std::time::Instant::now();
+    let got = try_b(&(deadline * 3).as_secs().to_string());
+    let took = t.elapsed();
+    let _ = holder.kill();
+    for m in [&ma, &mb] {
+        let _ = Command::new("umount").arg("-l").arg(m).status();
+    }
+    for c in [&mut mount_a, &mut mount_b] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = holder.wait();
+    assert!(got, "the dead node's lock was never released");
+    assert!(
+        took <= deadline + std::time::Duration::from_secs(2),
+        "released after {took:?}, the RPC deadline is {deadline:?}"
+    );
+    eprintln!("lock of a dead node released after {took:?} (RPC deadline {deadline:?})");
+}

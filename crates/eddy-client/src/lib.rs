@@ -13,6 +13,7 @@ mod conn;
 mod dir;
 mod file;
 mod layout;
+mod locks;
 mod ns;
 mod perm;
 mod size;
@@ -23,7 +24,9 @@ pub use dir::DirReader;
 pub use eddy_proto::{
     DaemonStatus, DirEntry, Errno, FileId, FileKind, Inode, SetAttr, SetTime, Timespec, XattrSet,
 };
+pub use eddy_proto::{LockInfo, LockKind, LockRange};
 pub use file::File;
+pub use locks::LockRequest;
 pub use perm::Creds;
 pub use tier::FileResult;
 
@@ -54,6 +57,8 @@ struct Inner {
     placement: Placement,
     links: HashMap<u32, Link>,
     limits: PathLimits,
+    /// Random identity of this client in lock owners: two clients never share an owner.
+    lock_session: u128,
 }
 
 /// A connection to a deployment. Cloning shares the connections.
@@ -96,6 +101,7 @@ impl Client {
             placement,
             links,
             limits,
+            lock_session: rand::random::<u128>(),
         })))
     }
 

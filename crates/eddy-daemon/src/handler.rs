@@ -20,6 +20,8 @@ pub struct State {
     pub chunks: ChunkStore,
     pub backend: Arc<Backend>,
     pub tier: Tier,
+    /// Advisory file locks of the files whose lock owner this daemon is.
+    pub file_locks: crate::advisory::LockTable,
     io_permits: Semaphore,
     requests: AtomicU64,
     started: Instant,
@@ -42,6 +44,7 @@ impl State {
             chunks,
             backend,
             tier,
+            file_locks: Default::default(),
             io_permits: Semaphore::new(io_threads),
             requests: AtomicU64::new(0),
             started: Instant::now(),
@@ -218,6 +221,9 @@ impl State {
             Request::Sync { file_id } => self.sync(file_id).map(|()| Reply::Ok),
             Request::Status => self.status().map(Reply::Status),
             Request::Shutdown => Ok(Reply::Ok),
+            Request::Lock { .. } | Request::TestLock { .. } | Request::ReleaseLocks { .. } => Err(
+                Errno::einval("a lock request needs its connection; served by handle_lock"),
+            ),
         }
     }
 

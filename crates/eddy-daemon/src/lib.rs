@@ -9,6 +9,7 @@
 //! Layout under the root: `meta/` (fjall, keyspace "meta": `path::meta_key(path)` →
 //! `Inode::to_record()`), `chunks/<file id, 32 hex>/<k>`, `eddyd.sock`, `eddyd.ready`.
 
+mod advisory;
 mod args;
 mod backend;
 mod chunks;

@@ -241,6 +241,7 @@ async fn accept_tcp(state: Arc<State>, listener: TcpListener, alive: Alive) {
             res = listener.accept() => match res {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
+                    detect_dead_peer(&stream, state.settings.config.rpc_timeout_ms);
                     tracing::debug!(%peer, "tcp connection");
                     tokio::spawn(serve_connection(Arc::clone(&state), stream, peer.to_string(), alive.clone()));
                 }
@@ -272,6 +273,30 @@ async fn accept_unix(state: Arc<State>, listener: UnixListener, alive: Alive) {
     }
 }
 
+/// TCP keepalive and a user timeout on a client connection, so that a client whose node died
+/// (no FIN ever comes) is noticed within the RPC deadline and its file locks are released:
+/// probes start after a quarter of the deadline, two more follow an eighth apart, and the
+/// connection is given up when the peer has acknowledged nothing for half the deadline (on
+/// Linux that timeout also governs keepalive failure).
+fn detect_dead_peer(stream: &tokio::net::TcpStream, rpc_timeout_ms: u64) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let secs = |ms: u64| u32::try_from(ms.div_ceil(1000).max(1)).unwrap_or(u32::MAX);
+    let results = [
+        setsockopt(stream, sockopt::KeepAlive, &true),
+        setsockopt(stream, sockopt::TcpKeepIdle, &secs(rpc_timeout_ms / 4)),
+        setsockopt(stream, sockopt::TcpKeepInterval, &secs(rpc_timeout_ms / 8)),
+        setsockopt(stream, sockopt::TcpKeepCount, &2),
+        setsockopt(
+            stream,
+            sockopt::TcpUserTimeout,
+            &u32::try_from(rpc_timeout_ms / 2).unwrap_or(u32::MAX),
+        ),
+    ];
+    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+        tracing::warn!(error = %e, "cannot set TCP keepalive on a client connection");
+    }
+}
+
 /// Serves one connection: handshake, then frames until the peer closes, a frame is bad or
 /// the daemon stops.
 async fn serve_connection<S>(state: Arc<State>, stream: S, peer: String, alive: Alive)
@@ -296,6 +321,7 @@ where
     // A permit per unanswered request, held until its reply is written: a client that sends
     // without reading replies stalls its own connection, never the daemon's memory.
     let in_flight = Arc::new(Semaphore::new(state.settings.config.max_requests_in_flight));
+    let conn = state.file_locks.open_conn();
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     tokio::spawn(write_loop(writer, rx, max, peer.clone(), alive.clone()));
     let mut stop = state.shutdown.subscribe();
@@ -329,12 +355,18 @@ where
         tracing::debug!(%peer, id, op = req.op_name(), "request");
         tokio::spawn(run_request(
             Arc::clone(&state),
+            conn,
             id,
             req,
             tx.clone(),
             permit,
             alive.clone(),
         ));
+    }
+    // The client is gone (its mount stopped, its node died) or the daemon stops: its locks go.
+    let dropped = state.file_locks.close_conn(conn);
+    if dropped > 0 {
+        tracing::info!(%peer, dropped, "connection closed; its file locks are released");
     }
 }
 
@@ -343,13 +375,18 @@ type Outgoing = (u64, Vec<u8>, OwnedSemaphorePermit);
 
 async fn run_request(
     state: Arc<State>,
+    conn: crate::advisory::ConnId,
     id: u64,
     req: Request,
     tx: mpsc::UnboundedSender<Outgoing>,
     permit: OwnedSemaphorePermit,
     _alive: Alive,
 ) {
-    let resp = state.handle(req).await;
+    let resp = if req.is_lock() {
+        state.handle_lock(conn, req).await
+    } else {
+        state.handle(req).await
+    };
     let body = encode_response(&resp, state.settings.config.max_frame_bytes);
     // The writer is gone only if the connection broke; the reply has nowhere to go.
     let _ = tx.send((id, body, permit));

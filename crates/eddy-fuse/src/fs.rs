@@ -29,7 +29,8 @@ use tracing::{debug, warn};
 const MAX_REQUEST_BYTES: u32 = 1 << 20;
 
 /// Capabilities requested from the kernel when it offers them: lock requests must reach us
-/// so that we can refuse them (ENOLCK) instead of the kernel granting local-only locks;
+/// so that they are served across nodes (decision 0008) instead of the kernel granting
+/// local-only locks;
 /// parallel lookups and readdirs in one directory; page cache invalidated when a file's
 /// size or mtime changes (another node wrote it); O_TRUNC handled by `open` (the client then
 /// truncates through the new handle, so that its cached size starts at 0).
@@ -110,6 +111,7 @@ pub(crate) struct EddyFs {
     next_fh: AtomicU64,
     /// Extended attributes of entries as replies carried them, for the attribute TTL.
     xattrs: XattrCache,
+    locks: crate::locks::MountLocks,
 }
 
 impl EddyFs {
@@ -126,11 +128,20 @@ impl EddyFs {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             xattrs: XattrCache::new(opts.attr_ttl),
+            locks: Default::default(),
         }
     }
 
+    pub(crate) fn locks(&self) -> &crate::locks::MountLocks {
+        &self.locks
+    }
+
+    pub(crate) fn client_ref(&self) -> &Client {
+        &self.client
+    }
+
     /// Runs a client future to completion on the runtime.
-    fn run<T>(&self, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
+    pub(crate) fn run<T>(&self, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
         self.rt.block_on(fut)
     }
 
@@ -654,6 +665,12 @@ impl Filesystem for EddyFs {
                 let fopen = fopen_flags(&file);
                 reply.opened(FileHandle(self.add_file(file)), fopen)
             }
+            // The kernel's cached entry outlived the file (removed on another node within the
+            // entry TTL): ESTALE makes it look the path up again and retry once, so that an
+            // O_CREAT open creates the file anew (SQLite's journal between two mounts).
+            Err(e) if e.errno == libc::ENOENT => {
+                reply.error(failed("open", &Errno::new(libc::ESTALE, e.msg.clone())))
+            }
             Err(e) => reply.error(failed("open", &e)),
         }
     }
@@ -704,11 +721,16 @@ impl Filesystem for EddyFs {
         _req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // close(2) of one descriptor: publish the size so that other nodes see it.
-        match self.file(fh).and_then(|f| self.run(self.client.close(&f))) {
+        // close(2) of one descriptor: publish the size so that other nodes see it, and drop
+        // the closing process's POSIX locks on the file.
+        let res = self.file(fh).and_then(|f| {
+            let closed = self.run(self.client.close(&f));
+            self.release_owner_locks(&f, lock_owner.0).and(closed)
+        });
+        match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(failed("flush", &e)),
         }
@@ -720,12 +742,16 @@ impl Filesystem for EddyFs {
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         let file = lock(&self.files).remove(&fh.0);
-        let closed = file.as_ref().map(|f| self.run(self.client.close(f)));
+        let closed = file.as_ref().map(|f| {
+            let closed = self.run(self.client.close(f));
+            let owner = lock_owner.map(|o| o.0);
+            self.release_handle_locks(f, fh.0, owner).and(closed)
+        });
         if let Some(f) = &file {
             self.reap_orphan(f.path());
         }
@@ -884,32 +910,86 @@ impl Filesystem for EddyFs {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        _start: u64,
-        _end: u64,
-        _typ: i32,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
         _pid: u32,
         reply: ReplyLock,
     ) {
-        reply.error(failed("getlk", &no_locks()));
+        use crate::locks::{kernel_end, kind_of, range_of, typ_of};
+        let res = self.file(fh).and_then(|f| {
+            let (kind, range) = (kind_of(typ)?, range_of(start, end)?);
+            self.run(self.client.test_lock(&f, lock_owner.0, kind, range))
+        });
+        match res {
+            Ok(Some(h)) => reply.locked(
+                h.range.start,
+                kernel_end(h.range.end),
+                typ_of(h.kind),
+                h.pid,
+            ),
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Err(e) => reply.error(failed("getlk", &e)),
+        }
     }
 
     fn setlk(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        _start: u64,
-        _end: u64,
-        _typ: i32,
-        _pid: u32,
-        _sleep: bool,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
         reply: ReplyEmpty,
     ) {
-        // Also reached by flock(2), with FUSE_FLOCK_LOCKS.
-        reply.error(failed("setlk", &no_locks()));
+        // Also reached by flock(2) (FUSE_FLOCK_LOCKS): a whole-file lock owned by the open file.
+        use crate::locks::{invalidate, kind_of, range_of, wait_for_lock};
+        let ask = self.file(fh).and_then(|f| {
+            let lr = eddy_client::LockRequest {
+                owner: lock_owner.0,
+                handle: fh.0,
+                pid,
+                kind: kind_of(typ)?,
+                range: range_of(start, end)?,
+            };
+            Ok((f, lr))
+        });
+        let (f, lr) = match ask {
+            Ok(x) => x,
+            Err(e) => return reply.error(failed("setlk", &e)),
+        };
+        self.note_lock(f.file_id());
+        // Whoever gets the range next must see the size this node's writes reached.
+        if let Err(e) = self.run(self.client.close(&f)) {
+            return reply.error(failed("setlk", &e));
+        }
+        let slot = self.locks().notifier_slot();
+        let taking = lr.kind != eddy_client::LockKind::Unlock;
+        if !sleep || !taking {
+            return match self.run(self.client.lock(&f, &lr, false)) {
+                Ok(()) => {
+                    if taking {
+                        invalidate(&slot, ino);
+                    }
+                    reply.ok()
+                }
+                Err(e) => reply.error(failed("setlk", &e)),
+            };
+        }
+        // A blocking lock waits on the runtime, so that it holds no FUSE thread.
+        let (client, tid) = (self.client.clone(), req.pid());
+        self.rt.spawn(async move {
+            match wait_for_lock(client, f, lr, tid, || invalidate(&slot, ino)).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(failed("setlk", &e)),
+            }
+        });
     }
 
     // Extended attributes of the entry itself; the kernel has checked the namespaces
@@ -1071,9 +1151,9 @@ fn fopen_flags(file: &File) -> FopenFlags {
         // so the new end of the file is not cut at the old one.
         return FopenFlags::FOPEN_DIRECT_IO;
     }
-    if !file.writable() {
-        return FopenFlags::FOPEN_NOFLUSH;
-    }
+    // Read-only opens keep FLUSH too: a close must release the closing process's POSIX
+    // locks at once (decision 0008), and with FOPEN_NOFLUSH only the later, asynchronous
+    // release of the open file would.
     if file.append() || !file.readable() {
         return FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
     }
@@ -1121,11 +1201,6 @@ fn reopen_flags(file: &File) -> i32 {
     };
     let append = if file.append() { libc::O_APPEND } else { 0 };
     access | append | libc::O_NOFOLLOW
-}
-
-/// The error of every lock request.
-fn no_locks() -> Errno {
-    Errno::new(libc::ENOLCK, "file locks are not supported")
 }
 
 #[cfg(test)]

@@ -8,8 +8,10 @@
 //!
 //! What the mount answers, beyond plain POSIX calls:
 //! - hard links, special files (FIFOs, sockets, devices), RENAME_EXCHANGE: EOPNOTSUPP
-//!   (EINVAL for the rename flag); POSIX and BSD locks: ENOLCK; extended attributes:
-//!   EOPNOTSUPP (the kernel's answer to our ENOSYS);
+//!   (EINVAL for the rename flag); extended attributes: EOPNOTSUPP (the kernel's answer
+//!   to our ENOSYS);
+//! - POSIX record locks, OFD locks and flock are served across nodes by the file's lock
+//!   daemon (`locks`, decision 0008);
 //! - the page cache is dropped at every open (no `keep_cache`) and O_APPEND files bypass it,
 //!   so data written on other nodes is seen after an open;
 //! - an open file follows a rename done through this mount; a file unlinked (or renamed on
@@ -25,6 +27,7 @@
 mod attr;
 mod dir;
 mod fs;
+mod locks;
 mod table;
 mod xcache;
 
@@ -135,12 +138,15 @@ fn new_session(
     opts: &MountOptions,
 ) -> Result<fuser::Session<fs::EddyFs>, FuseError> {
     let fs = fs::EddyFs::new(client, rt, opts);
+    let notifier = fs.locks().notifier_slot();
     let session = fuser::Session::new(fs, mountpoint, &session_config(opts)).map_err(|source| {
         FuseError::Mount {
             mountpoint: mountpoint.to_owned(),
             source,
         }
     })?;
+    // Set once, right here: the slot cannot be full yet.
+    let _ = notifier.set(session.notifier());
     info!(mountpoint = %mountpoint.display(), threads = opts.threads, "Eddy mounted");
     Ok(session)
 }

@@ -360,6 +360,43 @@ pub struct FileOutcome {
     pub complete: bool,
 }
 
+/// The kind of an advisory lock request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockKind {
+    /// Shared (F_RDLCK, LOCK_SH).
+    Read,
+    /// Exclusive (F_WRLCK, LOCK_EX).
+    Write,
+    /// Release (F_UNLCK, LOCK_UN).
+    Unlock,
+}
+
+/// Who holds an advisory lock: the client's session (random, one per `Client`, so two
+/// mounts never share an owner) and the owner inside it (the kernel's lock owner through
+/// FUSE: a process's file table for POSIX locks, an open file for OFD locks and flock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LockOwner {
+    pub session: u128,
+    pub owner: u64,
+}
+
+/// A byte range of a lock, both ends inclusive; `end == u64::MAX` reaches past any end of
+/// file (the kernel's OFFSET_MAX is mapped to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// A held lock as reported to F_GETLK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    pub kind: LockKind,
+    pub range: LockRange,
+    /// Process id the holder gave (meaningful on its own node only).
+    pub pid: u32,
+}
+
 /// A request from a client to a daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
@@ -492,6 +529,36 @@ pub enum Request {
     ListXattr { path: String },
     /// removexattr(2). Replies `Inode`, or ENODATA.
     RemoveXattr { path: String, name: String },
+    // ---- advisory locks: sent to the lock owner of the file id (placement by file id) ----
+    /// Takes (Read/Write) or releases (Unlock) `range` of the file for `owner`, POSIX-style:
+    /// the owner's own overlapping locks are replaced, split or merged. A conflict replies
+    /// EAGAIN when `wait_ms` is 0; otherwise the daemon waits up to `wait_ms` (capped at half
+    /// the RPC deadline) and then replies `LockBlocked`: the client asks again. `handle`
+    /// names the open file the lock came through (released with it). Replies `Ok`.
+    Lock {
+        file_id: FileId,
+        owner: LockOwner,
+        handle: u64,
+        pid: u32,
+        kind: LockKind,
+        range: LockRange,
+        wait_ms: u32,
+    },
+    /// F_GETLK: the first lock of another owner that would conflict. Replies `LockTest`.
+    TestLock {
+        file_id: FileId,
+        owner: LockOwner,
+        kind: LockKind,
+        range: LockRange,
+    },
+    /// Drops every lock of the file held by `owner` (close: POSIX locks) and/or taken through
+    /// `handle` of `session` (release of an open file: OFD locks and flock). Replies `Ok`.
+    ReleaseLocks {
+        file_id: FileId,
+        session: u128,
+        owner: Option<u64>,
+        handle: Option<u64>,
+    },
 
     // ---- daemon ----
     /// Replies `Status`.
@@ -524,6 +591,15 @@ impl Request {
         )
     }
 
+    /// Whether the request is an advisory-lock request (served from the daemon's lock table,
+    /// which needs to know the connection it came on).
+    pub fn is_lock(&self) -> bool {
+        matches!(
+            self,
+            Request::Lock { .. } | Request::TestLock { .. } | Request::ReleaseLocks { .. }
+        )
+    }
+
     /// Short name of the operation, for logs and counters.
     pub fn op_name(&self) -> &'static str {
         match self {
@@ -553,6 +629,9 @@ impl Request {
             Request::GetXattr { .. } => "getxattr",
             Request::ListXattr { .. } => "listxattr",
             Request::RemoveXattr { .. } => "removexattr",
+            Request::Lock { .. } => "lock",
+            Request::TestLock { .. } => "test_lock",
+            Request::ReleaseLocks { .. } => "release_locks",
             Request::Status => "status",
             Request::Shutdown => "shutdown",
         }
@@ -591,6 +670,11 @@ pub enum Reply {
     },
     /// Names of extended attributes (`ListXattr`).
     Names(Vec<String>),
+    // ---- advisory locks ----
+    /// A waiting `Lock` is still blocked after the time it was given: ask again.
+    LockBlocked,
+    /// `TestLock`: the conflicting lock, or `None` when the range is free for this owner.
+    LockTest(Option<LockInfo>),
 }
 
 /// A response: a reply or an errno.

@@ -273,6 +273,15 @@ impl ExtraMount {
     pub fn path(&self, rel: &str) -> PathBuf {
         self.mnt.path().join(rel.trim_start_matches('/'))
     }
+
+    /// Kills the mount's process (SIGKILL), as a node dying would; the mount point stays
+    /// until the guard is dropped.
+    pub fn kill_process(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 impl Drop for ExtraMount {
