@@ -117,10 +117,13 @@ impl Drop for Net {
 /// Builds the five namespaces; fails the test, naming what is missing, if this machine cannot.
 fn setup() -> Net {
     common::require::netns();
+    // Tests of this file run at once in one process: each gets names and a subnet of its own.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let pid = std::process::id();
     let mut net = Net {
-        prefix: format!("eddyt{pid}"),
-        subnet: 20 + pid % 200,
+        prefix: format!("eddyt{pid}n{n}"),
+        subnet: 20 + (pid + 97 * n) % 200,
         created: Vec::new(),
         state: None,
     };
