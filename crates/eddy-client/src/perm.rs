@@ -141,24 +141,10 @@ pub(crate) fn check_setattr(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use eddy_proto::{FileKind, Timespec};
+    use eddy_proto::FileKind;
 
     fn inode(mode: u32) -> Inode {
-        Inode {
-            kind: FileKind::File,
-            file_id: 1,
-            mode,
-            uid: 10,
-            gid: 20,
-            size: 0,
-            atime: Timespec::default(),
-            mtime: Timespec::default(),
-            ctime: Timespec::default(),
-            target: None,
-            tier: None,
-            rdev: 0,
-            xattrs: Vec::new(),
-        }
+        Inode::new(FileKind::File, 1, mode, 10, 20)
     }
 
     #[test]

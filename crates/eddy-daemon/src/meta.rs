@@ -452,19 +452,8 @@ mod tests {
 
     fn file(size: u64) -> Inode {
         Inode {
-            kind: FileKind::File,
-            file_id: 7,
-            mode: 0o644,
-            uid: 1,
-            gid: 1,
             size,
-            atime: Timespec::default(),
-            mtime: Timespec::default(),
-            ctime: Timespec::default(),
-            target: None,
-            tier: None,
-            rdev: 0,
-            xattrs: Vec::new(),
+            ..Inode::new(FileKind::File, 7, 0o644, 1, 1)
         }
     }
 

@@ -137,11 +137,6 @@ mod tests {
 
     fn inode(kind: FileKind, size: u64) -> Inode {
         Inode {
-            kind,
-            file_id: 7,
-            mode: 0o104755,
-            uid: 1000,
-            gid: 100,
             size,
             atime: Timespec { sec: 10, nsec: 5 },
             mtime: Timespec {
@@ -149,10 +144,7 @@ mod tests {
                 nsec: 999_999_999,
             },
             ctime: Timespec { sec: -3, nsec: 250 },
-            target: None,
-            tier: None,
-            rdev: 0,
-            xattrs: Vec::new(),
+            ..Inode::new(kind, 7, 0o104755, 1000, 100)
         }
     }
 

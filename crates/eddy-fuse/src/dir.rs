@@ -179,7 +179,7 @@ impl DirStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use eddy_proto::{FileKind, Inode, Timespec};
+    use eddy_proto::{FileKind, Inode};
 
     /// Pages of a fixed listing, counting how many were fetched.
     struct Pages {
@@ -197,21 +197,7 @@ mod tests {
     fn entry(name: &str, kind: FileKind) -> DirEntry {
         DirEntry {
             name: name.into(),
-            inode: Inode {
-                kind,
-                file_id: 0,
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                size: 0,
-                atime: Timespec::default(),
-                mtime: Timespec::default(),
-                ctime: Timespec::default(),
-                target: None,
-                tier: None,
-                rdev: 0,
-                xattrs: Vec::new(),
-            },
+            inode: Inode::new(kind, 0, 0o644, 0, 0),
         }
     }
 

@@ -7,7 +7,7 @@ use crate::table::{join, parent_of, InodeTable};
 use crate::xcache::{cacheable, XattrCache};
 use crate::MountOptions;
 use eddy_client::{Client, Creds, File};
-use eddy_proto::{Errno, FileKind, Inode, Timespec, Xattr, XattrSet};
+use eddy_proto::{Errno, FileKind, Inode, Xattr, XattrSet};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -1167,21 +1167,7 @@ fn is_at_or_below(path: &str, dir: &str) -> bool {
 
 /// Attributes for "." and ".." in a readdirplus reply, which the kernel ignores.
 fn dot_inode() -> Inode {
-    Inode {
-        kind: FileKind::Dir,
-        file_id: 0,
-        mode: 0o755,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        atime: Timespec::default(),
-        mtime: Timespec::default(),
-        ctime: Timespec::default(),
-        target: None,
-        tier: None,
-        rdev: 0,
-        xattrs: Vec::new(),
-    }
+    Inode::new(FileKind::Dir, 0, 0o755, 0, 0)
 }
 
 /// Prefix of the hidden name a file unlinked while open lives on under.

@@ -107,6 +107,26 @@ pub struct Inode {
 }
 
 impl Inode {
+    /// An entry with these identity and permission fields and nothing else: size 0, zero
+    /// times, no target, no backend state, no device number, no extended attributes.
+    pub fn new(kind: FileKind, file_id: FileId, mode: u32, uid: u32, gid: u32) -> Inode {
+        Inode {
+            kind,
+            file_id,
+            mode,
+            uid,
+            gid,
+            size: 0,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            target: None,
+            tier: None,
+            rdev: 0,
+            xattrs: Vec::new(),
+        }
+    }
+
     /// Bytes the extended attributes take (names and values).
     pub fn xattr_bytes(&self) -> usize {
         self.xattrs
@@ -187,7 +207,7 @@ struct InodeV1 {
 
 impl From<InodeV1> for Inode {
     fn from(v: InodeV1) -> Inode {
-        Inode {
+        Inode::from(InodeV2 {
             kind: v.kind,
             file_id: v.file_id,
             mode: v.mode,
@@ -199,9 +219,7 @@ impl From<InodeV1> for Inode {
             ctime: v.ctime,
             target: v.target,
             tier: None,
-            rdev: 0,
-            xattrs: Vec::new(),
-        }
+        })
     }
 }
 

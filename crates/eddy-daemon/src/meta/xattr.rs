@@ -166,21 +166,7 @@ mod tests {
     use eddy_proto::RemoveKind;
 
     fn entry(kind: FileKind) -> Inode {
-        Inode {
-            kind,
-            file_id: 3,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            atime: Timespec::default(),
-            mtime: Timespec::default(),
-            ctime: Timespec::default(),
-            target: None,
-            tier: None,
-            rdev: 0,
-            xattrs: Vec::new(),
-        }
+        Inode::new(kind, 3, 0o644, 0, 0)
     }
 
     fn errno<T: std::fmt::Debug>(r: Result<T, Errno>) -> i32 {

@@ -142,20 +142,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
 }
 
 pub fn inode(kind: FileKind, file_id: u128) -> Inode {
+    let t = Timespec { sec: 1, nsec: 0 };
     Inode {
-        kind,
-        file_id,
-        mode: 0o644,
-        uid: 1000,
-        gid: 1000,
-        size: 0,
-        atime: Timespec { sec: 1, nsec: 0 },
-        mtime: Timespec { sec: 1, nsec: 0 },
-        ctime: Timespec { sec: 1, nsec: 0 },
-        target: None,
-        tier: None,
-        rdev: 0,
-        xattrs: Vec::new(),
+        atime: t,
+        mtime: t,
+        ctime: t,
+        ..Inode::new(kind, file_id, 0o644, 1000, 1000)
     }
 }
 
