@@ -24,50 +24,29 @@ use tokio::runtime::Runtime;
 const NAMED_FAILURES: usize = 20;
 
 pub fn stage_in(args: StageInArgs) -> Result<()> {
-    let state = StateDir::from_arg(args.state.state.as_deref())?;
-    let dep = state.load_deployment()?;
-    require_links(&dep, &state)?;
-    let paths = namespace_paths(&state, &args.paths)?;
-    let rt = crate::runtime()?;
-    let client = client(dep)?;
+    let (paths, rt, client) = linked(args.state.state.as_deref(), &args.paths)?;
     let bar = Bar::new("stage-in");
     let start = Instant::now();
     let files = rt.block_on(client.stage_in(&paths, args.pin, &|r| bar.part_ended(r)));
     bar.finish();
     let report = Report::new(files, start.elapsed(), None);
     report.print("staged in", "no files to stage in", args.json)?;
-    match report.failure("stage-in") {
-        Some(msg) => Err(anyhow!(msg)),
-        None => Ok(()),
-    }
+    report.outcome("stage-in")
 }
 
 pub fn stage_out(args: StageOutArgs) -> Result<()> {
-    let state = StateDir::from_arg(args.state.state.as_deref())?;
-    let dep = state.load_deployment()?;
-    require_links(&dep, &state)?;
-    let paths = namespace_paths(&state, &args.paths)?;
-    let rt = crate::runtime()?;
-    let client = client(dep)?;
+    let (paths, rt, client) = linked(args.state.state.as_deref(), &args.paths)?;
     let report = write_back(&rt, &client, &paths, "stage-out");
     report.print(
         "staged out",
         "nothing to stage out: no dirty data",
         args.json,
     )?;
-    match report.failure("stage-out") {
-        Some(msg) => Err(anyhow!(msg)),
-        None => Ok(()),
-    }
+    report.outcome("stage-out")
 }
 
 pub fn unpin(args: UnpinArgs) -> Result<()> {
-    let state = StateDir::from_arg(args.state.state.as_deref())?;
-    let dep = state.load_deployment()?;
-    require_links(&dep, &state)?;
-    let paths = namespace_paths(&state, &args.paths)?;
-    let rt = crate::runtime()?;
-    let client = client(dep)?;
+    let (paths, rt, client) = linked(args.state.state.as_deref(), &args.paths)?;
     let chunks = rt
         .block_on(client.unpin(&paths))
         .map_err(|e| anyhow!("cannot release the pins: {e}"))?;
@@ -99,6 +78,19 @@ pub fn write_back(rt: &Runtime, client: &Client, paths: &[String], label: &str) 
 /// requests that need it).
 pub fn client(dep: Deployment) -> Result<Client> {
     Client::new(dep).map_err(|e| anyhow!("the deployment file is not usable: {e}"))
+}
+
+/// What the stage commands start from: the deployment of the state directory `state_arg`
+/// (which must link a backend), the namespace paths of the PATH arguments, a runtime and a
+/// client for that runtime.
+fn linked(state_arg: Option<&Path>, args: &[PathBuf]) -> Result<(Vec<String>, Runtime, Client)> {
+    let state = StateDir::from_arg(state_arg)?;
+    let dep = state.load_deployment()?;
+    require_links(&dep, &state)?;
+    let paths = namespace_paths(&state, args)?;
+    let rt = crate::runtime()?;
+    let client = client(dep)?;
+    Ok((paths, rt, client))
 }
 
 fn require_links(dep: &Deployment, state: &StateDir) -> Result<()> {
@@ -304,6 +296,14 @@ impl Report {
 
     /// The error message of `op` if anything failed: the operation's own error, then every
     /// failed file (the first `NAMED_FAILURES` with their reasons).
+    /// The command's result: an error made of `failure`, if any.
+    fn outcome(&self, op: &str) -> Result<()> {
+        match self.failure(op) {
+            Some(msg) => Err(anyhow!(msg)),
+            None => Ok(()),
+        }
+    }
+
     pub fn failure(&self, op: &str) -> Option<String> {
         let files = self.failed_list();
         match (&self.error, self.failed) {
