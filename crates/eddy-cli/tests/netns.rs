@@ -7,7 +7,7 @@ mod common;
 
 use common::cli::{s, text};
 use common::{EDDY, EDDYD};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const HOSTS: usize = 3;
@@ -144,20 +144,19 @@ fn setup() -> Net {
     net
 }
 
-#[test]
-fn hosts_in_network_namespaces_serve_a_client_in_another() {
-    let mut net = setup();
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
-    let hosts_file = dir.path().join("hosts");
+/// `eddy start` of one daemon per host namespace (a hosts file with a comment line, the
+/// `ip netns exec` launcher, roots and state under `dir`, then `extra`); returns the state
+/// directory, which `net` stops the deployment of when dropped.
+fn start_on_hosts(net: &mut Net, dir: &Path, extra: &[&str]) -> PathBuf {
+    let state = dir.join("state");
+    let hosts_file = dir.join("hosts");
     let hosts: String = (0..HOSTS)
         .map(|i| format!("{} {}\n", net.host(i), net.addr(i as u32 + 1)))
         .collect();
     std::fs::write(&hosts_file, format!("# three namespaces\n{hosts}")).unwrap();
-    let root = format!("{}/{{host}}", dir.path().display());
-
+    let root = format!("{}/{{host}}", dir.display());
     net.state = Some(state.clone());
-    net.eddy_ok(&[
+    let mut args = vec![
         "start",
         "--hosts",
         s(&hosts_file),
@@ -167,9 +166,17 @@ fn hosts_in_network_namespaces_serve_a_client_in_another() {
         &root,
         "--state",
         s(&state),
-        "--chunk-size",
-        "65536",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    net.eddy_ok(&args);
+    state
+}
+
+#[test]
+fn hosts_in_network_namespaces_serve_a_client_in_another() {
+    let mut net = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let state = start_on_hosts(&mut net, dir.path(), &["--chunk-size", "65536"]);
 
     // The deployment lists the three namespaces at their bridge addresses.
     let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
@@ -278,25 +285,7 @@ fn mount_in(ns: &str, state: &std::path::Path, mnt: &std::path::Path) -> std::pr
 fn a_dead_nodes_locks_are_released_within_the_deadline() {
     let mut net = setup();
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
-    let hosts_file = dir.path().join("hosts");
-    let hosts: String = (0..HOSTS)
-        .map(|i| format!("{} {}\n", net.host(i), net.addr(i as u32 + 1)))
-        .collect();
-    std::fs::write(&hosts_file, hosts).unwrap();
-    let root = format!("{}/{{host}}", dir.path().display());
-    net.state = Some(state.clone());
-    net.eddy_ok(&[
-        "start",
-        "--hosts",
-        s(&hosts_file),
-        "--launcher",
-        "ip netns exec {host} {cmd}",
-        "--root",
-        &root,
-        "--state",
-        s(&state),
-    ]);
+    let state = start_on_hosts(&mut net, dir.path(), &[]);
     let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
     let deadline = std::time::Duration::from_millis(dep.config.rpc_timeout_ms);
     let (ma, mb) = (dir.path().join("a"), dir.path().join("b"));
