@@ -198,6 +198,15 @@ impl Client {
                         after,
                         limit: FLUSH_PAGE,
                     },
+                    // A file cut short by the daemon's time budget comes again next page.
+                    |files, after| {
+                        files
+                            .iter()
+                            .filter(|f| f.complete)
+                            .map(|f| f.file_id)
+                            .max()
+                            .or(after)
+                    },
                     progress,
                 )
                 .await?;
@@ -218,31 +227,31 @@ impl Client {
         Ok(merged.into_values().collect())
     }
 
-    /// Runs a paged flush on every daemon at once, each daemon's pages in turn.
-    async fn paged_everywhere<F>(
+    /// Runs a paged flush on every daemon at once, each daemon's pages in turn: `make(cursor)`
+    /// asks for the page after `cursor`, `next(page, cursor)` moves the cursor past a page.
+    async fn paged_everywhere<C, M, N>(
         &self,
-        make: F,
+        make: M,
+        next: N,
         progress: &(dyn Fn(&FileResult) + Sync),
     ) -> Result<Vec<FileOutcome>, Errno>
     where
-        F: Fn(Option<FileId>) -> Request,
+        C: Clone,
+        M: Fn(Option<C>) -> Request,
+        N: Fn(&[FileOutcome], Option<C>) -> Option<C>,
     {
         let per_daemon = self.0.placement.ids().iter().map(|&id| {
-            let make = &make;
+            let (make, next) = (&make, &next);
             async move {
                 let mut out = Vec::new();
-                let mut after = None;
+                let mut cursor = None;
                 loop {
-                    let Reply::Flushed { files, more } = self.call(id, make(after)).await? else {
+                    let Reply::Flushed { files, more } =
+                        self.call(id, make(cursor.clone())).await?
+                    else {
                         return Err(Errno::eio("unexpected reply to a flush"));
                     };
-                    // A file cut short by the daemon's time budget comes again next page.
-                    after = files
-                        .iter()
-                        .filter(|f| f.complete)
-                        .map(|f| f.file_id)
-                        .max()
-                        .or(after);
+                    cursor = next(&files, cursor);
                     report(&files, progress);
                     out.extend(files);
                     if !more {
@@ -258,38 +267,24 @@ impl Client {
         Ok(all)
     }
 
+    /// The metadata owners finalise the written-back files under `prefix` (all but `skip`).
     async fn finalize_everywhere(
         &self,
         prefix: &str,
         skip: &[FileId],
         progress: &(dyn Fn(&FileResult) + Sync),
     ) -> Result<Vec<FileOutcome>, Errno> {
-        let per_daemon = self.0.placement.ids().iter().map(|&id| async move {
-            let mut out = Vec::new();
-            let mut after: Option<String> = None;
-            loop {
-                let req = Request::FinalizeDirty {
-                    prefix: prefix.to_string(),
-                    skip: skip.to_vec(),
-                    after: after.clone(),
-                    limit: FLUSH_PAGE,
-                };
-                let Reply::Flushed { files, more } = self.call(id, req).await? else {
-                    return Err(Errno::eio("unexpected reply to finalize"));
-                };
-                after = files.last().map(|f| f.path.clone()).or(after);
-                report(&files, progress);
-                out.extend(files);
-                if !more {
-                    return Ok(out);
-                }
-            }
-        });
-        let mut all = Vec::new();
-        for r in futures::future::join_all(per_daemon).await {
-            all.extend(r?);
-        }
-        Ok(all)
+        self.paged_everywhere(
+            |after| Request::FinalizeDirty {
+                prefix: prefix.to_string(),
+                skip: skip.to_vec(),
+                after,
+                limit: FLUSH_PAGE,
+            },
+            |files, after| files.last().map(|f| f.path.clone()).or(after),
+            progress,
+        )
+        .await
     }
 
     /// Releases the pins of cached chunks under `paths` (all linked prefixes when empty);
