@@ -83,7 +83,39 @@ impl DirReader {
         if let Some(last) = out.last() {
             self.cookie = Some(last.name.clone());
         }
+        self.resolve_shared(&mut out).await?;
         Ok((!out.is_empty()).then_some(out))
+    }
+
+    /// The record of a name of a shared file holds the file as it was when it was linked:
+    /// its current inode comes from the identity record (all of a page's at once).
+    async fn resolve_shared(&self, entries: &mut [DirEntry]) -> Result<(), Errno> {
+        let shared: Vec<(usize, u32)> = (0..entries.len())
+            .filter_map(|i| entries[i].inode.shared.map(|daemon| (i, daemon)))
+            .collect();
+        let lookups = shared.iter().map(|&(i, daemon)| {
+            let e = &entries[i];
+            let path = eddy_proto::path::join(&self.dir, &e.name);
+            let file_id = e.inode.file_id;
+            async move {
+                let reply = self
+                    .client
+                    .on_identity(daemon, file_id, &Request::Stat { path })
+                    .await?;
+                crate::expect_inode(reply)
+            }
+        });
+        let inodes = join_all(lookups).await;
+        for ((i, _), inode) in shared.into_iter().zip(inodes) {
+            match inode {
+                Ok(inode) => entries[i].inode = inode,
+                // The file lost that name meanwhile: listed as it was, like any entry removed
+                // during a listing.
+                Err(e) if e.errno == libc::ENOENT => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Fetches the next page of every stream whose buffer ran dry, all at once.

@@ -13,6 +13,7 @@ mod conn;
 mod dir;
 mod file;
 mod layout;
+mod links;
 mod locks;
 mod ns;
 mod perm;
@@ -120,8 +121,12 @@ impl Client {
     }
 
     pub(crate) async fn call(&self, daemon: u32, req: Request) -> Result<Reply, Errno> {
+        self.call_ref(daemon, &req).await
+    }
+
+    async fn call_ref(&self, daemon: u32, req: &Request) -> Result<Reply, Errno> {
         match self.0.links.get(&daemon) {
-            Some(link) => link.call(&req).await,
+            Some(link) => link.call(req).await,
             None => Err(Errno::eio(format!(
                 "daemon {daemon} is not part of this deployment"
             ))),
@@ -129,12 +134,20 @@ impl Client {
     }
 
     /// Sends a metadata request to the owner of `path` (the path is only hashed, not kept).
+    /// A path naming a file with several names is answered with where its identity record is
+    /// (decision 0009): the request goes on there.
     fn meta(
         &self,
         path: &str,
         req: Request,
     ) -> impl std::future::Future<Output = Result<Reply, Errno>> + '_ {
-        self.call(self.0.placement.meta_owner(path), req)
+        let owner = self.0.placement.meta_owner(path);
+        async move {
+            match self.call_ref(owner, &req).await? {
+                Reply::Shared { daemon, file_id } => self.on_identity(daemon, file_id, &req).await,
+                reply => Ok(reply),
+            }
+        }
     }
 
     /// Sends a request built per daemon to every daemon at once; results in id order.
@@ -348,5 +361,7 @@ fn new_inode(kind: FileKind, mode: u32, creds: Creds, target: Option<String>) ->
         tier: None,
         rdev: 0,
         xattrs: Vec::new(),
+        nlink: 1,
+        shared: None,
     }
 }

@@ -93,15 +93,7 @@ impl Client {
             Err(e) if e.errno == libc::ENOENT => return Err(self.refine_enoent(&p, e).await),
             Err(e) => return Err(e),
         };
-        self.0.sizes.forget(removed.file_id);
-        // A file of size 0 holds no chunk: the first write of every client publishes its size
-        // at once, and truncation drops the chunks past the new size. Only a write racing with
-        // this unlink, or one that failed half-way, can leave unreachable chunks behind
-        // (garbage, never visible).
-        if removed.kind == FileKind::File && removed.size > 0 {
-            self.drop_data(removed.file_id, removed.size).await?;
-        }
-        Ok(())
+        self.release_name(&removed).await
     }
 
     pub async fn rmdir(&self, path: &str, creds: Creds) -> Result<(), Errno> {
@@ -222,6 +214,10 @@ impl Client {
             Err(e) => return Err(e),
         };
         if let Some(d) = &dst {
+            if src.shared.is_some() && d.file_id == src.file_id {
+                // Two names of one file: POSIX says rename does nothing.
+                return Ok(());
+            }
             match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
                 (true, false) => {
                     return Err(Errno::new(
@@ -276,8 +272,8 @@ impl Client {
             .await?;
         }
         if let Some(d) = dst {
-            if d.kind == FileKind::File && d.file_id != src.file_id {
-                self.drop_data(d.file_id, d.size).await?;
+            if d.kind != FileKind::Dir && d.file_id != src.file_id {
+                self.release_name(&d).await?;
             }
         }
         Ok(())

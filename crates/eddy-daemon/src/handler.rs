@@ -80,6 +80,7 @@ impl State {
         let path = match req {
             Request::Create { path, .. }
             | Request::Stat { path }
+            | Request::Link { path }
             | Request::Remove { path, .. }
             | Request::SetAttr { path, .. }
             | Request::GrowSize { path, .. }
@@ -112,7 +113,50 @@ impl State {
             .unwrap_or_else(|e| Err(Errno::eio(format!("request failed unexpectedly: {e}"))))
     }
 
+    /// Executes a request; one that reached a name of a shared file is answered with where
+    /// its identity record is (`Reply::Shared`).
     fn execute(&self, req: Request) -> Response {
+        match self.dispatch(req) {
+            Err(e) if e.errno == crate::meta::ESHARED => self.meta.shared_reply(&e.msg),
+            other => other,
+        }
+    }
+
+    /// `op` (encoded), applied to the identity record of the shared file `file_id`: the
+    /// path-addressed requests on an entry, with the identity record's name for the path.
+    fn on_identity(&self, file_id: eddy_proto::FileId, op: &[u8]) -> Response {
+        let op: Request = eddy_proto::decode(op, op.len() as u64)?;
+        let path = eddy_proto::path::identity_path(file_id);
+        let op = match op {
+            // An existing file opened (O_CREAT without O_EXCL): the identity record as it is.
+            Request::Stat { .. } | Request::Create { .. } => Request::Stat { path },
+            Request::SetAttr { attr, .. } => Request::SetAttr { path, attr },
+            Request::GrowSize { size, .. } => Request::GrowSize { path, size },
+            Request::ReserveAppend { len, .. } => Request::ReserveAppend { path, len },
+            Request::Link { .. } => Request::Link { path },
+            Request::Validate { for_write, .. } => Request::Validate { path, for_write },
+            Request::SetXattr {
+                name, value, how, ..
+            } => Request::SetXattr {
+                path,
+                name,
+                value,
+                how,
+            },
+            Request::GetXattr { name, .. } => Request::GetXattr { path, name },
+            Request::ListXattr { .. } => Request::ListXattr { path },
+            Request::RemoveXattr { name, .. } => Request::RemoveXattr { path, name },
+            other => {
+                return Err(Errno::einval(format!(
+                    "{} does not apply to a file's identity record",
+                    other.op_name()
+                )))
+            }
+        };
+        self.dispatch(op)
+    }
+
+    fn dispatch(&self, req: Request) -> Response {
         let (meta, chunks) = (&self.meta, &self.chunks);
         match req {
             Request::Create {
@@ -132,6 +176,9 @@ impl State {
                 inode,
                 replace,
             } => meta.insert(&path, inode, replace).map(|()| Reply::Ok),
+            Request::Link { path } => meta.link(&path, self.settings.id).map(Reply::Inode),
+            Request::DropName { file_id } => meta.drop_name(file_id).map(Reply::Inode),
+            Request::OnIdentity { file_id, op } => self.on_identity(file_id, &op),
             Request::Readdir { dir, after, limit } => meta
                 .readdir(&dir, after.as_deref(), limit)
                 .map(|p| Reply::Entries {

@@ -3,8 +3,11 @@
 //! lock table, so concurrent operations on one path never lose an update. All functions
 //! block: call them from the blocking pool.
 
+mod links;
 mod tier;
 mod xattr;
+
+pub use links::ESHARED;
 
 use crate::backend::Backend;
 use crate::locks::StripedLocks;
@@ -124,7 +127,12 @@ impl MetaStore {
             .map_err(|e| fjall_err("persist", e))
     }
 
+    /// The normalised path and the key of an entry; an identity record's name
+    /// (`path::identity_path`) gives its identity key.
     fn key_of(&self, p: &str) -> Result<(String, Vec<u8>), Errno> {
+        if let Some(id) = path::parse_identity(p) {
+            return Ok((p.to_string(), path::identity_key(id)));
+        }
         let norm = path::normalize(p, self.limits)?;
         let key = path::meta_key(&norm);
         Ok((norm, key))
@@ -160,6 +168,7 @@ impl MetaStore {
         let old = self
             .get_or_import(&norm, &key)?
             .ok_or_else(|| Errno::enoent(&norm))?;
+        let old = self.not_a_name(&norm, &key, old)?;
         let (new, reply) = f(&norm, old)?;
         self.put(&key, &new, true)?;
         Ok(reply)
@@ -174,7 +183,7 @@ impl MetaStore {
             if exclusive {
                 return Err(Errno::new(libc::EEXIST, format!("{norm}: file exists")));
             }
-            return Ok(existing);
+            return self.not_a_name(&norm, &key, existing);
         }
         let mut inode = Inode {
             mode: inode.mode & MODE_BITS,
@@ -188,14 +197,16 @@ impl MetaStore {
     pub fn stat(&self, p: &str) -> Result<Inode, Errno> {
         let (norm, key) = self.key_of(p)?;
         if let Some(i) = self.get(&key)? {
-            return Ok(i);
+            return self.not_a_name(&norm, &key, i);
         }
         if self.linked(&norm).is_none() {
             return Err(Errno::enoent(&norm));
         }
         let _guard = self.locks.lock(&key);
-        self.get_or_import(&norm, &key)?
-            .ok_or_else(|| Errno::enoent(&norm))
+        let i = self
+            .get_or_import(&norm, &key)?
+            .ok_or_else(|| Errno::enoent(&norm))?;
+        self.not_a_name(&norm, &key, i)
     }
 
     /// Removes an entry; unlink and rmdir (not `Any`, the half of a rename) are written

@@ -485,3 +485,56 @@ async fn truncate_across_chunks_and_remove_data() {
     assert_eq!((s.chunks, s.chunk_bytes), (0, 0));
     c.ok(Request::Sync { file_id: None }).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_and_requests_on_identity_records() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    c.inode(create("/f", file(11))).await;
+    let identity = c.inode(Request::Link { path: "/f".into() }).await;
+    assert_eq!((identity.nlink, identity.file_id), (2, 11));
+    let daemon = identity.shared.expect("the identity's daemon");
+    // A request on the name says where the identity record is.
+    assert_eq!(
+        c.ok(stat("/f")).await,
+        Reply::Shared {
+            daemon,
+            file_id: 11
+        }
+    );
+    let on = |file_id, op: &Request| Request::OnIdentity {
+        file_id,
+        op: eddy_proto::encode(op).unwrap(),
+    };
+    assert_eq!(c.inode(on(11, &stat("/f"))).await.nlink, 2);
+    let grown = c
+        .inode(on(
+            11,
+            &Request::GrowSize {
+                path: "/f".into(),
+                size: 99,
+            },
+        ))
+        .await;
+    assert_eq!(grown.size, 99);
+    // Bad requests on identity records: nested, undecodable, not an entry request, unknown.
+    assert_eq!(c.errno(on(11, &on(11, &stat("/f")))).await, libc::EINVAL);
+    let garbage = Request::OnIdentity {
+        file_id: 11,
+        op: vec![0xff; 7],
+    };
+    assert_eq!(c.errno(garbage).await, libc::EPROTO);
+    assert_eq!(
+        c.errno(on(11, &Request::RemoveData { file_id: 11 })).await,
+        libc::EINVAL
+    );
+    assert_eq!(c.errno(on(12, &stat("/f"))).await, libc::ENOENT);
+    assert_eq!(
+        c.errno(Request::DropName { file_id: 12 }).await,
+        libc::ENOENT
+    );
+    assert_eq!(c.inode(Request::DropName { file_id: 11 }).await.nlink, 1);
+    // The daemon still serves.
+    assert_eq!(c.inode(on(11, &stat("/f"))).await.size, 99);
+}

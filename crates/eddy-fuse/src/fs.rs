@@ -160,7 +160,7 @@ impl EddyFs {
 
     /// Registers a kernel lookup of `path` and builds its attributes.
     fn entry(&self, path: &str, inode: &Inode) -> fuser::FileAttr {
-        let ino = lock(&self.table).lookup(path);
+        let ino = lock(&self.table).lookup_entry(path, shared_id(inode));
         self.xattrs.put(ino, &inode.xattrs);
         file_attr(ino, inode, self.blksize)
     }
@@ -340,7 +340,10 @@ impl EddyFs {
         while let Some(item) = stream.current(&self.client, &self.rt)? {
             let ino = match item.ino {
                 Some(ino) => ino,
-                None => lock(&self.table).peek(&join(stream.path(), &item.name)),
+                None => lock(&self.table).peek(
+                    &join(stream.path(), &item.name),
+                    item.entry.as_ref().and_then(|e| shared_id(&e.inode)),
+                ),
             };
             if reply.add(INodeNo(ino), stream.position() + 1, item.kind, &item.name) {
                 break; // the reply buffer is full: this entry comes first next time
@@ -367,7 +370,7 @@ impl EddyFs {
                 (Some(entry), _) => {
                     let inode = self.run(self.client.entry_inode(stream.path(), entry))?;
                     let path = join(stream.path(), &item.name);
-                    let ino = lock(&self.table).lookup(&path);
+                    let ino = lock(&self.table).lookup_entry(&path, shared_id(&inode));
                     let attr = self.attr(INodeNo(ino), &inode);
                     let full =
                         reply.add(INodeNo(ino), next, &item.name, &self.ttl, &attr, GENERATION);
@@ -644,14 +647,23 @@ impl Filesystem for EddyFs {
 
     fn link(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let e = Errno::new(libc::EOPNOTSUPP, "hard links are not supported");
-        reply.error(failed("link", &e));
+        let res = self.path(ino).and_then(|old| {
+            let new = self.child(newparent, newname)?;
+            let inode = self.run(self.client.link(&old, &new, creds(req)))?;
+            // The new name is the same inode for the kernel: one page cache, one st_ino.
+            lock(&self.table).link(ino.0, &new, inode.file_id);
+            Ok(self.attr(ino, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("link", &e)),
+        }
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -778,7 +790,7 @@ impl Filesystem for EddyFs {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let res = self.path(ino).map(|path| {
             let table = lock(&self.table);
-            let parent = table.peek(parent_of(&path));
+            let parent = table.peek(parent_of(&path), None);
             DirStream::new(path, ino.0, parent)
         });
         match res {
@@ -1163,6 +1175,11 @@ fn fopen_flags(file: &File) -> FopenFlags {
 /// Whether `path` is `dir` or below it.
 fn is_at_or_below(path: &str, dir: &str) -> bool {
     path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+}
+
+/// The file id of a file with several names, which its inode number follows.
+fn shared_id(inode: &Inode) -> Option<u128> {
+    inode.shared.map(|_| inode.file_id)
 }
 
 /// Attributes for "." and ".." in a readdirplus reply, which the kernel ignores.

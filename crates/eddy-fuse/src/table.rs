@@ -11,6 +11,10 @@
 //! `readdir` reports the number of a known entry, or the hash-derived number otherwise,
 //! without creating an entry: a listing of millions of names adds nothing to the table.
 //!
+//! A file with several names (hard links, decision 0009) is one inode with several paths:
+//! the table also maps its file id to its number, so that every name reports the same one;
+//! a shared file not known yet gets the number hashed from its file id.
+//!
 //! A removed or replaced entry is detached from its path but kept, under its number, until
 //! the kernel forgets it, so that its number is never handed to another file meanwhile.
 
@@ -25,10 +29,13 @@ const FALLBACK_BASE: u64 = 1 << 63;
 /// One inode known to the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Node {
-    /// Current path, or `None` once the entry was removed or replaced.
-    path: Option<String>,
+    /// Current paths (several for a file with several names); empty once the entry was
+    /// removed or replaced. The first is the one requests go by.
+    paths: Vec<String>,
     /// Lookups the kernel has not forgotten yet.
     lookups: u64,
+    /// File id of a file with several names.
+    shared: Option<u128>,
 }
 
 /// Bidirectional map between inode numbers and paths, with lookup counts.
@@ -37,6 +44,8 @@ pub struct InodeTable {
     nodes: HashMap<u64, Node>,
     /// Path -> inode number, ordered so that a directory's descendants form one range.
     by_path: BTreeMap<String, u64>,
+    /// File id -> inode number of the shared files known.
+    by_file: HashMap<u128, u64>,
     next_fallback: u64,
 }
 
@@ -51,8 +60,16 @@ pub fn hashed_ino(path: &str) -> u64 {
     if path == "/" {
         return ROOT_INO;
     }
-    let h = xxhash_rust::xxh3::xxh3_64(path.as_bytes()) & (FALLBACK_BASE - 1);
-    h.max(2)
+    hash_to_ino(xxhash_rust::xxh3::xxh3_64(path.as_bytes()))
+}
+
+/// The hash-derived inode number of a shared file, from its file id.
+fn file_ino(file_id: u128) -> u64 {
+    hash_to_ino(xxhash_rust::xxh3::xxh3_64(&file_id.to_le_bytes()))
+}
+
+fn hash_to_ino(h: u64) -> u64 {
+    (h & (FALLBACK_BASE - 1)).max(2)
 }
 
 /// Joins a directory path and an entry name.
@@ -78,13 +95,15 @@ impl InodeTable {
         let mut t = InodeTable {
             nodes: HashMap::new(),
             by_path: BTreeMap::new(),
+            by_file: HashMap::new(),
             next_fallback: FALLBACK_BASE,
         };
         t.nodes.insert(
             ROOT_INO,
             Node {
-                path: Some("/".to_string()),
+                paths: vec!["/".to_string()],
                 lookups: 1,
+                shared: None,
             },
         );
         t.by_path.insert("/".to_string(), ROOT_INO);
@@ -93,37 +112,80 @@ impl InodeTable {
 
     /// The current path of an inode; `None` if unknown or removed.
     pub fn path(&self, ino: u64) -> Option<String> {
-        self.nodes.get(&ino).and_then(|n| n.path.clone())
+        self.nodes.get(&ino).and_then(|n| n.paths.first().cloned())
     }
 
     /// Records one kernel lookup of `path` and returns its inode number, creating the entry
     /// if needed.
+    #[cfg(test)]
     pub fn lookup(&mut self, path: &str) -> u64 {
-        if let Some(&ino) = self.by_path.get(path) {
-            if let Some(node) = self.nodes.get_mut(&ino) {
-                node.lookups = node.lookups.saturating_add(1);
+        self.lookup_entry(path, None)
+    }
+
+    /// Records one kernel lookup of `path`, a name of the shared file `shared` if given, and
+    /// returns its inode number: the one its other names have, if one is known.
+    pub fn lookup_entry(&mut self, path: &str, shared: Option<u128>) -> u64 {
+        let ino = match self.by_path.get(path) {
+            Some(&ino) => ino,
+            None => {
+                let known = shared.and_then(|id| self.by_file.get(&id).copied());
+                let ino = match known {
+                    Some(ino) => ino,
+                    None => {
+                        let wanted = shared.map_or_else(|| hashed_ino(path), file_ino);
+                        let ino = self.free_ino(wanted);
+                        self.nodes.insert(
+                            ino,
+                            Node {
+                                paths: Vec::new(),
+                                lookups: 0,
+                                shared: None,
+                            },
+                        );
+                        ino
+                    }
+                };
+                self.add_path(ino, path);
+                ino
             }
-            return ino;
+        };
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.lookups = node.lookups.saturating_add(1);
         }
-        let ino = self.free_ino(path);
-        self.nodes.insert(
-            ino,
-            Node {
-                path: Some(path.to_string()),
-                lookups: 1,
-            },
-        );
-        self.by_path.insert(path.to_string(), ino);
+        if let Some(id) = shared {
+            self.mark_shared(ino, id);
+        }
         ino
+    }
+
+    /// `path` became one more name of the inode `ino`, the shared file `file_id` (link(2));
+    /// counts as a lookup, like the entry the kernel gets back.
+    pub fn link(&mut self, ino: u64, path: &str, file_id: u128) {
+        if !self.nodes.contains_key(&ino) {
+            return;
+        }
+        self.remove(path);
+        self.add_path(ino, path);
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.lookups = node.lookups.saturating_add(1);
+        }
+        self.mark_shared(ino, file_id);
     }
 
     /// The inode number to report for `path` in a directory listing: the known entry's, or
     /// the hash-derived one. Creates nothing and counts no lookup.
-    pub fn peek(&self, path: &str) -> u64 {
-        self.by_path
-            .get(path)
-            .copied()
-            .unwrap_or_else(|| hashed_ino(path))
+    pub fn peek(&self, path: &str, shared: Option<u128>) -> u64 {
+        if let Some(&ino) = self.by_path.get(path) {
+            return ino;
+        }
+        match shared {
+            Some(id) => self
+                .by_file
+                .get(&id)
+                .copied()
+                .unwrap_or_else(|| file_ino(id)),
+            None => hashed_ino(path),
+        }
     }
 
     /// The kernel forgot `n` lookups of `ino`; drops the entry when none remain.
@@ -138,19 +200,19 @@ impl InodeTable {
         if node.lookups > 0 {
             return;
         }
-        if let Some(path) = node.path.take() {
+        for path in std::mem::take(&mut node.paths) {
             if self.by_path.get(&path) == Some(&ino) {
                 self.by_path.remove(&path);
             }
         }
-        self.nodes.remove(&ino);
+        self.drop_node(ino);
     }
 
     /// `path` was removed (unlink, rmdir, or replaced by a rename): detaches it and every
     /// entry below it from their paths. Their numbers stay reserved until forgotten.
     pub fn remove(&mut self, path: &str) {
-        for (_, ino) in self.take_subtree(path) {
-            self.detach(ino);
+        for (p, ino) in self.take_subtree(path) {
+            self.detach(ino, &p);
         }
     }
 
@@ -164,7 +226,10 @@ impl InodeTable {
         for (old, ino) in self.take_subtree(from) {
             let new = format!("{to}{}", &old[from.len()..]);
             if let Some(node) = self.nodes.get_mut(&ino) {
-                node.path = Some(new.clone());
+                match node.paths.iter_mut().find(|p| **p == old) {
+                    Some(p) => *p = new.clone(),
+                    None => node.paths.push(new.clone()),
+                }
             }
             self.by_path.insert(new, ino);
         }
@@ -180,6 +245,26 @@ impl InodeTable {
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.nodes.len() <= 1
+    }
+
+    /// Adds `path` to the names of `ino`.
+    fn add_path(&mut self, ino: u64, path: &str) {
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            if !node.paths.iter().any(|p| p == path) {
+                node.paths.push(path.to_string());
+            }
+        }
+        self.by_path.insert(path.to_string(), ino);
+    }
+
+    /// Records that `ino` is the shared file `file_id`.
+    fn mark_shared(&mut self, ino: u64, file_id: u128) {
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            if node.shared.is_none() {
+                node.shared = Some(file_id);
+                self.by_file.entry(file_id).or_insert(ino);
+            }
+        }
     }
 
     /// Removes and returns the path mappings of `path` and of every path below it.
@@ -206,21 +291,32 @@ impl InodeTable {
         out
     }
 
-    /// Detaches an entry from its path (its mapping is already gone from `by_path`).
-    fn detach(&mut self, ino: u64) {
+    /// Detaches an entry from the path `path` (its mapping is already gone from `by_path`).
+    fn detach(&mut self, ino: u64, path: &str) {
         if let Some(node) = self.nodes.get_mut(&ino) {
-            node.path = None;
-            if node.lookups == 0 {
-                self.nodes.remove(&ino);
+            node.paths.retain(|p| p != path);
+            if node.paths.is_empty() && node.lookups == 0 {
+                self.drop_node(ino);
             }
         }
     }
 
-    /// An unused inode number for `path`: its hash if free, else one from the fallback range.
-    fn free_ino(&mut self, path: &str) -> u64 {
-        let h = hashed_ino(path);
-        if !self.nodes.contains_key(&h) {
-            return h;
+    /// Forgets an inode for good.
+    fn drop_node(&mut self, ino: u64) {
+        if let Some(Node {
+            shared: Some(id), ..
+        }) = self.nodes.remove(&ino)
+        {
+            if self.by_file.get(&id) == Some(&ino) {
+                self.by_file.remove(&id);
+            }
+        }
+    }
+
+    /// An unused inode number: `wanted` if free, else one from the fallback range.
+    fn free_ino(&mut self, wanted: u64) -> u64 {
+        if !self.nodes.contains_key(&wanted) {
+            return wanted;
         }
         loop {
             let ino = self.next_fallback;
@@ -250,7 +346,7 @@ mod tests {
     #[test]
     fn lookup_is_stable_and_matches_peek() {
         let mut t = InodeTable::new();
-        let before = t.peek("/a/b");
+        let before = t.peek("/a/b", None);
         let a = t.lookup("/a/b");
         assert_eq!(a, before);
         assert_eq!(t.lookup("/a/b"), a);
@@ -289,7 +385,7 @@ mod tests {
         assert_eq!(t.path(s).as_deref(), Some("/e/sub"));
         assert_eq!(t.path(g).as_deref(), Some("/e/sub/g"));
         assert_eq!(t.path(other).as_deref(), Some("/dx"));
-        assert_eq!(t.peek("/e/sub/g"), g);
+        assert_eq!(t.peek("/e/sub/g", None), g);
         // A new entry at the old path gets a fresh number, not the renamed one's.
         let new_d = t.lookup("/d");
         assert_ne!(new_d, d);
@@ -347,6 +443,34 @@ mod tests {
         t.remove("/d");
         assert_eq!(t.path(d), None);
         assert_eq!(t.path(f), None);
+    }
+
+    #[test]
+    fn names_of_a_shared_file_are_one_inode() {
+        let mut t = InodeTable::new();
+        // Linked through this mount: the new name joins the old name's inode.
+        let a = t.lookup("/a");
+        t.link(a, "/d/b", 42);
+        assert_eq!(t.lookup_entry("/d/b", Some(42)), a);
+        assert_eq!(t.peek("/d/b", Some(42)), a);
+        assert_eq!(t.peek("/d/c", Some(42)), a, "a name not looked up yet");
+        // Removing the first name leaves the other to go by.
+        t.remove("/a");
+        assert_eq!(t.path(a).as_deref(), Some("/d/b"));
+        t.rename("/d", "/e");
+        assert_eq!(t.path(a).as_deref(), Some("/e/b"));
+        t.forget(a, 3);
+        assert!(t.is_empty());
+        assert_eq!(t.peek("/e/b", Some(42)), file_ino(42));
+        // Linked elsewhere: both names get the number of the file id.
+        let x = t.lookup_entry("/x", Some(7));
+        let y = t.lookup_entry("/y", Some(7));
+        assert_eq!((x, y), (file_ino(7), file_ino(7)));
+        t.remove("/x");
+        t.remove("/y");
+        assert_eq!(t.path(x), None);
+        t.forget(x, 2);
+        assert!(t.is_empty());
     }
 
     #[test]

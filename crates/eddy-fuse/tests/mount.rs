@@ -244,11 +244,13 @@ fn mount_serves_posix_calls() {
     fs::write(mnt.join("e/f"), b"new").unwrap(); // O_TRUNC
     assert_eq!(fs::read(mnt.join("e/f")).unwrap(), b"new");
 
-    // Unsupported: hard links. Locks are served (decision 0008).
-    assert_eq!(
-        errno_of(fs::hard_link(mnt.join("b"), mnt.join("b2"))),
-        libc::EOPNOTSUPP
+    // Hard links (decision 0009) and locks (decision 0008) are served.
+    fs::hard_link(mnt.join("b"), mnt.join("b2")).unwrap();
+    let (b, b2) = (
+        fs::metadata(mnt.join("b")).unwrap(),
+        fs::metadata(mnt.join("b2")).unwrap(),
     );
+    assert_eq!((b.ino(), b.nlink()), (b2.ino(), 2));
     let f = fs::File::open(mnt.join("b")).unwrap();
     // SAFETY: a valid open descriptor.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };

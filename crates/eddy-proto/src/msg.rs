@@ -104,6 +104,14 @@ pub struct Inode {
     /// Extended attributes, sorted by name. Kept in the record, so they move with the entry
     /// on rename and are written atomically with it.
     pub xattrs: Vec<Xattr>,
+    /// Names of the file (hard links): 1 for an entry that was never linked; directories
+    /// report 2 whatever is stored here.
+    pub nlink: u32,
+    /// A file with several names (decision 0009): the id of the daemon holding its identity
+    /// record (the attributes, the size, the link count, keyed by file id). In a name's
+    /// record the other fields are a copy of the day it was linked and are not kept up to date;
+    /// the identity record and the inodes replies carry for it hold the current ones.
+    pub shared: Option<u32>,
 }
 
 impl Inode {
@@ -124,6 +132,8 @@ impl Inode {
             tier: None,
             rdev: 0,
             xattrs: Vec::new(),
+            nlink: 1,
+            shared: None,
         }
     }
 
@@ -150,9 +160,49 @@ pub struct TierState {
 }
 
 /// Version byte in front of every stored `Inode` record. Version 1 records (before the
-/// backend tier) and version 2 records (before special files and extended attributes) are
-/// still read.
-pub const INODE_RECORD_VERSION: u8 = 3;
+/// backend tier), version 2 records (before special files and extended attributes) and
+/// version 3 records (before hard links) are still read.
+pub const INODE_RECORD_VERSION: u8 = 4;
+
+/// The record layout of version 3: an `Inode` without `nlink` and `shared`.
+#[derive(Deserialize)]
+struct InodeV3 {
+    kind: FileKind,
+    file_id: FileId,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    target: Option<String>,
+    tier: Option<TierState>,
+    rdev: u64,
+    xattrs: Vec<Xattr>,
+}
+
+impl From<InodeV3> for Inode {
+    fn from(v: InodeV3) -> Inode {
+        Inode {
+            kind: v.kind,
+            file_id: v.file_id,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            size: v.size,
+            atime: v.atime,
+            mtime: v.mtime,
+            ctime: v.ctime,
+            target: v.target,
+            tier: v.tier,
+            rdev: v.rdev,
+            xattrs: v.xattrs,
+            nlink: 1,
+            shared: None,
+        }
+    }
+}
 
 /// The record layout of version 2: an `Inode` without `rdev` and `xattrs`.
 #[derive(Deserialize)]
@@ -172,7 +222,7 @@ struct InodeV2 {
 
 impl From<InodeV2> for Inode {
     fn from(v: InodeV2) -> Inode {
-        Inode {
+        Inode::from(InodeV3 {
             kind: v.kind,
             file_id: v.file_id,
             mode: v.mode,
@@ -186,7 +236,7 @@ impl From<InodeV2> for Inode {
             tier: v.tier,
             rdev: 0,
             xattrs: Vec::new(),
-        }
+        })
     }
 }
 
@@ -234,18 +284,20 @@ impl Inode {
 
     /// Decodes a stored record; an unknown version or a damaged record is EIO.
     pub fn from_record(bytes: &[u8]) -> Result<Inode, Errno> {
+        /// Decodes a record of an older layout and converts it.
+        fn older<T: serde::de::DeserializeOwned + Into<Inode>>(
+            rest: &[u8],
+        ) -> Result<Inode, Errno> {
+            codec()
+                .deserialize::<T>(rest)
+                .map(Into::into)
+                .map_err(|e| Errno::eio(format!("damaged metadata record: {e}")))
+        }
         match bytes.split_first() {
-            Some((&INODE_RECORD_VERSION, rest)) => codec()
-                .deserialize(rest)
-                .map_err(|e| Errno::eio(format!("damaged metadata record: {e}"))),
-            Some((2, rest)) => codec()
-                .deserialize::<InodeV2>(rest)
-                .map(Inode::from)
-                .map_err(|e| Errno::eio(format!("damaged metadata record: {e}"))),
-            Some((1, rest)) => codec()
-                .deserialize::<InodeV1>(rest)
-                .map(Inode::from)
-                .map_err(|e| Errno::eio(format!("damaged metadata record: {e}"))),
+            Some((&INODE_RECORD_VERSION, rest)) => older::<Inode>(rest),
+            Some((3, rest)) => older::<InodeV3>(rest),
+            Some((2, rest)) => older::<InodeV2>(rest),
+            Some((1, rest)) => older::<InodeV1>(rest),
             Some((v, _)) => Err(Errno::eio(format!(
                 "metadata record version {v} is not supported"
             ))),
@@ -462,6 +514,27 @@ pub enum Request {
         limit: u32,
     },
 
+    // ---- hard links (decision 0009) ----
+    /// Counts one more name of the file at `path` (the first half of link(2); the client then
+    /// inserts the new name). A file with one name gets an identity record on this daemon
+    /// (link count 2) and its own record becomes a name of it, in one atomic batch; a name of
+    /// a shared file replies `Shared`, and sent `OnIdentity` it counts one more name. A
+    /// directory is EPERM. Replies the identity `Inode`.
+    Link { path: String },
+    /// Counts one name less of the shared file `file_id` whose identity record this daemon
+    /// holds (after one of its names was removed); at zero the identity record goes too.
+    /// Replies the identity `Inode` with the count left (0: the client drops the data).
+    DropName { file_id: FileId },
+    /// `op`, an encoded request on an entry's path, applied to the identity record of the
+    /// shared file `file_id` (what a `Shared` reply asks for). Replies what `op` replies.
+    /// Encoded, not nested, so that decoding a frame never recurses: an `op` that is itself
+    /// `OnIdentity` is EINVAL.
+    OnIdentity {
+        file_id: FileId,
+        #[serde(with = "serde_bytes")]
+        op: Vec<u8>,
+    },
+
     // ---- data: sent to owner(hash(file_id, k)) ----
     /// Writes `data` (the pieces' bytes back to back) into the chunks. Replies `Ok`.
     /// With `backing` (a file under a linked prefix), a chunk missing here is fetched from the
@@ -650,6 +723,9 @@ impl Request {
             Request::Lock { .. } => "lock",
             Request::TestLock { .. } => "test_lock",
             Request::ReleaseLocks { .. } => "release_locks",
+            Request::Link { .. } => "link",
+            Request::DropName { .. } => "drop_name",
+            Request::OnIdentity { .. } => "on_identity",
             Request::Status => "status",
             Request::Shutdown => "shutdown",
         }
@@ -693,6 +769,12 @@ pub enum Reply {
     LockBlocked,
     /// `TestLock`: the conflicting lock, or `None` when the range is free for this owner.
     LockTest(Option<LockInfo>),
+    /// The path names a file with several names: send the request again, as `OnIdentity`,
+    /// to `daemon`, which holds the file's identity record.
+    Shared {
+        daemon: u32,
+        file_id: FileId,
+    },
 }
 
 /// A response: a reply or an errno.
@@ -739,6 +821,8 @@ mod tests {
             tier: None,
             rdev: 0,
             xattrs: Vec::new(),
+            nlink: 1,
+            shared: None,
         }
     }
 
@@ -827,9 +911,36 @@ mod tests {
         };
         assert_eq!(dev.xattr_bytes(), 9);
         let rec = dev.to_record();
-        assert_eq!(rec[0], 3);
+        assert_eq!(rec[0], INODE_RECORD_VERSION);
         assert_eq!(Inode::from_record(&rec).unwrap(), dev);
         assert!(FileKind::Fifo.is_special() && !FileKind::Symlink.is_special());
+    }
+
+    #[test]
+    fn version_3_records_are_read_with_one_name() {
+        let i = Inode {
+            rdev: 5,
+            xattrs: vec![Xattr {
+                name: "user.x".into(),
+                value: vec![9],
+            }],
+            ..inode()
+        };
+        let v3 = (
+            i.kind, i.file_id, i.mode, i.uid, i.gid, i.size, i.atime, i.mtime, i.ctime, &i.target,
+            i.tier, i.rdev, &i.xattrs,
+        );
+        let mut rec = vec![3u8];
+        rec.extend(encode(&v3).unwrap());
+        let read = Inode::from_record(&rec).unwrap();
+        assert_eq!(read, i);
+        assert_eq!((read.nlink, read.shared), (1, None));
+        let shared = Inode {
+            nlink: 3,
+            shared: Some(2),
+            ..i
+        };
+        assert_eq!(Inode::from_record(&shared.to_record()).unwrap(), shared);
     }
 
     #[test]

@@ -134,6 +134,31 @@ pub fn meta_key(path: &str) -> Vec<u8> {
     }
 }
 
+/// The name of the identity record of a shared file (decision 0009) where requests take a
+/// path: `#` and the file id in 32 hex digits. It is not absolute, so no user path is one.
+pub fn identity_path(file_id: u128) -> String {
+    format!("#{file_id:032x}")
+}
+
+/// The file id of an identity record's name (`identity_path`), `None` for anything else.
+pub fn parse_identity(p: &str) -> Option<u128> {
+    let hex = p.strip_prefix('#')?;
+    if hex.len() != 32 {
+        return None;
+    }
+    u128::from_str_radix(hex, 16).ok()
+}
+
+/// The metadata key of a shared file's identity record: 0xFF and the id, big-endian. No
+/// path key starts with 0xFF (they start with `/` or are the root's `\0`), so identity
+/// records never fall in a directory's or a subtree's key range.
+pub fn identity_key(file_id: u128) -> Vec<u8> {
+    let mut k = Vec::with_capacity(17);
+    k.push(0xFF);
+    k.extend_from_slice(&file_id.to_be_bytes());
+    k
+}
+
 /// The key prefix shared by exactly the children of a directory.
 pub fn children_prefix(dir: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(dir.len() + 1);
@@ -165,6 +190,19 @@ pub fn key_to_path(key: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn identity_names_round_trip_and_are_no_paths() {
+        let id = 0x0123_4567_89ab_cdef_0011_2233_4455_6677u128;
+        let p = identity_path(id);
+        assert_eq!(parse_identity(&p), Some(id));
+        assert_eq!(n(&p), Err(libc::EINVAL));
+        assert_eq!(parse_identity("/#00"), None);
+        assert_eq!(parse_identity("#xyz"), None);
+        let k = identity_key(id);
+        assert_eq!(k.len(), 17);
+        assert!(!k.starts_with(b"/") && k != meta_key("/"));
+    }
 
     fn n(p: &str) -> Result<String, i32> {
         normalize(p, PathLimits::default()).map_err(|e| e.errno)

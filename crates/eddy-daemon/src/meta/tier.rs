@@ -41,6 +41,8 @@ pub(super) fn stub(e: &BackendEntry) -> Option<Inode> {
         }),
         rdev: e.stat.rdev,
         xattrs: Vec::new(),
+        nlink: 1,
+        shared: None,
     })
 }
 
@@ -364,9 +366,10 @@ impl MetaStore {
     ) -> Result<(Inode, Option<(FileId, u64)>), Errno> {
         let (norm, key) = self.key_of(p)?;
         let _guard = self.locks.lock(&key);
-        let mut ino = self
+        let ino = self
             .get_or_import(&norm, &key)?
             .ok_or_else(|| Errno::enoent(&norm))?;
+        let mut ino = self.not_a_name(&norm, &key, ino)?;
         let (Some(tier), FileKind::File, Some(bp)) = (ino.tier, ino.kind, self.linked(&norm))
         else {
             return Ok((ino, None));

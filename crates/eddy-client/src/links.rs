@@ -1,0 +1,119 @@
+//! Hard links (decision 0009): `link`, and what removing a name does to a file with several
+//! names. Such a file's attributes live in one identity record, on the daemon that held its
+//! first name when it was linked; each name's record points there, and a request on a name
+//! is sent on to it (`Client::meta` follows `Reply::Shared`).
+
+use crate::perm::{self, Access};
+use crate::{expect_inode, Client, Creds, Errno, FileId, FileKind, Inode};
+use eddy_proto::{Reply, Request};
+
+impl Client {
+    /// link(2): `new` becomes one more name of the file at `old` (any entry but a
+    /// directory). Both names then show the same file: one inode, one size, one link count.
+    /// Returns the file's inode.
+    pub async fn link(&self, old: &str, new: &str, creds: Creds) -> Result<Inode, Errno> {
+        let old = self.norm(old)?;
+        let new = self.norm(new)?;
+        let cfg = self.config();
+        match (cfg.link_for(&old), cfg.link_for(&new)) {
+            (None, None) => {}
+            (Some(a), Some(b)) if a == b => {
+                return Err(Errno::new(
+                    libc::EOPNOTSUPP,
+                    format!(
+                    "{old}: hard links under a linked prefix (the backend tier) are not supported"
+                ),
+                ))
+            }
+            _ => {
+                return Err(Errno::new(
+                    libc::EXDEV,
+                    format!("{old} and {new} lie in different tiers (linked backends or scratch)"),
+                ))
+            }
+        }
+        let src = self.stat_norm(&old).await?;
+        if src.kind == FileKind::Dir {
+            return Err(Errno::new(
+                libc::EPERM,
+                format!("{old}: a directory cannot have another name"),
+            ));
+        }
+        // Linux's protected_hardlinks: only the owner, or a caller who may read and write
+        // the file, adds a name to it.
+        if creds.enforce
+            && creds.uid != src.uid
+            && perm::check(&src, creds, Access::READ | Access::WRITE, &old).is_err()
+        {
+            return Err(Errno::new(
+                libc::EPERM,
+                format!("{old}: only its owner or who may read and write it may link it"),
+            ));
+        }
+        self.check_parent(&new, creds).await?;
+        // The count first, then the name: a failure in between leaves the count one too
+        // high (the file outlives its last name), never one too low.
+        let req = Request::Link { path: old.clone() };
+        let file = expect_inode(self.meta(&old, req).await?)?;
+        let Some(daemon) = file.shared else {
+            return Err(Errno::eio(format!(
+                "{old}: the daemon linked it without an identity record"
+            )));
+        };
+        let insert = Request::Insert {
+            path: new.clone(),
+            inode: file.clone(),
+            replace: false,
+        };
+        if let Err(e) = self.meta(&new, insert).await {
+            if let Err(undo) = self.drop_name(daemon, file.file_id).await {
+                tracing::warn!(%old, %new, "link failed and its count stays one too high: {undo}");
+            }
+            return Err(e);
+        }
+        Ok(self.with_pending_size(file))
+    }
+
+    /// `req`, a request on an entry's path, sent to the identity record of the shared file
+    /// `file_id` that `daemon` holds.
+    pub(crate) async fn on_identity(
+        &self,
+        daemon: u32,
+        file_id: FileId,
+        req: &Request,
+    ) -> Result<Reply, Errno> {
+        let op = eddy_proto::encode(req)?;
+        self.call(daemon, Request::OnIdentity { file_id, op }).await
+    }
+
+    /// What removing the name whose record was `removed` leaves to do: a shared file counts
+    /// one name less and loses its data with the last one; any other file loses its data.
+    pub(crate) async fn release_name(&self, removed: &Inode) -> Result<(), Errno> {
+        match removed.shared {
+            Some(daemon) => self.drop_name(daemon, removed.file_id).await,
+            None => self.drop_file(removed).await,
+        }
+    }
+
+    /// Counts one name less of a shared file; at zero its data goes.
+    async fn drop_name(&self, daemon: u32, file_id: FileId) -> Result<(), Errno> {
+        let left = expect_inode(self.call(daemon, Request::DropName { file_id }).await?)?;
+        if left.nlink == 0 {
+            self.drop_file(&left).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops the data of a file that lost its last name.
+    async fn drop_file(&self, last: &Inode) -> Result<(), Errno> {
+        self.0.sizes.forget(last.file_id);
+        // A file of size 0 holds no chunk: the first write of every client publishes its size
+        // at once, and truncation drops the chunks past the new size. Only a write racing with
+        // the removal, or one that failed half-way, can leave unreachable chunks behind
+        // (garbage, never visible).
+        if last.kind == FileKind::File && last.size > 0 {
+            self.drop_data(last.file_id, last.size).await?;
+        }
+        Ok(())
+    }
+}
