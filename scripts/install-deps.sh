@@ -67,3 +67,11 @@ if [ "$(printf '%s\n1.90.0\n' "$ver" | sort -V | head -1)" != "1.90.0" ]; then
   echo "error: rustc $ver is too old; Eddy needs 1.90 or newer (rustup update)." >&2
   exit 1
 fi
+
+# pjdfstest, the public POSIX conformance suite (its Rust edition, from crates.io):
+# crates/eddy-cli/tests/posix_suite.rs runs it on a mount.
+PJDFSTEST_VERSION=0.2.2
+if ! pjdfstest --version 2>/dev/null | grep -qx "pjdfstest $PJDFSTEST_VERSION"; then
+  echo "installing: pjdfstest $PJDFSTEST_VERSION (cargo install)"
+  cargo install --locked --quiet pjdfstest --version "$PJDFSTEST_VERSION"
+fi

@@ -78,7 +78,7 @@ pub fn timespec(t: SystemTime) -> Timespec {
 pub fn file_attr(ino: u64, inode: &Inode, blksize: u32) -> FileAttr {
     let nlink = match inode.kind {
         FileKind::Dir => 2,
-        _ => inode.nlink.max(1),
+        _ => inode.nlink,
     };
     FileAttr {
         ino: INodeNo(ino),

@@ -466,7 +466,14 @@ impl Filesystem for EddyFs {
         // By the current path (an open file's own path is the one it was opened by); the
         // open file only serves an entry that has no path any more.
         let res = match (self.path(ino), fh.and_then(|h| self.file(h).ok())) {
-            (Ok(p), _) => self.run(self.client.stat(&p)),
+            (Ok(p), _) => self.run(self.client.stat(&p)).map(|mut inode| {
+                // A file unlinked while open lives on under a hidden name that is not one of
+                // its names: fstat counts it out (0 for a file with no name left).
+                if lock(&self.orphans).contains(&p) {
+                    inode.nlink = inode.nlink.saturating_sub(1);
+                }
+                inode
+            }),
             (Err(_), Some(f)) => self.run(self.client.fstat(&f)),
             (Err(e), None) => Err(e),
         };
