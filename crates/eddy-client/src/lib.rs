@@ -16,6 +16,7 @@ mod layout;
 mod locks;
 mod ns;
 mod perm;
+mod rename;
 mod size;
 mod special;
 mod tier;
@@ -59,6 +60,8 @@ struct Inner {
     limits: PathLimits,
     /// Random identity of this client in lock owners: two clients never share an owner.
     lock_session: u128,
+    /// Directory renames under way here or left unfinished (decision 0010).
+    renames: rename::Renames,
 }
 
 /// A connection to a deployment. Cloning shares the connections.
@@ -67,10 +70,13 @@ pub struct Client(Arc<Inner>);
 
 impl Client {
     /// Prepares links to every daemon (connected lazily, Unix socket where the daemon's socket
-    /// exists on this host, TCP otherwise) and makes sure the root directory exists.
+    /// exists on this host, TCP otherwise), makes sure the root directory exists, and
+    /// completes the directory renames that dead or failed clients left unfinished (one
+    /// request per daemon when there are none; decision 0010).
     pub async fn connect(dep: Deployment) -> Result<Client, Errno> {
         let client = Client::new(dep)?;
         client.ensure_root().await?;
+        client.complete_unfinished_renames().await;
         Ok(client)
     }
 
@@ -102,6 +108,7 @@ impl Client {
             links,
             limits,
             lock_session: rand::random::<u128>(),
+            renames: rename::Renames::default(),
         })))
     }
 
@@ -121,10 +128,26 @@ impl Client {
 
     pub(crate) async fn call(&self, daemon: u32, req: Request) -> Result<Reply, Errno> {
         match self.0.links.get(&daemon) {
-            Some(link) => link.call(&req).await,
+            Some(link) => {
+                let reply = link.call(&req).await;
+                // The daemon restarted or the connection broke: renames may have been cut
+                // off there, or may be completed now.
+                if link.take_reconnected() {
+                    self.complete_unfinished_renames_later();
+                }
+                reply
+            }
             None => Err(Errno::eio(format!(
                 "daemon {daemon} is not part of this deployment"
             ))),
+        }
+    }
+
+    /// Closes the connection to a daemon that did not answer (the next request opens a new
+    /// one); the daemon then drops what this connection held.
+    pub(crate) async fn drop_connection(&self, daemon: u32) {
+        if let Some(link) = self.0.links.get(&daemon) {
+            link.reset().await;
         }
     }
 

@@ -1,9 +1,10 @@
-//! Namespace operations: stat, create, remove, rename, setattr and listings of entries.
+//! Namespace operations: stat, create, remove, setattr and listings of entries (rename is in
+//! `rename.rs`).
 
 use crate::perm;
 use crate::{
     expect_inode, new_inode, Client, Creds, DaemonStatus, DirEntry, DirReader, Errno, FileId,
-    FileKind, FsStats, Inode, SetAttr, Timespec,
+    FileKind, FsStats, Inode, SetAttr,
 };
 use eddy_proto::path;
 use eddy_proto::{RemoveKind, Reply, Request};
@@ -187,165 +188,6 @@ impl Client {
         holders.sort_unstable();
         holders.dedup();
         for r in join_all(holders.into_iter().map(|id| self.call(id, make()))).await {
-            r?;
-        }
-        Ok(())
-    }
-
-    /// rename(2): files, symlinks and directories. A file replaces a file; a directory
-    /// replaces an empty directory. Atomic for files as seen by readers: the new name exists
-    /// before the old one goes. Data never moves (it is named by file id).
-    pub async fn rename(&self, from: &str, to: &str, creds: Creds) -> Result<(), Errno> {
-        let from = self.norm(from)?;
-        let to = self.norm(to)?;
-        if from == "/" || to == "/" {
-            return Err(Errno::new(libc::EBUSY, "cannot rename the root directory"));
-        }
-        if from == to {
-            self.stat_norm(&from).await?;
-            return Ok(());
-        }
-        if path::is_within(&to, &from) {
-            return Err(Errno::einval(format!(
-                "cannot move {from} into itself ({to})"
-            )));
-        }
-        let linked = self.same_tier(&from, &to)?;
-        let src = self.stat_norm(&from).await?;
-        if creds.enforce {
-            self.check_parent(&from, creds).await?;
-        }
-        self.check_parent(&to, creds).await?;
-        let dst = match self.stat_norm(&to).await {
-            Ok(i) => Some(i),
-            Err(e) if e.errno == libc::ENOENT => None,
-            Err(e) => return Err(e),
-        };
-        if let Some(d) = &dst {
-            match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
-                (true, false) => {
-                    return Err(Errno::new(
-                        libc::ENOTDIR,
-                        format!("{to} is not a directory"),
-                    ))
-                }
-                (false, true) => {
-                    return Err(Errno::new(libc::EISDIR, format!("{to} is a directory")))
-                }
-                (true, true) => self.ensure_empty(&to).await?,
-                (false, false) => {}
-            }
-        }
-        if linked {
-            // Write-through first: if the backend refuses, nothing has moved.
-            let req = Request::BackendRename {
-                from: from.clone(),
-                to: to.clone(),
-            };
-            self.meta(&from, req).await?;
-        }
-        let mut moved = src.clone();
-        moved.ctime = Timespec::now();
-        self.meta(
-            &to,
-            Request::Insert {
-                path: to.clone(),
-                inode: moved,
-                replace: true,
-            },
-        )
-        .await?;
-        if src.kind == FileKind::Dir {
-            self.move_subtree(&from, &to).await?;
-        }
-        self.meta(
-            &from,
-            Request::Remove {
-                path: from.clone(),
-                kind: RemoveKind::Any,
-            },
-        )
-        .await?;
-        if linked {
-            // The daemons holding dirty chunks write them back under the new name.
-            let (f, t) = (from.clone(), to.clone());
-            self.all_ok(|| Request::Rebind {
-                from: f.clone(),
-                to: t.clone(),
-            })
-            .await?;
-        }
-        if let Some(d) = dst {
-            if d.kind == FileKind::File && d.file_id != src.file_id {
-                self.drop_data(d.file_id, d.size).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether a rename stays within one linked prefix (true) or within the scratch
-    /// namespace (false); across a link's boundary it is EXDEV, as between two file systems
-    /// (`mv` then copies).
-    fn same_tier(&self, from: &str, to: &str) -> Result<bool, Errno> {
-        let cfg = self.config();
-        match (cfg.link_for(from), cfg.link_for(to)) {
-            (None, None) => Ok(false),
-            (Some(a), Some(b)) if a == b => Ok(true),
-            _ => Err(Errno::new(
-                libc::EXDEV,
-                format!("{from} and {to} lie in different tiers (linked backends or scratch)"),
-            )),
-        }
-    }
-
-    /// Re-inserts every entry below `from` under `to`, then removes the old entries.
-    pub(crate) async fn move_subtree(&self, from: &str, to: &str) -> Result<(), Errno> {
-        let page = self.config().readdir_page;
-        let mut old_paths = Vec::new();
-        for &id in self.0.placement.ids() {
-            let mut after = None;
-            loop {
-                let req = Request::ListSubtree {
-                    dir: from.to_string(),
-                    after: after.clone(),
-                    limit: page,
-                };
-                let Reply::Subtree { entries, more } = self.call(id, req).await? else {
-                    return Err(Errno::eio("unexpected reply to list_subtree"));
-                };
-                let inserts = entries.iter().map(|e| {
-                    let new_path = format!("{to}{}", &e.path[from.len()..]);
-                    self.meta(
-                        &new_path,
-                        Request::Insert {
-                            path: new_path.clone(),
-                            inode: e.inode.clone(),
-                            replace: true,
-                        },
-                    )
-                });
-                for r in join_all(inserts).await {
-                    r?;
-                }
-                after = entries.last().map(|e| e.path.clone());
-                old_paths.extend(entries.into_iter().map(|e| e.path));
-                if !more || after.is_none() {
-                    break;
-                }
-            }
-        }
-        // Deepest first, so no directory is ever left without its parent.
-        old_paths.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        let removes = old_paths.iter().map(|p| {
-            self.meta(
-                p,
-                Request::Remove {
-                    path: p.clone(),
-                    kind: RemoveKind::Any,
-                },
-            )
-        });
-        for r in join_all(removes).await {
             r?;
         }
         Ok(())
