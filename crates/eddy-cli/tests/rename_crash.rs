@@ -35,7 +35,7 @@ impl Tree {
         let mut seed = 0u64;
         let mut file = |entries: &mut Vec<(String, Kind)>, path: String| {
             seed += 1;
-            let len = if seed % 40 == 0 {
+            let len = if seed.is_multiple_of(40) {
                 2 * chunk_size + 123
             } else {
                 (seed as usize * 37) % 3000
