@@ -7,7 +7,8 @@
 //! values with context; a dead daemon gives EIO within the RPC deadline, never a hang.
 //!
 //! It must not keep state that other clients need to see: everything shared lives on the
-//! daemons. The only client-side cache is the size each open file is known to have reached.
+//! daemons (the intents of directory renames too). The only client-side cache is the size
+//! each open file is known to have reached.
 
 mod conn;
 mod dir;
