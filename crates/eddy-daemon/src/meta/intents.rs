@@ -335,6 +335,35 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_backend_rename_keeps_the_renamed_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let pfs = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(pfs.path().join("a/sub")).unwrap();
+        std::fs::write(pfs.path().join("a/sub/f"), b"x").unwrap();
+        std::fs::create_dir(pfs.path().join("c")).unwrap();
+        let config = Config {
+            links: vec![eddy_config::Link {
+                prefix: "/in".into(),
+                backend: pfs.path().to_owned(),
+            }],
+            ..Config::default()
+        };
+        let store = MetaStore::open(dir.path(), &config, Backend::new(&config), None).unwrap();
+        assert!(store
+            .begin_rename(1, "/in/a", "/in/b", 7)
+            .unwrap()
+            .is_empty());
+        store.backend_rename("/in/a", "/in/b").unwrap();
+        // Run again to complete the rename: the source is gone, the renamed directory stays.
+        store.backend_rename("/in/a", "/in/b").unwrap();
+        assert!(pfs.path().join("b/sub/f").exists());
+        // Without an intent, a missing source still removes what the target was (a rename
+        // of something never written back).
+        store.backend_rename("/in/gone", "/in/c").unwrap();
+        assert!(!pfs.path().join("c").exists());
+    }
+
+    #[test]
     fn bad_intents_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
