@@ -209,10 +209,13 @@ impl Client {
     /// A retry of a directory rename this client left unfinished completes that one first;
     /// true when it was this very rename, which is then done.
     async fn retried(&self, from: &str, to: &str) -> Result<bool, Errno> {
+        if !lock(&self.0.renames.left).contains_key(from) {
+            return Ok(false);
+        }
+        let _active = self.0.renames.enter(from)?;
         let Some(earlier) = lock(&self.0.renames.left).remove(from) else {
             return Ok(false);
         };
-        let _active = self.0.renames.enter(from)?;
         let claim = Request::ClaimRenames {
             from: Some(from.to_string()),
             limit: 1,
