@@ -113,6 +113,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) struct Link {
     pub entry: DaemonEntry,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// Whether a connection was ever opened, and whether one has been opened since in place
+    /// of an earlier one (taken by the client: see `take_reconnected`).
+    connected: AtomicBool,
+    reconnected: AtomicBool,
     secret: Arc<Vec<u8>>,
     max_frame: u32,
     connect_timeout: Duration,
@@ -124,6 +128,8 @@ impl Link {
         Link {
             entry,
             conn: tokio::sync::Mutex::new(None),
+            connected: AtomicBool::new(false),
+            reconnected: AtomicBool::new(false),
             secret,
             max_frame: cfg.max_frame_bytes,
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
@@ -177,7 +183,24 @@ impl Link {
             })??;
         let conn = Arc::new(conn);
         *slot = Some(conn.clone());
+        if self.connected.swap(true, Ordering::AcqRel) {
+            self.reconnected.store(true, Ordering::Release);
+        }
         Ok(conn)
+    }
+
+    /// True once after a connection replaced an earlier one (the daemon restarted, or the
+    /// connection broke or was reset).
+    pub fn take_reconnected(&self) -> bool {
+        self.reconnected.swap(false, Ordering::AcqRel)
+    }
+
+    /// Gives up the current connection: its pending requests fail, and it closes once they
+    /// have returned (the daemon then sees it closed); the next call opens a new one.
+    pub async fn reset(&self) {
+        if let Some(c) = self.conn.lock().await.take() {
+            fail_all(&c.dead, &c.pending, "connection reset by the client");
+        }
     }
 
     async fn open(&self) -> Result<Conn, Errno> {

@@ -7,7 +7,8 @@
 //! values with context; a dead daemon gives EIO within the RPC deadline, never a hang.
 //!
 //! It must not keep state that other clients need to see: everything shared lives on the
-//! daemons. The only client-side cache is the size each open file is known to have reached.
+//! daemons (the intents of directory renames too). The only client-side cache is the size
+//! each open file is known to have reached.
 
 mod conn;
 mod dir;
@@ -17,6 +18,7 @@ mod links;
 mod locks;
 mod ns;
 mod perm;
+mod rename;
 mod size;
 mod special;
 mod tier;
@@ -60,6 +62,8 @@ struct Inner {
     limits: PathLimits,
     /// Random identity of this client in lock owners: two clients never share an owner.
     lock_session: u128,
+    /// Directory renames under way here or left unfinished (decision 0010).
+    renames: rename::Renames,
 }
 
 /// A connection to a deployment. Cloning shares the connections.
@@ -68,10 +72,13 @@ pub struct Client(Arc<Inner>);
 
 impl Client {
     /// Prepares links to every daemon (connected lazily, Unix socket where the daemon's socket
-    /// exists on this host, TCP otherwise) and makes sure the root directory exists.
+    /// exists on this host, TCP otherwise), makes sure the root directory exists, and
+    /// completes the directory renames that dead or failed clients left unfinished (one
+    /// request per daemon when there are none; decision 0010).
     pub async fn connect(dep: Deployment) -> Result<Client, Errno> {
         let client = Client::new(dep)?;
         client.ensure_root().await?;
+        client.complete_unfinished_renames().await;
         Ok(client)
     }
 
@@ -103,6 +110,7 @@ impl Client {
             links,
             limits,
             lock_session: rand::random::<u128>(),
+            renames: rename::Renames::default(),
         })))
     }
 
@@ -126,10 +134,26 @@ impl Client {
 
     async fn call_ref(&self, daemon: u32, req: &Request) -> Result<Reply, Errno> {
         match self.0.links.get(&daemon) {
-            Some(link) => link.call(req).await,
+            Some(link) => {
+                let reply = link.call(req).await;
+                // The daemon restarted or the connection broke: renames may have been cut
+                // off there, or may be completed now.
+                if link.take_reconnected() {
+                    self.complete_unfinished_renames_later();
+                }
+                reply
+            }
             None => Err(Errno::eio(format!(
                 "daemon {daemon} is not part of this deployment"
             ))),
+        }
+    }
+
+    /// Closes the connection to a daemon that did not answer (the next request opens a new
+    /// one); the daemon then drops what this connection held.
+    pub(crate) async fn drop_connection(&self, daemon: u32) {
+        if let Some(link) = self.0.links.get(&daemon) {
+            link.reset().await;
         }
     }
 

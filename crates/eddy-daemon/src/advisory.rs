@@ -92,6 +92,11 @@ impl LockTable {
         id
     }
 
+    /// Whether connection `conn` is open (registered and not closed yet).
+    pub fn is_open(&self, conn: ConnId) -> bool {
+        self.tables().conns.contains(&conn)
+    }
+
     /// Forgets a connection and drops every lock taken over it; returns how many.
     pub fn close_conn(&self, conn: ConnId) -> usize {
         let dropped = {

@@ -2,6 +2,7 @@
 //! stores. Store work runs on the blocking pool, at most `config.io_threads` at a time, so
 //! disk I/O overlaps with the network without starving the async workers.
 
+use crate::advisory::ConnId;
 use crate::args::DaemonSettings;
 use crate::backend::Backend;
 use crate::chunks::ChunkStore;
@@ -271,7 +272,47 @@ impl State {
             Request::Lock { .. } | Request::TestLock { .. } | Request::ReleaseLocks { .. } => Err(
                 Errno::einval("a lock request needs its connection; served by handle_lock"),
             ),
+            Request::BeginRename { .. }
+            | Request::ClaimRenames { .. }
+            | Request::EndRename { .. }
+            | Request::ReleaseRename { .. } => Err(Errno::einval(
+                "a rename intent request needs its connection; served by handle_intent",
+            )),
         }
+    }
+
+    /// Serves a rename intent request that came over connection `conn` (which holds the
+    /// intents it records or takes over), on the blocking pool: records and ends are fsync'd.
+    pub async fn handle_intent(self: &Arc<Self>, conn: ConnId, req: Request) -> Response {
+        let resp = self
+            .blocking(move |st| {
+                let meta = &st.meta;
+                match req {
+                    Request::BeginRename { from, to, dir_id } => meta
+                        .begin_rename(conn, &from, &to, dir_id)
+                        .map(Reply::Renames),
+                    Request::ClaimRenames { from, limit } => meta
+                        .claim_renames(conn, from.as_deref(), limit)
+                        .map(Reply::Renames),
+                    Request::EndRename { from, to } => {
+                        meta.end_rename(&from, &to).map(|()| Reply::Ok)
+                    }
+                    Request::ReleaseRename { from } => {
+                        meta.release_rename(conn, &from).map(|()| Reply::Ok)
+                    }
+                    other => Err(Errno::einval(format!(
+                        "{} is not a rename intent request",
+                        other.op_name()
+                    ))),
+                }
+            })
+            .await;
+        // A request that finished after its connection closed holds nothing: the close
+        // released the connection's intents before (or releases them after) this check.
+        if !self.file_locks.is_open(conn) {
+            self.meta.release_renames_of(conn);
+        }
+        resp
     }
 
     /// A write: through the tier for a linked file. A full device first gets room from the

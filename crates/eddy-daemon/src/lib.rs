@@ -7,7 +7,8 @@
 //! acknowledge a Sync before the data and metadata are on stable storage.
 //!
 //! Layout under the root: `meta/` (fjall, keyspace "meta": `path::meta_key(path)` →
-//! `Inode::to_record()`), `chunks/<file id, 32 hex>/<k>`, `eddyd.sock`, `eddyd.ready`.
+//! `Inode::to_record()`; "tier": the backend tier's records; "intents": unfinished directory
+//! renames), `chunks/<file id, 32 hex>/<k>`, `eddyd.sock`, `eddyd.ready`.
 
 mod advisory;
 mod args;

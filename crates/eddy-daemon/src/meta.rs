@@ -1,8 +1,10 @@
 //! The metadata store: one fjall keyspace mapping `path::meta_key(path)` to
 //! `Inode::to_record()`. Every read-modify-write of one key runs under that key's stripe of a
 //! lock table, so concurrent operations on one path never lose an update. All functions
-//! block: call them from the blocking pool.
+//! block: call them from the blocking pool. The intents of unfinished directory renames live
+//! beside it (`intents.rs`).
 
+mod intents;
 mod links;
 mod tier;
 mod xattr;
@@ -42,6 +44,8 @@ pub struct MetaStore {
     meta: Keyspace,
     /// The backend tier's records (import markers of directories here).
     records: Keyspace,
+    /// Unfinished directory renames of paths this daemon owns (decision 0010).
+    intents: intents::Intents,
     backend: Arc<Backend>,
     /// The deployment's daemons and this one's id: which children of a linked directory
     /// this daemon imports.
@@ -85,6 +89,7 @@ impl MetaStore {
         let records = db
             .keyspace(crate::tier::TIER_KEYSPACE, KeyspaceCreateOptions::default)
             .map_err(|e| meta_err(e.to_string()))?;
+        let intents = intents::Intents::open(&db).map_err(|e| meta_err(e.to_string()))?;
         let count = meta
             .len()
             .map_err(|e| meta_err(format!("cannot count entries: {e}")))?;
@@ -92,6 +97,7 @@ impl MetaStore {
             db,
             meta,
             records,
+            intents,
             backend,
             members,
             locks: StripedLocks::default(),

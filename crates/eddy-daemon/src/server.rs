@@ -363,10 +363,15 @@ where
             alive.clone(),
         ));
     }
-    // The client is gone (its mount stopped, its node died) or the daemon stops: its locks go.
+    // The client is gone (its mount stopped, its node died) or the daemon stops: its locks go,
+    // and the renames it was completing are free for another client to complete.
     let dropped = state.file_locks.close_conn(conn);
     if dropped > 0 {
         tracing::info!(%peer, dropped, "connection closed; its file locks are released");
+    }
+    let renames = state.meta.release_renames_of(conn);
+    if renames > 0 {
+        tracing::warn!(%peer, renames, "connection closed during directory renames; they are completed by the next client that connects");
     }
 }
 
@@ -384,6 +389,8 @@ async fn run_request(
 ) {
     let resp = if req.is_lock() {
         state.handle_lock(conn, req).await
+    } else if req.is_rename_intent() {
+        state.handle_intent(conn, req).await
     } else {
         state.handle(req).await
     };

@@ -351,6 +351,17 @@ pub struct SubtreeEntry {
     pub inode: Inode,
 }
 
+/// A directory rename recorded before anything moves and cleared once it is complete
+/// (decision 0010): whoever finds it unfinished completes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenameIntent {
+    pub from: String,
+    pub to: String,
+    /// The renamed directory's id (`Inode::file_id`, kept by the move): a directory found at
+    /// `from` with another id is a new one, made after this rename had moved everything.
+    pub dir_id: FileId,
+}
+
 /// A piece of a chunk: `len` bytes at `offset` inside chunk `chunk`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Piece {
@@ -656,6 +667,30 @@ pub enum Request {
     Status,
     /// Stops the daemon cleanly after replying `Ok`.
     Shutdown,
+
+    // ---- directory rename intents: sent to owner(hash(from)) (decision 0010) ----
+    /// Records the intent to rename the directory `from` to `to`, durably (journal fsync)
+    /// before replying, held by this connection until it ends, is released or the connection
+    /// closes. Replies `Renames`, empty when recorded. When an unfinished rename of `from` is
+    /// recorded already and no other open connection holds it, this connection takes it over
+    /// and it is replied instead (nothing new is recorded: the caller completes that one);
+    /// held by another open connection, EBUSY.
+    BeginRename {
+        from: String,
+        to: String,
+        dir_id: FileId,
+    },
+    /// Takes over, for this connection, up to `limit` unfinished renames that no open
+    /// connection holds (their renamer died or gave up, or this daemon restarted since), or,
+    /// with `from`, only the rename of `from` (also when this connection holds it already).
+    /// Replies `Renames`.
+    ClaimRenames { from: Option<String>, limit: u32 },
+    /// The rename of `from` to `to` is complete (or undone): its intent goes, durably. An
+    /// intent of `from` to another path stays; no intent at all is fine. Replies `Ok`.
+    EndRename { from: String, to: String },
+    /// This connection gives up its hold on the rename of `from`, which stays recorded for
+    /// whoever completes it. Replies `Ok`.
+    ReleaseRename { from: String },
 }
 
 impl Request {
@@ -679,6 +714,18 @@ impl Request {
                 | Request::RemoveData { .. }
                 | Request::Sync { .. }
                 | Request::Status
+        )
+    }
+
+    /// Whether the request is about directory rename intents (served with the connection it
+    /// came on, which holds the intents it records or takes over).
+    pub fn is_rename_intent(&self) -> bool {
+        matches!(
+            self,
+            Request::BeginRename { .. }
+                | Request::ClaimRenames { .. }
+                | Request::EndRename { .. }
+                | Request::ReleaseRename { .. }
         )
     }
 
@@ -728,6 +775,10 @@ impl Request {
             Request::OnIdentity { .. } => "on_identity",
             Request::Status => "status",
             Request::Shutdown => "shutdown",
+            Request::BeginRename { .. } => "begin_rename",
+            Request::ClaimRenames { .. } => "claim_renames",
+            Request::EndRename { .. } => "end_rename",
+            Request::ReleaseRename { .. } => "release_rename",
         }
     }
 }
@@ -775,6 +826,8 @@ pub enum Reply {
         daemon: u32,
         file_id: FileId,
     },
+    /// Unfinished directory renames (`BeginRename`, `ClaimRenames`).
+    Renames(Vec<RenameIntent>),
 }
 
 /// A response: a reply or an errno.

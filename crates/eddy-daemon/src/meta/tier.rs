@@ -234,9 +234,13 @@ impl MetaStore {
                 format!("{from} and {to} are not both under a linked prefix"),
             ));
         };
+        // A directory rename recorded here (decision 0010) may be run again to complete it:
+        // a missing source then means the backend renamed it already.
+        let resuming = self.renaming(&from, &to);
         let (f, t) = (bf.clone(), bt);
         self.backend
             .run("rename", &bf, move || match std::fs::rename(&f, &t) {
+                Err(e) if e.kind() == ErrorKind::NotFound && resuming => Ok(()),
                 // The source was never written back: what it replaces must go from the backend
                 // too, or its bytes would show through the new file's holes after stage-out.
                 Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::symlink_metadata(&t) {
