@@ -87,7 +87,9 @@ impl State {
             | Request::SetXattr { path, .. }
             | Request::GetXattr { path, .. }
             | Request::ListXattr { path }
-            | Request::RemoveXattr { path, .. } => path,
+            | Request::RemoveXattr { path, .. }
+            | Request::TouchDir { path, .. }
+            | Request::ClearSetId { path } => path,
             Request::Readdir { dir, .. } | Request::HasChildren { dir } => dir,
             _ => return false,
         };
@@ -219,6 +221,8 @@ impl State {
                 .and_then(|()| self.tier.forget(file_id))
                 .map(|()| Reply::Ok),
             Request::Sync { file_id } => self.sync(file_id).map(|()| Reply::Ok),
+            Request::TouchDir { path, time } => meta.touch_dir(&path, time).map(|()| Reply::Ok),
+            Request::ClearSetId { path } => meta.clear_setid(&path).map(Reply::Inode),
             Request::Status => self.status().map(Reply::Status),
             Request::Shutdown => Ok(Reply::Ok),
             Request::Lock { .. } | Request::TestLock { .. } | Request::ReleaseLocks { .. } => Err(
