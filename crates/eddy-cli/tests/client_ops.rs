@@ -113,18 +113,8 @@ async fn error_cases_give_posix_errnos() {
     assert_eq!(errno(c.pread(&wo, 0, 1).await), libc::EBADF);
 
     // Permissions, for a caller the library checks.
-    let alice = Creds {
-        uid: 1000,
-        gid: 1000,
-        enforce: true,
-        parent_resolved: false,
-    };
-    let bob = Creds {
-        uid: 1001,
-        gid: 1001,
-        enforce: true,
-        parent_resolved: false,
-    };
+    let alice = Creds::user(1000, 1000);
+    let bob = Creds::user(1001, 1001);
     c.mkdir("/home", 0o777, me).await.unwrap();
     let private = c
         .open("/home/alice", CREAT | libc::O_EXCL, 0o600, alice)

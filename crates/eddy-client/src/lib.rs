@@ -9,6 +9,7 @@
 //! It must not keep state that other clients need to see: everything shared lives on the
 //! daemons. The only client-side cache is the size each open file is known to have reached.
 
+mod access;
 mod conn;
 mod dir;
 mod file;
@@ -27,7 +28,7 @@ pub use eddy_proto::{
 pub use eddy_proto::{LockInfo, LockKind, LockRange};
 pub use file::File;
 pub use locks::LockRequest;
-pub use perm::Creds;
+pub use perm::{Creds, Groups};
 pub use tier::FileResult;
 
 use conn::Link;
@@ -36,7 +37,6 @@ use eddy_placement::Placement;
 use eddy_proto::path::{self, PathLimits};
 use eddy_proto::{Reply, Request};
 use futures::future::join_all;
-use perm::Access;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -306,22 +306,10 @@ impl Client {
         e
     }
 
-    /// Checks that the parent of `path` is a directory the caller may add entries to.
+    /// Checks that the parent of `path` is a directory the caller may add entries to (see
+    /// `parent_dir`).
     pub(crate) async fn check_parent(&self, path: &str, creds: Creds) -> Result<(), Errno> {
-        if creds.parent_resolved && !creds.enforce {
-            return Ok(());
-        }
-        let Some((parent, _)) = path::split(path) else {
-            return Err(Errno::new(libc::EEXIST, "/ already exists"));
-        };
-        let dir = self.stat_norm(parent).await?;
-        if dir.kind != FileKind::Dir {
-            return Err(Errno::new(
-                libc::ENOTDIR,
-                format!("{parent} is not a directory"),
-            ));
-        }
-        perm::check(&dir, creds, Access::WRITE | Access::EXEC, parent)
+        self.parent_dir(path, creds).await.map(|_| ())
     }
 }
 

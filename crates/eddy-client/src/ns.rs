@@ -76,19 +76,15 @@ impl Client {
 
     pub async fn unlink(&self, path: &str, creds: Creds) -> Result<(), Errno> {
         let p = self.norm(path)?;
-        if creds.enforce {
-            self.check_parent(&p, creds).await?;
-        }
-        let removed = match self
-            .meta(
-                &p,
-                Request::Remove {
-                    path: p.clone(),
-                    kind: RemoveKind::NotDir,
-                },
-            )
-            .await
-        {
+        self.check_remove(&p, None, creds).await?;
+        let remove = self.meta(
+            &p,
+            Request::Remove {
+                path: p.clone(),
+                kind: RemoveKind::NotDir,
+            },
+        );
+        let removed = match remove.await {
             Ok(r) => expect_inode(r)?,
             Err(e) if e.errno == libc::ENOENT => return Err(self.refine_enoent(&p, e).await),
             Err(e) => return Err(e),
@@ -109,23 +105,20 @@ impl Client {
         if p == "/" {
             return Err(Errno::new(libc::EBUSY, "cannot remove the root directory"));
         }
-        if creds.enforce {
-            self.check_parent(&p, creds).await?;
-        }
+        self.check_remove(&p, None, creds).await?;
         let dir = self.stat_norm(&p).await?;
         if dir.kind != FileKind::Dir {
             return Err(Errno::new(libc::ENOTDIR, format!("{p} is not a directory")));
         }
         self.ensure_empty(&p).await?;
-        self.meta(
+        let remove = self.meta(
             &p,
             Request::Remove {
                 path: p.clone(),
                 kind: RemoveKind::Dir,
             },
-        )
-        .await
-        .map(|_| ())
+        );
+        remove.await.map(|_| ())
     }
 
     pub(crate) async fn ensure_empty(&self, dir: &str) -> Result<(), Errno> {
@@ -212,15 +205,14 @@ impl Client {
         }
         let linked = self.same_tier(&from, &to)?;
         let src = self.stat_norm(&from).await?;
-        if creds.enforce {
-            self.check_parent(&from, creds).await?;
-        }
         self.check_parent(&to, creds).await?;
         let dst = match self.stat_norm(&to).await {
             Ok(i) => Some(i),
             Err(e) if e.errno == libc::ENOENT => None,
             Err(e) => return Err(e),
         };
+        self.check_rename((&from, &src), (&to, dst.as_ref()), creds)
+            .await?;
         if let Some(d) = &dst {
             match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
                 (true, false) => {
@@ -246,15 +238,15 @@ impl Client {
         }
         let mut moved = src.clone();
         moved.ctime = Timespec::now();
-        self.meta(
+        let insert = self.meta(
             &to,
             Request::Insert {
                 path: to.clone(),
                 inode: moved,
                 replace: true,
             },
-        )
-        .await?;
+        );
+        insert.await?;
         if src.kind == FileKind::Dir {
             self.move_subtree(&from, &to).await?;
         }
@@ -366,8 +358,9 @@ impl Client {
     /// chmod, chown, utimens and truncate in one call; returns the new inode.
     pub async fn setattr(&self, path: &str, attr: SetAttr, creds: Creds) -> Result<Inode, Errno> {
         let p = self.norm(path)?;
-        let cur = self.stat_norm(&p).await?;
-        perm::check_setattr(&cur, &attr, creds, &p)?;
+        let cur = self.stat_as(&p, creds).await?;
+        let attr = perm::check_setattr(&cur, &attr, creds, &p)?;
+        let truncated = attr.size.is_some();
         // Under the file's publication gate: a publication under way ends first and none
         // starts meanwhile. A truncate then drops the sizes reached before it; any other change
         // first publishes them, so that the inode the owner replies with is the whole file
@@ -396,7 +389,7 @@ impl Client {
             self.0.sizes.forget(cur.file_id);
             self.truncate_data(cur.file_id, size, cur.size).await?;
         }
-        expect_inode(
+        let i = expect_inode(
             self.meta(
                 &p,
                 Request::SetAttr {
@@ -405,7 +398,8 @@ impl Client {
                 },
             )
             .await?,
-        )
+        )?;
+        self.clear_setid_after(&p, i, truncated, creds).await
     }
 
     pub async fn statfs(&self) -> Result<FsStats, Errno> {
