@@ -12,6 +12,7 @@
 mod access;
 mod conn;
 mod dir;
+mod dirtimes;
 mod file;
 mod layout;
 mod locks;
@@ -54,6 +55,8 @@ pub struct FsStats {
 struct Inner {
     dep: Deployment,
     sizes: size::SizeCache,
+    /// Times of directories this client changed, not yet published to their owners.
+    dirs: dirtimes::DirTimes,
     placement: Placement,
     links: HashMap<u32, Link>,
     limits: PathLimits,
@@ -95,8 +98,12 @@ impl Client {
         };
         let sizes =
             size::SizeCache::new(std::time::Duration::from_millis(dep.config.size_update_ms));
+        let dirs = dirtimes::DirTimes::new(std::time::Duration::from_millis(
+            dep.config.dir_time_update_ms,
+        ));
         Ok(Client(Arc::new(Inner {
             sizes,
+            dirs,
             dep,
             placement,
             links,
@@ -219,7 +226,7 @@ impl Client {
             {
                 continue;
             }
-            return Ok(self.with_pending_size(i));
+            return Ok(self.with_dir_times(path, self.with_pending_size(i)));
         }
     }
 

@@ -42,12 +42,7 @@ impl Client {
         creds: Creds,
     ) -> Result<Inode, Errno> {
         self.check_parent(p, creds).await?;
-        let req = Request::Create {
-            path: p.to_string(),
-            inode,
-            exclusive,
-        };
-        expect_inode(self.meta(p, req).await?)
+        self.create_in_parent(p, inode, exclusive).await
     }
 
     pub async fn symlink(
@@ -84,7 +79,7 @@ impl Client {
                 kind: RemoveKind::NotDir,
             },
         );
-        let removed = match remove.await {
+        let removed = match self.changing_parents(&[&p], remove).await {
             Ok(r) => expect_inode(r)?,
             Err(e) if e.errno == libc::ENOENT => return Err(self.refine_enoent(&p, e).await),
             Err(e) => return Err(e),
@@ -118,7 +113,7 @@ impl Client {
                 kind: RemoveKind::Dir,
             },
         );
-        remove.await.map(|_| ())
+        self.changing_parents(&[&p], remove).await.map(|_| ())
     }
 
     pub(crate) async fn ensure_empty(&self, dir: &str) -> Result<(), Errno> {
@@ -246,7 +241,7 @@ impl Client {
                 replace: true,
             },
         );
-        insert.await?;
+        self.changing_parents(&[&from, &to], insert).await?;
         if src.kind == FileKind::Dir {
             self.move_subtree(&from, &to).await?;
         }
@@ -424,6 +419,9 @@ impl Client {
     /// listing may predate them).
     pub async fn entry_inode(&self, dir: &str, entry: &DirEntry) -> Result<Inode, Errno> {
         let i = &entry.inode;
+        if i.kind == FileKind::Dir {
+            return Ok(self.with_dir_times(&path::join(dir, &entry.name), i.clone()));
+        }
         if i.kind == FileKind::File && self.0.sizes.gate(i.file_id).is_some() {
             return self.stat_raw(&path::join(dir, &entry.name)).await;
         }
