@@ -22,7 +22,7 @@ use eddy_proto::{path, Request};
 use futures::future::join_all;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Directories tracked before idle ones are pruned (then twice what is left).
@@ -37,6 +37,9 @@ struct Entry {
     last: Option<Instant>,
     /// Whether a deferred touch is scheduled.
     armed: bool,
+    /// Held while a deferred touch is sent, and while this client changes the directory's
+    /// attributes, so that a touch never lands after a change it predates.
+    gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What a change to a directory does about its times.
@@ -86,6 +89,7 @@ impl DirTimes {
             latest: Timespec::default(),
             last: None,
             armed: false,
+            gate: Arc::default(),
         })
     }
 
@@ -134,14 +138,29 @@ impl DirTimes {
         }
     }
 
-    /// Takes the time the deferred touch of `dir` carries, and disarms it.
-    pub fn take(&self, dir: &str) -> Option<Timespec> {
+    /// Takes the time the deferred touch of `dir` carries; `disarm` is set by the deferred
+    /// touch itself.
+    pub fn take(&self, dir: &str, disarm: bool) -> Option<Timespec> {
         let mut state = self.lock();
         let e = state.0.get_mut(dir)?;
-        e.armed = false;
+        if disarm {
+            e.armed = false;
+        }
         let time = e.pending.take()?;
         e.last = Some(Instant::now());
         Some(time)
+    }
+
+    /// The gate of `dir`, if this client has changed it.
+    pub fn gate(&self, dir: &str) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        self.lock().0.get(dir).map(|e| Arc::clone(&e.gate))
+    }
+
+    /// Stops adding this client's changes to its stats of `dir`: its times were set.
+    pub fn settled(&self, dir: &str) {
+        if let Some(e) = self.lock().0.get_mut(dir) {
+            e.latest = Timespec::default();
+        }
     }
 
     /// Forgets `dir` (it is gone).
@@ -269,10 +288,30 @@ impl Client {
         let dir = dir.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            if let Some(time) = client.0.dirs.take(&dir) {
+            let Some(gate) = client.0.dirs.gate(&dir) else {
+                return;
+            };
+            let _held = gate.lock().await;
+            if let Some(time) = client.0.dirs.take(&dir, true) {
                 client.send_touch(&dir, time).await;
             }
         });
+    }
+
+    /// Before a change of the attributes of the directory `dir` (the explicit times `cp -a`,
+    /// `tar` or `rsync -a` set once they have filled it): sends this client's deferred touch
+    /// now and holds further ones off while the returned guard lives, so that none lands
+    /// after the change (merged with max, it would undo explicit times).
+    pub(crate) async fn settle_dir_times(
+        &self,
+        dir: &str,
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let held = self.0.dirs.gate(dir)?.lock_owned().await;
+        if let Some(time) = self.0.dirs.take(dir, false) {
+            self.send_touch(dir, time).await;
+        }
+        self.0.dirs.settled(dir);
+        Some(held)
     }
 
     /// The inode of the directory `dir` with this client's unpublished changes' times.
@@ -296,15 +335,15 @@ mod tests {
         let t = |sec| Timespec { sec, nsec: 0 };
         d.defer("/a", t(5));
         d.defer("/a", t(3));
-        assert_eq!(d.take("/a"), Some(t(5)));
-        assert_eq!(d.take("/a"), None);
+        assert_eq!(d.take("/a", true), Some(t(5)));
+        assert_eq!(d.take("/a", true), None);
         // Disarmed: the next change arms again (the interval has not passed).
         assert!(matches!(d.plan("/a"), Plan::Arm(_)));
         // A change known only afterwards joins the scheduled touch, or schedules one.
         assert_eq!(d.defer_only("/a", t(7)), None);
         assert!(d.defer_only("/c", t(7)).is_some());
         assert_eq!(d.defer_only("/c", t(8)), None);
-        assert_eq!(d.take("/c"), Some(t(8)));
+        assert_eq!(d.take("/c", true), Some(t(8)));
     }
 
     #[test]
@@ -328,7 +367,10 @@ mod tests {
         assert_eq!((seen.mtime.sec, seen.ctime.sec), (20, 20));
         // Never backwards.
         d.defer("/a", Timespec { sec: 1, nsec: 0 });
-        assert_eq!(d.overlay("/a", dir).mtime.sec, 20);
+        assert_eq!(d.overlay("/a", dir.clone()).mtime.sec, 20);
+        // Once its times are set, the owner's are the directory's.
+        d.settled("/a");
+        assert_eq!(d.overlay("/a", dir.clone()), dir);
     }
 
     #[test]

@@ -368,6 +368,10 @@ impl Client {
             Some(g) => Some(g.lock().await),
             None => None,
         };
+        let _dir_held = match cur.kind {
+            FileKind::Dir => self.settle_dir_times(&p).await,
+            _ => None,
+        };
         if attr.size.is_none() && gate.is_some() {
             if let Some((_, size)) = self.0.sizes.take(cur.file_id, false) {
                 self.send_size(cur.file_id, &p, size).await?;
