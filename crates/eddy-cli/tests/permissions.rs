@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{errno, require, Cluster, Mounted};
+use common::{errno, require, test_config, Cluster, Mounted};
 use eddy_client::{Client, Creds, FileKind, SetAttr, SetTime, Timespec};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -756,4 +756,37 @@ async fn library_directory_times_move_with_their_entries() {
     assert_eq!(reset.0, old);
     make(&other, "/pub/t1/after", 0o644, alice).await;
     assert!(dir_times(&c2, "/pub/t1").await.0 > mine.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn library_directory_times_of_a_linked_directory_stay_in_eddy() {
+    let backend = tempfile::tempdir().unwrap();
+    let d = backend.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let old = std::time::UNIX_EPOCH + Duration::from_secs(1_500_000_000);
+    let stamp = std::fs::FileTimes::new()
+        .set_accessed(old)
+        .set_modified(old);
+    std::fs::File::open(&d).unwrap().set_times(stamp).unwrap();
+    let config = eddy_config::Config {
+        links: vec![eddy_config::Link {
+            prefix: "/in".into(),
+            backend: backend.path().to_path_buf(),
+        }],
+        ..test_config()
+    };
+    let cl = Cluster::start_with(3, config);
+    let c = cl.client().await;
+    assert_eq!(c.stat("/in/d").await.unwrap().mtime.sec, 1_500_000_000);
+    // A file is created in the backend only at stage-out: the backend directory does not
+    // change, and Eddy does not stamp it; Eddy's record of the directory moves.
+    moves(&c, &["/in/d"], async {
+        make(&c, "/in/d/f", 0o644, Creds::root()).await;
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!d.join("f").exists());
+    assert_eq!(std::fs::metadata(&d).unwrap().modified().unwrap(), old);
+    let other = cl.client().await;
+    assert!(other.stat("/in/d").await.unwrap().mtime.sec > 1_500_000_000);
 }
