@@ -187,12 +187,7 @@ async fn link_errors_as_posix_says() {
     assert_eq!((fifo.kind, fifo.nlink), (FileKind::Fifo, 2));
     // An unprivileged caller links what it owns or may read and write; anything else is
     // EPERM (Linux's protected_hardlinks), and it needs write access to the new directory.
-    let user = Creds {
-        uid: 1000,
-        gid: 1000,
-        enforce: true,
-        parent_resolved: false,
-    };
+    let user = Creds::user(1000, 1000);
     c.mkdir("/open", 0o777, root).await.unwrap();
     assert_eq!(errno(c.link("/f", "/open/f", user).await), libc::EPERM);
     c.setattr(

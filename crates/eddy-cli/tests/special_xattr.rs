@@ -310,12 +310,7 @@ async fn library_special_files() {
     let cl = Cluster::start(3);
     let c = cl.client().await;
     let root = Creds::root();
-    let user = Creds {
-        uid: 1000,
-        gid: 1000,
-        enforce: true,
-        parent_resolved: false,
-    };
+    let user = Creds::user(1000, 1000);
     c.mkdir("/pub", 0o777, root).await.unwrap();
     let fifo = c
         .mknod("/pub/fifo", FileKind::Fifo, 0o640, 99, user)
@@ -416,12 +411,7 @@ async fn library_xattrs() {
     let cl = Cluster::start(3);
     let c = cl.client().await;
     let root = Creds::root();
-    let user = Creds {
-        uid: 1000,
-        gid: 1000,
-        enforce: true,
-        parent_resolved: false,
-    };
+    let user = Creds::user(1000, 1000);
     let other = Creds {
         uid: 1001,
         gid: 1001,

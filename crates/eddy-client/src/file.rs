@@ -5,7 +5,7 @@ use crate::{layout, new_inode, size, Client, Creds, Errno, FileId, FileKind, Ino
 use eddy_proto::path;
 use eddy_proto::{Backing, Piece, Reply, Request};
 use futures::future::join_all;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Symlinks followed at most this many times when opening (ELOOP beyond).
@@ -25,6 +25,11 @@ pub(crate) struct FileInner {
     /// asked for.
     ra_next: AtomicU64,
     ra_upto: AtomicU64,
+    /// Who opened the file: its writes and truncates by a caller without the privilege clear
+    /// the file's set-id bits.
+    pub(crate) creds: Creds,
+    /// Whether a write through this handle has cleared the set-id bits already.
+    pub(crate) setid_cleared: AtomicBool,
 }
 
 /// An open file. Cheap to clone.
@@ -68,6 +73,10 @@ impl File {
     /// what a kernel cached before the open).
     pub fn renewed(&self) -> bool {
         self.0.renewed
+    }
+    /// The mode as of open.
+    pub(crate) fn inode_mode(&self) -> u32 {
+        self.0.inode.mode
     }
     pub(crate) fn raise_known(&self, size: u64) {
         self.0.known_size.fetch_max(size, Ordering::AcqRel);
@@ -131,7 +140,7 @@ impl Client {
         creds: Creds,
     ) -> Result<(Inode, bool, bool), Errno> {
         if flags & libc::O_CREAT == 0 {
-            let i = self.stat_norm(p).await?;
+            let i = self.stat_as(p, creds).await?;
             let (i, renewed) = self.validate_linked(p, i, flags).await?;
             return Ok((i, false, renewed));
         }
@@ -139,7 +148,7 @@ impl Client {
         // An enforcing caller may open an existing file in a directory it cannot write to, so
         // look first; otherwise a non-exclusive Create returns the existing entry by itself.
         if !exclusive && creds.enforce {
-            match self.stat_norm(p).await {
+            match self.stat_as(p, creds).await {
                 Ok(i) => {
                     let (i, renewed) = self.validate_linked(p, i, flags).await?;
                     return Ok((i, false, renewed));
@@ -231,8 +240,13 @@ impl Client {
                 size: Some(0),
                 ..SetAttr::default()
             };
-            // Permission to write was checked above; truncate as setattr does.
-            inode = self.setattr(&p, attr, Creds::root()).await?;
+            // Permission to write was checked above; truncate as setattr does (an unprivileged
+            // caller's truncate clears set-id bits).
+            let unchecked = Creds {
+                enforce: false,
+                ..creds
+            };
+            inode = self.setattr(&p, attr, unchecked).await?;
         }
         let known = AtomicU64::new(inode.size);
         let backing = match (&inode.tier, inode.kind) {
@@ -251,6 +265,8 @@ impl Client {
             renewed,
             ra_next: AtomicU64::new(0),
             ra_upto: AtomicU64::new(0),
+            creds,
+            setid_cleared: AtomicBool::new(false),
         })))
     }
 
@@ -391,7 +407,22 @@ impl Client {
 
     /// Writes `data` at `offset` (at the end, reserved atomically, with O_APPEND). The data
     /// RPCs and the size update go out together; writers never wait on each other's data.
+    /// The first write through a handle opened by a caller other than root clears the file's
+    /// set-id bits (set-group-ID only with group execute), as POSIX allows and Linux does.
     pub async fn pwrite(&self, f: &File, offset: u64, data: &[u8]) -> Result<usize, Errno> {
+        self.pwrite_clearing(f, offset, data, !f.0.creds.keeps_setid())
+            .await
+    }
+
+    /// `pwrite`, where the caller says whether the write clears the file's set-id bits: a
+    /// kernel knows the writing process's privilege (through FUSE: FUSE_WRITE_KILL_SUIDGID).
+    pub async fn pwrite_clearing(
+        &self,
+        f: &File,
+        offset: u64,
+        data: &[u8],
+        clear_setid: bool,
+    ) -> Result<usize, Errno> {
         if !f.writable() {
             return Err(Errno::new(
                 libc::EBADF,
@@ -468,11 +499,13 @@ impl Client {
                 size::Plan::Wait => Ok(()),
             }
         };
-        let (results, grown) = futures::join!(join_all(writes), grow);
+        let cleared = self.clear_setid_on_write(f, clear_setid);
+        let (results, grown, cleared) = futures::join!(join_all(writes), grow, cleared);
         for r in results {
             r?;
         }
         grown?;
+        cleared?;
         f.raise_known(end);
         Ok(data.len())
     }
@@ -492,6 +525,8 @@ impl Client {
         Ok(())
     }
 
+    /// Truncates an open file (permission was checked at open); by a caller other than root,
+    /// it clears the file's set-id bits.
     pub async fn ftruncate(&self, f: &File, size: u64) -> Result<Inode, Errno> {
         if !f.writable() {
             return Err(Errno::new(
@@ -506,7 +541,10 @@ impl Client {
                     size: Some(size),
                     ..SetAttr::default()
                 },
-                Creds::root(),
+                Creds {
+                    enforce: false,
+                    ..f.0.creds
+                },
             )
             .await?;
         f.0.known_size.store(size, Ordering::Release);

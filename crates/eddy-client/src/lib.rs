@@ -10,8 +10,10 @@
 //! daemons (the intents of directory renames too). The only client-side cache is the size
 //! each open file is known to have reached.
 
+mod access;
 mod conn;
 mod dir;
+mod dirtimes;
 mod file;
 mod layout;
 mod links;
@@ -30,7 +32,7 @@ pub use eddy_proto::{
 pub use eddy_proto::{LockInfo, LockKind, LockRange};
 pub use file::File;
 pub use locks::LockRequest;
-pub use perm::Creds;
+pub use perm::{Creds, Groups};
 pub use tier::FileResult;
 
 use conn::Link;
@@ -39,7 +41,6 @@ use eddy_placement::Placement;
 use eddy_proto::path::{self, PathLimits};
 use eddy_proto::{Reply, Request};
 use futures::future::join_all;
-use perm::Access;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -57,6 +58,8 @@ pub struct FsStats {
 struct Inner {
     dep: Deployment,
     sizes: size::SizeCache,
+    /// Times of directories this client changed, not yet published to their owners.
+    dirs: dirtimes::DirTimes,
     placement: Placement,
     links: HashMap<u32, Link>,
     limits: PathLimits,
@@ -103,8 +106,12 @@ impl Client {
         };
         let sizes =
             size::SizeCache::new(std::time::Duration::from_millis(dep.config.size_update_ms));
+        let dirs = dirtimes::DirTimes::new(std::time::Duration::from_millis(
+            dep.config.dir_time_update_ms,
+        ));
         Ok(Client(Arc::new(Inner {
             sizes,
+            dirs,
             dep,
             placement,
             links,
@@ -256,7 +263,7 @@ impl Client {
             {
                 continue;
             }
-            return Ok(self.with_pending_size(i));
+            return Ok(self.with_dir_times(path, self.with_pending_size(i)));
         }
     }
 
@@ -343,22 +350,10 @@ impl Client {
         e
     }
 
-    /// Checks that the parent of `path` is a directory the caller may add entries to.
+    /// Checks that the parent of `path` is a directory the caller may add entries to (see
+    /// `parent_dir`).
     pub(crate) async fn check_parent(&self, path: &str, creds: Creds) -> Result<(), Errno> {
-        if creds.parent_resolved && !creds.enforce {
-            return Ok(());
-        }
-        let Some((parent, _)) = path::split(path) else {
-            return Err(Errno::new(libc::EEXIST, "/ already exists"));
-        };
-        let dir = self.stat_norm(parent).await?;
-        if dir.kind != FileKind::Dir {
-            return Err(Errno::new(
-                libc::ENOTDIR,
-                format!("{parent} is not a directory"),
-            ));
-        }
-        perm::check(&dir, creds, Access::WRITE | Access::EXEC, parent)
+        self.parent_dir(path, creds).await.map(|_| ())
     }
 }
 

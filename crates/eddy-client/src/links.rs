@@ -65,7 +65,10 @@ impl Client {
             inode: file.clone(),
             replace: false,
         };
-        if let Err(e) = self.meta(&new, insert).await {
+        let inserted = self
+            .changing_parents(&[&new], self.meta(&new, insert))
+            .await;
+        if let Err(e) = inserted {
             if let Err(undo) = self.drop_name(daemon, file.file_id).await {
                 tracing::warn!(%old, %new, "link failed and its count stays one too high: {undo}");
             }

@@ -43,12 +43,7 @@ impl Client {
         creds: Creds,
     ) -> Result<Inode, Errno> {
         self.check_parent(p, creds).await?;
-        let req = Request::Create {
-            path: p.to_string(),
-            inode,
-            exclusive,
-        };
-        expect_inode(self.meta(p, req).await?)
+        self.create_in_parent(p, inode, exclusive).await
     }
 
     pub async fn symlink(
@@ -77,19 +72,15 @@ impl Client {
 
     pub async fn unlink(&self, path: &str, creds: Creds) -> Result<(), Errno> {
         let p = self.norm(path)?;
-        if creds.enforce {
-            self.check_parent(&p, creds).await?;
-        }
-        let removed = match self
-            .meta(
-                &p,
-                Request::Remove {
-                    path: p.clone(),
-                    kind: RemoveKind::NotDir,
-                },
-            )
-            .await
-        {
+        self.check_remove(&p, None, creds).await?;
+        let remove = self.meta(
+            &p,
+            Request::Remove {
+                path: p.clone(),
+                kind: RemoveKind::NotDir,
+            },
+        );
+        let removed = match self.changing_parents(&[&p], remove).await {
             Ok(r) => expect_inode(r)?,
             Err(e) if e.errno == libc::ENOENT => return Err(self.refine_enoent(&p, e).await),
             Err(e) => return Err(e),
@@ -102,23 +93,20 @@ impl Client {
         if p == "/" {
             return Err(Errno::new(libc::EBUSY, "cannot remove the root directory"));
         }
-        if creds.enforce {
-            self.check_parent(&p, creds).await?;
-        }
+        self.check_remove(&p, None, creds).await?;
         let dir = self.stat_norm(&p).await?;
         if dir.kind != FileKind::Dir {
             return Err(Errno::new(libc::ENOTDIR, format!("{p} is not a directory")));
         }
         self.ensure_empty(&p).await?;
-        self.meta(
+        let remove = self.meta(
             &p,
             Request::Remove {
                 path: p.clone(),
                 kind: RemoveKind::Dir,
             },
-        )
-        .await
-        .map(|_| ())
+        );
+        self.changing_parents(&[&p], remove).await.map(|_| ())
     }
 
     pub(crate) async fn ensure_empty(&self, dir: &str) -> Result<(), Errno> {
@@ -200,8 +188,9 @@ impl Client {
     /// chmod, chown, utimens and truncate in one call; returns the new inode.
     pub async fn setattr(&self, path: &str, attr: SetAttr, creds: Creds) -> Result<Inode, Errno> {
         let p = self.norm(path)?;
-        let cur = self.stat_norm(&p).await?;
-        perm::check_setattr(&cur, &attr, creds, &p)?;
+        let cur = self.stat_as(&p, creds).await?;
+        let attr = perm::check_setattr(&cur, &attr, creds, &p)?;
+        let truncated = attr.size.is_some();
         // Under the file's publication gate: a publication under way ends first and none
         // starts meanwhile. A truncate then drops the sizes reached before it; any other change
         // first publishes them, so that the inode the owner replies with is the whole file
@@ -213,6 +202,10 @@ impl Client {
         let _held = match &gate {
             Some(g) => Some(g.lock().await),
             None => None,
+        };
+        let _dir_held = match cur.kind {
+            FileKind::Dir => self.settle_dir_times(&p).await,
+            _ => None,
         };
         if attr.size.is_none() && gate.is_some() {
             if let Some((_, size)) = self.0.sizes.take(cur.file_id, false) {
@@ -230,7 +223,7 @@ impl Client {
             self.0.sizes.forget(cur.file_id);
             self.truncate_data(cur.file_id, size, cur.size).await?;
         }
-        expect_inode(
+        let i = expect_inode(
             self.meta(
                 &p,
                 Request::SetAttr {
@@ -239,7 +232,8 @@ impl Client {
                 },
             )
             .await?,
-        )
+        )?;
+        self.clear_setid_after(&p, i, truncated, creds).await
     }
 
     pub async fn statfs(&self) -> Result<FsStats, Errno> {
@@ -264,6 +258,9 @@ impl Client {
     /// listing may predate them).
     pub async fn entry_inode(&self, dir: &str, entry: &DirEntry) -> Result<Inode, Errno> {
         let i = &entry.inode;
+        if i.kind == FileKind::Dir {
+            return Ok(self.with_dir_times(&path::join(dir, &entry.name), i.clone()));
+        }
         if i.kind == FileKind::File && self.0.sizes.gate(i.file_id).is_some() {
             return self.stat_raw(&path::join(dir, &entry.name)).await;
         }

@@ -96,15 +96,14 @@ impl Client {
         }
         let linked = self.same_tier(&from, &to)?;
         let src = self.stat_norm(&from).await?;
-        if creds.enforce {
-            self.check_parent(&from, creds).await?;
-        }
         self.check_parent(&to, creds).await?;
         let dst = match self.stat_norm(&to).await {
             Ok(i) => Some(i),
             Err(e) if e.errno == libc::ENOENT => None,
             Err(e) => return Err(e),
         };
+        self.check_rename((&from, &src), (&to, dst.as_ref()), creds)
+            .await?;
         if let Some(d) = &dst {
             if src.shared.is_some() && d.file_id == src.file_id {
                 // Two names of one file: POSIX says rename does nothing.
@@ -124,11 +123,14 @@ impl Client {
                 (false, false) => {}
             }
         }
-        if src.kind == FileKind::Dir {
-            self.rename_dir(&from, &to, src.clone()).await?;
-        } else {
-            self.rename_entry(&from, &to, &src, linked).await?;
-        }
+        let moving = async {
+            if src.kind == FileKind::Dir {
+                self.rename_dir(&from, &to, src.clone()).await
+            } else {
+                self.rename_entry(&from, &to, &src, linked).await
+            }
+        };
+        self.changing_parents(&[&from, &to], moving).await?;
         if let Some(d) = dst {
             if d.kind != FileKind::Dir && d.file_id != src.file_id {
                 self.release_name(&d).await?;

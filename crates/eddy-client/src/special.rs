@@ -60,15 +60,16 @@ impl Client {
         if !creds.enforce || creds.uid == 0 {
             return Ok(());
         }
+        if name.starts_with("user.") {
+            let inode = self.stat_as(p, creds).await?;
+            return perm::check(&inode, creds, want, p);
+        }
+        self.check_path(p, creds).await?;
         if want == Access::WRITE && root_only(name, true) {
             return Err(Errno::new(
                 libc::EPERM,
                 format!("{p}: attribute {name:?}: only root may use this namespace"),
             ));
-        }
-        if name.starts_with("user.") {
-            let inode = self.stat_norm(p).await?;
-            perm::check(&inode, creds, want, p)?;
         }
         Ok(())
     }

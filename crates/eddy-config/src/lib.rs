@@ -47,6 +47,12 @@ pub struct Config {
     /// reached, in milliseconds; fsync and close always publish. 0 publishes with every
     /// write. Default 5.
     pub size_update_ms: u64,
+    /// How often, at most, a client sends the owner of a directory the time of its latest
+    /// create, remove or rename in it (the directory's mtime and ctime), in milliseconds: the
+    /// first change of an interval goes at once, with the change; later ones are folded into
+    /// one deferred update (decision 0011). The client's own stats see them at once. 0 sends
+    /// one with every change. Default 5.
+    pub dir_time_update_ms: u64,
     /// Directory entries per readdir page from each daemon. Default 1024.
     pub readdir_page: u32,
     /// Requests one connection may have unanswered at a daemon; past it the daemon stops
@@ -183,6 +189,7 @@ impl Default for Config {
             max_frame_bytes: 64 * 1024 * 1024,
             max_rpc_data_bytes: 8 * 1024 * 1024,
             size_update_ms: 5,
+            dir_time_update_ms: 5,
             readdir_page: 1024,
             max_requests_in_flight: 1024,
             io_threads: 32,

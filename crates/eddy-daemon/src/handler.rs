@@ -89,7 +89,9 @@ impl State {
             | Request::SetXattr { path, .. }
             | Request::GetXattr { path, .. }
             | Request::ListXattr { path }
-            | Request::RemoveXattr { path, .. } => path,
+            | Request::RemoveXattr { path, .. }
+            | Request::TouchDir { path, .. }
+            | Request::ClearSetId { path } => path,
             Request::Readdir { dir, .. } | Request::HasChildren { dir } => dir,
             _ => return false,
         };
@@ -147,6 +149,7 @@ impl State {
             Request::GetXattr { name, .. } => Request::GetXattr { path, name },
             Request::ListXattr { .. } => Request::ListXattr { path },
             Request::RemoveXattr { name, .. } => Request::RemoveXattr { path, name },
+            Request::ClearSetId { .. } => Request::ClearSetId { path },
             other => {
                 return Err(Errno::einval(format!(
                     "{} does not apply to a file's identity record",
@@ -267,6 +270,8 @@ impl State {
                 .and_then(|()| self.tier.forget(file_id))
                 .map(|()| Reply::Ok),
             Request::Sync { file_id } => self.sync(file_id).map(|()| Reply::Ok),
+            Request::TouchDir { path, time } => meta.touch_dir(&path, time).map(|()| Reply::Ok),
+            Request::ClearSetId { path } => meta.clear_setid(&path).map(Reply::Inode),
             Request::Status => self.status().map(Reply::Status),
             Request::Shutdown => Ok(Reply::Ok),
             Request::Lock { .. } | Request::TestLock { .. } | Request::ReleaseLocks { .. } => Err(

@@ -6,6 +6,7 @@
 
 mod intents;
 mod links;
+mod stamp;
 mod tier;
 mod xattr;
 
@@ -437,10 +438,15 @@ fn resolve_time(t: SetTime, now: Timespec) -> Timespec {
     }
 }
 
-/// Applies attribute changes; ctime becomes `now` if anything was asked to change.
+/// Applies attribute changes; ctime becomes `now` if anything was asked to change. A chown
+/// or chgrp of anything but a directory clears the set-id bits (set-group-ID only with group
+/// execute), whoever asks, as Linux does, unless the same request sets the mode (the kernel
+/// sends the mode it computed with the owner).
 fn apply_attr(mut ino: Inode, attr: &SetAttr, now: Timespec) -> Inode {
     if let Some(mode) = attr.mode {
         ino.mode = mode & MODE_BITS;
+    } else if (attr.uid.is_some() || attr.gid.is_some()) && ino.kind != FileKind::Dir {
+        ino.mode = stamp::without_setid(ino.mode);
     }
     if let Some(uid) = attr.uid {
         ino.uid = uid;
@@ -488,6 +494,33 @@ mod tests {
         assert_eq!(ino.ctime, now);
         let untouched = apply_attr(file(3), &SetAttr::default(), now);
         assert_eq!(untouched, file(3));
+    }
+
+    #[test]
+    fn chown_clears_setid_bits_of_files_only() {
+        let now = Timespec { sec: 100, nsec: 1 };
+        let chown = SetAttr {
+            uid: Some(5),
+            ..Default::default()
+        };
+        let setid = Inode {
+            mode: 0o6755,
+            ..file(0)
+        };
+        assert_eq!(apply_attr(setid.clone(), &chown, now).mode, 0o755);
+        let chgrp = SetAttr {
+            gid: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(apply_attr(setid.clone(), &chgrp, now).mode, 0o755);
+        // The mode the same request sets wins.
+        let both = SetAttr {
+            mode: Some(0o4755),
+            ..chown.clone()
+        };
+        assert_eq!(apply_attr(setid, &both, now).mode, 0o4755);
+        let dir = Inode::new(FileKind::Dir, 8, 0o2775, 1, 1);
+        assert_eq!(apply_attr(dir, &chown, now).mode, 0o2775);
     }
 
     #[test]

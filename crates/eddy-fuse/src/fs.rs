@@ -34,6 +34,11 @@ const MAX_REQUEST_BYTES: u32 = 1 << 20;
 /// parallel lookups and readdirs in one directory; page cache invalidated when a file's
 /// size or mtime changes (another node wrote it); O_TRUNC handled by `open` (the client then
 /// truncates through the new handle, so that its cached size starts at 0).
+///
+/// Not FUSE_HANDLE_KILLPRIV(_V2): the kernel then clears set-id bits itself on a cached write,
+/// a truncate and a chown (a setattr with the new mode), and asks for it on a write that
+/// bypasses the page cache (FUSE_WRITE_KILL_SUIDGID, honoured by `write`); an open with
+/// O_TRUNC (FUSE_ATOMIC_O_TRUNC) by anyone but root clears them in the library.
 const WANTED_CAPS: [InitFlags; 6] = [
     InitFlags::FUSE_POSIX_LOCKS,
     InitFlags::FUSE_FLOCK_LOCKS,
@@ -721,14 +726,18 @@ impl Filesystem for EddyFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // A write that bypasses the page cache (write-only and append opens) by a process
+        // without CAP_FSETID: the kernel asks us to clear the set-id bits. (Through the page
+        // cache, the kernel clears them itself with a setattr: no FUSE_HANDLE_KILLPRIV.)
+        let clear = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let res = self
             .file(fh)
-            .and_then(|f| self.run(self.client.pwrite(&f, offset, data)));
+            .and_then(|f| self.run(self.client.pwrite_clearing(&f, offset, data, clear)));
         match res {
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
             Err(e) => reply.error(failed("write", &e)),

@@ -691,6 +691,20 @@ pub enum Request {
     /// This connection gives up its hold on the rename of `from`, which stays recorded for
     /// whoever completes it. Replies `Ok`.
     ReleaseRename { from: String },
+
+    // ---- permissions and directory times: sent to owner(hash(path)) ----
+    /// An entry was created, removed or renamed in the directory `path` at `time`: its mtime
+    /// and ctime become at least `time` (merged with max, so that touches from many clients,
+    /// in any order, never move them backwards). Kept in Eddy only, never written through to
+    /// a linked backend (the backend directory's own times move with the write-through of the
+    /// change itself). ENOTDIR for anything but a directory. Replies `Ok`.
+    TouchDir { path: String, time: Timespec },
+    /// A write or truncate by a caller without the privilege to keep set-id bits: clears the
+    /// set-user-ID bit of the regular file `path`, and its set-group-ID bit when group execute
+    /// is set (without it, the bit marks mandatory locking and stays), atomically under the
+    /// entry's lock; ctime moves when a bit was cleared. Other kinds are left as they are.
+    /// Replies `Inode`.
+    ClearSetId { path: String },
 }
 
 impl Request {
@@ -779,6 +793,8 @@ impl Request {
             Request::ClaimRenames { .. } => "claim_renames",
             Request::EndRename { .. } => "end_rename",
             Request::ReleaseRename { .. } => "release_rename",
+            Request::TouchDir { .. } => "touch_dir",
+            Request::ClearSetId { .. } => "clear_setid",
         }
     }
 }

@@ -1,0 +1,94 @@
+//! Changes to an entry that follow from operations on other entries or on its data: the times
+//! of a directory whose entries changed (`TouchDir`) and the set-id bits a write or truncate
+//! by an unprivileged caller clears (`ClearSetId`). Who may do what is checked by the caller
+//! (the kernel through FUSE, the library); here each change is one read-modify-write of one
+//! key under its stripe lock.
+
+use super::{MetaStore, MODE_BITS};
+use eddy_proto::{Errno, FileKind, Inode, SetAttr, Timespec};
+
+/// Set-user-ID and set-group-ID bits, and group execute (which decides whether set-group-ID
+/// means "run as the group" or "mandatory locking").
+const S_ISUID: u32 = 0o4000;
+const S_ISGID: u32 = 0o2000;
+const S_IXGRP: u32 = 0o0010;
+
+/// The mode without the set-id bits a write, a truncate or a chown clears (as Linux's
+/// `should_remove_suid`): set-user-ID always, set-group-ID only with group execute.
+pub(crate) fn without_setid(mode: u32) -> u32 {
+    let mut m = mode & MODE_BITS & !S_ISUID;
+    if m & S_IXGRP != 0 {
+        m &= !S_ISGID;
+    }
+    m
+}
+
+/// A directory's times after an entry changed in it at `time`: merged with max.
+fn touched(mut dir: Inode, time: Timespec) -> Inode {
+    dir.mtime = dir.mtime.max(time);
+    dir.ctime = dir.ctime.max(time);
+    dir
+}
+
+impl MetaStore {
+    /// Moves a directory's mtime and ctime to at least `time`. Only the record changes: a
+    /// linked directory's backend copy is not touched (its own times moved with the
+    /// write-through of the change inside it).
+    pub fn touch_dir(&self, p: &str, time: Timespec) -> Result<(), Errno> {
+        self.update(p, |norm, dir| {
+            if dir.kind != FileKind::Dir {
+                return Err(Errno::new(
+                    libc::ENOTDIR,
+                    format!("{norm}: not a directory"),
+                ));
+            }
+            Ok((touched(dir, time), ()))
+        })
+    }
+
+    /// Clears the set-id bits a write or truncate by an unprivileged caller clears, written
+    /// through to the backend of a linked file like a chmod.
+    pub fn clear_setid(&self, p: &str) -> Result<Inode, Errno> {
+        self.update(p, |norm, mut ino| {
+            let mode = without_setid(ino.mode);
+            if ino.kind != FileKind::File || mode == ino.mode {
+                return Ok((ino.clone(), ino));
+            }
+            ino.mode = mode;
+            ino.ctime = Timespec::now();
+            let attr = SetAttr {
+                mode: Some(mode),
+                ..SetAttr::default()
+            };
+            self.setattr_through(norm, &attr, &mut ino)?;
+            Ok((ino.clone(), ino))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setid_bits_cleared_as_linux_does() {
+        assert_eq!(without_setid(0o4755), 0o755);
+        assert_eq!(without_setid(0o6755), 0o755);
+        // Set-group-ID without group execute marks mandatory locking: it stays.
+        assert_eq!(without_setid(0o2745), 0o2745);
+        assert_eq!(without_setid(0o6745), 0o2745);
+        assert_eq!(without_setid(0o1777), 0o1777);
+    }
+
+    #[test]
+    fn directory_times_never_move_backwards() {
+        let t = |sec| Timespec { sec, nsec: 0 };
+        let mut dir = Inode::new(FileKind::Dir, 1, 0o755, 0, 0);
+        dir.mtime = t(10);
+        dir.ctime = t(12);
+        let later = touched(dir.clone(), t(11));
+        assert_eq!((later.mtime, later.ctime), (t(11), t(12)));
+        let earlier = touched(later.clone(), t(5));
+        assert_eq!(earlier, later);
+    }
+}
