@@ -316,3 +316,34 @@ fn tar_rsync_cp_and_git_keep_hard_links_on_the_mount() {
     );
     m.ok("cd clone && git pull -q && git log --oneline | wc -l | grep -qx 2 && git fsck --strict");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_link_counts_follow_their_subdirectories() {
+    let cl = Cluster::start(3);
+    let c = cl.client().await;
+    let root = Creds::root();
+    let links = |p: &'static str| {
+        let c = c.clone();
+        async move { c.stat(p).await.unwrap().nlink }
+    };
+    for d in ["/p", "/q", "/p/a", "/p/b", "/q/empty"] {
+        c.mkdir(d, 0o755, root).await.unwrap();
+    }
+    write_file(&c, "/p/file", b"f").await;
+    assert_eq!((links("/p").await, links("/q").await), (4, 3));
+    assert_eq!(links("/p/a").await, 2);
+    // Moved to another parent: its ".." goes along.
+    c.rename("/p/a", "/q/a", root).await.unwrap();
+    assert_eq!((links("/p").await, links("/q").await), (3, 4));
+    // Over an empty directory of another parent: that one is gone, this one arrives.
+    c.rename("/p/b", "/q/empty", root).await.unwrap();
+    assert_eq!((links("/p").await, links("/q").await), (2, 4));
+    // Renamed within its parent: no change; removed: one less.
+    c.rename("/q/a", "/q/a2", root).await.unwrap();
+    assert_eq!(links("/q").await, 4);
+    c.rmdir("/q/a2", root).await.unwrap();
+    assert_eq!(links("/q").await, 3);
+    // A file moving between directories changes no count.
+    c.rename("/p/file", "/q/file", root).await.unwrap();
+    assert_eq!((links("/p").await, links("/q").await), (2, 3));
+}

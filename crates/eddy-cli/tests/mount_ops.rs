@@ -133,10 +133,10 @@ fn errors_on_the_mount() {
         raw_errno(fs::write(p(&"n".repeat(256)), b"").unwrap_err()),
         libc::ENAMETOOLONG
     );
-    // Hard links and locks are not supported: a clear errno, never a silent success.
+    // Hard links (tests/hard_links.rs has them whole): a directory cannot take another name.
     assert_eq!(
-        raw_errno(fs::hard_link(p("d/f"), p("d/g")).unwrap_err()),
-        libc::EOPNOTSUPP
+        raw_errno(fs::hard_link(p("d"), p("d2")).unwrap_err()),
+        libc::EPERM
     );
     let f = fs::OpenOptions::new()
         .read(true)

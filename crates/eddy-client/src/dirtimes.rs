@@ -188,6 +188,26 @@ pub(crate) fn parent(p: &str) -> Option<&str> {
 }
 
 impl Client {
+    /// Subdirectories were made (+1) or removed or moved away (-1) in the parents of the
+    /// paths given: their link counts follow, at once and in parallel, after the change. A
+    /// count that cannot be sent is logged and left one off: the change itself succeeded, and
+    /// a link count only informs tools.
+    pub(crate) async fn count_subdirs(&self, changes: &[(&str, i32)]) {
+        let sends = changes.iter().filter_map(|&(p, delta)| {
+            let dir = parent(p).filter(|_| delta != 0)?;
+            let req = Request::CountSubdirs {
+                dir: dir.to_string(),
+                delta,
+            };
+            Some(async move { (dir, self.meta(dir, req).await) })
+        });
+        for (dir, res) in join_all(sends).await {
+            if let Err(e) = res {
+                tracing::warn!(%dir, "the directory's link count was not updated: {e}");
+            }
+        }
+    }
+
     /// Runs `op`, which creates, removes or renames entries of the directories `dirs` (one,
     /// or the two parents of a rename), and moves their mtime and ctime to the time it
     /// started: at once, alongside `op`, or deferred (see the module's comment).

@@ -380,7 +380,8 @@ fn new_inode(kind: FileKind, mode: u32, creds: Creds, target: Option<String>) ->
         tier: None,
         rdev: 0,
         xattrs: Vec::new(),
-        nlink: 1,
+        // A directory: "." and its name in the parent; each subdirectory's ".." adds one.
+        nlink: if kind == FileKind::Dir { 2 } else { 1 },
         shared: None,
     }
 }

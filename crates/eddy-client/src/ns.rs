@@ -30,7 +30,9 @@ impl Client {
     pub async fn mkdir(&self, path: &str, mode: u32, creds: Creds) -> Result<Inode, Errno> {
         let p = self.norm(path)?;
         let inode = new_inode(FileKind::Dir, mode, creds, None);
-        self.create_entry(&p, inode, true, creds).await
+        let made = self.create_entry(&p, inode, true, creds).await?;
+        self.count_subdirs(&[(&p, 1)]).await;
+        Ok(made)
     }
 
     /// Creates an entry at its owner after checking its parent; without `exclusive`, an
@@ -106,7 +108,9 @@ impl Client {
                 kind: RemoveKind::Dir,
             },
         );
-        self.changing_parents(&[&p], remove).await.map(|_| ())
+        self.changing_parents(&[&p], remove).await?;
+        self.count_subdirs(&[(&p, -1)]).await;
+        Ok(())
     }
 
     pub(crate) async fn ensure_empty(&self, dir: &str) -> Result<(), Errno> {

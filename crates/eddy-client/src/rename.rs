@@ -131,6 +131,17 @@ impl Client {
             }
         };
         self.changing_parents(&[&from, &to], moving).await?;
+        if src.kind == FileKind::Dir {
+            // The directory's ".." moves to its new parent, where it replaced a directory or
+            // not.
+            let replaced = dst.as_ref().is_some_and(|d| d.kind == FileKind::Dir);
+            if path::split(&from).map(|s| s.0) != path::split(&to).map(|s| s.0) {
+                let arrived = if replaced { 0 } else { 1 };
+                self.count_subdirs(&[(&from, -1), (&to, arrived)]).await;
+            } else if replaced {
+                self.count_subdirs(&[(&to, -1)]).await;
+            }
+        }
         if let Some(d) = dst {
             if d.kind != FileKind::Dir && d.file_id != src.file_id {
                 self.release_name(&d).await?;

@@ -35,6 +35,8 @@ pub struct BackendStat {
     pub ctime: Timespec,
     /// Device number of a device node, 0 otherwise.
     pub rdev: u64,
+    /// Link count (for a directory: 2 and its subdirectories).
+    pub nlink: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +83,7 @@ impl BackendStat {
             mtime: ts(m.mtime(), m.mtime_nsec()),
             ctime: ts(m.ctime(), m.ctime_nsec()),
             rdev: m.rdev(),
+            nlink: m.nlink(),
         }
     }
 }

@@ -92,7 +92,9 @@ impl State {
             | Request::RemoveXattr { path, .. }
             | Request::TouchDir { path, .. }
             | Request::ClearSetId { path } => path,
-            Request::Readdir { dir, .. } | Request::HasChildren { dir } => dir,
+            Request::Readdir { dir, .. }
+            | Request::HasChildren { dir }
+            | Request::CountSubdirs { dir, .. } => dir,
             _ => return false,
         };
         eddy_proto::path::normalize(path, self.meta.limits())
@@ -272,6 +274,9 @@ impl State {
             Request::Sync { file_id } => self.sync(file_id).map(|()| Reply::Ok),
             Request::TouchDir { path, time } => meta.touch_dir(&path, time).map(|()| Reply::Ok),
             Request::ClearSetId { path } => meta.clear_setid(&path).map(Reply::Inode),
+            Request::CountSubdirs { dir, delta } => {
+                meta.count_subdirs(&dir, delta).map(|()| Reply::Ok)
+            }
             Request::Status => self.status().map(Reply::Status),
             Request::Shutdown => Ok(Reply::Ok),
             Request::Lock { .. } | Request::TestLock { .. } | Request::ReleaseLocks { .. } => Err(

@@ -77,7 +77,7 @@ pub fn timespec(t: SystemTime) -> Timespec {
 /// size reported to `stat` (the deployment's chunk size).
 pub fn file_attr(ino: u64, inode: &Inode, blksize: u32) -> FileAttr {
     let nlink = match inode.kind {
-        FileKind::Dir => 2,
+        FileKind::Dir => inode.nlink.max(2),
         _ => inode.nlink,
     };
     FileAttr {

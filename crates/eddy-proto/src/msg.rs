@@ -705,6 +705,10 @@ pub enum Request {
     /// entry's lock; ctime moves when a bit was cleared. Other kinds are left as they are.
     /// Replies `Inode`.
     ClearSetId { path: String },
+    /// A subdirectory of the directory `dir` was made (`delta` 1) or removed or moved away
+    /// (-1): its link count, 2 and its subdirectories, moves by `delta` (never below 2).
+    /// ENOTDIR for anything but a directory. Replies `Ok`.
+    CountSubdirs { dir: String, delta: i32 },
 }
 
 impl Request {
@@ -795,6 +799,7 @@ impl Request {
             Request::ReleaseRename { .. } => "release_rename",
             Request::TouchDir { .. } => "touch_dir",
             Request::ClearSetId { .. } => "clear_setid",
+            Request::CountSubdirs { .. } => "count_subdirs",
         }
     }
 }

@@ -46,6 +46,21 @@ impl MetaStore {
         })
     }
 
+    /// Moves a directory's link count (2 and its subdirectories) by `delta`, never below 2.
+    pub fn count_subdirs(&self, p: &str, delta: i32) -> Result<(), Errno> {
+        self.update(p, |norm, mut dir| {
+            if dir.kind != FileKind::Dir {
+                return Err(Errno::new(
+                    libc::ENOTDIR,
+                    format!("{norm}: not a directory"),
+                ));
+            }
+            let n = i64::from(dir.nlink.max(2)) + i64::from(delta);
+            dir.nlink = u32::try_from(n.max(2)).unwrap_or(u32::MAX);
+            Ok((dir, ()))
+        })
+    }
+
     /// Clears the set-id bits a write or truncate by an unprivileged caller clears, written
     /// through to the backend of a linked file like a chmod.
     pub fn clear_setid(&self, p: &str) -> Result<Inode, Errno> {

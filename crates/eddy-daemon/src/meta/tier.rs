@@ -41,7 +41,12 @@ pub(super) fn stub(e: &BackendEntry) -> Option<Inode> {
         }),
         rdev: e.stat.rdev,
         xattrs: Vec::new(),
-        nlink: 1,
+        // Each backend name is imported as a file of its own; a directory counts the
+        // subdirectories the backend has (those made here count themselves in).
+        nlink: match kind {
+            FileKind::Dir => u32::try_from(e.stat.nlink).unwrap_or(u32::MAX).max(2),
+            _ => 1,
+        },
         shared: None,
     })
 }
