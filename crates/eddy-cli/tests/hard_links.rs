@@ -202,6 +202,13 @@ async fn link_errors_as_posix_says() {
     .unwrap();
     c.link("/f", "/open/f", user).await.unwrap();
     assert_eq!(errno(c.link("/f", "/dir/f", user).await), libc::EACCES);
+    // A file in a directory the caller may not search is out of its reach.
+    c.mkdir("/private", 0o700, root).await.unwrap();
+    write_file(&c, "/private/p", b"p").await;
+    assert_eq!(
+        errno(c.link("/private/p", "/open/p", user).await),
+        libc::EACCES
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,7 +32,7 @@ impl Client {
                 ))
             }
         }
-        let src = self.stat_norm(&old).await?;
+        let src = self.stat_as(&old, creds).await?;
         if src.kind == FileKind::Dir {
             return Err(Errno::new(
                 libc::EPERM,
