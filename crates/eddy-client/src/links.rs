@@ -14,23 +14,13 @@ impl Client {
     pub async fn link(&self, old: &str, new: &str, creds: Creds) -> Result<Inode, Errno> {
         let old = self.norm(old)?;
         let new = self.norm(new)?;
-        let cfg = self.config();
-        match (cfg.link_for(&old), cfg.link_for(&new)) {
-            (None, None) => {}
-            (Some(a), Some(b)) if a == b => {
-                return Err(Errno::new(
-                    libc::EOPNOTSUPP,
-                    format!(
+        if self.same_tier(&old, &new)? {
+            return Err(Errno::new(
+                libc::EOPNOTSUPP,
+                format!(
                     "{old}: hard links under a linked prefix (the backend tier) are not supported"
                 ),
-                ))
-            }
-            _ => {
-                return Err(Errno::new(
-                    libc::EXDEV,
-                    format!("{old} and {new} lie in different tiers (linked backends or scratch)"),
-                ))
-            }
+            ));
         }
         let src = self.stat_as(&old, creds).await?;
         if src.kind == FileKind::Dir {

@@ -445,10 +445,10 @@ impl Client {
         }
     }
 
-    /// Whether a rename stays within one linked prefix (true) or within the scratch
-    /// namespace (false); across a link's boundary it is EXDEV, as between two file systems
-    /// (`mv` then copies).
-    fn same_tier(&self, from: &str, to: &str) -> Result<bool, Errno> {
+    /// Whether a rename (or a link) stays within one linked prefix (true) or within the
+    /// scratch namespace (false); across a link's boundary it is EXDEV, as between two file
+    /// systems (`mv` then copies).
+    pub(crate) fn same_tier(&self, from: &str, to: &str) -> Result<bool, Errno> {
         let cfg = self.config();
         match (cfg.link_for(from), cfg.link_for(to)) {
             (None, None) => Ok(false),
