@@ -223,12 +223,7 @@ async fn names_and_counts_survive_kill_9_of_every_daemon() {
         c.sync_all().await.unwrap();
         id
     };
-    for i in 0..3 {
-        cl.kill(i);
-    }
-    for i in 0..3 {
-        cl.restart(i);
-    }
+    cl.kill_and_restart_all();
     let c = cl.client().await;
     for name in ["/f", "/g", "/h"] {
         let i = c.stat(name).await.unwrap();

@@ -302,11 +302,24 @@ async fn a_retry_by_the_renaming_client_completes_it() {
     assert_whole(&observer, &tree, &to, &from).await;
 }
 
-/// The owner of the old name is killed (kill -9) in the middle of the move and restarted on
-/// its storage: the intent it had made durable is completed by the next client to connect.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rename_cut_by_a_killed_daemon_is_completed_after_its_restart() {
-    let mut cl = Cluster::start_with(3, config());
+/// A rename of a tree cut by kill -9 of the owner of its old name, then that daemon
+/// restarted on its storage.
+struct Cut {
+    /// The renaming client, alive throughout.
+    renamer: Client,
+    /// A client that watched the rename, connected before the kill.
+    observer: Client,
+    tree: Tree,
+    from: String,
+    to: String,
+    /// Whether the observer saw the new name before the kill (the rename was under way).
+    seen: bool,
+    result: Result<(), Errno>,
+}
+
+/// Builds a tree, renames it and kills the owner of its old name in the middle of the move,
+/// then restarts that daemon.
+async fn rename_cut_by_killing_its_owner(cl: &mut Cluster) -> Cut {
     let c = cl.client().await;
     let p = placement(&c);
     let (from, to) = names(&c, |f, t| f != p.meta_owner("/") && t != f);
@@ -322,16 +335,32 @@ async fn rename_cut_by_a_killed_daemon_is_completed_after_its_restart() {
     cl.kill(victim as usize);
     let result = task.await.unwrap();
     eprintln!("new name seen: {seen}; rename: {result:?}");
-    if let Err(e) = &result {
+    cl.restart(victim as usize);
+    Cut {
+        renamer: c,
+        observer,
+        tree,
+        from,
+        to,
+        seen,
+        result,
+    }
+}
+
+/// The owner of the old name is killed (kill -9) in the middle of the move and restarted on
+/// its storage: the intent it had made durable is completed by the next client to connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_cut_by_a_killed_daemon_is_completed_after_its_restart() {
+    let mut cl = Cluster::start_with(3, config());
+    let cut = rename_cut_by_killing_its_owner(&mut cl).await;
+    if let Err(e) = &cut.result {
         assert_eq!(e.errno, libc::EIO, "{e}");
     }
-    cl.restart(victim as usize);
-
     let fresh = cl.client().await;
-    if seen {
-        assert_whole(&fresh, &tree, &to, &from).await;
+    if cut.seen {
+        assert_whole(&fresh, &cut.tree, &cut.to, &cut.from).await;
     } else {
-        assert_whole(&fresh, &tree, &from, &to).await;
+        assert_whole(&fresh, &cut.tree, &cut.from, &cut.to).await;
     }
 }
 
@@ -340,34 +369,17 @@ async fn rename_cut_by_a_killed_daemon_is_completed_after_its_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_lived_client_completes_the_rename_when_the_daemon_is_back() {
     let mut cl = Cluster::start_with(3, config());
-    let c = cl.client().await;
-    let p = placement(&c);
-    let (from, to) = names(&c, |f, t| f != p.meta_owner("/") && t != f);
-    let victim = p.meta_owner(&from);
-    let tree = Tree::new(c.config().chunk_size as usize);
-    tree.build(&c, &from).await;
-
-    let observer = Client::new(cl.dep.clone()).unwrap();
-    let renamer = c.clone();
-    let (f2, t2) = (from.clone(), to.clone());
-    let task = tokio::spawn(async move { renamer.rename(&f2, &t2, Creds::root()).await });
-    assert!(
-        wait_for(&observer, &to, || task.is_finished()).await,
-        "the rename was under way"
-    );
-    cl.kill(victim as usize);
-    let result = task.await.unwrap();
-    eprintln!("rename: {result:?}");
-    cl.restart(victim as usize);
+    let cut = rename_cut_by_killing_its_owner(&mut cl).await;
+    assert!(cut.seen, "the rename was under way");
 
     // The same client goes on: its next request to the restarted daemon reconnects.
-    let _ = c.stat(&from).await;
+    let _ = cut.renamer.stat(&cut.from).await;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while observer.stat(&from).await.is_ok() {
+    while cut.observer.stat(&cut.from).await.is_ok() {
         assert!(Instant::now() < deadline, "the rename was never completed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_whole(&observer, &tree, &to, &from).await;
+    assert_whole(&cut.observer, &cut.tree, &cut.to, &cut.from).await;
 }
 
 /// The renaming client dies: `mv` of the tree on a FUSE mount whose process is killed (kill

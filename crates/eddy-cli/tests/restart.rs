@@ -26,12 +26,7 @@ async fn fsynced_data_survives_kill_9_and_restart() {
             c.fsync(&f).await.unwrap();
         }
     }
-    for i in 0..3 {
-        cl.kill(i);
-    }
-    for i in 0..3 {
-        cl.restart(i);
-    }
+    cl.kill_and_restart_all();
     let c = cl.client().await;
     assert_eq!(c.stat("/dir").await.unwrap().mode, 0o750);
     assert_eq!(c.stat("/link").await.unwrap().kind, FileKind::Symlink);

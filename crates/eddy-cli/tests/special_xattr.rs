@@ -284,12 +284,7 @@ async fn special_files_and_xattrs_survive_kill_9_and_restart() {
         }
         c.sync_all().await.unwrap();
     }
-    for i in 0..3 {
-        cl.kill(i);
-    }
-    for i in 0..3 {
-        cl.restart(i);
-    }
+    cl.kill_and_restart_all();
     let c = cl.client().await;
     assert_eq!(c.stat("/d/fifo").await.unwrap().kind, FileKind::Fifo);
     let dev = c.stat("/d/dev").await.unwrap();

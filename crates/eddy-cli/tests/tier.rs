@@ -865,12 +865,7 @@ async fn fsynced_dirty_data_survives_kill_9_and_reaches_the_backend() {
         expect.push(("base.bin".into(), base));
         assert!(total(&c, |t| t.dirty_bytes).await > 0);
     }
-    for i in 0..3 {
-        cl.kill(i);
-    }
-    for i in 0..3 {
-        cl.restart(i);
-    }
+    cl.kill_and_restart_all();
     let c = cl.client().await;
     assert!(
         total(&c, |t| t.dirty_bytes).await > 0,

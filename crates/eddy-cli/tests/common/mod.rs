@@ -114,6 +114,17 @@ impl Cluster {
         }
     }
 
+    /// kill -9 of every daemon, then every one started again on its storage.
+    pub fn kill_and_restart_all(&mut self) {
+        let n = self.children.len();
+        for i in 0..n {
+            self.kill(i);
+        }
+        for i in 0..n {
+            self.restart(i);
+        }
+    }
+
     /// Starts daemon i again on the same root and the same address.
     pub fn restart(&mut self, i: usize) {
         let addr = self.dep.daemons[i].addr.clone();
