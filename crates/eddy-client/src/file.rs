@@ -181,6 +181,7 @@ impl Client {
             path: p.to_string(),
             for_write,
         };
+        let epoch = self.0.sizes.epoch();
         match self.meta(p, req).await? {
             Reply::Revalidated { inode, dropped } => {
                 let renewed = dropped.is_some();
@@ -190,7 +191,11 @@ impl Client {
                         tracing::warn!(path = p, "chunks of a stale generation stay: {e}");
                     }
                 }
-                Ok((self.with_pending_size(inode), renewed))
+                let inode = match self.merge_pending(inode, epoch) {
+                    Ok(i) => i,
+                    Err(_) => self.stat_raw(p).await?,
+                };
+                Ok((inode, renewed))
             }
             other => Err(Errno::eio(format!(
                 "unexpected reply to validate: {other:?}"

@@ -245,8 +245,7 @@ impl Client {
     }
 
     /// Asks the owner for an entry and adds this client's unpublished writes to a file's
-    /// size. If a publication of that file ended meanwhile, the owner's answer may predate it
-    /// and the cache no longer holds it: ask again.
+    /// size (see `merge_pending`), asking again while a publication ends in between.
     pub(crate) async fn stat_raw(&self, path: &str) -> Result<Inode, Errno> {
         const TRIES: usize = 4;
         let mut tries = 0;
@@ -257,22 +256,28 @@ impl Client {
             };
             let i = expect_inode(self.meta(path, req).await?)?;
             tries += 1;
-            if i.kind == FileKind::File
-                && self.0.sizes.ended_since(i.file_id, epoch)
-                && tries < TRIES
-            {
-                continue;
+            match self.merge_pending(i, epoch) {
+                Ok(i) => return Ok(self.with_dir_times(path, i)),
+                Err(_) if tries < TRIES => continue,
+                Err(i) => return Ok(self.with_dir_times(path, i)),
             }
-            return Ok(self.with_dir_times(path, self.with_pending_size(i)));
         }
     }
 
-    /// A file's inode as this client sees it: its own unpublished writes count.
-    pub(crate) fn with_pending_size(&self, mut i: Inode) -> Inode {
-        if i.kind == FileKind::File {
-            i.size = i.size.max(self.0.sizes.pending(i.file_id));
+    /// A file's inode, as its owner answered a request sent after `epoch` was read, with this
+    /// client's unpublished writes counted. Err (with the same merge) when a publication of
+    /// the file ended since: the answer may predate it while the cache no longer holds it, so
+    /// the size may be short and the caller should ask again. The pending size is read before
+    /// the check, so a publication ending between the two is caught.
+    pub(crate) fn merge_pending(&self, mut i: Inode, epoch: u64) -> Result<Inode, Inode> {
+        if i.kind != FileKind::File {
+            return Ok(i);
         }
-        i
+        i.size = i.size.max(self.0.sizes.pending(i.file_id));
+        if self.0.sizes.ended_since(i.file_id, epoch) {
+            return Err(i);
+        }
+        Ok(i)
     }
 
     /// Sends a size to the file's owner (merged there with max) and settles the size cache:

@@ -44,6 +44,7 @@ impl Client {
         // The count first, then the name: a failure in between leaves the count one too
         // high (the file outlives its last name), never one too low.
         let req = Request::Link { path: old.clone() };
+        let epoch = self.0.sizes.epoch();
         let file = expect_inode(self.meta(&old, req).await?)?;
         let Some(daemon) = file.shared else {
             return Err(Errno::eio(format!(
@@ -64,7 +65,10 @@ impl Client {
             }
             return Err(e);
         }
-        Ok(self.with_pending_size(file))
+        match self.merge_pending(file, epoch) {
+            Ok(file) => Ok(file),
+            Err(_) => self.stat_raw(&new).await,
+        }
     }
 
     /// `req`, a request on an entry's path, sent to the identity record of the shared file
