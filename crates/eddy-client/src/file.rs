@@ -192,8 +192,8 @@ impl Client {
                     }
                 }
                 let inode = match self.merge_pending(inode, epoch) {
-                    Ok(i) => i,
-                    Err(_) => self.stat_raw(p).await?,
+                    (i, true) => i,
+                    _ => self.stat_raw(p).await?,
                 };
                 Ok((inode, renewed))
             }

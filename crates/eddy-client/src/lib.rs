@@ -256,28 +256,25 @@ impl Client {
             };
             let i = expect_inode(self.meta(path, req).await?)?;
             tries += 1;
-            match self.merge_pending(i, epoch) {
-                Ok(i) => return Ok(self.with_dir_times(path, i)),
-                Err(_) if tries < TRIES => continue,
-                Err(i) => return Ok(self.with_dir_times(path, i)),
+            let (i, settled) = self.merge_pending(i, epoch);
+            if settled || tries == TRIES {
+                return Ok(self.with_dir_times(path, i));
             }
         }
     }
 
     /// A file's inode, as its owner answered a request sent after `epoch` was read, with this
-    /// client's unpublished writes counted. Err (with the same merge) when a publication of
-    /// the file ended since: the answer may predate it while the cache no longer holds it, so
-    /// the size may be short and the caller should ask again. The pending size is read before
-    /// the check, so a publication ending between the two is caught.
-    pub(crate) fn merge_pending(&self, mut i: Inode, epoch: u64) -> Result<Inode, Inode> {
+    /// client's unpublished writes counted, and whether that size is settled: not if a
+    /// publication of the file ended since, as the answer may predate it while the cache no
+    /// longer holds it (the caller should ask again). The pending size is read before the
+    /// check, so a publication ending between the two is caught.
+    pub(crate) fn merge_pending(&self, mut i: Inode, epoch: u64) -> (Inode, bool) {
         if i.kind != FileKind::File {
-            return Ok(i);
+            return (i, true);
         }
         i.size = i.size.max(self.0.sizes.pending(i.file_id));
-        if self.0.sizes.ended_since(i.file_id, epoch) {
-            return Err(i);
-        }
-        Ok(i)
+        let settled = !self.0.sizes.ended_since(i.file_id, epoch);
+        (i, settled)
     }
 
     /// Sends a size to the file's owner (merged there with max) and settles the size cache:

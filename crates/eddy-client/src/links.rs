@@ -66,8 +66,8 @@ impl Client {
             return Err(e);
         }
         match self.merge_pending(file, epoch) {
-            Ok(file) => Ok(file),
-            Err(_) => self.stat_raw(&new).await,
+            (file, true) => Ok(file),
+            _ => self.stat_raw(&new).await,
         }
     }
 
