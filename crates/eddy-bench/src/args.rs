@@ -123,35 +123,7 @@ pub struct TierArgs {
     pub json: Option<PathBuf>,
 }
 
-/// A byte count: a number (fractions allowed) with an optional binary suffix K, M, G or T
-/// (also KiB, MiB, ..., or with a B: KB, MB, ...).
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use K, M, G or T)"
-            ))
-        }
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a byte count such as 4096, 64K or 1.5G"))?;
-    let bytes = n * (1u64 << shift) as f64;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
-        return Err(format!("{text:?} is not a positive byte count"));
-    }
-    Ok(bytes.round() as u64)
-}
+pub use eddy_config::parse_bytes;
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {

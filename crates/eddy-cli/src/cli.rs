@@ -35,6 +35,8 @@ pub enum Command {
     /// Low-level helpers that talk to the deployment through the client library.
     #[command(hide = true, subcommand)]
     Debug(DebugCommand),
+    /// Slurm burst-buffer phases, called by slurm/burst_buffer.lua (see docs/slurm-admin.md).
+    Bb(BbArgs),
 }
 
 /// Where the deployment's state lives.
@@ -100,6 +102,11 @@ pub struct StartArgs {
     /// TCP port remote daemons listen on (default: the configuration's `port`).
     #[arg(long, value_name = "PORT", conflicts_with = "local")]
     pub listen_port: Option<u16>,
+    /// Run the daemons as this user (name or uid): root starts them, they make their roots
+    /// the user's and drop to the user's ids (`eddyd --user`). For a deployment made for
+    /// one user's job, so that the backend sees that user's rights.
+    #[arg(long, value_name = "USER")]
+    pub daemon_user: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -220,5 +227,70 @@ pub enum DebugCommand {
         path: String,
         /// Local file to write.
         local: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BbArgs {
+    /// The site's burst-buffer settings (default /etc/eddy/bb.toml; defaults if missing).
+    #[arg(long, env = "EDDY_BB_SITE", value_name = "FILE", global = true)]
+    pub site: Option<PathBuf>,
+    #[command(subcommand)]
+    pub phase: BbPhase,
+}
+
+/// The phases of Slurm's burst_buffer/lua plugin (arguments in its order), and the two
+/// commands those phases run on a job's nodes through the site's launcher.
+#[derive(Debug, Subcommand)]
+pub enum BbPhase {
+    /// At submit (synchronous, fast): check the script's directives; a refusal names the line.
+    JobProcess { script: PathBuf },
+    /// Print the pools and their capacity as Slurm's JSON (synchronous, fast).
+    Pools,
+    /// While the job is pending: make the job's directory; pool mode starts the daemons.
+    Setup {
+        job: u32,
+        uid: u32,
+        gid: u32,
+        pool: String,
+        size: String,
+        script: PathBuf,
+    },
+    /// While the job is pending: check the stage-in sources; pool mode stages in.
+    DataIn { job: u32, script: PathBuf },
+    /// The capacity the job uses from the pool (nothing to change).
+    RealSize { job: u32 },
+    /// Write EDDY_MOUNT, EDDY_STATE, ... to the job's environment file (synchronous, fast).
+    Paths {
+        job: u32,
+        script: PathBuf,
+        path_file: PathBuf,
+    },
+    /// Nodes known: node-local mode starts the daemons and stages in; mount on every node.
+    PreRun { job: u32, script: PathBuf },
+    /// After the job: unmount from its nodes.
+    PostRun { job: u32, script: PathBuf },
+    /// After the job: write the stage_out trees back to the backend.
+    DataOut { job: u32, script: PathBuf },
+    /// Stop the daemons, unmount, remove the job's storage and state (idempotent).
+    Teardown {
+        job: u32,
+        script: PathBuf,
+        /// "true" (scancel --hurry: no stage-out) or "false".
+        hurry: String,
+    },
+    /// `scontrol show bbstat`: the Eddy jobs of this site.
+    Status {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// On a node: mount the deployment of STATE on MOUNT (made if missing; done if mounted).
+    NodeMount { state: PathBuf, mount: PathBuf },
+    /// On a node: unmount --mount, stop what still serves --root and remove it (idempotent).
+    NodeClean {
+        #[arg(long)]
+        mount: Option<PathBuf>,
+        #[arg(long)]
+        root: Option<PathBuf>,
     },
 }

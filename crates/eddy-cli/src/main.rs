@@ -2,6 +2,7 @@
 //! data in from and out to its backend, and runs the benchmarks. It drives daemons through
 //! their processes and the client library only; it never touches a daemon's storage directly.
 
+mod bb;
 mod cli;
 mod debug;
 mod mount;
@@ -47,6 +48,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Unpin(args) => stage::unpin(args),
         Command::Bench(args) => eddy_bench::run(args),
         Command::Debug(cmd) => debug::debug(cmd),
+        Command::Bb(args) => bb::bb(args),
     }
 }
 

@@ -145,6 +145,46 @@ pub fn stop_processes(procs: &[RecordedProcess], grace: Duration) -> Vec<String>
         .collect()
 }
 
+/// SIGTERM, then SIGKILL for what is still running after `grace`; names those signalled.
+pub fn terminate(procs: &[RecordedProcess], grace: Duration) -> Vec<String> {
+    procs.iter().for_each(|p| signal(p, libc::SIGTERM));
+    let stubborn = wait_gone(procs, grace);
+    stubborn.iter().for_each(|p| signal(p, libc::SIGKILL));
+    let _ = wait_gone(&stubborn, grace);
+    procs
+        .iter()
+        .map(|p| format!("{} (pid {})", p.label, p.pid))
+        .collect()
+}
+
+/// The processes of this host whose command line has `--root ROOT` (daemons serving it).
+pub fn serving_root(root: &Path) -> Vec<RecordedProcess> {
+    let want = root.as_os_str().as_encoded_bytes();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != std::process::id())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            args.windows(2).any(|w| w[0] == b"--root" && w[1] == want)
+        })
+        .filter_map(|pid| {
+            let stat = proc_stat(pid)?;
+            Some(RecordedProcess {
+                label: format!("daemon of {}", root.display()),
+                pid,
+                start_time: stat.start_time,
+            })
+        })
+        .collect()
+}
+
 /// Kills children spawned by a start that failed, and reaps them.
 pub fn kill_children(children: &mut [Child]) {
     for child in children.iter_mut() {

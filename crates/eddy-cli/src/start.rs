@@ -34,6 +34,8 @@ struct Plan {
     secret: String,
     /// Number of daemons; their ids are 0..daemons.
     daemons: u32,
+    /// User the daemons run as (`eddyd --user`), if not the caller.
+    daemon_user: Option<String>,
 }
 
 impl Plan {
@@ -116,6 +118,7 @@ pub fn start(args: StartArgs) -> Result<()> {
         name,
         secret: Deployment::new_secret(),
         daemons,
+        daemon_user: args.daemon_user.clone(),
     };
     plan.state.write_secret(&plan.secret)?;
     plan.state.write_config(&plan.config)?;
@@ -301,14 +304,18 @@ fn local_daemon_args(plan: &Plan, root: &Path, id: u32) -> Vec<OsString> {
 
 fn shared_daemon_args(plan: &Plan) -> Vec<OsString> {
     let members: Vec<String> = (0..plan.daemons).map(|i| i.to_string()).collect();
-    vec![
+    let mut args: Vec<OsString> = vec![
         "--secret-file".into(),
         plan.state.secret_path().into(),
         "--config".into(),
         plan.state.config_path().into(),
         "--members".into(),
         members.join(",").into(),
-    ]
+    ];
+    if let Some(user) = &plan.daemon_user {
+        args.extend(["--user".into(), user.into()]);
+    }
+    args
 }
 
 fn remove_stale(path: &Path) -> Result<()> {
@@ -491,7 +498,7 @@ fn resolve_host(host: HostLine) -> Result<HostLine> {
 }
 
 /// Replaces `{host}` and `{id}` in a template string.
-fn fill(template: &str, host: &str, id: u32) -> String {
+pub fn fill(template: &str, host: &str, id: u32) -> String {
     template
         .replace("{host}", host)
         .replace("{id}", &id.to_string())

@@ -50,6 +50,11 @@ pub struct DaemonArgs {
     /// Log level or tracing filter, e.g. "debug" or "eddy_daemon=debug,fjall=warn".
     #[arg(long, default_value = "info")]
     pub log_level: String,
+    /// Run as this user (name or uid, with its groups): started by root, the daemon creates
+    /// the root owned by the user (mode 0700), reads the secret and config, then drops to the
+    /// user's ids before it opens the store or a socket. For deployments made for one job.
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
 }
 
 /// Everything a daemon needs to run, resolved from `DaemonArgs` (or built directly by tests).

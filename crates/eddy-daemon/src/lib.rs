@@ -18,6 +18,7 @@ mod error;
 mod handler;
 mod locks;
 mod meta;
+mod privilege;
 mod ready;
 mod server;
 mod tier;
@@ -33,6 +34,9 @@ use tokio::signal::unix::{signal, SignalKind};
 /// Builds its own multi-threaded runtime. Returns after a clean stop.
 pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     let settings = DaemonSettings::from_args(&args)?;
+    if let Some(user) = &args.user {
+        privilege::become_user(user, &settings.root)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("eddyd")

@@ -1,0 +1,50 @@
+//! `eddy bb`: Eddy as Slurm's burst buffer. Each function of `slurm/burst_buffer.lua` calls
+//! one phase here (the Lua stays thin); a phase does its work or fails with one line a user
+//! can act on, which the Lua hands to Slurm (sbatch's message, or the job's Reason).
+//!
+//! A job's files live in SITE.state_dir/<job id> (see `job`): `job.toml`, root's record of
+//! what was made where (teardown trusts nothing else); `state/`, the deployment's state
+//! directory (root's); `user/`, the job user's copy of the deployment file (EDDY_STATE).
+
+pub mod directives;
+mod job;
+mod nodes;
+mod phases;
+pub mod site;
+
+use crate::cli::{BbArgs, BbPhase};
+use anyhow::Result;
+
+pub fn bb(args: BbArgs) -> Result<()> {
+    let site = site::Site::load(args.site.as_deref())?;
+    match args.phase {
+        BbPhase::JobProcess { script } => phases::job_process(&site, &script),
+        BbPhase::Pools => phases::pools(&site),
+        BbPhase::Setup {
+            job,
+            uid,
+            gid,
+            pool: _,
+            size: _,
+            script,
+        } => phases::setup(&site, job, uid, gid, &script),
+        BbPhase::DataIn { job, script } => phases::data_in(&site, job, &script),
+        BbPhase::RealSize { job } => phases::real_size(&site, job),
+        BbPhase::Paths {
+            job,
+            script: _,
+            path_file,
+        } => phases::paths(&site, job, &path_file),
+        BbPhase::PreRun { job, script: _ } => phases::pre_run(&site, job),
+        BbPhase::PostRun { job, script: _ } => phases::post_run(&site, job),
+        BbPhase::DataOut { job, script: _ } => phases::data_out(&site, job),
+        BbPhase::Teardown {
+            job,
+            script: _,
+            hurry,
+        } => phases::teardown(&site, job, phases::is_hurry(&hurry)),
+        BbPhase::Status { args: _ } => phases::status(&site),
+        BbPhase::NodeMount { state, mount } => phases::node_mount(&state, &mount),
+        BbPhase::NodeClean { mount, root } => phases::node_clean(mount.as_deref(), root.as_deref()),
+    }
+}

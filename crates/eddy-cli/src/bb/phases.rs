@@ -1,0 +1,481 @@
+//! The burst-buffer phases, in the order Slurm calls them. Each one is safe to run again
+//! (Slurm retries, an administrator reruns), and teardown undoes whatever the others did,
+//! however far they got, from root's job record.
+
+use super::directives::{self, JobRequest, Mode};
+use super::job::{DaemonPlace, JobDir, JobRecord};
+use super::nodes;
+use super::site::Site;
+use crate::cli::{StageInArgs, StageOutArgs, StartArgs, StateArgs, StopArgs};
+use crate::start::{fill, parse_hosts, HostLine};
+use crate::state::StateDir;
+use anyhow::{anyhow, bail, Context, Result};
+use eddy_config::Config;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn read_request(site: &Site, script: &Path) -> Result<JobRequest> {
+    let text = std::fs::read_to_string(script)
+        .with_context(|| format!("cannot read the job script {}", script.display()))?;
+    directives::parse(&text, &site.directive).map_err(|e| anyhow!(e))
+}
+
+/// At submit: the directives parse and the site allows them.
+pub fn job_process(site: &Site, script: &Path) -> Result<()> {
+    let req = read_request(site, script)?;
+    site.resolve(&req)?;
+    Ok(())
+}
+
+/// Slurm's pools: the I/O-node pool, in bytes (granularity 1 MiB).
+pub fn pools(site: &Site) -> Result<()> {
+    let mut pools = Vec::new();
+    if let Some(pool) = &site.pool {
+        let bytes = match &pool.capacity {
+            Some(c) => eddy_config::parse_bytes(c).map_err(|e| anyhow!(e))?,
+            None => 0,
+        };
+        pools.push(serde_json::json!({
+            "id": pool.name,
+            "quantity": bytes,
+            "granularity": 1u64 << 20,
+        }));
+    }
+    println!("{}", serde_json::json!({ "pools": pools }));
+    Ok(())
+}
+
+/// While pending: the job's directory and record; pool mode starts the daemons.
+pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path) -> Result<()> {
+    let req = read_request(site, script)?;
+    let r = site.resolve(&req)?;
+    let jd = JobDir::new(site, job);
+    jd.create(uid, gid)?;
+    let mut rec = if jd.exists() {
+        jd.load()?
+    } else {
+        JobRecord {
+            job,
+            uid,
+            gid,
+            request: req,
+            mode: r.mode,
+            capacity: r.capacity,
+            pool_nodes: r.pool_nodes,
+            daemons: Vec::new(),
+            mounted: Vec::new(),
+        }
+    };
+    jd.save(&rec)?;
+    if rec.mode == Mode::Pool {
+        let pool = site
+            .pool
+            .as_ref()
+            .context("mode=pool but the site has no [pool] any more")?;
+        let hosts = parse_hosts(&pool.nodes[..rec.pool_nodes as usize].join("\n"))?;
+        start_daemons(site, &jd, &mut rec, &hosts, &pool.root)?;
+    }
+    Ok(())
+}
+
+/// While pending: every stage-in source exists (else the job waits with a Reason saying
+/// which); pool mode stages in now.
+pub fn data_in(site: &Site, job: u32, _script: &Path) -> Result<()> {
+    let jd = JobDir::new(site, job);
+    let rec = jd.load()?;
+    check_sources(&rec.request)?;
+    if rec.mode == Mode::Pool {
+        stage_in(&jd, &rec.request)?;
+    }
+    Ok(())
+}
+
+/// Nothing to change: the job uses the capacity it asked for.
+pub fn real_size(_site: &Site, _job: u32) -> Result<()> {
+    Ok(())
+}
+
+/// The job's environment: where the namespace is mounted and the deployment file.
+pub fn paths(site: &Site, job: u32, path_file: &Path) -> Result<()> {
+    let jd = JobDir::new(site, job);
+    let text = format!(
+        "EDDY_MOUNT={}\nEDDY_STATE={}\nEDDY_JOB_DIR={}\n",
+        site.mount_point(job).display(),
+        jd.user_dir().display(),
+        jd.dir.display()
+    );
+    std::fs::write(path_file, text)
+        .with_context(|| format!("cannot write the path file {}", path_file.display()))
+}
+
+/// The job's nodes are known: node-local mode starts a daemon on each; the namespace is
+/// mounted on each; node-local mode stages in.
+pub fn pre_run(site: &Site, job: u32) -> Result<()> {
+    let jd = JobDir::new(site, job);
+    let mut rec = jd.load()?;
+    let nodes = nodes::job_nodes(job)?;
+    if rec.mode == Mode::NodeLocal {
+        start_daemons(site, &jd, &mut rec, &nodes, &site.node_root)?;
+    }
+    rec.mounted = nodes.iter().map(|n| n.name.clone()).collect();
+    jd.save(&rec)?;
+    let mount = site.mount_point(job);
+    let eddy = site.eddy_program()?;
+    on_nodes(site, &rec.mounted, |_| {
+        vec![
+            eddy.clone().into(),
+            "bb".into(),
+            "node-mount".into(),
+            jd.state().dir().into(),
+            mount.clone().into(),
+        ]
+    })
+    .context("cannot mount the job's namespace on its nodes")?;
+    if rec.mode == Mode::NodeLocal {
+        stage_in(&jd, &rec.request)?;
+    }
+    Ok(())
+}
+
+/// After the job: unmount from its nodes, so nothing changes during stage-out.
+pub fn post_run(site: &Site, job: u32) -> Result<()> {
+    let jd = JobDir::new(site, job);
+    let rec = jd.load()?;
+    unmount_nodes(site, &rec)
+}
+
+/// After the job: write the stage_out trees (every linked prefix if none is listed) back.
+pub fn data_out(site: &Site, job: u32) -> Result<()> {
+    let jd = JobDir::new(site, job);
+    let rec = jd.load()?;
+    if rec.request.links.is_empty() || !jd.state().has_deployment() {
+        return Ok(());
+    }
+    crate::stage::stage_out(StageOutArgs {
+        state: state_args(&jd.state()),
+        json: false,
+        paths: rec.request.stage_out.iter().map(PathBuf::from).collect(),
+    })
+}
+
+/// Undo everything, from root's record: unmount, stop the daemons (what was to be kept was
+/// staged out by data_out; `hurry` skipped that), remove the storage on every node and the
+/// job's directory. Every step is tried; the first failure is reported after all ran.
+pub fn teardown(site: &Site, job: u32, hurry: bool) -> Result<()> {
+    let jd = JobDir::new(site, job);
+    if !jd.dir.exists() {
+        return Ok(());
+    }
+    let mut problems = Vec::new();
+    let rec = match jd.load() {
+        Ok(rec) => Some(rec),
+        Err(e) => {
+            problems.push(format!("{e:#}"));
+            None
+        }
+    };
+    if let Some(rec) = &rec {
+        if let Err(e) = unmount_nodes(site, rec) {
+            problems.push(format!("{e:#}"));
+        }
+    }
+    let state = jd.state();
+    if state.has_deployment() {
+        if hurry {
+            println!("eddy: job {job} cancelled in a hurry: nothing is staged out");
+        }
+        let stopped = crate::stop::stop(StopArgs {
+            state: state_args(&state),
+            discard: true,
+        });
+        if let Err(e) = stopped {
+            problems.push(format!("stopping the daemons: {e:#}"));
+        }
+    }
+    if let Some(rec) = &rec {
+        let eddy = site.eddy_program()?;
+        let hosts: Vec<String> = rec.daemons.iter().map(|d| d.host.clone()).collect();
+        let cleaned = on_nodes(site, &hosts, |i| {
+            vec![
+                eddy.clone().into(),
+                "bb".into(),
+                "node-clean".into(),
+                "--root".into(),
+                rec.daemons[i].root.clone().into(),
+            ]
+        });
+        if let Err(e) = cleaned {
+            problems.push(format!("removing the job's storage: {e:#}"));
+        }
+    }
+    if problems.is_empty() {
+        jd.remove()?;
+        return Ok(());
+    }
+    bail!(
+        "teardown of job {job} is incomplete: {}",
+        problems.join("; ")
+    )
+}
+
+/// `scontrol show bbstat`: one line per job with a burst buffer.
+pub fn status(site: &Site) -> Result<()> {
+    let mut jobs: Vec<u32> = match std::fs::read_dir(&site.state_dir) {
+        Ok(entries) => entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).context(format!("cannot list {}", site.state_dir.display())),
+    };
+    jobs.sort_unstable();
+    println!(
+        "{:>8} {:>6} {:>10} {:>10} {:>7} {:>7}",
+        "JOB", "UID", "MODE", "CAPACITY", "DAEMONS", "MOUNTS"
+    );
+    for job in jobs {
+        let Ok(rec) = JobDir::new(site, job).load() else {
+            continue;
+        };
+        println!(
+            "{:>8} {:>6} {:>10} {:>10} {:>7} {:>7}",
+            job,
+            rec.uid,
+            rec.mode.as_str(),
+            crate::status::human_bytes(rec.capacity),
+            rec.daemons.len(),
+            rec.mounted.len()
+        );
+    }
+    Ok(())
+}
+
+pub fn is_hurry(arg: &str) -> bool {
+    matches!(arg.trim(), "true" | "1" | "yes")
+}
+
+// ------------------------------------------------------------------ on a node
+
+/// Mounts the deployment of `state` on `mount` on this node (made if missing; nothing to
+/// do if this deployment is mounted there already).
+pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
+    let state = StateDir::new(state);
+    std::fs::create_dir_all(mount)
+        .with_context(|| format!("cannot create the mount point {}", mount.display()))?;
+    let target = crate::mounts::mount_target(mount)?;
+    if crate::mounts::is_fuse_mounted(&target)? && state.mounts()?.contains(&target) {
+        return Ok(());
+    }
+    let dep = state.load_deployment()?;
+    crate::mount::mount_background(
+        &state,
+        &target,
+        true,
+        Duration::from_secs(dep.config.start_timeout_s),
+    )
+}
+
+/// Unmounts `mount` (if given and mounted) and removes its directory if empty; stops what
+/// still serves `root` (if given) and removes it. Idempotent.
+pub fn node_clean(mount: Option<&Path>, root: Option<&Path>) -> Result<()> {
+    if let Some(mount) = mount {
+        if crate::mounts::is_fuse_mounted(mount)? {
+            eddy_fuse::unmount(mount)
+                .or_else(|_| lazy_unmount(mount))
+                .with_context(|| format!("cannot unmount {}", mount.display()))?;
+        }
+        // Only an empty directory goes; a busy or non-empty one stays.
+        let _ = std::fs::remove_dir(mount);
+    }
+    if let Some(root) = root {
+        let left = crate::procs::serving_root(root);
+        for p in crate::procs::terminate(&left, Duration::from_secs(5)) {
+            eprintln!("eddy: stopped {p}, still serving after the deployment stopped");
+        }
+        match std::fs::remove_dir_all(root) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("cannot remove {}", root.display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn lazy_unmount(mount: &Path) -> Result<()> {
+    nodes::run_bounded(
+        Path::new("umount"),
+        &["-l".into(), mount.into()],
+        Duration::from_secs(10),
+    )
+    .map(|_| ())
+}
+
+// ------------------------------------------------------------------ helpers
+
+fn state_args(state: &StateDir) -> StateArgs {
+    StateArgs {
+        state: Some(state.dir().to_path_buf()),
+    }
+}
+
+/// Starts the job's daemons on `hosts` (once: a rerun finds them started), recording where
+/// before anything starts so that teardown finds every root.
+fn start_daemons(
+    site: &Site,
+    jd: &JobDir,
+    rec: &mut JobRecord,
+    hosts: &[HostLine],
+    root_template: &str,
+) -> Result<()> {
+    let state = jd.state();
+    if state.has_deployment() {
+        return Ok(());
+    }
+    let root = root_template.replace("{job}", &rec.job.to_string());
+    rec.daemons = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| DaemonPlace {
+            host: h.name.clone(),
+            address: h.address.clone(),
+            root: PathBuf::from(fill(&root, &h.name, i as u32)),
+        })
+        .collect();
+    jd.save(rec)?;
+    let hosts_text: String = rec
+        .daemons
+        .iter()
+        .map(|d| format!("{} {}\n", d.host, d.address))
+        .collect();
+    std::fs::write(jd.hosts_file(), hosts_text).context("cannot write the job's hosts file")?;
+    let config = job_config(site, rec, hosts.len())?;
+    let config_path = jd.dir.join("config.toml");
+    std::fs::write(&config_path, config).context("cannot write the job's configuration")?;
+    crate::start::start(StartArgs {
+        local: None,
+        hosts: Some(jd.hosts_file()),
+        slurm: false,
+        root: PathBuf::from(root),
+        launcher: Some(site.launcher.clone()),
+        mount: None,
+        allow_other: false,
+        owner_only: false,
+        state: Some(state.dir().to_path_buf()),
+        config: Some(config_path),
+        chunk_size: rec.request.chunk_size,
+        backend: None,
+        link: rec
+            .request
+            .links
+            .iter()
+            .map(|l| format!("{}={}", l.prefix, l.backend.display()))
+            .collect(),
+        name: Some(format!("job{}", rec.job)),
+        listen_port: Some(site.port(rec.job)),
+        daemon_user: Some(rec.uid.to_string()),
+    })
+    .with_context(|| format!("cannot start the job's {} daemons", hosts.len()))?;
+    jd.publish_deployment(rec.uid, rec.gid)
+}
+
+/// The site's tunables with the job's capacity spread over its daemons (the cache
+/// capacity each one evicts down to).
+fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<String> {
+    let mut config = match &site.config {
+        Some(p) => Config::load(p).with_context(|| format!("site config {}", p.display()))?,
+        None => Config::default(),
+    };
+    if !rec.request.links.is_empty() {
+        config.cache_capacity_bytes = rec.capacity.div_ceil(daemons.max(1) as u64);
+    }
+    toml::to_string(&config).context("cannot encode the job's configuration")
+}
+
+/// The stage_in trees, pinned or not, through the deployment.
+fn stage_in(jd: &JobDir, req: &JobRequest) -> Result<()> {
+    for pin in [false, true] {
+        let paths: Vec<PathBuf> = req
+            .stage_in
+            .iter()
+            .filter(|s| s.pin == pin)
+            .map(|s| PathBuf::from(&s.path))
+            .collect();
+        if paths.is_empty() {
+            continue;
+        }
+        crate::stage::stage_in(StageInArgs {
+            state: state_args(&jd.state()),
+            pin,
+            json: false,
+            paths,
+        })?;
+    }
+    Ok(())
+}
+
+/// Every stage_in tree has its source in the backend (seen from this host).
+fn check_sources(req: &JobRequest) -> Result<()> {
+    for s in &req.stage_in {
+        let Some(link) = req.links.iter().find(|l| l.covers(&s.path)) else {
+            continue;
+        };
+        let source = link.backend_path(&s.path);
+        if let Err(e) = std::fs::symlink_metadata(&source) {
+            bail!(
+                "stage_in {}: its source {} is not there ({e})",
+                s.path,
+                source.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn unmount_nodes(site: &Site, rec: &JobRecord) -> Result<()> {
+    let eddy = site.eddy_program()?;
+    let mount = site.mount_point(rec.job);
+    on_nodes(site, &rec.mounted, |_| {
+        vec![
+            eddy.clone().into(),
+            "bb".into(),
+            "node-clean".into(),
+            "--mount".into(),
+            mount.clone().into(),
+        ]
+    })
+    .context("cannot unmount the job's namespace from its nodes")
+}
+
+/// Runs `cmd(i)` on `hosts[i]`, all at once, each bounded; fails naming every node that
+/// failed.
+fn on_nodes(
+    site: &Site,
+    hosts: &[String],
+    cmd: impl Fn(usize) -> Vec<OsString> + Sync,
+) -> Result<()> {
+    let bound = Duration::from_secs(site.node_command_timeout_s);
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let runs: Vec<_> = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let argv = cmd(i);
+                s.spawn(move || nodes::on_node(&site.launcher, host, &argv, bound))
+            })
+            .collect();
+        runs.into_iter()
+            .filter_map(|h| match h.join() {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(format!("{e:#}")),
+                Err(_) => Some("a node command panicked".to_string()),
+            })
+            .collect()
+    });
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", failures.join("; "))
+    }
+}

@@ -1,0 +1,291 @@
+//! The site's burst-buffer settings (`/etc/eddy/bb.toml`, or `eddy bb --site FILE`): where jobs'
+//! state, storage and mounts go, how nodes are reached, the I/O-node pool, and the limits a
+//! job's directives must respect. Every field has a default but the pool, so that a site
+//! with node-local storage only needs no file at all.
+
+use super::directives::{JobRequest, Mode};
+use anyhow::{bail, Context, Result};
+use eddy_config::parse_bytes;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Where `eddy bb` reads the site's settings unless told otherwise.
+pub const DEFAULT_SITE: &str = "/etc/eddy/bb.toml";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Site {
+    /// The directive word of the job scripts (burst_buffer.conf `Directive=`).
+    pub directive: String,
+    /// Each job's state goes to STATE_DIR/<job id> (deployment file, logs, the job's record).
+    /// It must be the same path on every node a job may run on (a shared file system), as the
+    /// job's steps and the mounts on its nodes read the deployment file from there.
+    pub state_dir: PathBuf,
+    /// Mount point of a job's namespace on each of its nodes; `{job}` is the job id.
+    pub mount: String,
+    /// Storage root of a node-local daemon on each job node; `{job}`, `{host}`, `{id}`.
+    pub node_root: String,
+    /// How to run a command on a node: `{host}` and `{cmd}` (e.g. `ssh {host} {cmd}`,
+    /// `pdsh -w {host} {cmd}`); `{cmd}` alone runs it on the host of slurmctld.
+    pub launcher: String,
+    /// The `eddy` program on the nodes (for the mounts the launcher makes there); default:
+    /// this program's path.
+    pub eddy: Option<PathBuf>,
+    /// Mode of a job that does not say (`node-local` or `pool`).
+    pub default_mode: Mode,
+    /// Capacity of a job that does not say.
+    pub default_capacity: String,
+    /// Largest capacity a job may ask for.
+    pub max_capacity: Option<String>,
+    /// A job's daemons listen on PORT_BASE + (job id mod PORT_SPAN).
+    pub port_base: u16,
+    pub port_span: u16,
+    /// Backend directories jobs may link (a job's `link` must lie under one); empty: any.
+    /// The daemons run as the job's user, so the user's own rights apply either way.
+    pub backend_roots: Vec<PathBuf>,
+    /// Node inventory written by `eddy sysmap --db` (capacity checks and pool sizes).
+    pub inventory: Option<PathBuf>,
+    /// Tunables (an `eddy start --config` file) for every job's deployment.
+    pub config: Option<PathBuf>,
+    /// Bound in seconds on a command run on a node through the launcher.
+    pub node_command_timeout_s: u64,
+    /// The dedicated I/O nodes of pool mode.
+    pub pool: Option<Pool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    /// Name of the pool as Slurm shows it.
+    #[serde(default = "default_pool_name")]
+    pub name: String,
+    /// `name [address]` of each I/O node.
+    pub nodes: Vec<String>,
+    /// Storage root of a job's daemon on an I/O node; `{job}`, `{host}`, `{id}`.
+    pub root: String,
+    /// Capacity of the pool when no inventory says it.
+    pub capacity: Option<String>,
+}
+
+fn default_pool_name() -> String {
+    "eddy".into()
+}
+
+impl Default for Site {
+    fn default() -> Site {
+        Site {
+            directive: "EDDY".into(),
+            state_dir: PathBuf::from("/var/lib/eddy/jobs"),
+            mount: "/eddy/{job}".into(),
+            node_root: "/tmp/eddy-job-{job}".into(),
+            launcher: "ssh {host} {cmd}".into(),
+            eddy: None,
+            default_mode: Mode::NodeLocal,
+            default_capacity: "10GiB".into(),
+            max_capacity: None,
+            port_base: 41000,
+            port_span: 1000,
+            backend_roots: Vec::new(),
+            inventory: None,
+            config: None,
+            node_command_timeout_s: 60,
+            pool: None,
+        }
+    }
+}
+
+impl Site {
+    /// Reads `path`; a missing default file means the defaults.
+    pub fn load(path: Option<&Path>) -> Result<Site> {
+        let (path, explicit) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from(DEFAULT_SITE), false),
+        };
+        let site: Site = match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text)
+                .with_context(|| format!("site settings {} are not valid", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => Site::default(),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot read {}", path.display()));
+            }
+        };
+        site.validate()
+            .with_context(|| format!("site settings {}", path.display()))?;
+        Ok(site)
+    }
+
+    fn validate(&self) -> Result<()> {
+        parse_bytes(&self.default_capacity)
+            .map_err(|e| anyhow::anyhow!("default_capacity: {e}"))?;
+        self.max_capacity()?;
+        if self.port_span == 0 || u32::from(self.port_base) + u32::from(self.port_span) > 65536 {
+            bail!("port_base + port_span must stay within 1..65535 and port_span be positive");
+        }
+        if !self.launcher.split_whitespace().any(|w| w == "{cmd}") {
+            bail!("launcher {:?} has no {{cmd}} word", self.launcher);
+        }
+        if let Some(pool) = &self.pool {
+            if pool.nodes.is_empty() {
+                bail!("[pool] lists no nodes");
+            }
+            if let Some(c) = &pool.capacity {
+                parse_bytes(c).map_err(|e| anyhow::anyhow!("[pool] capacity: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn max_capacity(&self) -> Result<Option<u64>> {
+        self.max_capacity
+            .as_deref()
+            .map(|c| parse_bytes(c).map_err(|e| anyhow::anyhow!("max_capacity: {e}")))
+            .transpose()
+    }
+
+    /// The job's directives resolved against the site's defaults and limits: the mode, the
+    /// capacity, and every refusal a user can act on, in words.
+    pub fn resolve(&self, req: &JobRequest) -> Result<Resolved> {
+        let mode = req.mode.unwrap_or(self.default_mode);
+        let capacity = match req.capacity {
+            Some(c) => c,
+            None => parse_bytes(&self.default_capacity).map_err(|e| anyhow::anyhow!(e))?,
+        };
+        if let Some(max) = self.max_capacity()? {
+            if capacity > max {
+                bail!(
+                    "capacity {} is more than this site allows a job ({})",
+                    crate::status::human_bytes(capacity),
+                    crate::status::human_bytes(max)
+                );
+            }
+        }
+        let pool_nodes = match (mode, &self.pool) {
+            (Mode::Pool, None) => {
+                bail!("mode=pool: this site has no I/O-node pool; use mode=node-local")
+            }
+            (Mode::Pool, Some(pool)) => {
+                let n = req.nodes.unwrap_or(pool.nodes.len() as u32);
+                if n as usize > pool.nodes.len() {
+                    bail!("nodes={n}: the pool has {} I/O nodes", pool.nodes.len());
+                }
+                n
+            }
+            (Mode::NodeLocal, _) => {
+                if req.nodes.is_some() {
+                    bail!("nodes= applies to mode=pool; node-local runs one daemon per job node");
+                }
+                0
+            }
+        };
+        for link in &req.links {
+            if !self.backend_roots.is_empty()
+                && !self
+                    .backend_roots
+                    .iter()
+                    .any(|r| link.backend.starts_with(r))
+            {
+                bail!(
+                    "link {}={}: backend directories must lie under {}",
+                    link.prefix,
+                    link.backend.display(),
+                    self.backend_roots
+                        .iter()
+                        .map(|r| r.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                );
+            }
+        }
+        Ok(Resolved {
+            mode,
+            capacity,
+            pool_nodes,
+        })
+    }
+
+    /// The state directory of job `job`.
+    pub fn job_dir(&self, job: u32) -> PathBuf {
+        self.state_dir.join(job.to_string())
+    }
+
+    pub fn mount_point(&self, job: u32) -> PathBuf {
+        PathBuf::from(self.mount.replace("{job}", &job.to_string()))
+    }
+
+    pub fn port(&self, job: u32) -> u16 {
+        // The sum stays within u16: checked by `validate`.
+        self.port_base + (job % u32::from(self.port_span)) as u16
+    }
+
+    pub fn eddy_program(&self) -> Result<PathBuf> {
+        match &self.eddy {
+            Some(p) => Ok(p.clone()),
+            None => std::env::current_exe().context("cannot find the path of this program"),
+        }
+    }
+}
+
+/// A job's directives with the site's defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub mode: Mode,
+    pub capacity: u64,
+    /// Pool mode: how many I/O nodes the job gets.
+    pub pool_nodes: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bb::directives::parse;
+
+    fn site(extra: &str) -> Site {
+        let s: Site = toml::from_str(extra).unwrap();
+        s.validate().unwrap();
+        s
+    }
+
+    #[test]
+    fn defaults_apply_and_limits_refuse_in_words() {
+        let s = site("max_capacity = \"1TiB\"\nbackend_roots = [\"/pfs\"]\n");
+        let r = s
+            .resolve(&parse("#EDDY link /d=/pfs/x\n", "EDDY").unwrap())
+            .unwrap();
+        assert_eq!((r.mode, r.capacity), (Mode::NodeLocal, 10 << 30));
+        let too_big = s.resolve(&parse("#EDDY capacity=2T\n", "EDDY").unwrap());
+        assert!(too_big
+            .unwrap_err()
+            .to_string()
+            .contains("more than this site allows"));
+        let outside = s.resolve(&parse("#EDDY link /d=/etc\n", "EDDY").unwrap());
+        assert!(outside
+            .unwrap_err()
+            .to_string()
+            .contains("must lie under /pfs"));
+        let no_pool = s.resolve(&parse("#EDDY mode=pool\n", "EDDY").unwrap());
+        assert!(no_pool
+            .unwrap_err()
+            .to_string()
+            .contains("no I/O-node pool"));
+    }
+
+    #[test]
+    fn pool_sizes_and_ports() {
+        let s = site("port_base = 50000\nport_span = 10\n[pool]\nnodes = [\"io1\", \"io2 10.0.0.2\"]\nroot = \"/nvme/{job}\"\n");
+        let r = s
+            .resolve(&parse("#EDDY mode=pool\n", "EDDY").unwrap())
+            .unwrap();
+        assert_eq!(r.pool_nodes, 2);
+        let e = s.resolve(&parse("#EDDY mode=pool nodes=3\n", "EDDY").unwrap());
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("the pool has 2 I/O nodes"));
+        assert_eq!(s.port(1234), 50004);
+        assert_eq!(s.mount_point(7), PathBuf::from("/eddy/7"));
+        assert!(toml::from_str::<Site>("launcher = \"ssh {host}\"\n")
+            .map_err(anyhow::Error::from)
+            .and_then(|s| s.validate())
+            .is_err());
+    }
+}
