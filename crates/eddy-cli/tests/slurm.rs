@@ -9,34 +9,13 @@
 mod common;
 
 use common::cli::free_port;
+use common::slurm::{processes_mentioning, require_slurm, tail, wait_bounded, SlurmCluster};
 use common::{EDDY, EDDYD};
-use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
-/// Every program the cluster and the job need.
-const TOOLS: [&str; 9] = [
-    "munged",
-    "slurmctld",
-    "slurmd",
-    "salloc",
-    "srun",
-    "sinfo",
-    "squeue",
-    "scancel",
-    "scontrol",
-];
-/// Bound on the cluster coming up (munge socket, then the node idle in sinfo).
-const BRING_UP: Duration = Duration::from_secs(30);
 /// Bound on the whole allocation: start, put, get, status, stop.
 const JOB_BOUND: Duration = Duration::from_secs(60);
-/// Bound on each step of tearing the cluster down before signals get harsher.
-const TEARDOWN_STEP: Duration = Duration::from_secs(5);
-const POLL: Duration = Duration::from_millis(100);
-/// Lines of each log shown when something fails.
-const LOG_LINES: usize = 30;
 
 /// The job run by `salloc` on this host; the allocation's nodes are in SLURM_JOB_NODELIST.
 /// Files for the test to check are left in $T.
@@ -50,294 +29,6 @@ squeue -h -s -j "$SLURM_JOB_ID" -o '%i|%N|%j' > "$T/steps"
 "$EDDY" status --state "$T/state" --json > "$T/status.json"
 "$EDDY" stop --state "$T/state"
 "#;
-
-/// A program on PATH or in the sbin directories, where Debian puts the Slurm daemons.
-fn find_tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
-/// Fails the test, naming what is missing, if the private cluster cannot run here.
-fn require_slurm() {
-    common::require::root("run slurmctld and slurmd as root (SlurmUser=root)");
-    common::require::programs(&TOOLS, "slurm-wlm and munge");
-}
-
-fn short_hostname() -> String {
-    let out = Command::new("hostname").arg("-s").output().unwrap();
-    assert!(out.status.success(), "hostname -s failed");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-fn tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    let from = lines.len().saturating_sub(LOG_LINES);
-    format!("--- {}:\n{}", path.display(), lines[from..].join("\n"))
-}
-
-fn set_mode(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// Pids of the processes whose command line mentions `needle`.
-fn processes_mentioning(needle: &str) -> Vec<i32> {
-    let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| u32::try_from(pid).is_ok_and(|p| p != me))
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
-        })
-        .collect()
-}
-
-/// Waits up to `bound` for the child to exit.
-fn wait_bounded(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + bound;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(POLL);
-    }
-}
-
-/// A private Slurm cluster of this one host. Dropping it cancels its jobs, stops its
-/// daemons and removes its directory, whatever state the test left it in.
-struct SlurmCluster {
-    dir: tempfile::TempDir,
-    conf: PathBuf,
-    node: String,
-    /// munged, slurmctld, slurmd: in start order.
-    daemons: Vec<(&'static str, Child)>,
-}
-
-impl SlurmCluster {
-    fn start() -> SlurmCluster {
-        let dir = tempfile::tempdir().unwrap();
-        // munged refuses a socket in a directory others cannot traverse.
-        set_mode(dir.path(), 0o755);
-        let mut cluster = SlurmCluster {
-            conf: dir.path().join("slurm.conf"),
-            node: short_hostname(),
-            dir,
-            daemons: Vec::new(),
-        };
-        cluster.start_munge();
-        cluster.write_conf();
-        let conf = cluster.conf.display().to_string();
-        cluster.spawn("slurmctld", &["-D", "-c", "-f", &conf]);
-        let node = cluster.node.clone();
-        cluster.spawn("slurmd", &["-D", "-f", &conf, "-N", &node]);
-        cluster.wait_node_idle();
-        cluster
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn munge_socket(&self) -> PathBuf {
-        self.path("munge/munge.socket")
-    }
-
-    fn start_munge(&mut self) {
-        let keys = self.path("munge-key");
-        std::fs::create_dir(&keys).unwrap();
-        set_mode(&keys, 0o700);
-        let mut key = vec![0u8; 1024];
-        std::fs::File::open("/dev/urandom")
-            .unwrap()
-            .read_exact(&mut key)
-            .unwrap();
-        let key_file = keys.join("munge.key");
-        std::fs::write(&key_file, &key).unwrap();
-        set_mode(&key_file, 0o400);
-        let run = self.path("munge");
-        std::fs::create_dir(&run).unwrap();
-        set_mode(&run, 0o755);
-        let opt = |name: &str, path: &Path| format!("--{name}={}", path.display());
-        let args = [
-            "-F".to_string(),
-            opt("socket", &self.munge_socket()),
-            opt("key-file", &key_file),
-            opt("pid-file", &run.join("munged.pid")),
-            opt("log-file", &run.join("munged.log")),
-            opt("seed-file", &run.join("munged.seed")),
-        ];
-        self.spawn("munged", &args);
-        self.wait_for("the munge socket", |c| c.munge_socket().exists());
-    }
-
-    fn write_conf(&self) {
-        let d = self.dir.path().display();
-        let node = &self.node;
-        let conf = format!(
-            "ClusterName=eddytest\n\
-             SlurmctldHost={node}(127.0.0.1)\n\
-             SlurmUser=root\n\
-             SlurmdUser=root\n\
-             SlurmctldPort={ctld_port}\n\
-             SlurmdPort={slurmd_port}\n\
-             AuthType=auth/munge\n\
-             CredType=cred/munge\n\
-             AuthInfo=socket={socket}\n\
-             StateSaveLocation={d}/ctld-state\n\
-             SlurmdSpoolDir={d}/slurmd-spool\n\
-             SlurmctldPidFile={d}/slurmctld.pid\n\
-             SlurmdPidFile={d}/slurmd.pid\n\
-             SlurmctldLogFile={d}/slurmctld.log\n\
-             SlurmdLogFile={d}/slurmd.log\n\
-             ProctrackType=proctrack/linuxproc\n\
-             TaskPlugin=task/none\n\
-             JobAcctGatherType=jobacct_gather/none\n\
-             AccountingStorageType=accounting_storage/none\n\
-             SelectType=select/cons_tres\n\
-             SelectTypeParameters=CR_CPU\n\
-             MpiDefault=none\n\
-             ReturnToService=2\n\
-             SlurmdParameters=config_overrides\n\
-             NodeName={node} NodeAddr=127.0.0.1 CPUs=1 RealMemory=100 State=UNKNOWN\n\
-             PartitionName=eddy Nodes={node} Default=YES MaxTime=INFINITE State=UP\n",
-            ctld_port = free_port(),
-            slurmd_port = free_port(),
-            socket = self.munge_socket().display(),
-        );
-        std::fs::write(&self.conf, conf).unwrap();
-        for sub in ["ctld-state", "slurmd-spool"] {
-            std::fs::create_dir(self.path(sub)).unwrap();
-        }
-    }
-
-    /// A Slurm client command of this cluster, free of any outer job's SLURM_* variables.
-    fn command(&self, tool: &str) -> Command {
-        let mut cmd = Command::new(find_tool(tool).unwrap());
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("SLURM_") {
-                cmd.env_remove(name);
-            }
-        }
-        cmd.env("SLURM_CONF", &self.conf).env_remove("EDDY_STATE");
-        cmd
-    }
-
-    /// Starts a daemon in the foreground with its output in `<name>.out`.
-    fn spawn<S: AsRef<std::ffi::OsStr>>(&mut self, name: &'static str, args: &[S]) {
-        let out = std::fs::File::create(self.path(&format!("{name}.out"))).unwrap();
-        let child = self
-            .command(name)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        self.daemons.push((name, child));
-    }
-
-    /// The daemons' logs, for failure messages.
-    fn logs(&self) -> String {
-        let names = [
-            "munged.out",
-            "slurmctld.out",
-            "slurmctld.log",
-            "slurmd.out",
-            "slurmd.log",
-        ];
-        let tails: Vec<String> = names.iter().map(|n| tail(&self.path(n))).collect();
-        tails.join("\n")
-    }
-
-    /// Polls `done` until it holds; fails with the logs if a daemon exits or time runs out.
-    fn wait_for(&mut self, what: &str, done: impl Fn(&SlurmCluster) -> bool) {
-        let deadline = Instant::now() + BRING_UP;
-        while !done(self) {
-            let exited: Vec<String> = self
-                .daemons
-                .iter_mut()
-                .filter_map(|(name, child)| {
-                    let status = child.try_wait().ok()??;
-                    Some(format!("{name} exited ({status})"))
-                })
-                .collect();
-            assert!(
-                exited.is_empty(),
-                "{} while waiting for {what}\n{}",
-                exited.join(", "),
-                self.logs()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "no {what} after {BRING_UP:?}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(POLL);
-        }
-    }
-
-    /// `NODE STATE` lines of sinfo, e.g. `vm idle`.
-    fn node_states(&self) -> String {
-        let out = self
-            .command("sinfo")
-            .args(["-h", "-N", "-o", "%N %t"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn wait_node_idle(&mut self) {
-        let idle = format!("{} idle", self.node);
-        self.wait_for(&format!("`{idle}` in sinfo"), |c| c.node_states() == idle);
-    }
-
-    fn jobs(&self) -> String {
-        let out = self.command("squeue").args(["-h", "-o", "%i"]).output();
-        out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for SlurmCluster {
-    fn drop(&mut self) {
-        let _ = self.command("scancel").args(["--user", "root"]).output();
-        let deadline = Instant::now() + TEARDOWN_STEP;
-        while !self.jobs().is_empty() && Instant::now() < deadline {
-            std::thread::sleep(POLL);
-        }
-        // Stop the daemons in reverse order: slurmd, slurmctld, then munged.
-        for (_, child) in self.daemons.iter_mut().rev() {
-            if let Ok(pid) = i32::try_from(child.id()) {
-                // SAFETY: the child is ours and not yet reaped, so its pid is not reused.
-                unsafe {
-                    libc::kill(pid, libc::SIGTERM);
-                }
-            }
-            if wait_bounded(child, TEARDOWN_STEP).is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-        // Anything still running from this directory (a daemon whose step outlived Slurm).
-        for pid in processes_mentioning(&self.dir.path().to_string_lossy()) {
-            // SAFETY: a plain signal; the pid was read from /proc a moment ago.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-    }
-}
 
 /// Bytes that cross several RPC pieces and do not repeat with a short period.
 fn payload(len: usize) -> Vec<u8> {
@@ -402,17 +93,17 @@ fn start_put_get_status_stop_inside_a_real_slurm_allocation() {
     assert_eq!(dep.name, job_id, "the Slurm job id names the deployment");
     assert_eq!(dep.daemons.len(), 1, "one daemon per node: {dep:?}");
     let daemon = &dep.daemons[0];
-    assert_eq!(daemon.host, cluster.node);
+    assert_eq!(daemon.host, cluster.node());
     assert!(
         daemon.addr.ends_with(&format!(":{port}")),
         "{}",
         daemon.addr
     );
-    assert_eq!(daemon.root, t.join(format!("root-{}", cluster.node)));
+    assert_eq!(daemon.root, t.join(format!("root-{}", cluster.node())));
 
     // The daemon ran as a step of the job, launched by srun on the node.
     let steps = std::fs::read_to_string(t.join("steps")).unwrap();
-    let daemon_step = format!("{job_id}.0|{}|eddyd", cluster.node);
+    let daemon_step = format!("{job_id}.0|{}|eddyd", cluster.node());
     assert!(
         steps.lines().any(|l| l.trim() == daemon_step),
         "no step {daemon_step:?} in squeue:\n{steps}"
@@ -440,7 +131,191 @@ fn start_put_get_status_stop_inside_a_real_slurm_allocation() {
         "{said}"
     );
     assert!(!t.join("state/deployment.toml").exists());
-    let root = t.join(format!("root-{}", cluster.node));
+    let root = t.join(format!("root-{}", cluster.node()));
     let left = processes_mentioning(&root.to_string_lossy());
     assert!(left.is_empty(), "processes left running: {left:?}");
+}
+
+/// burst_buffer.lua of the plugin test: job_process refuses `#EDDY bad`, data_in fails on
+/// `#EDDY fail_data_in`, setup, data_in and teardown leave their arguments in `MARKS`, and
+/// paths gives the job EDDY_BB_TEST. Only the arguments common to Slurm 22.05 and later
+/// are used (later versions append uid and gid).
+const BB_LUA: &str = r##"
+local marks = "MARKS"
+local function script_has(path, word)
+  local f = io.open(path)
+  if not f then return false end
+  local s = f:read("*a")
+  f:close()
+  return string.find(s, word, 1, true) ~= nil
+end
+local function mark(name, ...)
+  local f = io.open(marks .. "/" .. name, "a")
+  f:write(table.concat({...}, " ") .. "\n")
+  f:close()
+end
+function slurm_bb_job_process(script)
+  if script_has(script, "#EDDY bad") then
+    return slurm.ERROR, "eddy: refused the bad directive"
+  end
+  return slurm.SUCCESS
+end
+function slurm_bb_pools()
+  return slurm.SUCCESS, '{"pools":[{"id":"eddy","granularity":1,"quantity":1000,"free":1000}]}'
+end
+function slurm_bb_setup(job_id, uid, gid, pool, size)
+  mark("setup-" .. job_id, job_id, uid, gid, pool, size)
+  return slurm.SUCCESS
+end
+function slurm_bb_data_in(job_id, script)
+  if script_has(script, "#EDDY fail_data_in") then
+    return slurm.ERROR, "eddy: stage-in failed"
+  end
+  mark("data_in-" .. job_id, job_id)
+  return slurm.SUCCESS
+end
+function slurm_bb_job_teardown(job_id, script, hurry)
+  mark("teardown-" .. job_id, job_id, hurry)
+  return slurm.SUCCESS
+end
+function slurm_bb_paths(job_id, script, path_file)
+  local f = io.open(path_file, "a")
+  f:write("EDDY_BB_TEST=job" .. job_id .. "\n")
+  f:close()
+  return slurm.SUCCESS
+end
+function slurm_bb_real_size(job_id) return slurm.SUCCESS end
+function slurm_bb_pre_run(job_id) return slurm.SUCCESS end
+function slurm_bb_post_run(job_id) return slurm.SUCCESS end
+function slurm_bb_data_out(job_id) return slurm.SUCCESS end
+function slurm_bb_get_status(...) return slurm.SUCCESS, "eddy-test-status" end
+"##;
+
+/// Burst buffers cannot belong to root; the jobs of the plugin test run as this user.
+const BB_USER: &str = "nobody";
+
+/// Polls `f` up to `bound` until it returns Some.
+fn poll<T>(bound: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn uid_of(user: &str) -> String {
+    let out = std::process::Command::new("id")
+        .args(["-u", user])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "no user {user}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn burst_buffer_lua_plugin_runs_the_sites_script() {
+    require_slurm();
+    let marks = tempfile::tempdir().unwrap();
+    let lua = marks.path().join("burst_buffer.lua");
+    std::fs::write(
+        &lua,
+        BB_LUA.replace("MARKS", &marks.path().display().to_string()),
+    )
+    .unwrap();
+    let cluster = SlurmCluster::builder()
+        .burst_buffer(&lua, "Directive=EDDY\nFlags=TeardownFailure\n")
+        .start();
+    let out = cluster.path("jobs");
+
+    // The pools reported by slurm_bb_pools.
+    let burst = cluster
+        .command("scontrol")
+        .args(["show", "burst"])
+        .output()
+        .unwrap();
+    let burst = String::from_utf8_lossy(&burst.stdout);
+    assert!(
+        burst.contains("Name=lua") && burst.contains("PoolName[0]=eddy"),
+        "{burst}\n{}",
+        cluster.logs()
+    );
+
+    // job_process refuses the script: sbatch fails and prints the script's message.
+    let bad = "#!/bin/sh\n#EDDY bad\ntrue\n";
+    let err = cluster.sbatch(bad, &[], Some(BB_USER)).unwrap_err();
+    assert!(
+        err.contains("burst_buffer/lua: eddy: refused the bad directive"),
+        "{err}"
+    );
+    // Root may not have a burst buffer at all.
+    let good = format!(
+        "#!/bin/sh\n#EDDY capacity=100 pool=eddy\necho \"env=$EDDY_BB_TEST\" > {}/out-$SLURM_JOB_ID\n",
+        out.display()
+    );
+    let err = cluster.sbatch(&good, &[], None).unwrap_err();
+    assert!(err.contains("Burst Buffer permission denied"), "{err}");
+
+    // A job goes through setup (pool and size from `capacity=`), data_in, paths (its
+    // environment) and teardown.
+    let id = cluster.sbatch(&good, &[], Some(BB_USER)).unwrap();
+    cluster
+        .wait_state(id, &["COMPLETED"], Duration::from_secs(60))
+        .unwrap();
+    let uid = uid_of(BB_USER);
+    let setup = std::fs::read_to_string(marks.path().join(format!("setup-{id}"))).unwrap();
+    let gid = cluster.scontrol_show_job(id)["GroupId"].clone();
+    let gid = gid.split(['(', ')']).nth(1).unwrap_or_default().to_string();
+    assert_eq!(setup.trim(), format!("{id} {uid} {gid} eddy 100"));
+    let data_in = std::fs::read_to_string(marks.path().join(format!("data_in-{id}"))).unwrap();
+    assert_eq!(data_in.trim(), id.to_string());
+    let env = std::fs::read_to_string(out.join(format!("out-{id}"))).unwrap();
+    assert_eq!(env.trim(), format!("env=job{id}"));
+    let teardown = poll(Duration::from_secs(20), || {
+        std::fs::read_to_string(marks.path().join(format!("teardown-{id}"))).ok()
+    })
+    .unwrap_or_else(|| panic!("no teardown of job {id}\n{}", cluster.logs()));
+    assert_eq!(teardown.trim(), format!("{id} false"));
+
+    // A failed data_in holds the job, the script's message in its reason.
+    let failing = "#!/bin/sh\n#EDDY capacity=1 pool=eddy\n#EDDY fail_data_in\ntrue\n";
+    let id = cluster.sbatch(failing, &[], Some(BB_USER)).unwrap();
+    let want = "burst_buffer/lua: slurm_bb_data_in: eddy: stage-in failed";
+    let reason = poll(Duration::from_secs(30), || {
+        Some(cluster.job_reason(id)).filter(|r| r == want)
+    });
+    assert!(
+        reason.is_some(),
+        "job {id}: reason {:?}, not {want:?}\n{}",
+        cluster.job_reason(id),
+        cluster.logs()
+    );
+    assert_eq!(cluster.job_state(id), "PENDING");
+    assert_eq!(cluster.scontrol_show_job(id)["Priority"], "0", "held");
+    cluster.cancel(id, false).unwrap();
+}
+
+#[test]
+fn three_slurmd_on_one_host_make_three_nodes() {
+    require_slurm();
+    let cluster = SlurmCluster::builder().nodes(3).start();
+    assert_eq!(cluster.nodes, ["n1", "n2", "n3"]);
+    let out = cluster.path("jobs/nodes");
+    let script = format!(
+        "#!/bin/sh\nsrun sh -c 'echo $SLURMD_NODENAME' > {}\n",
+        out.display()
+    );
+    let id = cluster.sbatch(&script, &["-N3"], None).unwrap();
+    cluster
+        .wait_state(id, &["COMPLETED"], Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(cluster.scontrol_show_job(id)["NodeList"], "n[1-3]");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut seen: Vec<&str> = text.lines().collect();
+    seen.sort_unstable();
+    assert_eq!(seen, ["n1", "n2", "n3"], "one task on each slurmd");
 }

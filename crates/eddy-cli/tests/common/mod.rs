@@ -6,6 +6,7 @@ pub mod cli;
 pub mod gluster;
 pub mod model;
 pub mod require;
+pub mod slurm;
 
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment};
