@@ -39,12 +39,14 @@ pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<C
         .with_context(|| format!("cannot reopen log file {}", log.display()))?;
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // SAFETY: setsid, close_range and fcntl are async-signal-safe and touch no memory of
+    // the parent.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() == -1 {
                 return Err(std::io::Error::last_os_error());
             }
+            cloexec_inherited();
             Ok(())
         });
     }
@@ -54,6 +56,33 @@ pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<C
             program.display()
         )
     })
+}
+
+/// Marks every descriptor above stderr close-on-exec, so that a detached process holds
+/// none its starter inherited: a pipe of the caller's caller (Slurm's slurmscriptd reads the
+/// result of burst_buffer.lua until every writer is gone) must not stay open for the life of
+/// a daemon or a mount. Close-on-exec rather than closed, so that std's own exec-error pipe
+/// keeps working. Runs between fork and exec: async-signal-safe calls only.
+fn cloexec_inherited() {
+    // SAFETY: plain syscalls on descriptor numbers; no memory is touched.
+    unsafe {
+        let done = libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) == 0;
+        if !done {
+            // Kernels before 5.11: one descriptor at a time, up to the limit.
+            let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(3, 1 << 16) as i32;
+            for fd in 3..max {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags >= 0 {
+                    libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+                }
+            }
+        }
+    }
 }
 
 /// Records a just-spawned child for `eddy stop`.

@@ -5,8 +5,13 @@
 //! line each. Every problem is reported with its line number, all of them at once, so that
 //! `sbatch` can refuse the script with one message the user can act on.
 //!
+//! Slurm reads two of the words itself: `capacity=` and `pool=`, which must share a line
+//! (Slurm charges the capacity to the pool), with a whole number of bytes and an optional
+//! K/M/G/T/P suffix (powers of 1024). The pool names the mode: `node-local`, or the site's
+//! I/O-node pool.
+//!
 //! ```text
-//! #EDDY capacity=200GiB mode=node-local chunk_size=1MiB
+//! #EDDY capacity=200G pool=node-local chunk_size=1MiB
 //! #EDDY link /data=/pfs/project/run7
 //! #EDDY stage_in /data/inputs pin
 //! #EDDY stage_out /data/results
@@ -51,6 +56,8 @@ pub struct StageIn {
 pub struct JobRequest {
     /// Bytes of burst buffer storage the job needs, over all its daemons.
     pub capacity: Option<u64>,
+    /// The Slurm pool charged with the capacity: `node-local` or the site's I/O pool.
+    pub pool: Option<String>,
     pub mode: Option<Mode>,
     pub chunk_size: Option<u64>,
     /// Pool mode: how many I/O nodes (default: the site's).
@@ -79,7 +86,7 @@ impl fmt::Display for DirectiveErrors {
 impl std::error::Error for DirectiveErrors {}
 
 /// Option names, for the message about an unknown one.
-const OPTIONS: &str = "capacity, mode, chunk_size, nodes";
+const OPTIONS: &str = "capacity, pool, mode, chunk_size, nodes";
 /// Verbs, likewise.
 const VERBS: &str = "link, stage_in, stage_out";
 
@@ -125,7 +132,7 @@ impl Parser {
             "link" => self.link(args),
             "stage_in" => self.stage_in(n, args),
             "stage_out" => self.stage_out(n, args),
-            _ if first.contains('=') => words.iter().try_for_each(|w| self.option(n, w)),
+            _ if first.contains('=') => self.options(n, &words),
             other => Err(format!(
                 "unknown directive {other:?} (options: {OPTIONS}; verbs: {VERBS})"
             )),
@@ -133,6 +140,19 @@ impl Parser {
         if let Err(msg) = result {
             self.errors.push((n, msg));
         }
+    }
+
+    fn options(&mut self, n: usize, words: &[&str]) -> Result<(), String> {
+        words.iter().try_for_each(|w| self.option(n, w))?;
+        let has = |key: &str| words.iter().any(|w| w.starts_with(&format!("{key}=")));
+        if has("capacity") && !has("pool") {
+            return Err(format!(
+                "capacity= needs pool= on the same line (Slurm charges the capacity to that \
+                 pool), e.g. `#EDDY capacity=100G pool={}`",
+                NODE_LOCAL_POOL
+            ));
+        }
+        Ok(())
     }
 
     fn option(&mut self, n: usize, word: &str) -> Result<(), String> {
@@ -144,6 +164,7 @@ impl Parser {
         }
         let key: &'static str = match key {
             "capacity" => "capacity",
+            "pool" => "pool",
             "mode" => "mode",
             "chunk_size" => "chunk_size",
             "nodes" => "nodes",
@@ -154,9 +175,8 @@ impl Parser {
         }
         self.seen.push((key, n));
         match key {
-            "capacity" => {
-                self.req.capacity = Some(parse_bytes(value).map_err(|e| format!("capacity: {e}"))?)
-            }
+            "capacity" => self.req.capacity = Some(slurm_size(value)?),
+            "pool" => self.req.pool = Some(value.to_string()),
             "chunk_size" => {
                 self.req.chunk_size =
                     Some(parse_bytes(value).map_err(|e| format!("chunk_size: {e}"))?)
@@ -244,6 +264,40 @@ impl Parser {
     }
 }
 
+/// The pool name of node-local mode (the I/O-node pool is named by the site).
+pub const NODE_LOCAL_POOL: &str = "node-local";
+
+/// A capacity as Slurm reads it: a whole number with an optional K, M, G, T or P suffix
+/// (powers of 1024; `iB` or `B` may follow). Fractions are refused: Slurm would charge
+/// their whole part only.
+fn slurm_size(value: &str) -> Result<u64, String> {
+    let digits = value.len() - value.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let (num, unit) = value.split_at(digits);
+    let shift = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        "P" => 50,
+        _ => {
+            return Err(format!(
+                "capacity={value}: a whole number with an optional K, M, G, T or P suffix, \
+                 e.g. capacity=200G (Slurm reads no fractions)"
+            ))
+        }
+    };
+    num.parse::<u64>()
+        .ok()
+        .filter(|&n| n > 0)
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("capacity={value} is not a positive size"))
+}
+
 /// An absolute, normalised namespace path (no `.`, `..`, `//`, trailing `/`).
 fn namespace_path(p: &str) -> Result<String, String> {
     let trimmed = if p.len() > 1 {
@@ -268,7 +322,7 @@ mod tests {
 
     const SCRIPT: &str = "#!/bin/bash
 #SBATCH -N 4
-#EDDY capacity=200GiB mode=node-local
+#EDDY capacity=200GiB pool=node-local mode=node-local
 #EDDY link /data=/pfs/project/run7
 #EDDY stage_in /data/inputs pin
 #EDDY stage_out /data/results/
@@ -280,6 +334,7 @@ srun ./simulate
     fn the_user_guide_example_parses() {
         let r = parse(SCRIPT, "EDDY").unwrap();
         assert_eq!(r.capacity, Some(200 << 30));
+        assert_eq!(r.pool.as_deref(), Some("node-local"));
         assert_eq!(r.mode, Some(Mode::NodeLocal));
         assert_eq!(
             r.links,
@@ -303,7 +358,7 @@ srun ./simulate
     fn every_problem_is_named_with_its_line() {
         let script = "#EDDY capcity=1G\n\
                       #EDDY mode=fast nodes=0\n\
-                      #EDDY capacity=1G capacity=2G\n\
+                      #EDDY capacity=1G pool=p capacity=2G\n\
                       #EDDY link data=/pfs\n\
                       #EDDY stage_in /elsewhere\n\
                       #EDDY frobnicate\n\
@@ -330,16 +385,24 @@ srun ./simulate
         let e = parse("#EDDY link /a=/p\n#EDDY link /a/b=/q\n", "EDDY").unwrap_err();
         assert!(e.to_string().contains("overlaps"), "{e}");
         let r = parse(
-            "#EDDY chunk_size=512K capacity=1.5T mode=pool nodes=3\n",
+            "#EDDY chunk_size=512K capacity=2T pool=io mode=pool nodes=3\n",
             "EDDY",
         )
         .unwrap();
         assert_eq!(r.chunk_size, Some(512 << 10));
-        assert_eq!(r.capacity, Some(3 << 39));
+        assert_eq!(r.capacity, Some(2 << 40));
         assert_eq!((r.mode, r.nodes), (Some(Mode::Pool), Some(3)));
+        for (line, needle) in [
+            ("#EDDY capacity=1.5T pool=io\n", "Slurm reads no fractions"),
+            ("#EDDY capacity=10G\n", "needs pool= on the same line"),
+            ("#EDDY capacity=0 pool=io\n", "not a positive size"),
+        ] {
+            let e = parse(line, "EDDY").unwrap_err().to_string();
+            assert!(e.contains(needle), "{line}: {e}");
+        }
         // Another directive word (burst_buffer.conf Directive=) is honoured.
         assert_eq!(
-            parse("#BB capacity=1G\n", "BB").unwrap().capacity,
+            parse("#BB capacity=1G pool=x\n", "BB").unwrap().capacity,
             Some(1 << 30)
         );
     }

@@ -3,7 +3,7 @@
 //! job's directives must respect. Every field has a default but the pool, so that a site
 //! with node-local storage only needs no file at all.
 
-use super::directives::{JobRequest, Mode};
+use super::directives::{JobRequest, Mode, NODE_LOCAL_POOL};
 use anyhow::{bail, Context, Result};
 use eddy_config::parse_bytes;
 use serde::Deserialize;
@@ -135,6 +135,37 @@ impl Site {
         Ok(())
     }
 
+    /// The mode a job asks for: by its pool (`node-local` or the site's I/O pool), by
+    /// `mode=`, else the site's default; a pool and a mode that disagree are refused.
+    fn mode(&self, req: &JobRequest) -> Result<Mode> {
+        let by_pool = match req.pool.as_deref() {
+            None => None,
+            Some(NODE_LOCAL_POOL) => Some(Mode::NodeLocal),
+            Some(p) if self.pool.as_ref().is_some_and(|pool| pool.name == p) => Some(Mode::Pool),
+            Some(p) => bail!(
+                "pool={p} is not a pool of this site ({})",
+                self.pool_names().join(", ")
+            ),
+        };
+        match (by_pool, req.mode) {
+            (Some(a), Some(b)) if a != b => bail!(
+                "pool={} is a {} pool but mode={} is asked",
+                req.pool.as_deref().unwrap_or_default(),
+                a.as_str(),
+                b.as_str()
+            ),
+            (Some(m), _) | (None, Some(m)) => Ok(m),
+            (None, None) => Ok(self.default_mode),
+        }
+    }
+
+    /// The pools Slurm knows: node-local, and the I/O-node pool if the site has one.
+    pub fn pool_names(&self) -> Vec<String> {
+        let mut names = vec![NODE_LOCAL_POOL.to_string()];
+        names.extend(self.pool.as_ref().map(|p| p.name.clone()));
+        names
+    }
+
     pub fn max_capacity(&self) -> Result<Option<u64>> {
         self.max_capacity
             .as_deref()
@@ -145,7 +176,7 @@ impl Site {
     /// The job's directives resolved against the site's defaults and limits: the mode, the
     /// capacity, and every refusal a user can act on, in words.
     pub fn resolve(&self, req: &JobRequest) -> Result<Resolved> {
-        let mode = req.mode.unwrap_or(self.default_mode);
+        let mode = self.mode(req)?;
         let capacity = match req.capacity {
             Some(c) => c,
             None => parse_bytes(&self.default_capacity).map_err(|e| anyhow::anyhow!(e))?,
@@ -252,7 +283,7 @@ mod tests {
             .resolve(&parse("#EDDY link /d=/pfs/x\n", "EDDY").unwrap())
             .unwrap();
         assert_eq!((r.mode, r.capacity), (Mode::NodeLocal, 10 << 30));
-        let too_big = s.resolve(&parse("#EDDY capacity=2T\n", "EDDY").unwrap());
+        let too_big = s.resolve(&parse("#EDDY capacity=2T pool=node-local\n", "EDDY").unwrap());
         assert!(too_big
             .unwrap_err()
             .to_string()
@@ -267,6 +298,12 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("no I/O-node pool"));
+        let unknown = s.resolve(&parse("#EDDY capacity=1G pool=fast\n", "EDDY").unwrap());
+        let unknown = unknown.unwrap_err().to_string();
+        assert!(
+            unknown.contains("pool=fast is not a pool of this site (node-local)"),
+            "{unknown}"
+        );
     }
 
     #[test]
@@ -276,6 +313,17 @@ mod tests {
             .resolve(&parse("#EDDY mode=pool\n", "EDDY").unwrap())
             .unwrap();
         assert_eq!(r.pool_nodes, 2);
+        let r = s
+            .resolve(&parse("#EDDY capacity=1G pool=eddy\n", "EDDY").unwrap())
+            .unwrap();
+        assert_eq!((r.mode, r.capacity), (Mode::Pool, 1 << 30));
+        let clash =
+            s.resolve(&parse("#EDDY capacity=1G pool=eddy mode=node-local\n", "EDDY").unwrap());
+        let clash = clash.unwrap_err().to_string();
+        assert!(
+            clash.contains("pool=eddy is a pool pool but mode=node-local"),
+            "{clash}"
+        );
         let e = s.resolve(&parse("#EDDY mode=pool nodes=3\n", "EDDY").unwrap());
         assert!(e
             .unwrap_err()
