@@ -35,6 +35,9 @@ pub enum Command {
     /// Low-level helpers that talk to the deployment through the client library.
     #[command(hide = true, subcommand)]
     Debug(DebugCommand),
+    /// Describe this node (cores, memory, network, storage with measured bandwidth) as JSON,
+    /// optionally into a shared inventory database; `eddy sysmap show` reads it back.
+    Sysmap(crate::sysmap::SysmapArgs),
 }
 
 /// Where the deployment's state lives.

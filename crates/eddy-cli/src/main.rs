@@ -12,6 +12,7 @@ mod start;
 mod state;
 mod status;
 mod stop;
+mod sysmap;
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -47,6 +48,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Unpin(args) => stage::unpin(args),
         Command::Bench(args) => eddy_bench::run(args),
         Command::Debug(cmd) => debug::debug(cmd),
+        Command::Sysmap(args) => sysmap::sysmap(args),
     }
 }
 
