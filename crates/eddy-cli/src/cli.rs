@@ -37,6 +37,9 @@ pub enum Command {
     Debug(DebugCommand),
     /// Slurm burst-buffer phases, called by slurm/burst_buffer.lua (see docs/slurm-admin.md).
     Bb(BbArgs),
+    /// Describe this node (cores, memory, network, storage with measured bandwidth) as JSON,
+    /// optionally into a shared inventory database; `eddy sysmap show` reads it back.
+    Sysmap(crate::sysmap::SysmapArgs),
 }
 
 /// Where the deployment's state lives.

@@ -13,6 +13,7 @@ mod start;
 mod state;
 mod status;
 mod stop;
+mod sysmap;
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -49,6 +50,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => eddy_bench::run(args),
         Command::Debug(cmd) => debug::debug(cmd),
         Command::Bb(args) => bb::bb(args),
+        Command::Sysmap(args) => sysmap::sysmap(args),
     }
 }
 

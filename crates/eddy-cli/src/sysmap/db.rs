@@ -1,0 +1,495 @@
+//! The inventory database: one SQLite file (often on a shared file system), written by every
+//! node for itself, read by `eddy sysmap show` and [`capacity`].
+//!
+//! Schema, version 1 (`PRAGMA user_version = 1`); sizes in bytes, rates in MiB/s, times in
+//! seconds since the Unix epoch:
+//!
+//! ```sql
+//! nodes      (node TEXT PRIMARY KEY, collected_at INTEGER, cores INTEGER,
+//!             mem_total_bytes INTEGER, mem_available_bytes INTEGER)
+//! storage    (node, path, mount_point, fs_type, device, disk, class, capacity_bytes,
+//!             free_bytes, available_bytes, write_mib_s REAL, read_mib_s REAL, error,
+//!             PRIMARY KEY (node, path))
+//! interfaces (node, name, mac, ipv4, ipv6, mtu, speed_mbps, up, operstate,
+//!             PRIMARY KEY (node, name))     -- ipv4, ipv6: JSON arrays of "addr/prefix"
+//! ```
+//!
+//! A write replaces the node's rows in one `BEGIN IMMEDIATE` transaction (the schema is
+//! created in the same one when the file is new), so concurrent writers queue on SQLite's
+//! lock, each waiting up to [`BUSY_TIMEOUT`]. The rollback journal is kept: WAL needs shared
+//! memory, which nodes on a shared file system do not have.
+
+use super::{DeviceClass, Interface, NodeRecord, Storage};
+use anyhow::{bail, Context, Result};
+use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// The schema version this code writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+/// How long a writer or reader waits for another node's transaction.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
+
+const SCHEMA: &str = "
+CREATE TABLE nodes (
+    node TEXT PRIMARY KEY,
+    collected_at INTEGER NOT NULL,
+    cores INTEGER NOT NULL,
+    mem_total_bytes INTEGER NOT NULL,
+    mem_available_bytes INTEGER NOT NULL
+);
+CREATE TABLE storage (
+    node TEXT NOT NULL REFERENCES nodes(node),
+    path TEXT NOT NULL,
+    mount_point TEXT, fs_type TEXT, device TEXT, disk TEXT, class TEXT,
+    capacity_bytes INTEGER, free_bytes INTEGER, available_bytes INTEGER,
+    write_mib_s REAL, read_mib_s REAL, error TEXT,
+    PRIMARY KEY (node, path)
+);
+CREATE TABLE interfaces (
+    node TEXT NOT NULL REFERENCES nodes(node),
+    name TEXT NOT NULL,
+    mac TEXT, ipv4 TEXT NOT NULL, ipv6 TEXT NOT NULL, mtu INTEGER, speed_mbps INTEGER,
+    up INTEGER NOT NULL, operstate TEXT,
+    PRIMARY KEY (node, name)
+);
+PRAGMA user_version = 1;
+";
+
+/// What [`capacity`] reports for one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCapacity {
+    pub node: String,
+    /// The recorded storage path used.
+    pub path: String,
+    pub mount_point: Option<String>,
+    pub capacity_bytes: u64,
+    pub available_bytes: u64,
+    /// When the node recorded it, seconds since the Unix epoch.
+    pub collected_at: u64,
+}
+
+fn sql_int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn from_sql(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Inserts or replaces `rec` (keyed by its node name) in the database at `db`, creating the
+/// file and schema if needed; waits for concurrent writers.
+pub fn upsert(db: &Path, rec: &NodeRecord) -> Result<()> {
+    let ctx = || {
+        format!(
+            "cannot write node {} to the inventory {}",
+            rec.node,
+            db.display()
+        )
+    };
+    let mut conn = Connection::open(db).with_context(ctx)?;
+    conn.busy_timeout(BUSY_TIMEOUT).with_context(ctx)?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .with_context(ctx)?;
+    let version: i64 = tx
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .with_context(ctx)?;
+    match version {
+        0 => tx.execute_batch(SCHEMA).with_context(ctx)?,
+        SCHEMA_VERSION => {}
+        v => bail!(
+            "{}: schema version {v}, this eddy knows version {SCHEMA_VERSION}",
+            ctx()
+        ),
+    }
+    tx.execute("DELETE FROM storage WHERE node = ?1", [&rec.node])
+        .with_context(ctx)?;
+    tx.execute("DELETE FROM interfaces WHERE node = ?1", [&rec.node])
+        .with_context(ctx)?;
+    tx.execute(
+        "INSERT OR REPLACE INTO nodes VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            rec.node,
+            sql_int(rec.collected_at),
+            rec.cores,
+            sql_int(rec.mem_total_bytes),
+            sql_int(rec.mem_available_bytes)
+        ],
+    )
+    .with_context(ctx)?;
+    for s in &rec.storage {
+        tx.execute(
+            "INSERT OR REPLACE INTO storage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![
+                rec.node,
+                s.path,
+                s.mount_point,
+                s.fs_type,
+                s.device,
+                s.disk,
+                s.class.map(DeviceClass::as_str),
+                s.capacity_bytes.map(sql_int),
+                s.free_bytes.map(sql_int),
+                s.available_bytes.map(sql_int),
+                s.write_mib_s,
+                s.read_mib_s,
+                s.error
+            ],
+        )
+        .with_context(ctx)?;
+    }
+    for i in &rec.interfaces {
+        tx.execute(
+            "INSERT OR REPLACE INTO interfaces VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                rec.node,
+                i.name,
+                i.mac,
+                serde_json::to_string(&i.ipv4)?,
+                serde_json::to_string(&i.ipv6)?,
+                i.mtu,
+                i.speed_mbps.map(sql_int),
+                i.up,
+                i.operstate
+            ],
+        )
+        .with_context(ctx)?;
+    }
+    tx.commit().with_context(ctx)
+}
+
+/// Opens an existing inventory for reading and checks its schema version.
+fn open_read(db: &Path) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        db,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("cannot open the inventory {}", db.display()))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .with_context(|| format!("cannot read the inventory {}", db.display()))?;
+    if version != SCHEMA_VERSION {
+        bail!(
+            "{} is not an inventory this eddy reads (schema version {version}, expected {SCHEMA_VERSION})",
+            db.display()
+        );
+    }
+    Ok(conn)
+}
+
+/// Fails naming the nodes of `wanted` that are not in `have`.
+fn check_missing(db: &Path, wanted: &[String], have: impl Fn(&str) -> bool) -> Result<()> {
+    let missing: Vec<&str> = wanted
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !have(n))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "not in the inventory {}: {}",
+            db.display(),
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The stored records of `nodes` (every node when empty), sorted by name; fails naming any
+/// node that is not stored.
+pub fn load(db: &Path, nodes: &[String]) -> Result<Vec<NodeRecord>> {
+    let conn = open_read(db)?;
+    let ctx = || format!("cannot read the inventory {}", db.display());
+    let mut recs: BTreeMap<String, NodeRecord> = BTreeMap::new();
+    let mut q = conn
+        .prepare(
+            "SELECT node, collected_at, cores, mem_total_bytes, mem_available_bytes FROM nodes",
+        )
+        .with_context(ctx)?;
+    let rows = q
+        .query_map([], |r| {
+            Ok(NodeRecord {
+                node: r.get(0)?,
+                collected_at: from_sql(r.get(1)?),
+                cores: r.get(2)?,
+                mem_total_bytes: from_sql(r.get(3)?),
+                mem_available_bytes: from_sql(r.get(4)?),
+                interfaces: Vec::new(),
+                storage: Vec::new(),
+            })
+        })
+        .with_context(ctx)?;
+    for r in rows {
+        let r = r.with_context(ctx)?;
+        if nodes.is_empty() || nodes.contains(&r.node) {
+            recs.insert(r.node.clone(), r);
+        }
+    }
+    check_missing(db, nodes, |n| recs.contains_key(n))?;
+    let mut q = conn.prepare("SELECT node, path, mount_point, fs_type, device, disk, class, capacity_bytes, free_bytes, available_bytes, write_mib_s, read_mib_s, error FROM storage ORDER BY node, rowid").with_context(ctx)?;
+    let rows = q
+        .query_map([], |r| {
+            let class: Option<String> = r.get(6)?;
+            Ok((
+                r.get::<_, String>(0)?,
+                Storage {
+                    path: r.get(1)?,
+                    mount_point: r.get(2)?,
+                    fs_type: r.get(3)?,
+                    device: r.get(4)?,
+                    disk: r.get(5)?,
+                    class: class.as_deref().and_then(DeviceClass::parse),
+                    capacity_bytes: r.get::<_, Option<i64>>(7)?.map(from_sql),
+                    free_bytes: r.get::<_, Option<i64>>(8)?.map(from_sql),
+                    available_bytes: r.get::<_, Option<i64>>(9)?.map(from_sql),
+                    write_mib_s: r.get(10)?,
+                    read_mib_s: r.get(11)?,
+                    error: r.get(12)?,
+                },
+            ))
+        })
+        .with_context(ctx)?;
+    for r in rows {
+        let (node, s) = r.with_context(ctx)?;
+        if let Some(rec) = recs.get_mut(&node) {
+            rec.storage.push(s);
+        }
+    }
+    let mut q = conn.prepare("SELECT node, name, mac, ipv4, ipv6, mtu, speed_mbps, up, operstate FROM interfaces ORDER BY node, name").with_context(ctx)?;
+    let rows = q
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, Option<u32>>(5)?,
+                r.get::<_, Option<i64>>(6)?,
+                r.get::<_, bool>(7)?,
+                r.get::<_, Option<String>>(8)?,
+            ))
+        })
+        .with_context(ctx)?;
+    for r in rows {
+        let (node, name, mac, ipv4, ipv6, mtu, speed, up, operstate) = r.with_context(ctx)?;
+        if let Some(rec) = recs.get_mut(&node) {
+            rec.interfaces.push(Interface {
+                ipv4: serde_json::from_str(&ipv4)
+                    .with_context(|| format!("{}: bad ipv4 of {node}/{name}", ctx()))?,
+                ipv6: serde_json::from_str(&ipv6)
+                    .with_context(|| format!("{}: bad ipv6 of {node}/{name}", ctx()))?,
+                name,
+                mac,
+                mtu,
+                speed_mbps: speed.map(from_sql),
+                up,
+                operstate,
+            });
+        }
+    }
+    Ok(recs.into_values().collect())
+}
+
+/// For each of `nodes`, the capacity and available bytes of the storage holding `path`: the
+/// recorded entry whose path is `path`, else the one whose path or mount point is the closest
+/// ancestor of `path` (entries without figures are ignored). Fails naming the nodes missing
+/// from the inventory, and those with no recorded storage holding `path`.
+pub fn capacity(db: &Path, nodes: &[String], path: &Path) -> Result<Vec<NodeCapacity>> {
+    let recs = load(db, nodes)?;
+    let mut out = Vec::new();
+    let mut uncovered = Vec::new();
+    for name in nodes {
+        let Some(rec) = recs.iter().find(|r| &r.node == name) else {
+            continue; // load() already failed for missing nodes
+        };
+        // (matched prefix length in components, exact path first) → best entry
+        let mut best: Option<((usize, bool), &Storage)> = None;
+        for s in &rec.storage {
+            if s.capacity_bytes.is_none() || s.available_bytes.is_none() {
+                continue;
+            }
+            let keys = [Some(s.path.as_str()), s.mount_point.as_deref()];
+            for (i, k) in keys.into_iter().enumerate() {
+                let Some(k) = k else { continue };
+                let k = Path::new(k);
+                if super::probe::is_ancestor(k, path) {
+                    let score = (k.components().count(), i == 0);
+                    if best.is_none_or(|(b, _)| score > b) {
+                        best = Some((score, s));
+                    }
+                }
+            }
+        }
+        match best {
+            Some((_, s)) => out.push(NodeCapacity {
+                node: rec.node.clone(),
+                path: s.path.clone(),
+                mount_point: s.mount_point.clone(),
+                capacity_bytes: s.capacity_bytes.unwrap_or(0),
+                available_bytes: s.available_bytes.unwrap_or(0),
+                collected_at: rec.collected_at,
+            }),
+            None => uncovered.push(name.as_str()),
+        }
+    }
+    if !uncovered.is_empty() {
+        bail!(
+            "no storage holding {} recorded in {} for: {}",
+            path.display(),
+            db.display(),
+            uncovered.join(", ")
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(path: &str, mount: &str, cap: u64, avail: u64) -> Storage {
+        Storage {
+            path: path.into(),
+            mount_point: Some(mount.into()),
+            fs_type: Some("ext4".into()),
+            device: Some("/dev/sda1".into()),
+            disk: Some("sda".into()),
+            class: Some(DeviceClass::Ssd),
+            capacity_bytes: Some(cap),
+            free_bytes: Some(avail + 1),
+            available_bytes: Some(avail),
+            write_mib_s: Some(100.5),
+            read_mib_s: Some(200.25),
+            error: None,
+        }
+    }
+
+    fn rec(node: &str, t: u64, storage: Vec<Storage>) -> NodeRecord {
+        NodeRecord {
+            node: node.into(),
+            collected_at: t,
+            cores: 2,
+            mem_total_bytes: 1 << 34,
+            mem_available_bytes: 1 << 33,
+            interfaces: vec![Interface {
+                name: "eth0".into(),
+                mac: Some("02:00:00:00:00:01".into()),
+                ipv4: vec!["10.0.0.1/24".into()],
+                ipv6: vec!["fe80::1/64".into()],
+                mtu: Some(1500),
+                speed_mbps: Some(10_000),
+                up: true,
+                operstate: Some("up".into()),
+            }],
+            storage,
+        }
+    }
+
+    #[test]
+    fn upsert_replaces_and_show_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inv.db");
+        let a1 = rec(
+            "a",
+            1,
+            vec![st("/scratch", "/scratch", 100, 50), st("/tmp", "/", 10, 5)],
+        );
+        upsert(&db, &a1).unwrap();
+        upsert(&db, &rec("b", 1, vec![st("/scratch", "/scratch", 7, 3)])).unwrap();
+        assert_eq!(load(&db, &[]).unwrap().len(), 2);
+        let mut a2 = rec("a", 2, vec![st("/local", "/local", 300, 200)]);
+        a2.storage[0].error = Some("x".into());
+        a2.storage[0].class = Some(DeviceClass::Nvme);
+        upsert(&db, &a2).unwrap();
+        let got = load(&db, &["a".to_string()]).unwrap();
+        assert_eq!(got, vec![a2]);
+        let err = load(&db, &["a".into(), "zz".into(), "yy".into()]).unwrap_err();
+        assert!(format!("{err:#}").contains("zz, yy"), "{err:#}");
+        assert!(load(&dir.path().join("none.db"), &[]).is_err());
+    }
+
+    #[test]
+    fn capacity_takes_the_closest_recorded_ancestor() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inv.db");
+        upsert(
+            &db,
+            &rec(
+                "a",
+                5,
+                vec![
+                    st("/", "/", 1000, 900),
+                    st("/local/scratch", "/local", 500, 400),
+                ],
+            ),
+        )
+        .unwrap();
+        upsert(&db, &rec("b", 6, vec![st("/tmp", "/", 2000, 1500)])).unwrap();
+        upsert(&db, &rec("c", 7, vec![st("/dev/shm", "/dev/shm", 10, 9)])).unwrap();
+        let nodes = ["a".to_string(), "b".to_string()];
+        let got = capacity(&db, &nodes, Path::new("/local/scratch/job7")).unwrap();
+        assert_eq!(
+            got.iter()
+                .map(|c| (
+                    c.node.as_str(),
+                    c.path.as_str(),
+                    c.capacity_bytes,
+                    c.available_bytes
+                ))
+                .collect::<Vec<_>>(),
+            vec![("a", "/local/scratch", 500, 400), ("b", "/tmp", 2000, 1500)]
+        );
+        assert_eq!(got[0].collected_at, 5);
+        let got = capacity(&db, &nodes, Path::new("/local/other")).unwrap();
+        assert_eq!(got[0].path, "/local/scratch"); // by its mount point /local
+        let got = capacity(&db, &nodes, Path::new("/tmp")).unwrap();
+        assert_eq!(got[1].path, "/tmp");
+        let err = capacity(&db, &["a".into(), "x".into()], Path::new("/")).unwrap_err();
+        assert!(format!("{err:#}").contains(": x"), "{err:#}");
+        let err = capacity(&db, &["a".into(), "c".into()], Path::new("/data")).unwrap_err();
+        assert!(format!("{err:#}").ends_with(": c"), "{err:#}");
+    }
+
+    #[test]
+    fn concurrent_writers_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inv.db");
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    for round in 0..5 {
+                        let r = rec(&format!("n{i}"), round, vec![st("/s", "/s", 10 + i, i)]);
+                        upsert(&db, &r).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let all = load(&db, &[]).unwrap();
+        assert_eq!(all.len(), 8);
+        assert!(all
+            .iter()
+            .all(|r| r.collected_at == 4 && r.storage.len() == 1));
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inv.db");
+        Connection::open(&db)
+            .unwrap()
+            .execute_batch("PRAGMA user_version = 9")
+            .unwrap();
+        assert!(
+            format!("{:#}", upsert(&db, &rec("a", 1, vec![])).unwrap_err()).contains("version 9")
+        );
+        assert!(load(&db, &[]).is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! `eddy sysmap`: the node inventory (the "sysmap" of ADA-FS). Every node describes itself
+//! (cores, memory, network interfaces, storage candidates with a short measured bandwidth),
+//! prints the record as JSON and optionally upserts it into a shared SQLite database, which
+//! `eddy sysmap show` and [`capacity`] (for the Slurm integration) read. Decision 0013.
+//!
+//! - `eddy sysmap [--path DIR]... [--db FILE] [--bench-mib N] [--node NAME]`: collect;
+//! - `eddy sysmap show --db FILE [--node NAME]...`: the stored records;
+//! - `eddy sysmap capacity --db FILE --path DIR --node NAME...`: [`capacity`] as JSON.
+
+pub mod db;
+mod probe;
+
+pub use db::{capacity, load, upsert};
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// `eddy sysmap`: collect this node's record, or (with a subcommand) read the database.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SysmapArgs {
+    #[command(subcommand)]
+    pub command: Option<SysmapCommand>,
+    #[command(flatten)]
+    pub collect: CollectArgs,
+}
+
+/// Collecting this node's record (the default action).
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    /// Storage path to describe and measure; repeatable (default: the mount points of local
+    /// block-device file systems, /dev/shm and /tmp).
+    #[arg(long, value_name = "DIR")]
+    pub path: Vec<PathBuf>,
+    /// Also upsert the record into this SQLite database (may be shared by many nodes).
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// MiB written and read back per path to measure its bandwidth; 0 skips the measurement.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub bench_mib: u64,
+    /// Name of this node (default: the short host name).
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SysmapCommand {
+    /// Print the stored inventory (every node, or the named ones) as JSON.
+    Show {
+        /// The inventory database.
+        #[arg(long, value_name = "FILE")]
+        db: PathBuf,
+        /// Only this node; repeatable.
+        #[arg(long, value_name = "NAME")]
+        node: Vec<String>,
+    },
+    /// Print, per node, the capacity and available bytes of the storage holding PATH.
+    Capacity {
+        /// The inventory database.
+        #[arg(long, value_name = "FILE")]
+        db: PathBuf,
+        /// The storage path (its closest recorded ancestor path or mount point is used).
+        #[arg(long, value_name = "DIR")]
+        path: PathBuf,
+        /// Node to report; repeatable, at least one.
+        #[arg(long, value_name = "NAME", required = true)]
+        node: Vec<String>,
+    },
+}
+
+/// One node's inventory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub node: String,
+    /// When it was collected, seconds since the Unix epoch.
+    pub collected_at: u64,
+    /// Online CPUs.
+    pub cores: u32,
+    pub mem_total_bytes: u64,
+    pub mem_available_bytes: u64,
+    pub interfaces: Vec<Interface>,
+    pub storage: Vec<Storage>,
+}
+
+/// A network interface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interface {
+    pub name: String,
+    pub mac: Option<String>,
+    /// "address/prefix".
+    pub ipv4: Vec<String>,
+    pub ipv6: Vec<String>,
+    pub mtu: Option<u32>,
+    /// Link speed in Mbit/s, when the driver knows it.
+    pub speed_mbps: Option<u64>,
+    /// Administratively up and not reported down by the kernel.
+    pub up: bool,
+    /// The kernel's operstate ("up", "down", "unknown" …).
+    pub operstate: Option<String>,
+}
+
+/// The class of the device under a storage path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceClass {
+    Nvme,
+    Ssd,
+    Hdd,
+    Ram,
+    Other,
+}
+
+impl DeviceClass {
+    fn as_str(self) -> &'static str {
+        match self {
+            DeviceClass::Nvme => "nvme",
+            DeviceClass::Ssd => "ssd",
+            DeviceClass::Hdd => "hdd",
+            DeviceClass::Ram => "ram",
+            DeviceClass::Other => "other",
+        }
+    }
+
+    fn parse(s: &str) -> Option<DeviceClass> {
+        [Self::Nvme, Self::Ssd, Self::Hdd, Self::Ram, Self::Other]
+            .into_iter()
+            .find(|c| c.as_str() == s)
+    }
+}
+
+/// A storage candidate path; fields that could not be read are empty and named in `error`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Storage {
+    /// The path as given.
+    pub path: String,
+    pub mount_point: Option<String>,
+    pub fs_type: Option<String>,
+    /// The mount's source (e.g. "/dev/nvme0n1p2", "tmpfs").
+    pub device: Option<String>,
+    /// The disk under it (partitions, dm, md and loop devices resolved), e.g. "nvme0n1".
+    pub disk: Option<String>,
+    pub class: Option<DeviceClass>,
+    pub capacity_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+    /// Free bytes an unprivileged user may use.
+    pub available_bytes: Option<u64>,
+    /// Measured: write with fsync, MiB/s.
+    pub write_mib_s: Option<f64>,
+    /// Measured: read back after dropping the file from the page cache, MiB/s.
+    pub read_mib_s: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// Runs `eddy sysmap`.
+pub fn sysmap(args: SysmapArgs) -> Result<()> {
+    match args.command {
+        None => {
+            let c = args.collect;
+            let record = collect(c.node, &c.path, c.bench_mib)?;
+            if let Some(db) = &c.db {
+                upsert(db, &record)?;
+            }
+            print_json(&record)
+        }
+        Some(SysmapCommand::Show { db, node }) => print_json(&load(&db, &node)?),
+        Some(SysmapCommand::Capacity { db, path, node }) => {
+            print_json(&capacity(&db, &node, &path)?)
+        }
+    }
+}
+
+fn print_json<T: Serialize>(v: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(v).context("cannot encode JSON")?;
+    println!("{text}");
+    Ok(())
+}
+
+/// Collects this node's record; storage paths default to [`probe::default_paths`].
+pub fn collect(node: Option<String>, paths: &[PathBuf], bench_mib: u64) -> Result<NodeRecord> {
+    let node = match node {
+        Some(n) => n,
+        None => probe::short_hostname()?,
+    };
+    let meminfo = std::fs::read_to_string("/proc/meminfo").context("cannot read /proc/meminfo")?;
+    let (mem_total_bytes, mem_available_bytes) =
+        probe::parse_meminfo(&meminfo).context("in /proc/meminfo")?;
+    let mounts = probe::mounts()?;
+    let paths = if paths.is_empty() {
+        probe::default_paths(&mounts)
+    } else {
+        paths.to_vec()
+    };
+    let storage = paths
+        .iter()
+        .map(|p| probe::storage(&mounts, p, bench_mib))
+        .collect();
+    Ok(NodeRecord {
+        node,
+        collected_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        cores: probe::cores(),
+        mem_total_bytes,
+        mem_available_bytes,
+        interfaces: probe::interfaces()?,
+        storage,
+    })
+}
