@@ -200,7 +200,12 @@ impl Client {
     /// the namespace (its scratch ancestors made, the prefix imported from its backend), so
     /// that listings show the links.
     pub(crate) async fn ensure_root(&self) -> Result<(), Errno> {
-        let creds = Creds::current();
+        let me = Creds::current();
+        let cfg = self.config();
+        let creds = Creds::user(
+            cfg.root_uid.unwrap_or(me.uid),
+            cfg.root_gid.unwrap_or(me.gid),
+        );
         let prefixes: Vec<String> = self
             .config()
             .links

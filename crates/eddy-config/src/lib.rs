@@ -95,6 +95,12 @@ pub struct Config {
     pub backend_timeout_ms: u64,
     /// Threads of a daemon doing backend I/O; a hung backend holds at most these. Default 16.
     pub backend_threads: usize,
+    /// Owner (uid and gid) of the namespace's root directory, and of the scratch directories
+    /// above linked prefixes, when they are made; unset: whoever connects first (the user who
+    /// starts the deployment). A deployment root makes for one user's job gives them to
+    /// that user. Default unset.
+    pub root_uid: Option<u32>,
+    pub root_gid: Option<u32>,
     /// Namespace prefixes linked to backend directories (the parallel file system). Entries
     /// under a prefix are imported from the backend on first touch, fetched chunk by chunk,
     /// written back by stage-out, eviction and stop. The rest of the namespace is scratch.
@@ -206,6 +212,8 @@ impl Default for Config {
             readahead_chunks: 8,
             backend_timeout_ms: 5_000,
             backend_threads: 16,
+            root_uid: None,
+            root_gid: None,
             links: Vec::new(),
         }
     }

@@ -2,7 +2,7 @@
 //! (Slurm retries, an administrator reruns), and teardown undoes whatever the others did,
 //! however far they got, from root's job record.
 
-use super::directives::{self, JobRequest, Mode};
+use super::directives::{self, JobRequest, Mode, NODE_LOCAL_POOL};
 use super::job::{DaemonPlace, JobDir, JobRecord};
 use super::nodes;
 use super::site::Site;
@@ -28,19 +28,12 @@ pub fn job_process(site: &Site, script: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Slurm's pools: the I/O-node pool, in bytes (granularity 1 MiB).
+/// Slurm's pools, in MiB: node-local (jobs on their own nodes) and the I/O-node pool.
 pub fn pools(site: &Site) -> Result<()> {
-    let mut pools = Vec::new();
-    if let Some(pool) = &site.pool {
-        let bytes = match &pool.capacity {
-            Some(c) => eddy_config::parse_bytes(c).map_err(|e| anyhow!(e))?,
-            None => 0,
-        };
-        pools.push(serde_json::json!({
-            "id": pool.name,
-            "quantity": bytes,
-            "granularity": 1u64 << 20,
-        }));
+    let pool = |name: &str, bytes: u64| serde_json::json!({ "id": name, "quantity": bytes >> 20, "granularity": 1u64 << 20 });
+    let mut pools = vec![pool(NODE_LOCAL_POOL, site.node_local_bytes()?)];
+    if let Some(p) = &site.pool {
+        pools.push(pool(&p.name, site.pool_bytes(p)?));
     }
     println!("{}", serde_json::json!({ "pools": pools }));
     Ok(())
@@ -263,6 +256,7 @@ pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
     let state = StateDir::new(state);
     std::fs::create_dir_all(mount)
         .with_context(|| format!("cannot create the mount point {}", mount.display()))?;
+    let _held = MountLock::take(mount)?;
     let target = crate::mounts::mount_target(mount)?;
     if crate::mounts::is_fuse_mounted(&target)? && state.mounts()?.contains(&target) {
         return Ok(());
@@ -280,13 +274,16 @@ pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
 /// still serves `root` (if given) and removes it. Idempotent.
 pub fn node_clean(mount: Option<&Path>, root: Option<&Path>) -> Result<()> {
     if let Some(mount) = mount {
-        if crate::mounts::is_fuse_mounted(mount)? {
-            eddy_fuse::unmount(mount)
-                .or_else(|_| lazy_unmount(mount))
-                .with_context(|| format!("cannot unmount {}", mount.display()))?;
+        if mount.exists() {
+            let _held = MountLock::take(mount)?;
+            if crate::mounts::is_fuse_mounted(mount)? {
+                eddy_fuse::unmount(mount)
+                    .or_else(|_| lazy_unmount(mount))
+                    .with_context(|| format!("cannot unmount {}", mount.display()))?;
+            }
+            // Only an empty directory goes; a busy or non-empty one stays.
+            let _ = std::fs::remove_dir(mount);
         }
-        // Only an empty directory goes; a busy or non-empty one stays.
-        let _ = std::fs::remove_dir(mount);
     }
     if let Some(root) = root {
         let left = crate::procs::serving_root(root);
@@ -301,6 +298,29 @@ pub fn node_clean(mount: Option<&Path>, root: Option<&Path>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// An exclusive lock on the directory holding a mount point, so that mounts and unmounts
+/// of it on one node happen one at a time (a retried phase, or nodes that share a host).
+struct MountLock {
+    /// Holds the lock while open.
+    _dir: std::fs::File,
+}
+
+impl MountLock {
+    fn take(mount: &Path) -> Result<MountLock> {
+        let parent = mount
+            .parent()
+            .with_context(|| format!("mount point {} has no parent", mount.display()))?;
+        let dir = std::fs::File::open(parent)
+            .with_context(|| format!("cannot open {}", parent.display()))?;
+        // SAFETY: flock on a descriptor we own; released when the file is closed.
+        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&dir), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("cannot lock {}", parent.display()));
+        }
+        Ok(MountLock { _dir: dir })
+    }
 }
 
 fn lazy_unmount(mount: &Path) -> Result<()> {
@@ -387,6 +407,8 @@ fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<String> {
         Some(p) => Config::load(p).with_context(|| format!("site config {}", p.display()))?,
         None => Config::default(),
     };
+    config.root_uid = Some(rec.uid);
+    config.root_gid = Some(rec.gid);
     if !rec.request.links.is_empty() {
         config.cache_capacity_bytes = rec.capacity.div_ceil(daemons.max(1) as u64);
     }

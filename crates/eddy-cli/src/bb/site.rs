@@ -45,6 +45,9 @@ pub struct Site {
     pub backend_roots: Vec<PathBuf>,
     /// Node inventory written by `eddy sysmap --db` (capacity checks and pool sizes).
     pub inventory: Option<PathBuf>,
+    /// Capacity of the node-local pool Slurm charges node-local jobs to; default: the space
+    /// available under `node_root` on every node of the inventory, else no limit (1 PiB).
+    pub node_local_capacity: Option<String>,
     /// Tunables (an `eddy start --config` file) for every job's deployment.
     pub config: Option<PathBuf>,
     /// Bound in seconds on a command run on a node through the launcher.
@@ -65,6 +68,37 @@ pub struct Pool {
     pub root: String,
     /// Capacity of the pool when no inventory says it.
     pub capacity: Option<String>,
+}
+
+/// The node-local pool's size when nothing measures it: no limit in practice.
+const UNLIMITED: u64 = 1 << 50;
+
+impl Pool {
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Available bytes, summed over `nodes`, of the storage holding the fixed part of a root
+/// template (the directories before the first placeholder).
+fn available(db: &Path, nodes: &[String], template: &str) -> Result<u64> {
+    if nodes.is_empty() {
+        return Ok(0);
+    }
+    let caps = crate::sysmap::capacity(db, nodes, Path::new(fixed_prefix(template)))?;
+    Ok(caps.iter().map(|c| c.available_bytes).sum())
+}
+
+/// The directories of a root template before its first placeholder.
+fn fixed_prefix(template: &str) -> &str {
+    match template.find('{') {
+        Some(i) => &template[..template[..i].rfind('/').unwrap_or(0).max(1)],
+        None => template,
+    }
 }
 
 fn default_pool_name() -> String {
@@ -89,6 +123,7 @@ impl Default for Site {
             inventory: None,
             config: None,
             node_command_timeout_s: 60,
+            node_local_capacity: None,
             pool: None,
         }
     }
@@ -124,12 +159,24 @@ impl Site {
         if !self.launcher.split_whitespace().any(|w| w == "{cmd}") {
             bail!("launcher {:?} has no {{cmd}} word", self.launcher);
         }
+        if let Some(c) = &self.node_local_capacity {
+            parse_bytes(c).map_err(|e| anyhow::anyhow!("node_local_capacity: {e}"))?;
+        }
         if let Some(pool) = &self.pool {
+            if pool.name == NODE_LOCAL_POOL {
+                bail!("[pool] name {NODE_LOCAL_POOL:?} is the node-local pool's");
+            }
             if pool.nodes.is_empty() {
                 bail!("[pool] lists no nodes");
             }
-            if let Some(c) = &pool.capacity {
-                parse_bytes(c).map_err(|e| anyhow::anyhow!("[pool] capacity: {e}"))?;
+            match &pool.capacity {
+                Some(c) => {
+                    parse_bytes(c).map_err(|e| anyhow::anyhow!("[pool] capacity: {e}"))?;
+                }
+                None if self.inventory.is_none() => {
+                    bail!("[pool] needs a capacity, or an inventory (eddy sysmap) to measure it")
+                }
+                None => {}
             }
         }
         Ok(())
@@ -234,6 +281,36 @@ impl Site {
         })
     }
 
+    /// Bytes of the node-local pool (see `node_local_capacity`).
+    pub fn node_local_bytes(&self) -> Result<u64> {
+        if let Some(c) = &self.node_local_capacity {
+            return parse_bytes(c).map_err(|e| anyhow::anyhow!(e));
+        }
+        let Some(db) = &self.inventory else {
+            return Ok(UNLIMITED);
+        };
+        let pool_nodes = self
+            .pool
+            .as_ref()
+            .map(|p| p.node_names())
+            .unwrap_or_default();
+        let nodes: Vec<String> = crate::sysmap::load(db, &[])?
+            .into_iter()
+            .map(|r| r.node)
+            .filter(|n| !pool_nodes.contains(n))
+            .collect();
+        available(db, &nodes, &self.node_root)
+    }
+
+    /// Bytes of the I/O-node pool: its `capacity`, else what the inventory measured.
+    pub fn pool_bytes(&self, pool: &Pool) -> Result<u64> {
+        match (&pool.capacity, &self.inventory) {
+            (Some(c), _) => parse_bytes(c).map_err(|e| anyhow::anyhow!(e)),
+            (None, Some(db)) => available(db, &pool.node_names(), &pool.root),
+            (None, None) => bail!("[pool] has no capacity and the site no inventory"),
+        }
+    }
+
     /// The state directory of job `job`.
     pub fn job_dir(&self, job: u32) -> PathBuf {
         self.state_dir.join(job.to_string())
@@ -307,8 +384,16 @@ mod tests {
     }
 
     #[test]
+    fn root_templates_have_a_fixed_prefix() {
+        assert_eq!(fixed_prefix("/tmp/eddy-job-{job}"), "/tmp");
+        assert_eq!(fixed_prefix("/nvme/eddy/{job}/{host}"), "/nvme/eddy");
+        assert_eq!(fixed_prefix("/{job}"), "/");
+        assert_eq!(fixed_prefix("/local/eddy"), "/local/eddy");
+    }
+
+    #[test]
     fn pool_sizes_and_ports() {
-        let s = site("port_base = 50000\nport_span = 10\n[pool]\nnodes = [\"io1\", \"io2 10.0.0.2\"]\nroot = \"/nvme/{job}\"\n");
+        let s = site("port_base = 50000\nport_span = 10\n[pool]\nnodes = [\"io1\", \"io2 10.0.0.2\"]\nroot = \"/nvme/{job}\"\ncapacity = \"2T\"\n");
         let r = s
             .resolve(&parse("#EDDY mode=pool\n", "EDDY").unwrap())
             .unwrap();

@@ -1,0 +1,502 @@
+//! Eddy as Slurm's burst buffer, end to end: a private Slurm of three nodes on this host
+//! (tests/common/slurm.rs) with `BurstBufferType=burst_buffer/lua` and the project's own
+//! slurm/burst_buffer.lua, pointed at this build's `eddy` and a site file of the test. Real
+//! batch scripts with `#EDDY` lines go through sbatch as the user `nobody` (Slurm refuses
+//! burst buffers to root); the daemons run as the job's user, mounts are made on the job's
+//! nodes through the site's launcher (here `{cmd}`: every node is this host), and a
+//! directory of this test stands for the parallel file system.
+//!
+//! Needs root, FUSE and Slurm; without them it fails, naming what is missing.
+
+mod common;
+
+use common::require;
+use common::slurm::{processes_mentioning, require_slurm, set_mode, SlurmCluster};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The job's user (Slurm gives root no burst buffer).
+const USER: &str = "nobody";
+const NOBODY: u32 = 65534;
+/// Bound on a job going through its whole life, staging included.
+const JOB_BOUND: Duration = Duration::from_secs(120);
+/// Bound on teardown finishing after the job has ended.
+const TEARDOWN_BOUND: Duration = Duration::from_secs(60);
+
+const BB_CONF: &str = "Directive=EDDY\n\
+                       Flags=TeardownFailure\n\
+                       StageInTimeout=120\n\
+                       StageOutTimeout=120\n\
+                       OtherTimeout=120\n";
+
+/// The site around the cluster: the backend ("the parallel file system"), where jobs' state,
+/// storage and mounts go, and the settings file `eddy bb` reads.
+struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    fn new() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        set_mode(dir.path(), 0o755);
+        let site = Site { dir };
+        let pfs = site.pfs();
+        std::fs::create_dir_all(pfs.join("run/inputs/deep")).unwrap();
+        std::fs::write(pfs.join("run/inputs/a.dat"), common::pattern(7, 0, 3 << 20)).unwrap();
+        std::fs::write(pfs.join("run/inputs/deep/b.txt"), b"input b\n").unwrap();
+        chown_tree(&pfs, NOBODY);
+        std::fs::create_dir(site.path("out")).unwrap();
+        set_mode(&site.path("out"), 0o1777);
+        let port_base = common::cli::free_port().min(60000);
+        let p = |name: &str| site.path(name).display().to_string();
+        let text = format!(
+            "state_dir = \"{jobs}\"\n\
+             mount = \"{mnt}/{{job}}\"\n\
+             node_root = \"{nodes}/{{host}}/job-{{job}}\"\n\
+             launcher = \"{{cmd}}\"\n\
+             port_base = {port_base}\n\
+             port_span = 100\n\
+             node_local_capacity = \"8GiB\"\n\
+             [pool]\n\
+             name = \"io\"\n\
+             nodes = [\"io1 127.0.0.21\", \"io2 127.0.0.22\", \"io3 127.0.0.23\"]\n\
+             root = \"{pool}/{{host}}/job-{{job}}\"\n\
+             capacity = \"4GiB\"\n",
+            jobs = p("jobs"),
+            mnt = p("mnt"),
+            nodes = p("nodes"),
+            pool = p("pool"),
+        );
+        std::fs::write(site.path("bb.toml"), text).unwrap();
+        let lua = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../slurm/burst_buffer.lua"),
+        )
+        .unwrap();
+        let lua = lua
+            .replace(
+                "local EDDY = \"/usr/bin/eddy\"",
+                &format!("local EDDY = \"{}\"", common::EDDY),
+            )
+            .replace(
+                "local SITE = \"/etc/eddy/bb.toml\"",
+                &format!("local SITE = \"{}\"", p("bb.toml")),
+            );
+        assert!(
+            lua.contains(common::EDDY),
+            "the settings lines of burst_buffer.lua moved"
+        );
+        std::fs::write(site.path("burst_buffer.lua"), lua).unwrap();
+        site
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn pfs(&self) -> PathBuf {
+        self.path("pfs")
+    }
+
+    fn cluster(&self) -> SlurmCluster {
+        require::root("mount FUSE and run Slurm's daemons");
+        require::fuse();
+        require_slurm();
+        SlurmCluster::builder()
+            .nodes(3)
+            .burst_buffer(&self.path("burst_buffer.lua"), BB_CONF)
+            .start()
+    }
+
+    /// A batch script: `#SBATCH` lines, then `#EDDY` lines, then the body (`set -eu` first).
+    fn script(&self, nodes: u32, eddy: &[&str], body: &str) -> String {
+        let eddy: String = eddy.iter().map(|l| format!("#EDDY {l}\n")).collect();
+        format!(
+            "#!/bin/bash\n#SBATCH -N {nodes}\n#SBATCH -o {out}/slurm-%j.out\n{eddy}set -eu\n{body}\n",
+            out = self.path("out").display()
+        )
+    }
+
+    fn job_output(&self, job: u32) -> String {
+        let out = self.path(&format!("out/slurm-{job}.out"));
+        format!(
+            "--- {}:\n{}",
+            out.display(),
+            std::fs::read_to_string(&out).unwrap_or_default()
+        )
+    }
+
+    /// Waits until teardown removed the job's directory, then checks that nothing of the job
+    /// is left: no mount, no storage root, no process serving it.
+    fn assert_gone(&self, cluster: &SlurmCluster, job: u32) {
+        let dir = self.path("jobs").join(job.to_string());
+        let deadline = Instant::now() + TEARDOWN_BOUND;
+        while dir.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "job {job}'s directory is still there after {TEARDOWN_BOUND:?}: {}\nreason: {}\n{}",
+                std::fs::read_to_string(dir.join("job.toml")).unwrap_or_default(),
+                cluster.job_reason(job),
+                cluster.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let mnt = self.path("mnt").join(job.to_string());
+        assert!(
+            !common::is_mountpoint(&mnt),
+            "{} is still mounted",
+            mnt.display()
+        );
+        assert!(!mnt.exists(), "mount point {} is left", mnt.display());
+        for base in ["nodes", "pool"] {
+            for host in std::fs::read_dir(self.path(base))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let root = host.path().join(format!("job-{job}"));
+                assert!(!root.exists(), "storage {} is left", root.display());
+            }
+        }
+        let procs = processes_mentioning(&format!("job-{job}"));
+        assert!(
+            procs.is_empty(),
+            "processes of job {job} are left: {procs:?}"
+        );
+    }
+}
+
+impl Drop for Site {
+    /// Whatever a failed test left: mounts and processes under the site's directory.
+    fn drop(&mut self) {
+        let mnt = self.path("mnt");
+        for m in std::fs::read_dir(&mnt).into_iter().flatten().flatten() {
+            while common::is_mountpoint(&m.path()) {
+                let ok = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(m.path())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    break;
+                }
+            }
+        }
+        for pid in processes_mentioning(&self.dir.path().display().to_string()) {
+            // SAFETY: signalling a pid; the worst case is a process that already exited.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn chown_tree(p: &Path, uid: u32) {
+    std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+    if p.is_dir() {
+        for e in std::fs::read_dir(p).unwrap().flatten() {
+            chown_tree(&e.path(), uid);
+        }
+    }
+}
+
+/// A node-local job: one daemon per job node, inputs staged in during pre_run, read through
+/// $EDDY_MOUNT by steps on all three nodes; results staged out to the backend byte for byte;
+/// afterwards nothing of the job is left. Then `scancel --hurry` of a running job: torn down
+/// without stage-out. Then two jobs at once, each with its own deployment and secret.
+#[test]
+fn node_local_jobs_stage_run_stage_out_and_leave_nothing() {
+    let site = Site::new();
+    let cluster = site.cluster();
+    let pfs = site.pfs();
+    let link = format!("link /data={}", pfs.join("run").display());
+    let script = site.script(
+        3,
+        &[
+            "capacity=1G pool=node-local",
+            &link,
+            "stage_in /data/inputs",
+            "stage_out /data/results",
+        ],
+        "mkdir -p \"$EDDY_MOUNT/data/results\"\n\
+         echo \"$EDDY_MOUNT $EDDY_STATE\" > \"$EDDY_MOUNT/data/results/env.txt\"\n\
+         cp \"$EDDY_MOUNT/data/inputs/a.dat\" \"$EDDY_MOUNT/data/results/copy.dat\"\n\
+         cat \"$EDDY_MOUNT/data/inputs/deep/b.txt\" > \"$EDDY_MOUNT/data/results/b.txt\"\n\
+         srun -N 3 sh -c 'hostname > \"$EDDY_MOUNT/data/results/step-$SLURMD_NODENAME\"'\n\
+         eddy_status=$(\"$EDDY\" status --json)\n\
+         echo \"$eddy_status\" > \"$EDDY_MOUNT/data/results/status.json\"\n\
+         echo scratch > \"$EDDY_MOUNT/scratch.txt\"",
+    );
+    let script = script.replace("set -eu\n", &format!("set -eu\nEDDY={}\n", common::EDDY));
+    let job = cluster.sbatch(&script, &[], Some(USER)).unwrap();
+    let state = cluster
+        .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
+        .unwrap();
+    assert_eq!(
+        state,
+        "COMPLETED",
+        "{}\n{}",
+        site.job_output(job),
+        cluster.logs()
+    );
+    site.assert_gone(&cluster, job);
+
+    let results = pfs.join("run/results");
+    let input = std::fs::read(pfs.join("run/inputs/a.dat")).unwrap();
+    let tree = std::process::Command::new("find")
+        .arg(&pfs)
+        .arg("-ls")
+        .output()
+        .unwrap();
+    let copy = std::fs::read(results.join("copy.dat")).unwrap_or_else(|e| {
+        panic!(
+            "no staged-out copy: {e}\n{}\n{}",
+            String::from_utf8_lossy(&tree.stdout),
+            site.job_output(job)
+        )
+    });
+    assert!(copy == input, "the staged-out copy differs from its input");
+    assert_eq!(std::fs::read(results.join("b.txt")).unwrap(), b"input b\n");
+    for n in &cluster.nodes {
+        assert!(
+            results.join(format!("step-{n}")).exists(),
+            "no result from the step on {n}"
+        );
+    }
+    let env = std::fs::read_to_string(results.join("env.txt")).unwrap();
+    let want = format!(
+        "{} {}\n",
+        site.path("mnt").join(job.to_string()).display(),
+        site.path("jobs").join(format!("{job}/user")).display()
+    );
+    assert_eq!(env, want, "EDDY_MOUNT and EDDY_STATE of the job");
+    // One daemon on each job node, as the job's user (files written back are the user's).
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("status.json")).unwrap())
+            .unwrap();
+    let hosts: Vec<&str> = status["daemons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["n1", "n2", "n3"], "{status}");
+    assert_eq!(
+        std::fs::metadata(results.join("copy.dat")).unwrap().uid(),
+        NOBODY
+    );
+    // Scratch outside the linked prefix is not staged out.
+    assert!(!pfs.join("scratch.txt").exists());
+
+    // scancel --hurry of a running job: teardown at once, nothing staged out.
+    let script = site.script(
+        1,
+        &[
+            "capacity=1G pool=node-local",
+            &link,
+            "stage_out /data/hurried",
+        ],
+        "mkdir -p \"$EDDY_MOUNT/data/hurried\"\n\
+         echo partial > \"$EDDY_MOUNT/data/hurried/x\"\n\
+         touch \"$EDDY_MOUNT/data/started\"\n\
+         sleep 300",
+    );
+    let job = cluster.sbatch(&script, &[], Some(USER)).unwrap();
+    cluster.wait_state(job, &["RUNNING"], JOB_BOUND).unwrap();
+    let started = pfs.join("run/started");
+    assert!(!started.exists());
+    let mnt_file = site.path("mnt").join(format!("{job}/data/started"));
+    let deadline = Instant::now() + JOB_BOUND;
+    while !mnt_file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the job never started writing\n{}",
+            site.job_output(job)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cluster.cancel(job, true).unwrap();
+    site.assert_gone(&cluster, job);
+    // Directories reach the backend at once (namespace write-through), files only by
+    // stage-out.
+    let x = std::fs::read(pfs.join("run/hurried/x")).unwrap_or_default();
+    assert!(x.is_empty(), "a hurried teardown staged out {x:?}");
+    assert!(!started.exists(), "a hurried teardown staged out");
+
+    // Two jobs at once, one node each: two deployments, two secrets, each readable by the
+    // job's user only, and neither sees the other's files.
+    let body = "echo \"$SLURM_JOB_ID\" > \"$EDDY_MOUNT/mine\"\n\
+                while [ ! -e \"$EDDY_MOUNT/go\" ]; do sleep 0.1; done\n\
+                ls \"$EDDY_MOUNT\" > \"$EDDY_MOUNT/data/seen-$SLURM_JOB_ID\"";
+    let script = site.script(1, &["capacity=1G pool=node-local", &link], body);
+    let a = cluster.sbatch(&script, &[], Some(USER)).unwrap();
+    let b = cluster.sbatch(&script, &[], Some(USER)).unwrap();
+    for j in [a, b] {
+        cluster.wait_state(j, &["RUNNING"], JOB_BOUND).unwrap();
+    }
+    let secret_of = |j: u32| {
+        let f = site.path("jobs").join(format!("{j}/user/deployment.toml"));
+        let deadline = Instant::now() + JOB_BOUND;
+        while !site.path("mnt").join(format!("{j}/mine")).exists() {
+            assert!(
+                Instant::now() < deadline,
+                "job {j} did not start\n{}",
+                site.job_output(j)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let meta = std::fs::metadata(&f).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.mode() & 0o777),
+            (NOBODY, 0o600),
+            "{}",
+            f.display()
+        );
+        let dir = std::fs::metadata(f.parent().unwrap()).unwrap();
+        assert_eq!((dir.uid(), dir.mode() & 0o777), (NOBODY, 0o700));
+        let text = std::fs::read_to_string(&f).unwrap();
+        let secret = text
+            .lines()
+            .find(|l| l.starts_with("secret"))
+            .unwrap()
+            .to_string();
+        // Another user (uid 1, "daemon") cannot read it.
+        let other = std::process::Command::new("runuser")
+            .args(["-u", "daemon", "--", "cat"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(!other.status.success(), "another user read {}", f.display());
+        secret
+    };
+    assert_ne!(secret_of(a), secret_of(b), "two jobs share a secret");
+    for j in [a, b] {
+        std::fs::write(site.path("mnt").join(format!("{j}/go")), b"").unwrap();
+    }
+    for j in [a, b] {
+        let s = cluster
+            .wait_state(j, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
+            .unwrap();
+        assert_eq!(s, "COMPLETED", "{}", site.job_output(j));
+        site.assert_gone(&cluster, j);
+        // Everything under /data was staged out (no stage_out line: every linked prefix).
+        let seen = std::fs::read_to_string(pfs.join(format!("run/seen-{j}"))).unwrap();
+        assert!(seen.contains("mine") && seen.contains("data"), "{seen}");
+    }
+}
+
+/// Pool mode: the daemons start on the I/O nodes and the inputs are staged in while the job
+/// is pending — before its compute node is allocated; results staged out; nothing left.
+#[test]
+fn pool_jobs_stage_in_before_they_start() {
+    let site = Site::new();
+    let cluster = site.cluster();
+    let pfs = site.pfs();
+    let link = format!("link /data={}", pfs.join("run").display());
+    let script = site.script(
+        1,
+        &[
+            "capacity=2G pool=io",
+            &link,
+            "stage_in /data/inputs pin",
+            "stage_out /data/out",
+        ],
+        "\"$EDDY\" status --json > /tmp/eddy-status-$SLURM_JOB_ID.json\n\
+         mkdir -p \"$EDDY_MOUNT/data/out\"\n\
+         sha256sum < \"$EDDY_MOUNT/data/inputs/a.dat\" > \"$EDDY_MOUNT/data/out/sum\"",
+    );
+    let script = script.replace("set -eu\n", &format!("set -eu\nEDDY={}\n", common::EDDY));
+    let job = cluster.sbatch(&script, &[], Some(USER)).unwrap();
+    let state = cluster
+        .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
+        .unwrap();
+    assert_eq!(
+        state,
+        "COMPLETED",
+        "{}\n{}",
+        site.job_output(job),
+        cluster.logs()
+    );
+    site.assert_gone(&cluster, job);
+    // The status the job saw at its start: three daemons on the I/O nodes, holding the
+    // staged inputs already (3 MiB + 8 B pinned before the job read anything).
+    let status_file = PathBuf::from(format!("/tmp/eddy-status-{job}.json"));
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&status_file);
+    let daemons = status["daemons"].as_array().unwrap();
+    let hosts: Vec<&str> = daemons
+        .iter()
+        .map(|d| d["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["io1", "io2", "io3"], "{status}");
+    let pinned: u64 = daemons
+        .iter()
+        .map(|d| d["tier"]["pinned_bytes"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        pinned >= 3 << 20,
+        "only {pinned} bytes were staged in before the job: {status}"
+    );
+    let sum = std::fs::read_to_string(pfs.join("run/out/sum")).unwrap();
+    let want = std::process::Command::new("sha256sum")
+        .stdin(std::fs::File::open(pfs.join("run/inputs/a.dat")).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(sum.as_bytes(), want.stdout.as_slice());
+}
+
+/// What a user gets wrong reaches them in words: a bad directive refused by sbatch, naming
+/// the line; a missing stage-in source holds the job with a Reason naming it; cancelling the
+/// held job (during staging) tears down cleanly.
+#[test]
+fn bad_requests_are_refused_or_held_in_words() {
+    let site = Site::new();
+    let cluster = site.cluster();
+    let pfs = site.pfs();
+    let link = format!("link /data={}", pfs.join("run").display());
+
+    let bad = site.script(
+        1,
+        &["capacity=1G pool=node-local", "stage_in /elsewhere"],
+        "true",
+    );
+    let err = cluster.sbatch(&bad, &[], Some(USER)).unwrap_err();
+    assert!(
+        err.contains("#EDDY line 5: /elsewhere lies under no `link` prefix"),
+        "sbatch said: {err}"
+    );
+    let bad = site.script(1, &["capacity=1G pool=node-local mode=fast"], "true");
+    let err = cluster.sbatch(&bad, &[], Some(USER)).unwrap_err();
+    assert!(
+        err.contains("mode \"fast\" is neither node-local nor pool"),
+        "sbatch said: {err}"
+    );
+
+    let missing = site.script(
+        1,
+        &["capacity=1G pool=io", &link, "stage_in /data/not-there"],
+        "true",
+    );
+    let job = cluster.sbatch(&missing, &[], Some(USER)).unwrap();
+    let deadline = Instant::now() + JOB_BOUND;
+    loop {
+        let reason = cluster.job_reason(job);
+        if reason.contains("not-there") {
+            assert!(
+                reason.contains("stage_in /data/not-there: its source"),
+                "reason: {reason}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reason about the missing source: {reason:?}\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(cluster.job_state(job), "PENDING");
+    cluster.cancel(job, false).unwrap();
+    site.assert_gone(&cluster, job);
+}
