@@ -499,4 +499,30 @@ fn bad_requests_are_refused_or_held_in_words() {
     assert_eq!(cluster.job_state(job), "PENDING");
     cluster.cancel(job, false).unwrap();
     site.assert_gone(&cluster, job);
+
+    // A backend that refuses the stage-out (the job made its directory read-only, which
+    // reaches the backend at once, so the file cannot be written back): the job completes,
+    // its Reason names the file.
+    let refused = site.script(
+        1,
+        &[
+            "capacity=1G pool=node-local",
+            &link,
+            "stage_out /data/locked",
+        ],
+        "mkdir \"$EDDY_MOUNT/data/locked\"\n\
+         echo result > \"$EDDY_MOUNT/data/locked/r.txt\"\n\
+         chmod 0555 \"$EDDY_MOUNT/data/locked\"",
+    );
+    let job = cluster.sbatch(&refused, &[], Some(USER)).unwrap();
+    let state = cluster
+        .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
+        .unwrap();
+    assert_eq!(state, "COMPLETED", "{}", site.job_output(job));
+    site.assert_gone(&cluster, job);
+    let reason = cluster.job_reason(job);
+    assert!(
+        reason.contains("slurm_bb_data_out") && reason.contains("/data/locked/r.txt"),
+        "reason: {reason}"
+    );
 }

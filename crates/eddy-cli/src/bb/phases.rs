@@ -9,6 +9,7 @@ use super::site::Site;
 use crate::cli::{StageInArgs, StageOutArgs, StartArgs, StateArgs, StopArgs};
 use crate::start::{fill, parse_hosts, HostLine};
 use crate::state::StateDir;
+use crate::status::human_bytes;
 use anyhow::{anyhow, bail, Context, Result};
 use eddy_config::Config;
 use std::ffi::OsString;
@@ -109,6 +110,10 @@ pub fn pre_run(site: &Site, job: u32) -> Result<()> {
     let mut rec = jd.load()?;
     let nodes = nodes::job_nodes(job)?;
     if rec.mode == Mode::NodeLocal {
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        if let Some(msg) = short_of_space(&site.node_space(&names)?, rec.capacity, nodes.len()) {
+            bail!("{msg}");
+        }
         start_daemons(site, &jd, &mut rec, &nodes, &site.node_root)?;
     }
     rec.mounted = nodes.iter().map(|n| n.name.clone()).collect();
@@ -236,7 +241,7 @@ pub fn status(site: &Site) -> Result<()> {
             job,
             rec.uid,
             rec.mode.as_str(),
-            crate::status::human_bytes(rec.capacity),
+            human_bytes(rec.capacity),
             rec.daemons.len(),
             rec.mounted.len()
         );
@@ -291,7 +296,13 @@ pub fn node_clean(mount: Option<&Path>, root: Option<&Path>) -> Result<()> {
             eprintln!("eddy: stopped {p}, still serving after the deployment stopped");
         }
         match std::fs::remove_dir_all(root) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            // Never made (a start that failed early): nothing to remove.
+            Err(e)
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
                 return Err(e).with_context(|| format!("cannot remove {}", root.display()));
             }
             _ => {}
@@ -437,6 +448,25 @@ fn stage_in(jd: &JobDir, req: &JobRequest) -> Result<()> {
     Ok(())
 }
 
+/// Which nodes lack the space a node-local job asks of each (its capacity over its nodes),
+/// by the inventory's figures; None if all have it.
+fn short_of_space(space: &[(String, u64)], capacity: u64, nodes: usize) -> Option<String> {
+    let each = capacity.div_ceil(nodes.max(1) as u64);
+    let short: Vec<String> = space
+        .iter()
+        .filter(|(_, avail)| *avail < each)
+        .map(|(node, avail)| format!("{node} has {}", human_bytes(*avail)))
+        .collect();
+    (!short.is_empty()).then(|| {
+        format!(
+            "the job asks {} on each of its {nodes} nodes but {} (node inventory); ask for \
+             less capacity or more nodes",
+            human_bytes(each),
+            short.join(", ")
+        )
+    })
+}
+
 /// Every stage_in tree has its source in the backend (seen from this host).
 fn check_sources(req: &JobRequest) -> Result<()> {
     for s in &req.stage_in {
@@ -499,5 +529,28 @@ fn on_nodes(
         Ok(())
     } else {
         bail!("{}", failures.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_short_of_space_are_named() {
+        let space = [("n1".to_string(), 10u64 << 30), ("n2".to_string(), 3 << 30)];
+        assert_eq!(short_of_space(&space, 9 << 30, 3), None);
+        let msg = short_of_space(&space, 15 << 30, 3).unwrap();
+        assert_eq!(
+            msg,
+            "the job asks 5.0 GiB on each of its 3 nodes but n2 has 3.0 GiB (node inventory); \
+             ask for less capacity or more nodes"
+        );
+        assert_eq!(
+            short_of_space(&[], 1 << 50, 1),
+            None,
+            "no inventory, no check"
+        );
+        assert!(is_hurry("true") && !is_hurry("false"));
     }
 }

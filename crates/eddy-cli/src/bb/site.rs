@@ -311,6 +311,27 @@ impl Site {
         }
     }
 
+    /// Available bytes under `node_root` on each of `nodes` the inventory knows (others are
+    /// left out); empty without an inventory.
+    pub fn node_space(&self, nodes: &[String]) -> Result<Vec<(String, u64)>> {
+        let Some(db) = &self.inventory else {
+            return Ok(Vec::new());
+        };
+        let known: Vec<String> = crate::sysmap::load(db, &[])?
+            .into_iter()
+            .map(|r| r.node)
+            .filter(|n| nodes.contains(n))
+            .collect();
+        if known.is_empty() {
+            return Ok(Vec::new());
+        }
+        let caps = crate::sysmap::capacity(db, &known, Path::new(fixed_prefix(&self.node_root)))?;
+        Ok(caps
+            .into_iter()
+            .map(|c| (c.node, c.available_bytes))
+            .collect())
+    }
+
     /// The state directory of job `job`.
     pub fn job_dir(&self, job: u32) -> PathBuf {
         self.state_dir.join(job.to_string())

@@ -1,0 +1,329 @@
+//! The `eddy bb` phases run one by one as slurm/burst_buffer.lua would run them, without
+//! Slurm: a pool-mode job's life (setup starts three daemons as the job's user on "I/O
+//! nodes" of this host, data-in stages in, a node mounts, data-out stages out, teardown
+//! leaves nothing and can run again), the failures a user must read in words, and the pool
+//! sizes taken from a node inventory written by `eddy sysmap`.
+//!
+//! Needs root (daemons switch to the job's user) and FUSE; without them it fails.
+
+mod common;
+
+use common::require;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const NOBODY: u32 = 65534;
+
+struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    /// A site whose pool is three loopback addresses of this host, with `extra` TOML lines
+    /// (before the [pool] table) and `pool_extra` lines in it.
+    fn new(extra: &str, pool_extra: &str) -> Site {
+        require::root("start daemons that switch to the job's user");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let site = Site { dir };
+        let pfs = site.path("pfs/run");
+        std::fs::create_dir_all(pfs.join("in")).unwrap();
+        std::fs::write(pfs.join("in/a.dat"), common::pattern(3, 0, 1 << 20)).unwrap();
+        for p in [
+            site.path("pfs"),
+            pfs.clone(),
+            pfs.join("in"),
+            pfs.join("in/a.dat"),
+        ] {
+            std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let port = common::cli::free_port().min(60000);
+        let text = format!(
+            "state_dir = \"{d}/jobs\"\nmount = \"{d}/mnt/{{job}}\"\n\
+             node_root = \"{d}/nodes/{{host}}/job-{{job}}\"\nlauncher = \"{{cmd}}\"\n\
+             port_base = {port}\nport_span = 10\n{extra}\n\
+             [pool]\nname = \"io\"\n\
+             nodes = [\"io1 127.0.0.31\", \"io2 127.0.0.32\", \"io3 127.0.0.33\"]\n\
+             root = \"{d}/pool/{{host}}/job-{{job}}\"\n{pool_extra}\n",
+            d = site.dir.path().display()
+        );
+        std::fs::write(site.path("bb.toml"), text).unwrap();
+        site
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn script(&self, lines: &[&str]) -> PathBuf {
+        let text: String = lines.iter().map(|l| format!("#EDDY {l}\n")).collect();
+        let p = self.path(&format!("script-{}.sh", text.len()));
+        std::fs::write(&p, format!("#!/bin/bash\n{text}srun ./app\n")).unwrap();
+        p
+    }
+
+    /// `eddy bb --site ... <args>`: (success, stdout, stderr).
+    fn bb(&self, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(common::EDDY)
+            .arg("bb")
+            .arg("--site")
+            .arg(self.path("bb.toml"))
+            .args(args)
+            .env_remove("EDDY_STATE")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn bb_ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.bb(args);
+        assert!(ok, "eddy bb {args:?} failed:\n{out}\n{err}");
+        out
+    }
+
+    fn bb_err(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.bb(args);
+        assert!(!ok, "eddy bb {args:?} succeeded:\n{out}");
+        err
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        for m in std::fs::read_dir(self.path("mnt"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let _ = Command::new("umount").arg("-l").arg(m.path()).status();
+        }
+        for pid in common::slurm::processes_mentioning(&self.dir.path().display().to_string()) {
+            // SAFETY: signalling a pid; at worst one that already exited.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn a_pool_job_lives_and_is_torn_down_without_slurm() {
+    require::fuse();
+    let site = Site::new("", "capacity = \"1GiB\"");
+    let pfs = site.path("pfs/run");
+    let link = format!("link /d={}", pfs.display());
+    let script = site.script(&[
+        "capacity=64M pool=io",
+        &link,
+        "stage_in /d/in pin",
+        "stage_out /d/out",
+    ]);
+    let job = "41";
+    site.bb_ok(&["job-process", s(&script)]);
+    site.bb_ok(&["setup", job, "65534", "65534", "io", "67108864", s(&script)]);
+    // A rerun (Slurm retries, an administrator reruns) finds the daemons started.
+    site.bb_ok(&["setup", job, "65534", "65534", "io", "67108864", s(&script)]);
+    site.bb_ok(&["data-in", job, s(&script)]);
+    site.bb_ok(&["real-size", job]);
+    let env_file = site.path("env");
+    site.bb_ok(&["paths", job, s(&script), s(&env_file)]);
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    let mnt = site.path("mnt/41");
+    let user_state = site.path("jobs/41/user");
+    assert_eq!(
+        env,
+        format!(
+            "EDDY_MOUNT={}\nEDDY_STATE={}\nEDDY_JOB_DIR={}\n",
+            mnt.display(),
+            user_state.display(),
+            site.path("jobs/41").display()
+        )
+    );
+    // Three daemons, as the job's user, each on its own I/O node's storage.
+    for host in ["io1", "io2", "io3"] {
+        let root = site.path(&format!("pool/{host}/job-41"));
+        let meta = std::fs::metadata(&root).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.mode() & 0o777),
+            (NOBODY, 0o700),
+            "{}",
+            root.display()
+        );
+    }
+    let secret = std::fs::metadata(user_state.join("deployment.toml")).unwrap();
+    assert_eq!((secret.uid(), secret.mode() & 0o777), (NOBODY, 0o600));
+    // What pre_run does on each node: mount (twice: the second finds it mounted).
+    let state = site.path("jobs/41/state");
+    site.bb_ok(&["node-mount", s(&state), s(&mnt)]);
+    site.bb_ok(&["node-mount", s(&state), s(&mnt)]);
+    let input = std::fs::read(pfs.join("in/a.dat")).unwrap();
+    assert!(std::fs::read(mnt.join("d/in/a.dat")).unwrap() == input);
+    std::fs::create_dir(mnt.join("d/out")).unwrap();
+    std::fs::write(mnt.join("d/out/r.txt"), b"result\n").unwrap();
+    std::fs::write(mnt.join("d/not-staged.txt"), b"scratch\n").unwrap();
+    site.bb_ok(&["post-run", job, s(&script)]);
+    site.bb_ok(&["node-clean", "--mount", s(&mnt)]);
+    assert!(!common::is_mountpoint(&mnt) && !mnt.exists());
+    site.bb_ok(&["data-out", job, s(&script)]);
+    assert_eq!(std::fs::read(pfs.join("out/r.txt")).unwrap(), b"result\n");
+    assert_eq!(
+        std::fs::metadata(pfs.join("out/r.txt")).unwrap().uid(),
+        NOBODY
+    );
+    let status = site.bb_ok(&["status"]);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["41", "65534", "pool", "64.0", "MiB", "3", "0"]),
+        "{status}"
+    );
+    site.bb_ok(&["teardown", job, s(&script), "false"]);
+    site.bb_ok(&["teardown", job, s(&script), "false"]);
+    assert!(!site.path("jobs/41").exists());
+    assert!(
+        !pfs.join("not-staged.txt").exists(),
+        "only stage_out trees are staged out"
+    );
+    for host in ["io1", "io2", "io3"] {
+        assert!(!site.path(&format!("pool/{host}/job-41")).exists());
+    }
+    let left = common::slurm::processes_mentioning("job-41");
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn failures_name_what_went_wrong() {
+    let site = Site::new("max_capacity = \"1G\"", "capacity = \"1GiB\"");
+    let pfs = site.path("pfs/run");
+    let link = format!("link /d={}", pfs.display());
+    let too_big = site.script(&["capacity=2G pool=io"]);
+    let e = site.bb_err(&["job-process", s(&too_big)]);
+    assert!(
+        e.contains("capacity 2.0 GiB is more than this site allows a job (1.0 GiB)"),
+        "{e}"
+    );
+    let e = site.bb_err(&["job-process", s(&site.script(&["capacity=1G pool=fast"]))]);
+    assert!(
+        e.contains("pool=fast is not a pool of this site (node-local, io)"),
+        "{e}"
+    );
+
+    // A daemon that cannot start (its storage root lies under a regular file): setup says
+    // which and why; teardown then removes what was made.
+    std::fs::write(site.path("pool"), b"not a directory").unwrap();
+    let script = site.script(&["capacity=1G pool=io", &link, "stage_out /d/locked"]);
+    let e = site.bb_err(&[
+        "setup",
+        "7",
+        "65534",
+        "65534",
+        "io",
+        "1073741824",
+        s(&script),
+    ]);
+    assert!(e.contains("cannot start the job's 3 daemons"), "{e}");
+    assert!(
+        e.contains("storage root") || e.contains("Not a directory"),
+        "{e}"
+    );
+    site.bb_ok(&["teardown", "7", s(&script), "true"]);
+    assert!(!site.path("jobs/7").exists());
+    std::fs::remove_file(site.path("pool")).unwrap();
+
+    // A backend that refuses the stage-out (a directory the job's user cannot write): the
+    // message names the file.
+    site.bb_ok(&[
+        "setup",
+        "8",
+        "65534",
+        "65534",
+        "io",
+        "1073741824",
+        s(&script),
+    ]);
+    std::fs::create_dir(pfs.join("locked")).unwrap(); // root's, mode 0755
+    let state = site.path("jobs/8/user");
+    let put = Command::new(common::EDDY)
+        .args(["debug", "put", "--state"])
+        .arg(&state)
+        .arg(site.path("bb.toml"))
+        .arg("/d/locked/r.txt")
+        .output()
+        .unwrap();
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let e = site.bb_err(&["data-out", "8", s(&script)]);
+    assert!(
+        e.contains("stage-out failed for 1 file") && e.contains("/d/locked/r.txt"),
+        "{e}"
+    );
+    site.bb_ok(&["teardown", "8", s(&script), "false"]);
+    assert!(!site.path("jobs/8").exists());
+}
+
+#[test]
+fn pools_are_measured_by_the_inventory() {
+    let site = Site::new(&format!("inventory = \"{}\"", "INV"), "");
+    let inv = site.path("inventory.db");
+    let text = std::fs::read_to_string(site.path("bb.toml"))
+        .unwrap()
+        .replace("\"INV\"", &format!("\"{}\"", inv.display()));
+    std::fs::write(site.path("bb.toml"), text).unwrap();
+    std::fs::create_dir_all(site.path("pool")).unwrap();
+    std::fs::create_dir_all(site.path("nodes")).unwrap();
+    for (node, dir) in [
+        ("io1", "pool"),
+        ("io2", "pool"),
+        ("io3", "pool"),
+        ("n1", "nodes"),
+        ("n2", "nodes"),
+    ] {
+        let out = Command::new(common::EDDY)
+            .args(["sysmap", "--db"])
+            .arg(&inv)
+            .args(["--node", node, "--bench-mib", "0", "--path"])
+            .arg(site.path(dir))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let pools: serde_json::Value = serde_json::from_str(&site.bb_ok(&["pools"])).unwrap();
+    let pools = pools["pools"].as_array().unwrap();
+    let ids: Vec<&str> = pools.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["node-local", "io"]);
+    let avail_mib = {
+        // SAFETY: statvfs fills the struct it is given.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        let c = std::ffi::CString::new(s(site.dir.path())).unwrap();
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        (st.f_bavail * st.f_frsize) >> 20
+    };
+    for (pool, nodes) in [(&pools[0], 2u64), (&pools[1], 3)] {
+        assert_eq!(pool["granularity"].as_u64(), Some(1 << 20));
+        let q = pool["quantity"].as_u64().unwrap();
+        // The same file system under every "node": N times its available space (give or
+        // take what other processes wrote since).
+        let want = nodes * avail_mib;
+        assert!(
+            q.abs_diff(want) <= want / 20 + 64,
+            "{pool}: {q} MiB, want about {want}"
+        );
+    }
+}
