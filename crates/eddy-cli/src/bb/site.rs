@@ -405,6 +405,18 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_settings_and_example_jobs_are_valid() {
+        site(include_str!("../../../../slurm/bb.toml"));
+        let s = site("[pool]\nname = \"io\"\nnodes = [\"a\", \"b\", \"c\", \"d\"]\nroot = \"/n/{job}\"\ncapacity = \"64T\"\n");
+        for example in [
+            include_str!("../../../../examples/slurm/node-local.sh"),
+            include_str!("../../../../examples/slurm/pool.sh"),
+        ] {
+            s.resolve(&parse(example, "EDDY").unwrap()).unwrap();
+        }
+    }
+
+    #[test]
     fn root_templates_have_a_fixed_prefix() {
         assert_eq!(fixed_prefix("/tmp/eddy-job-{job}"), "/tmp");
         assert_eq!(fixed_prefix("/nvme/eddy/{job}/{host}"), "/nvme/eddy");
