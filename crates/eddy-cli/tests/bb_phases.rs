@@ -44,9 +44,10 @@ impl Site {
              node_root = \"{d}/nodes/{{host}}/job-{{job}}\"\nlauncher = \"{{cmd}}\"\n\
              port_base = {port}\nport_span = 10\n{extra}\n\
              [pool]\nname = \"io\"\n\
-             nodes = [\"io1 127.0.0.31\", \"io2 127.0.0.32\", \"io3 127.0.0.33\"]\n\
+             nodes = [\"io1 127.{net}.1.31\", \"io2 127.{net}.1.32\", \"io3 127.{net}.1.33\"]\n\
              root = \"{d}/pool/{{host}}/job-{{job}}\"\n{pool_extra}\n",
-            d = site.dir.path().display()
+            d = site.dir.path().display(),
+            net = common::slurm::loopback_net(),
         );
         std::fs::write(site.path("bb.toml"), text).unwrap();
         site

@@ -60,13 +60,14 @@ impl Site {
              node_local_capacity = \"8GiB\"\n\
              [pool]\n\
              name = \"io\"\n\
-             nodes = [\"io1 127.0.0.21\", \"io2 127.0.0.22\", \"io3 127.0.0.23\"]\n\
+             nodes = [\"io1 127.{net}.1.21\", \"io2 127.{net}.1.22\", \"io3 127.{net}.1.23\"]\n\
              root = \"{pool}/{{host}}/job-{{job}}\"\n\
              capacity = \"4GiB\"\n",
             jobs = p("jobs"),
             mnt = p("mnt"),
             nodes = p("nodes"),
             pool = p("pool"),
+            net = common::slurm::loopback_net(),
         );
         std::fs::write(site.path("bb.toml"), text).unwrap();
         let lua = std::fs::read_to_string(
@@ -525,4 +526,83 @@ fn bad_requests_are_refused_or_held_in_words() {
         reason.contains("slurm_bb_data_out") && reason.contains("/data/locked/r.txt"),
         "reason: {reason}"
     );
+}
+
+/// What users run, in a node-local job on three nodes: an MPI program writing one file per
+/// rank (OpenMPI's mpirun inside the allocation), SQLite and HDF5 from Python, tar and git in
+/// the namespace; results staged out and checked in the backend.
+#[test]
+fn user_workloads_run_in_a_burst_buffer_job() {
+    let site = Site::new();
+    let cluster = site.cluster();
+    require::programs(&["mpirun", "git", "tar"], "openmpi-bin, git and tar");
+    let pfs = site.pfs();
+    let link = format!("link /data={}", pfs.join("run").display());
+    let body = r#"R="$EDDY_MOUNT/data/results"
+mkdir -p "$R"
+cd "$EDDY_MOUNT"
+mpirun --oversubscribe -np 3 sh -c 'echo "rank $OMPI_COMM_WORLD_RANK on $SLURMD_NODENAME" > "$EDDY_MOUNT/data/results/rank-$OMPI_COMM_WORLD_RANK"'
+/usr/bin/python3 - <<'PY'
+import os, sqlite3, h5py, numpy
+r = os.environ["EDDY_MOUNT"] + "/data/results"
+db = sqlite3.connect(r + "/runs.db")
+db.execute("create table runs (id integer primary key, value real)")
+db.executemany("insert into runs (value) values (?)", [(i / 10,) for i in range(1000)])
+db.commit()
+assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+db.close()
+with h5py.File(r + "/field.h5", "w") as f:
+    f.create_dataset("t", data=numpy.arange(100000, dtype="f8"))
+with h5py.File(r + "/field.h5", "r") as f:
+    assert f["t"][99999] == 99999.0
+PY
+tar -C "$EDDY_MOUNT/data/inputs" -cf "$EDDY_MOUNT/inputs.tar" .
+mkdir -p "$EDDY_MOUNT/unpacked" && tar -C "$EDDY_MOUNT/unpacked" -xf "$EDDY_MOUNT/inputs.tar"
+cmp "$EDDY_MOUNT/unpacked/a.dat" "$EDDY_MOUNT/data/inputs/a.dat"
+git init -q "$EDDY_MOUNT/repo" && cd "$EDDY_MOUNT/repo"
+cp "$EDDY_MOUNT/data/inputs/deep/b.txt" . && git add b.txt
+git -c user.name=u -c user.email=u@x commit -qm first && git fsck --no-progress
+git log --oneline > "$R/git.log""#;
+    let script = site.script(
+        3,
+        &[
+            "capacity=1G pool=node-local",
+            &link,
+            "stage_in /data/inputs",
+        ],
+        body,
+    );
+    let job = cluster.sbatch(&script, &[], Some(USER)).unwrap();
+    let state = cluster
+        .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
+        .unwrap();
+    assert_eq!(
+        state,
+        "COMPLETED",
+        "{}\n{}",
+        site.job_output(job),
+        cluster.logs()
+    );
+    site.assert_gone(&cluster, job);
+    let results = pfs.join("run/results");
+    for rank in 0..3 {
+        let text = std::fs::read_to_string(results.join(format!("rank-{rank}"))).unwrap();
+        assert!(text.starts_with(&format!("rank {rank} on n")), "{text}");
+    }
+    let db = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg("import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute('select count(*) from runs').fetchone()[0], c.execute('pragma integrity_check').fetchone()[0])")
+        .arg(results.join("runs.db"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&db.stdout).trim(), "1000 ok");
+    let h5 = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg("import h5py,sys; print(h5py.File(sys.argv[1],'r')['t'][12345])")
+        .arg(results.join("field.h5"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&h5.stdout).trim(), "12345.0");
+    let log = std::fs::read_to_string(results.join("git.log")).unwrap();
+    assert!(log.trim().ends_with("first"), "{log}");
 }

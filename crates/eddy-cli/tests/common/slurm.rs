@@ -3,7 +3,8 @@
 //! directory, run as root (SlurmUser=root).
 //!
 //! Several nodes live on this one host as several slurmd (`slurmd -N n1`, ...), each with its
-//! own port and its own loopback address (127.0.0.11, 127.0.0.12, ...; Linux routes all of
+//! own port and its own loopback address (127.N.0.11, 127.N.0.12, ..., N chosen per cluster so
+//! that clusters of tests running at once never share an address; Linux routes all of
 //! 127/8 to lo) and `NodeHostname` this host. The burst_buffer/lua plugin can be switched on
 //! with a `burst_buffer.lua` and the text of a `burst_buffer.conf`, installed next to the
 //! private slurm.conf, where the plugin looks for them.
@@ -167,6 +168,15 @@ pub fn parse_scontrol_line(line: &str) -> BTreeMap<String, String> {
     map
 }
 
+/// A second octet for this process's loopback addresses (127.N.x.y), different for every
+/// call within a test binary and, likely, across binaries running at once.
+pub fn loopback_net() -> u8 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = std::process::id().wrapping_mul(7) + NEXT.fetch_add(1, Ordering::Relaxed);
+    (1 + n % 250) as u8
+}
+
 /// How to build a [`SlurmCluster`].
 #[derive(Default)]
 pub struct SlurmBuilder {
@@ -314,8 +324,9 @@ impl SlurmCluster {
                 .enumerate()
                 .map(|(i, n)| {
                     format!(
-                        "NodeName={n} NodeHostname={host} NodeAddr=127.0.0.{addr} Port={port} \
+                        "NodeName={n} NodeHostname={host} NodeAddr=127.{net}.0.{addr} Port={port} \
                          CPUs=1 RealMemory=100 State=UNKNOWN\n",
+                        net = loopback_net(),
                         addr = 11 + i,
                         port = free_port(),
                     )
