@@ -198,7 +198,7 @@ fn a_pool_job_lives_and_is_torn_down_without_slurm() {
     for host in ["io1", "io2", "io3"] {
         assert!(!site.path(&format!("pool/{host}/job-41")).exists());
     }
-    let left = common::slurm::processes_mentioning("job-41");
+    let left = common::slurm::processes_mentioning(&site.dir.path().display().to_string());
     assert!(left.is_empty(), "{left:?}");
 }
 

@@ -109,12 +109,15 @@ impl Site {
             .start()
     }
 
-    /// A batch script: `#SBATCH` lines, then `#EDDY` lines, then the body (`set -eu` first).
+    /// A batch script: `#SBATCH` lines, then `#EDDY` lines, then the body (after `set -eu`,
+    /// with `$EDDY` the eddy program).
     fn script(&self, nodes: u32, eddy: &[&str], body: &str) -> String {
         let eddy: String = eddy.iter().map(|l| format!("#EDDY {l}\n")).collect();
         format!(
-            "#!/bin/bash\n#SBATCH -N {nodes}\n#SBATCH -o {out}/slurm-%j.out\n{eddy}set -eu\n{body}\n",
-            out = self.path("out").display()
+            "#!/bin/bash\n#SBATCH -N {nodes}\n#SBATCH -o {out}/slurm-%j.out\n{eddy}set -eu\n\
+             EDDY={program}\n{body}\n",
+            out = self.path("out").display(),
+            program = common::EDDY,
         )
     }
 
@@ -125,6 +128,24 @@ impl Site {
             out.display(),
             std::fs::read_to_string(&out).unwrap_or_default()
         )
+    }
+
+    /// Submits `script` as the job's user and waits until it has COMPLETED and been torn
+    /// down; its id.
+    fn run_to_completion(&self, cluster: &SlurmCluster, script: &str) -> u32 {
+        let job = cluster.sbatch(script, &[], Some(USER)).unwrap();
+        let state = cluster
+            .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
+            .unwrap();
+        assert_eq!(
+            state,
+            "COMPLETED",
+            "{}\n{}",
+            self.job_output(job),
+            cluster.logs()
+        );
+        self.assert_gone(cluster, job);
+        job
     }
 
     /// Waits until teardown removed the job's directory, then checks that nothing of the job
@@ -157,9 +178,12 @@ impl Site {
             {
                 let root = host.path().join(format!("job-{job}"));
                 assert!(!root.exists(), "storage {} is left", root.display());
+                // A daemon has its root, a mount its mount point, as a whole argument.
+                let procs = processes_mentioning(&format!("{}\0", root.display()));
+                assert!(procs.is_empty(), "daemons of job {job} are left: {procs:?}");
             }
         }
-        let procs = processes_mentioning(&format!("job-{job}"));
+        let procs = processes_mentioning(&format!("{}\0", mnt.display()));
         assert!(
             procs.is_empty(),
             "processes of job {job} are left: {procs:?}"
@@ -228,19 +252,7 @@ fn node_local_jobs_stage_run_stage_out_and_leave_nothing() {
          echo \"$eddy_status\" > \"$EDDY_MOUNT/data/results/status.json\"\n\
          echo scratch > \"$EDDY_MOUNT/scratch.txt\"",
     );
-    let script = script.replace("set -eu\n", &format!("set -eu\nEDDY={}\n", common::EDDY));
-    let job = cluster.sbatch(&script, &[], Some(USER)).unwrap();
-    let state = cluster
-        .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
-        .unwrap();
-    assert_eq!(
-        state,
-        "COMPLETED",
-        "{}\n{}",
-        site.job_output(job),
-        cluster.logs()
-    );
-    site.assert_gone(&cluster, job);
+    let job = site.run_to_completion(&cluster, &script);
 
     let results = pfs.join("run/results");
     let input = std::fs::read(pfs.join("run/inputs/a.dat")).unwrap();
@@ -328,6 +340,7 @@ fn node_local_jobs_stage_run_stage_out_and_leave_nothing() {
     // job's user only, and neither sees the other's files.
     let body = "echo \"$SLURM_JOB_ID\" > \"$EDDY_MOUNT/mine\"\n\
                 while [ ! -e \"$EDDY_MOUNT/go\" ]; do sleep 0.1; done\n\
+                [ \"$(cat \"$EDDY_MOUNT/mine\")\" = \"$SLURM_JOB_ID\" ]\n\
                 ls \"$EDDY_MOUNT\" > \"$EDDY_MOUNT/data/seen-$SLURM_JOB_ID\"";
     let script = site.script(1, &["capacity=1G pool=node-local", &link], body);
     let a = cluster.sbatch(&script, &[], Some(USER)).unwrap();
@@ -382,7 +395,8 @@ fn node_local_jobs_stage_run_stage_out_and_leave_nothing() {
         site.assert_gone(&cluster, j);
         // Everything under /data was staged out (no stage_out line: every linked prefix).
         let seen = std::fs::read_to_string(pfs.join(format!("run/seen-{j}"))).unwrap();
-        assert!(seen.contains("mine") && seen.contains("data"), "{seen}");
+        // Each namespace held its own job's files only.
+        assert_eq!(seen, "data\ngo\nmine\n", "job {j}");
     }
 }
 
@@ -406,19 +420,7 @@ fn pool_jobs_stage_in_before_they_start() {
          mkdir -p \"$EDDY_MOUNT/data/out\"\n\
          sha256sum < \"$EDDY_MOUNT/data/inputs/a.dat\" > \"$EDDY_MOUNT/data/out/sum\"",
     );
-    let script = script.replace("set -eu\n", &format!("set -eu\nEDDY={}\n", common::EDDY));
-    let job = cluster.sbatch(&script, &[], Some(USER)).unwrap();
-    let state = cluster
-        .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
-        .unwrap();
-    assert_eq!(
-        state,
-        "COMPLETED",
-        "{}\n{}",
-        site.job_output(job),
-        cluster.logs()
-    );
-    site.assert_gone(&cluster, job);
+    let job = site.run_to_completion(&cluster, &script);
     // The status the job saw at its start: three daemons on the I/O nodes, holding the
     // staged inputs already (3 MiB + 8 B pinned before the job read anything).
     let status_file = PathBuf::from(format!("/tmp/eddy-status-{job}.json"));
@@ -515,12 +517,7 @@ fn bad_requests_are_refused_or_held_in_words() {
          echo result > \"$EDDY_MOUNT/data/locked/r.txt\"\n\
          chmod 0555 \"$EDDY_MOUNT/data/locked\"",
     );
-    let job = cluster.sbatch(&refused, &[], Some(USER)).unwrap();
-    let state = cluster
-        .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
-        .unwrap();
-    assert_eq!(state, "COMPLETED", "{}", site.job_output(job));
-    site.assert_gone(&cluster, job);
+    let job = site.run_to_completion(&cluster, &refused);
     let reason = cluster.job_reason(job);
     assert!(
         reason.contains("slurm_bb_data_out") && reason.contains("/data/locked/r.txt"),
@@ -572,18 +569,7 @@ git log --oneline > "$R/git.log""#;
         ],
         body,
     );
-    let job = cluster.sbatch(&script, &[], Some(USER)).unwrap();
-    let state = cluster
-        .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
-        .unwrap();
-    assert_eq!(
-        state,
-        "COMPLETED",
-        "{}\n{}",
-        site.job_output(job),
-        cluster.logs()
-    );
-    site.assert_gone(&cluster, job);
+    site.run_to_completion(&cluster, &script);
     let results = pfs.join("run/results");
     for rank in 0..3 {
         let text = std::fs::read_to_string(results.join(format!("rank-{rank}"))).unwrap();
