@@ -4,7 +4,7 @@
 CARGO ?= cargo
 RELEASE := target/release
 
-.PHONY: deps build demo test bench bench-tier lint clean
+.PHONY: deps build demo demo-slurm test bench bench-tier lint clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -15,6 +15,10 @@ build: deps
 ## Local daemons, a FUSE mount, a workload and the figures (raw storage beside Eddy).
 demo: build
 	bash scripts/demo.sh $(RELEASE)
+
+## Eddy as Slurm's burst buffer: a private 3-node Slurm on this host, a job's whole life.
+demo-slurm: build
+	bash scripts/demo-slurm.sh $(RELEASE)
 
 ## Every test: unit, property and integration tests (real daemons, real FUSE mounts, netns hosts).
 test: deps
