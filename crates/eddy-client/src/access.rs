@@ -28,7 +28,7 @@ impl Client {
     /// (EACCES); the first failing one from the root decides. They are asked for at once.
     async fn resolve_dirs(&self, p: &str, creds: Creds) -> Result<Vec<Inode>, Errno> {
         let dirs = ancestors(p);
-        let stats = join_all(dirs.iter().map(|d| self.stat_raw(d))).await;
+        let stats = join_all(dirs.iter().map(|d| self.dir_inode(d))).await;
         let mut out = Vec::with_capacity(dirs.len());
         for (d, stat) in dirs.iter().zip(stats) {
             let dir = stat?;
@@ -69,7 +69,14 @@ impl Client {
             dirs.pop()
                 .ok_or_else(|| Errno::eio(format!("{p}: no parent directory")))?
         } else {
-            let dir = self.stat_norm(parent).await?;
+            let dir = match self.0.dircache.get(parent) {
+                Some(dir) => dir,
+                None => {
+                    let dir = self.stat_norm(parent).await?;
+                    self.0.dircache.put(parent, &dir);
+                    dir
+                }
+            };
             if dir.kind != FileKind::Dir {
                 return Err(Errno::new(
                     libc::ENOTDIR,

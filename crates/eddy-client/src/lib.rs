@@ -13,6 +13,7 @@
 mod access;
 mod conn;
 mod dir;
+mod dircache;
 mod dirtimes;
 mod file;
 mod layout;
@@ -67,6 +68,10 @@ struct Inner {
     lock_session: u128,
     /// Directory renames under way here or left unfinished (decision 0010).
     renames: rename::Renames,
+    /// Directories looked up recently (see `dircache`).
+    dircache: dircache::DirCache,
+    /// Requests sent, by kind (`Client::rpc_counts`).
+    rpcs: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 /// A connection to a deployment. Cloning shares the connections.
@@ -112,12 +117,16 @@ impl Client {
         Ok(Client(Arc::new(Inner {
             sizes,
             dirs,
-            dep,
             placement,
             links,
             limits,
             lock_session: rand::random::<u128>(),
             renames: rename::Renames::default(),
+            dircache: dircache::DirCache::new(std::time::Duration::from_millis(
+                dep.config.dir_cache_ms,
+            )),
+            rpcs: Default::default(),
+            dep,
         })))
     }
 
@@ -127,6 +136,27 @@ impl Client {
 
     pub fn deployment(&self) -> &Deployment {
         &self.0.dep
+    }
+
+    /// Requests this client (and its clones) sent so far, by kind (`Request::op_name`): what
+    /// an operation costs in round trips.
+    pub fn rpc_counts(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.0
+            .rpcs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A directory on the way to an entry: from the cache of recent directories, else asked
+    /// for (and remembered).
+    pub(crate) async fn dir_inode(&self, d: &str) -> Result<Inode, Errno> {
+        if let Some(i) = self.0.dircache.get(d) {
+            return Ok(i);
+        }
+        let i = self.stat_raw(d).await?;
+        self.0.dircache.put(d, &i);
+        Ok(i)
     }
 
     // ---------------------------------------------------------------- plumbing
@@ -140,6 +170,13 @@ impl Client {
     }
 
     async fn call_ref(&self, daemon: u32, req: &Request) -> Result<Reply, Errno> {
+        *self
+            .0
+            .rpcs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(req.op_name())
+            .or_default() += 1;
         match self.0.links.get(&daemon) {
             Some(link) => {
                 let reply = link.call(req).await;

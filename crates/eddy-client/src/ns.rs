@@ -30,8 +30,25 @@ impl Client {
     pub async fn mkdir(&self, path: &str, mode: u32, creds: Creds) -> Result<Inode, Errno> {
         let p = self.norm(path)?;
         let inode = new_inode(FileKind::Dir, mode, creds, None);
-        let made = self.create_entry(&p, inode, true, creds).await?;
-        self.count_subdirs(&[(&p, 1)]).await;
+        // In a directory known to exist, the parent's link count goes up alongside the
+        // create (one round trip) and back down if the create fails; elsewhere after it.
+        let parent_known = path::split(&p).is_some_and(|(d, _)| self.0.dircache.get(d).is_some());
+        let made = if parent_known {
+            let up = [(p.as_str(), 1)];
+            let (made, ()) = futures::join!(
+                self.create_entry(&p, inode, true, creds),
+                self.count_subdirs(&up)
+            );
+            if made.is_err() {
+                self.count_subdirs(&[(&p, -1)]).await;
+            }
+            made?
+        } else {
+            let made = self.create_entry(&p, inode, true, creds).await?;
+            self.count_subdirs(&[(&p, 1)]).await;
+            made
+        };
+        self.0.dircache.put(&p, &made);
         Ok(made)
     }
 
@@ -108,6 +125,7 @@ impl Client {
                 kind: RemoveKind::Dir,
             },
         );
+        self.0.dircache.forget_tree(&p);
         self.changing_parents(&[&p], remove).await?;
         self.count_subdirs(&[(&p, -1)]).await;
         Ok(())
@@ -194,6 +212,9 @@ impl Client {
         let p = self.norm(path)?;
         let cur = self.stat_as(&p, creds).await?;
         let attr = perm::check_setattr(&cur, &attr, creds, &p)?;
+        if cur.kind == FileKind::Dir {
+            self.0.dircache.forget_tree(&p);
+        }
         let truncated = attr.size.is_some();
         // Under the file's publication gate: a publication under way ends first and none
         // starts meanwhile. A truncate then drops the sizes reached before it; any other change

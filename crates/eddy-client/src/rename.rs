@@ -82,6 +82,9 @@ impl Client {
         if from == "/" || to == "/" {
             return Err(Errno::new(libc::EBUSY, "cannot rename the root directory"));
         }
+        // Both names change meaning (a directory moves, or one is replaced).
+        self.0.dircache.forget_tree(&from);
+        self.0.dircache.forget_tree(&to);
         if from == to {
             self.stat_norm(&from).await?;
             return Ok(());
@@ -474,6 +477,8 @@ impl Client {
     /// again, it moves what is left: an entry found moved already (same id at its new name)
     /// is kept, and an old entry found gone already is fine.
     pub(crate) async fn move_subtree(&self, from: &str, to: &str) -> Result<(), Errno> {
+        self.0.dircache.forget_tree(from);
+        self.0.dircache.forget_tree(to);
         let page = self.config().readdir_page;
         let mut old_paths = Vec::new();
         for &id in self.0.placement.ids() {

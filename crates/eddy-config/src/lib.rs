@@ -53,6 +53,11 @@ pub struct Config {
     /// one deferred update (decision 0011). The client's own stats see them at once. 0 sends
     /// one with every change. Default 5.
     pub dir_time_update_ms: u64,
+    /// How long a client trusts a directory it looked up (its existence, kind and mode) when
+    /// it creates, removes or resolves entries below it, in milliseconds: creates in a known
+    /// directory take one round trip. Its own changes to a directory drop it at once; other
+    /// nodes' within this time. 0 asks every time. Default 1 000 (as `fuse_attr_ttl_ms`).
+    pub dir_cache_ms: u64,
     /// Directory entries per readdir page from each daemon. Default 1024.
     pub readdir_page: u32,
     /// Requests one connection may have unanswered at a daemon; past it the daemon stops
@@ -66,6 +71,12 @@ pub struct Config {
     /// How long the kernel may cache attributes and entries of the mount, in milliseconds.
     /// Default 1 000.
     pub fuse_attr_ttl_ms: u64,
+    /// How long the kernel may remember that a name does not exist on the mount (a negative
+    /// entry), in milliseconds: a lookup of a missing name, e.g. before a create or along a
+    /// search path, is answered once in that time. A create through the same mount replaces
+    /// it at once; a file created on another node appears there when it expires. 0: never
+    /// remembered. Default 1 000.
+    pub fuse_negative_ttl_ms: u64,
     /// Kernel read-ahead of the mount in KiB, set (as root) through
     /// `/sys/class/bdi/MAJ:MIN/read_ahead_kb` once the mount is up: how large the reads the
     /// kernel sends to Eddy for a sequential reader get (the kernel's default for FUSE is
@@ -196,11 +207,13 @@ impl Default for Config {
             max_rpc_data_bytes: 8 * 1024 * 1024,
             size_update_ms: 5,
             dir_time_update_ms: 5,
+            dir_cache_ms: 1_000,
             readdir_page: 1024,
             max_requests_in_flight: 1024,
             io_threads: 32,
             fuse_threads: 8,
             fuse_attr_ttl_ms: 1_000,
+            fuse_negative_ttl_ms: 1_000,
             fuse_read_ahead_kb: 1024,
             max_path_bytes: 4096,
             max_name_bytes: 255,

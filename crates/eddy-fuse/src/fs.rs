@@ -116,6 +116,8 @@ pub(crate) struct EddyFs {
     next_fh: AtomicU64,
     /// Extended attributes of entries as replies carried them, for the attribute TTL.
     xattrs: XattrCache,
+    /// How long the kernel may remember that a name does not exist.
+    negative_ttl: Duration,
     locks: crate::locks::MountLocks,
 }
 
@@ -133,6 +135,7 @@ impl EddyFs {
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             xattrs: XattrCache::new(opts.attr_ttl),
+            negative_ttl: opts.negative_ttl,
             locks: Default::default(),
         }
     }
@@ -455,6 +458,13 @@ impl Filesystem for EddyFs {
         });
         match res {
             Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            // A negative entry (node id 0): the kernel remembers the name is missing for the
+            // negative TTL; a create through this mount replaces it at once, one made on
+            // another node is seen when it expires.
+            Err(e) if e.errno == libc::ENOENT && !self.negative_ttl.is_zero() => {
+                let missing = file_attr(0, &dot_inode(), self.blksize);
+                reply.entry_with_ttls(&self.ttl, &self.negative_ttl, &missing, GENERATION)
+            }
             Err(e) => reply.error(failed("lookup", &e)),
         }
     }
@@ -681,6 +691,8 @@ impl Filesystem for EddyFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         // O_CREAT/O_EXCL go to `create`; O_TRUNC comes here (FUSE_ATOMIC_O_TRUNC).
         let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
+        // The file is asked for again, though the kernel has just looked it up: a file
+        // removed on another node since must give ESTALE (below), not an open of a dead file.
         let res = self
             .path(ino)
             .and_then(|p| self.run(self.client.open(&p, flags, 0, creds(req))));

@@ -48,6 +48,9 @@ pub struct MountOptions {
     pub threads: usize,
     /// How long the kernel may cache attributes and entries (config `fuse_attr_ttl_ms`).
     pub attr_ttl: Duration,
+    /// How long the kernel may remember that a name does not exist (config
+    /// `fuse_negative_ttl_ms`).
+    pub negative_ttl: Duration,
     /// Kernel read-ahead of the mount in KiB, 0 for the kernel's (config `fuse_read_ahead_kb`).
     pub read_ahead_kb: u32,
 }
@@ -60,6 +63,7 @@ impl MountOptions {
             fsname: "eddy".to_string(),
             threads: config.fuse_threads,
             attr_ttl: Duration::from_millis(config.fuse_attr_ttl_ms),
+            negative_ttl: Duration::from_millis(config.fuse_negative_ttl_ms),
             read_ahead_kb: config.fuse_read_ahead_kb,
         }
     }
@@ -482,6 +486,7 @@ mod tests {
             fsname: "job7".into(),
             threads: 3,
             attr_ttl: Duration::from_secs(1),
+            negative_ttl: Duration::from_secs(1),
             read_ahead_kb: 0,
         };
         let c = session_config(&opts);

@@ -91,6 +91,7 @@ fn start(n: u32) -> Fixture {
         fsname: "eddy-test".into(),
         threads: 4,
         attr_ttl: Duration::from_millis(100),
+        negative_ttl: Duration::from_millis(100),
         read_ahead_kb: 2048,
     };
     let guard = spawn_mount(client, rt.handle().clone(), &mnt, opts).unwrap();
