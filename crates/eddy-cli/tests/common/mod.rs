@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const EDDYD: &str = env!("CARGO_BIN_EXE_eddyd");
+/// The daemon, built beside `eddy` (the eddy-daemon crate's binary: `cargo test --workspace`
+/// and `make test` build it; a test of this crate alone needs `cargo build --bins` first).
+pub const EDDYD: &str = concat!(env!("CARGO_BIN_EXE_eddy"), "d");
 pub const EDDY: &str = env!("CARGO_BIN_EXE_eddy");
 
 /// A small chunk size so that tests cross chunk and daemon boundaries with little data.

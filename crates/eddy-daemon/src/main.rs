@@ -1,4 +1,4 @@
-//! eddyd: the Eddy storage daemon. All the work is in the eddy-daemon crate.
+//! eddyd: the Eddy storage daemon, this crate's binary; the work is in its library.
 
 use clap::Parser;
 use std::io::IsTerminal;
