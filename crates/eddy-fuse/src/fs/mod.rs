@@ -1,19 +1,26 @@
 //! The `fuser::Filesystem` implementation: each request is translated into calls of the
-//! client library, run to completion on the tokio runtime from the FUSE worker thread.
+//! client library, run to completion on the tokio runtime from the FUSE worker thread. This
+//! file holds the mount's state, lookups, attributes and locks; `names.rs` (creating,
+//! removing, renaming and linking entries, files unlinked while open), `files.rs` (open
+//! files), `dirs.rs` (listings) and `xattrs.rs` serve the rest, each trait method here handing
+//! its request to them.
 
 use crate::attr::{file_attr, is_noop, set_attr};
 use crate::dir::DirStream;
 use crate::table::{join, parent_of, InodeTable};
 use crate::xcache::{cacheable, XattrCache};
 use crate::MountOptions;
+
 use eddy_client::{Client, Creds, File};
 use eddy_proto::{Errno, FileKind, Inode, Xattr, XattrSet};
+use files::reopen_flags;
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+pub(crate) use names::is_hidden_orphan;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::future::Future;
@@ -23,6 +30,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 use tokio::runtime::Handle;
 use tracing::{debug, warn};
+
+mod dirs;
+mod files;
+mod names;
+mod xattrs;
 
 /// Largest read and write request asked of the kernel. 1 MiB is what the kernel grants by
 /// default (fs.fuse.max_pages_limit = 256 pages); fuser derives max_pages from it.
@@ -79,26 +91,6 @@ fn creds(req: &Request) -> Creds {
 fn failed(op: &str, e: &Errno) -> fuser::Errno {
     debug!(op, errno = e.errno, "{e}");
     fuse_errno(e)
-}
-
-/// Answers getxattr/listxattr: the size when asked with size 0, ERANGE when the caller's
-/// buffer is too small, the bytes otherwise.
-fn reply_xattr(bytes: Vec<u8>, size: u32, reply: ReplyXattr) {
-    match u32::try_from(bytes.len()) {
-        Ok(len) if size == 0 => reply.size(len),
-        Ok(len) if len <= size => reply.data(&bytes),
-        _ => reply.error(fuser::Errno::ERANGE),
-    }
-}
-
-/// The value of attribute `name` among cached attributes, as the library would answer
-/// `uid` (trusted.* does not exist for anyone but root).
-fn cached_value(xattrs: &[Xattr], name: &str, uid: u32) -> Result<Vec<u8>, Errno> {
-    xattrs
-        .iter()
-        .find(|x| x.name == name && (uid == 0 || !name.starts_with("trusted.")))
-        .map(|x| x.value.clone())
-        .ok_or_else(|| Errno::new(libc::ENODATA, format!("no attribute {name:?}")))
 }
 
 /// The Eddy file system as seen by the kernel.
@@ -240,199 +232,6 @@ impl EddyFs {
             None => self.run(self.client.truncate(path, size, creds(req))),
         }
     }
-
-    fn do_rename(
-        &self,
-        req: &Request,
-        from: &str,
-        to: &str,
-        flags: RenameFlags,
-    ) -> Result<(), Errno> {
-        if !RenameFlags::RENAME_NOREPLACE.contains(flags) {
-            // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported: renameat2(2) says EINVAL.
-            return Err(Errno::einval(format!(
-                "rename flags {flags} are not supported"
-            )));
-        }
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-            match self.run(self.client.stat(to)) {
-                Ok(_) => return Err(Errno::new(libc::EEXIST, format!("{to} exists"))),
-                Err(e) if e.errno == libc::ENOENT => {}
-                Err(e) => return Err(e),
-            }
-        }
-        self.run(self.client.rename(from, to, creds(req)))?;
-        lock(&self.table).rename(from, to);
-        self.rebind_files(from, to);
-        Ok(())
-    }
-
-    /// POSIX keeps an unlinked file alive while it is open. Like NFS, the mount renames a file
-    /// unlinked while one of its handles is open to a hidden name in the same directory (left
-    /// out of listings), and removes it when the last handle is released.
-    fn hide_orphan(&self, req: &Request, path: &str, file_id: u128) -> Result<(), Errno> {
-        let hidden =
-            eddy_proto::path::join(parent_of(path), &format!("{HIDDEN_ORPHAN}{file_id:032x}"));
-        self.do_rename(req, path, &hidden, RenameFlags::empty())?;
-        lock(&self.orphans).insert(hidden);
-        Ok(())
-    }
-
-    /// Removes an orphan for good once no handle of this mount has it open.
-    fn reap_orphan(&self, path: &str) {
-        if !lock(&self.orphans).contains(path)
-            || lock(&self.files).values().any(|f| f.path() == path)
-        {
-            return;
-        }
-        lock(&self.orphans).remove(path);
-        match self.run(self.client.unlink(path, Creds::root())) {
-            Ok(()) => {
-                lock(&self.table).remove(path);
-            }
-            Err(e) => debug!(
-                path,
-                "cannot remove an unlinked file after its last close: {e}"
-            ),
-        }
-    }
-
-    /// An open file keeps the path it was opened by, and the client reaches the file's
-    /// metadata (size updates, stat) through it. After a rename, the handles of this mount
-    /// open at or below the old path are reopened at the new one, so that their writes keep
-    /// publishing the size (a log renamed away while its writer goes on, for instance).
-    fn rebind_files(&self, from: &str, to: &str) {
-        let moved: Vec<(u64, File)> = lock(&self.files)
-            .iter()
-            .filter(|(_, f)| is_at_or_below(f.path(), from))
-            .map(|(fh, f)| (*fh, f.clone()))
-            .collect();
-        for (fh, old) in moved {
-            let path = format!("{to}{}", &old.path()[from.len()..]);
-            match self.run(
-                self.client
-                    .open(&path, reopen_flags(&old), 0, Creds::root()),
-            ) {
-                Ok(new) if new.file_id() == old.file_id() => {
-                    let mut files = lock(&self.files);
-                    if files.contains_key(&fh) {
-                        files.insert(fh, new);
-                    }
-                }
-                Ok(_) => debug!(
-                    path,
-                    "renamed file was replaced meanwhile; handle not moved"
-                ),
-                Err(e) => debug!(path, "cannot reopen a renamed file: {e}"),
-            }
-        }
-    }
-
-    /// The cursor of an open directory.
-    fn dir_stream(&self, fh: FileHandle) -> Result<Arc<Mutex<DirStream>>, Errno> {
-        lock(&self.dirs)
-            .get(&fh.0)
-            .cloned()
-            .ok_or_else(|| Errno::new(libc::EBADF, format!("unknown directory handle {}", fh.0)))
-    }
-
-    fn do_readdir(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        reply: &mut ReplyDirectory,
-    ) -> Result<(), Errno> {
-        let stream = self.dir_stream(fh)?;
-        let mut stream = lock(&stream);
-        stream.seek(offset, &self.client, &self.rt)?;
-        while let Some(item) = stream.current(&self.client, &self.rt)? {
-            let ino = match item.ino {
-                Some(ino) => ino,
-                None => lock(&self.table).peek(
-                    &join(stream.path(), &item.name),
-                    item.entry.as_ref().and_then(|e| shared_id(&e.inode)),
-                ),
-            };
-            if reply.add(INodeNo(ino), stream.position() + 1, item.kind, &item.name) {
-                break; // the reply buffer is full: this entry comes first next time
-            }
-            stream.advance();
-        }
-        Ok(())
-    }
-
-    /// Like `do_readdir`, with each entry's attributes; every entry but "." and ".." counts as
-    /// a lookup for the kernel, so it enters the inode table (and leaves it on forget).
-    fn do_readdirplus(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        reply: &mut ReplyDirectoryPlus,
-    ) -> Result<(), Errno> {
-        let stream = self.dir_stream(fh)?;
-        let mut stream = lock(&stream);
-        stream.seek(offset, &self.client, &self.rt)?;
-        while let Some(item) = stream.current(&self.client, &self.rt)? {
-            let next = stream.position() + 1;
-            let full = match (&item.entry, item.ino) {
-                (Some(entry), _) => {
-                    let inode = self.run(self.client.entry_inode(stream.path(), entry))?;
-                    let path = join(stream.path(), &item.name);
-                    let ino = lock(&self.table).lookup_entry(&path, shared_id(&inode));
-                    let attr = self.attr(INodeNo(ino), &inode);
-                    let full =
-                        reply.add(INodeNo(ino), next, &item.name, &self.ttl, &attr, GENERATION);
-                    if full {
-                        // Not sent: the kernel holds no reference to it.
-                        lock(&self.table).forget(ino, 1);
-                    }
-                    full
-                }
-                // "." and "..": the kernel takes no reference and ignores their attributes.
-                (None, Some(ino)) => {
-                    let attr = file_attr(ino, &dot_inode(), self.blksize);
-                    reply.add(
-                        INodeNo(ino),
-                        next,
-                        &item.name,
-                        &Duration::ZERO,
-                        &attr,
-                        GENERATION,
-                    )
-                }
-                (None, None) => false,
-            };
-            if full {
-                break; // the reply buffer is full: this entry comes first next time
-            }
-            stream.advance();
-        }
-        Ok(())
-    }
-
-    fn do_fallocate(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-    ) -> Result<(), Errno> {
-        if mode != 0 {
-            return Err(Errno::new(
-                libc::EOPNOTSUPP,
-                format!("fallocate mode {mode:#x} is not supported"),
-            ));
-        }
-        let end = offset
-            .checked_add(length)
-            .ok_or_else(|| Errno::new(libc::EFBIG, "fallocate range overflows"))?;
-        let file = self.file(fh)?;
-        let size = self.run(self.client.fstat(&file))?.size;
-        if end > size {
-            self.run(self.client.ftruncate(&file, end))?;
-        }
-        Ok(())
-    }
 }
 
 impl Filesystem for EddyFs {
@@ -543,37 +342,7 @@ impl Filesystem for EddyFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let kind = match mode & libc::S_IFMT {
-            0 | libc::S_IFREG => FileKind::File,
-            libc::S_IFIFO => FileKind::Fifo,
-            libc::S_IFSOCK => FileKind::Socket,
-            libc::S_IFCHR => FileKind::CharDevice,
-            libc::S_IFBLK => FileKind::BlockDevice,
-            _ => {
-                let e = Errno::einval(format!("mknod: unknown file type {mode:o}"));
-                return reply.error(failed("mknod", &e));
-            }
-        };
-        let res = self.child(parent, name).and_then(|path| {
-            // The kernel has checked CAP_MKNOD for device nodes.
-            let inode = if kind == FileKind::File {
-                let file = self.run(self.client.create(&path, mode & 0o7777, true, creds(req)))?;
-                let inode = file.inode();
-                self.run(self.client.close(&file))?;
-                inode
-            } else {
-                let rdev = crate::attr::dev_t(rdev);
-                self.run(
-                    self.client
-                        .mknod(&path, kind, mode & 0o7777, rdev, creds(req)),
-                )?
-            };
-            Ok(self.entry(&path, &inode))
-        });
-        match res {
-            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
-            Err(e) => reply.error(failed("mknod", &e)),
-        }
+        self.mknod_op(req, parent, name, mode, _umask, rdev, reply)
     }
 
     fn mkdir(
@@ -585,47 +354,15 @@ impl Filesystem for EddyFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let res = self.child(parent, name).and_then(|path| {
-            let inode = self.run(self.client.mkdir(&path, mode & 0o7777, creds(req)))?;
-            Ok(self.entry(&path, &inode))
-        });
-        match res {
-            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
-            Err(e) => reply.error(failed("mkdir", &e)),
-        }
+        self.mkdir_op(req, parent, name, mode, _umask, reply)
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let res = self.child(parent, name).and_then(|path| {
-            let open = lock(&self.files)
-                .values()
-                .find(|f| f.path() == path)
-                .map(File::file_id);
-            match open {
-                Some(file_id) => self.hide_orphan(req, &path, file_id),
-                None => {
-                    self.run(self.client.unlink(&path, creds(req)))?;
-                    lock(&self.table).remove(&path);
-                    Ok(())
-                }
-            }
-        });
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("unlink", &e)),
-        }
+        self.unlink_op(req, parent, name, reply)
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let res = self.child(parent, name).and_then(|path| {
-            self.run(self.client.rmdir(&path, creds(req)))?;
-            lock(&self.table).remove(&path);
-            Ok(())
-        });
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("rmdir", &e)),
-        }
+        self.rmdir_op(req, parent, name, reply)
     }
 
     fn symlink(
@@ -636,15 +373,7 @@ impl Filesystem for EddyFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let res = self.child(parent, link_name).and_then(|path| {
-            let target = utf8(target.as_os_str())?;
-            let inode = self.run(self.client.symlink(target, &path, creds(req)))?;
-            Ok(self.entry(&path, &inode))
-        });
-        match res {
-            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
-            Err(e) => reply.error(failed("symlink", &e)),
-        }
+        self.symlink_op(req, parent, link_name, target, reply)
     }
 
     fn rename(
@@ -657,14 +386,7 @@ impl Filesystem for EddyFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let res = self
-            .child(parent, name)
-            .and_then(|from| Ok((from, self.child(newparent, newname)?)))
-            .and_then(|(from, to)| self.do_rename(req, &from, &to, flags));
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("rename", &e)),
-        }
+        self.rename_op(req, parent, name, newparent, newname, flags, reply)
     }
 
     fn link(
@@ -675,40 +397,11 @@ impl Filesystem for EddyFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let res = self.path(ino).and_then(|old| {
-            let new = self.child(newparent, newname)?;
-            let inode = self.run(self.client.link(&old, &new, creds(req)))?;
-            // The new name is the same inode for the kernel: one page cache, one st_ino.
-            lock(&self.table).link(ino.0, &new, inode.file_id);
-            Ok(self.attr(ino, &inode))
-        });
-        match res {
-            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
-            Err(e) => reply.error(failed("link", &e)),
-        }
+        self.link_op(req, ino, newparent, newname, reply)
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        // O_CREAT/O_EXCL go to `create`; O_TRUNC comes here (FUSE_ATOMIC_O_TRUNC).
-        let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
-        // The file is asked for again, though the kernel has just looked it up: a file
-        // removed on another node since must give ESTALE (below), not an open of a dead file.
-        let res = self
-            .path(ino)
-            .and_then(|p| self.run(self.client.open(&p, flags, 0, creds(req))));
-        match res {
-            Ok(file) => {
-                let fopen = fopen_flags(&file);
-                reply.opened(FileHandle(self.add_file(file)), fopen)
-            }
-            // The kernel's cached entry outlived the file (removed on another node within the
-            // entry TTL): ESTALE makes it look the path up again and retry once, so that an
-            // O_CREAT open creates the file anew (SQLite's journal between two mounts).
-            Err(e) if e.errno == libc::ENOENT => {
-                reply.error(failed("open", &Errno::new(libc::ESTALE, e.msg.clone())))
-            }
-            Err(e) => reply.error(failed("open", &e)),
-        }
+        self.open_op(req, ino, flags, reply)
     }
 
     fn read(
@@ -722,13 +415,7 @@ impl Filesystem for EddyFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let res = self
-            .file(fh)
-            .and_then(|f| self.run(self.client.pread(&f, offset, size as usize)));
-        match res {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(failed("read", &e)),
-        }
+        self.read_op(_req, _ino, fh, offset, size, _flags, _lock_owner, reply)
     }
 
     fn write(
@@ -743,17 +430,17 @@ impl Filesystem for EddyFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // A write that bypasses the page cache (write-only and append opens) by a process
-        // without CAP_FSETID: the kernel asks us to clear the set-id bits. (Through the page
-        // cache, the kernel clears them itself with a setattr: no FUSE_HANDLE_KILLPRIV.)
-        let clear = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        let res = self
-            .file(fh)
-            .and_then(|f| self.run(self.client.pwrite_clearing(&f, offset, data, clear)));
-        match res {
-            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
-            Err(e) => reply.error(failed("write", &e)),
-        }
+        self.write_op(
+            _req,
+            _ino,
+            fh,
+            offset,
+            data,
+            write_flags,
+            _flags,
+            _lock_owner,
+            reply,
+        )
     }
 
     fn flush(
@@ -764,16 +451,7 @@ impl Filesystem for EddyFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // close(2) of one descriptor: publish the size so that other nodes see it, and drop
-        // the closing process's POSIX locks on the file.
-        let res = self.file(fh).and_then(|f| {
-            let closed = self.run(self.client.close(&f));
-            self.release_owner_locks(&f, lock_owner.0).and(closed)
-        });
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("flush", &e)),
-        }
+        self.flush_op(_req, _ino, fh, lock_owner, reply)
     }
 
     fn release(
@@ -786,19 +464,7 @@ impl Filesystem for EddyFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let file = lock(&self.files).remove(&fh.0);
-        let closed = file.as_ref().map(|f| {
-            let closed = self.run(self.client.close(f));
-            let owner = lock_owner.map(|o| o.0);
-            self.release_handle_locks(f, fh.0, owner).and(closed)
-        });
-        if let Some(f) = &file {
-            self.reap_orphan(f.path());
-        }
-        match closed {
-            Some(Err(e)) => reply.error(failed("release", &e)),
-            Some(Ok(())) | None => reply.ok(),
-        }
+        self.release_op(_req, _ino, fh, _flags, lock_owner, _flush, reply)
     }
 
     fn fsync(
@@ -809,26 +475,11 @@ impl Filesystem for EddyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.file(fh).and_then(|f| self.run(self.client.fsync(&f))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("fsync", &e)),
-        }
+        self.fsync_op(_req, _ino, fh, _datasync, reply)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let res = self.path(ino).map(|path| {
-            let table = lock(&self.table);
-            let parent = table.peek(parent_of(&path), None);
-            DirStream::new(path, ino.0, parent)
-        });
-        match res {
-            Ok(stream) => {
-                let fh = self.new_fh();
-                lock(&self.dirs).insert(fh, Arc::new(Mutex::new(stream)));
-                reply.opened(FileHandle(fh), FopenFlags::empty());
-            }
-            Err(e) => reply.error(failed("opendir", &e)),
-        }
+        self.opendir_op(_req, ino, _flags, reply)
     }
 
     fn readdir(
@@ -837,12 +488,9 @@ impl Filesystem for EddyFs {
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        match self.do_readdir(fh, offset, &mut reply) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("readdir", &e)),
-        }
+        self.readdir_op(_req, _ino, fh, offset, reply)
     }
 
     fn readdirplus(
@@ -851,12 +499,9 @@ impl Filesystem for EddyFs {
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        match self.do_readdirplus(fh, offset, &mut reply) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("readdirplus", &e)),
-        }
+        self.readdirplus_op(_req, _ino, fh, offset, reply)
     }
 
     fn releasedir(
@@ -867,8 +512,7 @@ impl Filesystem for EddyFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        lock(&self.dirs).remove(&fh.0);
-        reply.ok();
+        self.releasedir_op(_req, _ino, fh, _flags, reply)
     }
 
     fn fsyncdir(
@@ -879,11 +523,7 @@ impl Filesystem for EddyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // The client offers no per-directory sync: make every daemon's metadata durable.
-        match self.run(self.client.sync_all()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("fsyncdir", &e)),
-        }
+        self.fsyncdir_op(_req, _ino, _fh, _datasync, reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -927,23 +567,7 @@ impl Filesystem for EddyFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let res = self.child(parent, name).and_then(|path| {
-            let file = self.run(self.client.open(
-                &path,
-                flags | libc::O_CREAT,
-                mode & 0o7777,
-                creds(req),
-            ))?;
-            let attr = self.entry(&path, &file.inode());
-            let fopen = fopen_flags(&file);
-            Ok((attr, self.add_file(file), fopen))
-        });
-        match res {
-            Ok((attr, fh, fopen)) => {
-                reply.created(&self.ttl, &attr, GENERATION, FileHandle(fh), fopen)
-            }
-            Err(e) => reply.error(failed("create", &e)),
-        }
+        self.create_op(req, parent, name, mode, _umask, flags, reply)
     }
 
     fn getlk(
@@ -1045,72 +669,19 @@ impl Filesystem for EddyFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let how = if flags & libc::XATTR_CREATE != 0 {
-            XattrSet::Create
-        } else if flags & libc::XATTR_REPLACE != 0 {
-            XattrSet::Replace
-        } else {
-            XattrSet::Any
-        };
-        let res = self.path(ino).and_then(|p| {
-            let name = utf8(name)?;
-            self.run(self.client.setxattr(&p, name, value, how, creds(req)))
-        });
-        self.xattrs.drop_entry(ino.0);
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("setxattr", &e)),
-        }
+        self.setxattr_op(req, ino, name, value, flags, _position, reply)
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let res = utf8(name).and_then(|name| match self.xattrs.get(ino.0) {
-            Some(cached) if cacheable(name) => cached_value(&cached, name, req.uid()),
-            _ => {
-                let p = self.path(ino)?;
-                self.run(self.client.getxattr(&p, name, creds(req)))
-            }
-        });
-        match res {
-            Ok(value) => reply_xattr(value, size, reply),
-            Err(e) => reply.error(failed("getxattr", &e)),
-        }
+        self.getxattr_op(req, ino, name, size, reply)
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let res = match self.xattrs.get(ino.0) {
-            Some(cached) => Ok(cached
-                .iter()
-                .filter(|x| req.uid() == 0 || !x.name.starts_with("trusted."))
-                .map(|x| x.name.clone())
-                .collect()),
-            None => self
-                .path(ino)
-                .and_then(|p| self.run(self.client.listxattr(&p, creds(req)))),
-        };
-        match res {
-            Ok(names) => {
-                let mut list = Vec::new();
-                for n in names {
-                    list.extend_from_slice(n.as_bytes());
-                    list.push(0);
-                }
-                reply_xattr(list, size, reply)
-            }
-            Err(e) => reply.error(failed("listxattr", &e)),
-        }
+        self.listxattr_op(req, ino, size, reply)
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let res = self.path(ino).and_then(|p| {
-            let name = utf8(name)?;
-            self.run(self.client.removexattr(&p, name, creds(req)))
-        });
-        self.xattrs.drop_entry(ino.0);
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("removexattr", &e)),
-        }
+        self.removexattr_op(req, ino, name, reply)
     }
 
     // lseek(SEEK_DATA/SEEK_HOLE) and copy_file_range: ENOSYS tells the kernel once and for
@@ -1124,7 +695,7 @@ impl Filesystem for EddyFs {
         _whence: i32,
         reply: ReplyLseek,
     ) {
-        reply.error(fuser::Errno::ENOSYS);
+        self.lseek_op(_req, _ino, _fh, _offset, _whence, reply)
     }
 
     fn copy_file_range(
@@ -1140,7 +711,18 @@ impl Filesystem for EddyFs {
         _flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        reply.error(fuser::Errno::ENOSYS);
+        self.copy_file_range_op(
+            _req,
+            _ino_in,
+            _fh_in,
+            _offset_in,
+            _ino_out,
+            _fh_out,
+            _offset_out,
+            _len,
+            _flags,
+            reply,
+        )
     }
 
     fn ioctl(
@@ -1154,7 +736,7 @@ impl Filesystem for EddyFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        reply.error(fuser::Errno::ENOTTY);
+        self.ioctl_op(_req, _ino, _fh, _flags, _cmd, _in_data, _out_size, reply)
     }
 
     fn fallocate(
@@ -1167,37 +749,8 @@ impl Filesystem for EddyFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self.do_fallocate(fh, offset, length, mode) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("fallocate", &e)),
-        }
+        self.fallocate_op(_req, _ino, fh, offset, length, mode, reply)
     }
-}
-
-/// How the kernel should treat an open file. Never FOPEN_KEEP_CACHE: the page cache is
-/// dropped on open, so that data written by other nodes is seen after an open. O_APPEND
-/// files bypass the page cache: the client appends at the end the metadata owner reserves,
-/// which may differ from the offset the kernel assumed (another node appended meanwhile),
-/// so cached pages would hold the data at the wrong place.
-///
-/// - Read-only opens: no FLUSH on close (there is no size to publish), which saves a kernel
-///   round trip per close. Writable opens keep it: close publishes the size writes reached.
-/// - Write-only and append-only opens bypass the page cache: nothing is read back through
-///   them, and through the cache the kernel splits an unaligned write in two requests (the
-///   partial first page alone). Writers to one file may then proceed in parallel.
-fn fopen_flags(file: &File) -> FopenFlags {
-    if file.renewed() {
-        // The kernel's cached size predates the backend's change: read around the page cache,
-        // so the new end of the file is not cut at the old one.
-        return FopenFlags::FOPEN_DIRECT_IO;
-    }
-    // Read-only opens keep FLUSH too: a close must release the closing process's POSIX
-    // locks at once (decision 0008), and with FOPEN_NOFLUSH only the later, asynchronous
-    // release of the open file would.
-    if file.append() || !file.readable() {
-        return FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
-    }
-    FopenFlags::empty()
 }
 
 /// Whether `path` is `dir` or below it.
@@ -1213,25 +766,6 @@ fn shared_id(inode: &Inode) -> Option<u128> {
 /// Attributes for "." and ".." in a readdirplus reply, which the kernel ignores.
 fn dot_inode() -> Inode {
     Inode::new(FileKind::Dir, 0, 0o755, 0, 0)
-}
-
-/// Prefix of the hidden name a file unlinked while open lives on under.
-const HIDDEN_ORPHAN: &str = ".eddy-unlinked-";
-
-/// Whether a directory entry is a file unlinked while open (left out of listings).
-pub(crate) fn is_hidden_orphan(name: &str) -> bool {
-    name.starts_with(HIDDEN_ORPHAN)
-}
-
-/// Flags that reopen a file in the same mode, without creating or truncating anything.
-fn reopen_flags(file: &File) -> i32 {
-    let access = match (file.readable(), file.writable()) {
-        (true, true) => libc::O_RDWR,
-        (false, true) => libc::O_WRONLY,
-        _ => libc::O_RDONLY,
-    };
-    let append = if file.append() { libc::O_APPEND } else { 0 };
-    access | append | libc::O_NOFOLLOW
 }
 
 #[cfg(test)]

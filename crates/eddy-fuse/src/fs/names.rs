@@ -1,0 +1,269 @@
+//! Names: mknod, mkdir, unlink, rmdir, symlink, rename and link through the mount, and the
+//! files unlinked while open, which live on under a hidden name until their last close.
+
+use super::*;
+
+/// Prefix of the hidden name a file unlinked while open lives on under.
+pub(super) const HIDDEN_ORPHAN: &str = ".eddy-unlinked-";
+
+/// Whether a directory entry is a file unlinked while open (left out of listings).
+pub(crate) fn is_hidden_orphan(name: &str) -> bool {
+    name.starts_with(HIDDEN_ORPHAN)
+}
+
+// The methods take the arguments of the `Filesystem` methods they serve, as fuser passes them.
+#[allow(clippy::too_many_arguments)]
+impl EddyFs {
+    pub(super) fn mknod_op(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let kind = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => FileKind::File,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => {
+                let e = Errno::einval(format!("mknod: unknown file type {mode:o}"));
+                return reply.error(failed("mknod", &e));
+            }
+        };
+        let res = self.child(parent, name).and_then(|path| {
+            // The kernel has checked CAP_MKNOD for device nodes.
+            let inode = if kind == FileKind::File {
+                let file = self.run(self.client.create(&path, mode & 0o7777, true, creds(req)))?;
+                let inode = file.inode();
+                self.run(self.client.close(&file))?;
+                inode
+            } else {
+                let rdev = crate::attr::dev_t(rdev);
+                self.run(
+                    self.client
+                        .mknod(&path, kind, mode & 0o7777, rdev, creds(req)),
+                )?
+            };
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("mknod", &e)),
+        }
+    }
+
+    pub(super) fn mkdir_op(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = self.child(parent, name).and_then(|path| {
+            let inode = self.run(self.client.mkdir(&path, mode & 0o7777, creds(req)))?;
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("mkdir", &e)),
+        }
+    }
+
+    pub(super) fn unlink_op(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: ReplyEmpty,
+    ) {
+        let res = self.child(parent, name).and_then(|path| {
+            let open = lock(&self.files)
+                .values()
+                .find(|f| f.path() == path)
+                .map(File::file_id);
+            match open {
+                Some(file_id) => self.hide_orphan(req, &path, file_id),
+                None => {
+                    self.run(self.client.unlink(&path, creds(req)))?;
+                    lock(&self.table).remove(&path);
+                    Ok(())
+                }
+            }
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("unlink", &e)),
+        }
+    }
+
+    pub(super) fn rmdir_op(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.child(parent, name).and_then(|path| {
+            self.run(self.client.rmdir(&path, creds(req)))?;
+            lock(&self.table).remove(&path);
+            Ok(())
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("rmdir", &e)),
+        }
+    }
+
+    pub(super) fn symlink_op(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let res = self.child(parent, link_name).and_then(|path| {
+            let target = utf8(target.as_os_str())?;
+            let inode = self.run(self.client.symlink(target, &path, creds(req)))?;
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("symlink", &e)),
+        }
+    }
+
+    pub(super) fn rename_op(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let res = self
+            .child(parent, name)
+            .and_then(|from| Ok((from, self.child(newparent, newname)?)))
+            .and_then(|(from, to)| self.do_rename(req, &from, &to, flags));
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("rename", &e)),
+        }
+    }
+
+    pub(super) fn link_op(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let res = self.path(ino).and_then(|old| {
+            let new = self.child(newparent, newname)?;
+            let inode = self.run(self.client.link(&old, &new, creds(req)))?;
+            // The new name is the same inode for the kernel: one page cache, one st_ino.
+            lock(&self.table).link(ino.0, &new, inode.file_id);
+            Ok(self.attr(ino, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("link", &e)),
+        }
+    }
+
+    pub(super) fn do_rename(
+        &self,
+        req: &Request,
+        from: &str,
+        to: &str,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        if !RenameFlags::RENAME_NOREPLACE.contains(flags) {
+            // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported: renameat2(2) says EINVAL.
+            return Err(Errno::einval(format!(
+                "rename flags {flags} are not supported"
+            )));
+        }
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            match self.run(self.client.stat(to)) {
+                Ok(_) => return Err(Errno::new(libc::EEXIST, format!("{to} exists"))),
+                Err(e) if e.errno == libc::ENOENT => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.run(self.client.rename(from, to, creds(req)))?;
+        lock(&self.table).rename(from, to);
+        self.rebind_files(from, to);
+        Ok(())
+    }
+
+    /// POSIX keeps an unlinked file alive while it is open. Like NFS, the mount renames a file
+    /// unlinked while one of its handles is open to a hidden name in the same directory (left
+    /// out of listings), and removes it when the last handle is released.
+    pub(super) fn hide_orphan(
+        &self,
+        req: &Request,
+        path: &str,
+        file_id: u128,
+    ) -> Result<(), Errno> {
+        let hidden =
+            eddy_proto::path::join(parent_of(path), &format!("{HIDDEN_ORPHAN}{file_id:032x}"));
+        self.do_rename(req, path, &hidden, RenameFlags::empty())?;
+        lock(&self.orphans).insert(hidden);
+        Ok(())
+    }
+
+    /// Removes an orphan for good once no handle of this mount has it open.
+    pub(super) fn reap_orphan(&self, path: &str) {
+        if !lock(&self.orphans).contains(path)
+            || lock(&self.files).values().any(|f| f.path() == path)
+        {
+            return;
+        }
+        lock(&self.orphans).remove(path);
+        match self.run(self.client.unlink(path, Creds::root())) {
+            Ok(()) => {
+                lock(&self.table).remove(path);
+            }
+            Err(e) => debug!(
+                path,
+                "cannot remove an unlinked file after its last close: {e}"
+            ),
+        }
+    }
+
+    /// An open file keeps the path it was opened by, and the client reaches the file's
+    /// metadata (size updates, stat) through it. After a rename, the handles of this mount
+    /// open at or below the old path are reopened at the new one, so that their writes keep
+    /// publishing the size (a log renamed away while its writer goes on, for instance).
+    pub(super) fn rebind_files(&self, from: &str, to: &str) {
+        let moved: Vec<(u64, File)> = lock(&self.files)
+            .iter()
+            .filter(|(_, f)| is_at_or_below(f.path(), from))
+            .map(|(fh, f)| (*fh, f.clone()))
+            .collect();
+        for (fh, old) in moved {
+            let path = format!("{to}{}", &old.path()[from.len()..]);
+            match self.run(
+                self.client
+                    .open(&path, reopen_flags(&old), 0, Creds::root()),
+            ) {
+                Ok(new) if new.file_id() == old.file_id() => {
+                    let mut files = lock(&self.files);
+                    if files.contains_key(&fh) {
+                        files.insert(fh, new);
+                    }
+                }
+                Ok(_) => debug!(
+                    path,
+                    "renamed file was replaced meanwhile; handle not moved"
+                ),
+                Err(e) => debug!(path, "cannot reopen a renamed file: {e}"),
+            }
+        }
+    }
+}
