@@ -2,8 +2,9 @@
 //! collide with the kernel's. The memfd carries what must survive fork, dup and exec:
 //! - its file offset is the Eddy file's offset (the kernel shares it between dup'ed and
 //!   inherited descriptors, exactly as for any file);
-//! - its contents are a header naming the Eddy path and the open flags, so that a program
-//!   started by exec with such a descriptor (a shell redirection) finds it again at start.
+//! - its contents are a header naming the Eddy path and the open flags (as of open), so that
+//!   a program started by exec with such a descriptor (a shell redirection) finds it again at
+//!   start; the memfd is then sealed, so a write that bypasses the library fails (EPERM).
 //!
 //! Close-on-exec flags are the memfd's own.
 
@@ -142,11 +143,12 @@ pub unsafe fn unlock_after_fork() {
 
 /// A new kernel descriptor for an Eddy open, its header written.
 pub fn reserve(path: &str, flags: i32) -> R<i32> {
-    let mfd_flags = if flags & libc::O_CLOEXEC != 0 {
-        libc::MFD_CLOEXEC
-    } else {
-        0
-    };
+    let mfd_flags = libc::MFD_ALLOW_SEALING
+        | if flags & libc::O_CLOEXEC != 0 {
+            libc::MFD_CLOEXEC
+        } else {
+            0
+        };
     // SAFETY: NUL-terminated name.
     let fd = unsafe { libc::syscall(libc::SYS_memfd_create, MEMFD_NAME.as_ptr(), mfd_flags) };
     if fd < 0 {
@@ -161,15 +163,20 @@ pub fn reserve(path: &str, flags: i32) -> R<i32> {
     Ok(fd)
 }
 
-pub fn write_header(fd: i32, path: &str, flags: i32) -> R<()> {
+fn write_header(fd: i32, path: &str, flags: i32) -> R<()> {
     let text = format!("{MAGIC}{flags}\n{path}");
     // SAFETY: a buffer of that length.
     let n = unsafe { real::pwrite64(fd, text.as_ptr().cast(), text.len(), 0) };
     if n != text.len() as isize {
         return Err(Errno::new(errno(), "writing a descriptor's header"));
     }
+    // Sealed: a program writing to the descriptor behind the library's back (a raw system
+    // call, glibc's internal write) gets EPERM rather than a silent success.
+    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
     // SAFETY: our own descriptor.
-    unsafe { real::ftruncate64(fd, text.len() as i64) };
+    if unsafe { real::fcntl(fd, libc::F_ADD_SEALS, seals as libc::c_ulong) } < 0 {
+        return Err(Errno::new(errno(), "sealing a descriptor's header"));
+    }
     Ok(())
 }
 
@@ -263,4 +270,71 @@ pub fn fill(o: &Open, cur: &mut Cursor) -> R<bool> {
             Ok(false)
         }
     }
+}
+
+// ---------------------------------------------------------------- the library's own descriptors
+
+/// Descriptors below this bound are tracked (a bit each).
+const TRACKED: usize = 65536;
+static INTERNAL: [std::sync::atomic::AtomicU64; TRACKED / 64] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; TRACKED / 64];
+static N_INTERNAL: AtomicUsize = AtomicUsize::new(0);
+
+pub fn internal_opened(fd: i32) {
+    if (0..TRACKED as i32).contains(&fd) {
+        let (w, b) = (fd as usize / 64, fd as usize % 64);
+        if INTERNAL[w].fetch_or(1 << b, Ordering::AcqRel) & (1 << b) == 0 {
+            N_INTERNAL.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+pub fn internal_closed(fd: i32) {
+    if N_INTERNAL.load(Ordering::Acquire) == 0 || !(0..TRACKED as i32).contains(&fd) {
+        return;
+    }
+    let (w, b) = (fd as usize / 64, fd as usize % 64);
+    if INTERNAL[w].fetch_and(!(1 << b), Ordering::AcqRel) & (1 << b) != 0 {
+        N_INTERNAL.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether `fd` belongs to the library (its runtime or its connections).
+pub fn is_internal(fd: i32) -> bool {
+    if N_INTERNAL.load(Ordering::Acquire) == 0 || !(0..TRACKED as i32).contains(&fd) {
+        return false;
+    }
+    INTERNAL[fd as usize / 64].load(Ordering::Acquire) & (1 << (fd as usize % 64)) != 0
+}
+
+/// In a forked child: the parent's runtime descriptors are of no use here; closed.
+pub fn close_internal_after_fork() {
+    for (w, word) in INTERNAL.iter().enumerate() {
+        let bits = word.swap(0, Ordering::AcqRel);
+        for b in 0..64 {
+            if bits & (1 << b) != 0 {
+                // SAFETY: a descriptor the library made.
+                unsafe { real::close((w * 64 + b) as i32) };
+            }
+        }
+    }
+    N_INTERNAL.store(0, Ordering::Release);
+}
+
+/// Where the library's own descriptors go: well above those programs use.
+pub fn high_base() -> i32 {
+    static BASE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *BASE.get_or_init(|| {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: a plain query into a local.
+        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 {
+            r.rlim_cur.min(65536) as i32
+        } else {
+            1024
+        };
+        (soft * 3 / 4).max(64)
+    })
 }

@@ -69,6 +69,11 @@ extern "C" fn init() {
             state::set_umask(m);
             state::register_fork_handlers();
             fds::adopt_inherited();
+            for fd in 0..=2 {
+                if fds::is_ours(fd) {
+                    ops::std_stream(fd);
+                }
+            }
             ops::adopt_cwd();
         }
         Ok(())

@@ -342,10 +342,28 @@ fn release(o: Arc<Open>) -> R<()> {
     first
 }
 
+extern "C" {
+    fn eddy_shim_std_stream(fd: c_int);
+}
+
+/// When fd 0, 1 or 2 becomes an Eddy descriptor: its stdio stream goes through this library.
+pub fn std_stream(fd: c_int) {
+    if (0..=2).contains(&fd) {
+        // SAFETY: replaces the standard stream by a cookie stream over the descriptor.
+        unsafe { eddy_shim_std_stream(fd) };
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if guarded() {
+        fds::internal_closed(fd);
         return real::close(fd);
+    }
+    if fds::is_internal(fd) {
+        // The library's own descriptor (its runtime's, its connections'): not the program's.
+        set_errno(libc::EBADF);
+        return -1;
     }
     match fds::remove(fd) {
         None => real::close(fd),
@@ -1976,7 +1994,11 @@ pub unsafe extern "C" fn fstatvfs64(fd: c_int, buf: *mut libc::statvfs) -> c_int
 /// `newfd` now names what `oldfd` names (after the real dup); what `newfd` named is released.
 fn after_dup(oldfd: Option<Arc<Open>>, newfd: c_int) -> R<c_int> {
     let replaced = match oldfd {
-        Some(o) => fds::insert(newfd, o),
+        Some(o) => {
+            let old = fds::insert(newfd, o);
+            std_stream(newfd);
+            old
+        }
         None => fds::remove(newfd),
     };
     if let Some(old) = replaced {
@@ -2001,6 +2023,10 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 unsafe fn dup2_common(fd: c_int, fd2: c_int, real_call: impl FnOnce() -> c_int) -> c_int {
     if guarded() {
         return real_call();
+    }
+    if fds::is_internal(fd2) {
+        set_errno(libc::EBADF);
+        return -1;
     }
     let src = fds::lookup(fd);
     if src.is_none() && !fds::is_ours(fd2) {
@@ -2143,7 +2169,6 @@ fn fcntl_ours(fd: c_int, o: Arc<Open>, cmd: c_int, arg: c_ulong) -> R<c_int> {
             let new = (o.flags() & !settable) | (arg as c_int & settable);
             let append_changed = (new ^ o.flags()) & libc::O_APPEND != 0;
             o.flags.store(new, Ordering::Relaxed);
-            fds::write_header(fd, &o.path, new)?;
             if append_changed {
                 // The client's handle carries O_APPEND: a new one is opened on next use.
                 if let Some(f) = o.take_file() {
@@ -2957,4 +2982,52 @@ pub unsafe extern "C" fn execve(
     }
     keep.push(std::ptr::null());
     real::execve(path, argv, keep.as_ptr())
+}
+
+// ---------------------------------------------------------------- the library's own descriptors
+
+/// Descriptors the library's runtime makes (epoll, eventfd, sockets) move to high numbers,
+/// out of the way of programs that dup2 onto small ones (a shell's `exec 3>file`).
+fn relocate(fd: c_int) -> c_int {
+    if fd < 0 {
+        return fd;
+    }
+    // SAFETY: our own new descriptor.
+    let n = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, fds::high_base() as c_ulong) };
+    if n < 0 {
+        fds::internal_opened(fd);
+        return fd;
+    }
+    // SAFETY: as above; `n` replaces it.
+    unsafe { real::close(fd) };
+    fds::internal_opened(n);
+    n
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    let fd = real::socket(domain, ty, proto);
+    if guarded() {
+        relocate(fd)
+    } else {
+        fd
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
+    let fd = real::epoll_create1(flags);
+    if guarded() {
+        relocate(fd)
+    } else {
+        fd
+    }
+}
+#[no_mangle]
+pub unsafe extern "C" fn eventfd(init: c_uint, flags: c_int) -> c_int {
+    let fd = real::eventfd(init, flags);
+    if guarded() {
+        relocate(fd)
+    } else {
+        fd
+    }
 }

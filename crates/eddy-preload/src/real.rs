@@ -190,6 +190,9 @@ real! {
     mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int = -1;
     mknodat(dirfd: c_int, path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int = -1;
     umask(mask: mode_t) -> mode_t = 0o022;
+    socket(domain: c_int, ty: c_int, proto: c_int) -> c_int = -1;
+    epoll_create1(flags: c_int) -> c_int = -1;
+    eventfd(init: c_uint, flags: c_int) -> c_int = -1;
     execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int = -1;
     realpath(path: *const c_char, out: *mut c_char) -> *mut c_char = std::ptr::null_mut();
 }

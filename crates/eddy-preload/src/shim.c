@@ -109,8 +109,15 @@ static int mode_flags(const char *mode) {
     return flags;
 }
 
-static FILE *wrap(int fd, const char *mode) {
+/* A cookie stream over descriptor `fd`; fileno() gives `fd`. */
+static FILE *cookie_stream(int fd, const char *mode) {
     FILE *f = fopencookie((void *)(intptr_t)fd, mode, EDDY_COOKIE);
+    if (f) f->_fileno = fd;
+    return f;
+}
+
+static FILE *wrap(int fd, const char *mode) {
+    FILE *f = cookie_stream(fd, mode);
     if (!f) {
         int e = errno;
         close(fd);
@@ -143,9 +150,25 @@ FILE *eddy_shim_fdopen(int fd, const char *mode) {
     if (eddy_pl_is_ours(fd)) {
         if (!mode || mode_flags(mode) < 0) { errno = EINVAL; return NULL; }
         /* fdopen does not close on failure: wrap without closing. */
-        return fopencookie((void *)(intptr_t)fd, mode, EDDY_COOKIE);
+        return cookie_stream(fd, mode);
     }
     if (!real) real = (fdopen_fn)dlsym(RTLD_NEXT, "fdopen");
     if (!real) { errno = ENOSYS; return NULL; }
     return real(fd, mode);
+}
+
+/* stdin, stdout or stderr (fd 0, 1 or 2) now names an Eddy file: glibc's own streams write
+ * with its internal write, which this library cannot see, so the stream becomes a cookie
+ * stream over the descriptor (whose calls go through this library, to Eddy or not). */
+void eddy_shim_std_stream(int fd) {
+    static FILE *made[3];
+    if (fd < 0 || fd > 2) return;
+    FILE **slot = fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr;
+    if (made[fd] && *slot == made[fd]) return;
+    if (fd != 0 && *slot) fflush(*slot);
+    FILE *f = cookie_stream(fd, fd == 0 ? "r" : "w");
+    if (!f) return;
+    if (fd == 2) setvbuf(f, NULL, _IONBF, 0);
+    made[fd] = f;
+    *slot = f;
 }

@@ -209,6 +209,7 @@ extern "C" fn child_after_fork() {
     // connection.
     GLOBAL.store(std::ptr::null_mut(), Ordering::Release);
     crate::ops::reset_after_fork();
+    crate::fds::close_internal_after_fork();
 }
 
 pub fn register_fork_handlers() {
