@@ -451,3 +451,34 @@ fn mpi_posix_and_mpi_io() {
         }
     }
 }
+
+#[test]
+fn c_calls_one_by_one() {
+    common::require::program("gcc", "gcc");
+    let p = Pre::start();
+    let exe = build_c("gcc", "preload_calls.c", p.scratch.path());
+    p.sh("mkdir /eddy/calls");
+    let out = p
+        .cmd(exe.to_str().unwrap())
+        .arg("/eddy/calls")
+        .output()
+        .unwrap();
+    check("preload_calls", &out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "CALLS-OK\n");
+    // What the program left, as the client library sees it.
+    assert_eq!(p.read("/calls/stdio.txt"), b"hello 42\nabctail\n");
+    assert_eq!(p.read("/calls/vec.bin"), b"01AB\0\0Z");
+    assert_eq!(p.read("/calls/stdout.txt"), b"printed through stdio\n");
+    let mut names = p.names("/calls/dir");
+    names.sort();
+    assert_eq!(names, ["f2", "f3", "g0", "g1", "hard", "ln"]);
+    let g1 = p.rt.block_on(p.client.stat("/calls/dir/g1")).unwrap();
+    assert_eq!(
+        (g1.mode, g1.uid, g1.mtime.sec, g1.nlink),
+        (0o604, 0, 1_200_000_000, 2)
+    );
+    assert_eq!(
+        p.rt.block_on(p.client.readlink("/calls/dir/ln")).unwrap(),
+        "g1"
+    );
+}

@@ -344,6 +344,7 @@ fn release(o: Arc<Open>) -> R<()> {
 
 extern "C" {
     fn eddy_shim_std_stream(fd: c_int);
+    fn eddy_shim_flush_std(fd: c_int);
 }
 
 /// When fd 0, 1 or 2 becomes an Eddy descriptor: its stdio stream goes through this library.
@@ -2035,6 +2036,10 @@ unsafe fn dup2_common(fd: c_int, fd2: c_int, real_call: impl FnOnce() -> c_int) 
     if fd == fd2 {
         return real_call();
     }
+    if src.is_some() && (0..=2).contains(&fd2) {
+        // Unguarded: a stream over an Eddy descriptor flushes through this library.
+        eddy_shim_flush_std(fd2);
+    }
     enter(-1, || {
         real_result(real_call(), "dup2")?;
         after_dup(src, fd2)
@@ -2963,7 +2968,24 @@ pub unsafe extern "C" fn execve(
     if guarded() || settings().is_none() || envp.is_null() {
         return real::execve(path, argv, envp);
     }
+    // Allocation-free when nothing changes (this may run in a vfork child).
     let cwd = CWD.read().clone();
+    let mut present: Option<&[u8]> = None;
+    let mut i = 0;
+    loop {
+        let e = *envp.add(i);
+        if e.is_null() {
+            break;
+        }
+        let b = CStr::from_ptr(e).to_bytes();
+        if let Some(v) = b.strip_prefix(b"EDDY_CWD=") {
+            present = Some(v);
+        }
+        i += 1;
+    }
+    if present == cwd.as_deref().map(str::as_bytes) {
+        return real::execve(path, argv, envp);
+    }
     let mut keep: Vec<*const c_char> = Vec::new();
     let mut i = 0;
     loop {

@@ -165,10 +165,15 @@ void eddy_shim_std_stream(int fd) {
     if (fd < 0 || fd > 2) return;
     FILE **slot = fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr;
     if (made[fd] && *slot == made[fd]) return;
-    if (fd != 0 && *slot) fflush(*slot);
     FILE *f = cookie_stream(fd, fd == 0 ? "r" : "w");
     if (!f) return;
     if (fd == 2) setvbuf(f, NULL, _IONBF, 0);
     made[fd] = f;
     *slot = f;
+}
+
+/* Before fd 0, 1 or 2 is replaced: what its stream buffered goes to the old file. */
+void eddy_shim_flush_std(int fd) {
+    if (fd == 1 && stdout) fflush(stdout);
+    if (fd == 2 && stderr) fflush(stderr);
 }
