@@ -288,7 +288,7 @@ fn python_file_operations_threads_and_fork() {
     let p = Pre::start();
     p.write("/given.bin", &pattern(3, 0, 200_000));
     let script = r#"
-import errno, mmap, os, threading
+import errno, mmap, os, subprocess, threading
 os.makedirs("/eddy/py/sub", exist_ok=True)
 with open("/eddy/py/f.txt", "w") as f:
     f.write("line\n" * 1000)
@@ -345,6 +345,11 @@ except OSError as e:
     assert e.errno == errno.ELOOP, e
 os.chdir("/eddy/py")
 assert os.getcwd() == "/eddy/py"
+import subprocess
+run = lambda *a: subprocess.run(a, capture_output=True, text=True, check=True).stdout
+assert run("pwd") == "/eddy/py\n", run("pwd")
+assert run("ls") == "child\ng.txt\nlink\nsub\n", run("ls")
+assert run("cat", "g.txt").startswith("line\nLINE")
 assert os.path.exists("child") and os.path.realpath("link") == "/eddy/py/g.txt"
 os.remove("child")
 os.truncate("g.txt", 10)

@@ -4,7 +4,8 @@
 //!   inherited descriptors, exactly as for any file);
 //! - its contents are a header naming the Eddy path and the open flags (as of open), so that
 //!   a program started by exec with such a descriptor (a shell redirection) finds it again at
-//!   start; the memfd is then sealed, so a write that bypasses the library fails (EPERM).
+//!   start; the memfd is then sealed and the descriptor made write-only, so a write that
+//!   bypasses the library fails (EPERM) and so does a read (EBADF).
 //!
 //! Close-on-exec flags are the memfd's own.
 
@@ -160,7 +161,28 @@ pub fn reserve(path: &str, flags: i32) -> R<i32> {
         unsafe { real::close(fd) };
         return Err(e);
     }
+    write_only(fd, flags & libc::O_CLOEXEC != 0);
     Ok(fd)
+}
+
+/// Makes `fd` a write-only description of the same memfd (reopened through /proc), so that a
+/// read behind the library's back fails (EBADF) like a write does (EPERM: sealed), instead of
+/// returning the header. The number stays (the lowest free one, as open promises). Without
+/// /proc the read-write memfd stays.
+fn write_only(fd: i32, cloexec: bool) {
+    let Ok(proc_path) = std::ffi::CString::new(format!("/proc/self/fd/{fd}")) else {
+        return;
+    };
+    // SAFETY: a NUL-terminated path; descriptors of our own.
+    unsafe {
+        let w = real::open64(proc_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC, 0);
+        if w < 0 {
+            return;
+        }
+        let keep = if cloexec { libc::O_CLOEXEC } else { 0 };
+        real::dup3(w, fd, keep);
+        real::close(w);
+    }
 }
 
 fn write_header(fd: i32, path: &str, flags: i32) -> R<()> {
@@ -202,13 +224,10 @@ pub fn adopt_inherited() {
         if !target.to_string_lossy().starts_with("/memfd:eddy-preload") {
             continue;
         }
-        let mut buf = vec![0u8; 8192];
-        // SAFETY: a buffer of that length.
-        let n = unsafe { real::pread64(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n <= 0 {
+        // The descriptor itself is write-only: the header is read through a new description.
+        let Ok(buf) = std::fs::read(e.path()) else {
             continue;
-        }
-        buf.truncate(n as usize);
+        };
         let Ok(text) = String::from_utf8(buf) else {
             continue;
         };

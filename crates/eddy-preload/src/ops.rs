@@ -2957,6 +2957,58 @@ pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
     })
 }
 
+/// The environment `envp` with EDDY_CWD set to the process-local working directory (or
+/// removed when it is not under the prefix); `None` when `envp` already says so.
+/// Allocation-free in that case (this may run in a vfork child).
+unsafe fn env_with_cwd(
+    envp: *const *const c_char,
+) -> Option<(Vec<*const c_char>, Option<CString>)> {
+    if settings().is_none() || envp.is_null() {
+        return None;
+    }
+    let cwd = CWD.read().clone();
+    let mut present: Option<&[u8]> = None;
+    let mut i = 0;
+    loop {
+        // SAFETY: the caller's NULL-terminated array of strings.
+        let e = unsafe { *envp.add(i) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: as above.
+        let b = unsafe { CStr::from_ptr(e) }.to_bytes();
+        if let Some(v) = b.strip_prefix(b"EDDY_CWD=") {
+            present = Some(v);
+        }
+        i += 1;
+    }
+    if present == cwd.as_deref().map(str::as_bytes) {
+        return None;
+    }
+    let mut keep: Vec<*const c_char> = Vec::with_capacity(i + 2);
+    for k in 0..i {
+        // SAFETY: as above.
+        let e = unsafe { *envp.add(k) };
+        // SAFETY: as above.
+        if !unsafe { CStr::from_ptr(e) }
+            .to_bytes()
+            .starts_with(b"EDDY_CWD=")
+        {
+            keep.push(e);
+        }
+    }
+    let extra = cwd.and_then(|c| CString::new(format!("EDDY_CWD={c}")).ok());
+    if let Some(x) = &extra {
+        keep.push(x.as_ptr());
+    }
+    keep.push(std::ptr::null());
+    Some((keep, extra))
+}
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
 /// execve with EDDY_CWD set to the process-local working directory (or removed when it is
 /// not under the prefix), so that a program started from an Eddy directory starts there.
 #[no_mangle]
@@ -2965,47 +3017,42 @@ pub unsafe extern "C" fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    if guarded() || settings().is_none() || envp.is_null() {
+    if guarded() {
         return real::execve(path, argv, envp);
     }
-    // Allocation-free when nothing changes (this may run in a vfork child).
-    let cwd = CWD.read().clone();
-    let mut present: Option<&[u8]> = None;
-    let mut i = 0;
-    loop {
-        let e = *envp.add(i);
-        if e.is_null() {
-            break;
-        }
-        let b = CStr::from_ptr(e).to_bytes();
-        if let Some(v) = b.strip_prefix(b"EDDY_CWD=") {
-            present = Some(v);
-        }
-        i += 1;
+    match env_with_cwd(envp) {
+        None => real::execve(path, argv, envp),
+        Some((env, _keep)) => real::execve(path, argv, env.as_ptr()),
     }
-    if present == cwd.as_deref().map(str::as_bytes) {
-        return real::execve(path, argv, envp);
-    }
-    let mut keep: Vec<*const c_char> = Vec::new();
-    let mut i = 0;
-    loop {
-        let e = *envp.add(i);
-        if e.is_null() {
-            break;
-        }
-        if !CStr::from_ptr(e).to_bytes().starts_with(b"EDDY_CWD=") {
-            keep.push(e);
-        }
-        i += 1;
-    }
-    let extra = cwd.and_then(|c| CString::new(format!("EDDY_CWD={c}")).ok());
-    if let Some(x) = &extra {
-        keep.push(x.as_ptr());
-    }
-    keep.push(std::ptr::null());
-    real::execve(path, argv, keep.as_ptr())
 }
 
+/// execv: execve with the process's environment (glibc's own execv does not call execve).
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    execve(path, argv, environ)
+}
+
+/// execvpe, with EDDY_CWD as execve sets it.
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    if guarded() {
+        return real::execvpe(file, argv, envp);
+    }
+    match env_with_cwd(envp) {
+        None => real::execvpe(file, argv, envp),
+        Some((env, _keep)) => real::execvpe(file, argv, env.as_ptr()),
+    }
+}
+
+/// execvp: execvpe with the process's environment.
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    execvpe(file, argv, environ)
+}
 // ---------------------------------------------------------------- the library's own descriptors
 
 /// Descriptors the library's runtime makes (epoll, eventfd, sockets) move to high numbers,

@@ -194,5 +194,6 @@ real! {
     epoll_create1(flags: c_int) -> c_int = -1;
     eventfd(init: c_uint, flags: c_int) -> c_int = -1;
     execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int = -1;
+    execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int = -1;
     realpath(path: *const c_char, out: *mut c_char) -> *mut c_char = std::ptr::null_mut();
 }

@@ -100,6 +100,7 @@ int main(int argc, char **argv) {
     CHECK(mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED && errno == ENODEV, "mmap refused");
     /* A write behind the library's back (a raw system call) fails, never lands silently. */
     CHECK(syscall(SYS_write, fd, "x", 1) == -1 && errno == EPERM, "raw write refused");
+    CHECK(syscall(SYS_read, fd, buf, 1) == -1 && errno == EBADF, "raw read refused");
 
     /* fcntl: flags, O_APPEND by F_SETFL, descriptor flags, F_DUPFD_CLOEXEC, dup/dup2/dup3 */
     CHECK((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDWR, "F_GETFL");
