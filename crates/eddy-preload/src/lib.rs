@@ -67,6 +67,7 @@ extern "C" fn init() {
                 m
             };
             state::set_umask(m);
+            ops::set_pid();
             state::register_fork_handlers();
             fds::adopt_inherited();
             for fd in 0..=2 {

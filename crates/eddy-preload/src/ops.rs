@@ -377,14 +377,28 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     }
 }
 
+/// The process the library state belongs to: a vfork child (which runs no fork handlers and
+/// shares the parent's memory) publishes nothing at `_exit`; its parent owns the files.
+static PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+pub fn set_pid() {
+    // SAFETY: getpid cannot fail.
+    PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+}
+
 /// In a forked child: nothing written by this process yet.
 pub fn reset_after_fork() {
     WROTE.store(false, Ordering::Relaxed);
+    set_pid();
 }
 
 /// Publishes what this process wrote (at exit): every open handle closed.
 pub fn publish_all() {
     if guarded() || !WROTE.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: getpid cannot fail.
+    if unsafe { libc::getpid() } != PID.load(Ordering::Relaxed) {
         return;
     }
     enter((), || {
@@ -2903,6 +2917,9 @@ fn getcwd_ours(buf: *mut c_char, size: size_t) -> R<*mut c_char> {
     };
     let full = CString::new(outside(&c)).map_err(|_| Errno::einval("NUL in path"))?;
     let bytes = full.as_bytes_with_nul();
+    if !buf.is_null() && size == 0 {
+        return Err(Errno::einval("getcwd: size 0"));
+    }
     if buf.is_null() {
         let n = if size == 0 { bytes.len() } else { size };
         if n < bytes.len() {

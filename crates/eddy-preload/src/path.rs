@@ -136,3 +136,44 @@ pub fn link_target(link: &str, target: &str) -> R<Target> {
     };
     classify(&abs, &s.prefix)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ours(t: R<Target>) -> Option<String> {
+        match t.expect("classify") {
+            Target::Ours(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn normalisation_is_lexical() {
+        assert_eq!(normalize("/a//b/./c/../d/"), "/a/b/d");
+        assert_eq!(normalize("/../.."), "/");
+        assert_eq!(normalize("/"), "/");
+    }
+
+    #[test]
+    fn the_prefix_is_a_whole_component() {
+        assert_eq!(under(b"/eddy", b"/eddy"), Some(&b""[..]));
+        assert_eq!(under(b"/eddy/x", b"/eddy"), Some(&b"/x"[..]));
+        assert_eq!(under(b"/eddyx", b"/eddy"), None);
+        assert_eq!(under(b"/tmp/eddy", b"/eddy"), None);
+    }
+
+    #[test]
+    fn paths_leaving_the_prefix_are_real() {
+        assert_eq!(
+            ours(classify("/eddy/a/../b", "/eddy")).as_deref(),
+            Some("/b")
+        );
+        assert_eq!(ours(classify("/eddy", "/eddy")).as_deref(), Some("/"));
+        assert_eq!(ours(classify("/eddy/..", "/eddy")), None);
+        match classify("/eddy/../etc/hostname", "/eddy").unwrap() {
+            Target::RealAt(c) => assert_eq!(c.to_str().unwrap(), "/etc/hostname"),
+            _ => panic!("expected a real path"),
+        }
+    }
+}
