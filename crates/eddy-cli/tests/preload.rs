@@ -487,3 +487,31 @@ fn c_calls_one_by_one() {
         "g1"
     );
 }
+
+#[test]
+fn without_a_deployment_calls_fail_clearly() {
+    let so = preload_so();
+    let run = |envs: &[(&str, &str)]| {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg("cat /eddy/x")
+            .env("LD_PRELOAD", &so)
+            .env_remove("EDDY_PREFIX")
+            .env_remove("EDDY_STATE");
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        let out = c.output().expect("sh");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // A state directory without deployment.toml: EIO, not an empty file.
+    let err = run(&[("EDDY_PREFIX", "/eddy"), ("EDDY_STATE", "/nonexistent")]);
+    assert!(err.contains("Input/output error"), "{err}");
+    // No EDDY_STATE: EINVAL.
+    let err = run(&[("EDDY_PREFIX", "/eddy")]);
+    assert!(err.contains("Invalid argument"), "{err}");
+    // No EDDY_PREFIX: the library is inert, the real file system answers.
+    let err = run(&[]);
+    assert!(err.contains("No such file"), "{err}");
+}
