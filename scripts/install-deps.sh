@@ -4,6 +4,8 @@ set -euo pipefail
 
 # slurm-wlm and munge: crates/eddy-cli/tests/slurm.rs brings up a private Slurm cluster.
 # openmpi-bin: `eddy bench --mpi` launches its workers with mpirun (tested in tests/bench.rs).
+# libopenmpi-dev and gcc: tests/preload.rs builds C and MPI programs (mpicc) that run under
+# libeddy_preload.so.
 # glusterfs-server and glusterfs-client: crates/eddy-cli/tests/common/gluster.rs serves a real
 # network file system (a GlusterFS volume on this host) as a backend directory.
 # iproute2: tests/netns.rs puts daemons in network namespaces. util-linux: setpriv, for tests
@@ -13,7 +15,7 @@ set -euo pipefail
 # interpreter Debian's h5py is built for).
 # A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
-  slurm-wlm munge openmpi-bin glusterfs-server glusterfs-client rsync attr python3 python3-h5py)
+  slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
