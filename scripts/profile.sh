@@ -38,7 +38,8 @@ profile() {
   shift 2
   perf record -F "$FREQ" -a -g --call-graph dwarf,16384 -o "$WORK/$name.data" -- \
     "$BIN/eddy" bench run "$TARGET" --procs 2 "$@" >"$WORK/$name.bench" 2>&1
-  perf script -i "$WORK/$name.data" 2>/dev/null | inferno-collapse-perf >"$WORK/$name.folded"
+  # --no-inline: inline frames would be resolved by addr2line, slowly.
+  perf script --no-inline -i "$WORK/$name.data" 2>/dev/null | inferno-collapse-perf >"$WORK/$name.folded"
   inferno-flamegraph --title "$title ($VIA, 2 procs, 3 daemons on tmpfs)" \
     <"$WORK/$name.folded" >"$OUT/$name.svg"
   echo "== $name: $OUT/$name.svg"
@@ -47,8 +48,8 @@ profile() {
   awk '{ n = $NF; $NF = ""; split($0, f, ";"); delete seen;
          for (i in f) if (!(f[i] in seen)) { seen[f[i]] = 1; t[f[i]] += n } ; all += n }
        END { for (k in t) printf "%6.1f%%  %s\n", 100 * t[k] / all, k }' "$WORK/$name.folded" |
-    sort -rn | head -25
+    sort -rn | head -25 || true
 }
 
-profile profile-create "Eddy: creates (mdtest-easy)" --workloads mdtest-easy --scale 0.2
-profile profile-write-1m "Eddy: 1 MiB writes (ior-easy)" --workloads ior-easy --easy-xfer 1048576 --scale 0.2
+profile profile-create "Eddy: creates (mdtest-easy)" --workloads mdtest-easy --scale 0.5
+profile profile-write-1m "Eddy: 1 MiB writes (ior-easy)" --workloads ior-easy --easy-xfer 1048576 --scale 0.5
