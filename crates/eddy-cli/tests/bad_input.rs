@@ -29,12 +29,17 @@ async fn malformed_frames_close_only_their_connection() {
             0 => (0..rng.gen_range(1..4000)).map(|_| rng.gen()).collect(),
             // A huge length prefix.
             1 => u32::MAX.to_le_bytes().to_vec(),
-            // A well-formed frame with an undecodable body.
+            // A well-formed frame with an undecodable meta section and a payload.
             2 => {
-                let body: Vec<u8> = (0..rng.gen_range(0..200)).map(|_| rng.gen()).collect();
-                let mut v = ((body.len() + 8) as u32).to_le_bytes().to_vec();
+                let meta: Vec<u8> = (0..rng.gen_range(0..200)).map(|_| rng.gen()).collect();
+                let payload: Vec<u8> = (0..rng.gen_range(0..200)).map(|_| rng.gen()).collect();
+                let mut v = ((meta.len() + payload.len() + 12) as u32)
+                    .to_le_bytes()
+                    .to_vec();
                 v.extend_from_slice(&0u64.to_le_bytes());
-                v.extend(body);
+                v.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+                v.extend(meta);
+                v.extend(payload);
                 v
             }
             // A truncated frame, then hang up.
@@ -130,22 +135,32 @@ impl Drop for Unmount {
     }
 }
 
-/// Writes one frame `[u32 len][u64 id][body]` on a blocking stream.
-fn put_frame(s: &mut TcpStream, id: u64, body: &[u8]) -> std::io::Result<()> {
-    let mut f = ((body.len() + 8) as u32).to_le_bytes().to_vec();
+/// Writes one frame `[u32 len][u64 id][u32 meta len][meta]` (no payload) on a blocking
+/// stream.
+fn put_frame(s: &mut TcpStream, id: u64, meta: &[u8]) -> std::io::Result<()> {
+    let mut f = ((meta.len() + 12) as u32).to_le_bytes().to_vec();
     f.extend_from_slice(&id.to_le_bytes());
-    f.extend_from_slice(body);
+    f.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    f.extend_from_slice(meta);
     s.write_all(&f)
 }
 
-/// Reads one frame; returns its id and body.
-fn get_frame(s: &mut TcpStream) -> (u64, Vec<u8>) {
-    let mut head = [0u8; 12];
+/// Reads one frame; returns its id, meta section and payload.
+fn get_frame(s: &mut TcpStream) -> (u64, eddy_proto::frame::Frame) {
+    let mut head = [0u8; eddy_proto::frame::HEADER_BYTES];
     s.read_exact(&mut head).unwrap();
     let len = u32::from_le_bytes(head[..4].try_into().unwrap()) as usize;
-    let mut body = vec![0u8; len - 8];
-    s.read_exact(&mut body).unwrap();
-    (u64::from_le_bytes(head[4..].try_into().unwrap()), body)
+    let meta_len = u32::from_le_bytes(head[12..].try_into().unwrap()) as usize;
+    let mut rest = vec![0u8; len - 12];
+    s.read_exact(&mut rest).unwrap();
+    let payload = rest.split_off(meta_len);
+    let id = u64::from_le_bytes(head[4..12].try_into().unwrap());
+    let frame = eddy_proto::frame::Frame {
+        id,
+        meta: rest.into(),
+        payload: payload.into(),
+    };
+    (id, frame)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,14 +175,14 @@ async fn a_client_that_never_reads_stalls_only_itself() {
     let secret = cl.dep.secret_bytes().unwrap();
     let mut s = TcpStream::connect(&cl.dep.daemons[0].addr).unwrap();
     let (_, hello) = get_frame(&mut s);
-    let hello: ServerHello = eddy_proto::decode(&hello, 4096).unwrap();
+    let hello: ServerHello = eddy_proto::decode_plain(&hello, 4096).unwrap();
     let reply = ClientHello {
         version: eddy_proto::PROTOCOL_VERSION,
         proof: prove(&secret, &hello.nonce),
     };
     put_frame(&mut s, 0, &eddy_proto::encode(&reply).unwrap()).unwrap();
     let (_, verdict) = get_frame(&mut s);
-    eddy_proto::decode::<HelloResult>(&verdict, 4096)
+    eddy_proto::decode_plain::<HelloResult>(&verdict, 4096)
         .unwrap()
         .unwrap();
 
@@ -216,11 +231,11 @@ async fn a_client_that_never_reads_stalls_only_itself() {
     let reader = std::thread::spawn(move || {
         let mut seen = vec![false; N as usize + 1];
         for _ in 0..N {
-            let (id, body) = get_frame(&mut s);
-            let resp: eddy_proto::Response = eddy_proto::decode(&body, 1 << 20).unwrap();
+            let (id, frame) = get_frame(&mut s);
+            let resp = eddy_proto::response_from_frame(frame, 1 << 20).unwrap();
             assert_eq!(
                 resp,
-                Ok(eddy_proto::Reply::Data(vec![0; 65_536])),
+                Ok(eddy_proto::Reply::Data(vec![0; 65_536].into())),
                 "a hole reads as zeros"
             );
             assert!(!seen[id as usize], "reply {id} twice");

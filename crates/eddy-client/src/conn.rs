@@ -1,34 +1,53 @@
 //! One authenticated, multiplexed connection to a daemon: many requests outstanding at once,
 //! matched to their responses by request id. A broken connection fails every pending request
 //! with EIO at once; the link reconnects on the next call.
+//!
+//! A call encodes its own frame, hands it to the connection's writer task over a channel and
+//! awaits a oneshot: no lock is taken on the way. The writer registers each call's reply
+//! slot with the reader (a second channel) before its frame goes out, then writes every frame
+//! queued at that moment with one vectored write; the reader owns the map of pending replies
+//! and takes the registrations in before it looks a reply up, so a registration always
+//! arrives before its reply.
 
+use bytes::Bytes;
 use eddy_config::{Config, DaemonEntry};
 use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
-use eddy_proto::frame::{read_frame, write_frame};
-use eddy_proto::{decode, encode, Errno, Reply, Request, Response, PROTOCOL_VERSION};
+use eddy_proto::frame::{write_frames, FrameReader, OutFrame};
+use eddy_proto::{
+    decode_plain, response_from_frame, Errno, Reply, Request, Response, PROTOCOL_VERSION,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::oneshot;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// What a caller waiting for a reply gets: the daemon's response, or why the connection
 /// failed before it came.
 type Outcome = Result<Response, String>;
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Outcome>>>>;
+/// A reply slot, as the writer hands it to the reader.
+type Registration = (u64, oneshot::Sender<Outcome>);
 
-type Writer = Box<dyn AsyncWrite + Unpin + Send>;
+/// Most calls the writer takes at once into one vectored write.
+const BATCH: usize = 64;
 
-/// A live connection. Callers write their own frames (under a lock, so frames never
-/// interleave); one reader task hands each response to the caller waiting for its id.
+/// One call on its way to the writer.
+struct Call {
+    id: u64,
+    frame: OutFrame,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// A live connection: the writer task's channel; the reader task owns the pending replies.
 pub(crate) struct Conn {
-    writer: tokio::sync::Mutex<Writer>,
+    calls: mpsc::Sender<Call>,
     max_frame: u32,
-    pending: Pending,
     next_id: AtomicU64,
     dead: Arc<AtomicBool>,
+    /// Set to why the connection is given up: the reader then fails every pending call.
+    kill: Arc<watch::Sender<Option<String>>>,
 }
 
 impl Conn {
@@ -36,89 +55,140 @@ impl Conn {
         self.dead.load(Ordering::Acquire)
     }
 
-    /// Sends a request and waits for its response (no deadline here: the caller sets it).
-    async fn call(&self, body: Vec<u8>) -> Outcome {
+    fn kill(&self, why: &str) {
+        self.dead.store(true, Ordering::Release);
+        self.kill.send_replace(Some(why.to_string()));
+    }
+
+    /// Sends a request and waits for its response (no deadline here: the caller sets it; a
+    /// caller that gives up drops its slot, and the reply, if it ever comes, is dropped).
+    async fn call(&self, req: &Request) -> Outcome {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(id, tx);
-        // Dropped pending entry on early return is cleaned by the guard.
-        let guard = PendingGuard {
-            pending: &self.pending,
-            id,
+        let frame = match req.to_frame(id, self.max_frame) {
+            Ok(f) => f,
+            // Nothing was sent: this request fails, the connection is fine.
+            Err(e) => return Ok(Err(e)),
         };
-        if let Err(e) = self.send(id, &body).await {
-            let why = format!("connection broken: {e}");
-            fail_all(&self.dead, &self.pending, &why);
-            return Err(why);
+        let (reply, rx) = oneshot::channel();
+        if self.calls.send(Call { id, frame, reply }).await.is_err() {
+            return Err("connection broken".to_string());
         }
-        let outcome = rx
-            .await
-            .unwrap_or_else(|_| Err("connection lost".to_string()));
-        drop(guard);
-        outcome
+        rx.await
+            .unwrap_or_else(|_| Err("connection lost".to_string()))
     }
+}
 
-    /// Writes one frame. If this future is dropped half-way (a deadline), the stream holds a
-    /// partial frame: the guard marks the connection dead so nobody writes after it.
-    async fn send(&self, id: u64, body: &[u8]) -> Result<(), String> {
-        let mut w = self.writer.lock().await;
-        let cut = CutGuard {
-            dead: &self.dead,
-            armed: true,
+/// Writes the calls' frames, batching those that queue up into one vectored write. Ends when
+/// the connection is dropped (then the daemon sees the stream end) or a write fails.
+async fn writer<W: AsyncWrite + Unpin>(
+    mut w: W,
+    mut calls: mpsc::Receiver<Call>,
+    register: mpsc::UnboundedSender<Registration>,
+    dead: Arc<AtomicBool>,
+    kill: Arc<watch::Sender<Option<String>>>,
+) {
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut frames = Vec::with_capacity(BATCH);
+    while calls.recv_many(&mut batch, BATCH).await > 0 {
+        for call in batch.drain(..) {
+            if call.reply.is_closed() {
+                continue; // its caller gave up before it was sent
+            }
+            match register.send((call.id, call.reply)) {
+                Ok(()) => frames.push(call.frame),
+                Err(mpsc::error::SendError((_, reply))) => {
+                    let _ = reply.send(Err("connection lost".to_string()));
+                }
+            }
+        }
+        if frames.is_empty() {
+            continue;
+        }
+        if let Err(e) = write_frames(&mut w, &frames).await {
+            dead.store(true, Ordering::Release);
+            kill.send_replace(Some(format!("connection broken: {e}")));
+            break;
+        }
+        frames.clear();
+    }
+    calls.close();
+    while let Ok(call) = calls.try_recv() {
+        let _ = call.reply.send(Err("connection broken".to_string()));
+    }
+}
+
+/// Hands each response to the caller waiting for its id, until the stream ends, breaks or
+/// the connection is given up; then fails every call still waiting.
+async fn reader<R: AsyncRead + Unpin>(
+    mut frames: FrameReader<R>,
+    limit: u64,
+    mut registrations: mpsc::UnboundedReceiver<Registration>,
+    dead: Arc<AtomicBool>,
+    mut kill: watch::Receiver<Option<String>>,
+) {
+    let mut pending: HashMap<u64, oneshot::Sender<Outcome>> = HashMap::new();
+    // Slots whose callers gave up are swept when the map has doubled since the last sweep.
+    let mut sweep_at = 1024;
+    let why = loop {
+        let frame = tokio::select! {
+            biased;
+            why = kill.wait_for(Option::is_some) => {
+                break why.ok().and_then(|w| w.clone()).unwrap_or_else(|| "connection dropped".into());
+            }
+            f = frames.next() => f,
         };
-        write_frame(&mut *w, id, body, self.max_frame)
-            .await
-            .map_err(|e| e.to_string())?;
-        w.flush().await.map_err(|e| e.to_string())?;
-        cut.disarm();
-        Ok(())
-    }
-}
-
-struct CutGuard<'a> {
-    dead: &'a AtomicBool,
-    armed: bool,
-}
-
-impl CutGuard<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for CutGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.dead.store(true, Ordering::Release);
+        match frame {
+            Ok(frame) => {
+                while let Ok((id, tx)) = registrations.try_recv() {
+                    pending.insert(id, tx);
+                }
+                let id = frame.id;
+                let resp = response_from_frame(frame, limit).unwrap_or_else(Err);
+                if let Some(tx) = pending.remove(&id) {
+                    let _ = tx.send(Ok(resp));
+                }
+                if pending.len() >= sweep_at {
+                    pending.retain(|_, tx| !tx.is_closed());
+                    sweep_at = (pending.len() * 2).max(1024);
+                }
+            }
+            Err(e) => break format!("connection to daemon lost: {e}"),
         }
+    };
+    dead.store(true, Ordering::Release);
+    registrations.close();
+    while let Ok((_, tx)) = registrations.try_recv() {
+        let _ = tx.send(Err(why.clone()));
+    }
+    for (_, tx) in pending.drain() {
+        let _ = tx.send(Err(why.clone()));
     }
 }
 
-struct PendingGuard<'a> {
-    pending: &'a Pending,
-    id: u64,
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        lock(self.pending).remove(&self.id);
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The lazily (re)connected link to one daemon.
 pub(crate) struct Link {
     pub entry: DaemonEntry,
-    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The current connection: read on every call (a read lock held for a clone, never
+    /// across an await); replaced under `opening`.
+    conn: RwLock<Option<Arc<Conn>>>,
+    /// Held while a connection is opened, so concurrent callers open only one.
+    opening: tokio::sync::Mutex<()>,
     /// Whether a connection was ever opened, and whether one has been opened since in place
     /// of an earlier one (taken by the client: see `take_reconnected`).
     connected: AtomicBool,
     reconnected: AtomicBool,
     secret: Arc<Vec<u8>>,
     max_frame: u32,
+    /// Calls that may wait for the writer (callers beyond it wait to queue).
+    queue: usize,
     connect_timeout: Duration,
     rpc_timeout: Duration,
 }
@@ -127,11 +197,13 @@ impl Link {
     pub fn new(entry: DaemonEntry, secret: Arc<Vec<u8>>, cfg: &Config) -> Link {
         Link {
             entry,
-            conn: tokio::sync::Mutex::new(None),
+            conn: RwLock::new(None),
+            opening: tokio::sync::Mutex::new(()),
             connected: AtomicBool::new(false),
             reconnected: AtomicBool::new(false),
             secret,
             max_frame: cfg.max_frame_bytes,
+            queue: cfg.max_requests_in_flight.max(1),
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
             rpc_timeout: Duration::from_millis(cfg.rpc_timeout_ms),
         }
@@ -144,13 +216,12 @@ impl Link {
     /// Sends one request and waits for the reply, within the RPC deadline. Every failure to
     /// reach the daemon is EIO with a message naming it.
     pub async fn call(&self, req: &Request) -> Result<Reply, Errno> {
-        let body = encode(req)?;
         let deadline = self.rpc_timeout;
         // Named only when something went wrong: not on the path of every RPC.
         let what = || format!("{} {}", req.op_name(), self.describe());
         let outcome = tokio::time::timeout(deadline, async {
             let conn = self.connection().await?;
-            Ok(conn.call(body).await)
+            Ok(conn.call(req).await)
         })
         .await;
         match outcome {
@@ -165,12 +236,17 @@ impl Link {
         }
     }
 
+    fn live(&self) -> Option<Arc<Conn>> {
+        read(&self.conn).as_ref().filter(|c| !c.is_dead()).cloned()
+    }
+
     async fn connection(&self) -> Result<Arc<Conn>, Errno> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
-            if !c.is_dead() {
-                return Ok(c.clone());
-            }
+        if let Some(c) = self.live() {
+            return Ok(c);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(c) = self.live() {
+            return Ok(c);
         }
         let conn = tokio::time::timeout(self.connect_timeout, self.open())
             .await
@@ -182,7 +258,7 @@ impl Link {
                 ))
             })??;
         let conn = Arc::new(conn);
-        *slot = Some(conn.clone());
+        *write(&self.conn) = Some(conn.clone());
         if self.connected.swap(true, Ordering::AcqRel) {
             self.reconnected.store(true, Ordering::Release);
         }
@@ -198,8 +274,9 @@ impl Link {
     /// Gives up the current connection: its pending requests fail, and it closes once they
     /// have returned (the daemon then sees it closed); the next call opens a new one.
     pub async fn reset(&self) {
-        if let Some(c) = self.conn.lock().await.take() {
-            fail_all(&c.dead, &c.pending, "connection reset by the client");
+        let taken = write(&self.conn).take();
+        if let Some(c) = taken {
+            c.kill("connection reset by the client");
         }
     }
 
@@ -224,7 +301,7 @@ impl Link {
         self.handshake(r, w).await
     }
 
-    async fn handshake<R, W>(&self, mut r: R, mut w: W) -> Result<Conn, Errno>
+    async fn handshake<R, W>(&self, r: R, mut w: W) -> Result<Conn, Errno>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -232,8 +309,8 @@ impl Link {
         let proto = |e: eddy_proto::frame::FrameError| {
             Errno::eio(format!("handshake with {} failed: {e}", self.describe()))
         };
-        let (_, body) = read_frame(&mut r, self.max_frame).await.map_err(proto)?;
-        let hello: ServerHello = decode(&body, 4096)?;
+        let mut frames = FrameReader::new(r, self.max_frame);
+        let hello: ServerHello = decode_plain(&frames.next().await.map_err(proto)?, 4096)?;
         if hello.version != PROTOCOL_VERSION {
             return Err(Errno::new(
                 libc::EPROTO,
@@ -249,12 +326,11 @@ impl Link {
             version: PROTOCOL_VERSION,
             proof: auth::prove(&self.secret, &hello.nonce),
         };
-        write_frame(&mut w, 0, &encode(&reply)?, self.max_frame)
+        let frame = OutFrame::new(0, &reply, Bytes::new(), self.max_frame)?;
+        write_frames(&mut w, &[frame])
             .await
-            .map_err(proto)?;
-        w.flush().await.map_err(|e| proto(e.into()))?;
-        let (_, body) = read_frame(&mut r, self.max_frame).await.map_err(proto)?;
-        let verdict: HelloResult = decode(&body, 4096)?;
+            .map_err(|e| proto(e.into()))?;
+        let verdict: HelloResult = decode_plain(&frames.next().await.map_err(proto)?, 4096)?;
         verdict.map_err(|e| {
             Errno::new(
                 e.errno,
@@ -262,44 +338,25 @@ impl Link {
             )
         })?;
 
-        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let dead = Arc::new(AtomicBool::new(false));
-        tokio::spawn(reader(r, self.max_frame, dead.clone(), pending.clone()));
+        let (kill, kill_rx) = watch::channel(None);
+        let kill = Arc::new(kill);
+        let (calls, calls_rx) = mpsc::channel(self.queue);
+        let (register, registrations) = mpsc::unbounded_channel();
+        tokio::spawn(reader(
+            frames,
+            u64::from(self.max_frame),
+            registrations,
+            dead.clone(),
+            kill_rx,
+        ));
+        tokio::spawn(writer(w, calls_rx, register, dead.clone(), kill.clone()));
         Ok(Conn {
-            writer: tokio::sync::Mutex::new(Box::new(w)),
+            calls,
             max_frame: self.max_frame,
-            pending,
             next_id: AtomicU64::new(1),
             dead,
+            kill,
         })
-    }
-}
-
-fn fail_all(dead: &AtomicBool, pending: &Pending, why: &str) {
-    dead.store(true, Ordering::Release);
-    for (_, tx) in lock(pending).drain() {
-        let _ = tx.send(Err(why.to_string()));
-    }
-}
-
-async fn reader<R: AsyncRead + Unpin>(
-    mut r: R,
-    max_frame: u32,
-    dead: Arc<AtomicBool>,
-    pending: Pending,
-) {
-    loop {
-        match read_frame(&mut r, max_frame).await {
-            Ok((id, body)) => {
-                let resp: Response = decode(&body, u64::from(max_frame)).unwrap_or_else(Err);
-                if let Some(tx) = lock(&pending).remove(&id) {
-                    let _ = tx.send(Ok(resp));
-                }
-            }
-            Err(e) => {
-                fail_all(&dead, &pending, &format!("connection to daemon lost: {e}"));
-                return;
-            }
-        }
     }
 }

@@ -482,7 +482,7 @@ impl Client {
                 Request::Write {
                     file_id: f.file_id(),
                     pieces,
-                    data: buf,
+                    data: buf.into(),
                     backing: f.0.backing.clone(),
                 },
             )

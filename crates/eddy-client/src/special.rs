@@ -116,7 +116,7 @@ impl Client {
             name: name.to_string(),
         };
         match self.xattr_call(&p, req).await? {
-            Reply::Data(v) => Ok(v),
+            Reply::Data(v) => Ok(Vec::from(v)),
             other => Err(Errno::eio(format!("unexpected reply: {other:?}"))),
         }
     }

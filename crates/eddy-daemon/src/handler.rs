@@ -213,12 +213,12 @@ impl State {
             } => self
                 .tier
                 .read(chunks, file_id, &pieces, &b)
-                .map(Reply::Data),
+                .map(|v| Reply::Data(v.into())),
             Request::Read {
                 file_id,
                 pieces,
                 backing: None,
-            } => chunks.read(file_id, &pieces).map(Reply::Data),
+            } => chunks.read(file_id, &pieces).map(|v| Reply::Data(v.into())),
             Request::Prefetch {
                 file_id,
                 chunks: list,
@@ -258,7 +258,9 @@ impl State {
                 value,
                 how,
             } => meta.set_xattr(&path, &name, value, how).map(Reply::Inode),
-            Request::GetXattr { path, name } => meta.get_xattr(&path, &name).map(Reply::Data),
+            Request::GetXattr { path, name } => {
+                meta.get_xattr(&path, &name).map(|v| Reply::Data(v.into()))
+            }
             Request::ListXattr { path } => meta.list_xattr(&path).map(Reply::Names),
             Request::RemoveXattr { path, name } => {
                 meta.remove_xattr(&path, &name).map(Reply::Inode)

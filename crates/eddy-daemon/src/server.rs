@@ -1,5 +1,7 @@
-//! The network side: TCP and unix listeners, the handshake, and per connection one reader
-//! (frames in, one task per request) and one writer (responses out, matched by request id).
+//! The network side: TCP and unix listeners, the handshake, and per connection one task that
+//! reads frames and drives that connection's requests (concurrently, at most
+//! `max_requests_in_flight`; work that may block runs on the blocking pool) and one writer
+//! task (replies out as they complete, the ones queued together in one vectored write).
 //! A bad frame closes its own connection only. Stopping waits, bounded, for in-flight
 //! requests, then persists the metadata store and removes the ready file and the socket.
 
@@ -11,14 +13,16 @@ use crate::meta::MetaStore;
 use crate::ready::{self, ReadyInfo};
 use crate::tier::Tier;
 use crate::DaemonError;
+use bytes::Bytes;
 use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
-use eddy_proto::frame::{read_frame, write_frame, FrameError, HEADER_BYTES};
-use eddy_proto::{decode, encode, Errno, Request, Response, PROTOCOL_VERSION};
+use eddy_proto::frame::{write_frames, FrameError, FrameReader, OutFrame};
+use eddy_proto::{decode_plain, response_frame, Errno, Request, Response, PROTOCOL_VERSION};
+use futures::stream::{FuturesUnordered, StreamExt};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -243,7 +247,8 @@ async fn accept_tcp(state: Arc<State>, listener: TcpListener, alive: Alive) {
                     let _ = stream.set_nodelay(true);
                     detect_dead_peer(&stream, state.settings.config.rpc_timeout_ms);
                     tracing::debug!(%peer, "tcp connection");
-                    tokio::spawn(serve_connection(Arc::clone(&state), stream, peer.to_string(), alive.clone()));
+                    let (r, w) = stream.into_split();
+                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, peer.to_string(), alive.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "tcp accept failed");
@@ -262,7 +267,8 @@ async fn accept_unix(state: Arc<State>, listener: UnixListener, alive: Alive) {
             res = listener.accept() => match res {
                 Ok((stream, _)) => {
                     eddy_proto::frame::widen_send_buffer(&stream);
-                    tokio::spawn(serve_connection(Arc::clone(&state), stream, "unix".to_string(), alive.clone()));
+                    let (r, w) = stream.into_split();
+                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, "unix".to_string(), alive.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "unix accept failed");
@@ -297,16 +303,19 @@ fn detect_dead_peer(stream: &tokio::net::TcpStream, rpc_timeout_ms: u64) {
     }
 }
 
+/// Replies the writer takes at once into one vectored write.
+const REPLY_BATCH: usize = 64;
+
 /// Serves one connection: handshake, then frames until the peer closes, a frame is bad or
-/// the daemon stops.
-async fn serve_connection<S>(state: Arc<State>, stream: S, peer: String, alive: Alive)
+/// the daemon stops; the requests under way then finish (their replies go out if they can).
+async fn serve_connection<R, W>(state: Arc<State>, r: R, mut w: W, peer: String, alive: Alive)
 where
-    S: AsyncRead + AsyncWrite + Send + 'static,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut reader, writer) = tokio::io::split(stream);
-    let mut writer = BufWriter::new(writer);
+    let mut frames = FrameReader::new(r, HELLO_FRAME_MAX);
     let deadline = Duration::from_millis(state.settings.config.connect_timeout_ms);
-    match tokio::time::timeout(deadline, handshake(&state, &mut reader, &mut writer)).await {
+    match tokio::time::timeout(deadline, handshake(&state, &mut frames, &mut w)).await {
         Ok(Ok(())) => {}
         Ok(Err(why)) => {
             tracing::warn!(%peer, "handshake refused: {why}");
@@ -318,50 +327,49 @@ where
         }
     }
     let max = state.settings.config.max_frame_bytes;
+    frames.set_max(max);
     // A permit per unanswered request, held until its reply is written: a client that sends
     // without reading replies stalls its own connection, never the daemon's memory.
     let in_flight = Arc::new(Semaphore::new(state.settings.config.max_requests_in_flight));
     let conn = state.file_locks.open_conn();
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
-    tokio::spawn(write_loop(writer, rx, max, peer.clone(), alive.clone()));
+    tokio::spawn(write_loop(w, rx, peer.clone(), alive.clone()));
     let mut stop = state.shutdown.subscribe();
+    // This connection's requests under way, driven by this task: no task per request.
+    let mut running = FuturesUnordered::new();
+    let mut permit: Option<OwnedSemaphorePermit> = None;
     loop {
-        let permit = tokio::select! {
+        tokio::select! {
+            biased;
             _ = stop_requested(&mut stop) => break,
-            p = Arc::clone(&in_flight).acquire_owned() => match p {
-                Ok(p) => p,
+            Some(()) = running.next(), if !running.is_empty() => continue,
+            p = Arc::clone(&in_flight).acquire_owned(), if permit.is_none() => match p {
+                Ok(p) => permit = Some(p),
                 Err(_) => break,
             },
-        };
-        let frame = tokio::select! {
-            _ = stop_requested(&mut stop) => break,
-            f = read_frame(&mut reader, max) => f,
-        };
-        let (id, body) = match frame {
-            Ok(f) => f,
-            Err(FrameError::Closed) => break,
-            Err(e) => {
-                tracing::warn!(%peer, error = %e, "bad frame; closing the connection");
-                break;
+            frame = frames.next(), if permit.is_some() => {
+                let frame = match frame {
+                    Ok(f) => f,
+                    Err(FrameError::Closed) => break,
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "bad frame; closing the connection");
+                        break;
+                    }
+                };
+                let id = frame.id;
+                let req = match Request::from_frame(frame, u64::from(max)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "undecodable request; closing the connection");
+                        break;
+                    }
+                };
+                tracing::debug!(%peer, id, op = req.op_name(), "request");
+                // Checked by the branch's condition.
+                let Some(p) = permit.take() else { continue };
+                running.push(run_request(&state, conn, id, req, tx.clone(), p));
             }
-        };
-        let req: Request = match decode(&body, u64::from(max)) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(%peer, error = %e, "undecodable request; closing the connection");
-                break;
-            }
-        };
-        tracing::debug!(%peer, id, op = req.op_name(), "request");
-        tokio::spawn(run_request(
-            Arc::clone(&state),
-            conn,
-            id,
-            req,
-            tx.clone(),
-            permit,
-            alive.clone(),
-        ));
+        }
     }
     // The client is gone (its mount stopped, its node died) or the daemon stops: its locks go,
     // and the renames it was completing are free for another client to complete.
@@ -373,19 +381,20 @@ where
     if renames > 0 {
         tracing::warn!(%peer, renames, "connection closed during directory renames; they are completed by the next client that connects");
     }
+    drop(tx);
+    while running.next().await.is_some() {}
 }
 
 /// A reply on its way out, with the permit of its request (released once written).
-type Outgoing = (u64, Vec<u8>, OwnedSemaphorePermit);
+type Outgoing = (OutFrame, OwnedSemaphorePermit);
 
 async fn run_request(
-    state: Arc<State>,
+    state: &Arc<State>,
     conn: crate::advisory::ConnId,
     id: u64,
     req: Request,
     tx: mpsc::UnboundedSender<Outgoing>,
     permit: OwnedSemaphorePermit,
-    _alive: Alive,
 ) {
     let resp = if req.is_lock() {
         state.handle_lock(conn, req).await
@@ -394,62 +403,58 @@ async fn run_request(
     } else {
         state.handle(req).await
     };
-    let body = encode_response(&resp, state.settings.config.max_frame_bytes);
+    let Some(frame) = reply_frame(id, &resp, state.settings.config.max_frame_bytes) else {
+        return;
+    };
     // The writer is gone only if the connection broke; the reply has nowhere to go.
-    let _ = tx.send((id, body, permit));
+    let _ = tx.send((frame, permit));
 }
 
-/// Encodes a response; one that cannot be encoded or would not fit a frame becomes EIO.
-fn encode_response(resp: &Response, max: u32) -> Vec<u8> {
-    let fits = |b: &Vec<u8>| b.len() + HEADER_BYTES <= max as usize;
-    match encode(resp) {
-        Ok(body) if fits(&body) => body,
-        Ok(body) => fallback(format!(
-            "reply of {} bytes exceeds the frame limit",
-            body.len()
-        )),
-        Err(e) => fallback(format!("cannot encode the reply: {e}")),
+/// The frame of a response; one that cannot be encoded or would not fit a frame becomes EIO.
+fn reply_frame(id: u64, resp: &Response, max: u32) -> Option<OutFrame> {
+    match response_frame(id, resp, max) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            let resp: Response = Err(Errno::eio(format!("cannot send the reply: {}", e.msg)));
+            response_frame(id, &resp, max)
+                .inspect_err(|e| tracing::error!(id, error = %e, "cannot send a reply"))
+                .ok()
+        }
     }
 }
 
-fn fallback(msg: String) -> Vec<u8> {
-    let resp: Response = Err(Errno::eio(msg));
-    encode(&resp).unwrap_or_default()
-}
-
-/// Writes responses as they come, flushing when no more are queued.
+/// Writes replies as they complete: all those queued at that moment in one vectored write.
 async fn write_loop<W>(
-    mut w: BufWriter<W>,
+    mut w: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
-    max: u32,
     peer: String,
     _alive: Alive,
 ) where
     W: AsyncWrite + Unpin,
 {
-    let result: Result<(), FrameError> = async {
-        while let Some((id, body, permit)) = rx.recv().await {
-            write_frame(&mut w, id, &body, max).await?;
-            let mut written = vec![permit];
-            while let Ok((id, body, permit)) = rx.try_recv() {
-                write_frame(&mut w, id, &body, max).await?;
-                written.push(permit);
-            }
-            w.flush().await?;
-            // Flushed: these requests are answered.
-            drop(written);
+    let mut batch = Vec::with_capacity(REPLY_BATCH);
+    let mut frames = Vec::with_capacity(REPLY_BATCH);
+    while rx.recv_many(&mut batch, REPLY_BATCH).await > 0 {
+        // The permits go once the write is done: these requests are answered.
+        let permits: Vec<OwnedSemaphorePermit> = batch
+            .drain(..)
+            .map(|(f, p)| {
+                frames.push(f);
+                p
+            })
+            .collect();
+        if let Err(e) = write_frames(&mut w, &frames).await {
+            tracing::debug!(%peer, error = %e, "connection write failed");
+            return;
         }
-        w.shutdown().await?;
-        Ok(())
+        frames.clear();
+        drop(permits);
     }
-    .await;
-    if let Err(e) = result {
-        tracing::debug!(%peer, error = %e, "connection write failed");
-    }
+    let _ = w.shutdown().await;
 }
 
 /// The daemon's side of the handshake; on refusal the client gets the reason as an errno.
-async fn handshake<R, W>(state: &State, r: &mut R, w: &mut W) -> Result<(), String>
+async fn handshake<R, W>(state: &State, r: &mut FrameReader<R>, w: &mut W) -> Result<(), String>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -462,8 +467,8 @@ where
         nonce,
     };
     send_frame(w, &hello, max).await?;
-    let (_, body) = read_frame(r, max).await.map_err(|e| e.to_string())?;
-    let verdict = match decode::<ClientHello>(&body, u64::from(max)) {
+    let frame = r.next().await.map_err(|e| e.to_string())?;
+    let verdict = match decode_plain::<ClientHello>(&frame, u64::from(max)) {
         Err(e) => Err(e),
         Ok(h) if h.version != PROTOCOL_VERSION => Err(Errno::new(
             libc::EPROTO,
@@ -487,11 +492,8 @@ where
     W: AsyncWrite + Unpin,
     T: serde::Serialize,
 {
-    let body = encode(msg).map_err(|e| e.to_string())?;
-    write_frame(w, 0, &body, max)
-        .await
-        .map_err(|e| e.to_string())?;
-    w.flush().await.map_err(|e| e.to_string())
+    let frame = OutFrame::new(0, msg, Bytes::new(), max).map_err(|e| e.to_string())?;
+    write_frames(w, &[frame]).await.map_err(|e| e.to_string())
 }
 
 /// Resolves once a stop has been asked for.

@@ -11,7 +11,7 @@ use common::*;
 use eddy_daemon::{read_ready, Daemon, DaemonArgs, DaemonError, DaemonSettings, SECRET_ENV};
 use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
 use eddy_proto::frame::{read_frame, write_frame};
-use eddy_proto::{decode, encode, Piece, Reply, Request, PROTOCOL_VERSION};
+use eddy_proto::{decode_plain, encode, Piece, Reply, Request, PROTOCOL_VERSION};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -59,26 +59,26 @@ async fn bad_input_closes_only_its_connection() {
 
     // Wrong protocol version: EPROTO.
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let (_, body) = read_frame(&mut s, MAX).await.unwrap();
-    let hello: ServerHello = decode(&body, MAX as u64).unwrap();
+    let frame = read_frame(&mut s, MAX).await.unwrap();
+    let hello: ServerHello = decode_plain(&frame, MAX as u64).unwrap();
     let reply = ClientHello {
         version: PROTOCOL_VERSION + 1,
         proof: auth::prove(SECRET, &hello.nonce),
     };
-    write_frame(&mut s, 0, &encode(&reply).unwrap(), MAX)
+    write_frame(&mut s, 0, &encode(&reply).unwrap(), &[], MAX)
         .await
         .unwrap();
-    let (_, body) = read_frame(&mut s, MAX).await.unwrap();
-    let verdict: HelloResult = decode(&body, MAX as u64).unwrap();
+    let frame = read_frame(&mut s, MAX).await.unwrap();
+    let verdict: HelloResult = decode_plain(&frame, MAX as u64).unwrap();
     assert_eq!(verdict.unwrap_err().errno, libc::EPROTO);
     assert_closed(&mut s).await;
 
     // Garbage instead of a ClientHello: EPROTO.
     let mut s = TcpStream::connect(addr).await.unwrap();
     read_frame(&mut s, MAX).await.unwrap();
-    write_frame(&mut s, 0, &[0xff; 7], MAX).await.unwrap();
-    let (_, body) = read_frame(&mut s, MAX).await.unwrap();
-    let verdict: HelloResult = decode(&body, MAX as u64).unwrap();
+    write_frame(&mut s, 0, &[0xff; 7], &[], MAX).await.unwrap();
+    let frame = read_frame(&mut s, MAX).await.unwrap();
+    let verdict: HelloResult = decode_plain(&frame, MAX as u64).unwrap();
     assert_eq!(verdict.unwrap_err().errno, libc::EPROTO);
     assert_closed(&mut s).await;
 
@@ -117,22 +117,38 @@ async fn bad_input_closes_only_its_connection() {
     assert_closed(&mut s).await;
     assert_eq!(good.inode(stat("/keep")).await.file_id, 1);
 
-    // A well-formed frame whose body is no request.
+    // A frame whose meta length runs past its end.
     let mut s = authed_stream(addr).await;
-    write_frame(&mut s, 5, &[0xff; 32], MAX).await.unwrap();
+    let mut garbled = 20u32.to_le_bytes().to_vec();
+    garbled.extend_from_slice(&1u64.to_le_bytes());
+    garbled.extend_from_slice(&100u32.to_le_bytes());
+    garbled.extend_from_slice(&[0u8; 8]);
+    s.write_all(&garbled).await.unwrap();
+    assert_closed(&mut s).await;
+
+    // A well-formed frame whose meta section is no request.
+    let mut s = authed_stream(addr).await;
+    write_frame(&mut s, 5, &[0xff; 32], &[], MAX).await.unwrap();
+    assert_closed(&mut s).await;
+    // A payload on a request that carries none.
+    let mut s = authed_stream(addr).await;
+    let meta = encode(&stat("/keep")).unwrap();
+    write_frame(&mut s, 5, &meta, b"unexpected", MAX)
+        .await
+        .unwrap();
     assert_closed(&mut s).await;
     // A request whose length field claims far more bytes than the frame holds.
     let mut s = authed_stream(addr).await;
     let mut body = encode(&Request::Write {
         file_id: 1,
         pieces: vec![],
-        data: vec![],
+        data: Default::default(),
         backing: None,
     })
     .unwrap();
-    let n = body.len();
-    body[n - 8..].copy_from_slice(&(1u64 << 60).to_le_bytes());
-    write_frame(&mut s, 6, &body, MAX).await.unwrap();
+    let n = body.len() - 1; // the trailing `backing: None` byte
+    body[n - 8..n].copy_from_slice(&(1u64 << 60).to_le_bytes());
+    write_frame(&mut s, 6, &body, &[], MAX).await.unwrap();
     assert_closed(&mut s).await;
 
     // The good connection and new ones are still served.
@@ -235,7 +251,7 @@ where
     c.ok(Request::Write {
         file_id: 5,
         pieces,
-        data: data.clone(),
+        data: data.clone().into(),
         backing: None,
     })
     .await;
@@ -418,7 +434,7 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
     c.ok(Request::Write {
         file_id: 1,
         pieces: chunks(8),
-        data: kept.clone(),
+        data: kept.clone().into(),
         backing: None,
     })
     .await;
@@ -427,7 +443,7 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
     let too_much = Request::Write {
         file_id: 2,
         pieces: chunks(16),
-        data: vec![0xee; 16 * 4096],
+        data: vec![0xee; 16 * 4096].into(),
         backing: None,
     };
     assert_eq!(c.errno(too_much).await, libc::ENOSPC);
@@ -450,7 +466,7 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
     c.ok(Request::Write {
         file_id: 3,
         pieces: chunks(4),
-        data: vec![7; 4 * 4096],
+        data: vec![7; 4 * 4096].into(),
         backing: None,
     })
     .await;

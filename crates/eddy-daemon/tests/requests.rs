@@ -326,7 +326,7 @@ async fn write_read_holes_and_bounds() {
     let write = Request::Write {
         file_id: fid,
         pieces: vec![p(0, 10, 100), p(3, 0, cs)],
-        data,
+        data: data.into(),
         backing: None,
     };
     assert!(matches!(c.ok(write).await, Reply::Ok));
@@ -358,7 +358,7 @@ async fn write_read_holes_and_bounds() {
     let write = Request::Write {
         file_id: fid,
         pieces: vec![p(0, 50, 4)],
-        data: vec![9, 9, 9, 9],
+        data: vec![9, 9, 9, 9].into(),
         backing: None,
     };
     c.ok(write).await;
@@ -375,7 +375,7 @@ async fn write_read_holes_and_bounds() {
     let beyond = Request::Write {
         file_id: fid,
         pieces: vec![p(0, cs - 10, 11)],
-        data: vec![0; 11],
+        data: vec![0; 11].into(),
         backing: None,
     };
     assert_eq!(c.errno(beyond).await, libc::EINVAL);
@@ -388,7 +388,7 @@ async fn write_read_holes_and_bounds() {
     let short = Request::Write {
         file_id: fid,
         pieces: vec![p(0, 0, 10)],
-        data: vec![0; 9],
+        data: vec![0; 9].into(),
         backing: None,
     };
     assert_eq!(c.errno(short).await, libc::EINVAL);
@@ -421,7 +421,7 @@ async fn truncate_across_chunks_and_remove_data() {
     c.ok(Request::Write {
         file_id: fid,
         pieces: pieces.clone(),
-        data,
+        data: data.into(),
         backing: None,
     })
     .await;

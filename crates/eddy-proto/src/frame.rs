@@ -1,23 +1,355 @@
-//! Length-prefixed frames: `[u32 len LE][u64 request id LE][body]`, where `len` counts the id
-//! and the body. A frame longer than the limit, or shorter than its header, is an error: the
-//! reader closes that connection and nothing else.
+//! Frames: `[u32 len LE][u64 request id LE][u32 meta_len LE][meta][payload]`.
+//!
+//! `len` counts everything after itself (id, meta length, meta, payload); `meta` is the
+//! bincode of the message with its bulk bytes left out, and `payload` is those bytes, raw
+//! (the data of a `Write`, the bytes of a `Data` reply; empty for everything else). The
+//! payload never passes through the encoder: it is read into the frame buffer and split off
+//! it without a copy (`Bytes`), and written with the header and the meta in one vectored
+//! write.
+//!
+//! Reading goes through tokio-util's codec machinery (`FramedRead` + `FrameCodec`): one
+//! buffer per connection, read into uninitialised capacity, many frames per read when they
+//! are small. The size limit is checked from the header, before any room is reserved for the
+//! frame. A frame longer than the limit, shorter than its header, whose meta length does not
+//! fit its length, or cut by the end of the stream is an error: the reader closes that
+//! connection and nothing else.
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::io::IoSlice;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::{Decoder, FramedRead};
 
-/// Bytes of the length prefix plus the request id.
-pub const HEADER_BYTES: usize = 12;
+/// Bytes of the header: the length prefix, the request id and the meta length.
+pub const HEADER_BYTES: usize = 16;
+/// Bytes `len` counts of the header (the id and the meta length).
+const COUNTED_HEADER: u32 = 12;
 
-/// Why a frame could not be read.
+/// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     #[error("connection closed")]
     Closed,
     #[error("frame of {len} bytes exceeds the limit of {max}")]
     TooLarge { len: u64, max: u32 },
-    #[error("frame of {0} bytes is shorter than its header")]
+    #[error("frame length {0} is shorter than its header")]
     TooShort(u32),
+    #[error("garbled frame: its meta section of {meta} bytes does not fit its length {len}")]
+    Garbled { meta: u32, len: u32 },
+    #[error("connection closed in the middle of a frame ({have} of {want} bytes came)")]
+    Truncated { have: usize, want: usize },
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// One frame read: the request id, the meta section and the payload, both views into the
+/// connection's read buffer (no copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub id: u64,
+    pub meta: Bytes,
+    pub payload: Bytes,
+}
+
+/// The decoder of frames, with the size limit of the connection.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameCodec {
+    max: u32,
+}
+
+impl FrameCodec {
+    pub fn new(max: u32) -> FrameCodec {
+        FrameCodec { max }
+    }
+
+    /// Checks a header; returns the whole frame's size (with the length prefix) and the
+    /// meta length.
+    fn check_header(&self, head: &[u8]) -> Result<(usize, usize), FrameError> {
+        let word =
+            |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+        let len = word(0);
+        if len < COUNTED_HEADER {
+            return Err(FrameError::TooShort(len));
+        }
+        let total = u64::from(len) + 4;
+        if total > u64::from(self.max) {
+            return Err(FrameError::TooLarge {
+                len: total,
+                max: self.max,
+            });
+        }
+        let meta = word(12);
+        if meta > len - COUNTED_HEADER {
+            return Err(FrameError::Garbled { meta, len });
+        }
+        // Both fit in u32, and so in usize on every platform Eddy runs on.
+        Ok((total as usize, meta as usize))
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = FrameError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        if src.len() < 4 {
+            return Ok(None);
+        }
+        // The length alone is checked as soon as it is there: an oversize or undersize frame
+        // is refused before its id comes (and before anything is reserved for it).
+        let mut head = [0u8; HEADER_BYTES];
+        let have = src.len().min(HEADER_BYTES);
+        head[..have].copy_from_slice(&src[..have]);
+        if have < HEADER_BYTES {
+            let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+            if len < COUNTED_HEADER {
+                return Err(FrameError::TooShort(len));
+            }
+            if u64::from(len) + 4 > u64::from(self.max) {
+                return Err(FrameError::TooLarge {
+                    len: u64::from(len) + 4,
+                    max: self.max,
+                });
+            }
+            return Ok(None);
+        }
+        let (total, meta_len) = self.check_header(&head)?;
+        if src.len() < total {
+            // Room for the rest of this frame at once, so the payload lands in one buffer
+            // that is split off without a copy.
+            src.reserve(total - src.len());
+            return Ok(None);
+        }
+        let mut frame = src.split_to(total).freeze();
+        frame.advance(4);
+        let id = frame.get_u64_le();
+        frame.advance(4);
+        let meta = frame.split_to(meta_len);
+        Ok(Some(Frame {
+            id,
+            meta,
+            payload: frame,
+        }))
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        match self.decode(src)? {
+            Some(f) => Ok(Some(f)),
+            None if src.is_empty() => Ok(None),
+            None => {
+                let want = if src.len() >= HEADER_BYTES {
+                    self.check_header(&src[..HEADER_BYTES])?.0
+                } else {
+                    HEADER_BYTES
+                };
+                Err(FrameError::Truncated {
+                    have: src.len(),
+                    want,
+                })
+            }
+        }
+    }
+}
+
+/// The reading side of a connection: frames out of a buffered stream.
+pub struct FrameReader<R> {
+    inner: FramedRead<R, FrameCodec>,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(r: R, max: u32) -> FrameReader<R> {
+        FrameReader {
+            inner: FramedRead::new(r, FrameCodec::new(max)),
+        }
+    }
+
+    /// Changes the size limit (after the handshake, which runs under a small one).
+    pub fn set_max(&mut self, max: u32) {
+        *self.inner.decoder_mut() = FrameCodec::new(max);
+    }
+
+    /// The next frame; `Closed` at a clean end of stream. Cancel-safe: bytes already read
+    /// stay in the buffer for the next call.
+    pub async fn next(&mut self) -> Result<Frame, FrameError> {
+        use futures_core::Stream;
+        let inner = &mut self.inner;
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut *inner).poll_next(cx))
+            .await
+            .unwrap_or(Err(FrameError::Closed))
+    }
+
+    /// Gives back the stream; bytes read past the last frame are lost.
+    pub fn into_inner(self) -> R {
+        self.inner.into_inner()
+    }
+}
+
+/// One frame to write: the header and the meta in one small buffer, and the payload as it
+/// is (shared, not copied).
+#[derive(Debug, Clone)]
+pub struct OutFrame {
+    head: Bytes,
+    payload: Bytes,
+}
+
+impl OutFrame {
+    /// Encodes `msg` as the meta section (bincode, see `msg::encode`) behind the header, with
+    /// `payload` after it; a frame over `max` bytes is `TooLarge`.
+    pub fn new<T: serde::Serialize>(
+        id: u64,
+        msg: &T,
+        payload: Bytes,
+        max: u32,
+    ) -> Result<OutFrame, crate::Errno> {
+        let mut head = BytesMut::with_capacity(128);
+        head.put_bytes(0, HEADER_BYTES);
+        let mut w = head.writer();
+        crate::msg::encode_into(&mut w, msg)?;
+        let head = w.into_inner();
+        let meta = head.len() - HEADER_BYTES;
+        let frame = OutFrame::assemble(id, head, meta, payload, max)
+            .map_err(|e| crate::Errno::eio(format!("cannot send: {e}")))?;
+        Ok(frame)
+    }
+
+    /// A frame of raw sections (tests, and callers that encoded the meta themselves).
+    pub fn raw(id: u64, meta: &[u8], payload: Bytes, max: u32) -> Result<OutFrame, FrameError> {
+        let mut head = BytesMut::with_capacity(HEADER_BYTES + meta.len());
+        head.put_bytes(0, HEADER_BYTES);
+        head.extend_from_slice(meta);
+        OutFrame::assemble(id, head, meta.len(), payload, max)
+    }
+
+    fn assemble(
+        id: u64,
+        mut head: BytesMut,
+        meta: usize,
+        payload: Bytes,
+        max: u32,
+    ) -> Result<OutFrame, FrameError> {
+        let total = (HEADER_BYTES + meta) as u64 + payload.len() as u64;
+        if total > u64::from(max) {
+            return Err(FrameError::TooLarge { len: total, max });
+        }
+        // total fits in u32 (max does).
+        head[..4].copy_from_slice(&((total - 4) as u32).to_le_bytes());
+        head[4..12].copy_from_slice(&id.to_le_bytes());
+        head[12..16].copy_from_slice(&(meta as u32).to_le_bytes());
+        Ok(OutFrame {
+            head: head.freeze(),
+            payload,
+        })
+    }
+
+    /// Bytes of the whole frame.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.payload.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// Most slices handed to one `writev` (Linux's IOV_MAX is 1024).
+const MAX_SLICES: usize = 512;
+
+/// Writes the frames with vectored writes: one `writev` for all of them when the socket takes
+/// them (header, meta and payload of each, no copy), more only for what it did not take. Not
+/// cancel-safe: a caller dropped half-way leaves a partial frame on the stream, so callers are
+/// tasks that own their connection's writing side and end it on error.
+pub async fn write_frames<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    frames: &[OutFrame],
+) -> std::io::Result<()> {
+    let mut segs: Vec<&[u8]> = Vec::with_capacity(frames.len() * 2);
+    for f in frames {
+        segs.push(&f.head);
+        if !f.payload.is_empty() {
+            segs.push(&f.payload);
+        }
+    }
+    let mut first = 0;
+    while first < segs.len() {
+        let slices: Vec<IoSlice<'_>> = segs[first..]
+            .iter()
+            .take(MAX_SLICES)
+            .map(|s| IoSlice::new(s))
+            .collect();
+        let mut n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let seg = &mut segs[first];
+            if n >= seg.len() {
+                n -= seg.len();
+                first += 1;
+            } else {
+                *seg = &seg[n..];
+                n = 0;
+            }
+        }
+    }
+    w.flush().await
+}
+
+/// Reads one frame from an unbuffered stream, for tests and tools that speak the protocol by
+/// hand (a connection's reader keeps a `FrameReader` instead: this one may read past the
+/// frame only into a buffer it then drops, so it reads the header and the rest exactly).
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> Result<Frame, FrameError> {
+    use tokio::io::AsyncReadExt;
+    let codec = FrameCodec::new(max);
+    let mut head = [0u8; HEADER_BYTES];
+    let mut got = 0;
+    while got < HEADER_BYTES {
+        let n = r.read(&mut head[got..]).await?;
+        if n == 0 {
+            return Err(if got == 0 {
+                FrameError::Closed
+            } else {
+                FrameError::Truncated {
+                    have: got,
+                    want: HEADER_BYTES,
+                }
+            });
+        }
+        got += n;
+        if (4..HEADER_BYTES).contains(&got) {
+            // Refuse a bad length before waiting for the rest of the header.
+            let mut probe = BytesMut::from(&head[..got]);
+            codec.clone().decode(&mut probe)?;
+        }
+    }
+    let (total, _) = codec.check_header(&head)?;
+    let mut buf = BytesMut::with_capacity(total);
+    buf.extend_from_slice(&head);
+    while buf.len() < total {
+        let mut rest = (&mut *r).take((total - buf.len()) as u64);
+        if rest.read_buf(&mut buf).await? == 0 {
+            return Err(FrameError::Truncated {
+                have: buf.len(),
+                want: total,
+            });
+        }
+    }
+    let mut c = codec;
+    c.decode(&mut buf)?.ok_or(FrameError::Truncated {
+        have: total,
+        want: total,
+    })
+}
+
+/// Writes one frame of raw sections (flushed).
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    id: u64,
+    meta: &[u8],
+    payload: &[u8],
+    max: u32,
+) -> Result<(), FrameError> {
+    let f = OutFrame::raw(id, meta, Bytes::copy_from_slice(payload), max)?;
+    write_frames(w, std::slice::from_ref(&f)).await?;
+    Ok(())
 }
 
 /// Send buffer asked for on local (Unix) sockets: a whole chunk fits, so a chunk crosses in
@@ -40,95 +372,189 @@ pub fn widen_send_buffer<S: std::os::fd::AsRawFd>(sock: &S) {
     }
 }
 
-/// Reads one frame; returns the request id and the body.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-    max: u32,
-) -> Result<(u64, Vec<u8>), FrameError> {
-    let mut len_buf = [0u8; 4];
-    match r.read_exact(&mut len_buf).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        Err(e) => return Err(e.into()),
-    }
-    let len = u32::from_le_bytes(len_buf);
-    if len < 8 {
-        return Err(FrameError::TooShort(len));
-    }
-    if u64::from(len) + 4 > u64::from(max) {
-        return Err(FrameError::TooLarge {
-            len: u64::from(len) + 4,
-            max,
-        });
-    }
-    let mut id_buf = [0u8; 8];
-    r.read_exact(&mut id_buf).await?;
-    let mut body = vec![0u8; len as usize - 8];
-    r.read_exact(&mut body).await?;
-    Ok((u64::from_le_bytes(id_buf), body))
-}
-
-/// Writes one frame (not flushed).
-pub async fn write_frame<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    id: u64,
-    body: &[u8],
-    max: u32,
-) -> Result<(), FrameError> {
-    let total = body.len() as u64 + HEADER_BYTES as u64;
-    if total > u64::from(max) {
-        return Err(FrameError::TooLarge { len: total, max });
-    }
-    let mut header = [0u8; HEADER_BYTES];
-    header[..4].copy_from_slice(&((body.len() + 8) as u32).to_le_bytes());
-    header[4..].copy_from_slice(&id.to_le_bytes());
-    w.write_all(&header).await?;
-    w.write_all(body).await?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tokio::io::ReadBuf;
 
-    #[tokio::test]
-    async fn round_trip() {
-        let mut buf = Vec::new();
-        write_frame(&mut buf, 7, b"hello", 1024).await.unwrap();
-        let mut r = &buf[..];
-        let (id, body) = read_frame(&mut r, 1024).await.unwrap();
-        assert_eq!((id, body.as_slice()), (7, &b"hello"[..]));
-        assert!(matches!(
-            read_frame(&mut r, 1024).await,
-            Err(FrameError::Closed)
-        ));
+    const MAX: u32 = 1 << 20;
+
+    fn bytes_of(frames: &[OutFrame]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for f in frames {
+            out.extend_from_slice(&f.head);
+            out.extend_from_slice(&f.payload);
+        }
+        out
+    }
+
+    /// A stream that hands out its bytes `step` at a time.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let n = self
+                .step
+                .min(self.data.len() - self.at)
+                .min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.data[at..at + n]);
+            self.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    async fn read_all(data: Vec<u8>, step: usize, max: u32) -> (Vec<Frame>, FrameError) {
+        let mut r = FrameReader::new(Trickle { data, at: 0, step }, max);
+        let mut frames = Vec::new();
+        loop {
+            match r.next().await {
+                Ok(f) => frames.push(f),
+                Err(e) => return (frames, e),
+            }
+        }
+    }
+
+    fn frame(id: u64, meta: &[u8], payload: &[u8]) -> OutFrame {
+        OutFrame::raw(id, meta, Bytes::copy_from_slice(payload), MAX).unwrap()
     }
 
     #[tokio::test]
-    async fn oversize_and_undersize_are_rejected() {
+    async fn round_trip() {
+        let frames = [
+            frame(7, b"meta", b"payload"),
+            frame(8, b"", b""),
+            frame(9, b"m", b""),
+        ];
         let mut buf = Vec::new();
-        buf.extend_from_slice(&u32::MAX.to_le_bytes());
+        write_frames(&mut buf, &frames).await.unwrap();
+        assert_eq!(buf, bytes_of(&frames));
+        let (got, end) = read_all(buf.clone(), usize::MAX, MAX).await;
+        assert!(matches!(end, FrameError::Closed));
+        let want = |id, m: &'static [u8], p: &'static [u8]| Frame {
+            id,
+            meta: Bytes::from_static(m),
+            payload: Bytes::from_static(p),
+        };
+        assert_eq!(
+            got,
+            vec![
+                want(7, b"meta", b"payload"),
+                want(8, b"", b""),
+                want(9, b"m", b"")
+            ]
+        );
+        // The unbuffered reader agrees.
         let mut r = &buf[..];
+        assert_eq!(read_frame(&mut r, MAX).await.unwrap(), got[0]);
+    }
+
+    #[tokio::test]
+    async fn a_frame_arriving_one_byte_at_a_time() {
+        let frames = [frame(1, b"abc", &[5u8; 300]), frame(2, b"de", b"")];
+        for step in [1, 2, 3, 7, 17, 4096] {
+            let (got, end) = read_all(bytes_of(&frames), step, MAX).await;
+            assert!(matches!(end, FrameError::Closed), "step {step}: {end}");
+            assert_eq!(got.len(), 2, "step {step}");
+            assert_eq!(&got[0].payload[..], &[5u8; 300][..]);
+            assert_eq!((&got[1].meta[..], got[1].id), (&b"de"[..], 2));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_payload_split_over_reads_is_one_buffer() {
+        // 200 KiB of payload through 8 KiB reads: whole, in order, and not copied out of the
+        // frame buffer (the payload points into the frame's allocation).
+        let payload: Vec<u8> = (0..200 * 1024u32).map(|i| (i % 251) as u8).collect();
+        let (got, _) = read_all(bytes_of(&[frame(3, b"w", &payload)]), 8192, MAX).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(&got[0].payload[..], &payload[..]);
+        let meta_end = got[0].meta.as_ptr() as usize + got[0].meta.len();
+        assert_eq!(got[0].payload.as_ptr() as usize, meta_end);
+    }
+
+    #[tokio::test]
+    async fn oversize_undersize_and_garbled_are_rejected() {
+        let too_big = u32::MAX.to_le_bytes().to_vec();
+        let (_, e) = read_all(too_big.clone(), 1, 1024).await;
+        assert!(matches!(e, FrameError::TooLarge { .. }), "{e}");
+        let mut r = &too_big[..];
         assert!(matches!(
             read_frame(&mut r, 1024).await,
             Err(FrameError::TooLarge { .. })
         ));
-        let small = 3u32.to_le_bytes();
-        let mut r = &small[..];
-        assert!(matches!(
-            read_frame(&mut r, 1024).await,
-            Err(FrameError::TooShort(3))
-        ));
-        let mut out = Vec::new();
-        assert!(write_frame(&mut out, 1, &[0u8; 2000], 1024).await.is_err());
+        let (_, e) = read_all(3u32.to_le_bytes().to_vec(), 1, 1024).await;
+        assert!(matches!(e, FrameError::TooShort(3)), "{e}");
+        // A meta length past the frame's end.
+        let mut garbled = 20u32.to_le_bytes().to_vec();
+        garbled.extend_from_slice(&1u64.to_le_bytes());
+        garbled.extend_from_slice(&9u32.to_le_bytes());
+        garbled.extend_from_slice(&[0u8; 8]);
+        let (_, e) = read_all(garbled, 1, 1024).await;
+        assert!(matches!(e, FrameError::Garbled { meta: 9, len: 20 }), "{e}");
+        // Writing an oversize frame is refused too.
+        assert!(OutFrame::raw(1, &[0u8; 2000], Bytes::new(), 1024).is_err());
+        assert!(OutFrame::raw(1, b"", Bytes::from(vec![0u8; 2000]), 1024).is_err());
     }
 
     #[tokio::test]
-    async fn truncated_body_is_an_error_not_a_hang() {
-        let mut buf = Vec::new();
-        write_frame(&mut buf, 1, b"0123456789", 1024).await.unwrap();
+    async fn truncated_frame_is_an_error_not_a_hang() {
+        let mut buf = bytes_of(&[frame(1, b"0123456789", b"abc")]);
         buf.truncate(buf.len() - 3);
+        let (got, e) = read_all(buf.clone(), 4, MAX).await;
+        assert!(got.is_empty());
+        assert!(matches!(e, FrameError::Truncated { .. }), "{e}");
         let mut r = &buf[..];
-        assert!(read_frame(&mut r, 1024).await.is_err());
+        assert!(matches!(
+            read_frame(&mut r, MAX).await,
+            Err(FrameError::Truncated { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn frames_round_trip(
+            frames in proptest::collection::vec(
+                (any::<u64>(),
+                 proptest::collection::vec(any::<u8>(), 0..64),
+                 proptest::collection::vec(any::<u8>(), 0..3000)),
+                0..6),
+            step in 1usize..5000,
+        ) {
+            let out: Vec<OutFrame> = frames.iter().map(|(id, m, p)| frame(*id, m, p)).collect();
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let (got, end) = rt.block_on(read_all(bytes_of(&out), step, MAX));
+            prop_assert!(matches!(end, FrameError::Closed));
+            prop_assert_eq!(got.len(), frames.len());
+            for (g, (id, m, p)) in got.iter().zip(&frames) {
+                prop_assert_eq!(g.id, *id);
+                prop_assert_eq!(&g.meta[..], &m[..]);
+                prop_assert_eq!(&g.payload[..], &p[..]);
+            }
+        }
+
+        #[test]
+        fn garbage_never_panics_nor_hangs(
+            bytes in proptest::collection::vec(any::<u8>(), 0..2048),
+            step in 1usize..64,
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            // Ends with an error or at the end of the stream, whatever the bytes.
+            let (got, _) = rt.block_on(read_all(bytes.clone(), step, 4096));
+            prop_assert!(got.len() <= bytes.len() / HEADER_BYTES);
+            let mut r = &bytes[..];
+            let _ = rt.block_on(read_frame(&mut r, 4096));
+        }
     }
 }

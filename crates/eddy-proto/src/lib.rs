@@ -1,7 +1,8 @@
 //! eddy-proto: the wire format between Eddy clients and daemons, and the rules both sides
 //! apply to what crosses it.
 //!
-//! - `frame`: length-prefixed frames `[u32 len][u64 request id][body]`, with a maximum size;
+//! - `frame`: length-prefixed frames `[u32 len][u64 request id][u32 meta len][meta][payload]`,
+//!   with a maximum size; bulk bytes travel as the raw payload, outside the encoding;
 //! - `msg`: the request and response messages (bincode-encoded, size-limited decoding);
 //! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret);
 //! - `path`: path normalisation and the metadata key layout;
@@ -18,7 +19,7 @@ pub mod path;
 pub use msg::*;
 
 /// Version of the protocol; the handshake refuses a peer with another one.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]

@@ -1,8 +1,10 @@
 //! Request and response messages. Bodies are bincode with a size limit, so a hostile length
 //! field cannot make the decoder allocate more than the frame it came in.
 
+use crate::frame::{Frame, OutFrame};
 use crate::Errno;
 use bincode::Options;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 /// Unique, immutable id of a file's data, assigned at create. Chunks are named by it, so a
@@ -553,8 +555,9 @@ pub enum Request {
     Write {
         file_id: FileId,
         pieces: Vec<Piece>,
-        #[serde(with = "serde_bytes")]
-        data: Vec<u8>,
+        /// Travels as the frame's payload, outside the encoding.
+        #[serde(with = "outside")]
+        data: Bytes,
         backing: Option<Backing>,
     },
     /// Reads the pieces; holes and bytes past a chunk's end read as zeros. Replies `Data`
@@ -820,7 +823,8 @@ pub enum Reply {
         entries: Vec<SubtreeEntry>,
         more: bool,
     },
-    Data(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Bytes read (travel as the frame's payload, outside the encoding).
+    Data(#[serde(with = "outside")] Bytes),
     Status(DaemonStatus),
     Count(u64),
     /// The entry after validation, and the generation it replaced (file id and the size it
@@ -867,6 +871,96 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, Errno> {
         .map_err(|e| Errno::einval(format!("cannot encode message: {e}")))
 }
 
+/// Encodes a message body at the end of `w` (the frame's meta section).
+pub fn encode_into<W: std::io::Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), Errno> {
+    codec()
+        .serialize_into(w, msg)
+        .map_err(|e| Errno::einval(format!("cannot encode message: {e}")))
+}
+
+/// Bulk bytes kept out of the encoding: nothing is encoded in their place, and they decode
+/// empty until the frame's payload is put back (`Request::from_frame`, `response_from_frame`).
+mod outside {
+    use bytes::Bytes;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(_: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+        <()>::deserialize(d).map(|()| Bytes::new())
+    }
+}
+
+impl Request {
+    /// The bytes this request carries outside its encoding (a `Write`'s data).
+    pub fn payload(&self) -> Bytes {
+        match self {
+            Request::Write { data, .. } => data.clone(),
+            _ => Bytes::new(),
+        }
+    }
+
+    /// The frame of this request: its encoding as the meta section, its data as the payload
+    /// (shared, not copied).
+    pub fn to_frame(&self, id: u64, max: u32) -> Result<OutFrame, Errno> {
+        OutFrame::new(id, self, self.payload(), max)
+    }
+
+    /// Decodes a request frame, allocating at most `limit` bytes for the meta section; the
+    /// payload becomes the `Write`'s data as it is. A payload on any other request, or a
+    /// malformed meta section, is EPROTO.
+    pub fn from_frame(frame: Frame, limit: u64) -> Result<Request, Errno> {
+        let mut req: Request = decode(&frame.meta, limit)?;
+        match &mut req {
+            Request::Write { data, .. } => *data = frame.payload,
+            other if !frame.payload.is_empty() => {
+                return Err(unexpected_payload(other.op_name(), frame.payload.len()))
+            }
+            _ => {}
+        }
+        Ok(req)
+    }
+}
+
+fn unexpected_payload(what: &str, len: usize) -> Errno {
+    Errno::new(
+        libc::EPROTO,
+        format!("malformed message: {what} carries no payload, yet {len} bytes came"),
+    )
+}
+
+/// The frame of a response: a `Data` reply's bytes as the payload.
+pub fn response_frame(id: u64, resp: &Response, max: u32) -> Result<OutFrame, Errno> {
+    let payload = match resp {
+        Ok(Reply::Data(d)) => d.clone(),
+        _ => Bytes::new(),
+    };
+    OutFrame::new(id, resp, payload, max)
+}
+
+/// Decodes a response frame (see `Request::from_frame`).
+pub fn response_from_frame(frame: Frame, limit: u64) -> Result<Response, Errno> {
+    let mut resp: Response = decode(&frame.meta, limit)?;
+    match &mut resp {
+        Ok(Reply::Data(d)) => *d = frame.payload,
+        _ if !frame.payload.is_empty() => {
+            return Err(unexpected_payload("a reply", frame.payload.len()))
+        }
+        _ => {}
+    }
+    Ok(resp)
+}
+
+/// Decodes a message that carries no payload (the handshake's): a payload is EPROTO.
+pub fn decode_plain<T: serde::de::DeserializeOwned>(frame: &Frame, limit: u64) -> Result<T, Errno> {
+    if !frame.payload.is_empty() {
+        return Err(unexpected_payload("this message", frame.payload.len()));
+    }
+    decode(&frame.meta, limit)
+}
+
 /// Decodes a message body, allocating at most `limit` bytes; malformed input is EPROTO.
 pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], limit: u64) -> Result<T, Errno> {
     codec()
@@ -879,6 +973,20 @@ pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], limit: u64) -> Resul
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The frame as a reader gets it.
+    fn read_back(f: OutFrame) -> Frame {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut buf = Vec::new();
+            crate::frame::write_frames(&mut buf, &[f]).await.unwrap();
+            crate::frame::read_frame(&mut &buf[..], 1 << 20)
+                .await
+                .unwrap()
+        })
+    }
 
     fn inode() -> Inode {
         Inode {
@@ -909,14 +1017,31 @@ mod tests {
                 offset: 2,
                 len: 3,
             }],
-            data: vec![1, 2, 3],
+            data: Bytes::from_static(&[1, 2, 3]),
             backing: Some(Backing {
                 path: "/in/x".into(),
                 size: 5,
             }),
         };
-        let bytes = encode(&r).unwrap();
-        assert_eq!(decode::<Request>(&bytes, 1 << 20).unwrap(), r);
+        let frame = read_back(r.to_frame(4, 1 << 20).unwrap());
+        assert_eq!((frame.id, &frame.payload[..]), (4, &[1u8, 2, 3][..]));
+        assert_eq!(Request::from_frame(frame, 1 << 20).unwrap(), r);
+        // The data is not in the encoding.
+        let bare = decode::<Request>(&encode(&r).unwrap(), 1 << 20).unwrap();
+        assert!(matches!(bare, Request::Write { ref data, .. } if data.is_empty()));
+        assert_eq!(bare.payload(), Bytes::new());
+        let data: Response = Ok(Reply::Data(Bytes::from(vec![9u8; 100])));
+        let frame = read_back(response_frame(1, &data, 1 << 20).unwrap());
+        assert_eq!(frame.payload.len(), 100);
+        assert_eq!(response_from_frame(frame, 1 << 20).unwrap(), data);
+        // A payload where none belongs is EPROTO.
+        let stat = Request::Stat { path: "/a".into() };
+        let mut frame = read_back(stat.to_frame(2, 1 << 20).unwrap());
+        frame.payload = Bytes::from_static(b"xx");
+        assert_eq!(
+            Request::from_frame(frame, 1 << 20).unwrap_err().errno,
+            libc::EPROTO
+        );
         let resp: Response = Err(Errno::enoent("/x"));
         let bytes = encode(&resp).unwrap();
         assert_eq!(decode::<Response>(&bytes, 1 << 20).unwrap(), resp);
@@ -1019,11 +1144,11 @@ mod tests {
 
     #[test]
     fn huge_length_prefix_does_not_allocate() {
-        // A Write whose data claims 2^60 bytes.
+        // A Write whose pieces claim 2^60 entries.
         let mut bytes = encode(&Request::Write {
             file_id: 1,
             pieces: vec![],
-            data: vec![],
+            data: Bytes::new(),
             backing: None,
         })
         .unwrap();
@@ -1040,6 +1165,9 @@ mod tests {
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode::<Request>(&bytes, 1 << 16);
             let _ = decode::<Response>(&bytes, 1 << 16);
+            let frame = Frame { id: 1, meta: Bytes::from(bytes.clone()), payload: Bytes::from(bytes) };
+            let _ = Request::from_frame(frame.clone(), 1 << 16);
+            let _ = response_from_frame(frame, 1 << 16);
         }
     }
 }

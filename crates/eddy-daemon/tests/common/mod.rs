@@ -5,14 +5,15 @@
 use eddy_config::Config;
 use eddy_daemon::{Daemon, DaemonSettings};
 use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
-use eddy_proto::frame::{read_frame, write_frame};
+use eddy_proto::frame::{read_frame, write_frame, write_frames};
 use eddy_proto::{
-    decode, encode, FileKind, Inode, Reply, Request, Response, Timespec, PROTOCOL_VERSION,
+    decode_plain, encode, response_from_frame, FileKind, Inode, Reply, Request, Response, Timespec,
+    PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 pub const SECRET: &[u8] = b"test secret of the deployment";
 pub const MAX: u32 = 64 * 1024 * 1024;
@@ -47,21 +48,20 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     secret: &[u8],
 ) -> (Conn<S>, HelloResult) {
-    let (id, body) = read_frame(&mut stream, MAX).await.unwrap();
-    assert_eq!(id, 0);
-    let hello: ServerHello = decode(&body, MAX as u64).unwrap();
+    let frame = read_frame(&mut stream, MAX).await.unwrap();
+    assert_eq!(frame.id, 0);
+    let hello: ServerHello = decode_plain(&frame, MAX as u64).unwrap();
     assert_eq!(hello.version, PROTOCOL_VERSION);
     let reply = ClientHello {
         version: PROTOCOL_VERSION,
         proof: auth::prove(secret, &hello.nonce),
     };
-    write_frame(&mut stream, 0, &encode(&reply).unwrap(), MAX)
+    write_frame(&mut stream, 0, &encode(&reply).unwrap(), &[], MAX)
         .await
         .unwrap();
-    stream.flush().await.unwrap();
-    let (id, body) = read_frame(&mut stream, MAX).await.unwrap();
-    assert_eq!(id, 0);
-    let verdict: HelloResult = decode(&body, MAX as u64).unwrap();
+    let frame = read_frame(&mut stream, MAX).await.unwrap();
+    assert_eq!(frame.id, 0);
+    let verdict: HelloResult = decode_plain(&frame, MAX as u64).unwrap();
     (
         Conn {
             stream,
@@ -85,10 +85,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     pub async fn send(&mut self, req: &Request) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        write_frame(&mut self.stream, id, &encode(req).unwrap(), MAX)
+        write_frames(&mut self.stream, &[req.to_frame(id, MAX).unwrap()])
             .await
             .unwrap();
-        self.stream.flush().await.unwrap();
         id
     }
 
@@ -98,11 +97,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             if let Some(r) = self.pending.remove(&id) {
                 return r;
             }
-            let (got, body) = tokio::time::timeout(GUARD, read_frame(&mut self.stream, MAX))
+            let frame = tokio::time::timeout(GUARD, read_frame(&mut self.stream, MAX))
                 .await
                 .expect("daemon did not answer")
                 .unwrap();
-            self.pending.insert(got, decode(&body, MAX as u64).unwrap());
+            self.pending
+                .insert(frame.id, response_from_frame(frame, MAX as u64).unwrap());
         }
     }
 
@@ -135,7 +135,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
 
     pub async fn data(&mut self, req: Request) -> Vec<u8> {
         match self.ok(req).await {
-            Reply::Data(d) => d,
+            Reply::Data(d) => d.to_vec(),
             other => panic!("expected data, got {other:?}"),
         }
     }
