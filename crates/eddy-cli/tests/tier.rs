@@ -338,7 +338,14 @@ async fn large_backend_directory_is_listed_lazily() {
     set_mtime(&many.join("f050000"), 1_600_000_000, 123_456_789);
     want.sort();
 
-    let m = Mounted::start_with(3, linked(&[("/", backend.path())]));
+    // The first page imports each daemon's third of the 100,000 names in one request: on a
+    // loaded 2-core machine with a debug build that can take longer than the tests' usual
+    // deadline.
+    let config = Config {
+        rpc_timeout_ms: 30_000,
+        ..linked(&[("/", backend.path())])
+    };
+    let m = Mounted::start_with(3, config);
     let c = m.cluster.client().await;
     let listed = list_by_cookie(&c, "/many", 10).await;
     assert_eq!(listed.len(), N, "entries listed through the library");
