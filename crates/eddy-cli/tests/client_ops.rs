@@ -615,3 +615,53 @@ async fn unlink_and_truncate_reach_only_the_chunk_holders() {
         );
     }
 }
+
+/// An fsync reaches the daemons holding the file's unsynced writes and its metadata owner,
+/// not every daemon (decision 0015); a write through another handle is synced by that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsync_reaches_only_the_daemons_with_unsynced_data_and_the_owner() {
+    let cl = Cluster::start(3);
+    let c = cl.client().await;
+    let me = Creds::root();
+    let cs = cl.dep.config.chunk_size;
+    let path = "/synced";
+    let f = c.create(path, 0o644, true, me).await.unwrap();
+    c.fsync(&f).await.unwrap();
+    let p = eddy_placement::Placement::new(vec![0, 1, 2]).unwrap();
+    let owner = p.meta_owner(path);
+    let elsewhere = (0..)
+        .find(|&k| p.chunk_owner(f.file_id(), k) != owner)
+        .unwrap();
+    let at_owner = (0..)
+        .find(|&k| p.chunk_owner(f.file_id(), k) == owner)
+        .unwrap();
+
+    // Written on one daemon that is not the owner: that one and the owner.
+    c.pwrite(&f, elsewhere * cs + 7, b"data").await.unwrap();
+    let before = c.sync_rpcs();
+    c.fsync(&f).await.unwrap();
+    assert_eq!(c.sync_rpcs() - before, 2);
+
+    // Written on the owner: the owner alone.
+    c.pwrite(&f, at_owner * cs, b"more").await.unwrap();
+    let before = c.sync_rpcs();
+    c.fsync(&f).await.unwrap();
+    assert_eq!(c.sync_rpcs() - before, 1);
+
+    // Nothing written since: the owner alone. A write through another handle is synced by
+    // that handle, not this one.
+    let g = c.open(path, libc::O_RDWR, 0, me).await.unwrap();
+    c.pwrite(&g, elsewhere * cs, b"other").await.unwrap();
+    let before = c.sync_rpcs();
+    c.fsync(&f).await.unwrap();
+    assert_eq!(c.sync_rpcs() - before, 1);
+    c.fsync(&g).await.unwrap();
+    assert_eq!(c.sync_rpcs() - before, 3);
+
+    // `Sync{file_id: None}` (sync of everything) still reaches every daemon.
+    let before = c.sync_rpcs();
+    c.sync_all().await.unwrap();
+    assert_eq!(c.sync_rpcs() - before, 3);
+    let got = c.pread(&f, elsewhere * cs, 9).await.unwrap();
+    assert_eq!(&got[..5], b"other");
+}

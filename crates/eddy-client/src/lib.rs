@@ -24,6 +24,7 @@ mod rename;
 mod size;
 mod special;
 mod tier;
+mod unsynced;
 
 pub use dir::DirReader;
 pub use eddy_proto::{
@@ -67,6 +68,11 @@ struct Inner {
     lock_session: u128,
     /// Directory renames under way here or left unfinished (decision 0010).
     renames: rename::Renames,
+    /// Daemons holding this client's changes other than file data not yet synced (an
+    /// fsync reaches them; decision 0015).
+    unsynced: unsynced::Unsynced,
+    /// Sync requests sent (for tests and statistics).
+    sync_rpcs: std::sync::atomic::AtomicU64,
 }
 
 /// A connection to a deployment. Cloning shares the connections.
@@ -118,6 +124,8 @@ impl Client {
             limits,
             lock_session: rand::random::<u128>(),
             renames: rename::Renames::default(),
+            unsynced: Default::default(),
+            sync_rpcs: Default::default(),
         })))
     }
 
@@ -135,14 +143,39 @@ impl Client {
         path::normalize(p, self.0.limits)
     }
 
+    /// Sync requests this client has sent.
+    pub fn sync_rpcs(&self) -> u64 {
+        self.0.sync_rpcs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) async fn call(&self, daemon: u32, req: Request) -> Result<Reply, Errno> {
         self.call_ref(daemon, &req).await
     }
 
     async fn call_ref(&self, daemon: u32, req: &Request) -> Result<Reply, Errno> {
+        self.call_tracked(daemon, req).await.map(|(reply, _)| reply)
+    }
+
+    /// Sends a request; returns the reply and the generation of the connection that carried
+    /// it. A change other than a write is noted for the next fsync (decision 0015).
+    pub(crate) async fn call_tracked(
+        &self,
+        daemon: u32,
+        req: &Request,
+    ) -> Result<(Reply, u64), Errno> {
+        if matches!(req, Request::Sync { .. }) {
+            self.0
+                .sync_rpcs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         match self.0.links.get(&daemon) {
             Some(link) => {
-                let reply = link.call(req).await;
+                let reply = link.call_tracked(req).await;
+                if let Ok((_, generation)) = &reply {
+                    if unsynced::changes_state(req) {
+                        self.0.unsynced.note(daemon, *generation);
+                    }
+                }
                 // The daemon restarted or the connection broke: renames may have been cut
                 // off there, or may be completed now.
                 if link.take_reconnected() {
