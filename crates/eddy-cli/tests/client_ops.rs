@@ -3,7 +3,7 @@
 mod common;
 
 use common::{errno, pattern, Cluster};
-use eddy_client::{Creds, FileKind, SetAttr, SetTime, Timespec};
+use eddy_client::{Client, Creds, FileKind, SetAttr, SetTime, Timespec};
 
 const RW: i32 = libc::O_RDWR;
 const CREAT: i32 = libc::O_RDWR | libc::O_CREAT;
@@ -614,4 +614,59 @@ async fn unlink_and_truncate_reach_only_the_chunk_holders() {
             "daemon {id} kept chunks of removed files"
         );
     }
+}
+
+/// An fsync reaches the daemons holding the file's unsynced writes and its metadata owner,
+/// not every daemon (decision 0015); a write through another handle is synced by that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsync_reaches_only_the_daemons_with_unsynced_data_and_the_owner() {
+    let cl = Cluster::start(3);
+    let c = cl.client().await;
+    let me = Creds::root();
+    let cs = cl.dep.config.chunk_size;
+    let path = "/synced";
+    let f = c.create(path, 0o644, true, me).await.unwrap();
+    c.fsync(&f).await.unwrap();
+    let p = eddy_placement::Placement::new(vec![0, 1, 2]).unwrap();
+    let owner = p.meta_owner(path);
+    let elsewhere = (0..)
+        .find(|&k| p.chunk_owner(f.file_id(), k) != owner)
+        .unwrap();
+    let at_owner = (0..)
+        .find(|&k| p.chunk_owner(f.file_id(), k) == owner)
+        .unwrap();
+
+    // Written on one daemon that is not the owner: that one and the owner.
+    c.pwrite(&f, elsewhere * cs + 7, b"data").await.unwrap();
+    let before = syncs(&c);
+    c.fsync(&f).await.unwrap();
+    assert_eq!(syncs(&c) - before, 2);
+
+    // Written on the owner: the owner alone.
+    c.pwrite(&f, at_owner * cs, b"more").await.unwrap();
+    let before = syncs(&c);
+    c.fsync(&f).await.unwrap();
+    assert_eq!(syncs(&c) - before, 1);
+
+    // Nothing written since: the owner alone. A write through another handle is synced by
+    // that handle, not this one.
+    let g = c.open(path, libc::O_RDWR, 0, me).await.unwrap();
+    c.pwrite(&g, elsewhere * cs, b"other").await.unwrap();
+    let before = syncs(&c);
+    c.fsync(&f).await.unwrap();
+    assert_eq!(syncs(&c) - before, 1);
+    c.fsync(&g).await.unwrap();
+    assert_eq!(syncs(&c) - before, 3);
+
+    // `Sync{file_id: None}` (sync of everything) still reaches every daemon.
+    let before = syncs(&c);
+    c.sync_all().await.unwrap();
+    assert_eq!(syncs(&c) - before, 3);
+    let got = c.pread(&f, elsewhere * cs, 9).await.unwrap();
+    assert_eq!(&got[..5], b"other");
+}
+
+/// Sync requests the client has sent.
+fn syncs(c: &Client) -> u64 {
+    c.rpc_counts().get("sync").copied().unwrap_or(0)
 }

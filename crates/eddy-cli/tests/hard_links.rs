@@ -13,12 +13,18 @@ use eddy_placement::Placement;
 /// Runs a shell command as the unprivileged uid/gid 65534 with no supplementary groups.
 const AS_NOBODY: &str = "setpriv --reuid=65534 --regid=65534 --clear-groups";
 
-/// Chunk files held by the daemons for `file_id`.
+/// Data files the daemons hold for `file_id` (one per daemon holding chunks of it, in one
+/// of the hashed subdirectories of `chunks/`: decision 0015).
 fn chunk_files(cl: &Cluster, file_id: u128) -> usize {
     (0..cl.dep.daemons.len())
         .map(|i| {
-            let dir = cl.root_of(i).join("chunks").join(format!("{file_id:032x}"));
-            std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+            std::fs::read_dir(cl.root_of(i).join("chunks"))
+                .map(|d| {
+                    d.filter_map(Result::ok)
+                        .filter(|e| e.path().join(format!("{file_id:032x}")).exists())
+                        .count()
+                })
+                .unwrap_or(0)
         })
         .sum()
 }

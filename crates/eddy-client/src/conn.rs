@@ -185,6 +185,9 @@ pub(crate) struct Link {
     /// of an earlier one (taken by the client: see `take_reconnected`).
     connected: AtomicBool,
     reconnected: AtomicBool,
+    /// Connections opened so far: the generation of the current one (decision 0015: an
+    /// fsync fails when writes it covers were acknowledged on an earlier one).
+    generation: AtomicU64,
     secret: Arc<Vec<u8>>,
     max_frame: u32,
     /// Calls that may wait for the writer (callers beyond it wait to queue).
@@ -201,6 +204,7 @@ impl Link {
             opening: tokio::sync::Mutex::new(()),
             connected: AtomicBool::new(false),
             reconnected: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
             secret,
             max_frame: cfg.max_frame_bytes,
             queue: cfg.max_requests_in_flight.max(1),
@@ -215,13 +219,20 @@ impl Link {
 
     /// Sends one request and waits for the reply, within the RPC deadline. Every failure to
     /// reach the daemon is EIO with a message naming it.
-    pub async fn call(&self, req: &Request) -> Result<Reply, Errno> {
+    /// Also returns the generation of the connection that carried the request.
+    pub async fn call_tracked(&self, req: &Request) -> Result<(Reply, u64), Errno> {
         let deadline = self.rpc_timeout;
         // Named only when something went wrong: not on the path of every RPC.
         let what = || format!("{} {}", req.op_name(), self.describe());
         let outcome = tokio::time::timeout(deadline, async {
             let conn = self.connection().await?;
-            Ok(conn.call(req).await)
+            // Read while `conn` is current: a later connection replaces it only once it is
+            // dead, and then this request fails.
+            let generation = self.generation.load(Ordering::Acquire);
+            Ok(conn
+                .call(req)
+                .await
+                .map(|r| r.map(|reply| (reply, generation))))
         })
         .await;
         match outcome {
@@ -259,6 +270,7 @@ impl Link {
             })??;
         let conn = Arc::new(conn);
         *write(&self.conn) = Some(conn.clone());
+        self.generation.fetch_add(1, Ordering::AcqRel);
         if self.connected.swap(true, Ordering::AcqRel) {
             self.reconnected.store(true, Ordering::Release);
         }

@@ -1,7 +1,9 @@
 //! Open files: open/create, positioned reads and writes, fsync, close and ftruncate.
 
 use crate::perm::{self, Access};
-use crate::{layout, new_inode, size, Client, Creds, Errno, FileId, FileKind, Inode, SetAttr};
+use crate::{
+    layout, new_inode, size, unsynced, Client, Creds, Errno, FileId, FileKind, Inode, SetAttr,
+};
 use eddy_proto::path;
 use eddy_proto::{Backing, Piece, Reply, Request};
 use futures::future::join_all;
@@ -30,6 +32,9 @@ pub(crate) struct FileInner {
     pub(crate) creds: Creds,
     /// Whether a write through this handle has cleared the set-id bits already.
     pub(crate) setid_cleared: AtomicBool,
+    /// The daemons that acknowledged writes through this handle since its last fsync
+    /// (decision 0015).
+    unsynced: unsynced::Unsynced,
 }
 
 /// An open file. Cheap to clone.
@@ -272,6 +277,7 @@ impl Client {
             ra_upto: AtomicU64::new(0),
             creds,
             setid_cleared: AtomicBool::new(false),
+            unsynced: Default::default(),
         })))
     }
 
@@ -477,15 +483,17 @@ impl Client {
                 buf.extend_from_slice(&data[s.buf_pos..s.buf_pos + s.piece.len as usize]);
             }
             let pieces = b.spans.iter().map(|s| s.piece).collect();
-            self.call(
-                b.daemon,
-                Request::Write {
-                    file_id: f.file_id(),
-                    pieces,
-                    data: buf.into(),
-                    backing: f.0.backing.clone(),
-                },
-            )
+            let req = Request::Write {
+                file_id: f.file_id(),
+                pieces,
+                data: buf.into(),
+                backing: f.0.backing.clone(),
+            };
+            async move {
+                let (_, generation) = self.call_tracked(b.daemon, &req).await?;
+                f.0.unsynced.note(b.daemon, generation);
+                Ok::<(), Errno>(())
+            }
         });
         // The size this write reached goes to the owner with the data, or later in a batch
         // (see `size`); O_APPEND reserved its range, and so the size, already.
@@ -515,11 +523,40 @@ impl Client {
         Ok(data.len())
     }
 
-    /// Makes the file's data and metadata durable on every daemon.
+    /// Makes the file's data and metadata durable: publishes its size, then sends
+    /// `Sync{file_id}` to the daemons that acknowledged writes through this handle since its
+    /// last fsync, to its metadata owner, and to the daemons holding other unsynced changes
+    /// of this client (its entries, sizes, truncates; decision 0015). EIO if one of them
+    /// answers on a newer connection than a change it covers (it may have restarted and
+    /// lost it).
     pub async fn fsync(&self, f: &File) -> Result<(), Errno> {
         self.publish_size(f).await?;
+        let data = f.0.unsynced.take();
+        let meta = self.0.unsynced.take();
+        let mut targets: std::collections::BTreeSet<u32> =
+            data.keys().chain(meta.keys()).copied().collect();
+        targets.insert(self.0.placement.meta_owner(f.path()));
         let file_id = Some(f.file_id());
-        self.all_ok(|| Request::Sync { file_id }).await.map(|_| ())
+        let req = Request::Sync { file_id };
+        let syncs = targets.iter().map(|&d| self.call_tracked(d, &req));
+        let mut answered = std::collections::HashMap::new();
+        let mut failed = None;
+        for (&d, r) in targets.iter().zip(join_all(syncs).await) {
+            match r {
+                Ok((_, generation)) => {
+                    answered.insert(d, generation);
+                }
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if let Some(e) = failed {
+            // Retried by the next fsync.
+            f.0.unsynced.restore(data);
+            self.0.unsynced.restore(meta);
+            return Err(e);
+        }
+        unsynced::check_generations(&data, &answered, f.path())?;
+        unsynced::check_generations(&meta, &answered, f.path())
     }
 
     /// Closes the handle: publishes the size its writes reached, so that every client sees

@@ -25,6 +25,7 @@ mod rename;
 mod size;
 mod special;
 mod tier;
+mod unsynced;
 
 pub use dir::DirReader;
 pub use eddy_proto::{
@@ -72,6 +73,9 @@ struct Inner {
     dircache: dircache::DirCache,
     /// Requests sent, by kind (`Client::rpc_counts`).
     rpcs: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Daemons holding this client's changes other than file data not yet synced (an
+    /// fsync reaches them; decision 0015).
+    unsynced: unsynced::Unsynced,
 }
 
 /// A connection to a deployment. Cloning shares the connections.
@@ -126,6 +130,7 @@ impl Client {
                 dep.config.dir_cache_ms,
             )),
             rpcs: Default::default(),
+            unsynced: Default::default(),
             dep,
         })))
     }
@@ -170,6 +175,16 @@ impl Client {
     }
 
     async fn call_ref(&self, daemon: u32, req: &Request) -> Result<Reply, Errno> {
+        self.call_tracked(daemon, req).await.map(|(reply, _)| reply)
+    }
+
+    /// Sends a request; returns the reply and the generation of the connection that carried
+    /// it. A change other than a write is noted for the next fsync (decision 0015).
+    pub(crate) async fn call_tracked(
+        &self,
+        daemon: u32,
+        req: &Request,
+    ) -> Result<(Reply, u64), Errno> {
         *self
             .0
             .rpcs
@@ -179,7 +194,12 @@ impl Client {
             .or_default() += 1;
         match self.0.links.get(&daemon) {
             Some(link) => {
-                let reply = link.call(req).await;
+                let reply = link.call_tracked(req).await;
+                if let Ok((_, generation)) = &reply {
+                    if unsynced::changes_state(req) {
+                        self.0.unsynced.note(daemon, *generation);
+                    }
+                }
                 // The daemon restarted or the connection broke: renames may have been cut
                 // off there, or may be completed now.
                 if link.take_reconnected() {

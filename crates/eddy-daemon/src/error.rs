@@ -25,6 +25,8 @@ pub enum DaemonError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot use the chunk directory {path}: {message}")]
+    Layout { path: PathBuf, message: String },
     #[error("cannot open the metadata store in {path}: {message}")]
     Meta { path: PathBuf, message: String },
     #[error("cannot listen on {addr}: {source}; pick another address with --listen (port 0 = any free port) or stop the process using it")]

@@ -8,7 +8,8 @@
 //!
 //! Layout under the root: `meta/` (fjall, keyspace "meta": `path::meta_key(path)` →
 //! `Inode::to_record()`; "tier": the backend tier's records; "intents": unfinished directory
-//! renames), `chunks/<file id, 32 hex>/<k>`, `eddyd.sock`, `eddyd.ready`.
+//! renames; the chunk map, decision 0015), `chunks/<hh>/<file id, 32 hex>` (one sparse data
+//! file per file), `eddyd.sock`, `eddyd.ready`.
 
 mod advisory;
 mod args;

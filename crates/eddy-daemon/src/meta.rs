@@ -112,6 +112,16 @@ impl MetaStore {
         })
     }
 
+    /// The chunk map's keyspace (decision 0015): in the same journal as the metadata.
+    pub fn chunk_records(&self) -> Result<Keyspace, Errno> {
+        self.db
+            .keyspace(
+                crate::chunks::CHUNK_KEYSPACE,
+                KeyspaceCreateOptions::default,
+            )
+            .map_err(|e| fjall_err("chunk map", e))
+    }
+
     /// The backend tier's keyspace (shared with the chunk side of the tier).
     pub fn tier_records(&self) -> Keyspace {
         self.records.clone()

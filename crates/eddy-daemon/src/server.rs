@@ -145,8 +145,13 @@ async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, DaemonError>
             Arc::clone(&backend),
             members.map(|p| (p, settings.id)),
         )?;
+        let chunk_records = meta.chunk_records().map_err(|e| DaemonError::Meta {
+            path: root.join(META_DIR),
+            message: e.to_string(),
+        })?;
         let chunks = ChunkStore::open(
             &root.join(CHUNKS_DIR),
+            chunk_records,
             settings.config.chunk_size,
             u64::from(settings.config.max_rpc_data_bytes),
         )?;

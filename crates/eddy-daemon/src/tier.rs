@@ -816,7 +816,14 @@ mod tests {
         let ks = db
             .keyspace(TIER_KEYSPACE, KeyspaceCreateOptions::default)
             .unwrap();
-        let chunks = ChunkStore::open(&root.join("chunks"), config.chunk_size, 1 << 20).unwrap();
+        let cks = db
+            .keyspace(
+                crate::chunks::CHUNK_KEYSPACE,
+                KeyspaceCreateOptions::default,
+            )
+            .unwrap();
+        let chunks =
+            ChunkStore::open(&root.join("chunks"), cks, config.chunk_size, 1 << 20).unwrap();
         let tier = Tier::open(ks, Backend::new(config), config, root, &chunks).unwrap();
         (db, chunks, tier)
     }

@@ -426,8 +426,21 @@ async fn truncate_across_chunks_and_remove_data() {
     })
     .await;
     c.ok(Request::Sync { file_id: Some(fid) }).await;
-    let chunk_dir = root.path().join("chunks").join(format!("{fid:032x}"));
-    assert!(chunk_dir.join("2").exists());
+    // One sparse data file for the file (decision 0015), in one of the hashed subdirectories.
+    let data_file = std::fs::read_dir(root.path().join("chunks"))
+        .unwrap()
+        .map(|d| d.unwrap().path().join(format!("{fid:032x}")))
+        .find(|p| p.exists())
+        .expect("the file's data file");
+    assert_eq!(
+        std::fs::metadata(&data_file).unwrap().len(),
+        3 * u64::from(cs)
+    );
+    let usage = |s: eddy_proto::DaemonStatus| (s.chunks, s.chunk_bytes);
+    let Reply::Status(s) = c.ok(Request::Status).await else {
+        panic!()
+    };
+    assert_eq!(usage(s), (3, 3 * u64::from(cs)));
 
     // Cut inside chunk 1: chunk 0 intact, chunk 1 keeps 100 bytes, chunk 2 is gone.
     c.ok(Request::TruncateData {
@@ -435,8 +448,14 @@ async fn truncate_across_chunks_and_remove_data() {
         size: u64::from(cs) + 100,
     })
     .await;
-    assert!(!chunk_dir.join("2").exists());
-    assert_eq!(std::fs::metadata(chunk_dir.join("1")).unwrap().len(), 100);
+    let Reply::Status(s) = c.ok(Request::Status).await else {
+        panic!()
+    };
+    assert_eq!(usage(s), (2, u64::from(cs) + 100));
+    assert_eq!(
+        std::fs::metadata(&data_file).unwrap().len(),
+        u64::from(cs) + 100
+    );
     let got = c
         .data(Request::Read {
             file_id: fid,
@@ -453,18 +472,14 @@ async fn truncate_across_chunks_and_remove_data() {
         size: u64::from(cs),
     })
     .await;
-    assert!(!chunk_dir.join("1").exists());
-    assert_eq!(
-        std::fs::metadata(chunk_dir.join("0")).unwrap().len(),
-        u64::from(cs)
-    );
+    assert_eq!(std::fs::metadata(&data_file).unwrap().len(), u64::from(cs));
     let Reply::Status(s) = c.ok(Request::Status).await else {
         panic!()
     };
     assert_eq!((s.chunks, s.chunk_bytes), (1, u64::from(cs)));
 
     c.ok(Request::RemoveData { file_id: fid }).await;
-    assert!(!chunk_dir.exists());
+    assert!(!data_file.exists());
     c.ok(Request::RemoveData { file_id: fid }).await;
     c.ok(Request::TruncateData {
         file_id: fid,
