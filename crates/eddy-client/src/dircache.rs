@@ -68,26 +68,9 @@ impl DirCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use eddy_proto::Timespec;
 
     fn dir() -> Inode {
-        Inode {
-            kind: FileKind::Dir,
-            file_id: 1,
-            mode: 0o755,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            atime: Timespec::default(),
-            mtime: Timespec::default(),
-            ctime: Timespec::default(),
-            target: None,
-            tier: None,
-            rdev: 0,
-            xattrs: Vec::new(),
-            nlink: 2,
-            shared: None,
-        }
+        Inode::new(FileKind::Dir, 1, 0o755, 0, 0)
     }
 
     #[test]
