@@ -44,11 +44,16 @@ profile() {
     <"$WORK/$name.folded" >"$OUT/$name.svg"
   echo "== $name: $OUT/$name.svg"
   grep -E 'ior|mdtest' "$WORK/$name.bench" | head -5
-  # The heaviest frames, by samples in which they appear (inclusive), for the notes.
-  awk '{ n = $NF; $NF = ""; split($0, f, ";"); delete seen;
-         for (i in f) if (!(f[i] in seen)) { seen[f[i]] = 1; t[f[i]] += n } ; all += n }
+  # Where the samples are: by process (the first frame is the command), and the functions
+  # the samples were in (self time), for the notes.
+  echo "-- by process"
+  awk '{ n = $NF; split($1, f, ";"); t[f[1]] += n; all += n }
        END { for (k in t) printf "%6.1f%%  %s\n", 100 * t[k] / all, k }' "$WORK/$name.folded" |
-    sort -rn | head -25 || true
+    sort -rn | head -8 || true
+  echo "-- by function (self)"
+  awk '{ n = $NF; $NF = ""; sub(/ +$/, ""); k = split($0, f, ";"); t[f[k]] += n; all += n }
+       END { for (k in t) printf "%6.1f%%  %s\n", 100 * t[k] / all, k }' "$WORK/$name.folded" |
+    sort -rn | head -20 || true
 }
 
 profile profile-create "Eddy: creates (mdtest-easy)" --workloads mdtest-easy --scale 0.5
