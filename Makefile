@@ -11,6 +11,7 @@ deps:
 
 build: deps
 	$(CARGO) build --release --bins
+	$(CARGO) build --release -p eddy-preload
 
 ## Local daemons, a FUSE mount, a workload and the figures (raw storage beside Eddy).
 demo: build
@@ -27,7 +28,7 @@ test: deps
 
 ## The benchmark suite: Eddy beside the raw storage, with ratios and a plot.
 bench: build
-	$(RELEASE)/eddy bench suite --plot docs/bench-suite.png --json docs/bench-suite.json
+	$(RELEASE)/eddy bench suite --preload --plot docs/bench-suite.png --json docs/bench-suite.json
 
 ## The backend tier beside the backend used directly: a plain directory, then a GlusterFS volume.
 GLUSTER_BENCH_DIR ?= /var/tmp/eddy-bench-gluster

@@ -74,6 +74,11 @@ pub struct SuiteArgs {
     /// Skip the third run, through the client library (`eddy:STATE`) on the same deployment.
     #[arg(long)]
     pub no_client: bool,
+    /// Add a run through libeddy_preload.so (`preload:STATE`: the workers' plain file calls
+    /// intercepted, no FUSE) on the same deployment. The library must be beside `eddy` (or
+    /// named by EDDY_PRELOAD_LIB).
+    #[arg(long)]
+    pub preload: bool,
     #[command(flatten)]
     pub work: WorkloadOpts,
     #[command(flatten)]

@@ -51,7 +51,9 @@ struct Manifest {
 pub fn run_plan(plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
     match &plan.target {
         Target::Dir(_) => run_on(&LocalFs, plan, spec),
-        Target::Eddy { state, .. } => run_on(&EddyFs::connect(state)?, plan, spec),
+        Target::Eddy { state, .. } | Target::Preload { state, .. } => {
+            run_on(&EddyFs::connect(state)?, plan, spec)
+        }
     }
 }
 
@@ -346,9 +348,24 @@ impl Workers {
             conns: Vec::new(),
             rx,
         };
+        // Under the preload, the workers (and only they) get the library and its settings.
+        let preload: Vec<(&str, std::ffi::OsString)> = match &plan.target {
+            Target::Preload { state, lib, .. } => vec![
+                ("LD_PRELOAD", lib.clone().into()),
+                ("EDDY_PREFIX", crate::fs::PRELOAD_PATH.into()),
+                ("EDDY_STATE", state.clone().into()),
+            ],
+            _ => Vec::new(),
+        };
         if launch.mpi {
+            let mut exports = Vec::new();
+            for (k, v) in &preload {
+                exports.push("-x".into());
+                exports.push(format!("{k}={}", v.to_string_lossy()));
+            }
             let child = Command::new("mpirun")
                 .args(&launch.mpirun_args)
+                .args(&exports)
                 .arg("-np")
                 .arg(plan.procs.to_string())
                 .arg(&exe)
@@ -361,6 +378,7 @@ impl Workers {
             for rank in 0..plan.procs {
                 let child = Command::new(&exe)
                     .args(worker_args(Some(rank)))
+                    .envs(preload.iter().map(|(k, v)| (k, v)))
                     .stdin(Stdio::null())
                     .spawn()
                     .with_context(|| format!("cannot start worker {}", exe.display()))?;

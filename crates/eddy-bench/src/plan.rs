@@ -307,7 +307,7 @@ impl Plan {
         let target = target
             .absolute()
             .with_context(|| format!("cannot resolve {target}"))?;
-        if let Target::Eddy { dir, .. } = &target {
+        if let Target::Eddy { dir, .. } | Target::Preload { dir, .. } = &target {
             if !dir.starts_with('/') {
                 bail!("{target}: the directory in the namespace must be absolute");
             }

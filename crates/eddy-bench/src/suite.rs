@@ -24,6 +24,7 @@ const SUITE_STONEWALL_S: f64 = 20.0;
 pub const LABEL_RAW: &str = "raw";
 pub const LABEL_MOUNT: &str = "eddy";
 pub const LABEL_LIB: &str = "eddy-lib";
+pub const LABEL_PRELOAD: &str = "eddy-preload";
 /// Default storage: tmpfs.
 const TMPFS: &str = "/dev/shm";
 
@@ -46,6 +47,12 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
             state: state.clone(),
             dir: "/".to_string(),
         }),
+        preload: match a.preload {
+            true => Some(
+                Target::preload(state.clone(), "/".to_string()).map_err(|e| anyhow::anyhow!(e))?,
+            ),
+            false => None,
+        },
     };
     let result = measure(&a, &targets);
     let stopped = deployment.stop();
@@ -67,10 +74,13 @@ struct Targets {
     mount: Target,
     /// The same namespace through the client library (None with --no-client).
     lib: Option<Target>,
+    /// The same namespace through the preload library (with --preload).
+    preload: Option<Target>,
 }
 
-/// Runs the workloads on Eddy (mount, then library) and on raw storage; returns
-/// [raw, eddy, eddy-lib] (without eddy-lib under --no-client).
+/// Runs the workloads on Eddy (mount, library, preload) and on raw storage; returns
+/// [raw, eddy, eddy-lib, eddy-preload] (eddy-lib only without --no-client, eddy-preload only
+/// with --preload).
 fn measure(a: &SuiteArgs, t: &Targets) -> anyhow::Result<Vec<Report>> {
     let one = |target: &Target, label: &str| -> anyhow::Result<Report> {
         crate::interrupt::check()?;
@@ -91,6 +101,9 @@ fn measure(a: &SuiteArgs, t: &Targets) -> anyhow::Result<Vec<Report>> {
         runs.push(one(&t.mount, LABEL_MOUNT)?);
         if let Some(lib) = &t.lib {
             runs.push(one(lib, LABEL_LIB)?);
+        }
+        if let Some(preload) = &t.preload {
+            runs.push(one(preload, LABEL_PRELOAD)?);
         }
         Ok(runs)
     };

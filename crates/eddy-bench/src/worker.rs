@@ -48,6 +48,21 @@ pub fn main(args: WorkerArgs) -> anyhow::Result<()> {
     };
     match &plan.target {
         Target::Dir(_) => serve(&LocalFs, plan, rank, &mut out, &mut input),
+        // Plain file calls, which the preload library turns into Eddy's under its prefix.
+        Target::Preload { .. } => {
+            let mut plan = plan;
+            let rel = plan
+                .work
+                .strip_prefix("/")
+                .unwrap_or(&plan.work)
+                .to_path_buf();
+            plan.work = Path::new(crate::fs::PRELOAD_PATH).join(rel);
+            plan.target = Target::Dir(
+                Path::new(crate::fs::PRELOAD_PATH)
+                    .join(plan.target.dir().strip_prefix("/").unwrap_or(Path::new(""))),
+            );
+            serve(&LocalFs, plan, rank, &mut out, &mut input)
+        }
         Target::Eddy { state, .. } => {
             let fs = EddyFs::connect(state).with_context(|| format!("rank {rank}"))?;
             serve(&fs, plan, rank, &mut out, &mut input)

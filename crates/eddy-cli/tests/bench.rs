@@ -890,6 +890,42 @@ fn suite_without_the_library_run() {
     assert_eq!(labels, ["raw", "eddy"]);
 }
 
+/// `--preload` adds a run whose workers reach the deployment with plain file calls through
+/// libeddy_preload.so (no FUSE, no library calls of their own), verified like the others.
+#[test]
+fn suite_with_the_preload_run() {
+    common::require::fuse();
+    let storage = tempfile::tempdir().unwrap();
+    let json = storage.path().join("suite.json");
+    let out = ok(&[
+        "bench",
+        "suite",
+        "--preload",
+        "--storage",
+        s(storage.path()),
+        "--scale",
+        TINY,
+        "--workloads",
+        "ior-easy,mdtest-easy",
+        "--json",
+        s(&json),
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("eddy, eddy-lib, eddy-preload vs raw"),
+        "{table}"
+    );
+    let v = load(&json);
+    let runs = v["runs"].as_array().unwrap();
+    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["raw", "eddy", "eddy-lib", "eddy-preload"]);
+    let preload = &runs[3];
+    assert!(
+        preload.to_string().contains("mdtest-easy-write"),
+        "the preload run has no mdtest phase: {preload}"
+    );
+}
+
 #[test]
 fn ctrl_c_stops_the_workers_and_cleans_up() {
     let base = tempfile::tempdir().unwrap();

@@ -17,6 +17,11 @@ use std::time::SystemTime;
 
 /// Prefix of a target reached through the client library: `eddy:STATE_DIR[:/sub/dir]`.
 pub const EDDY_PREFIX: &str = "eddy:";
+/// Prefix of a target reached by the workers through `libeddy_preload.so`:
+/// `preload:STATE_DIR[:/sub/dir]`.
+pub const PRELOAD_TARGET: &str = "preload:";
+/// Where the workers see the namespace under the preload library (its `EDDY_PREFIX`).
+pub const PRELOAD_PATH: &str = "/eddy-bench-preload";
 
 /// What a run benchmarks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,6 +31,13 @@ pub enum Target {
     /// A directory in the namespace of the Eddy deployment whose state directory is `state`,
     /// driven through the client library.
     Eddy { state: PathBuf, dir: String },
+    /// The same, but the workers reach it with plain file calls through the LD_PRELOAD
+    /// library `lib` under `PRELOAD_PATH` (the coordinator uses the client library).
+    Preload {
+        state: PathBuf,
+        dir: String,
+        lib: PathBuf,
+    },
 }
 
 impl FromStr for Target {
@@ -33,6 +45,12 @@ impl FromStr for Target {
 
     /// `eddy:STATE_DIR` (namespace root), `eddy:STATE_DIR:/sub/dir`, or a plain directory.
     fn from_str(s: &str) -> Result<Target, String> {
+        if let Some(rest) = s.strip_prefix(PRELOAD_TARGET) {
+            let Target::Eddy { state, dir } = format!("{EDDY_PREFIX}{rest}").parse()? else {
+                unreachable!("an eddy: target parses as Target::Eddy");
+            };
+            return Target::preload(state, dir);
+        }
         let Some(rest) = s.strip_prefix(EDDY_PREFIX) else {
             return Ok(Target::Dir(PathBuf::from(s)));
         };
@@ -60,6 +78,9 @@ impl std::fmt::Display for Target {
                 write!(f, "{EDDY_PREFIX}{}", state.display())
             }
             Target::Eddy { state, dir } => write!(f, "{EDDY_PREFIX}{}:{dir}", state.display()),
+            Target::Preload { state, dir, .. } => {
+                write!(f, "{PRELOAD_TARGET}{}:{dir}", state.display())
+            }
         }
     }
 }
@@ -73,14 +94,45 @@ impl Target {
                 state: std::path::absolute(state)?,
                 dir: dir.clone(),
             },
+            Target::Preload { state, dir, lib } => Target::Preload {
+                state: std::path::absolute(state)?,
+                dir: dir.clone(),
+                lib: std::path::absolute(lib)?,
+            },
         })
+    }
+
+    /// A preload target, with the library found beside this program (`target/<profile>/`,
+    /// or its `deps/`), or named by `EDDY_PRELOAD_LIB`.
+    pub fn preload(state: PathBuf, dir: String) -> Result<Target, String> {
+        let lib = match std::env::var_os("EDDY_PRELOAD_LIB") {
+            Some(p) => PathBuf::from(p),
+            None => {
+                let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                let here = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+                [
+                    here.join("libeddy_preload.so"),
+                    here.join("deps/libeddy_preload.so"),
+                ]
+                .into_iter()
+                .find(|p| p.is_file())
+                .ok_or_else(|| {
+                    format!(
+                        "libeddy_preload.so is not beside {} (build it: `cargo build \
+                             --release -p eddy-preload`, or name it with EDDY_PRELOAD_LIB)",
+                        exe.display()
+                    )
+                })?
+            }
+        };
+        Ok(Target::Preload { state, dir, lib })
     }
 
     /// The benchmarked directory as a path of the target's file system.
     pub fn dir(&self) -> PathBuf {
         match self {
             Target::Dir(d) => d.clone(),
-            Target::Eddy { dir, .. } => PathBuf::from(dir),
+            Target::Eddy { dir, .. } | Target::Preload { dir, .. } => PathBuf::from(dir),
         }
     }
 }
