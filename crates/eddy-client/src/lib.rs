@@ -72,7 +72,7 @@ struct Inner {
     /// Directories looked up recently (see `dircache`).
     dircache: dircache::DirCache,
     /// Requests sent, by kind (`Client::rpc_counts`).
-    rpcs: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    rpcs: [std::sync::atomic::AtomicU64; eddy_proto::OP_NAMES.len()],
     /// Daemons holding this client's changes other than file data not yet synced (an
     /// fsync reaches them; decision 0015).
     unsynced: unsynced::Unsynced,
@@ -129,7 +129,7 @@ impl Client {
             dircache: dircache::DirCache::new(std::time::Duration::from_millis(
                 dep.config.dir_cache_ms,
             )),
-            rpcs: Default::default(),
+            rpcs: std::array::from_fn(|_| Default::default()),
             unsynced: Default::default(),
             dep,
         })))
@@ -146,11 +146,12 @@ impl Client {
     /// Requests this client (and its clones) sent so far, by kind (`Request::op_name`): what
     /// an operation costs in round trips.
     pub fn rpc_counts(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        self.0
-            .rpcs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        eddy_proto::OP_NAMES
+            .iter()
+            .zip(&self.0.rpcs)
+            .map(|(&name, n)| (name, n.load(std::sync::atomic::Ordering::Relaxed)))
+            .filter(|&(_, n)| n > 0)
+            .collect()
     }
 
     /// A directory on the way to an entry: from the cache of recent directories, else asked
@@ -185,13 +186,7 @@ impl Client {
         daemon: u32,
         req: &Request,
     ) -> Result<(Reply, u64), Errno> {
-        *self
-            .0
-            .rpcs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(req.op_name())
-            .or_default() += 1;
+        self.0.rpcs[req.op_index()].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match self.0.links.get(&daemon) {
             Some(link) => {
                 let reply = link.call_tracked(req).await;

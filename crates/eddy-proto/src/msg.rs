@@ -714,6 +714,51 @@ pub enum Request {
     CountSubdirs { dir: String, delta: i32 },
 }
 
+/// Short names of the requests, in `Request::op_index` order.
+pub const OP_NAMES: [&str; 41] = [
+    "create",
+    "stat",
+    "remove",
+    "setattr",
+    "grow_size",
+    "reserve_append",
+    "insert",
+    "readdir",
+    "has_children",
+    "list_subtree",
+    "write",
+    "read",
+    "truncate_data",
+    "remove_data",
+    "sync",
+    "prefetch",
+    "flush_dirty",
+    "unpin",
+    "validate",
+    "backend_rename",
+    "finalize_dirty",
+    "rebind",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+    "lock",
+    "test_lock",
+    "release_locks",
+    "link",
+    "drop_name",
+    "on_identity",
+    "status",
+    "shutdown",
+    "begin_rename",
+    "claim_renames",
+    "end_rename",
+    "release_rename",
+    "touch_dir",
+    "clear_setid",
+    "count_subdirs",
+];
+
 impl Request {
     /// Whether the request touches chunk files, syncs storage or reaches the backend
     /// (disk-bound), as opposed to metadata operations that run at memory speed in the KV
@@ -761,48 +806,53 @@ impl Request {
 
     /// Short name of the operation, for logs and counters.
     pub fn op_name(&self) -> &'static str {
+        OP_NAMES[self.op_index()]
+    }
+
+    /// Position of the operation in `OP_NAMES`: counters can be an array.
+    pub fn op_index(&self) -> usize {
         match self {
-            Request::Create { .. } => "create",
-            Request::Stat { .. } => "stat",
-            Request::Remove { .. } => "remove",
-            Request::SetAttr { .. } => "setattr",
-            Request::GrowSize { .. } => "grow_size",
-            Request::ReserveAppend { .. } => "reserve_append",
-            Request::Insert { .. } => "insert",
-            Request::Readdir { .. } => "readdir",
-            Request::HasChildren { .. } => "has_children",
-            Request::ListSubtree { .. } => "list_subtree",
-            Request::Write { .. } => "write",
-            Request::Read { .. } => "read",
-            Request::TruncateData { .. } => "truncate_data",
-            Request::RemoveData { .. } => "remove_data",
-            Request::Sync { .. } => "sync",
-            Request::Prefetch { .. } => "prefetch",
-            Request::FlushDirty { .. } => "flush_dirty",
-            Request::Unpin { .. } => "unpin",
-            Request::Validate { .. } => "validate",
-            Request::BackendRename { .. } => "backend_rename",
-            Request::FinalizeDirty { .. } => "finalize_dirty",
-            Request::Rebind { .. } => "rebind",
-            Request::SetXattr { .. } => "setxattr",
-            Request::GetXattr { .. } => "getxattr",
-            Request::ListXattr { .. } => "listxattr",
-            Request::RemoveXattr { .. } => "removexattr",
-            Request::Lock { .. } => "lock",
-            Request::TestLock { .. } => "test_lock",
-            Request::ReleaseLocks { .. } => "release_locks",
-            Request::Link { .. } => "link",
-            Request::DropName { .. } => "drop_name",
-            Request::OnIdentity { .. } => "on_identity",
-            Request::Status => "status",
-            Request::Shutdown => "shutdown",
-            Request::BeginRename { .. } => "begin_rename",
-            Request::ClaimRenames { .. } => "claim_renames",
-            Request::EndRename { .. } => "end_rename",
-            Request::ReleaseRename { .. } => "release_rename",
-            Request::TouchDir { .. } => "touch_dir",
-            Request::ClearSetId { .. } => "clear_setid",
-            Request::CountSubdirs { .. } => "count_subdirs",
+            Request::Create { .. } => 0,
+            Request::Stat { .. } => 1,
+            Request::Remove { .. } => 2,
+            Request::SetAttr { .. } => 3,
+            Request::GrowSize { .. } => 4,
+            Request::ReserveAppend { .. } => 5,
+            Request::Insert { .. } => 6,
+            Request::Readdir { .. } => 7,
+            Request::HasChildren { .. } => 8,
+            Request::ListSubtree { .. } => 9,
+            Request::Write { .. } => 10,
+            Request::Read { .. } => 11,
+            Request::TruncateData { .. } => 12,
+            Request::RemoveData { .. } => 13,
+            Request::Sync { .. } => 14,
+            Request::Prefetch { .. } => 15,
+            Request::FlushDirty { .. } => 16,
+            Request::Unpin { .. } => 17,
+            Request::Validate { .. } => 18,
+            Request::BackendRename { .. } => 19,
+            Request::FinalizeDirty { .. } => 20,
+            Request::Rebind { .. } => 21,
+            Request::SetXattr { .. } => 22,
+            Request::GetXattr { .. } => 23,
+            Request::ListXattr { .. } => 24,
+            Request::RemoveXattr { .. } => 25,
+            Request::Lock { .. } => 26,
+            Request::TestLock { .. } => 27,
+            Request::ReleaseLocks { .. } => 28,
+            Request::Link { .. } => 29,
+            Request::DropName { .. } => 30,
+            Request::OnIdentity { .. } => 31,
+            Request::Status => 32,
+            Request::Shutdown => 33,
+            Request::BeginRename { .. } => 34,
+            Request::ClaimRenames { .. } => 35,
+            Request::EndRename { .. } => 36,
+            Request::ReleaseRename { .. } => 37,
+            Request::TouchDir { .. } => 38,
+            Request::ClearSetId { .. } => 39,
+            Request::CountSubdirs { .. } => 40,
         }
     }
 }
@@ -972,6 +1022,16 @@ pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], limit: u64) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operation_names_are_distinct() {
+        let mut names = OP_NAMES.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), OP_NAMES.len());
+        assert_eq!(Request::Status.op_name(), "status");
+        assert_eq!(Request::Shutdown.op_name(), "shutdown");
+    }
     use proptest::prelude::*;
 
     /// The frame as a reader gets it.
