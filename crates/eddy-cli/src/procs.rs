@@ -163,15 +163,7 @@ pub fn wait_gone(procs: &[RecordedProcess], bound: Duration) -> Vec<RecordedProc
 /// Stops recorded processes: waits `grace` for them to exit by themselves, then SIGTERM and
 /// another `grace`, then SIGKILL. Returns the processes that had to be signalled.
 pub fn stop_processes(procs: &[RecordedProcess], grace: Duration) -> Vec<String> {
-    let lingering = wait_gone(procs, grace);
-    lingering.iter().for_each(|p| signal(p, libc::SIGTERM));
-    let stubborn = wait_gone(&lingering, grace);
-    stubborn.iter().for_each(|p| signal(p, libc::SIGKILL));
-    let _ = wait_gone(&stubborn, grace);
-    lingering
-        .into_iter()
-        .map(|p| format!("{} (pid {})", p.label, p.pid))
-        .collect()
+    terminate(&wait_gone(procs, grace), grace)
 }
 
 /// SIGTERM, then SIGKILL for what is still running after `grace`; names those signalled.
