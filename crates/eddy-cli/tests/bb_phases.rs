@@ -95,20 +95,9 @@ impl Site {
 }
 
 impl Drop for Site {
+    /// Whatever a failed test left: mounts and processes under the site's directory.
     fn drop(&mut self) {
-        for m in std::fs::read_dir(self.path("mnt"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let _ = Command::new("umount").arg("-l").arg(m.path()).status();
-        }
-        for pid in common::slurm::processes_mentioning(&self.dir.path().display().to_string()) {
-            // SAFETY: signalling a pid; at worst one that already exited.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
+        common::slurm::clean_leftovers(self.dir.path());
     }
 }
 

@@ -194,25 +194,7 @@ impl Site {
 impl Drop for Site {
     /// Whatever a failed test left: mounts and processes under the site's directory.
     fn drop(&mut self) {
-        let mnt = self.path("mnt");
-        for m in std::fs::read_dir(&mnt).into_iter().flatten().flatten() {
-            while common::is_mountpoint(&m.path()) {
-                let ok = std::process::Command::new("umount")
-                    .arg("-l")
-                    .arg(m.path())
-                    .status()
-                    .is_ok_and(|s| s.success());
-                if !ok {
-                    break;
-                }
-            }
-        }
-        for pid in processes_mentioning(&self.dir.path().display().to_string()) {
-            // SAFETY: signalling a pid; the worst case is a process that already exited.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
+        common::slurm::clean_leftovers(self.dir.path());
     }
 }
 

@@ -92,6 +92,33 @@ pub fn processes_mentioning(needle: &str) -> Vec<i32> {
         .collect()
 }
 
+/// What a failed burst-buffer test may leave under `dir`: every mount below `dir/mnt` (lazily
+/// unmounted, as often as it is stacked) and every process whose command line names `dir`.
+pub fn clean_leftovers(dir: &Path) {
+    for m in std::fs::read_dir(dir.join("mnt"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        while super::is_mountpoint(&m.path()) {
+            let ok = Command::new("umount")
+                .arg("-l")
+                .arg(m.path())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                break;
+            }
+        }
+    }
+    for pid in processes_mentioning(&dir.display().to_string()) {
+        // SAFETY: signalling a pid; at worst one that already exited.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
 /// Waits up to `bound` for the child to exit.
 pub fn wait_bounded(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + bound;
