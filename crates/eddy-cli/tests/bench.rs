@@ -856,8 +856,9 @@ fn suite_measures_eddy_and_raw_in_one_run() {
     assert_eq!(left, ["suite.json", "suite.png"]);
 }
 
-#[test]
-fn suite_without_the_library_run() {
+/// Runs `eddy bench suite` with `flag` on ior-easy and mdtest-easy at the tiny scale; its
+/// table and the JSON of its runs.
+fn small_suite(flag: &str) -> (String, serde_json::Value) {
     // The suite mounts Eddy itself.
     common::require::fuse();
     let storage = tempfile::tempdir().unwrap();
@@ -865,7 +866,7 @@ fn suite_without_the_library_run() {
     let out = ok(&[
         "bench",
         "suite",
-        "--no-client",
+        flag,
         "--storage",
         s(storage.path()),
         "--scale",
@@ -875,51 +876,42 @@ fn suite_without_the_library_run() {
         "--json",
         s(&json),
     ]);
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        table.contains("eddy vs raw") && !table.contains("eddy-lib"),
-        "{table}"
-    );
-    let v = load(&json);
-    let labels: Vec<&str> = v["runs"]
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        load(&json),
+    )
+}
+
+fn run_labels(v: &serde_json::Value) -> Vec<&str> {
+    v["runs"]
         .as_array()
         .unwrap()
         .iter()
         .map(|r| r["label"].as_str().unwrap())
-        .collect();
-    assert_eq!(labels, ["raw", "eddy"]);
+        .collect()
+}
+
+#[test]
+fn suite_without_the_library_run() {
+    let (table, v) = small_suite("--no-client");
+    assert!(
+        table.contains("eddy vs raw") && !table.contains("eddy-lib"),
+        "{table}"
+    );
+    assert_eq!(run_labels(&v), ["raw", "eddy"]);
 }
 
 /// `--preload` adds a run whose workers reach the deployment with plain file calls through
 /// libeddy_preload.so (no FUSE, no library calls of their own), verified like the others.
 #[test]
 fn suite_with_the_preload_run() {
-    common::require::fuse();
-    let storage = tempfile::tempdir().unwrap();
-    let json = storage.path().join("suite.json");
-    let out = ok(&[
-        "bench",
-        "suite",
-        "--preload",
-        "--storage",
-        s(storage.path()),
-        "--scale",
-        TINY,
-        "--workloads",
-        "ior-easy,mdtest-easy",
-        "--json",
-        s(&json),
-    ]);
-    let table = String::from_utf8_lossy(&out.stdout);
+    let (table, v) = small_suite("--preload");
     assert!(
         table.contains("eddy, eddy-lib, eddy-preload vs raw"),
         "{table}"
     );
-    let v = load(&json);
-    let runs = v["runs"].as_array().unwrap();
-    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
-    assert_eq!(labels, ["raw", "eddy", "eddy-lib", "eddy-preload"]);
-    let preload = &runs[3];
+    assert_eq!(run_labels(&v), ["raw", "eddy", "eddy-lib", "eddy-preload"]);
+    let preload = &v["runs"][3];
     assert!(
         preload.to_string().contains("mdtest-easy-write"),
         "the preload run has no mdtest phase: {preload}"
