@@ -91,7 +91,7 @@ pub struct Config {
     /// Seconds `eddy start` waits for every daemon to become ready. Default 60.
     pub start_timeout_s: u64,
     /// Bytes of chunk data a daemon may hold before it evicts cached backend chunks; 0 means
-    /// the size of the file system under its root. Default 0.
+    /// what it holds plus the free space of the file system under its root. Default 0.
     pub cache_capacity_bytes: u64,
     /// Percent of the capacity above which a daemon starts evicting clean cached chunks
     /// (least recently used first, dirty ones flushed first). Default 90.

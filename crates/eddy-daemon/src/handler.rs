@@ -211,8 +211,7 @@ impl State {
                 pieces,
                 backing: Some(b),
             } => self
-                .tier
-                .read(chunks, file_id, &pieces, &b)
+                .with_room(|| self.tier.read(chunks, file_id, &pieces, &b))
                 .map(|v| Reply::Data(v.into())),
             Request::Read {
                 file_id,
@@ -225,8 +224,7 @@ impl State {
                 backing,
                 pin,
             } => self
-                .tier
-                .prefetch(chunks, file_id, &list, &backing, pin)
+                .with_room(|| self.tier.prefetch(chunks, file_id, &list, &backing, pin))
                 .map(Reply::Count),
             Request::FlushDirty {
                 prefix,
@@ -327,8 +325,7 @@ impl State {
         resp
     }
 
-    /// A write: through the tier for a linked file. A full device first gets room from the
-    /// eviction of cached backend chunks, then the write is tried once more.
+    /// A write: through the tier for a linked file.
     fn write(
         &self,
         file_id: eddy_proto::FileId,
@@ -336,22 +333,25 @@ impl State {
         data: &[u8],
         backing: Option<&eddy_proto::Backing>,
     ) -> Result<(), Errno> {
-        let attempt = || match backing {
+        self.with_room(|| match backing {
             Some(b) => self.tier.write(&self.chunks, file_id, pieces, data, b),
             None => self.chunks.write(file_id, pieces, data),
-        };
+        })?;
+        if backing.is_none() && self.backend.is_active() {
+            self.tier.after_growth(&self.chunks);
+        }
+        Ok(())
+    }
+
+    /// Runs something that stores chunks (a write, a fetch); on a full device, room is
+    /// made by evicting cached backend chunks and it is tried once more.
+    fn with_room<T>(&self, attempt: impl Fn() -> Result<T, Errno>) -> Result<T, Errno> {
         match attempt() {
             Err(e) if e.errno == libc::ENOSPC && self.backend.is_active() => {
                 match self.tier.make_room(&self.chunks) {
                     Ok(n) if n > 0 => attempt(),
                     _ => Err(e),
                 }
-            }
-            Ok(()) => {
-                if backing.is_none() && self.backend.is_active() {
-                    self.tier.after_growth(&self.chunks);
-                }
-                Ok(())
             }
             other => other,
         }

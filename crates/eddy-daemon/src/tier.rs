@@ -634,20 +634,24 @@ impl Tier {
         self.save_file(id, &rec)
     }
 
-    /// Capacity and use, in bytes: the configured capacity against the chunk bytes held, or
-    /// the file system under the root against its used bytes.
+    /// Capacity and use, in bytes: the configured capacity against the chunk bytes held, or,
+    /// with none configured, the room this daemon may grow into: what it holds plus what its
+    /// file system has free (others' files on a shared device neither count as its use nor
+    /// make it evict what it just fetched).
     fn capacity(&self, chunks: &ChunkStore) -> (u64, u64) {
+        let held = chunks.usage().0;
         if self.capacity_cfg > 0 {
-            return (self.capacity_cfg, chunks.usage().0);
+            (self.capacity_cfg, held)
+        } else {
+            (self.room(held), held)
         }
+    }
+
+    /// What is held plus what the file system under the root has free.
+    fn room(&self, held: u64) -> u64 {
         match nix::sys::statvfs::statvfs(&self.root) {
-            Ok(v) => {
-                let frag = v.fragment_size();
-                let total = v.blocks() * frag;
-                let avail = v.blocks_available() * frag;
-                (total, total.saturating_sub(avail))
-            }
-            Err(_) => (u64::MAX, 0),
+            Ok(v) => held.saturating_add(v.blocks_available().saturating_mul(v.fragment_size())),
+            Err(_) => u64::MAX,
         }
     }
 
@@ -670,11 +674,12 @@ impl Tier {
         }
     }
 
-    /// Frees room (a full device): evicts down to the low watermark now.
+    /// Frees room (a full device): evicts down to the low watermark of the capacity, or of
+    /// the room there is when the device holds less than the configured capacity, now.
     pub fn make_room(&self, chunks: &ChunkStore) -> Result<u64, Errno> {
-        let (cap, _) = self.capacity(chunks);
+        let (cap, held) = self.capacity(chunks);
         let _g = self.evicting.lock().unwrap_or_else(|e| e.into_inner());
-        self.evict_to(chunks, cap / 100 * self.low_pct)
+        self.evict_to(chunks, cap.min(self.room(held)) / 100 * self.low_pct)
     }
 
     /// Evicts unpinned chunks, clean ones least recently used first, then dirty ones (written
@@ -790,7 +795,10 @@ mod tests {
     }
 
     fn fixture_with(capacity: u64, chunk_size: u64) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
+        fixture_in(tempfile::tempdir().unwrap(), capacity, chunk_size)
+    }
+
+    fn fixture_in(dir: tempfile::TempDir, capacity: u64, chunk_size: u64) -> Fixture {
         std::fs::create_dir(dir.path().join("pfs")).unwrap();
         let config = Config {
             chunk_size,
@@ -871,6 +879,114 @@ mod tests {
         let st = f.tier.status(&f.chunks);
         assert_eq!((st.fetches, st.cached_chunks, st.dirty_bytes), (2, 2, 0));
         assert_eq!(st.backend_read_bytes, CS + 100);
+    }
+
+    /// A tmpfs of its own, unmounted on drop.
+    struct SmallDevice(tempfile::TempDir);
+
+    impl SmallDevice {
+        fn new(size: &str) -> SmallDevice {
+            let dir = tempfile::tempdir().unwrap();
+            let status = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .status()
+                .expect("mount(8) runs");
+            assert!(status.success(), "this test mounts a tmpfs: run it as root");
+            SmallDevice(dir)
+        }
+
+        fn free(&self) -> u64 {
+            let v = nix::sys::statvfs::statvfs(self.0.path()).unwrap();
+            v.blocks_available() * v.fragment_size()
+        }
+
+        /// Leaves about `left` bytes free with a file that is not Eddy's.
+        fn fill_to(&self, name: &str, left: u64) {
+            let n = self.free().saturating_sub(left);
+            std::fs::write(self.0.path().join(name), vec![7u8; n as usize]).unwrap();
+        }
+    }
+
+    impl Drop for SmallDevice {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.0.path())
+                .status();
+        }
+    }
+
+    #[test]
+    fn an_unset_capacity_is_the_room_to_grow_not_the_devices_use() {
+        // A shared device 90 % full of others' files: what the daemon fetches stays until
+        // the free room itself runs short; then it evicts its own chunks, and only those.
+        let dev = SmallDevice::new("32m");
+        let f = fixture_in(tempfile::tempdir_in(dev.0.path()).unwrap(), 0, CS);
+        let data = bytes(3, 64 * CS as usize);
+        std::fs::write(f.dir.path().join("pfs/a"), &data).unwrap();
+        let b = backing("/a", data.len() as u64);
+        dev.fill_to("others-1", 3 << 20);
+        for k in 0..32 {
+            let got = f
+                .tier
+                .read(&f.chunks, 5, &[piece(k, 0, CS as u32)], &b)
+                .unwrap();
+            assert_eq!(got, &data[(k * CS) as usize..((k + 1) * CS) as usize]);
+        }
+        let st = f.tier.status(&f.chunks);
+        assert_eq!((st.cached_chunks, st.evictions), (32, 0), "{st:?}");
+        let held = f.chunks.usage().0;
+        assert_eq!(held, 32 * CS);
+        assert!(st.capacity_bytes >= held + dev.free() / 2, "{st:?}");
+        // Others take the room: held is now far above 90 % of held + free.
+        dev.fill_to("others-2", 2 * CS);
+        let got = f
+            .tier
+            .read(&f.chunks, 5, &[piece(40, 0, CS as u32)], &b)
+            .unwrap();
+        assert_eq!(got, &data[(40 * CS) as usize..(41 * CS) as usize]);
+        let st = f.tier.status(&f.chunks);
+        assert!(st.evictions > 0, "{st:?}");
+        assert!(st.cached_bytes <= st.low_watermark_bytes, "{st:?}");
+        assert!(dev.0.path().join("others-2").exists());
+        // What was evicted comes back from the backend, intact.
+        let got = f
+            .tier
+            .read(&f.chunks, 5, &[piece(0, 0, CS as u32)], &b)
+            .unwrap();
+        assert_eq!(got, &data[..CS as usize]);
+        drop(f);
+    }
+
+    #[test]
+    fn a_full_device_below_the_configured_capacity_still_gets_room() {
+        // The configured capacity is more than the device has: when the device fills,
+        // making room evicts down to the low watermark of the room there is.
+        let dev = SmallDevice::new("16m");
+        let f = fixture_in(tempfile::tempdir_in(dev.0.path()).unwrap(), 1 << 30, CS);
+        let data = bytes(4, 64 * CS as usize);
+        std::fs::write(f.dir.path().join("pfs/a"), &data).unwrap();
+        let b = backing("/a", data.len() as u64);
+        for k in 0..64 {
+            f.tier
+                .read(&f.chunks, 6, &[piece(k, 0, CS as u32)], &b)
+                .unwrap();
+        }
+        assert_eq!(f.tier.status(&f.chunks).evictions, 0);
+        dev.fill_to("others", 0);
+        let held = f.chunks.usage().0;
+        assert!(f.tier.make_room(&f.chunks).unwrap() > 0);
+        let room = f.tier.room(f.chunks.usage().0);
+        assert!(
+            f.chunks.usage().0 <= room * 3 / 4,
+            "held {held}, room {room}"
+        );
+        let got = f
+            .tier
+            .read(&f.chunks, 6, &[piece(0, 0, CS as u32)], &b)
+            .unwrap();
+        assert_eq!(got, &data[..CS as usize]);
+        drop(f);
     }
 
     #[test]
