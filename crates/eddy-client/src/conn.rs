@@ -2,52 +2,101 @@
 //! matched to their responses by request id. A broken connection fails every pending request
 //! with EIO at once; the link reconnects on the next call.
 //!
-//! A call encodes its own frame, hands it to the connection's writer task over a channel and
-//! awaits a oneshot: no lock is taken on the way. The writer registers each call's reply
-//! slot with the reader (a second channel) before its frame goes out, then writes every frame
-//! queued at that moment with one vectored write; the reader owns the map of pending replies
-//! and takes the registrations in before it looks a reply up, so a registration always
-//! arrives before its reply.
+//! A call encodes its own frame, registers its reply slot with the reader (a channel the
+//! reader drains before it looks a reply up, so a registration always arrives before its
+//! reply) and writes the frame itself with a non-blocking vectored write, under a short lock:
+//! no task hand-off on the way out. What the socket does not take at once waits in the
+//! connection's send queue for the writer task, which sends it when the socket is writable;
+//! later calls queue behind it, so frames never interleave.
 
 use bytes::Bytes;
 use eddy_config::{Config, DaemonEntry};
 use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
-use eddy_proto::frame::{write_frames, FrameReader, OutFrame};
+use eddy_proto::frame::{write_frames, FrameReader, OutFrame, SendQueue};
 use eddy_proto::{
     decode_plain, response_from_frame, Errno, Reply, Request, Response, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 /// What a caller waiting for a reply gets: the daemon's response, or why the connection
 /// failed before it came.
 type Outcome = Result<Response, String>;
 
-/// A reply slot, as the writer hands it to the reader.
+/// A reply slot, as a call hands it to the reader.
 type Registration = (u64, oneshot::Sender<Outcome>);
 
-/// Most calls the writer takes at once into one vectored write.
-const BATCH: usize = 64;
-
-/// One call on its way to the writer.
-struct Call {
-    id: u64,
-    frame: OutFrame,
-    reply: oneshot::Sender<Outcome>,
+/// The writing side of a socket, written without blocking by callers and the writer task.
+enum WriteHalf {
+    Tcp(tokio::net::tcp::OwnedWriteHalf),
+    Unix(tokio::net::unix::OwnedWriteHalf),
 }
 
-/// A live connection: the writer task's channel; the reader task owns the pending replies.
+impl WriteHalf {
+    fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        match self {
+            WriteHalf::Tcp(w) => w.try_write_vectored(bufs),
+            WriteHalf::Unix(w) => w.try_write_vectored(bufs),
+        }
+    }
+
+    async fn writable(&self) -> std::io::Result<()> {
+        match self {
+            WriteHalf::Tcp(w) => w.writable().await,
+            WriteHalf::Unix(w) => w.writable().await,
+        }
+    }
+}
+
+/// What the callers and the writer task share: the socket's writing side and the frames
+/// waiting for it.
+struct Out {
+    half: WriteHalf,
+    state: Mutex<OutState>,
+    /// Wakes the writer task: frames were queued, or the connection is closing.
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct OutState {
+    queue: SendQueue,
+    /// Why nothing more can be sent, once that is so.
+    closed: Option<String>,
+}
+
+impl Out {
+    fn state(&self) -> std::sync::MutexGuard<'_, OutState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn close(&self, why: String) {
+        self.state().closed.get_or_insert(why);
+        self.wake.notify_one();
+    }
+}
+
+/// A live connection: its sending side and the channel of reply slots to its reader.
 pub(crate) struct Conn {
-    calls: mpsc::Sender<Call>,
+    out: Arc<Out>,
+    register: mpsc::UnboundedSender<Registration>,
     max_frame: u32,
     next_id: AtomicU64,
     dead: Arc<AtomicBool>,
     /// Set to why the connection is given up: the reader then fails every pending call.
     kill: Arc<watch::Sender<Option<String>>>,
+}
+
+impl Drop for Conn {
+    /// The last user gone: the writer task ends and the socket closes (the daemon sees the
+    /// stream end).
+    fn drop(&mut self) {
+        self.out.close("connection dropped".to_string());
+    }
 }
 
 impl Conn {
@@ -70,50 +119,63 @@ impl Conn {
             Err(e) => return Ok(Err(e)),
         };
         let (reply, rx) = oneshot::channel();
-        if self.calls.send(Call { id, frame, reply }).await.is_err() {
-            return Err("connection broken".to_string());
+        {
+            let mut st = self.out.state();
+            if let Some(why) = &st.closed {
+                return Err(why.clone());
+            }
+            if self.register.send((id, reply)).is_err() {
+                return Err("connection lost".to_string());
+            }
+            let idle = st.queue.is_empty();
+            st.queue.push(frame);
+            if idle {
+                match st.queue.send_with(|b| self.out.half.try_write_vectored(b)) {
+                    Ok(true) => {}
+                    // The socket is full: the writer task sends the rest.
+                    Ok(false) => self.out.wake.notify_one(),
+                    Err(e) => {
+                        let why = format!("connection broken: {e}");
+                        st.closed = Some(why.clone());
+                        drop(st);
+                        self.kill(&why);
+                        return Err(why);
+                    }
+                }
+            }
+            // Otherwise the writer task was woken by whoever queued the first waiting frame.
         }
         rx.await
             .unwrap_or_else(|_| Err("connection lost".to_string()))
     }
 }
 
-/// Writes the calls' frames, batching those that queue up into one vectored write. Ends when
-/// the connection is dropped (then the daemon sees the stream end) or a write fails.
-async fn writer<W: AsyncWrite + Unpin>(
-    mut w: W,
-    mut calls: mpsc::Receiver<Call>,
-    register: mpsc::UnboundedSender<Registration>,
-    dead: Arc<AtomicBool>,
-    kill: Arc<watch::Sender<Option<String>>>,
-) {
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut frames = Vec::with_capacity(BATCH);
-    while calls.recv_many(&mut batch, BATCH).await > 0 {
-        for call in batch.drain(..) {
-            if call.reply.is_closed() {
-                continue; // its caller gave up before it was sent
-            }
-            match register.send((call.id, call.reply)) {
-                Ok(()) => frames.push(call.frame),
-                Err(mpsc::error::SendError((_, reply))) => {
-                    let _ = reply.send(Err("connection lost".to_string()));
+/// Sends what the callers could not, when the socket is writable again. Ends when the
+/// connection is dropped or a write fails (then every pending call fails).
+async fn writer(out: Arc<Out>, dead: Arc<AtomicBool>, kill: Arc<watch::Sender<Option<String>>>) {
+    loop {
+        out.wake.notified().await;
+        loop {
+            let sent = {
+                let mut st = out.state();
+                if st.closed.is_some() {
+                    return; // dropped, or broken and given up by a caller
                 }
+                st.queue.send_with(|b| out.half.try_write_vectored(b))
+            };
+            let failed = match sent {
+                Ok(true) => break,
+                Ok(false) => out.half.writable().await.err(),
+                Err(e) => Some(e),
+            };
+            if let Some(e) = failed {
+                let why = format!("connection broken: {e}");
+                out.state().closed.get_or_insert_with(|| why.clone());
+                dead.store(true, Ordering::Release);
+                kill.send_replace(Some(why));
+                return;
             }
         }
-        if frames.is_empty() {
-            continue;
-        }
-        if let Err(e) = write_frames(&mut w, &frames).await {
-            dead.store(true, Ordering::Release);
-            kill.send_replace(Some(format!("connection broken: {e}")));
-            break;
-        }
-        frames.clear();
-    }
-    calls.close();
-    while let Ok(call) = calls.try_recv() {
-        let _ = call.reply.send(Err("connection broken".to_string()));
     }
 }
 
@@ -190,8 +252,6 @@ pub(crate) struct Link {
     generation: AtomicU64,
     secret: Arc<Vec<u8>>,
     max_frame: u32,
-    /// Calls that may wait for the writer (callers beyond it wait to queue).
-    queue: usize,
     connect_timeout: Duration,
     rpc_timeout: Duration,
 }
@@ -207,7 +267,6 @@ impl Link {
             generation: AtomicU64::new(0),
             secret,
             max_frame: cfg.max_frame_bytes,
-            queue: cfg.max_requests_in_flight.max(1),
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
             rpc_timeout: Duration::from_millis(cfg.rpc_timeout_ms),
         }
@@ -316,7 +375,7 @@ impl Link {
     async fn handshake<R, W>(&self, r: R, mut w: W) -> Result<Conn, Errno>
     where
         R: AsyncRead + Unpin + Send + 'static,
-        W: AsyncWrite + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static + Into<WriteHalf>,
     {
         let proto = |e: eddy_proto::frame::FrameError| {
             Errno::eio(format!("handshake with {} failed: {e}", self.describe()))
@@ -349,26 +408,53 @@ impl Link {
                 format!("{} refused the connection: {}", self.describe(), e.msg),
             )
         })?;
+        Ok(Conn::start(frames, w.into(), self.max_frame))
+    }
+}
 
+impl From<tokio::net::tcp::OwnedWriteHalf> for WriteHalf {
+    fn from(w: tokio::net::tcp::OwnedWriteHalf) -> WriteHalf {
+        WriteHalf::Tcp(w)
+    }
+}
+
+impl From<tokio::net::unix::OwnedWriteHalf> for WriteHalf {
+    fn from(w: tokio::net::unix::OwnedWriteHalf) -> WriteHalf {
+        WriteHalf::Unix(w)
+    }
+}
+
+impl Conn {
+    /// A connection past its handshake: starts its reader and writer tasks.
+    fn start<R: AsyncRead + Unpin + Send + 'static>(
+        frames: FrameReader<R>,
+        half: WriteHalf,
+        max_frame: u32,
+    ) -> Conn {
         let dead = Arc::new(AtomicBool::new(false));
         let (kill, kill_rx) = watch::channel(None);
         let kill = Arc::new(kill);
-        let (calls, calls_rx) = mpsc::channel(self.queue);
         let (register, registrations) = mpsc::unbounded_channel();
+        let out = Arc::new(Out {
+            half,
+            state: Mutex::new(OutState::default()),
+            wake: Notify::new(),
+        });
         tokio::spawn(reader(
             frames,
-            u64::from(self.max_frame),
+            u64::from(max_frame),
             registrations,
             dead.clone(),
             kill_rx,
         ));
-        tokio::spawn(writer(w, calls_rx, register, dead.clone(), kill.clone()));
-        Ok(Conn {
-            calls,
-            max_frame: self.max_frame,
+        tokio::spawn(writer(out.clone(), dead.clone(), kill.clone()));
+        Conn {
+            out,
+            register,
+            max_frame,
             next_id: AtomicU64::new(1),
             dead,
             kill,
-        })
+        }
     }
 }

@@ -135,12 +135,20 @@ fn connect() -> R<Global> {
     Ok(Global { rt, client })
 }
 
-/// Runs a future on the runtime and waits for it on this thread (which may itself be inside
-/// some other runtime: it only blocks on a channel).
+/// Runs a future to completion: on this thread (the runtime's workers only drive the
+/// connections' sockets, so a call costs no hand-off to another thread), or on the workers
+/// while this thread blocks on a channel when it cannot run one itself: when it is inside some
+/// other runtime (a tokio program), or when its thread-locals are gone (glibc's `exit` drops
+/// them before the atexit handlers, where stdio flushes its buffers into our descriptors).
 fn on<T: Send + 'static>(
     rt: &tokio::runtime::Runtime,
     fut: impl Future<Output = R<T>> + Send + 'static,
 ) -> R<T> {
+    if let Err(e) = tokio::runtime::Handle::try_current() {
+        if e.is_missing_context() {
+            return rt.block_on(fut);
+        }
+    }
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     rt.spawn(async move {
         let _ = tx.send(fut.await);

@@ -253,6 +253,68 @@ impl OutFrame {
 /// Most slices handed to one `writev` (Linux's IOV_MAX is 1024).
 const MAX_SLICES: usize = 512;
 
+/// Frames waiting for a non-blocking socket, sent in order across as many writes as the
+/// socket needs: whoever holds the queue (under its owner's lock) sends what the socket takes
+/// now and leaves the rest for later, so a sender whose frame goes out at once never waits
+/// for another task.
+#[derive(Default)]
+pub struct SendQueue {
+    frames: std::collections::VecDeque<OutFrame>,
+    /// Bytes of the front frame already written.
+    sent: usize,
+}
+
+impl SendQueue {
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    pub fn push(&mut self, frame: OutFrame) {
+        self.frames.push_back(frame);
+    }
+
+    /// Hands the queued bytes to `write` (a non-blocking vectored write) until all are sent
+    /// (`Ok(true)`) or it would block (`Ok(false)`); an error is the socket's.
+    pub fn send_with(
+        &mut self,
+        mut write: impl FnMut(&[IoSlice<'_>]) -> std::io::Result<usize>,
+    ) -> std::io::Result<bool> {
+        while !self.frames.is_empty() {
+            let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(self.frames.len() * 2);
+            let mut skip = self.sent;
+            for f in self.frames.iter() {
+                for part in [&f.head[..], &f.payload[..]] {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                    } else {
+                        slices.push(IoSlice::new(&part[skip..]));
+                        skip = 0;
+                    }
+                }
+                if slices.len() >= MAX_SLICES {
+                    break;
+                }
+            }
+            let n = match write(&slices) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.sent += n;
+            while let Some(f) = self.frames.front() {
+                if self.sent < f.len() {
+                    break;
+                }
+                self.sent -= f.len();
+                self.frames.pop_front();
+            }
+        }
+        Ok(true)
+    }
+}
+
 /// Writes the frames with vectored writes: one `writev` for all of them when the socket takes
 /// them (header, meta and payload of each, no copy), more only for what it did not take. Not
 /// cancel-safe: a caller dropped half-way leaves a partial frame on the stream, so callers are
@@ -542,6 +604,55 @@ mod tests {
                 prop_assert_eq!(&g.meta[..], &m[..]);
                 prop_assert_eq!(&g.payload[..], &p[..]);
             }
+        }
+
+        #[test]
+        fn a_send_queue_sends_every_byte_in_order_whatever_the_socket_takes(
+            frames in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..64),
+                 proptest::collection::vec(any::<u8>(), 0..3000)),
+                1..8),
+            takes in proptest::collection::vec(0usize..2000, 1..64)
+                .prop_filter("the socket takes something", |t| t.iter().any(|&n| n > 0)),
+        ) {
+            // A socket that takes `takes[i]` bytes on its i-th write (0: would block).
+            let out: Vec<OutFrame> =
+                frames.iter().enumerate().map(|(i, (m, p))| frame(i as u64, m, p)).collect();
+            let want = bytes_of(&out);
+            let mut q = SendQueue::default();
+            let mut got = Vec::new();
+            let mut turn = 0usize;
+            let mut pushed = out.into_iter();
+            loop {
+                if let Some(f) = pushed.next() {
+                    q.push(f);
+                }
+                let done = q
+                    .send_with(|slices| {
+                        let take = takes[turn % takes.len()];
+                        turn += 1;
+                        if take == 0 {
+                            return Err(std::io::ErrorKind::WouldBlock.into());
+                        }
+                        let mut n = 0;
+                        for s in slices {
+                            let k = s.len().min(take - n);
+                            got.extend_from_slice(&s[..k]);
+                            n += k;
+                            if n == take {
+                                break;
+                            }
+                        }
+                        Ok(n)
+                    })
+                    .unwrap();
+                prop_assert_eq!(done, q.is_empty());
+                if done && pushed.len() == 0 {
+                    break;
+                }
+                prop_assert!(turn < 100_000, "no progress");
+            }
+            prop_assert_eq!(got, want);
         }
 
         #[test]
