@@ -7,7 +7,7 @@ use crate::path::{link_target, outside, resolve, Target};
 use crate::real;
 use crate::stat as st;
 use crate::state::{
-    creds, enter, global, guarded, run, set_errno, settings, umask as cur_umask, CWD, R,
+    creds, enter, global, guarded, run, run_sized, set_errno, settings, umask as cur_umask, CWD, R,
 };
 use eddy_client::{
     Errno, File, FileKind, Inode, LockKind, LockRange, LockRequest, SetAttr, SetTime, Timespec,
@@ -478,7 +478,7 @@ fn read_ours(fd: c_int, o: &Open, buf: &mut [u8], off: Option<u64>) -> R<usize> 
         None => cur_offset(fd)?,
     };
     let len = buf.len();
-    let data = run(move |c| async move { c.pread(&f, pos, len).await })?;
+    let data = run_sized(len, move |c| async move { c.pread(&f, pos, len).await })?;
     buf[..data.len()].copy_from_slice(&data);
     if off.is_none() {
         set_offset(fd, pos + data.len() as u64)?;
@@ -499,7 +499,7 @@ fn write_ours(fd: c_int, o: &Open, data: Vec<u8>, off: Option<u64>) -> R<usize> 
         None => cur_offset(fd)?,
     };
     WROTE.store(true, Ordering::Relaxed);
-    let (n, end) = run(move |c| async move {
+    let (n, end) = run_sized(data.len(), move |c| async move {
         let n = c.pwrite(&f, pos, &data).await?;
         if sync {
             c.fsync(&f).await?;
