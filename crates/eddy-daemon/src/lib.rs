@@ -16,6 +16,7 @@ mod args;
 mod backend;
 mod chunks;
 mod error;
+mod gate;
 mod handler;
 mod locks;
 mod meta;
