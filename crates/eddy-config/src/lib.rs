@@ -76,7 +76,7 @@ pub struct Config {
     pub max_unauthenticated: usize,
     /// Free bytes a daemon keeps on its metadata device: below them, requests that add
     /// metadata or data fail with ENOSPC, so the store never meets a full device (removing
-    /// files still works and frees room). Default 64 MiB.
+    /// files still works and frees room). At most a tenth of the device. Default 64 MiB.
     pub meta_reserve_bytes: u64,
     /// Threads of a daemon's blocking pool for chunk and metadata I/O. Default 32.
     pub io_threads: usize,

@@ -22,6 +22,7 @@ mod locks;
 mod meta;
 mod privilege;
 mod ready;
+mod room;
 mod server;
 mod tier;
 
