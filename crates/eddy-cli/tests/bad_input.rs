@@ -165,7 +165,7 @@ fn get_frame(s: &mut TcpStream) -> (u64, eddy_proto::frame::Frame) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_stalls_only_itself() {
-    use eddy_proto::auth::{prove, ClientHello, HelloResult, ServerHello};
+    use eddy_proto::auth::{answer, HelloResult, ServerHello};
     let config = eddy_config::Config {
         max_requests_in_flight: 16,
         ..common::test_config()
@@ -176,10 +176,7 @@ async fn a_client_that_never_reads_stalls_only_itself() {
     let mut s = TcpStream::connect(&cl.dep.daemons[0].addr).unwrap();
     let (_, hello) = get_frame(&mut s);
     let hello: ServerHello = eddy_proto::decode_plain(&hello, 4096).unwrap();
-    let reply = ClientHello {
-        version: eddy_proto::PROTOCOL_VERSION,
-        proof: prove(&secret, &hello.nonce),
-    };
+    let reply = answer(&secret, &hello);
     put_frame(&mut s, 0, &eddy_proto::encode(&reply).unwrap()).unwrap();
     let (_, verdict) = get_frame(&mut s);
     eddy_proto::decode_plain::<HelloResult>(&verdict, 4096)

@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 use eddy_config::{Config, DaemonEntry};
-use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
+use eddy_proto::auth::{self, HelloResult, ServerHello};
 use eddy_proto::frame::{write_frames, FrameReader, OutFrame, SendQueue};
 use eddy_proto::{
     decode_plain, response_from_frame, Errno, Reply, Request, Response, PROTOCOL_VERSION,
@@ -30,6 +30,9 @@ type Outcome = Result<Response, String>;
 
 /// A reply slot, as a call hands it to the reader.
 type Registration = (u64, oneshot::Sender<Outcome>);
+
+/// Largest handshake frame read from a daemon: its hello and verdict are a few dozen bytes.
+const HELLO_MAX: u32 = 4096;
 
 /// The writing side of a socket, written without blocking by callers and the writer task.
 enum WriteHalf {
@@ -251,6 +254,8 @@ pub(crate) struct Link {
     /// fsync fails when writes it covers were acknowledged on an earlier one).
     generation: AtomicU64,
     secret: Arc<Vec<u8>>,
+    /// The chunk size of the deployment: a daemon announcing another is refused.
+    chunk_size: u64,
     max_frame: u32,
     connect_timeout: Duration,
     rpc_timeout: Duration,
@@ -266,6 +271,7 @@ impl Link {
             reconnected: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             secret,
+            chunk_size: cfg.chunk_size,
             max_frame: cfg.max_frame_bytes,
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
             rpc_timeout: Duration::from_millis(cfg.rpc_timeout_ms),
@@ -372,6 +378,48 @@ impl Link {
         self.handshake(r, w).await
     }
 
+    /// Reads the daemon's hello: its version first (so a daemon of any version is told
+    /// apart), then checks that it is the daemon the deployment lists there, with the
+    /// deployment's chunk size.
+    fn check_server_hello(&self, frame: &eddy_proto::frame::Frame) -> Result<ServerHello, Errno> {
+        let limit = u64::from(HELLO_MAX);
+        let version = decode_plain::<auth::Version>(frame, limit)?.version;
+        if version != PROTOCOL_VERSION {
+            return Err(Errno::new(
+                libc::EPROTO,
+                format!(
+                    "{} speaks protocol {version} but this client speaks {PROTOCOL_VERSION}: \
+                     use matching versions of eddy and eddyd",
+                    self.describe(),
+                ),
+            ));
+        }
+        let hello: ServerHello = decode_plain(frame, limit)?;
+        if hello.daemon_id != self.entry.id {
+            return Err(Errno::new(
+                libc::EPROTO,
+                format!(
+                    "daemon at {} says it is daemon {} but the deployment file lists daemon {} \
+                     there: the deployment file is stale or its addresses are swapped",
+                    self.entry.addr, hello.daemon_id, self.entry.id
+                ),
+            ));
+        }
+        if hello.chunk_size != self.chunk_size {
+            return Err(Errno::new(
+                libc::EPROTO,
+                format!(
+                    "{} stores chunks of {} bytes but the deployment says {}: the daemon was \
+                     started with another configuration; restart it or fix the deployment file",
+                    self.describe(),
+                    hello.chunk_size,
+                    self.chunk_size
+                ),
+            ));
+        }
+        Ok(hello)
+    }
+
     async fn handshake<R, W>(&self, r: R, mut w: W) -> Result<Conn, Errno>
     where
         R: AsyncRead + Unpin + Send + 'static,
@@ -380,34 +428,41 @@ impl Link {
         let proto = |e: eddy_proto::frame::FrameError| {
             Errno::eio(format!("handshake with {} failed: {e}", self.describe()))
         };
-        let mut frames = FrameReader::new(r, self.max_frame);
-        let hello: ServerHello = decode_plain(&frames.next().await.map_err(proto)?, 4096)?;
-        if hello.version != PROTOCOL_VERSION {
-            return Err(Errno::new(
-                libc::EPROTO,
-                format!(
-                    "{} speaks protocol {} but this client speaks {}: use matching versions",
-                    self.describe(),
-                    hello.version,
-                    PROTOCOL_VERSION
-                ),
-            ));
-        }
-        let reply = ClientHello {
-            version: PROTOCOL_VERSION,
-            proof: auth::prove(&self.secret, &hello.nonce),
-        };
+        let mut frames = FrameReader::new(r, HELLO_MAX);
+        let first = frames.next().await.map_err(proto)?;
+        let hello = self.check_server_hello(&first)?;
+        let reply = auth::answer(&self.secret, &hello);
         let frame = OutFrame::new(0, &reply, Bytes::new(), self.max_frame)?;
         write_frames(&mut w, &[frame])
             .await
             .map_err(|e| proto(e.into()))?;
-        let verdict: HelloResult = decode_plain(&frames.next().await.map_err(proto)?, 4096)?;
-        verdict.map_err(|e| {
+        let verdict: HelloResult =
+            decode_plain(&frames.next().await.map_err(proto)?, u64::from(HELLO_MAX))?;
+        let proof = verdict.map_err(|e| {
             Errno::new(
                 e.errno,
                 format!("{} refused the connection: {}", self.describe(), e.msg),
             )
         })?;
+        if !auth::verify_daemon(
+            &self.secret,
+            &reply.nonce,
+            &hello.nonce,
+            hello.daemon_id,
+            &proof.proof,
+        ) {
+            return Err(Errno::new(
+                libc::EACCES,
+                format!(
+                    "{} could not prove the deployment secret: whatever listens at {} is not \
+                     a daemon of this deployment (another deployment's daemon took the port, or \
+                     the deployment file is stale)",
+                    self.describe(),
+                    self.entry.addr
+                ),
+            ));
+        }
+        frames.set_max(self.max_frame);
         Ok(Conn::start(frames, w.into(), self.max_frame))
     }
 }

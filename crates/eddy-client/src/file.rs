@@ -592,4 +592,65 @@ impl Client {
         f.0.known_size.store(size, Ordering::Release);
         Ok(i)
     }
+
+    /// fallocate: reserves storage for `len` bytes at `offset` on the daemons that hold
+    /// those chunks (`Allocate`: fallocate on their data files), so later writes there
+    /// cannot fail for want of room; unless `keep_size`, the file grows to cover the range.
+    /// ENOSPC when a daemon cannot hold its part (what others reserved stays reserved, as
+    /// with a local file system).
+    pub async fn allocate(
+        &self,
+        f: &File,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    ) -> Result<(), Errno> {
+        if !f.writable() {
+            return Err(Errno::new(
+                libc::EBADF,
+                format!("{} is not open for writing", f.path()),
+            ));
+        }
+        if len == 0 {
+            return Err(Errno::einval("fallocate of an empty range"));
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| Errno::new(libc::EFBIG, "fallocate beyond the largest file size"))?;
+        let len = usize::try_from(len)
+            .map_err(|_| Errno::new(libc::EFBIG, "fallocate range too large"))?;
+        let cfg = self.config();
+        let batches = layout::batches(
+            &self.0.placement,
+            f.file_id(),
+            offset,
+            len,
+            cfg.chunk_size,
+            cfg.max_rpc_data_bytes as usize,
+        );
+        let calls = batches.iter().map(|b| {
+            let req = Request::Allocate {
+                file_id: f.file_id(),
+                pieces: b.spans.iter().map(|s| s.piece).collect(),
+            };
+            async move {
+                let (_, generation) = self.call_tracked(b.daemon, &req).await?;
+                f.0.unsynced.note(b.daemon, generation);
+                Ok::<(), Errno>(())
+            }
+        });
+        for r in join_all(calls).await {
+            r?;
+        }
+        if !keep_size {
+            let req = Request::GrowSize {
+                path: f.path().to_string(),
+                size: end,
+            };
+            self.meta(f.path(), req).await?;
+            f.raise_known(end);
+        }
+        Ok(())
+    }
 }

@@ -64,6 +64,20 @@ pub struct Config {
     /// reading that connection until replies are taken (backpressure, bounded memory).
     /// Default 1024.
     pub max_requests_in_flight: usize,
+    /// Bytes one connection may have in flight at a daemon: the frames of its requests read
+    /// and not yet answered, and the replies they are owed (a read's data) until written.
+    /// Before a frame is buffered its announced size must fit; past the bound the daemon
+    /// stops reading that connection until replies are taken. Taken as at least
+    /// `max_frame_bytes`. Default 256 MiB.
+    pub max_connection_bytes: u64,
+    /// Connections a daemon holds that have not finished the handshake. Past it a new
+    /// connection pushes out the one that has waited longest; each also has the
+    /// `connect_timeout_ms` deadline. Default 128.
+    pub max_unauthenticated: usize,
+    /// Free bytes a daemon keeps on its metadata device: below them, requests that add
+    /// metadata or data fail with ENOSPC, so the store never meets a full device (removing
+    /// files still works and frees room). At most a tenth of the device. Default 64 MiB.
+    pub meta_reserve_bytes: u64,
     /// Threads of a daemon's blocking pool for chunk and metadata I/O. Default 32.
     pub io_threads: usize,
     /// Threads serving FUSE requests in `eddy mount`. Default 8.
@@ -210,6 +224,9 @@ impl Default for Config {
             dir_cache_ms: 1_000,
             readdir_page: 1024,
             max_requests_in_flight: 1024,
+            max_connection_bytes: 256 * 1024 * 1024,
+            max_unauthenticated: 128,
+            meta_reserve_bytes: 64 * 1024 * 1024,
             io_threads: 32,
             fuse_threads: 8,
             fuse_attr_ttl_ms: 1_000,
@@ -262,9 +279,10 @@ impl Config {
             || self.io_threads == 0
             || self.fuse_threads == 0
             || self.max_requests_in_flight == 0
+            || self.max_unauthenticated == 0
         {
             return Err(ConfigError::Invalid(
-                "readdir_page, io_threads, fuse_threads and max_requests_in_flight must be positive"
+                "readdir_page, io_threads, fuse_threads, max_requests_in_flight and max_unauthenticated must be positive"
                     .into(),
             ));
         }

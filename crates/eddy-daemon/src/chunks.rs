@@ -364,6 +364,44 @@ impl ChunkStore {
         Ok(())
     }
 
+    /// Reserves storage for the pieces in the file's data file (fallocate, mode 0): each
+    /// chunk's recorded length grows to cover its piece, as a write of zeros would, so the
+    /// bytes read as zeros and count as held. ENOSPC when the device cannot hold them.
+    pub fn allocate(&self, id: FileId, pieces: &[Piece]) -> Result<(), Errno> {
+        self.check_pieces(pieces)?;
+        for p in pieces.iter().filter(|p| p.len > 0) {
+            let _guard = self.lock(id, p.chunk);
+            self.allocate_locked(id, p)?;
+        }
+        Ok(())
+    }
+
+    fn allocate_locked(&self, id: FileId, p: &Piece) -> Result<(), Errno> {
+        loop {
+            let slot = self.slot_or_new(id);
+            let gone = slot.gate.read().unwrap_or_else(|e| e.into_inner());
+            if *gone {
+                continue; // removed meanwhile: the next round makes a new slot
+            }
+            let at = p.chunk * self.chunk_size + u64::from(p.offset);
+            let file = self
+                .data_file(id, &slot, true)?
+                .ok_or_else(|| Errno::eio("data file vanished"))?;
+            let (off, len) = (
+                i64::try_from(at).map_err(|_| Errno::new(libc::EFBIG, "offset too large"))?,
+                i64::from(p.len),
+            );
+            nix::fcntl::fallocate(&*file, nix::fcntl::FallocateFlags::empty(), off, len)
+                .map_err(|e| io_err(&std::io::Error::from(e), id, p.chunk))?;
+            let old = lock(&slot.chunks).get(&p.chunk).copied();
+            let new_len = old.unwrap_or(0).max(u64::from(p.offset) + u64::from(p.len));
+            if old != Some(new_len) {
+                self.record(&slot, id, p.chunk, Some(new_len))?;
+            }
+            return Ok(());
+        }
+    }
+
     /// Locks chunk `k` of `id` against creation, cutting and deletion by others.
     pub fn lock(&self, id: FileId, k: u64) -> MutexGuard<'_, ()> {
         self.locks.lock(&Self::lock_key(id, k))

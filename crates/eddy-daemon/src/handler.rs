@@ -24,6 +24,8 @@ pub struct State {
     /// Advisory file locks of the files whose lock owner this daemon is.
     pub file_locks: crate::advisory::LockTable,
     io_permits: Semaphore,
+    /// The reserve kept on the metadata device.
+    room: crate::room::Room,
     requests: AtomicU64,
     started: Instant,
     /// Set to true to stop the daemon.
@@ -39,7 +41,14 @@ impl State {
         tier: Tier,
     ) -> State {
         let io_threads = settings.config.io_threads;
+        let room = crate::room::Room::new(
+            settings.id,
+            &settings.root.join(crate::META_DIR),
+            &settings.root.join(crate::CHUNKS_DIR),
+            settings.config.meta_reserve_bytes,
+        );
         State {
+            room,
             settings,
             meta,
             chunks,
@@ -56,6 +65,9 @@ impl State {
     /// Executes one request. Never panics; every failure is an errno for the client.
     pub async fn handle(self: &Arc<Self>, req: Request) -> Response {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        if let Some(bytes) = req.adds_bytes() {
+            self.room.check(bytes)?;
+        }
         match req {
             Request::Shutdown => {
                 tracing::info!("shutdown requested by a client");
@@ -267,6 +279,9 @@ impl State {
                 .truncate(file_id, size)
                 .and_then(|()| self.tier.truncated(file_id, size))
                 .map(|()| Reply::Ok),
+            Request::Allocate { file_id, pieces } => {
+                chunks.allocate(file_id, &pieces).map(|()| Reply::Ok)
+            }
             Request::RemoveData { file_id } => chunks
                 .remove(file_id)
                 .and_then(|()| self.tier.forget(file_id))

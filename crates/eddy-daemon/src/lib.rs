@@ -16,11 +16,13 @@ mod args;
 mod backend;
 mod chunks;
 mod error;
+mod gate;
 mod handler;
 mod locks;
 mod meta;
 mod privilege;
 mod ready;
+mod room;
 mod server;
 mod tier;
 

@@ -62,6 +62,13 @@ pub struct MetaStore {
 }
 
 fn fjall_err(what: &str, e: fjall::Error) -> Errno {
+    if matches!(e, fjall::Error::Poisoned) {
+        // fjall refuses every write after one of its journal writes failed.
+        return Errno::eio(format!(
+            "metadata store: {what}: the store refuses writes since one failed (was its device \
+             full?): make room and restart the daemon"
+        ));
+    }
     Errno::eio(format!("metadata store: {what}: {e}"))
 }
 

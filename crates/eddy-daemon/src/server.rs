@@ -8,13 +8,14 @@
 use crate::args::DaemonSettings;
 use crate::backend::Backend;
 use crate::chunks::ChunkStore;
+use crate::gate::Unproven;
 use crate::handler::State;
 use crate::meta::MetaStore;
 use crate::ready::{self, ReadyInfo};
 use crate::tier::Tier;
 use crate::DaemonError;
 use bytes::Bytes;
-use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
+use eddy_proto::auth::{self, ClientHello, DaemonProof, HelloResult, ServerHello};
 use eddy_proto::frame::{write_frames, FrameError, FrameReader, OutFrame};
 use eddy_proto::{decode_plain, response_frame, Errno, Request, Response, PROTOCOL_VERSION};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -203,8 +204,21 @@ async fn supervise(
     unix: Option<UnixListener>,
 ) -> Result<(), DaemonError> {
     let (alive, mut all_done) = mpsc::channel::<()>(1);
-    let tcp_task = tokio::spawn(accept_tcp(Arc::clone(&state), tcp, alive.clone()));
-    let unix_task = unix.map(|u| tokio::spawn(accept_unix(Arc::clone(&state), u, alive.clone())));
+    let unproven = Unproven::new(state.settings.config.max_unauthenticated);
+    let tcp_task = tokio::spawn(accept_tcp(
+        Arc::clone(&state),
+        tcp,
+        Arc::clone(&unproven),
+        alive.clone(),
+    ));
+    let unix_task = unix.map(|u| {
+        tokio::spawn(accept_unix(
+            Arc::clone(&state),
+            u,
+            Arc::clone(&unproven),
+            alive.clone(),
+        ))
+    });
     drop(alive);
     let mut stop = state.shutdown.subscribe();
     stop_requested(&mut stop).await;
@@ -242,7 +256,12 @@ async fn cleanup(state: &Arc<State>) -> Result<(), DaemonError> {
     Ok(())
 }
 
-async fn accept_tcp(state: Arc<State>, listener: TcpListener, alive: Alive) {
+async fn accept_tcp(
+    state: Arc<State>,
+    listener: TcpListener,
+    unproven: Arc<Unproven>,
+    alive: Alive,
+) {
     let mut stop = state.shutdown.subscribe();
     loop {
         tokio::select! {
@@ -253,7 +272,8 @@ async fn accept_tcp(state: Arc<State>, listener: TcpListener, alive: Alive) {
                     detect_dead_peer(&stream, state.settings.config.rpc_timeout_ms);
                     tracing::debug!(%peer, "tcp connection");
                     let (r, w) = stream.into_split();
-                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, peer.to_string(), alive.clone()));
+                    let place = unproven.admit();
+                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, peer.to_string(), place, alive.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "tcp accept failed");
@@ -264,7 +284,12 @@ async fn accept_tcp(state: Arc<State>, listener: TcpListener, alive: Alive) {
     }
 }
 
-async fn accept_unix(state: Arc<State>, listener: UnixListener, alive: Alive) {
+async fn accept_unix(
+    state: Arc<State>,
+    listener: UnixListener,
+    unproven: Arc<Unproven>,
+    alive: Alive,
+) {
     let mut stop = state.shutdown.subscribe();
     loop {
         tokio::select! {
@@ -273,7 +298,8 @@ async fn accept_unix(state: Arc<State>, listener: UnixListener, alive: Alive) {
                 Ok((stream, _)) => {
                     eddy_proto::frame::widen_send_buffer(&stream);
                     let (r, w) = stream.into_split();
-                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, "unix".to_string(), alive.clone()));
+                    let place = unproven.admit();
+                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, "unix".to_string(), place, alive.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "unix accept failed");
@@ -313,29 +339,50 @@ const REPLY_BATCH: usize = 64;
 
 /// Serves one connection: handshake, then frames until the peer closes, a frame is bad or
 /// the daemon stops; the requests under way then finish (their replies go out if they can).
-async fn serve_connection<R, W>(state: Arc<State>, r: R, mut w: W, peer: String, alive: Alive)
-where
+async fn serve_connection<R, W>(
+    state: Arc<State>,
+    r: R,
+    mut w: W,
+    peer: String,
+    place: crate::gate::Place,
+    alive: Alive,
+) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let mut frames = FrameReader::new(r, HELLO_FRAME_MAX);
     let deadline = Duration::from_millis(state.settings.config.connect_timeout_ms);
-    match tokio::time::timeout(deadline, handshake(&state, &mut frames, &mut w)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(why)) => {
-            tracing::warn!(%peer, "handshake refused: {why}");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(%peer, "handshake timed out");
+    let pushed_out = Arc::clone(&place.pushed_out);
+    tokio::select! {
+        done = tokio::time::timeout(deadline, handshake(&state, &mut frames, &mut w)) => match done {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                tracing::warn!(%peer, "handshake refused: {why}");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(%peer, "handshake timed out");
+                return;
+            }
+        },
+        _ = pushed_out.notified() => {
+            tracing::warn!(
+                %peer,
+                max = state.settings.config.max_unauthenticated,
+                "closing a connection that had not authenticated: newer ones pushed it out (max_unauthenticated)"
+            );
             return;
         }
     }
+    drop(place);
     let max = state.settings.config.max_frame_bytes;
     frames.set_max(max);
     // A permit per unanswered request, held until its reply is written: a client that sends
     // without reading replies stalls its own connection, never the daemon's memory.
     let in_flight = Arc::new(Semaphore::new(state.settings.config.max_requests_in_flight));
+    // And the bytes of its frames and of the replies they are owed, likewise.
+    let budget = connection_budget(&state.settings.config);
+    let bytes = Arc::new(Semaphore::new(budget as usize));
     let conn = state.file_locks.open_conn();
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     tokio::spawn(write_loop(w, rx, peer.clone(), alive.clone()));
@@ -352,8 +399,8 @@ where
                 Ok(p) => permit = Some(p),
                 Err(_) => break,
             },
-            frame = frames.next(), if permit.is_some() => {
-                let frame = match frame {
+            frame = admit_frame(&mut frames, &bytes, budget), if permit.is_some() => {
+                let (frame, held) = match frame {
                     Ok(f) => f,
                     Err(FrameError::Closed) => break,
                     Err(e) => {
@@ -372,7 +419,8 @@ where
                 tracing::debug!(%peer, id, op = req.op_name(), "request");
                 // Checked by the branch's condition.
                 let Some(p) = permit.take() else { continue };
-                running.push(run_request(&state, conn, id, req, tx.clone(), p));
+                let held = Held { _request: p, bytes: held };
+                running.push(run_request(&state, conn, id, req, tx.clone(), held, (Arc::clone(&bytes), budget)));
             }
         }
     }
@@ -390,8 +438,48 @@ where
     while running.next().await.is_some() {}
 }
 
-/// A reply on its way out, with the permit of its request (released once written).
-type Outgoing = (OutFrame, OwnedSemaphorePermit);
+/// What a request holds of its connection's bounds until its reply is written.
+struct Held {
+    _request: OwnedSemaphorePermit,
+    bytes: OwnedSemaphorePermit,
+}
+
+/// A reply on its way out, with what its request held (released once written).
+type Outgoing = (OutFrame, Held);
+
+/// The bytes one connection may have in flight: the configured bound, but at least one
+/// frame of the largest size, and no more than a semaphore can count.
+fn connection_budget(cfg: &eddy_config::Config) -> u32 {
+    let want = cfg.max_connection_bytes.max(u64::from(cfg.max_frame_bytes));
+    u32::try_from(want.min(Semaphore::MAX_PERMITS as u64)).unwrap_or(u32::MAX)
+}
+
+/// The next frame, once the bytes its header announces fit in the connection's budget:
+/// the frame is not buffered before then. Returns it with those bytes held. Cancel-safe
+/// (what was read stays buffered; a budget taken is given back).
+async fn admit_frame<R: AsyncRead + Unpin>(
+    frames: &mut FrameReader<R>,
+    bytes: &Arc<Semaphore>,
+    budget: u32,
+) -> Result<(eddy_proto::frame::Frame, OwnedSemaphorePermit), FrameError> {
+    // No length (the stream ended): `next` says how, and nothing is held.
+    let want = frames.next_len().await?.unwrap_or(0);
+    let want = u32::try_from(want).unwrap_or(u32::MAX).min(budget);
+    let held = Arc::clone(bytes)
+        .acquire_many_owned(want)
+        .await
+        .map_err(|_| FrameError::Closed)?;
+    let frame = frames.next().await?;
+    Ok((frame, held))
+}
+
+/// Bytes a request's reply may carry beyond its own frame: a read's data.
+fn reply_bytes(req: &Request) -> u64 {
+    match req {
+        Request::Read { pieces, .. } => pieces.iter().map(|p| u64::from(p.len)).sum(),
+        _ => 0,
+    }
+}
 
 async fn run_request(
     state: &Arc<State>,
@@ -399,8 +487,20 @@ async fn run_request(
     id: u64,
     req: Request,
     tx: mpsc::UnboundedSender<Outgoing>,
-    permit: OwnedSemaphorePermit,
+    mut held: Held,
+    (bytes, budget): (Arc<Semaphore>, u32),
 ) {
+    // Room for the reply before it is made; never more than the whole budget.
+    let extra = reply_bytes(&req).saturating_sub(u64::from(held.bytes.num_permits() as u32));
+    let extra = u32::try_from(extra)
+        .unwrap_or(u32::MAX)
+        .min(budget.saturating_sub(held.bytes.num_permits() as u32));
+    if extra > 0 {
+        match bytes.acquire_many_owned(extra).await {
+            Ok(more) => held.bytes.merge(more),
+            Err(_) => return,
+        }
+    }
     let resp = if req.is_lock() {
         state.handle_lock(conn, req).await
     } else if req.is_rename_intent() {
@@ -412,7 +512,7 @@ async fn run_request(
         return;
     };
     // The writer is gone only if the connection broke; the reply has nowhere to go.
-    let _ = tx.send((frame, permit));
+    let _ = tx.send((frame, held));
 }
 
 /// The frame of a response; one that cannot be encoded or would not fit a frame becomes EIO.
@@ -441,7 +541,7 @@ async fn write_loop<W>(
     let mut frames = Vec::with_capacity(REPLY_BATCH);
     while rx.recv_many(&mut batch, REPLY_BATCH).await > 0 {
         // The permits go once the write is done: these requests are answered.
-        let permits: Vec<OwnedSemaphorePermit> = batch
+        let permits: Vec<Held> = batch
             .drain(..)
             .map(|(f, p)| {
                 frames.push(f);
@@ -466,30 +566,45 @@ where
 {
     let max = HELLO_FRAME_MAX;
     let nonce = auth::new_nonce();
+    let id = state.settings.id;
     let hello = ServerHello {
         version: PROTOCOL_VERSION,
-        daemon_id: state.settings.id,
+        daemon_id: id,
         nonce,
+        chunk_size: state.settings.config.chunk_size,
     };
     send_frame(w, &hello, max).await?;
     let frame = r.next().await.map_err(|e| e.to_string())?;
-    let verdict = match decode_plain::<ClientHello>(&frame, u64::from(max)) {
-        Err(e) => Err(e),
-        Ok(h) if h.version != PROTOCOL_VERSION => Err(Errno::new(
+    let verdict = check_client(&state.settings.secret, &nonce, id, &frame);
+    send_frame(w, &verdict, max).await?;
+    verdict.map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Checks a client's hello: its version first (read alone, so a peer of any version gets
+/// EPROTO), then its proof; on success, the daemon's own proof.
+fn check_client(
+    secret: &[u8],
+    nonce: &[u8],
+    id: u32,
+    frame: &eddy_proto::frame::Frame,
+) -> HelloResult {
+    let limit = u64::from(HELLO_FRAME_MAX);
+    let version = decode_plain::<auth::Version>(frame, limit)?.version;
+    if version != PROTOCOL_VERSION {
+        return Err(Errno::new(
             libc::EPROTO,
             format!(
-                "client speaks protocol {}, this daemon speaks {PROTOCOL_VERSION}",
-                h.version
+                "client speaks protocol {version}, this daemon speaks {PROTOCOL_VERSION}: use matching versions of eddy and eddyd"
             ),
-        )),
-        Ok(h) if !auth::verify(&state.settings.secret, &nonce, &h.proof) => {
-            Err(Errno::new(libc::EACCES, "wrong deployment secret"))
-        }
-        Ok(_) => Ok(()),
-    };
-    let result: HelloResult = verdict.clone();
-    send_frame(w, &result, max).await?;
-    verdict.map_err(|e| e.to_string())
+        ));
+    }
+    let h: ClientHello = decode_plain(frame, limit)?;
+    if !auth::verify_client(secret, nonce, &h.nonce, &h.proof) {
+        return Err(Errno::new(libc::EACCES, "wrong deployment secret"));
+    }
+    Ok(DaemonProof {
+        proof: auth::daemon_proof(secret, &h.nonce, nonce, id),
+    })
 }
 
 async fn send_frame<W, T>(w: &mut W, msg: &T, max: u32) -> Result<(), String>

@@ -63,7 +63,7 @@ async fn bad_input_closes_only_its_connection() {
     let hello: ServerHello = decode_plain(&frame, MAX as u64).unwrap();
     let reply = ClientHello {
         version: PROTOCOL_VERSION + 1,
-        proof: auth::prove(SECRET, &hello.nonce),
+        ..auth::answer(SECRET, &hello)
     };
     write_frame(&mut s, 0, &encode(&reply).unwrap(), &[], MAX)
         .await
@@ -71,6 +71,20 @@ async fn bad_input_closes_only_its_connection() {
     let frame = read_frame(&mut s, MAX).await.unwrap();
     let verdict: HelloResult = decode_plain(&frame, MAX as u64).unwrap();
     assert_eq!(verdict.unwrap_err().errno, libc::EPROTO);
+    assert_closed(&mut s).await;
+
+    // A client of the version before the two-way handshake (its hello: version and proof,
+    // no nonce): EPROTO naming both versions, then the connection is closed.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    read_frame(&mut s, MAX).await.unwrap();
+    let old = encode(&(4u32, vec![0u8; 32])).unwrap();
+    write_frame(&mut s, 0, &old, &[], MAX).await.unwrap();
+    let frame = read_frame(&mut s, MAX).await.unwrap();
+    // Read as that client reads it: `Result<(), Errno>`.
+    let verdict: Result<(), eddy_proto::Errno> = decode_plain(&frame, MAX as u64).unwrap();
+    let e = verdict.unwrap_err();
+    assert_eq!(e.errno, libc::EPROTO);
+    assert!(e.msg.contains("protocol 4"), "{}", e.msg);
     assert_closed(&mut s).await;
 
     // Garbage instead of a ClientHello: EPROTO.

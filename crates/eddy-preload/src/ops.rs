@@ -2300,10 +2300,7 @@ pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off64_t, len: of
     on_fd!(
         fd,
         -1,
-        |_o| Err::<c_int, _>(Errno::new(
-            libc::EOPNOTSUPP,
-            "fallocate is not supported on Eddy"
-        )),
+        |o| fallocate_ours(&o, mode, off, len),
         real::fallocate(fd, mode, off, len)
     )
 }
@@ -2312,27 +2309,42 @@ pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: 
     on_fd!(
         fd,
         -1,
-        |_o| Err::<c_int, _>(Errno::new(
-            libc::EOPNOTSUPP,
-            "fallocate is not supported on Eddy"
-        )),
+        |o| fallocate_ours(&o, mode, off, len),
         real::fallocate64(fd, mode, off, len)
     )
 }
 
-/// posix_fallocate: the file grows to cover the range (holes read as zeros); space is not
-/// reserved ahead of time. Returns an error number, as POSIX says.
-fn posix_fallocate_ours(o: &Open, off: off64_t, len: off64_t) -> R<c_int> {
+/// fallocate: mode 0 and FALLOC_FL_KEEP_SIZE reserve real space on the daemons that hold
+/// the range; other modes are EOPNOTSUPP.
+fn fallocate_ours(o: &Open, mode: c_int, off: off64_t, len: off64_t) -> R<c_int> {
+    let keep_size = match mode {
+        0 => false,
+        libc::FALLOC_FL_KEEP_SIZE => true,
+        other => {
+            return Err(Errno::new(
+                libc::EOPNOTSUPP,
+                format!("fallocate mode {other:#x} is not supported on Eddy"),
+            ))
+        }
+    };
+    allocate(o, off, len, keep_size)
+}
+
+fn allocate(o: &Open, off: off64_t, len: off64_t, keep_size: bool) -> R<c_int> {
+    check_data(o)?;
     if off < 0 || len <= 0 {
         return Err(Errno::einval("bad range"));
     }
-    let end = off
-        .checked_add(len)
-        .ok_or_else(|| Errno::new(libc::EFBIG, "too large"))?;
-    if (size_of_open(o)? as i64) < end {
-        ftruncate_ours(o, end)?;
-    }
+    let f = o.file()?;
+    WROTE.store(true, Ordering::Relaxed);
+    run(move |c| async move { c.allocate(&f, off as u64, len as u64, keep_size).await })?;
     Ok(0)
+}
+
+/// posix_fallocate: reserves real space for the range and grows the file to cover it.
+/// Returns an error number, as POSIX says.
+fn posix_fallocate_ours(o: &Open, off: off64_t, len: off64_t) -> R<c_int> {
+    allocate(o, off, len, false)
 }
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off64_t, len: off64_t) -> c_int {

@@ -1,8 +1,15 @@
-//! The handshake. On connect the daemon sends `ServerHello` (protocol version, its id, a
-//! random nonce); the client answers `ClientHello` with its version and
-//! HMAC-SHA256(secret, nonce); the daemon answers `HelloResult`. A wrong version or proof
-//! closes the connection: no request is read before the proof checks out. Handshake
-//! messages travel in ordinary frames with request id 0.
+//! The handshake, both ways. On connect the daemon sends `ServerHello` (protocol version, its
+//! id, the chunk size it serves, a random nonce); the client answers `ClientHello` with its
+//! version, a nonce of its own and its proof of the secret; the daemon answers `HelloResult`:
+//! on success its own proof, bound to both nonces and to the id it announced. The client
+//! checks that proof (a listener that does not know the secret is refused), the id and the
+//! chunk size against the deployment it was given. No request is read before the client's
+//! proof checks out, and the daemon proves nothing to a client that has not proven itself.
+//! Handshake messages travel in ordinary frames with request id 0.
+//!
+//! The version is the first field of both hellos and is read first (`Version`), so a peer of
+//! another version is refused with EPROTO whatever the rest of its hello looks like; a
+//! refusal (`Err`) is encoded the same way in every version.
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -10,49 +17,110 @@ use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// Bytes of the daemon's nonce.
+/// Bytes of a nonce.
 pub const NONCE_BYTES: usize = 32;
+
+/// What a client proves: MAC over this label, the daemon's nonce, then the client's.
+const CLIENT_LABEL: &[u8] = b"eddy client proof v1";
+/// What a daemon proves: MAC over this label, the client's nonce, the daemon's, its id.
+const DAEMON_LABEL: &[u8] = b"eddy daemon proof v1";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerHello {
     pub version: u32,
     pub daemon_id: u32,
     pub nonce: [u8; NONCE_BYTES],
+    /// The chunk size the daemon stores data with.
+    pub chunk_size: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientHello {
     pub version: u32,
     pub proof: Vec<u8>,
+    /// The client's nonce, which the daemon's proof covers.
+    pub nonce: [u8; NONCE_BYTES],
 }
 
-/// The daemon's verdict: `Ok(())` or the reason for refusing.
-pub type HelloResult = Result<(), crate::Errno>;
+/// The first field of either hello: read alone, it is understood whatever version sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    pub version: u32,
+}
+
+/// The daemon's proof of the secret, sent once the client's proof checked out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonProof {
+    pub proof: Vec<u8>,
+}
+
+/// The daemon's verdict: its proof, or the reason for refusing.
+pub type HelloResult = Result<DaemonProof, crate::Errno>;
 
 /// A fresh random nonce.
 pub fn new_nonce() -> [u8; NONCE_BYTES] {
     rand::random()
 }
 
-/// The proof of the secret for a nonce.
-pub fn prove(secret: &[u8], nonce: &[u8]) -> Vec<u8> {
-    let mut mac = match HmacSha256::new_from_slice(secret) {
-        Ok(m) => m,
-        // HMAC accepts keys of any length; this branch cannot be taken.
-        Err(_) => return Vec::new(),
-    };
-    mac.update(nonce);
-    mac.finalize().into_bytes().to_vec()
+fn mac(secret: &[u8], parts: &[&[u8]]) -> Option<HmacSha256> {
+    // HMAC accepts keys of any length; `None` cannot happen.
+    let mut mac = HmacSha256::new_from_slice(secret).ok()?;
+    for p in parts {
+        mac.update(p);
+    }
+    Some(mac)
 }
 
-/// Checks a proof in constant time.
-pub fn verify(secret: &[u8], nonce: &[u8], proof: &[u8]) -> bool {
-    match HmacSha256::new_from_slice(secret) {
-        Ok(mut mac) => {
-            mac.update(nonce);
-            mac.verify_slice(proof).is_ok()
-        }
-        Err(_) => false,
+/// The client's proof of the secret for a pair of nonces.
+pub fn client_proof(secret: &[u8], daemon_nonce: &[u8], client_nonce: &[u8]) -> Vec<u8> {
+    mac(secret, &[CLIENT_LABEL, daemon_nonce, client_nonce])
+        .map(|m| m.finalize().into_bytes().to_vec())
+        .unwrap_or_default()
+}
+
+/// Checks a client's proof in constant time.
+pub fn verify_client(
+    secret: &[u8],
+    daemon_nonce: &[u8],
+    client_nonce: &[u8],
+    proof: &[u8],
+) -> bool {
+    mac(secret, &[CLIENT_LABEL, daemon_nonce, client_nonce])
+        .is_some_and(|m| m.verify_slice(proof).is_ok())
+}
+
+/// The daemon's proof of the secret, bound to both nonces and to the id it announced.
+pub fn daemon_proof(secret: &[u8], client_nonce: &[u8], daemon_nonce: &[u8], id: u32) -> Vec<u8> {
+    mac(
+        secret,
+        &[DAEMON_LABEL, client_nonce, daemon_nonce, &id.to_le_bytes()],
+    )
+    .map(|m| m.finalize().into_bytes().to_vec())
+    .unwrap_or_default()
+}
+
+/// Checks a daemon's proof in constant time.
+pub fn verify_daemon(
+    secret: &[u8],
+    client_nonce: &[u8],
+    daemon_nonce: &[u8],
+    id: u32,
+    proof: &[u8],
+) -> bool {
+    mac(
+        secret,
+        &[DAEMON_LABEL, client_nonce, daemon_nonce, &id.to_le_bytes()],
+    )
+    .is_some_and(|m| m.verify_slice(proof).is_ok())
+}
+
+/// The client's answer to a `ServerHello`: its hello (with a fresh nonce) to send.
+pub fn answer(secret: &[u8], hello: &ServerHello) -> ClientHello {
+    let nonce = new_nonce();
+    ClientHello {
+        version: crate::PROTOCOL_VERSION,
+        proof: client_proof(secret, &hello.nonce, &nonce),
+        nonce,
     }
 }
 
@@ -62,11 +130,42 @@ mod tests {
 
     #[test]
     fn right_secret_verifies_wrong_does_not() {
-        let nonce = new_nonce();
-        let p = prove(b"secret", &nonce);
-        assert!(verify(b"secret", &nonce, &p));
-        assert!(!verify(b"secreT", &nonce, &p));
-        assert!(!verify(b"secret", &new_nonce(), &p));
-        assert!(!verify(b"secret", &nonce, &p[..10]));
+        let (d, c) = (new_nonce(), new_nonce());
+        let p = client_proof(b"secret", &d, &c);
+        assert!(verify_client(b"secret", &d, &c, &p));
+        assert!(!verify_client(b"secreT", &d, &c, &p));
+        assert!(!verify_client(b"secret", &new_nonce(), &c, &p));
+        assert!(!verify_client(b"secret", &d, &new_nonce(), &p));
+        assert!(!verify_client(b"secret", &d, &c, &p[..10]));
+    }
+
+    #[test]
+    fn daemon_proof_is_bound_to_id_and_is_not_a_client_proof() {
+        let (d, c) = (new_nonce(), new_nonce());
+        let p = daemon_proof(b"secret", &c, &d, 3);
+        assert!(verify_daemon(b"secret", &c, &d, 3, &p));
+        assert!(!verify_daemon(b"secret", &c, &d, 4, &p));
+        assert!(!verify_daemon(b"other", &c, &d, 3, &p));
+        // A proof one side made cannot be replayed as the other side's.
+        let cp = client_proof(b"secret", &d, &c);
+        assert!(!verify_daemon(b"secret", &c, &d, 3, &cp));
+        assert!(!verify_client(b"secret", &d, &c, &p));
+    }
+
+    #[test]
+    fn the_version_reads_from_any_hello() {
+        let h = ServerHello {
+            version: 9,
+            daemon_id: 1,
+            nonce: new_nonce(),
+            chunk_size: 4096,
+        };
+        let bytes = crate::encode(&h).unwrap();
+        let v: Version = crate::decode(&bytes, 4096).unwrap();
+        assert_eq!(v.version, 9);
+        // An old refusal (Result<(), Errno>) reads as a refusal today.
+        let old: Result<(), crate::Errno> = Err(crate::Errno::new(libc::EPROTO, "old"));
+        let now: HelloResult = crate::decode(&crate::encode(&old).unwrap(), 4096).unwrap();
+        assert_eq!(now.unwrap_err().errno, libc::EPROTO);
     }
 }

@@ -177,6 +177,30 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             .unwrap_or(Err(FrameError::Closed))
     }
 
+    /// The size of the next frame, length prefix included, as its header announces it:
+    /// reads until the 4 bytes of the prefix are buffered, and never past them, so a caller
+    /// can make room for the frame (or wait for room) before `next` buffers it. `None` when
+    /// the stream ends first: `next` then says whether it ended cleanly. Cancel-safe.
+    pub async fn next_len(&mut self) -> Result<Option<u64>, FrameError> {
+        use tokio::io::AsyncReadExt;
+        loop {
+            let have = self.inner.read_buffer();
+            if have.len() >= 4 {
+                let len = u32::from_le_bytes([have[0], have[1], have[2], have[3]]);
+                return Ok(Some(u64::from(len) + 4));
+            }
+            // At most the rest of the prefix: no frame is complete after it (a frame has at
+            // least a header), so the codec's own reading resumes correctly.
+            let mut part = [0u8; 4];
+            let want = 4 - have.len();
+            let n = self.inner.get_mut().read(&mut part[..want]).await?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.inner.read_buffer_mut().extend_from_slice(&part[..n]);
+        }
+    }
+
     /// Gives back the stream; bytes read past the last frame are lost.
     pub fn into_inner(self) -> R {
         self.inner.into_inner()
@@ -532,6 +556,36 @@ mod tests {
             assert_eq!(&got[0].payload[..], &[5u8; 300][..]);
             assert_eq!((&got[1].meta[..], got[1].id), (&b"de"[..], 2));
         }
+    }
+
+    #[tokio::test]
+    async fn next_len_announces_each_frame_before_it_is_read() {
+        let frames = [frame(1, b"abc", &[5u8; 300]), frame(2, b"de", b"")];
+        let sizes: Vec<u64> = frames
+            .iter()
+            .map(|f| (f.head.len() + f.payload.len()) as u64)
+            .collect();
+        for step in [1, 2, 3, 5, 4096] {
+            let data = bytes_of(&frames);
+            let mut r = FrameReader::new(Trickle { data, at: 0, step }, MAX);
+            for (i, want) in sizes.iter().enumerate() {
+                assert_eq!(r.next_len().await.unwrap(), Some(*want), "step {step}");
+                assert_eq!(r.next().await.unwrap().id, i as u64 + 1, "step {step}");
+            }
+            assert_eq!(r.next_len().await.unwrap(), None);
+            assert!(matches!(r.next().await, Err(FrameError::Closed)));
+        }
+        // Cut inside a length prefix: no length, and `next` reports the truncation.
+        let mut r = FrameReader::new(
+            Trickle {
+                data: vec![9, 0],
+                at: 0,
+                step: 1,
+            },
+            MAX,
+        );
+        assert_eq!(r.next_len().await.unwrap(), None);
+        assert!(matches!(r.next().await, Err(FrameError::Truncated { .. })));
     }
 
     #[tokio::test]

@@ -712,10 +712,16 @@ pub enum Request {
     /// (-1): its link count, 2 and its subdirectories, moves by `delta` (never below 2).
     /// ENOTDIR for anything but a directory. Replies `Ok`.
     CountSubdirs { dir: String, delta: i32 },
+
+    // ---- data: sent to owner(hash(file_id, k)) ----
+    /// Reserves storage for the pieces in the file's data file (fallocate): later writes
+    /// there cannot fail for want of room. Bytes not written read as zeros. ENOSPC when the
+    /// device cannot hold them. Replies `Ok`.
+    Allocate { file_id: FileId, pieces: Vec<Piece> },
 }
 
 /// Short names of the requests, in `Request::op_index` order.
-pub const OP_NAMES: [&str; 41] = [
+pub const OP_NAMES: [&str; 42] = [
     "create",
     "stat",
     "remove",
@@ -757,6 +763,7 @@ pub const OP_NAMES: [&str; 41] = [
     "touch_dir",
     "clear_setid",
     "count_subdirs",
+    "allocate",
 ];
 
 impl Request {
@@ -768,6 +775,7 @@ impl Request {
         matches!(
             self,
             Request::Write { .. }
+                | Request::Allocate { .. }
                 | Request::Read { .. }
                 | Request::Prefetch { .. }
                 | Request::FlushDirty { .. }
@@ -781,6 +789,23 @@ impl Request {
                 | Request::Sync { .. }
                 | Request::Status
         )
+    }
+
+    /// Bytes a request adds to the daemon's storage, for requests that add entries or data
+    /// (`None` for the rest: reads, updates in place, removals, which must work on a full
+    /// device to make room).
+    pub fn adds_bytes(&self) -> Option<u64> {
+        let pieces = |p: &[Piece]| p.iter().map(|p| u64::from(p.len)).sum();
+        match self {
+            Request::Write { pieces: p, .. } | Request::Allocate { pieces: p, .. } => {
+                Some(pieces(p))
+            }
+            Request::Create { .. }
+            | Request::Insert { .. }
+            | Request::Link { .. }
+            | Request::SetXattr { .. } => Some(0),
+            _ => None,
+        }
     }
 
     /// Whether the request is about directory rename intents (served with the connection it
@@ -853,6 +878,7 @@ impl Request {
             Request::TouchDir { .. } => 38,
             Request::ClearSetId { .. } => 39,
             Request::CountSubdirs { .. } => 40,
+            Request::Allocate { .. } => 41,
         }
     }
 }

@@ -90,12 +90,16 @@ int main(int argc, char **argv) {
     CHECK(readv(fd, riov, 2) == 10, "readv");
     CHECK(fsync(fd) == 0 && fdatasync(fd) == 0, "fsync/fdatasync");
 
-    /* ftruncate/truncate, posix_fallocate grows, fallocate and mmap refused */
+    /* ftruncate/truncate, posix_fallocate grows, fallocate reserves (holes refused), mmap refused */
     CHECK(ftruncate(fd, 4) == 0 && fstat(fd, &st) == 0 && st.st_size == 4, "ftruncate");
     CHECK(posix_fallocate(fd, 0, 100) == 0 && fstat(fd, &st) == 0 && st.st_size == 100, "posix_fallocate");
     CHECK(truncate(at(d, "vec.bin"), 6) == 0 && stat(at(d, "vec.bin"), &st) == 0 && st.st_size == 6, "truncate");
     errno = 0;
-    CHECK(fallocate(fd, 0, 0, 10) == -1 && errno == EOPNOTSUPP, "fallocate refused");
+    CHECK(fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 10) == 0 && fstat(fd, &st) == 0 && st.st_size == 6, "fallocate keep size");
+    CHECK(fallocate(fd, 0, 0, 200) == 0 && fstat(fd, &st) == 0 && st.st_size == 200, "fallocate grows");
+    CHECK(ftruncate(fd, 6) == 0, "ftruncate back");
+    errno = 0;
+    CHECK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 10) == -1 && errno == EOPNOTSUPP, "punch hole refused");
     errno = 0;
     CHECK(mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED && errno == ENODEV, "mmap refused");
     /* A write behind the library's back (a raw system call) fails, never lands silently. */

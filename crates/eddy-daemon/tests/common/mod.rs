@@ -4,7 +4,7 @@
 
 use eddy_config::Config;
 use eddy_daemon::{Daemon, DaemonSettings};
-use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
+use eddy_proto::auth::{self, HelloResult, ServerHello};
 use eddy_proto::frame::{read_frame, write_frame, write_frames};
 use eddy_proto::{
     decode_plain, encode, response_from_frame, FileKind, Inode, Reply, Request, Response, Timespec,
@@ -52,16 +52,25 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
     assert_eq!(frame.id, 0);
     let hello: ServerHello = decode_plain(&frame, MAX as u64).unwrap();
     assert_eq!(hello.version, PROTOCOL_VERSION);
-    let reply = ClientHello {
-        version: PROTOCOL_VERSION,
-        proof: auth::prove(secret, &hello.nonce),
-    };
+    let reply = auth::answer(secret, &hello);
     write_frame(&mut stream, 0, &encode(&reply).unwrap(), &[], MAX)
         .await
         .unwrap();
     let frame = read_frame(&mut stream, MAX).await.unwrap();
     assert_eq!(frame.id, 0);
     let verdict: HelloResult = decode_plain(&frame, MAX as u64).unwrap();
+    if let Ok(proof) = &verdict {
+        assert!(
+            auth::verify_daemon(
+                secret,
+                &reply.nonce,
+                &hello.nonce,
+                hello.daemon_id,
+                &proof.proof
+            ),
+            "the daemon proves the secret"
+        );
+    }
     (
         Conn {
             stream,

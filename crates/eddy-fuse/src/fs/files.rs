@@ -259,6 +259,9 @@ impl EddyFs {
         }
     }
 
+    /// fallocate: mode 0 and FALLOC_FL_KEEP_SIZE reserve real space on the daemons that
+    /// hold the range; every other mode (punching holes, collapsing or inserting ranges,
+    /// zeroing, unsharing) is EOPNOTSUPP, never a silent success.
     pub(super) fn do_fallocate(
         &self,
         fh: FileHandle,
@@ -266,20 +269,20 @@ impl EddyFs {
         length: u64,
         mode: i32,
     ) -> Result<(), Errno> {
-        if mode != 0 {
-            return Err(Errno::new(
-                libc::EOPNOTSUPP,
-                format!("fallocate mode {mode:#x} is not supported"),
-            ));
-        }
-        let end = offset
-            .checked_add(length)
-            .ok_or_else(|| Errno::new(libc::EFBIG, "fallocate range overflows"))?;
+        let keep_size = match mode {
+            0 => false,
+            libc::FALLOC_FL_KEEP_SIZE => true,
+            other => {
+                return Err(Errno::new(
+                    libc::EOPNOTSUPP,
+                    format!(
+                        "fallocate mode {other:#x} is not supported: only reserving space \
+                         (mode 0 or KEEP_SIZE)"
+                    ),
+                ))
+            }
+        };
         let file = self.file(fh)?;
-        let size = self.run(self.client.fstat(&file))?.size;
-        if end > size {
-            self.run(self.client.ftruncate(&file, end))?;
-        }
-        Ok(())
+        self.run(self.client.allocate(&file, offset, length, keep_size))
     }
 }
