@@ -53,6 +53,18 @@ impl State {
         }
     }
 
+    /// Executes one request that came over connection `conn`: lock and rename intent
+    /// requests are held by their connection, the others are not.
+    pub async fn serve(self: &Arc<Self>, conn: ConnId, req: Request) -> Response {
+        if req.is_lock() {
+            self.handle_lock(conn, req).await
+        } else if req.is_rename_intent() {
+            self.handle_intent(conn, req).await
+        } else {
+            self.handle(req).await
+        }
+    }
+
     /// Executes one request. Never panics; every failure is an errno for the client.
     pub async fn handle(self: &Arc<Self>, req: Request) -> Response {
         self.requests.fetch_add(1, Ordering::Relaxed);
