@@ -19,5 +19,6 @@ mod frames;
 pub mod inputs;
 mod requests;
 
+pub use arbitrary;
 pub use frames::frames;
 pub use requests::Requests;
