@@ -4,7 +4,7 @@
 CARGO ?= cargo
 RELEASE := target/release
 
-.PHONY: deps build demo demo-slurm test bench bench-tier lint clean
+.PHONY: deps build demo demo-slurm test fuzz bench bench-tier lint clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -25,6 +25,12 @@ demo-slurm: build
 test: deps
 	$(CARGO) build --bins
 	$(CARGO) test --workspace --no-fail-fast
+
+## The fuzz targets (crates/eddy-fuzz) under libFuzzer, coverage-guided, a million inputs each,
+## and the whole-daemon storm with a million frames (`make test` runs them bounded).
+FUZZ_RUNS ?= 1000000
+fuzz: deps
+	RUNS=$(FUZZ_RUNS) CARGO=$(CARGO) bash scripts/fuzz.sh
 
 ## The benchmark suite: Eddy beside the raw storage, with ratios and a plot.
 bench: build

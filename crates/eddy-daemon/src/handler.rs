@@ -8,7 +8,8 @@ use crate::backend::Backend;
 use crate::chunks::ChunkStore;
 use crate::meta::MetaStore;
 use crate::tier::Tier;
-use eddy_proto::{DaemonStatus, Errno, Reply, Request, Response};
+use eddy_proto::path::normalize;
+use eddy_proto::{Backing, DaemonStatus, Errno, Reply, Request, Response};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,6 +60,18 @@ impl State {
             requests: AtomicU64::new(0),
             started: Instant::now(),
             shutdown: watch::Sender::new(false),
+        }
+    }
+
+    /// Executes one request that came over connection `conn`: lock and rename intent
+    /// requests are held by their connection, the others are not.
+    pub async fn serve(self: &Arc<Self>, conn: ConnId, req: Request) -> Response {
+        if req.is_lock() {
+            self.handle_lock(conn, req).await
+        } else if req.is_rename_intent() {
+            self.handle_intent(conn, req).await
+        } else {
+            self.handle(req).await
         }
     }
 
@@ -215,16 +228,20 @@ impl State {
                 pieces,
                 data,
                 backing,
-            } => self
-                .write(file_id, &pieces, &data, backing.as_ref())
-                .map(|()| Reply::Ok),
+            } => {
+                let backing = backing.map(|b| self.linked(b)).transpose()?;
+                self.write(file_id, &pieces, &data, backing.as_ref())
+                    .map(|()| Reply::Ok)
+            }
             Request::Read {
                 file_id,
                 pieces,
                 backing: Some(b),
-            } => self
-                .with_room(|| self.tier.read(chunks, file_id, &pieces, &b))
-                .map(|v| Reply::Data(v.into())),
+            } => {
+                let b = self.linked(b)?;
+                self.with_room(|| self.tier.read(chunks, file_id, &pieces, &b))
+                    .map(|v| Reply::Data(v.into()))
+            }
             Request::Read {
                 file_id,
                 pieces,
@@ -235,9 +252,11 @@ impl State {
                 chunks: list,
                 backing,
                 pin,
-            } => self
-                .with_room(|| self.tier.prefetch(chunks, file_id, &list, &backing, pin))
-                .map(Reply::Count),
+            } => {
+                let backing = self.linked(backing)?;
+                self.with_room(|| self.tier.prefetch(chunks, file_id, &list, &backing, pin))
+                    .map(Reply::Count)
+            }
             Request::FlushDirty {
                 prefix,
                 after,
@@ -247,7 +266,11 @@ impl State {
                 Ok(Reply::Flushed { files, more })
             }
             Request::Unpin { prefix } => self.tier.unpin(&prefix).map(Reply::Count),
-            Request::Rebind { from, to } => self.tier.rebind(&from, &to).map(|()| Reply::Ok),
+            Request::Rebind { from, to } => {
+                let limits = meta.limits();
+                let (from, to) = (normalize(&from, limits)?, normalize(&to, limits)?);
+                self.tier.rebind(&from, &to).map(|()| Reply::Ok)
+            }
             Request::Validate { path, for_write } => meta
                 .validate(&path, for_write)
                 .map(|(inode, dropped)| Reply::Revalidated { inode, dropped }),
@@ -338,6 +361,14 @@ impl State {
             self.meta.release_renames_of(conn);
         }
         resp
+    }
+
+    /// The backing of a data request on a linked file, as the tier uses it: its path
+    /// normalised (so that no `..` leads outside the backend directory) and linked.
+    fn linked(&self, b: Backing) -> Result<Backing, Errno> {
+        let path = normalize(&b.path, self.meta.limits())?;
+        self.backend.resolve_linked(&path)?;
+        Ok(Backing { path, ..b })
     }
 
     /// A write: through the tier for a linked file.

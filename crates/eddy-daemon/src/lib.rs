@@ -15,6 +15,7 @@ mod advisory;
 mod args;
 mod backend;
 mod chunks;
+mod embedded;
 mod error;
 mod gate;
 mod handler;
@@ -27,6 +28,7 @@ mod server;
 mod tier;
 
 pub use args::{system_host_name, DaemonArgs, DaemonSettings, SECRET_ENV, SOCKET_FILE};
+pub use embedded::Embedded;
 pub use error::DaemonError;
 pub use ready::{read_ready, ready_path, ReadyInfo, READY_FILE};
 pub use server::{Daemon, CHUNKS_DIR, META_DIR};

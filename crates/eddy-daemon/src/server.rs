@@ -132,7 +132,8 @@ impl Daemon {
     }
 }
 
-async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, DaemonError> {
+/// Opens the stores under the root (metadata, chunks, the backend tier).
+pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, DaemonError> {
     tokio::task::spawn_blocking(move || {
         let root = &settings.root;
         let backend = Backend::new(&settings.config);
@@ -501,13 +502,7 @@ async fn run_request(
             Err(_) => return,
         }
     }
-    let resp = if req.is_lock() {
-        state.handle_lock(conn, req).await
-    } else if req.is_rename_intent() {
-        state.handle_intent(conn, req).await
-    } else {
-        state.handle(req).await
-    };
+    let resp = state.serve(conn, req).await;
     let Some(frame) = reply_frame(id, &resp, state.settings.config.max_frame_bytes) else {
         return;
     };

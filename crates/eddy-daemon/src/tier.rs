@@ -188,7 +188,18 @@ impl Tier {
             .map_err(|e| rec_err("insert", e))
     }
 
+    /// The backend path of a linked file's namespace path, which must be normalised: a path
+    /// with `.`, `..` or empty components could name something outside the backend directory.
     fn backend_path(&self, path: &str) -> Result<PathBuf, Errno> {
+        let form_only = eddy_proto::path::PathLimits {
+            max_path: usize::MAX,
+            max_name: usize::MAX,
+        };
+        if eddy_proto::path::normalize(path, form_only).as_deref() != Ok(path) {
+            return Err(Errno::einval(format!(
+                "backend path of {path:?}: not a normalised path"
+            )));
+        }
         self.backend.resolve_linked(path)
     }
 

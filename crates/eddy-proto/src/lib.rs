@@ -6,13 +6,16 @@
 //! - `msg`: the request and response messages (bincode-encoded, size-limited decoding);
 //! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret);
 //! - `path`: path normalisation and the metadata key layout;
-//! - `Errno`: errors as errno values with a short context message.
+//! - `Errno`: errors as errno values with a short context message;
+//! - `fuzzing` (feature `arbitrary`): generators of request fields for the fuzzer.
 //!
 //! This crate performs no file or metadata operation itself; it must never panic on bytes
 //! read from the network.
 
 pub mod auth;
 pub mod frame;
+#[cfg(feature = "arbitrary")]
+pub mod fuzzing;
 pub mod msg;
 pub mod path;
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 pub type FileId = u128;
 
 /// What an entry is.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileKind {
     File,
@@ -43,6 +44,7 @@ pub const XATTR_SIZE_MAX: usize = 64 * 1024;
 pub const XATTR_TOTAL_MAX: usize = 256 * 1024;
 
 /// One extended attribute of an entry.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Xattr {
     pub name: String,
@@ -51,6 +53,7 @@ pub struct Xattr {
 }
 
 /// How `SetXattr` treats an existing attribute (setxattr(2) flags).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum XattrSet {
     /// Creates or replaces.
@@ -62,6 +65,7 @@ pub enum XattrSet {
 }
 
 /// A point in time, seconds and nanoseconds since the epoch.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
 pub struct Timespec {
     pub sec: i64,
@@ -82,6 +86,7 @@ impl Timespec {
 }
 
 /// The metadata record of a file, directory or symlink: one KV entry on its owner daemon.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inode {
     pub kind: FileKind,
@@ -149,6 +154,7 @@ impl Inode {
 }
 
 /// The backend side of an entry under a linked prefix.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct TierState {
     /// The backend copy's mtime and size when they were last seen (import, validation,
@@ -309,6 +315,7 @@ impl Inode {
 }
 
 /// How to set a time in `SetAttr`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SetTime {
     Now,
@@ -317,6 +324,7 @@ pub enum SetTime {
 
 /// Attribute changes; `None` leaves a field as it is. Setting `size` on a file sets the
 /// metadata size only: the client also truncates the data on every daemon.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SetAttr {
     pub mode: Option<u32>,
@@ -328,6 +336,7 @@ pub struct SetAttr {
 }
 
 /// What `Remove` may remove.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RemoveKind {
     /// unlink: files and symlinks; a directory gives EISDIR.
@@ -365,6 +374,7 @@ pub struct RenameIntent {
 }
 
 /// A piece of a chunk: `len` bytes at `offset` inside chunk `chunk`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Piece {
     pub chunk: u64,
@@ -402,9 +412,11 @@ pub struct DaemonStatus {
 }
 
 /// What a data request on a file under a linked prefix tells the chunk's daemon.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Backing {
     /// Namespace path of the file (the daemon maps it to the backend path).
+    #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
     pub path: String,
     /// Bytes of the backend copy the client knows of (`TierState::backend_size`): a missing
     /// chunk below it is fetched; above it, only a chunk this daemon wrote back and evicted
@@ -444,6 +456,7 @@ pub struct FileOutcome {
 }
 
 /// The kind of an advisory lock request.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LockKind {
     /// Shared (F_RDLCK, LOCK_SH).
@@ -457,6 +470,7 @@ pub enum LockKind {
 /// Who holds an advisory lock: the client's session (random, one per `Client`, so two
 /// mounts never share an owner) and the owner inside it (the kernel's lock owner through
 /// FUSE: a process's file table for POSIX locks, an open file for OFD locks and flock).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LockOwner {
     pub session: u128,
@@ -465,6 +479,7 @@ pub struct LockOwner {
 
 /// A byte range of a lock, both ends inclusive; `end == u64::MAX` reaches past any end of
 /// file (the kernel's OFFSET_MAX is mapped to it).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockRange {
     pub start: u64,
@@ -481,6 +496,7 @@ pub struct LockInfo {
 }
 
 /// A request from a client to a daemon.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     // ---- metadata: sent to owner(hash(path)) ----
@@ -488,24 +504,45 @@ pub enum Request {
     /// existing entry is returned as it is, whatever its kind (O_CREAT without O_EXCL: the
     /// client tells a file it may open from a directory it may not). Replies `Inode`.
     Create {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
         path: String,
         inode: Inode,
         exclusive: bool,
     },
     /// Replies `Inode` or ENOENT.
-    Stat { path: String },
+    Stat {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+    },
     /// Removes an entry; replies the removed `Inode`.
-    Remove { path: String, kind: RemoveKind },
+    Remove {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+        kind: RemoveKind,
+    },
     /// Changes attributes; replies the new `Inode`.
-    SetAttr { path: String, attr: SetAttr },
+    SetAttr {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+        attr: SetAttr,
+    },
     /// Raises the size to at least `size` (merged with max) and updates mtime; replies `Inode`.
     /// Sent by writers; concurrent writers never wait on each other.
-    GrowSize { path: String, size: u64 },
+    GrowSize {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+        size: u64,
+    },
     /// Reserves `len` bytes at the end of the file atomically (O_APPEND); replies `Offset`
     /// with the start of the reserved range.
-    ReserveAppend { path: String, len: u64 },
+    ReserveAppend {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+        len: u64,
+    },
     /// Inserts (or, with `replace`, overwrites) an entry as given: the second half of rename.
     Insert {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
         path: String,
         inode: Inode,
         replace: bool,
@@ -513,16 +550,23 @@ pub enum Request {
     /// Up to `limit` children of `dir` held by this daemon with names after `after`, in
     /// byte order of their names. Replies `Entries`.
     Readdir {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
         dir: String,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::opt_path))]
         after: Option<String>,
         limit: u32,
     },
     /// Whether this daemon holds any child of `dir`. Replies `Bool`.
-    HasChildren { dir: String },
+    HasChildren {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        dir: String,
+    },
     /// Up to `limit` entries strictly below `dir` held by this daemon, after the path `after`.
     /// Replies `Subtree`.
     ListSubtree {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
         dir: String,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::opt_path))]
         after: Option<String>,
         limit: u32,
     },
@@ -533,7 +577,10 @@ pub enum Request {
     /// (link count 2) and its own record becomes a name of it, in one atomic batch; a name of
     /// a shared file replies `Shared`, and sent `OnIdentity` it counts one more name. A
     /// directory is EPERM. Replies the identity `Inode`.
-    Link { path: String },
+    Link {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+    },
     /// Counts one name less of the shared file `file_id` whose identity record this daemon
     /// holds (after one of its names was removed); at zero the identity record goes too.
     /// Replies the identity `Inode` with the count left (0: the client drops the data).
@@ -557,6 +604,7 @@ pub enum Request {
         pieces: Vec<Piece>,
         /// Travels as the frame's payload, outside the encoding.
         #[serde(with = "outside")]
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::bytes))]
         data: Bytes,
         backing: Option<Backing>,
     },
@@ -582,12 +630,16 @@ pub enum Request {
     /// files, and for at most half the RPC deadline (then `more`, and the file under way is
     /// incomplete). Replies `Flushed`.
     FlushDirty {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
         prefix: String,
         after: Option<FileId>,
         limit: u32,
     },
     /// Releases the pins of this daemon's chunks of files under `prefix`. Replies `Count`.
-    Unpin { prefix: String },
+    Unpin {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        prefix: String,
+    },
     /// Drops the data at and after byte `size` of the file held by this daemon. Replies `Ok`.
     TruncateData { file_id: FileId, size: u64 },
     /// Drops every chunk of the file held by this daemon. Replies `Ok`.
@@ -599,17 +651,28 @@ pub enum Request {
     /// Checks a linked file against its backend copy on open: a clean file whose backend
     /// mtime or size changed gets a new generation (a new file id: the old chunks are
     /// garbage); `for_write` marks it dirty. Replies `Revalidated`.
-    Validate { path: String, for_write: bool },
+    Validate {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+        for_write: bool,
+    },
     /// Renames the backend copy of a linked entry (the write-through half of rename; the
     /// metadata moves with Insert/Remove). A missing backend source is fine (never flushed).
     /// Replies `Ok`.
-    BackendRename { from: String, to: String },
+    BackendRename {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        from: String,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        to: String,
+    },
     /// Finalises this daemon's dirty entries under `prefix` in the backend (create, size,
     /// mode, times), skipping `skip` (files whose data did not flush), after the path `after`,
     /// at most `limit`. Replies `Flushed`.
     FinalizeDirty {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
         prefix: String,
         skip: Vec<FileId>,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::opt_path))]
         after: Option<String>,
         limit: u32,
     },
@@ -617,23 +680,43 @@ pub enum Request {
     // ---- backend tier, every daemon ----
     /// A linked entry was renamed: this daemon's records of dirty files under `from` now
     /// name paths under `to`. Replies `Ok`.
-    Rebind { from: String, to: String },
+    Rebind {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        from: String,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        to: String,
+    },
 
     // ---- extended attributes: sent to owner(hash(path)) ----
     /// setxattr(2) on the entry itself (no symlink is followed). Replies `Inode`.
     SetXattr {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
         path: String,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::xattr_name))]
         name: String,
         #[serde(with = "serde_bytes")]
         value: Vec<u8>,
         how: XattrSet,
     },
     /// getxattr(2). Replies `Data` with the value, or ENODATA.
-    GetXattr { path: String, name: String },
+    GetXattr {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::xattr_name))]
+        name: String,
+    },
     /// listxattr(2). Replies `Names`, in name order.
-    ListXattr { path: String },
+    ListXattr {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+    },
     /// removexattr(2). Replies `Inode`, or ENODATA.
-    RemoveXattr { path: String, name: String },
+    RemoveXattr {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::xattr_name))]
+        name: String,
+    },
     // ---- advisory locks: sent to the lock owner of the file id (placement by file id) ----
     /// Takes (Read/Write) or releases (Unlock) `range` of the file for `owner`, POSIX-style:
     /// the owner's own overlapping locks are replaced, split or merged. A conflict replies
@@ -679,7 +762,9 @@ pub enum Request {
     /// and it is replied instead (nothing new is recorded: the caller completes that one);
     /// held by another open connection, EBUSY.
     BeginRename {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
         from: String,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
         to: String,
         dir_id: FileId,
     },
@@ -687,13 +772,25 @@ pub enum Request {
     /// connection holds (their renamer died or gave up, or this daemon restarted since), or,
     /// with `from`, only the rename of `from` (also when this connection holds it already).
     /// Replies `Renames`.
-    ClaimRenames { from: Option<String>, limit: u32 },
+    ClaimRenames {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::opt_path))]
+        from: Option<String>,
+        limit: u32,
+    },
     /// The rename of `from` to `to` is complete (or undone): its intent goes, durably. An
     /// intent of `from` to another path stays; no intent at all is fine. Replies `Ok`.
-    EndRename { from: String, to: String },
+    EndRename {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        from: String,
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        to: String,
+    },
     /// This connection gives up its hold on the rename of `from`, which stays recorded for
     /// whoever completes it. Replies `Ok`.
-    ReleaseRename { from: String },
+    ReleaseRename {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        from: String,
+    },
 
     // ---- permissions and directory times: sent to owner(hash(path)) ----
     /// An entry was created, removed or renamed in the directory `path` at `time`: its mtime
@@ -701,17 +798,28 @@ pub enum Request {
     /// in any order, never move them backwards). Kept in Eddy only, never written through to
     /// a linked backend (the backend directory's own times move with the write-through of the
     /// change itself). ENOTDIR for anything but a directory. Replies `Ok`.
-    TouchDir { path: String, time: Timespec },
+    TouchDir {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+        time: Timespec,
+    },
     /// A write or truncate by a caller without the privilege to keep set-id bits: clears the
     /// set-user-ID bit of the regular file `path`, and its set-group-ID bit when group execute
     /// is set (without it, the bit marks mandatory locking and stays), atomically under the
     /// entry's lock; ctime moves when a bit was cleared. Other kinds are left as they are.
     /// Replies `Inode`.
-    ClearSetId { path: String },
+    ClearSetId {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        path: String,
+    },
     /// A subdirectory of the directory `dir` was made (`delta` 1) or removed or moved away
     /// (-1): its link count, 2 and its subdirectories, moves by `delta` (never below 2).
     /// ENOTDIR for anything but a directory. Replies `Ok`.
-    CountSubdirs { dir: String, delta: i32 },
+    CountSubdirs {
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+        dir: String,
+        delta: i32,
+    },
 
     // ---- data: sent to owner(hash(file_id, k)) ----
     /// Reserves storage for the pieces in the file's data file (fallocate): later writes
