@@ -91,6 +91,20 @@ impl File {
 impl Client {
     // ---------------------------------------------------------------- files
 
+    /// The requests, one per daemon and at most `max_rpc_data_bytes` each, that cover `len`
+    /// bytes of `f` at `offset`.
+    fn batches(&self, f: &File, offset: u64, len: usize) -> Vec<layout::Batch> {
+        let cfg = self.config();
+        layout::batches(
+            &self.0.placement,
+            f.file_id(),
+            offset,
+            len,
+            cfg.chunk_size,
+            cfg.max_rpc_data_bytes as usize,
+        )
+    }
+
     /// open(2) with libc O_* flags.
     pub async fn open(
         &self,
@@ -326,15 +340,7 @@ impl Client {
         }
         let len = (size - offset).min(len as u64) as usize;
         let mut out = vec![0u8; len];
-        let cfg = self.config();
-        let batches = layout::batches(
-            &self.0.placement,
-            f.file_id(),
-            offset,
-            len,
-            cfg.chunk_size,
-            cfg.max_rpc_data_bytes as usize,
-        );
+        let batches = self.batches(f, offset, len);
         let reads = batches.iter().map(|b| {
             let pieces: Vec<Piece> = b.spans.iter().map(|s| s.piece).collect();
             self.call(
@@ -468,15 +474,7 @@ impl Client {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| Errno::new(libc::EFBIG, "write beyond the largest file size"))?;
-        let cfg = self.config();
-        let batches = layout::batches(
-            &self.0.placement,
-            f.file_id(),
-            offset,
-            data.len(),
-            cfg.chunk_size,
-            cfg.max_rpc_data_bytes as usize,
-        );
+        let batches = self.batches(f, offset, data.len());
         let writes = batches.iter().map(|b| {
             let mut buf = Vec::with_capacity(b.bytes);
             for s in &b.spans {
@@ -593,6 +591,25 @@ impl Client {
         Ok(i)
     }
 
+    /// fallocate(2) with its `mode`: 0 and `FALLOC_FL_KEEP_SIZE` reserve space (`allocate`);
+    /// other modes (punching, zeroing, collapsing, inserting) are EOPNOTSUPP.
+    pub async fn fallocate(&self, f: &File, offset: u64, len: u64, mode: i32) -> Result<(), Errno> {
+        let keep_size = match mode {
+            0 => false,
+            libc::FALLOC_FL_KEEP_SIZE => true,
+            other => {
+                return Err(Errno::new(
+                    libc::EOPNOTSUPP,
+                    format!(
+                        "fallocate mode {other:#x} is not supported: only reserving space \
+                         (mode 0 or KEEP_SIZE)"
+                    ),
+                ))
+            }
+        };
+        self.allocate(f, offset, len, keep_size).await
+    }
+
     /// fallocate: reserves storage for `len` bytes at `offset` on the daemons that hold
     /// those chunks (`Allocate`: fallocate on their data files), so later writes there
     /// cannot fail for want of room; unless `keep_size`, the file grows to cover the range.
@@ -620,15 +637,7 @@ impl Client {
             .ok_or_else(|| Errno::new(libc::EFBIG, "fallocate beyond the largest file size"))?;
         let len = usize::try_from(len)
             .map_err(|_| Errno::new(libc::EFBIG, "fallocate range too large"))?;
-        let cfg = self.config();
-        let batches = layout::batches(
-            &self.0.placement,
-            f.file_id(),
-            offset,
-            len,
-            cfg.chunk_size,
-            cfg.max_rpc_data_bytes as usize,
-        );
+        let batches = self.batches(f, offset, len);
         let calls = batches.iter().map(|b| {
             let req = Request::Allocate {
                 file_id: f.file_id(),

@@ -2317,34 +2317,20 @@ pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: 
 /// fallocate: mode 0 and FALLOC_FL_KEEP_SIZE reserve real space on the daemons that hold
 /// the range; other modes are EOPNOTSUPP.
 fn fallocate_ours(o: &Open, mode: c_int, off: off64_t, len: off64_t) -> R<c_int> {
-    let keep_size = match mode {
-        0 => false,
-        libc::FALLOC_FL_KEEP_SIZE => true,
-        other => {
-            return Err(Errno::new(
-                libc::EOPNOTSUPP,
-                format!("fallocate mode {other:#x} is not supported on Eddy"),
-            ))
-        }
-    };
-    allocate(o, off, len, keep_size)
-}
-
-fn allocate(o: &Open, off: off64_t, len: off64_t, keep_size: bool) -> R<c_int> {
     check_data(o)?;
     if off < 0 || len <= 0 {
         return Err(Errno::einval("bad range"));
     }
     let f = o.file()?;
     WROTE.store(true, Ordering::Relaxed);
-    run(move |c| async move { c.allocate(&f, off as u64, len as u64, keep_size).await })?;
+    run(move |c| async move { c.fallocate(&f, off as u64, len as u64, mode).await })?;
     Ok(0)
 }
 
 /// posix_fallocate: reserves real space for the range and grows the file to cover it.
 /// Returns an error number, as POSIX says.
 fn posix_fallocate_ours(o: &Open, off: off64_t, len: off64_t) -> R<c_int> {
-    allocate(o, off, len, false)
+    fallocate_ours(o, 0, off, len)
 }
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off64_t, len: off64_t) -> c_int {

@@ -269,20 +269,7 @@ impl EddyFs {
         length: u64,
         mode: i32,
     ) -> Result<(), Errno> {
-        let keep_size = match mode {
-            0 => false,
-            libc::FALLOC_FL_KEEP_SIZE => true,
-            other => {
-                return Err(Errno::new(
-                    libc::EOPNOTSUPP,
-                    format!(
-                        "fallocate mode {other:#x} is not supported: only reserving space \
-                         (mode 0 or KEEP_SIZE)"
-                    ),
-                ))
-            }
-        };
         let file = self.file(fh)?;
-        self.run(self.client.allocate(&file, offset, length, keep_size))
+        self.run(self.client.fallocate(&file, offset, length, mode))
     }
 }
