@@ -282,6 +282,13 @@ pub enum BbPhase {
         /// "true" (scancel --hurry: no stage-out) or "false".
         hurry: String,
     },
+    /// The work of `teardown`, in a session of its own (run by `teardown`, which waits).
+    #[command(hide = true)]
+    TeardownNow {
+        job: u32,
+        #[arg(long)]
+        hurry: bool,
+    },
     /// `scontrol show bbstat`: the Eddy jobs of this site.
     Status {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

@@ -10,8 +10,10 @@ mod common;
 
 use common::require;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 const NOBODY: u32 = 65534;
 
@@ -189,6 +191,71 @@ fn a_pool_job_lives_and_is_torn_down_without_slurm() {
     }
     let left = common::slurm::processes_mentioning(&site.dir.path().display().to_string());
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_teardown_killed_with_its_process_group_still_finishes() {
+    // Slurm kills a job's running burst-buffer scripts (their process group) when the job is
+    // cancelled, a teardown among them: the work goes on in its own session and completes.
+    let site = Site::new("", "capacity = \"1GiB\"");
+    let script = site.script(&["capacity=64M pool=io"]);
+    let job = "43";
+    site.bb_ok(&["setup", job, "65534", "65534", "io", "67108864", s(&script)]);
+    let dir = site.path("jobs/43");
+    // Held here, the job's lock keeps the teardown's work waiting until the kill is done.
+    let lock = std::fs::File::open(&dir).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
+    let mut teardown = Command::new(common::EDDY)
+        .arg("bb")
+        .arg("--site")
+        .arg(site.path("bb.toml"))
+        .args(["teardown", job, s(&script), "false"])
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once the teardown's own process has started (it logs into the job directory).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_dir(&dir)
+        .unwrap()
+        .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("teardown-")))
+    {
+        assert!(Instant::now() < deadline, "the teardown never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: kill(2) of the process group we made for our own child.
+    assert_eq!(
+        unsafe { libc::kill(-(teardown.id() as i32), libc::SIGKILL) },
+        0
+    );
+    let status = teardown.wait().unwrap();
+    assert!(!status.success(), "killed: {status}");
+    assert!(dir.exists(), "the teardown ran past the job's lock");
+    drop(lock);
+    while dir.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the killed teardown's work did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for host in ["io1", "io2", "io3"] {
+        assert!(!site.path(&format!("pool/{host}/job-43")).exists());
+    }
+    site.bb_ok(&["teardown", job, s(&script), "false"]);
+    // The detached teardown exits right after removing the directory.
+    loop {
+        let left = common::slurm::processes_mentioning(&site.dir.path().display().to_string());
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left running: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]

@@ -160,10 +160,62 @@ pub fn data_out(site: &Site, job: u32) -> Result<()> {
 /// Undo everything, from root's record: unmount, stop the daemons (what was to be kept was
 /// staged out by data_out; `hurry` skipped that), remove the storage on every node and the
 /// job's directory. Every step is tried; the first failure is reported after all ran.
-pub fn teardown(site: &Site, job: u32, hurry: bool) -> Result<()> {
+/// Teardown as Slurm runs it: the work goes on in a process of its own session, which this
+/// one waits for and reports. Slurm 22.05 kills a job's running burst-buffer scripts when the
+/// job is cancelled (a cancel right after a failed stage-in kills the teardown that failure
+/// started); killed or not, the detached teardown finishes, and a teardown started meanwhile
+/// waits for it on the job's lock and finds the job gone.
+pub fn teardown_detached(
+    site: &Site,
+    site_file: Option<&Path>,
+    job: u32,
+    hurry: bool,
+) -> Result<()> {
     let jd = JobDir::new(site, job);
     if !jd.dir.exists() {
         return Ok(());
+    }
+    let exe = std::env::current_exe().context("cannot find the eddy program")?;
+    let mut args: Vec<std::ffi::OsString> = vec!["bb".into()];
+    if let Some(f) = site_file {
+        args.extend(["--site".into(), f.as_os_str().to_owned()]);
+    }
+    args.extend(["teardown-now".into(), job.to_string().into()]);
+    if hurry {
+        args.push("--hurry".into());
+    }
+    // The log lives in the job's directory, which a complete teardown removes; it is open
+    // here before the child starts, so its words are read whatever happens to the name.
+    let log = jd.dir.join(format!("teardown-{}.log", std::process::id()));
+    let mut child = crate::procs::spawn_detached(&exe, &args, &log)?;
+    let mut words =
+        std::fs::File::open(&log).with_context(|| format!("cannot read {}", log.display()))?;
+    let status = child.wait().context("waiting for the teardown")?;
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut words, &mut out)
+        .with_context(|| format!("cannot read {}", log.display()))?;
+    let _ = std::fs::remove_file(&log);
+    print!("{out}");
+    if status.success() {
+        return Ok(());
+    }
+    let last = out.lines().rev().find(|l| !l.trim().is_empty());
+    bail!(
+        "{}",
+        last.map(|l| l.trim_start_matches("eddy: ").to_string())
+            .unwrap_or_else(|| format!("teardown of job {job} failed ({status})"))
+    )
+}
+
+/// The teardown itself, one at a time per job (under the lock of its directory).
+pub fn teardown(site: &Site, job: u32, hurry: bool) -> Result<()> {
+    let jd = JobDir::new(site, job);
+    let Ok(dir) = std::fs::File::open(&jd.dir) else {
+        return Ok(()); // gone: done before
+    };
+    lock_exclusive(&dir, &jd.dir)?;
+    if !jd.dir.exists() {
+        return Ok(()); // done by the teardown this one waited for
     }
     let mut problems = Vec::new();
     let rec = match jd.load() {
@@ -325,13 +377,20 @@ impl MountLock {
             .with_context(|| format!("mount point {} has no parent", mount.display()))?;
         let dir = std::fs::File::open(parent)
             .with_context(|| format!("cannot open {}", parent.display()))?;
-        // SAFETY: flock on a descriptor we own; released when the file is closed.
-        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&dir), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("cannot lock {}", parent.display()));
-        }
+        lock_exclusive(&dir, parent)?;
         Ok(MountLock { _dir: dir })
     }
+}
+
+/// flock(LOCK_EX) on an open file or directory (`path` names it in errors); released when
+/// the file is closed.
+fn lock_exclusive(file: &std::fs::File, path: &Path) -> Result<()> {
+    // SAFETY: flock on a descriptor the caller owns.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(file), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("cannot lock {}", path.display()));
+    }
+    Ok(())
 }
 
 fn lazy_unmount(mount: &Path) -> Result<()> {
