@@ -218,12 +218,19 @@ fn a_teardown_killed_with_its_process_group_still_finishes() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Killed once the teardown's own process has started (it logs into the job directory).
+    // Killed once the detached process has started in its session (its first words are in
+    // its log in the job directory). Killed earlier, between the fork and its setsid, it
+    // would die with its caller: a window of microseconds for Slurm, but the log file exists
+    // before the fork.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_dir(&dir)
-        .unwrap()
-        .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("teardown-")))
-    {
+    let started = |dir: &Path| {
+        std::fs::read_dir(dir).unwrap().flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with("teardown-")
+                && std::fs::read_to_string(e.path())
+                    .is_ok_and(|t| t.contains("tearing down job 43"))
+        })
+    };
+    while !started(&dir) {
         assert!(Instant::now() < deadline, "the teardown never started");
         std::thread::sleep(Duration::from_millis(5));
     }

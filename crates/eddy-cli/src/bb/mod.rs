@@ -13,7 +13,7 @@ mod phases;
 pub mod site;
 
 use crate::cli::{BbArgs, BbPhase};
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 pub fn bb(args: BbArgs) -> Result<()> {
     let site = site::Site::load(args.site.as_deref())?;
@@ -43,7 +43,13 @@ pub fn bb(args: BbArgs) -> Result<()> {
             script: _,
             hurry,
         } => phases::teardown_detached(&site, args.site.as_deref(), job, phases::is_hurry(&hurry)),
-        BbPhase::TeardownNow { job, hurry } => phases::teardown(&site, job, hurry),
+        BbPhase::TeardownNow { job, hurry } => {
+            // The first words of the detached process: from here on it is in a session of
+            // its own, and killing the caller's process group no longer reaches it.
+            println!("eddy: tearing down job {job}");
+            std::io::Write::flush(&mut std::io::stdout()).context("writing the teardown log")?;
+            phases::teardown(&site, job, hurry)
+        }
         BbPhase::Status { args: _ } => phases::status(&site),
         BbPhase::NodeMount { state, mount } => phases::node_mount(&state, &mount),
         BbPhase::NodeClean { mount, root } => phases::node_clean(mount.as_deref(), root.as_deref()),
