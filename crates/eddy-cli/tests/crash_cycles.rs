@@ -52,6 +52,8 @@ struct FileModel {
     since: Vec<(u64, Vec<u8>)>,
     /// Successful fsyncs.
     fsyncs: u64,
+    /// Written through the FUSE mount.
+    mounted: bool,
 }
 
 impl FileModel {
@@ -270,6 +272,8 @@ struct Totals {
     writes: u64,
     bytes_verified: u64,
     mount_rounds: u64,
+    /// Files written through the mount and fsync'd.
+    mount_fsynced_files: u64,
 }
 
 /// Files of a round that were written: kept to be checked again after the next round.
@@ -320,7 +324,10 @@ async fn round(
         totals.mount_rounds += 1;
         let m = cl.mount();
         let files = (0..MOUNT_FILES)
-            .map(|k| FileModel::new(format!("{dir}/m{k}")))
+            .map(|k| FileModel {
+                mounted: true,
+                ..FileModel::new(format!("{dir}/m{k}"))
+            })
             .collect();
         let (mnt, wrng) = (m.mnt.path().to_path_buf(), StdRng::seed_from_u64(rng.gen()));
         let (stop, progress) = (stop.clone(), progress.clone());
@@ -362,6 +369,7 @@ async fn round(
     totals.bytes_verified += verify(c, &dir, &files, seed).await;
     totals.files += files.len() as u64;
     totals.fsynced_files += files.iter().filter(|m| m.fsyncs > 0).count() as u64;
+    totals.mount_fsynced_files += files.iter().filter(|m| m.mounted && m.fsyncs > 0).count() as u64;
     totals.fsyncs += progress.fsyncs.load(Ordering::SeqCst);
     totals.writes += progress.writes.load(Ordering::SeqCst);
     Round { dir, files }
@@ -432,11 +440,13 @@ async fn fsynced_bytes_survive_rounds_of_kill_9_during_writes() {
     );
     eprintln!(
         "crash cycles: {rounds} rounds ({} with a FUSE mount) in {:?}, seed {seed}: {} files \
-         ({} fsync'd), {} writes, {} fsyncs, {} fsync'd bytes verified",
+         ({} fsync'd, {} of them written through the mount), {} writes, {} fsyncs, {} fsync'd \
+         bytes verified",
         totals.mount_rounds,
         started.elapsed(),
         totals.files,
         totals.fsynced_files,
+        totals.mount_fsynced_files,
         totals.writes,
         totals.fsyncs,
         totals.bytes_verified
