@@ -4,7 +4,7 @@
 //!
 //! Each round, client-library writers (and, every other round, a thread writing through a
 //! FUSE mount with std::fs) write random ranges of their own files and fsync at random
-//! points. An in-memory model per file keeps what a successful fsync made durable: the file's
+//! points, and a creator makes small files one after the other (create, write, fsync). An in-memory model per file keeps what a successful fsync made durable: the file's
 //! contents as they were when the fsync was called. Writes issued after the last successful
 //! fsync (including one that failed: part of it may have landed) may read back old or new.
 //! After the restart, every file that was fsync'd at least once exists in the listing of its
@@ -35,6 +35,8 @@ const WRITERS: usize = 3;
 const FILES_PER_WRITER: usize = 2;
 /// Files the FUSE writer writes in the rounds that have a mount.
 const MOUNT_FILES: usize = 2;
+/// The creator's files: at most this many bytes each.
+const CREATED_MAX: usize = 3 * 64 * 1024;
 /// Writes land in the first `SPAN_CHUNKS` chunks of a file, at most `MAX_WRITE` bytes each.
 const SPAN_CHUNKS: u64 = 6;
 const MAX_WRITE: usize = 96 * 1024;
@@ -168,6 +170,43 @@ async fn library_writer(
             m.written(offset, &data);
             progress.writes.fetch_add(1, Ordering::SeqCst);
         }
+    }
+    files
+}
+
+/// A client-library writer of many small files, one after the other: create, write, fsync,
+/// until `stop` is set or an operation fails; so that the kill also meets creates.
+async fn library_creator(
+    c: Client,
+    dir: String,
+    mut rng: StdRng,
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+) -> Vec<FileModel> {
+    let me = Creds::root();
+    let mut files = Vec::new();
+    for n in 0.. {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        files.push(FileModel::new(format!("{dir}/c{n}")));
+        let m = files.last_mut().expect("just pushed");
+        let Ok(f) = c.create(&m.path, 0o644, true, me).await else {
+            break;
+        };
+        let mut data = vec![0u8; rng.gen_range(0..=CREATED_MAX)];
+        rng.fill(&mut data[..]);
+        m.issue(0, &data);
+        if c.pwrite(&f, 0, &data).await.is_err() {
+            break;
+        }
+        m.written(0, &data);
+        progress.writes.fetch_add(1, Ordering::SeqCst);
+        if c.fsync(&f).await.is_err() {
+            break;
+        }
+        m.synced();
+        progress.fsyncs.fetch_add(1, Ordering::SeqCst);
     }
     files
 }
@@ -318,6 +357,13 @@ async fn round(
             progress.clone(),
         )));
     }
+    writers.push(tokio::spawn(library_creator(
+        c.clone(),
+        dir.clone(),
+        StdRng::seed_from_u64(rng.gen()),
+        stop.clone(),
+        progress.clone(),
+    )));
     let mut mount = None;
     let mut mount_writer_task = None;
     if r % 2 == 1 {
