@@ -4,7 +4,7 @@
 CARGO ?= cargo
 RELEASE := target/release
 
-.PHONY: deps build demo demo-slurm test fuzz bench bench-tier lint clean
+.PHONY: deps build demo demo-slurm test fuzz crash-cycles bench bench-tier lint clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -31,6 +31,13 @@ test: deps
 FUZZ_RUNS ?= 1000000
 fuzz: deps
 	RUNS=$(FUZZ_RUNS) CARGO=$(CARGO) bash scripts/fuzz.sh
+
+## Crash cycles in full: rounds of kill -9 of every daemon (and of a FUSE mount) during writes
+## and fsyncs, a restart on the same storage, every fsync'd byte checked (`make test` runs 5).
+CRASH_ROUNDS ?= 100
+crash-cycles: deps
+	$(CARGO) build --bins
+	EDDY_CRASH_ROUNDS=$(CRASH_ROUNDS) $(CARGO) test -p eddy-cli --test crash_cycles -- --nocapture
 
 ## The benchmark suite: Eddy beside the raw storage, with ratios and a plot.
 bench: build

@@ -14,14 +14,14 @@ pub fn debug(cmd: DebugCommand) -> Result<()> {
             let data = std::fs::read(&local)
                 .with_context(|| format!("cannot read {}", local.display()))?;
             crate::runtime()?.block_on(put(dep, &path, &data))?;
-            println!("eddy: wrote {} bytes to {path}", data.len());
+            outln!("eddy: wrote {} bytes to {path}", data.len());
             Ok(())
         }
         DebugCommand::Get { state, path, local } => {
             let dep = StateDir::from_arg(state.state.as_deref())?.load_deployment()?;
             let data = crate::runtime()?.block_on(get(dep, &path))?;
             write_local(&local, &data)?;
-            println!("eddy: read {} bytes from {path}", data.len());
+            outln!("eddy: read {} bytes from {path}", data.len());
             Ok(())
         }
     }

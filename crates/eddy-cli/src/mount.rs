@@ -24,7 +24,7 @@ pub fn mount(args: MountArgs) -> Result<()> {
         allow_other,
         Duration::from_secs(dep.config.start_timeout_s),
     )?;
-    println!(
+    outln!(
         "eddy: mounted deployment {:?} on {}",
         dep.name,
         args.mountpoint.display()
@@ -157,7 +157,7 @@ pub fn umount(args: UmountArgs) -> Result<()> {
             target.display()
         )
     })?;
-    println!("eddy: unmounted {}", target.display());
+    outln!("eddy: unmounted {}", target.display());
     Ok(())
 }
 

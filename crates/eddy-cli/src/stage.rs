@@ -55,7 +55,7 @@ pub fn unpin(args: UnpinArgs) -> Result<()> {
     } else {
         paths.join(", ")
     };
-    println!("eddy: released the pins of {chunks} cached chunks under {under}");
+    outln!("eddy: released the pins of {chunks} cached chunks under {under}");
     Ok(())
 }
 
@@ -264,16 +264,16 @@ impl Report {
     /// it all).
     fn print(&self, done: &str, nothing: &str, json: bool) -> Result<()> {
         if json {
-            println!("{}", serde_json::to_string_pretty(self)?);
+            outln!("{}", serde_json::to_string_pretty(self)?);
             return Ok(());
         }
         for f in &self.files {
-            println!("{}", result_line(f));
+            outln!("{}", result_line(f));
         }
         match (self.files.is_empty(), &self.error) {
-            (true, None) => println!("eddy: {nothing}"),
+            (true, None) => outln!("eddy: {nothing}"),
             (true, Some(_)) => {}
-            (false, _) => println!("eddy: {}", self.summary(done)),
+            (false, _) => outln!("eddy: {}", self.summary(done)),
         }
         Ok(())
     }

@@ -130,7 +130,7 @@ pub fn start(args: StartArgs) -> Result<()> {
             port,
         } => start_remote(&plan, hosts, &args.root, launcher, *port)?,
     };
-    println!(
+    outln!(
         "eddy: deployment {:?} started: {} daemons; state in {}",
         dep.name,
         dep.daemons.len(),
@@ -185,7 +185,7 @@ fn mount_after_start(plan: &Plan, mnt: &Path, allow_other: bool) -> Result<()> {
                 mnt.display()
             )
         })?;
-    println!("eddy: mounted on {}", mnt.display());
+    outln!("eddy: mounted on {}", mnt.display());
     Ok(())
 }
 

@@ -52,7 +52,7 @@ pub fn status(args: StatusArgs) -> Result<()> {
         daemons: rows,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_table(&report);
     }
@@ -134,11 +134,11 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
 }
 
 fn print_table(report: &Report) {
-    println!("deployment {:?} (state {})", report.name, report.state);
+    outln!("deployment {:?} (state {})", report.name, report.state);
     for l in &report.links {
-        println!("link {} -> {}", l.prefix, l.backend.display());
+        outln!("link {} -> {}", l.prefix, l.backend.display());
     }
-    println!(
+    outln!(
         "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9}",
         "ID",
         "HOST",
@@ -153,7 +153,7 @@ fn print_table(report: &Report) {
     );
     for r in &report.daemons {
         let opt = |v: Option<u64>, f: fn(u64) -> String| v.map(f).unwrap_or_else(|| "-".into());
-        println!(
+        outln!(
             "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9}",
             r.id,
             r.host,
@@ -167,7 +167,7 @@ fn print_table(report: &Report) {
             opt(r.uptime_s, human_duration),
         );
         if let Some(e) = &r.error {
-            println!("      daemon {} is down: {e}", r.id);
+            outln!("      daemon {} is down: {e}", r.id);
         }
     }
     if !report.links.is_empty() {
@@ -177,8 +177,8 @@ fn print_table(report: &Report) {
 
 /// The backend tier's figures of every daemon that answered.
 fn print_tier_table(rows: &[DaemonRow]) {
-    println!("backend tier");
-    println!(
+    outln!("backend tier");
+    outln!(
         "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
         "ID",
         "CACHED",
@@ -191,10 +191,10 @@ fn print_tier_table(rows: &[DaemonRow]) {
     );
     for r in rows {
         let Some(t) = &r.tier else {
-            println!("{:>4}  -", r.id);
+            outln!("{:>4}  -", r.id);
             continue;
         };
-        println!(
+        outln!(
             "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
             r.id,
             human_bytes(t.cached_bytes),

@@ -20,7 +20,7 @@ const LISTED_UNFLUSHED: usize = 100;
 pub fn stop(args: StopArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
     if !state.has_deployment() {
-        println!("eddy: nothing is running in {}", state.dir().display());
+        outln!("eddy: nothing is running in {}", state.dir().display());
         return Ok(());
     }
     let dep = state.load_deployment()?;
@@ -53,7 +53,7 @@ pub fn stop(args: StopArgs) -> Result<()> {
     for p in &problems {
         eprintln!("eddy: warning: {p}");
     }
-    println!(
+    outln!(
         "eddy: deployment {:?} stopped ({} daemons)",
         dep.name,
         dep.daemons.len()
@@ -69,7 +69,7 @@ fn flush(state: &StateDir, dep: &Deployment, after_unmount: bool) -> Result<()> 
     let report = stage::write_back(&rt, &client, &[], "write-back");
     if report.error.is_none() && report.failed == 0 {
         if !report.files.is_empty() {
-            println!("eddy: {}", report.summary("wrote back"));
+            outln!("eddy: {}", report.summary("wrote back"));
         }
         return Ok(());
     }

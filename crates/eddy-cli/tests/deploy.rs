@@ -156,6 +156,31 @@ fn start_status_stop_local_deployment() {
     assert!(err.contains("no deployment is running"), "{err}");
 }
 
+/// `eddy status | head -c 10`: the reader is gone before the output is written (EPIPE); the
+/// command ends quietly and successfully instead of panicking.
+#[test]
+fn status_into_a_closed_pipe_exits_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, _guard) = start_local(dir.path(), 3, &[]);
+    for json in [true, false] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        // Closed before eddy writes a byte: every write of it fails with EPIPE.
+        drop(reader);
+        let mut cmd = common::cli::eddy_cmd();
+        cmd.args(["status", "--state", s(&state)]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.stdout(writer).output().expect("run eddy status");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.is_empty(),
+            "eddy status (json {json}) into a closed pipe: {}, stderr: {stderr}",
+            out.status
+        );
+    }
+}
+
 #[test]
 fn stop_without_any_deployment_succeeds() {
     let dir = tempfile::tempdir().unwrap();

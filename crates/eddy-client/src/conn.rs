@@ -230,6 +230,34 @@ async fn reader<R: AsyncRead + Unpin>(
     }
 }
 
+/// TCP keepalive and a user timeout on a connection to a daemon, so that a daemon cut off
+/// the network (no FIN or RST ever comes) costs the connection within the RPC deadline:
+/// the kernel gives it up when the daemon has acknowledged nothing for a whole deadline (sent
+/// requests, or keepalive probes, which start after a quarter of the deadline of silence, two
+/// an eighth apart). The reader then fails what is pending and the next call connects anew.
+/// Without them the connection outlived the cut by minutes (TCP's retransmissions): once the
+/// network was back, calls still went to it and failed with EIO until a retransmission, on
+/// its backoff, met the daemon's reset.
+fn detect_dead_daemon(stream: &tokio::net::TcpStream, rpc_timeout: Duration) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let ms = u64::try_from(rpc_timeout.as_millis()).unwrap_or(u64::MAX);
+    let secs = |ms: u64| u32::try_from(ms.div_ceil(1000).max(1)).unwrap_or(u32::MAX);
+    let results = [
+        setsockopt(stream, sockopt::KeepAlive, &true),
+        setsockopt(stream, sockopt::TcpKeepIdle, &secs(ms / 4)),
+        setsockopt(stream, sockopt::TcpKeepInterval, &secs(ms / 8)),
+        setsockopt(stream, sockopt::TcpKeepCount, &2),
+        setsockopt(
+            stream,
+            sockopt::TcpUserTimeout,
+            &u32::try_from(ms).unwrap_or(u32::MAX),
+        ),
+    ];
+    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+        tracing::warn!(error = %e, "cannot set TCP keepalive on a connection to a daemon");
+    }
+}
+
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
@@ -374,6 +402,7 @@ impl Link {
             .await
             .map_err(fail)?;
         let _ = s.set_nodelay(true);
+        detect_dead_daemon(&s, self.rpc_timeout);
         let (r, w) = s.into_split();
         self.handshake(r, w).await
     }

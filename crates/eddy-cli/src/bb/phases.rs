@@ -36,7 +36,7 @@ pub fn pools(site: &Site) -> Result<()> {
     if let Some(p) = &site.pool {
         pools.push(pool(&p.name, site.pool_bytes(p)?));
     }
-    println!("{}", serde_json::json!({ "pools": pools }));
+    outln!("{}", serde_json::json!({ "pools": pools }));
     Ok(())
 }
 
@@ -195,7 +195,7 @@ pub fn teardown_detached(
     std::io::Read::read_to_string(&mut words, &mut out)
         .with_context(|| format!("cannot read {}", log.display()))?;
     let _ = std::fs::remove_file(&log);
-    print!("{out}");
+    crate::out(format_args!("{out}"));
     if status.success() {
         return Ok(());
     }
@@ -233,7 +233,7 @@ pub fn teardown(site: &Site, job: u32, hurry: bool) -> Result<()> {
     let state = jd.state();
     if state.has_deployment() {
         if hurry {
-            println!("eddy: job {job} cancelled in a hurry: nothing is staged out");
+            outln!("eddy: job {job} cancelled in a hurry: nothing is staged out");
         }
         let stopped = crate::stop::stop(StopArgs {
             state: state_args(&state),
@@ -280,15 +280,20 @@ pub fn status(site: &Site) -> Result<()> {
         Err(e) => return Err(e).context(format!("cannot list {}", site.state_dir.display())),
     };
     jobs.sort_unstable();
-    println!(
+    outln!(
         "{:>8} {:>6} {:>10} {:>10} {:>7} {:>7}",
-        "JOB", "UID", "MODE", "CAPACITY", "DAEMONS", "MOUNTS"
+        "JOB",
+        "UID",
+        "MODE",
+        "CAPACITY",
+        "DAEMONS",
+        "MOUNTS"
     );
     for job in jobs {
         let Ok(rec) = JobDir::new(site, job).load() else {
             continue;
         };
-        println!(
+        outln!(
             "{:>8} {:>6} {:>10} {:>10} {:>7} {:>7}",
             job,
             rec.uid,

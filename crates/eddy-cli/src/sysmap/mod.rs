@@ -173,7 +173,7 @@ pub fn sysmap(args: SysmapArgs) -> Result<()> {
 
 fn print_json<T: Serialize>(v: &T) -> Result<()> {
     let text = serde_json::to_string_pretty(v).context("cannot encode JSON")?;
-    println!("{text}");
+    outln!("{text}");
     Ok(())
 }
 

@@ -128,6 +128,17 @@ impl Cluster {
         }
     }
 
+    /// A FUSE mount of this deployment (`eddy mount --foreground`), unmounted when the guard
+    /// is dropped; fails the test where FUSE is unavailable.
+    pub fn mount(&self) -> ExtraMount {
+        require::fuse();
+        let (mnt, child) = mount_at(self);
+        ExtraMount {
+            mnt,
+            child: Some(child),
+        }
+    }
+
     /// Starts daemon i again on the same root and the same address.
     pub fn restart(&mut self, i: usize) {
         let addr = self.dep.daemons[i].addr.clone();
