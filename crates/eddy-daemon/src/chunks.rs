@@ -599,13 +599,15 @@ impl ChunkStore {
                 continue; // removed meanwhile: the next round makes a new slot
             }
             let file = self.data_file(id, &slot, true)?;
+            let old = lock(&slot.chunks).get(&p.chunk).copied();
             let new_sums = match (self.block, &file) {
                 (Some(block), Some(f)) => {
-                    self.block_sums_for_write(f, id, p, bytes, block, seg_sums)?
+                    let held = old.unwrap_or(0);
+                    self.block_sums_for_write(f, id, p, bytes, block, seg_sums, held)?
                 }
                 _ => Vec::new(),
             };
-            let old = lock(&slot.chunks).get(&p.chunk).copied();
+            // (`old` was read above, before the blocks the write completes.)
             let end = u64::from(p.offset) + bytes.len() as u64;
             let new_len = old.unwrap_or(0).max(end);
             if old != Some(new_len) {
@@ -874,8 +876,10 @@ impl ChunkStore {
 
     /// The new checksums of the blocks piece `p` touches, from its first block on: whole
     /// blocks from `seg_sums` (verified by the caller) or computed; a block covered in part
-    /// is read, verified against its stored checksum (a mismatch is EIO) and completed.
-    /// The caller holds the chunk's lock.
+    /// is read, verified against its stored checksum (a mismatch is EIO) and completed;
+    /// only its bytes below the chunk's length `held` are read (the rest are zeros: an
+    /// appending writer reads nothing back). The caller holds the chunk's lock.
+    #[allow(clippy::too_many_arguments)]
     fn block_sums_for_write(
         &self,
         f: &Open,
@@ -884,6 +888,7 @@ impl ChunkStore {
         bytes: &[u8],
         block: u64,
         seg_sums: Option<&[u32]>,
+        held: u64,
     ) -> Result<Vec<u32>, Errno> {
         let mut out = Vec::with_capacity(checksum::count(std::slice::from_ref(p), block));
         let base = p.chunk * self.chunk_size;
@@ -901,10 +906,18 @@ impl ChunkStore {
             }
             let b = so / block;
             let mut whole = vec![0u8; block as usize];
-            pread_full(&f.data, &mut whole, base + b * block)
-                .map_err(|e| io_err(&e, id, p.chunk))?;
-            let stored = self.load_sums(f, id, p.chunk, b, 1)?;
-            if checksum::crc(&whole) != stored[0] {
+            let below = held.saturating_sub(b * block).min(block) as usize;
+            if below > 0 {
+                pread_full(&f.data, &mut whole[..below], base + b * block)
+                    .map_err(|e| io_err(&e, id, p.chunk))?;
+            }
+            let stored = self.load_sums(f, id, p.chunk, b, 1)?[0];
+            let sum = if below > 0 {
+                checksum::crc(&whole)
+            } else {
+                self.zero_sum
+            };
+            if sum != stored {
                 return Err(self.found_bad(id, p.chunk, b * block));
             }
             let from = (so - b * block) as usize;
