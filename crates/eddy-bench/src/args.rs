@@ -79,6 +79,10 @@ pub struct SuiteArgs {
     /// named by EDDY_PRELOAD_LIB).
     #[arg(long)]
     pub preload: bool,
+    /// Configuration file for the deployment (`eddy start --config`), e.g. `checksums =
+    /// false` to measure what the checksums cost.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub work: WorkloadOpts,
     #[command(flatten)]

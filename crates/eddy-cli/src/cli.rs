@@ -19,6 +19,9 @@ pub enum Command {
     Stop(StopArgs),
     /// Show every daemon of the deployment: address, up/down, storage, entries, uptime.
     Status(StatusArgs),
+    /// Verify every stored block of every daemon against its checksum (while I/O goes on);
+    /// exits non-zero when damaged data is found.
+    Scrub(ScrubArgs),
     /// Mount the deployment's namespace with FUSE.
     Mount(MountArgs),
     /// Unmount a mount point made by `eddy mount`.
@@ -117,6 +120,15 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub state: StateArgs,
     /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ScrubArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -16,6 +16,7 @@ mod debug;
 mod mount;
 mod mounts;
 mod procs;
+mod scrub;
 mod stage;
 mod start;
 mod state;
@@ -67,6 +68,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Start(args) => start::start(args),
         Command::Stop(args) => stop::stop(args),
         Command::Status(args) => status::status(args),
+        Command::Scrub(args) => scrub::scrub(args),
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),
         Command::StageIn(args) => stage::stage_in(args),

@@ -26,6 +26,10 @@ struct DaemonRow {
     uptime_s: Option<u64>,
     /// Requests served since the daemon started.
     requests: Option<u64>,
+    /// Stored blocks found not to match their checksum since start (each counted once).
+    checksum_errors: Option<u64>,
+    /// Writes refused since start because their data was damaged in flight.
+    corrupt_payloads: Option<u64>,
     /// The backend tier: cached, dirty and pinned bytes, bytes read from and written to the
     /// backend, fetches, evictions, capacity and watermarks (all zero when nothing is linked).
     tier: Option<TierStatus>,
@@ -115,6 +119,8 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
         entries: None,
         uptime_s: None,
         requests: None,
+        checksum_errors: None,
+        corrupt_payloads: None,
         tier: None,
     };
     match result {
@@ -126,6 +132,8 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
             row.entries = Some(s.entries);
             row.uptime_s = Some(s.uptime_s);
             row.requests = Some(s.requests);
+            row.checksum_errors = Some(s.checksum_errors);
+            row.corrupt_payloads = Some(s.corrupt_payloads);
             row.tier = Some(s.tier);
         }
         Err(e) => row.error = Some(e),
@@ -139,7 +147,7 @@ fn print_table(report: &Report) {
         outln!("link {} -> {}", l.prefix, l.backend.display());
     }
     outln!(
-        "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9}",
+        "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9} {:>9} {:>9}",
         "ID",
         "HOST",
         "ADDRESS",
@@ -149,12 +157,14 @@ fn print_table(report: &Report) {
         "CHUNK DATA",
         "CHUNKS",
         "ENTRIES",
-        "UPTIME"
+        "UPTIME",
+        "SUM ERRS",
+        "BAD WRITES"
     );
     for r in &report.daemons {
         let opt = |v: Option<u64>, f: fn(u64) -> String| v.map(f).unwrap_or_else(|| "-".into());
         outln!(
-            "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9}",
+            "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9} {:>9} {:>9}",
             r.id,
             r.host,
             r.addr,
@@ -165,6 +175,8 @@ fn print_table(report: &Report) {
             opt(r.chunks, |v| v.to_string()),
             opt(r.entries, |v| v.to_string()),
             opt(r.uptime_s, human_duration),
+            opt(r.checksum_errors, |v| v.to_string()),
+            opt(r.corrupt_payloads, |v| v.to_string()),
         );
         if let Some(e) = &r.error {
             outln!("      daemon {} is down: {e}", r.id);

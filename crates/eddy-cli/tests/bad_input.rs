@@ -231,8 +231,8 @@ async fn a_client_that_never_reads_stalls_only_itself() {
             let (id, frame) = get_frame(&mut s);
             let resp = eddy_proto::response_from_frame(frame, 1 << 20).unwrap();
             assert_eq!(
-                resp,
-                Ok(eddy_proto::Reply::Data(vec![0; 65_536].into())),
+                resp.ok().as_ref().and_then(eddy_proto::Reply::data),
+                Some(&vec![0; 65_536].into()),
                 "a hole reads as zeros"
             );
             assert!(!seen[id as usize], "reply {id} twice");

@@ -1,5 +1,6 @@
 //! Open files: open/create, positioned reads and writes, fsync, close and ftruncate.
 
+use crate::integrity;
 use crate::perm::{self, Access};
 use crate::{
     layout, new_inode, size, unsynced, Client, Creds, Errno, FileId, FileKind, Inode, SetAttr,
@@ -341,22 +342,27 @@ impl Client {
         let len = (size - offset).min(len as u64) as usize;
         let mut out = vec![0u8; len];
         let batches = self.batches(f, offset, len);
+        let cfg = self.config();
         let reads = batches.iter().map(|b| {
             let pieces: Vec<Piece> = b.spans.iter().map(|s| s.piece).collect();
-            self.call(
-                b.daemon,
-                Request::Read {
-                    file_id: f.file_id(),
-                    pieces,
-                    backing: f.0.backing.clone(),
-                },
-            )
+            async move {
+                let reply = self
+                    .call(
+                        b.daemon,
+                        Request::Read {
+                            file_id: f.file_id(),
+                            pieces: pieces.clone(),
+                            backing: f.0.backing.clone(),
+                        },
+                    )
+                    .await
+                    .map_err(|e| integrity::read_error(e, f.path()))?;
+                integrity::read_reply(cfg, reply, &pieces, f.path(), b.daemon)
+            }
         });
         self.read_ahead(f, offset, len, size);
         for (b, r) in batches.iter().zip(join_all(reads).await) {
-            let Reply::Data(data) = r? else {
-                return Err(Errno::eio("unexpected reply to read"));
-            };
+            let data = r?;
             if data.len() != b.bytes {
                 return Err(Errno::eio(format!(
                     "daemon {} returned {} bytes, expected {}",
@@ -480,9 +486,10 @@ impl Client {
             for s in &b.spans {
                 buf.extend_from_slice(&data[s.buf_pos..s.buf_pos + s.piece.len as usize]);
             }
-            let pieces = b.spans.iter().map(|s| s.piece).collect();
+            let pieces: Vec<Piece> = b.spans.iter().map(|s| s.piece).collect();
             let req = Request::Write {
                 file_id: f.file_id(),
+                sums: integrity::write_sums(self.config(), &pieces, &buf),
                 pieces,
                 data: buf.into(),
                 backing: f.0.backing.clone(),

@@ -16,6 +16,7 @@ mod dir;
 mod dircache;
 mod dirtimes;
 mod file;
+mod integrity;
 mod layout;
 mod links;
 mod locks;

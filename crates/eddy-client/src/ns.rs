@@ -313,6 +313,20 @@ impl Client {
             .collect()
     }
 
+    /// One page of a scrub on `daemon`: its stored blocks of up to `limit` chunks after
+    /// `after` verified (`Request::Scrub`).
+    pub async fn scrub_page(
+        &self,
+        daemon: u32,
+        after: Option<(FileId, u64)>,
+        limit: u32,
+    ) -> Result<eddy_proto::ScrubPage, Errno> {
+        match self.call(daemon, Request::Scrub { after, limit }).await? {
+            Reply::Scrubbed(page) => Ok(page),
+            other => Err(Errno::eio(format!("unexpected reply to scrub: {other:?}"))),
+        }
+    }
+
     /// Asks every daemon to stop.
     pub async fn shutdown_daemons(&self) -> Vec<(u32, Result<(), Errno>)> {
         self.all(|| Request::Shutdown)

@@ -34,6 +34,17 @@ pub struct Config {
     /// Size of a data chunk in bytes; chunk k of a file is placed by hash(file id, k).
     /// Default 512 KiB. Fixed for the life of a deployment.
     pub chunk_size: u64,
+    /// End-to-end checksums (decision 0019): clients send the CRC32C of every block-aligned
+    /// piece they write, daemons verify and store one per block and verify what they read,
+    /// clients verify what comes back. Default true; off only to measure what they cost.
+    pub checksums: bool,
+    /// Bytes covered by one stored checksum, at least 4 KiB; a chunk smaller than this has
+    /// one block (see `checksum_block`), otherwise it must divide `chunk_size`. Default
+    /// 64 KiB. Fixed for the life of a deployment.
+    pub checksum_block_bytes: u64,
+    /// Chunks one scrub request verifies at most (`eddy scrub` asks in pages of this many).
+    /// Default 64.
+    pub scrub_page_chunks: u32,
     /// Deadline for one RPC, in milliseconds; past it the caller gets EIO. Default 10 000.
     pub rpc_timeout_ms: u64,
     /// Deadline to connect and authenticate to a daemon, in milliseconds. Default 3 000.
@@ -215,6 +226,9 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             chunk_size: 512 * 1024,
+            checksums: true,
+            checksum_block_bytes: 64 * 1024,
+            scrub_page_chunks: 64,
             rpc_timeout_ms: 10_000,
             connect_timeout_ms: 3_000,
             max_frame_bytes: 64 * 1024 * 1024,
@@ -258,6 +272,14 @@ impl Config {
                 self.chunk_size
             )));
         }
+        if self.checksum_block_bytes < 4096
+            || !self.chunk_size.is_multiple_of(self.checksum_block())
+        {
+            return Err(ConfigError::Invalid(format!(
+                "checksum_block_bytes {} must be at least 4 KiB and divide chunk_size {}",
+                self.checksum_block_bytes, self.chunk_size
+            )));
+        }
         if u64::from(self.max_rpc_data_bytes) + 1024 * 1024 > u64::from(self.max_frame_bytes) {
             return Err(ConfigError::Invalid(format!(
                 "max_rpc_data_bytes {} must be at least 1 MiB below max_frame_bytes {}",
@@ -290,6 +312,12 @@ impl Config {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
         }
         self.validate_tier()
+    }
+
+    /// The bytes one stored checksum covers: `checksum_block_bytes`, or the whole chunk when
+    /// chunks are smaller.
+    pub fn checksum_block(&self) -> u64 {
+        self.checksum_block_bytes.min(self.chunk_size).max(1)
     }
 
     fn validate_tier(&self) -> Result<(), ConfigError> {
@@ -552,6 +580,27 @@ mod tests {
         assert_eq!(toml::from_str::<Config>(&text).unwrap(), c);
         c.cache_low_watermark_pct = 95;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn checksum_blocks_divide_the_chunk() {
+        assert_eq!(Config::default().checksum_block(), 64 * 1024);
+        let odd = Config {
+            chunk_size: 96 * 1024,
+            ..Config::default()
+        };
+        assert!(odd.validate().is_err());
+        let small = Config {
+            chunk_size: 16 * 1024,
+            ..Config::default()
+        };
+        assert!(small.validate().is_ok());
+        assert_eq!(small.checksum_block(), 16 * 1024);
+        let tiny_block = Config {
+            checksum_block_bytes: 512,
+            ..Config::default()
+        };
+        assert!(tiny_block.validate().is_err());
     }
 
     #[test]

@@ -12,12 +12,21 @@
 //! writes hold the slot's gate shared, removing the file (one unlink) and the last step of
 //! a truncate hold it exclusively, so the cache of open data files never holds a
 //! descriptor of a removed file. All functions block: call them from the blocking pool.
+//!
+//! Checksums (decision 0019): beside each data file, `<hh>/<id hex>.sum` holds one CRC32C
+//! per block of `block` bytes (chunk k's block b at (k × blocks per chunk + b) × 4), stored
+//! XOR the checksum of a zero block, so that a hole of the sum file (a block never written)
+//! stands for the zeros a hole of the data file reads as. Written with the data under the
+//! chunk's lock, synced with it; every read verifies the blocks it touches (a mismatch seen
+//! without the chunk's lock is checked again under it: a write may be between its data and
+//! its checksum), and a block found bad is remembered (`corrupt`) and counted once.
 
 use crate::locks::StripedLocks;
 use crate::DaemonError;
-use eddy_proto::{Errno, FileId, Piece};
+use eddy_proto::checksum;
+use eddy_proto::{BadBlock, Errno, FileId, Piece, ScrubPage};
 use fjall::Keyspace;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::mem::MaybeUninit;
@@ -36,6 +45,10 @@ const LAYOUT: &str = "eddy chunk layout 2: one sparse data file per file id in <
 chunk k at k * chunk_size, lengths in the store's keyspace `chunks` (decision 0015)\n";
 /// Hashed subdirectories of the chunk directory.
 const FANOUT: u64 = 256;
+/// Suffix of a data file's companion holding its block checksums.
+const SUM_SUFFIX: &str = ".sum";
+/// Bytes of one stored checksum.
+const SUM_BYTES: u64 = 4;
 /// Shards of the in-memory chunk map.
 const SHARDS: usize = 64;
 
@@ -76,8 +89,29 @@ pub struct ChunkStore {
     slots: Vec<Mutex<HashMap<FileId, Arc<Slot>>>>,
     /// Open data files (read-write), most recently used kept. Inserted under the slot's
     /// gate held shared, removed under it held exclusively.
-    fds: quick_cache::sync::Cache<FileId, Arc<File>>,
+    fds: quick_cache::sync::Cache<FileId, Arc<Open>>,
+    /// Bytes one checksum covers; `None`: checksums off.
+    block: Option<u64>,
+    /// The checksum of a zero block (what a hole of the sum file stands for).
+    zero_sum: u32,
+    /// Blocks found not to match their checksum: (file, chunk, offset of the block).
+    bad: Mutex<BTreeSet<(FileId, u64, u64)>>,
+    /// Blocks found bad (each once) and writes refused for a corrupted payload.
+    checksum_errors: AtomicU64,
+    corrupt_payloads: AtomicU64,
 }
+
+/// Bytes read and the checksums of their block-aligned segments.
+pub type Checked = (Vec<u8>, Vec<u32>);
+
+/// A file's open data file and, with checksums on, its sum file.
+struct Open {
+    data: File,
+    sums: Option<File>,
+}
+
+/// Checksums are on by default, one per this many bytes (or per chunk, if smaller).
+const DEFAULT_BLOCK: u64 = 64 * 1024;
 
 fn io_err(e: &std::io::Error, id: FileId, k: u64) -> Errno {
     Errno::from_io(e, format!("chunk {k} of file {id:032x}"))
@@ -133,7 +167,13 @@ impl ChunkStore {
             count: AtomicU64::new(0),
             slots: (0..SHARDS).map(|_| Mutex::default()).collect(),
             fds: quick_cache::sync::Cache::new(fd_cache_capacity()),
-        };
+            block: None,
+            zero_sum: 0,
+            bad: Mutex::default(),
+            checksum_errors: AtomicU64::new(0),
+            corrupt_payloads: AtomicU64::new(0),
+        }
+        .checksums(Some(DEFAULT_BLOCK.min(chunk_size)));
         store.load().map_err(|e| DaemonError::Meta {
             path: dir.to_owned(),
             message: format!("loading the chunk map: {e}"),
@@ -180,8 +220,10 @@ impl ChunkStore {
                 let entry =
                     entry.map_err(|e| Errno::from_io(&e, format!("listing {}", sub.display())))?;
                 let name = entry.file_name();
+                // A sum file goes and stays with its data file.
                 let known = name
                     .to_str()
+                    .map(|n| n.strip_suffix(SUM_SUFFIX).unwrap_or(n))
                     .and_then(|n| u128::from_str_radix(n, 16).ok())
                     .is_some_and(|id| map.get(&id).is_some_and(|c| !c.is_empty()));
                 if !known {
@@ -293,12 +335,40 @@ impl ChunkStore {
 
     /// The open data file; opened (created with `create`) and cached if needed; `None` if
     /// missing. The caller holds the slot's gate shared.
-    fn data_file(&self, id: FileId, slot: &Slot, create: bool) -> Result<Option<Arc<File>>, Errno> {
+    fn data_file(&self, id: FileId, slot: &Slot, create: bool) -> Result<Option<Arc<Open>>, Errno> {
         if let Some(f) = self.fds.get(&id) {
             return Ok(Some(f));
         }
         let path = self.path_of(id);
-        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+        let data = self.open_data(id, slot, &path, create)?;
+        let Some(data) = data else {
+            return Ok(None);
+        };
+        let sums = match self.block {
+            Some(_) => Some(
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(sum_path(&path))
+                    .map_err(|e| Errno::from_io(&e, format!("checksums of file {id:032x}")))?,
+            ),
+            None => None,
+        };
+        let file = Arc::new(Open { data, sums });
+        self.fds.insert(id, Arc::clone(&file));
+        Ok(Some(file))
+    }
+
+    fn open_data(
+        &self,
+        id: FileId,
+        slot: &Slot,
+        path: &Path,
+        create: bool,
+    ) -> Result<Option<File>, Errno> {
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound && create => {
                 let f = OpenOptions::new()
@@ -306,7 +376,7 @@ impl ChunkStore {
                     .write(true)
                     .create(true)
                     .truncate(false)
-                    .open(&path)
+                    .open(path)
                     .map_err(|e| file_err(&e, id))?;
                 slot.fresh.store(true, Ordering::Release);
                 f
@@ -314,8 +384,6 @@ impl ChunkStore {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(file_err(&e, id)),
         };
-        let file = Arc::new(file);
-        self.fds.insert(id, Arc::clone(&file));
         Ok(Some(file))
     }
 
@@ -345,8 +413,21 @@ impl ChunkStore {
     }
 
     /// Writes `data` (the pieces' bytes back to back) into the chunks: one pwrite per
-    /// piece, straight from `data`.
+    /// piece, straight from `data`; the checksums stored are computed here.
+    #[cfg(test)]
     pub fn write(&self, id: FileId, pieces: &[Piece], data: &[u8]) -> Result<(), Errno> {
+        self.write_with_sums(id, pieces, data, None)
+    }
+
+    /// `write`; `sums`, when given, are the segments' checksums the caller verified
+    /// (`verify_payload`): stored as they are for whole blocks.
+    pub fn write_with_sums(
+        &self,
+        id: FileId,
+        pieces: &[Piece],
+        data: &[u8],
+        sums: Option<&[u32]>,
+    ) -> Result<(), Errno> {
         let total = self.check_pieces(pieces)?;
         if total != data.len() as u64 {
             return Err(Errno::einval(format!(
@@ -354,14 +435,42 @@ impl ChunkStore {
                 data.len()
             )));
         }
-        let mut at = 0usize;
+        let block = self.block.unwrap_or(self.chunk_size);
+        let sums = sums.filter(|s| s.len() == checksum::count(pieces, block));
+        let (mut at, mut si) = (0usize, 0usize);
         for p in pieces {
             let len = p.len as usize;
+            let n = checksum::count(std::slice::from_ref(p), block);
             let _guard = self.lock(id, p.chunk);
-            self.write_locked(id, p, &data[at..at + len])?;
+            self.write_locked_with(id, p, &data[at..at + len], sums.map(|s| &s[si..si + n]))?;
             at += len;
+            si += n;
         }
         Ok(())
+    }
+
+    /// Checks a write's data against the checksums it came with (`checksum::sums`); a
+    /// mismatch is EIO and counted, a wrong number of checksums EPROTO.
+    pub fn verify_payload(
+        &self,
+        id: FileId,
+        pieces: &[Piece],
+        data: &[u8],
+        sums: &[u32],
+    ) -> Result<(), Errno> {
+        let block = self.block.unwrap_or(self.chunk_size);
+        self.check_pieces(pieces)?;
+        match checksum::verify(pieces, data, sums, block)? {
+            None => Ok(()),
+            Some(m) => {
+                self.corrupt_payloads.fetch_add(1, Ordering::Relaxed);
+                Err(Errno::eio(format!(
+                    "payload corrupted in flight: {} bytes at offset {} of chunk {} of file \
+                     {id:032x} do not match their checksum; nothing written",
+                    m.len, m.offset, m.chunk
+                )))
+            }
+        }
     }
 
     /// Reserves storage for the pieces in the file's data file (fallocate, mode 0): each
@@ -391,7 +500,7 @@ impl ChunkStore {
                 i64::try_from(at).map_err(|_| Errno::new(libc::EFBIG, "offset too large"))?,
                 i64::from(p.len),
             );
-            nix::fcntl::fallocate(&*file, nix::fcntl::FallocateFlags::empty(), off, len)
+            nix::fcntl::fallocate(&file.data, nix::fcntl::FallocateFlags::empty(), off, len)
                 .map_err(|e| io_err(&std::io::Error::from(e), id, p.chunk))?;
             let old = lock(&slot.chunks).get(&p.chunk).copied();
             let new_len = old.unwrap_or(0).max(u64::from(p.offset) + u64::from(p.len));
@@ -433,7 +542,7 @@ impl ChunkStore {
             offset: 0,
             len: len32,
         };
-        self.read_piece(id, &p, &mut buf)?;
+        self.read_piece_with(id, &p, &mut buf, true)?;
         Ok(Some(buf))
     }
 
@@ -451,40 +560,81 @@ impl ChunkStore {
             return Ok(0);
         };
         if let Some(f) = self.data_file(id, &slot, false)? {
-            punch(&f, k * self.chunk_size, len).map_err(|e| io_err(&e, id, k))?;
+            punch(&f.data, k * self.chunk_size, len).map_err(|e| io_err(&e, id, k))?;
+            if let (Some(block), Some(sf)) = (self.block, &f.sums) {
+                let per_chunk = self.chunk_size / block;
+                punch(sf, self.sum_at(k, 0), per_chunk * SUM_BYTES)
+                    .map_err(|e| io_err(&e, id, k))?;
+            }
         }
         self.record(&slot, id, k, None)?;
+        self.forget_bad(id, Some(k));
         Ok(len)
     }
 
     /// Writes one piece; the caller holds the chunk's lock. The chunk's new length is
     /// recorded before its bytes are written, and restored if the write fails.
     pub fn write_locked(&self, id: FileId, p: &Piece, bytes: &[u8]) -> Result<(), Errno> {
+        self.write_locked_with(id, p, bytes, None)
+    }
+
+    /// `write_locked` with the checksums of the piece's segments, when the caller has them.
+    /// With checksums on, a block the piece covers in part is read and verified first, and
+    /// every block's new checksum is stored after the data.
+    fn write_locked_with(
+        &self,
+        id: FileId,
+        p: &Piece,
+        bytes: &[u8],
+        seg_sums: Option<&[u32]>,
+    ) -> Result<(), Errno> {
         self.check_pieces(std::slice::from_ref(p))?;
+        if bytes.len() != p.len as usize {
+            return Err(Errno::einval("a piece's length differs from its bytes"));
+        }
         loop {
             let slot = self.slot_or_new(id);
             let gone = slot.gate.read().unwrap_or_else(|e| e.into_inner());
             if *gone {
                 continue; // removed meanwhile: the next round makes a new slot
             }
+            let file = self.data_file(id, &slot, true)?;
             let old = lock(&slot.chunks).get(&p.chunk).copied();
+            let new_sums = match (self.block, &file) {
+                (Some(block), Some(f)) => {
+                    let held = old.unwrap_or(0);
+                    self.block_sums_for_write(f, id, p, bytes, block, seg_sums, held)?
+                }
+                _ => Vec::new(),
+            };
+            // (`old` was read above, before the blocks the write completes.)
             let end = u64::from(p.offset) + bytes.len() as u64;
             let new_len = old.unwrap_or(0).max(end);
             if old != Some(new_len) {
                 self.record(&slot, id, p.chunk, Some(new_len))?;
             }
             let at = p.chunk * self.chunk_size + u64::from(p.offset);
-            let written = self.data_file(id, &slot, true).and_then(|f| {
-                let f = f.ok_or_else(|| Errno::eio("data file vanished"))?;
-                f.write_all_at(bytes, at).map_err(|e| {
-                    // Bytes of a partial write past the old length read as zeros again.
-                    let from = p.chunk * self.chunk_size + old.unwrap_or(0);
-                    if at + bytes.len() as u64 > from {
-                        let _ = punch(&f, from, at + bytes.len() as u64 - from);
+            let written = file
+                .ok_or_else(|| Errno::eio("data file vanished"))
+                .and_then(|f| {
+                    f.data.write_all_at(bytes, at).map_err(|e| {
+                        // Bytes of a partial write past the old length read as zeros again.
+                        let from = p.chunk * self.chunk_size + old.unwrap_or(0);
+                        if at + bytes.len() as u64 > from {
+                            let _ = punch(&f.data, from, at + bytes.len() as u64 - from);
+                        }
+                        io_err(&e, id, p.chunk)
+                    })?;
+                    if let (Some(block), false) = (self.block, new_sums.is_empty()) {
+                        let first = u64::from(p.offset) / block;
+                        self.store_sums(&f, id, p.chunk, first, &new_sums)?;
+                        let mut bad = lock(&self.bad);
+                        for b in 0..new_sums.len() as u64 {
+                            bad.remove(&(id, p.chunk, (first + b) * block));
+                        }
                     }
-                    io_err(&e, id, p.chunk)
-                })
-            });
+                    Ok(())
+                });
             if let Err(e) = written {
                 if old != Some(new_len) {
                     if let Err(undo) = self.record(&slot, id, p.chunk, old) {
@@ -498,8 +648,12 @@ impl ChunkStore {
     }
 
     /// Reads the pieces back to back into one buffer, each with one pread; holes and bytes
-    /// past a chunk's end read as zeros (only those are zero-filled).
+    /// past a chunk's end read as zeros (only those are zero-filled). With checksums on, the
+    /// blocks read are verified (see `read_checked`).
     pub fn read(&self, id: FileId, pieces: &[Piece]) -> Result<Vec<u8>, Errno> {
+        if self.block.is_some() {
+            return self.read_checked(id, pieces).map(|(data, _)| data);
+        }
         let total = self.check_read(pieces)?;
         let mut out: Vec<u8> = Vec::with_capacity(total as usize);
         let slot = self.slot(id);
@@ -515,7 +669,7 @@ impl ChunkStore {
             let dst = &mut out.spare_capacity_mut()[..len];
             let at = p.chunk * self.chunk_size + u64::from(p.offset);
             let done = match &file {
-                Some(f) => pread_uninit(f, dst, at).map_err(|e| io_err(&e, id, p.chunk))?,
+                Some(f) => pread_uninit(&f.data, dst, at).map_err(|e| io_err(&e, id, p.chunk))?,
                 None => 0,
             };
             for b in &mut dst[done..] {
@@ -526,6 +680,385 @@ impl ChunkStore {
             unsafe { out.set_len(out.len() + len) };
         }
         Ok(out)
+    }
+
+    /// Reads the pieces as `read` does and verifies every stored block they touch; returns
+    /// the bytes and the checksums of their block-aligned segments (`checksum::sums`: the
+    /// stored checksum of a whole block, one computed over the verified bytes of a part). A
+    /// block that does not match is EIO naming the file id, chunk and offset (checked again
+    /// under the chunk's lock first: a write may be between its data and its checksum).
+    pub fn read_checked(&self, id: FileId, pieces: &[Piece]) -> Result<Checked, Errno> {
+        let total = self.check_read(pieces)?;
+        if let Some(read) = self.read_verified(id, pieces, total, false)? {
+            return Ok(read);
+        }
+        self.read_verified(id, pieces, total, true)?
+            .ok_or_else(|| Errno::eio("a checksum mismatch was not reported"))
+    }
+
+    /// One attempt of `read_checked`: `None` when a block did not match without the chunk's
+    /// lock; with `locked` (each piece under its chunk's lock) a mismatch is an error.
+    fn read_verified(
+        &self,
+        id: FileId,
+        pieces: &[Piece],
+        total: u64,
+        locked: bool,
+    ) -> Result<Option<Checked>, Errno> {
+        let block = self.block.unwrap_or(self.chunk_size);
+        let mut out: Vec<u8> = Vec::with_capacity(total as usize);
+        let mut sums = Vec::with_capacity(checksum::count(pieces, block));
+        if !locked {
+            let bad = self.with_file(id, |f| {
+                for p in pieces {
+                    if let Some(b) =
+                        self.read_piece_verified(f, id, p, block, &mut out, &mut sums)?
+                    {
+                        return Ok(Some(b));
+                    }
+                }
+                Ok(None)
+            })?;
+            return Ok(if bad.is_some() {
+                None
+            } else {
+                Some((out, sums))
+            });
+        }
+        for p in pieces {
+            let _guard = self.lock(id, p.chunk);
+            let bad = self.with_file(id, |f| {
+                self.read_piece_verified(f, id, p, block, &mut out, &mut sums)
+            })?;
+            if let Some(at) = bad {
+                return Err(self.found_bad(id, p.chunk, at));
+            }
+        }
+        Ok(Some((out, sums)))
+    }
+
+    /// Runs `op` with the file's data file (`None` if there is none) under its gate held
+    /// shared.
+    fn with_file<T>(
+        &self,
+        id: FileId,
+        op: impl FnOnce(Option<&Open>) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let slot = self.slot(id);
+        let gone = slot
+            .as_ref()
+            .map(|s| s.gate.read().unwrap_or_else(|e| e.into_inner()));
+        let file = match (&slot, &gone) {
+            (Some(s), Some(g)) if !**g => self.data_file(id, s, false)?,
+            _ => None,
+        };
+        op(file.as_deref())
+    }
+
+    /// Appends piece `p`'s bytes to `out` and its segments' checksums to `sums`, after
+    /// verifying the stored blocks it touches; returns the offset (in the chunk) of a block
+    /// that does not match instead (what was appended is then garbage).
+    fn read_piece_verified(
+        &self,
+        f: Option<&Open>,
+        id: FileId,
+        p: &Piece,
+        block: u64,
+        out: &mut Vec<u8>,
+        sums: &mut Vec<u32>,
+    ) -> Result<Option<u64>, Errno> {
+        if p.len == 0 {
+            return Ok(None);
+        }
+        let (off, end) = (u64::from(p.offset), u64::from(p.offset) + u64::from(p.len));
+        let first = off / block;
+        let (a, e) = (first * block, end.div_ceil(block) * block);
+        let base = p.chunk * self.chunk_size;
+        let start = out.len();
+        let mut scratch = Vec::new();
+        let direct = a == off && e == end;
+        match f {
+            Some(f) if direct => {
+                let len = p.len as usize;
+                out.reserve(len);
+                let dst = &mut out.spare_capacity_mut()[..len];
+                let done =
+                    pread_uninit(&f.data, dst, base + a).map_err(|e| io_err(&e, id, p.chunk))?;
+                for b in &mut dst[done..] {
+                    b.write(0);
+                }
+                // SAFETY: pread_uninit initialised dst[..done], the loop the rest; dst is the
+                // `len` bytes of spare capacity right after `out.len()`.
+                unsafe { out.set_len(start + len) };
+            }
+            Some(f) => {
+                scratch = vec![0u8; (e - a) as usize];
+                pread_full(&f.data, &mut scratch, base + a).map_err(|e| io_err(&e, id, p.chunk))?;
+            }
+            None if direct => out.resize(start + p.len as usize, 0),
+            None => scratch = vec![0u8; (e - a) as usize],
+        }
+        let n = ((e - a) / block) as usize;
+        let stored = match f {
+            Some(f) => self.load_sums(f, id, p.chunk, first, n)?,
+            None => vec![self.zero_sum; n],
+        };
+        let blocks: &[u8] = if direct { &out[start..] } else { &scratch };
+        let mut computed = Vec::with_capacity(n);
+        for (j, bytes) in blocks.chunks(block as usize).enumerate() {
+            let sum = checksum::crc(bytes);
+            if sum != stored[j] {
+                return Ok(Some(a + j as u64 * block));
+            }
+            computed.push(sum);
+        }
+        for (so, sl) in checksum::segments(p, block) {
+            if sl == block {
+                sums.push(computed[((so - a) / block) as usize]);
+            } else {
+                let from = (so - a) as usize;
+                sums.push(checksum::crc(&blocks[from..from + sl as usize]));
+            }
+        }
+        if !direct {
+            out.extend_from_slice(&scratch[(off - a) as usize..(end - a) as usize]);
+        }
+        Ok(None)
+    }
+
+    /// The stored checksums of `n` blocks of chunk `k` from block `first` (decoded: a hole
+    /// of the sum file is a zero block's checksum).
+    fn load_sums(
+        &self,
+        f: &Open,
+        id: FileId,
+        k: u64,
+        first: u64,
+        n: usize,
+    ) -> Result<Vec<u32>, Errno> {
+        let Some(sf) = &f.sums else {
+            return Ok(vec![self.zero_sum; n]);
+        };
+        let mut raw = vec![0u8; n * SUM_BYTES as usize];
+        pread_full(sf, &mut raw, self.sum_at(k, first))
+            .map_err(|e| Errno::from_io(&e, format!("checksums of chunk {k} of file {id:032x}")))?;
+        Ok(raw
+            .chunks_exact(SUM_BYTES as usize)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) ^ self.zero_sum)
+            .collect())
+    }
+
+    /// Stores the checksums of consecutive blocks of chunk `k` from block `first`.
+    fn store_sums(
+        &self,
+        f: &Open,
+        id: FileId,
+        k: u64,
+        first: u64,
+        sums: &[u32],
+    ) -> Result<(), Errno> {
+        let Some(sf) = &f.sums else {
+            return Ok(());
+        };
+        let raw: Vec<u8> = sums
+            .iter()
+            .flat_map(|s| (s ^ self.zero_sum).to_le_bytes())
+            .collect();
+        sf.write_all_at(&raw, self.sum_at(k, first))
+            .map_err(|e| Errno::from_io(&e, format!("checksums of chunk {k} of file {id:032x}")))
+    }
+
+    /// Offset in the sum file of the checksum of chunk `k`'s block `b`.
+    fn sum_at(&self, k: u64, b: u64) -> u64 {
+        let block = self.block.unwrap_or(self.chunk_size);
+        (k * (self.chunk_size / block) + b) * SUM_BYTES
+    }
+
+    /// The new checksums of the blocks piece `p` touches, from its first block on: whole
+    /// blocks from `seg_sums` (verified by the caller) or computed; a block covered in part
+    /// is read, verified against its stored checksum (a mismatch is EIO) and completed;
+    /// only its bytes below the chunk's length `held` are read (the rest are zeros: an
+    /// appending writer reads nothing back). The caller holds the chunk's lock.
+    #[allow(clippy::too_many_arguments)]
+    fn block_sums_for_write(
+        &self,
+        f: &Open,
+        id: FileId,
+        p: &Piece,
+        bytes: &[u8],
+        block: u64,
+        seg_sums: Option<&[u32]>,
+        held: u64,
+    ) -> Result<Vec<u32>, Errno> {
+        let mut out = Vec::with_capacity(checksum::count(std::slice::from_ref(p), block));
+        let base = p.chunk * self.chunk_size;
+        let mut pos = 0usize;
+        for (i, (so, sl)) in checksum::segments(p, block).enumerate() {
+            let seg = &bytes[pos..pos + sl as usize];
+            pos += sl as usize;
+            if sl == block {
+                out.push(
+                    seg_sums
+                        .and_then(|s| s.get(i).copied())
+                        .unwrap_or_else(|| checksum::crc(seg)),
+                );
+                continue;
+            }
+            let b = so / block;
+            let mut whole = vec![0u8; block as usize];
+            let below = held.saturating_sub(b * block).min(block) as usize;
+            if below > 0 {
+                pread_full(&f.data, &mut whole[..below], base + b * block)
+                    .map_err(|e| io_err(&e, id, p.chunk))?;
+            }
+            let stored = self.load_sums(f, id, p.chunk, b, 1)?[0];
+            let sum = if below > 0 {
+                checksum::crc(&whole)
+            } else {
+                self.zero_sum
+            };
+            if sum != stored {
+                return Err(self.found_bad(id, p.chunk, b * block));
+            }
+            let from = (so - b * block) as usize;
+            whole[from..from + seg.len()].copy_from_slice(seg);
+            out.push(checksum::crc(&whole));
+        }
+        Ok(out)
+    }
+
+    /// Records a block found not to match its checksum (counted the first time) and returns
+    /// the error naming it.
+    fn found_bad(&self, id: FileId, k: u64, at: u64) -> Errno {
+        if lock(&self.bad).insert((id, k, at)) {
+            self.checksum_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("checksum mismatch: file {id:032x} chunk {k} offset {at}");
+        }
+        Errno::eio(format!(
+            "checksum mismatch in file {id:032x}, chunk {k}, offset {at} (file offset {}): \
+             the stored data is damaged",
+            k * self.chunk_size + at
+        ))
+    }
+
+    /// Sets the checksum block (`None`: checksums off). Call before any use.
+    pub fn checksums(mut self, block: Option<u64>) -> ChunkStore {
+        self.block = block.filter(|b| *b > 0 && self.chunk_size.is_multiple_of(*b));
+        self.zero_sum = self.block.map(checksum::zeros_crc).unwrap_or(0);
+        self
+    }
+
+    /// The bytes one checksum covers, when checksums are on.
+    pub fn checksum_block(&self) -> Option<u64> {
+        self.block
+    }
+
+    /// Blocks found bad (each once) and corrupted payloads refused, since start.
+    pub fn integrity_counters(&self) -> (u64, u64) {
+        (
+            self.checksum_errors.load(Ordering::Relaxed),
+            self.corrupt_payloads.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The chunks with a block found not to match its checksum (and not rewritten, cut or
+    /// deleted since), in order: what a repair from a replica restores.
+    pub fn corrupt(&self) -> Vec<(FileId, u64)> {
+        let mut v: Vec<(FileId, u64)> =
+            lock(&self.bad).iter().map(|(id, k, _)| (*id, *k)).collect();
+        v.dedup();
+        v
+    }
+
+    /// Forgets the bad blocks of chunk `k` (deleted), or of every chunk (`None`) of `id`.
+    fn forget_bad(&self, id: FileId, k: Option<u64>) {
+        let mut bad = lock(&self.bad);
+        if bad.is_empty() {
+            return;
+        }
+        let (lo, hi) = match k {
+            Some(k) => ((id, k, 0), (id, k, u64::MAX)),
+            None => ((id, 0, 0), (id, u64::MAX, u64::MAX)),
+        };
+        let gone: Vec<_> = bad.range(lo..=hi).copied().collect();
+        for g in gone {
+            bad.remove(&g);
+        }
+    }
+
+    /// Verifies every stored block of up to `limit` chunks after `after`, in (file id,
+    /// chunk) order, each under its lock (I/O goes on around it).
+    pub fn scrub(&self, after: Option<(FileId, u64)>, limit: u32) -> Result<ScrubPage, Errno> {
+        let mut page = ScrubPage {
+            total_chunks: self.count.load(Ordering::Relaxed),
+            ..ScrubPage::default()
+        };
+        let Some(block) = self.block else {
+            return Ok(page);
+        };
+        let start = after
+            .map(|(id, k)| record_key(id, k).to_vec())
+            .unwrap_or_default();
+        let mut listed = Vec::new();
+        for guard in self.records.range(start..) {
+            if listed.len() >= limit.max(1) as usize {
+                break;
+            }
+            let key = guard
+                .key()
+                .map_err(|e| Errno::eio(format!("reading the chunk map: {e}")))?;
+            let (Ok(id), Ok(k)) = (
+                <[u8; 16]>::try_from(key.get(..16).unwrap_or_default()),
+                <[u8; 8]>::try_from(key.get(16..).unwrap_or_default()),
+            ) else {
+                continue;
+            };
+            let (id, k) = (FileId::from_be_bytes(id), u64::from_be_bytes(k));
+            if Some((id, k)) == after {
+                continue;
+            }
+            listed.push((id, k));
+        }
+        let full = listed.len() >= limit.max(1) as usize;
+        for (id, k) in listed {
+            page.next = Some((id, k));
+            let _guard = self.lock(id, k);
+            let Some(len) = self.len_locked(id, k)? else {
+                continue; // deleted meanwhile
+            };
+            let n = len.div_ceil(block);
+            let bad = self.with_file(id, |f| {
+                let Some(f) = f else {
+                    return Ok(Vec::new());
+                };
+                let stored = self.load_sums(f, id, k, 0, n as usize)?;
+                let mut buf = vec![0u8; block as usize];
+                let mut bad = Vec::new();
+                for b in 0..n {
+                    pread_full(&f.data, &mut buf, k * self.chunk_size + b * block)
+                        .map_err(|e| io_err(&e, id, k))?;
+                    if checksum::crc(&buf) != stored[b as usize] {
+                        bad.push(b * block);
+                    }
+                }
+                Ok(bad)
+            })?;
+            page.chunks += 1;
+            page.blocks += n;
+            page.bytes += len;
+            for at in bad {
+                self.found_bad(id, k, at);
+                page.bad.push(BadBlock {
+                    file_id: id,
+                    chunk: k,
+                    offset: at,
+                });
+            }
+        }
+        if !full {
+            page.next = None;
+        }
+        Ok(page)
     }
 
     fn check_read(&self, pieces: &[Piece]) -> Result<u64, Errno> {
@@ -546,7 +1079,22 @@ impl ChunkStore {
 
     /// Reads one piece into `buf` (zeros past what the data file holds); false (and `buf`
     /// untouched) if the chunk does not exist.
+    /// With checksums on, the blocks it touches are verified (as `read_checked` does).
     pub fn read_piece(&self, id: FileId, p: &Piece, buf: &mut [u8]) -> Result<bool, Errno> {
+        self.read_piece_with(id, p, buf, false)
+    }
+
+    /// `read_piece`; `locked`: the caller holds the chunk's lock.
+    fn read_piece_with(
+        &self,
+        id: FileId,
+        p: &Piece,
+        buf: &mut [u8],
+        locked: bool,
+    ) -> Result<bool, Errno> {
+        if buf.len() != p.len as usize {
+            return Err(Errno::einval("a piece's length differs from its buffer"));
+        }
         let Some(slot) = self.slot(id) else {
             return Ok(false);
         };
@@ -557,6 +1105,23 @@ impl ChunkStore {
         let Some(f) = self.data_file(id, &slot, false)? else {
             return Ok(false);
         };
+        if let Some(block) = self.block {
+            let (mut out, mut sums) = (Vec::with_capacity(buf.len()), Vec::new());
+            match self.read_piece_verified(Some(&f), id, p, block, &mut out, &mut sums)? {
+                None => {
+                    buf.copy_from_slice(&out);
+                    return Ok(true);
+                }
+                Some(at) if locked => return Err(self.found_bad(id, p.chunk, at)),
+                Some(_) => {
+                    // Checked again under the chunk's lock (taken before the gate).
+                    drop((f, gone));
+                    let _guard = self.lock(id, p.chunk);
+                    return self.read_piece_with(id, p, buf, true);
+                }
+            }
+        }
+        let f = &f.data;
         let at = p.chunk * self.chunk_size + u64::from(p.offset);
         let mut done = 0usize;
         while done < buf.len() {
@@ -600,9 +1165,16 @@ impl ChunkStore {
             .unwrap_or(0)
             .max(size);
         if let Some(f) = self.data_file(id, &slot, false)? {
-            let len = f.metadata().map_err(|e| file_err(&e, id))?.len();
+            let len = f.data.metadata().map_err(|e| file_err(&e, id))?.len();
             if len > keep {
-                f.set_len(keep).map_err(|e| file_err(&e, id))?;
+                f.data.set_len(keep).map_err(|e| file_err(&e, id))?;
+            }
+            if let (Some(block), Some(sf)) = (self.block, &f.sums) {
+                let keep_sums = keep.div_ceil(block) * SUM_BYTES;
+                let len = sf.metadata().map_err(|e| file_err(&e, id))?.len();
+                if len > keep_sums {
+                    sf.set_len(keep_sums).map_err(|e| file_err(&e, id))?;
+                }
             }
         }
         drop(gone);
@@ -618,7 +1190,34 @@ impl ChunkStore {
             return Ok(());
         }
         if let Some(f) = self.data_file(id, slot, false)? {
-            punch(&f, k * self.chunk_size + keep, len - keep).map_err(|e| io_err(&e, id, k))?;
+            let tail = match self.block {
+                Some(block) if !keep.is_multiple_of(block) => {
+                    // The block the cut falls in: verified, then its checksum recomputed.
+                    let b = keep / block;
+                    let mut whole = vec![0u8; block as usize];
+                    pread_full(&f.data, &mut whole, k * self.chunk_size + b * block)
+                        .map_err(|e| io_err(&e, id, k))?;
+                    if checksum::crc(&whole) != self.load_sums(&f, id, k, b, 1)?[0] {
+                        return Err(self.found_bad(id, k, b * block));
+                    }
+                    whole[(keep - b * block) as usize..].fill(0);
+                    Some((b, checksum::crc(&whole)))
+                }
+                _ => None,
+            };
+            punch(&f.data, k * self.chunk_size + keep, len - keep)
+                .map_err(|e| io_err(&e, id, k))?;
+            if let (Some(block), Some(sf)) = (self.block, &f.sums) {
+                let from = keep.div_ceil(block);
+                let per_chunk = self.chunk_size / block;
+                if from < per_chunk {
+                    punch(sf, self.sum_at(k, from), (per_chunk - from) * SUM_BYTES)
+                        .map_err(|e| io_err(&e, id, k))?;
+                }
+                if let Some((b, sum)) = tail {
+                    self.store_sums(&f, id, k, b, &[sum])?;
+                }
+            }
         }
         self.record(slot, id, k, Some(keep))
     }
@@ -633,11 +1232,15 @@ impl ChunkStore {
             return Ok(());
         }
         self.fds.remove(&id);
-        match std::fs::remove_file(self.path_of(id)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(file_err(&e, id)),
+        let path = self.path_of(id);
+        for p in [sum_path(&path), path] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(file_err(&e, id)),
+            }
         }
+        self.forget_bad(id, None);
         let listed: Vec<u64> = lock(&slot.chunks).keys().copied().collect();
         for k in listed {
             self.record(&slot, id, k, None)?;
@@ -664,7 +1267,10 @@ impl ChunkStore {
         let Some(f) = self.data_file(id, &slot, false)? else {
             return Ok(());
         };
-        f.sync_data().map_err(|e| file_err(&e, id))?;
+        f.data.sync_data().map_err(|e| file_err(&e, id))?;
+        if let Some(sf) = &f.sums {
+            sf.sync_data().map_err(|e| file_err(&e, id))?;
+        }
         if slot.fresh.swap(false, Ordering::AcqRel) {
             if let Err(e) = sync_dir(&self.dir.join(subdir_of(id))) {
                 slot.fresh.store(true, Ordering::Release);
@@ -754,6 +1360,29 @@ fn punch(f: &File, at: u64, len: u64) -> std::io::Result<()> {
         }
         Err(e) => Err(std::io::Error::from_raw_os_error(e as i32)),
     }
+}
+
+/// The sum file beside data file `path`.
+fn sum_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(SUM_SUFFIX);
+    PathBuf::from(name)
+}
+
+/// pread until `buf` is full or the file ends; the rest of `buf` is zeroed. Returns the
+/// bytes read.
+fn pread_full(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], at + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[done..].fill(0);
+    Ok(done)
 }
 
 /// pread into uninitialised memory until it is full or the file ends; returns the bytes
@@ -887,7 +1516,11 @@ mod tests {
         let entries: Vec<_> = std::fs::read_dir(f.dir.path().join("chunks").join(subdir_of(7)))
             .unwrap()
             .collect();
-        assert_eq!(entries.len(), 1, "one data file, no directory per file");
+        assert_eq!(
+            entries.len(),
+            2,
+            "one data file and its sum file, no directory per file"
+        );
         let raw = std::fs::read(data_file(&f, 7)).unwrap();
         assert_eq!(&raw[(3 * CS + 10) as usize..], b"abcd");
         assert_eq!(&raw[CS as usize..CS as usize + 2], b"xy");
@@ -1008,6 +1641,215 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("first layout"), "{msg}");
         assert!(old.join("0").exists(), "nothing of the old root is touched");
+    }
+
+    fn open_blocks(dir: tempfile::TempDir, block: Option<u64>) -> Fixture {
+        let f = open(dir);
+        let Fixture { dir, db, store } = f;
+        Fixture {
+            dir,
+            db,
+            store: store.checksums(block),
+        }
+    }
+
+    fn flip(path: &Path, at: u64) {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, at).unwrap();
+        b[0] ^= 0x10;
+        f.write_all_at(&b, at).unwrap();
+    }
+
+    #[test]
+    fn a_flipped_bit_is_eio_counted_once_remembered_and_found_by_scrub() {
+        let f = open_blocks(tempfile::tempdir().unwrap(), Some(1024));
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        f.store.write(6, &[p(1, 100, 3000)], &data).unwrap();
+        f.store.sync(6).unwrap();
+        let f = reopen(f);
+        let f = Fixture {
+            store: f.store.checksums(Some(1024)),
+            ..f
+        };
+        let (got, sums) = f.store.read_checked(6, &[p(1, 0, 4096)]).unwrap();
+        assert_eq!(&got[100..3100], &data[..]);
+        assert_eq!(
+            sums,
+            eddy_proto::checksum::sums(&[p(1, 0, 4096)], &got, 1024)
+        );
+        // A bit flipped in block 2 of chunk 1.
+        flip(&data_file(&f, 6), CS + 2048 + 5);
+        for _ in 0..2 {
+            let e = f.store.read(6, &[p(1, 2000, 100)]).unwrap_err();
+            assert_eq!(e.errno, libc::EIO);
+            assert!(
+                e.msg.contains(&format!("{:032x}", 6)) && e.msg.contains("chunk 1, offset 2048"),
+                "{e}"
+            );
+        }
+        assert_eq!(f.store.integrity_counters(), (1, 0), "counted once");
+        assert_eq!(f.store.corrupt(), vec![(6, 1)]);
+        // Blocks 0, 1 and 3 still read.
+        assert_eq!(
+            f.store.read(6, &[p(1, 1000, 1048)]).unwrap(),
+            data[900..1948]
+        );
+        assert_eq!(f.store.read(6, &[p(1, 3072, 28)]).unwrap(), data[2972..]);
+        // A partial write into the bad block is refused, nothing written.
+        assert!(f.store.write(6, &[p(1, 2050, 4)], b"abcd").is_err());
+        let page = f.store.scrub(None, 10).unwrap();
+        assert_eq!((page.chunks, page.blocks, page.bytes), (1, 4, 3100));
+        assert_eq!(
+            page.bad,
+            vec![BadBlock {
+                file_id: 6,
+                chunk: 1,
+                offset: 2048
+            }]
+        );
+        assert_eq!(page.next, None);
+        // Rewriting the whole block repairs it.
+        f.store
+            .write(6, &[p(1, 2048, 1024)], &data[1948..2972])
+            .unwrap();
+        assert!(f.store.corrupt().is_empty());
+        assert_eq!(f.store.read(6, &[p(1, 100, 3000)]).unwrap(), data);
+        assert!(f.store.scrub(None, 10).unwrap().bad.is_empty());
+        assert_eq!(f.store.integrity_counters(), (1, 0));
+    }
+
+    #[test]
+    fn a_flip_in_the_sum_file_is_found_and_a_bad_payload_writes_nothing() {
+        let f = open_blocks(tempfile::tempdir().unwrap(), Some(1024));
+        f.store.write(3, &[p(0, 0, 2048)], &[5u8; 2048]).unwrap();
+        let sums = sum_path(&data_file(&f, 3));
+        flip(&sums, 4 + 2);
+        let e = f.store.read(3, &[p(0, 0, 10)]).unwrap();
+        assert_eq!(e, vec![5u8; 10], "block 0 is fine");
+        let e = f.store.read(3, &[p(0, 1500, 10)]).unwrap_err();
+        assert!(e.msg.contains("offset 1024"), "{e}");
+        // A payload that does not match its checksums.
+        let pieces = [p(2, 0, 1500)];
+        let good = vec![1u8; 1500];
+        let mut sums = eddy_proto::checksum::sums(&pieces, &good, 1024);
+        let e = f
+            .store
+            .verify_payload(3, &pieces, &[2u8; 1500], &sums)
+            .unwrap_err();
+        assert!(e.msg.contains("corrupted in flight"), "{e}");
+        sums.pop();
+        assert_eq!(
+            f.store
+                .verify_payload(3, &pieces, &good, &sums)
+                .unwrap_err()
+                .errno,
+            libc::EPROTO
+        );
+        assert_eq!(f.store.integrity_counters(), (1, 1));
+        assert_eq!(f.store.usage(), (2048, 1), "nothing written");
+        // Removing the file removes its sum file too.
+        f.store.remove(3).unwrap();
+        assert!(!sums_exists(&f, 3));
+        assert!(f.store.corrupt().is_empty());
+    }
+
+    fn sums_exists(f: &Fixture, id: FileId) -> bool {
+        sum_path(&data_file(f, id)).exists()
+    }
+
+    #[test]
+    fn without_checksums_nothing_is_verified_or_stored() {
+        let f = open_blocks(tempfile::tempdir().unwrap(), None);
+        f.store.write(2, &[p(0, 0, 100)], &[4u8; 100]).unwrap();
+        assert!(!sums_exists(&f, 2));
+        flip(&data_file(&f, 2), 3);
+        assert_eq!(f.store.read(2, &[p(0, 3, 1)]).unwrap(), vec![0x14]);
+        assert_eq!(f.store.scrub(None, 10).unwrap().blocks, 0);
+    }
+
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Write(u64, Vec<u8>),
+        Truncate(u64),
+        Delete(u64),
+        Reopen,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u64..5 * CS, proptest::collection::vec(any::<u8>(), 1..6000))
+                .prop_map(|(at, d)| Op::Write(at, d)),
+            1 => (0u64..5 * CS).prop_map(Op::Truncate),
+            1 => (0u64..5).prop_map(Op::Delete),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        #[test]
+        fn random_writes_truncates_and_deletes_always_verify(ops in proptest::collection::vec(op(), 1..12)) {
+            let mut f = open_blocks(tempfile::tempdir().unwrap(), Some(1024));
+            let mut model: Vec<u8> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Write(at, d) => {
+                        let spans = pieces_of(at, d.len());
+                        f.store.write(1, &spans, &d).unwrap();
+                        let end = at as usize + d.len();
+                        if model.len() < end {
+                            model.resize(end, 0);
+                        }
+                        model[at as usize..end].copy_from_slice(&d);
+                    }
+                    Op::Truncate(size) => {
+                        f.store.truncate(1, size).unwrap();
+                        model.truncate(size as usize);
+                    }
+                    Op::Delete(k) => {
+                        let _g = f.store.lock(1, k);
+                        f.store.delete_locked(1, k).unwrap();
+                        let (a, b) = ((k * CS) as usize, ((k + 1) * CS) as usize);
+                        if model.len() > a {
+                            let b = b.min(model.len());
+                            model[a..b].fill(0);
+                        }
+                    }
+                    Op::Reopen => {
+                        f = reopen(f);
+                        f = Fixture { store: f.store.checksums(Some(1024)), ..f };
+                    }
+                }
+                let spans = pieces_of(0, (6 * CS) as usize);
+                let (got, sums) = f.store.read_checked(1, &spans).unwrap();
+                let mut want = model.clone();
+                want.resize((6 * CS) as usize, 0);
+                prop_assert_eq!(&got, &want);
+                prop_assert_eq!(eddy_proto::checksum::verify(&spans, &got, &sums, 1024).unwrap(), None);
+                prop_assert!(f.store.scrub(None, 100).unwrap().bad.is_empty());
+            }
+            prop_assert_eq!(f.store.integrity_counters(), (0, 0));
+        }
+    }
+
+    /// The pieces of `len` bytes at `at` in chunks of CS bytes.
+    fn pieces_of(at: u64, len: usize) -> Vec<Piece> {
+        let mut out = Vec::new();
+        let (mut pos, end) = (at, at + len as u64);
+        while pos < end {
+            let k = pos / CS;
+            let n = ((k + 1) * CS).min(end) - pos;
+            out.push(p(k, (pos - k * CS) as u32, n as u32));
+            pos += n;
+        }
+        out
     }
 
     #[test]

@@ -226,11 +226,16 @@ impl State {
             Request::Write {
                 file_id,
                 pieces,
+                sums,
                 data,
                 backing,
             } => {
                 let backing = backing.map(|b| self.linked(b)).transpose()?;
-                self.write(file_id, &pieces, &data, backing.as_ref())
+                let sums = (!sums.is_empty()).then_some(&sums[..]);
+                if let Some(sums) = sums {
+                    chunks.verify_payload(file_id, &pieces, &data, sums)?;
+                }
+                self.write(file_id, &pieces, &data, sums, backing.as_ref())
                     .map(|()| Reply::Ok)
             }
             Request::Read {
@@ -239,14 +244,36 @@ impl State {
                 backing: Some(b),
             } => {
                 let b = self.linked(b)?;
-                self.with_room(|| self.tier.read(chunks, file_id, &pieces, &b))
-                    .map(|v| Reply::Data(v.into()))
+                let data = self.with_room(|| self.tier.read(chunks, file_id, &pieces, &b))?;
+                // The tier verified what it read from the chunks (and checksummed what it
+                // fetched): the reply's checksums are computed over the verified bytes.
+                Ok(match chunks.checksum_block() {
+                    Some(block) => Reply::Checked {
+                        sums: eddy_proto::checksum::sums(&pieces, &data, block),
+                        data: data.into(),
+                    },
+                    None => Reply::Data(data.into()),
+                })
             }
             Request::Read {
                 file_id,
                 pieces,
                 backing: None,
-            } => chunks.read(file_id, &pieces).map(|v| Reply::Data(v.into())),
+            } => match chunks.checksum_block() {
+                Some(_) => {
+                    chunks
+                        .read_checked(file_id, &pieces)
+                        .map(|(data, sums)| Reply::Checked {
+                            data: data.into(),
+                            sums,
+                        })
+                }
+                None => chunks.read(file_id, &pieces).map(|v| Reply::Data(v.into())),
+            },
+            Request::Scrub { after, limit } => {
+                let limit = limit.min(self.settings.config.scrub_page_chunks);
+                chunks.scrub(after, limit).map(Reply::Scrubbed)
+            }
             Request::Prefetch {
                 file_id,
                 chunks: list,
@@ -377,11 +404,12 @@ impl State {
         file_id: eddy_proto::FileId,
         pieces: &[eddy_proto::Piece],
         data: &[u8],
+        sums: Option<&[u32]>,
         backing: Option<&eddy_proto::Backing>,
     ) -> Result<(), Errno> {
         self.with_room(|| match backing {
             Some(b) => self.tier.write(&self.chunks, file_id, pieces, data, b),
-            None => self.chunks.write(file_id, pieces, data),
+            None => self.chunks.write_with_sums(file_id, pieces, data, sums),
         })?;
         if backing.is_none() && self.backend.is_active() {
             self.tier.after_growth(&self.chunks);
@@ -418,6 +446,7 @@ impl State {
             .map_err(|e| Errno::new(e as i32, format!("statvfs {}: {e}", root.display())))?;
         let frag = vfs.fragment_size() as u64;
         let (chunk_bytes, chunks) = self.chunks.usage();
+        let (checksum_errors, corrupt_payloads) = self.chunks.integrity_counters();
         Ok(DaemonStatus {
             id: self.settings.id,
             host: self.settings.host.clone(),
@@ -434,6 +463,9 @@ impl State {
             entries: self.meta.entries(),
             uptime_s: self.started.elapsed().as_secs(),
             requests: self.requests.load(Ordering::Relaxed),
+            checksum_errors,
+            corrupt_payloads,
+            corrupt_chunks: self.chunks.corrupt().len() as u64,
         })
     }
 }

@@ -156,7 +156,13 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
             chunk_records,
             settings.config.chunk_size,
             u64::from(settings.config.max_rpc_data_bytes),
-        )?;
+        )?
+        .checksums(
+            settings
+                .config
+                .checksums
+                .then(|| settings.config.checksum_block()),
+        );
         let tier = Tier::open(
             meta.tier_records(),
             Arc::clone(&backend),

@@ -154,6 +154,7 @@ async fn bad_input_closes_only_its_connection() {
     // A request whose length field claims far more bytes than the frame holds.
     let mut s = authed_stream(addr).await;
     let mut body = encode(&Request::Write {
+        sums: Vec::new(),
         file_id: 1,
         pieces: vec![],
         data: Default::default(),
@@ -263,6 +264,7 @@ where
         },
     ];
     c.ok(Request::Write {
+        sums: Vec::new(),
         file_id: 5,
         pieces,
         data: data.clone().into(),
@@ -446,6 +448,7 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
     };
     let kept: Vec<u8> = (0..8 * 4096u32).map(|i| (i % 253) as u8).collect();
     c.ok(Request::Write {
+        sums: Vec::new(),
         file_id: 1,
         pieces: chunks(8),
         data: kept.clone().into(),
@@ -455,6 +458,7 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
     c.inode(create("/kept", file(1))).await;
 
     let too_much = Request::Write {
+        sums: Vec::new(),
         file_id: 2,
         pieces: chunks(16),
         data: vec![0xee; 16 * 4096].into(),
@@ -478,6 +482,7 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
     // Freeing space makes writes possible again.
     c.ok(Request::RemoveData { file_id: 2 }).await;
     c.ok(Request::Write {
+        sums: Vec::new(),
         file_id: 3,
         pieces: chunks(4),
         data: vec![7; 4 * 4096].into(),

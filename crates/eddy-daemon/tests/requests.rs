@@ -324,6 +324,7 @@ async fn write_read_holes_and_bounds() {
     let b = pattern(cs as usize, 2);
     let data = [a.clone(), b.clone()].concat();
     let write = Request::Write {
+        sums: Vec::new(),
         file_id: fid,
         pieces: vec![p(0, 10, 100), p(3, 0, cs)],
         data: data.into(),
@@ -356,6 +357,7 @@ async fn write_read_holes_and_bounds() {
 
     // Overwrite in the middle keeps the rest.
     let write = Request::Write {
+        sums: Vec::new(),
         file_id: fid,
         pieces: vec![p(0, 50, 4)],
         data: vec![9, 9, 9, 9].into(),
@@ -373,6 +375,7 @@ async fn write_read_holes_and_bounds() {
 
     // A piece crossing the chunk end, or data not matching the pieces, is EINVAL.
     let beyond = Request::Write {
+        sums: Vec::new(),
         file_id: fid,
         pieces: vec![p(0, cs - 10, 11)],
         data: vec![0; 11].into(),
@@ -386,6 +389,7 @@ async fn write_read_holes_and_bounds() {
     };
     assert_eq!(c.errno(read_beyond).await, libc::EINVAL);
     let short = Request::Write {
+        sums: Vec::new(),
         file_id: fid,
         pieces: vec![p(0, 0, 10)],
         data: vec![0; 9].into(),
@@ -419,6 +423,7 @@ async fn truncate_across_chunks_and_remove_data() {
         .collect();
     let data = vec![0x5a_u8; 3 * cs as usize];
     c.ok(Request::Write {
+        sums: Vec::new(),
         file_id: fid,
         pieces: pieces.clone(),
         data: data.into(),

@@ -153,7 +153,7 @@ impl Requests {
         if std::env::var_os("EDDY_FUZZ_SHOW").is_some() {
             eprintln!("{shown} -> {}", shorten(format!("{resp:?}")));
         }
-        if let Ok(Reply::Data(data)) = &resp {
+        if let Some(data) = resp.as_ref().ok().and_then(Reply::data) {
             if let Some(want) = read_len {
                 assert_eq!(
                     data.len() as u64,
@@ -263,6 +263,7 @@ fn seed_requests() -> Vec<Request> {
             exclusive: false,
         },
         Request::Write {
+            sums: Vec::new(),
             file_id: 2,
             pieces: vec![
                 Piece {

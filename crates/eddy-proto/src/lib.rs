@@ -5,6 +5,7 @@
 //!   with a maximum size; bulk bytes travel as the raw payload, outside the encoding;
 //! - `msg`: the request and response messages (bincode-encoded, size-limited decoding);
 //! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret);
+//! - `checksum`: the CRC32C of the block-aligned pieces of a read or write (decision 0019);
 //! - `path`: path normalisation and the metadata key layout;
 //! - `Errno`: errors as errno values with a short context message;
 //! - `fuzzing` (feature `arbitrary`): generators of request fields for the fuzzer.
@@ -13,6 +14,7 @@
 //! read from the network.
 
 pub mod auth;
+pub mod checksum;
 pub mod frame;
 #[cfg(feature = "arbitrary")]
 pub mod fuzzing;
@@ -22,7 +24,7 @@ pub mod path;
 pub use msg::*;
 
 /// Version of the protocol; the handshake refuses a peer with another one.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]

@@ -409,6 +409,13 @@ pub struct DaemonStatus {
     pub uptime_s: u64,
     /// Requests served since start.
     pub requests: u64,
+    /// Stored blocks found not to match their checksum (each counted once), since start.
+    pub checksum_errors: u64,
+    /// Writes refused because their data did not match the checksums they carried.
+    pub corrupt_payloads: u64,
+    /// Chunks holding a block found damaged and not rewritten since (what a repair from a
+    /// replica restores).
+    pub corrupt_chunks: u64,
 }
 
 /// What a data request on a file under a linked prefix tells the chunk's daemon.
@@ -599,9 +606,13 @@ pub enum Request {
     /// Writes `data` (the pieces' bytes back to back) into the chunks. Replies `Ok`.
     /// With `backing` (a file under a linked prefix), a chunk missing here is fetched from the
     /// backend before a partial write, and written chunks are dirty until written back.
+    /// `sums`: the CRC32C of each block-aligned segment of the pieces (`checksum::sums`),
+    /// checked before anything is written (a mismatch is EIO, nothing written); empty when
+    /// the client sends none (the daemon then computes what it stores).
     Write {
         file_id: FileId,
         pieces: Vec<Piece>,
+        sums: Vec<u32>,
         /// Travels as the frame's payload, outside the encoding.
         #[serde(with = "outside")]
         #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::bytes))]
@@ -609,7 +620,9 @@ pub enum Request {
         backing: Option<Backing>,
     },
     /// Reads the pieces; holes and bytes past a chunk's end read as zeros. Replies `Data`
-    /// with the pieces' bytes back to back. With `backing`, a chunk missing here is fetched
+    /// with the pieces' bytes back to back, or `Checked` with their checksums too (a daemon
+    /// with checksums on: the stored checksums were verified first, a mismatch is EIO naming
+    /// the file id, chunk and offset). With `backing`, a chunk missing here is fetched
     /// from the backend (once, whatever the number of concurrent readers) and kept.
     Read {
         file_id: FileId,
@@ -826,10 +839,18 @@ pub enum Request {
     /// there cannot fail for want of room. Bytes not written read as zeros. ENOSPC when the
     /// device cannot hold them. Replies `Ok`.
     Allocate { file_id: FileId, pieces: Vec<Piece> },
+
+    // ---- data integrity, every daemon (decision 0019) ----
+    /// Verifies every stored block of up to `limit` chunks held here, in (file id, chunk)
+    /// order after `after`. Replies `Scrubbed`.
+    Scrub {
+        after: Option<(FileId, u64)>,
+        limit: u32,
+    },
 }
 
 /// Short names of the requests, in `Request::op_index` order.
-pub const OP_NAMES: [&str; 42] = [
+pub const OP_NAMES: [&str; 43] = [
     "create",
     "stat",
     "remove",
@@ -872,6 +893,7 @@ pub const OP_NAMES: [&str; 42] = [
     "clear_setid",
     "count_subdirs",
     "allocate",
+    "scrub",
 ];
 
 impl Request {
@@ -896,6 +918,7 @@ impl Request {
                 | Request::RemoveData { .. }
                 | Request::Sync { .. }
                 | Request::Status
+                | Request::Scrub { .. }
         )
     }
 
@@ -987,6 +1010,7 @@ impl Request {
             Request::ClearSetId { .. } => 39,
             Request::CountSubdirs { .. } => 40,
             Request::Allocate { .. } => 41,
+            Request::Scrub { .. } => 42,
         }
     }
 }
@@ -1037,6 +1061,49 @@ pub enum Reply {
     },
     /// Unfinished directory renames (`BeginRename`, `ClaimRenames`).
     Renames(Vec<RenameIntent>),
+    /// Bytes read and the CRC32C of each block-aligned segment of the pieces
+    /// (`checksum::sums`), for the client to verify; the bytes travel as the payload.
+    Checked {
+        #[serde(with = "outside")]
+        data: Bytes,
+        sums: Vec<u32>,
+    },
+    /// One page of a scrub.
+    Scrubbed(ScrubPage),
+}
+
+impl Reply {
+    /// The bytes of a `Data` or `Checked` reply.
+    pub fn data(&self) -> Option<&Bytes> {
+        match self {
+            Reply::Data(d) | Reply::Checked { data: d, .. } => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// What one page of a scrub found on one daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubPage {
+    /// Chunks, blocks and bytes verified.
+    pub chunks: u64,
+    pub blocks: u64,
+    pub bytes: u64,
+    /// Blocks whose data and stored checksum disagree.
+    pub bad: Vec<BadBlock>,
+    /// The last chunk verified: the next page starts after it; `None` when none is left.
+    pub next: Option<(FileId, u64)>,
+    /// Chunks held by the daemon (for progress).
+    pub total_chunks: u64,
+}
+
+/// A stored block whose data does not match its checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadBlock {
+    pub file_id: FileId,
+    pub chunk: u64,
+    /// Offset of the block inside the chunk.
+    pub offset: u64,
 }
 
 /// A response: a reply or an errno.
@@ -1118,7 +1185,7 @@ fn unexpected_payload(what: &str, len: usize) -> Errno {
 /// The frame of a response: a `Data` reply's bytes as the payload.
 pub fn response_frame(id: u64, resp: &Response, max: u32) -> Result<OutFrame, Errno> {
     let payload = match resp {
-        Ok(Reply::Data(d)) => d.clone(),
+        Ok(Reply::Data(d)) | Ok(Reply::Checked { data: d, .. }) => d.clone(),
         _ => Bytes::new(),
     };
     OutFrame::new(id, resp, payload, max)
@@ -1128,7 +1195,7 @@ pub fn response_frame(id: u64, resp: &Response, max: u32) -> Result<OutFrame, Er
 pub fn response_from_frame(frame: Frame, limit: u64) -> Result<Response, Errno> {
     let mut resp: Response = decode(&frame.meta, limit)?;
     match &mut resp {
-        Ok(Reply::Data(d)) => *d = frame.payload,
+        Ok(Reply::Data(d)) | Ok(Reply::Checked { data: d, .. }) => *d = frame.payload,
         _ if !frame.payload.is_empty() => {
             return Err(unexpected_payload("a reply", frame.payload.len()))
         }
@@ -1211,6 +1278,7 @@ mod tests {
                 offset: 2,
                 len: 3,
             }],
+            sums: vec![7],
             data: Bytes::from_static(&[1, 2, 3]),
             backing: Some(Backing {
                 path: "/in/x".into(),
@@ -1228,6 +1296,13 @@ mod tests {
         let frame = read_back(response_frame(1, &data, 1 << 20).unwrap());
         assert_eq!(frame.payload.len(), 100);
         assert_eq!(response_from_frame(frame, 1 << 20).unwrap(), data);
+        let checked: Response = Ok(Reply::Checked {
+            data: Bytes::from(vec![3u8; 10]),
+            sums: vec![1, 2],
+        });
+        let frame = read_back(response_frame(1, &checked, 1 << 20).unwrap());
+        assert_eq!(frame.payload.len(), 10);
+        assert_eq!(response_from_frame(frame, 1 << 20).unwrap(), checked);
         // A payload where none belongs is EPROTO.
         let stat = Request::Stat { path: "/a".into() };
         let mut frame = read_back(stat.to_frame(2, 1 << 20).unwrap());
@@ -1338,9 +1413,10 @@ mod tests {
 
     #[test]
     fn huge_length_prefix_does_not_allocate() {
-        // A Write whose pieces claim 2^60 entries.
+        // A Write whose checksums claim 2^60 entries.
         let mut bytes = encode(&Request::Write {
             file_id: 1,
+            sums: vec![],
             pieces: vec![],
             data: Bytes::new(),
             backing: None,

@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod gluster;
 pub mod model;
+pub mod raw;
 pub mod require;
 pub mod slurm;
 

@@ -144,7 +144,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
 
     pub async fn data(&mut self, req: Request) -> Vec<u8> {
         match self.ok(req).await {
-            Reply::Data(d) => d.to_vec(),
+            Reply::Data(d) | Reply::Checked { data: d, .. } => d.to_vec(),
             other => panic!("expected data, got {other:?}"),
         }
     }

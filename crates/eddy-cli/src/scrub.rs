@@ -1,0 +1,196 @@
+//! `eddy scrub`: every daemon verifies every stored block of its chunks against its checksum
+//! (decision 0019), in pages of chunks, all daemons at once, while I/O goes on. A progress
+//! bar on stderr (on a terminal), a report at the end; exit status non-zero when a block is
+//! damaged or a daemon could not be scrubbed.
+
+use crate::cli::ScrubArgs;
+use crate::state::StateDir;
+use crate::status::human_bytes;
+use anyhow::{bail, Context, Result};
+use eddy_client::Client;
+use eddy_proto::{FileId, ScrubPage};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+/// What one daemon's scrub found.
+#[derive(Debug, Default, Serialize)]
+struct DaemonScrub {
+    id: u32,
+    chunks: u64,
+    blocks: u64,
+    bytes: u64,
+    mismatches: Vec<Mismatch>,
+    /// Why the scrub of this daemon stopped early.
+    error: Option<String>,
+}
+
+/// A damaged block.
+#[derive(Debug, Serialize)]
+struct Mismatch {
+    daemon: u32,
+    /// The file id as 32 hex digits (as the daemons' logs and data files name it).
+    file_id: String,
+    chunk: u64,
+    /// Offset of the block in the chunk, and in the file.
+    offset: u64,
+    file_offset: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    chunks: u64,
+    blocks: u64,
+    bytes: u64,
+    mismatches: usize,
+    daemons: Vec<DaemonScrub>,
+}
+
+pub fn scrub(args: ScrubArgs) -> Result<()> {
+    let state = StateDir::from_arg(args.state.state.as_deref())?;
+    let dep = state.load_deployment()?;
+    let rt = crate::runtime()?;
+    let chunk_size = dep.config.chunk_size;
+    let limit = dep.config.scrub_page_chunks;
+    let daemons: Vec<u32> = dep.daemons.iter().map(|d| d.id).collect();
+    let client = Client::new(dep).context("the deployment file is not usable")?;
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(None, target);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "scrub {bar:30} {pos}/{len} chunks {binary_bytes} verified {msg} {elapsed}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let results = rt.block_on(async {
+        let total: u64 = client
+            .daemon_status()
+            .await
+            .iter()
+            .filter_map(|(_, s)| s.as_ref().ok().map(|s| s.chunks))
+            .sum();
+        bar.set_length(total);
+        let runs = daemons
+            .iter()
+            .map(|&id| scrub_daemon(&client, id, limit, chunk_size, &bar));
+        futures::future::join_all(runs).await
+    });
+    bar.finish_and_clear();
+    let report = Report {
+        chunks: results.iter().map(|d| d.chunks).sum(),
+        blocks: results.iter().map(|d| d.blocks).sum(),
+        bytes: results.iter().map(|d| d.bytes).sum(),
+        mismatches: results.iter().map(|d| d.mismatches.len()).sum(),
+        daemons: results,
+    };
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    let failed: Vec<String> = report
+        .daemons
+        .iter()
+        .filter_map(|d| d.error.as_ref().map(|e| format!("daemon {}: {e}", d.id)))
+        .collect();
+    if report.mismatches > 0 {
+        bail!(
+            "{} damaged block(s) found: reads of them fail with EIO. Rewrite the files listed \
+             (or copy them again from where they came from); `eddy scrub` again then reports \
+             none{}",
+            report.mismatches,
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!("; and not every daemon was scrubbed: {}", failed.join("; "))
+            }
+        );
+    }
+    if !failed.is_empty() {
+        bail!(
+            "not every daemon was scrubbed: {}; see their logs, then run `eddy scrub` again",
+            failed.join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// Scrubs one daemon page by page.
+async fn scrub_daemon(
+    client: &Client,
+    id: u32,
+    limit: u32,
+    chunk_size: u64,
+    bar: &ProgressBar,
+) -> DaemonScrub {
+    let mut out = DaemonScrub {
+        id,
+        ..DaemonScrub::default()
+    };
+    let mut after: Option<(FileId, u64)> = None;
+    loop {
+        let page: ScrubPage = match client.scrub_page(id, after, limit).await {
+            Ok(p) => p,
+            Err(e) => {
+                out.error = Some(e.to_string());
+                return out;
+            }
+        };
+        out.chunks += page.chunks;
+        out.blocks += page.blocks;
+        out.bytes += page.bytes;
+        bar.inc(page.chunks);
+        for b in &page.bad {
+            out.mismatches.push(Mismatch {
+                daemon: id,
+                file_id: format!("{:032x}", b.file_id),
+                chunk: b.chunk,
+                offset: b.offset,
+                file_offset: b.chunk * chunk_size + b.offset,
+            });
+        }
+        if !page.bad.is_empty() {
+            bar.set_message(format!("{} damaged", page.bad.len()));
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return out,
+        }
+    }
+}
+
+fn print_report(r: &Report) {
+    outln!(
+        "scrubbed {} chunks: {} blocks, {} verified; {} damaged block(s)",
+        r.chunks,
+        r.blocks,
+        human_bytes(r.bytes),
+        r.mismatches
+    );
+    for d in &r.daemons {
+        outln!(
+            "  daemon {}: {} chunks, {} blocks, {}, {} damaged{}",
+            d.id,
+            d.chunks,
+            d.blocks,
+            human_bytes(d.bytes),
+            d.mismatches.len(),
+            d.error
+                .as_ref()
+                .map(|e| format!(" (stopped: {e})"))
+                .unwrap_or_default()
+        );
+    }
+    for m in r.daemons.iter().flat_map(|d| &d.mismatches) {
+        outln!(
+            "  damaged: daemon {} file {} chunk {} offset {} (file offset {})",
+            m.daemon, m.file_id, m.chunk, m.offset, m.file_offset
+        );
+    }
+}
