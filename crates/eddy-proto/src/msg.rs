@@ -826,10 +826,24 @@ pub enum Request {
     /// there cannot fail for want of room. Bytes not written read as zeros. ENOSPC when the
     /// device cannot hold them. Replies `Ok`.
     Allocate { file_id: FileId, pieces: Vec<Piece> },
+
+    // ---- replication: daemon to daemon (decision 0020) ----
+    /// The current state of metadata keys a peer changed, for the other owners of those
+    /// keys: each key's record is stored as given, or removed (`None`). Replies `Ok`.
+    Replicate { changes: Vec<KeyState> },
+}
+
+/// The state of one metadata key as its primary holds it: its record, or `None` when the
+/// key is gone (decision 0020).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct KeyState {
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
 }
 
 /// Short names of the requests, in `Request::op_index` order.
-pub const OP_NAMES: [&str; 42] = [
+pub const OP_NAMES: [&str; 43] = [
     "create",
     "stat",
     "remove",
@@ -872,6 +886,7 @@ pub const OP_NAMES: [&str; 42] = [
     "clear_setid",
     "count_subdirs",
     "allocate",
+    "replicate",
 ];
 
 impl Request {
@@ -987,6 +1002,7 @@ impl Request {
             Request::ClearSetId { .. } => 39,
             Request::CountSubdirs { .. } => 40,
             Request::Allocate { .. } => 41,
+            Request::Replicate { .. } => 42,
         }
     }
 }
