@@ -39,7 +39,11 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
     }
     let exe = std::env::current_exe().context("cannot find the eddy program's path")?;
     eprintln!("eddy bench suite: storage {}", base.path().display());
-    let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state, &[])?;
+    let extra: Vec<std::ffi::OsString> = match a.replicas {
+        Some(r) => vec!["--replicas".into(), r.to_string().into()],
+        None => Vec::new(),
+    };
+    let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state, &extra)?;
     let targets = Targets {
         raw: Target::Dir(raw),
         mount: Target::Dir(mount),
