@@ -68,6 +68,9 @@ pub struct SuiteArgs {
     /// Number of local daemons.
     #[arg(long, default_value_t = 3)]
     pub daemons: u32,
+    /// Copies of everything (`eddy start --replicas`); default: eddy start's (1).
+    #[arg(long, value_name = "R")]
+    pub replicas: Option<usize>,
     /// Run the raw storage first (default: Eddy first).
     #[arg(long)]
     pub raw_first: bool,

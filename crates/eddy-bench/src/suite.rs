@@ -39,10 +39,13 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
     }
     let exe = std::env::current_exe().context("cannot find the eddy program's path")?;
     eprintln!("eddy bench suite: storage {}", base.path().display());
-    let extra: Vec<std::ffi::OsString> = match &a.config {
-        Some(file) => vec!["--config".into(), file.into()],
-        None => Vec::new(),
-    };
+    let mut extra: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(file) = &a.config {
+        extra.extend(["--config".into(), file.into()]);
+    }
+    if let Some(r) = a.replicas {
+        extra.extend(["--replicas".into(), r.to_string().into()]);
+    }
     let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state, &extra)?;
     let targets = Targets {
         raw: Target::Dir(raw),

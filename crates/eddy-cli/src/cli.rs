@@ -93,6 +93,11 @@ pub struct StartArgs {
     /// Chunk size in bytes (overrides the configuration file).
     #[arg(long, value_name = "BYTES")]
     pub chunk_size: Option<u64>,
+    /// Copies of every metadata record and chunk, on R distinct daemons (1..=daemons;
+    /// overrides the configuration file; default 1). With R copies the deployment keeps
+    /// working with up to R-1 daemons down.
+    #[arg(long, value_name = "R")]
+    pub replicas: Option<usize>,
     /// Link the whole namespace to this backend directory (the parallel file system): its
     /// entries appear on first touch, data is fetched chunk by chunk and written back by
     /// stage-out, eviction and stop. Every daemon's host must see it at this path.

@@ -190,7 +190,11 @@ fn print_report(r: &Report) {
     for m in r.daemons.iter().flat_map(|d| &d.mismatches) {
         outln!(
             "  damaged: daemon {} file {} chunk {} offset {} (file offset {})",
-            m.daemon, m.file_id, m.chunk, m.offset, m.file_offset
+            m.daemon,
+            m.file_id,
+            m.chunk,
+            m.offset,
+            m.file_offset
         );
     }
 }

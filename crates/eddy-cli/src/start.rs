@@ -112,6 +112,13 @@ pub fn start(args: StartArgs) -> Result<()> {
         Placement::Local(n) => *n,
         Placement::Remote { hosts, .. } => to_id(hosts.len())?,
     };
+    if config.replicas > daemons as usize {
+        bail!(
+            "--replicas {} needs at least that many daemons, but the deployment has {daemons}: \
+             each copy lives on a daemon of its own",
+            config.replicas
+        );
+    }
     let plan = Plan {
         state,
         config,
@@ -211,6 +218,9 @@ fn start_config(args: &StartArgs) -> Result<Config> {
     if let Some(cs) = args.chunk_size {
         config.chunk_size = cs;
     }
+    if let Some(r) = args.replicas {
+        config.replicas = r;
+    }
     if let Some(dir) = &args.backend {
         config.links.push(Link {
             prefix: "/".into(),
@@ -222,9 +232,9 @@ fn start_config(args: &StartArgs) -> Result<Config> {
         link.backend = absolute(&link.backend);
         config.links.push(link);
     }
-    config
-        .validate()
-        .context("invalid configuration (check --chunk-size, --backend, --link and --config)")?;
+    config.validate().context(
+        "invalid configuration (check --chunk-size, --replicas, --backend, --link and --config)",
+    )?;
     for link in &config.links {
         let ok = std::fs::metadata(&link.backend).map(|m| m.is_dir());
         if !matches!(ok, Ok(true)) {
@@ -311,6 +321,9 @@ fn shared_daemon_args(plan: &Plan) -> Vec<OsString> {
         plan.state.config_path().into(),
         "--members".into(),
         members.join(",").into(),
+        // Where the daemons find each other for copies (written once all listen).
+        "--peers".into(),
+        plan.state.deployment_path().into(),
     ];
     if let Some(user) = &plan.daemon_user {
         args.extend(["--user".into(), user.into()]);

@@ -41,7 +41,36 @@ struct Report {
     state: String,
     /// Namespace prefixes linked to backend directories.
     links: Vec<Link>,
+    /// Copies of every item (decision 0020).
+    replicas: usize,
+    /// "healthy", "degraded: ..." (daemons down, every item still has a copy up) or
+    /// "unavailable: ..." (some items have no copy up).
+    health: String,
     daemons: Vec<DaemonRow>,
+}
+
+/// The deployment's health from the daemons that are down and the copies kept.
+fn health(rows: &[DaemonRow], replicas: usize) -> String {
+    let down: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.up)
+        .map(|r| r.id.to_string())
+        .collect();
+    if down.is_empty() {
+        return "healthy".into();
+    }
+    let list = down.join(", ");
+    if down.len() < replicas {
+        format!(
+            "degraded: daemons down: {list}; every item still has a copy up ({replicas} copies \
+             kept), the items of the daemons down are under-replicated"
+        )
+    } else {
+        format!(
+            "unavailable: daemons down: {list}; with {replicas} cop{} some items have none up",
+            if replicas == 1 { "y" } else { "ies" }
+        )
+    }
 }
 
 pub fn status(args: StatusArgs) -> Result<()> {
@@ -49,10 +78,13 @@ pub fn status(args: StatusArgs) -> Result<()> {
     let dep = state.load_deployment()?;
     let rows = collect(&dep)?;
     let down = rows.iter().filter(|r| !r.up).count();
+    let replicas = dep.config.replicas;
     let report = Report {
         name: dep.name.clone(),
         state: state.dir().display().to_string(),
         links: dep.config.links.clone(),
+        replicas,
+        health: health(&rows, replicas),
         daemons: rows,
     };
     if args.json {
@@ -62,8 +94,9 @@ pub fn status(args: StatusArgs) -> Result<()> {
     }
     if down > 0 {
         bail!(
-            "{down} of {} daemons are down; see their logs in {}",
+            "{down} of {} daemons are down ({}); see their logs in {}",
             report.daemons.len(),
+            report.health,
             state.dir().display()
         );
     }
@@ -143,6 +176,7 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
 
 fn print_table(report: &Report) {
     outln!("deployment {:?} (state {})", report.name, report.state);
+    outln!("copies {}: {}", report.replicas, report.health);
     for l in &report.links {
         outln!("link {} -> {}", l.prefix, l.backend.display());
     }

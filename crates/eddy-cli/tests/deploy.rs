@@ -463,3 +463,72 @@ fn slurm_start_outside_an_allocation_names_the_missing_variable() {
     assert!(err.contains("SLURM_JOB_NODELIST"), "{err}");
     assert!(!dir.path().join("deployment.toml").exists());
 }
+
+/// `eddy start --replicas 2`: the deployment file carries R, the daemons copy metadata to
+/// each other (a file made through a mount is listed after its first owner is killed), and
+/// `eddy status` says healthy, then degraded naming the daemon down. More copies than
+/// daemons is refused before anything starts.
+#[test]
+fn replicas_are_started_and_status_tells_healthy_from_degraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = fails(&[
+        "start",
+        "--local",
+        "2",
+        "--root",
+        s(&dir.path().join("r0")),
+        "--replicas",
+        "3",
+    ]);
+    assert!(err.contains("--replicas 3"), "{err}");
+
+    let (state, _guard) = start_local(dir.path(), 3, &["--replicas", "2"]);
+    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    assert_eq!(dep.config.replicas, 2);
+    let (up, v) = status_json(&state);
+    assert!(up, "status failed: {v}");
+    assert_eq!(v["replicas"], 2);
+    assert_eq!(v["health"], "healthy");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = eddy_client::Client::connect(dep.clone()).await.unwrap();
+        let me = eddy_client::Creds::root();
+        for i in 0..6 {
+            let f = c.create(&format!("/f{i}"), 0o644, true, me).await.unwrap();
+            c.pwrite(&f, 0, b"two copies").await.unwrap();
+            c.close(&f).await.unwrap();
+        }
+    });
+    let victim = pids(&state)[1];
+    // SAFETY: plain kill(2) of a daemon this test started.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    while alive(victim) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (up, v) = status_json(&state);
+    assert!(!up, "status succeeded with a daemon down: {v}");
+    let health = v["health"].as_str().unwrap();
+    assert!(health.starts_with("degraded: daemons down: 1;"), "{health}");
+    rt.block_on(async {
+        let c = eddy_client::Client::connect(dep).await.unwrap();
+        let mut r = c.readdir("/", None).unwrap();
+        let mut names = Vec::new();
+        while let Some(page) = r.next_page().await.unwrap() {
+            names.extend(page.into_iter().map(|e| e.name));
+        }
+        assert_eq!(names, ["f0", "f1", "f2", "f3", "f4", "f5"]);
+        for i in 0..6 {
+            let f = c
+                .open(
+                    &format!("/f{i}"),
+                    libc::O_RDONLY,
+                    0,
+                    eddy_client::Creds::root(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(c.pread(&f, 0, 100).await.unwrap(), b"two copies");
+        }
+    });
+}

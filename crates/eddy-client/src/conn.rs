@@ -28,6 +28,32 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 /// failed before it came.
 type Outcome = Result<Response, String>;
 
+/// Why a call to one daemon failed: it answered with an error, or it could not be reached
+/// (refused, connection lost, no answer in time, failed handshake).
+#[derive(Debug, Clone)]
+pub enum Failure {
+    Daemon(Errno),
+    Unreachable(Errno),
+}
+
+impl Failure {
+    pub fn into_errno(self) -> Errno {
+        match self {
+            Failure::Daemon(e) | Failure::Unreachable(e) => e,
+        }
+    }
+
+    pub fn errno(&self) -> &Errno {
+        match self {
+            Failure::Daemon(e) | Failure::Unreachable(e) => e,
+        }
+    }
+
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Failure::Unreachable(_))
+    }
+}
+
 /// A reply slot, as a call hands it to the reader.
 type Registration = (u64, oneshot::Sender<Outcome>);
 
@@ -310,10 +336,11 @@ impl Link {
         format!("daemon {} ({})", self.entry.id, self.entry.addr)
     }
 
-    /// Sends one request and waits for the reply, within the RPC deadline. Every failure to
-    /// reach the daemon is EIO with a message naming it.
-    /// Also returns the generation of the connection that carried the request.
-    pub async fn call_tracked(&self, req: &Request) -> Result<(Reply, u64), Errno> {
+    /// Sends one request and waits for the reply, within the RPC deadline; also returns the
+    /// generation of the connection that carried the request. Every failure to reach the
+    /// daemon is EIO with a message naming it, told apart from an error the daemon answered
+    /// (the other copies are tried then; decision 0020).
+    pub async fn call_classified(&self, req: &Request) -> Result<(Reply, u64), Failure> {
         let deadline = self.rpc_timeout;
         // Named only when something went wrong: not on the path of every RPC.
         let what = || format!("{} {}", req.op_name(), self.describe());
@@ -329,14 +356,17 @@ impl Link {
         })
         .await;
         match outcome {
-            Ok(Ok(Ok(resp))) => resp,
-            Ok(Ok(Err(why))) => Err(Errno::eio(format!("{}: {why}", what()))),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(Errno::eio(format!(
+            Ok(Ok(Ok(resp))) => resp.map_err(Failure::Daemon),
+            Ok(Ok(Err(why))) => Err(Failure::Unreachable(Errno::eio(format!(
+                "{}: {why}",
+                what()
+            )))),
+            Ok(Err(e)) => Err(Failure::Unreachable(e)),
+            Err(_) => Err(Failure::Unreachable(Errno::eio(format!(
                 "{}: no answer within {} ms (is the daemon alive? try `eddy status`)",
                 what(),
                 deadline.as_millis()
-            ))),
+            )))),
         }
     }
 

@@ -3,7 +3,7 @@
 //! buffers one page, so memory stays bounded for a directory of any size; the cookie is the
 //! last name returned.
 
-use crate::{Client, DirEntry, Errno, FileKind};
+use crate::{Client, DirEntry, Errno, Failure, FileKind};
 use eddy_proto::{Reply, Request};
 use futures::future::join_all;
 use std::collections::VecDeque;
@@ -22,6 +22,8 @@ pub struct DirReader {
     streams: Vec<Stream>,
     cookie: Option<String>,
     checked: bool,
+    /// Daemons left out of this listing because they could not be reached.
+    unreachable: usize,
 }
 
 impl DirReader {
@@ -44,6 +46,7 @@ impl DirReader {
             streams,
             cookie: after,
             checked: false,
+            unreachable: 0,
         }
     }
 
@@ -76,15 +79,40 @@ impl DirReader {
                 .min_by(|a, b| a.1.cmp(b.1))
                 .map(|(i, _)| i);
             let Some(i) = next else { break };
-            if let Some(e) = self.streams[i].buf.pop_front() {
-                out.push(e);
-            }
+            let e = if self.client.replicas() > 1 {
+                self.take_copies(i)
+            } else {
+                self.streams[i].buf.pop_front()
+            };
+            out.extend(e);
         }
         if let Some(last) = out.last() {
             self.cookie = Some(last.name.clone());
         }
         self.resolve_shared(&mut out).await?;
         Ok((!out.is_empty()).then_some(out))
+    }
+
+    /// With R copies, the entry at the front of stream `i` is the smallest name, and the
+    /// other streams may hold copies of it at their fronts: all are taken, and the copy of
+    /// the first owner of the entry's path that listed it is kept.
+    fn take_copies(&mut self, i: usize) -> Option<DirEntry> {
+        let name = self.streams[i].buf.front()?.name.clone();
+        let mut copies: Vec<(u32, DirEntry)> = Vec::new();
+        for s in &mut self.streams {
+            if s.buf.front().is_some_and(|e| e.name == name) {
+                if let Some(e) = s.buf.pop_front() {
+                    copies.push((s.daemon, e));
+                }
+            }
+        }
+        if copies.len() > 1 {
+            let owners = self
+                .client
+                .meta_owners(&eddy_proto::path::join(&self.dir, &name));
+            copies.sort_by_key(|(d, _)| owners.iter().position(|o| o == d).unwrap_or(usize::MAX));
+        }
+        copies.into_iter().next().map(|(_, e)| e)
     }
 
     /// The record of a name of a shared file holds the file as it was when it was linked:
@@ -129,17 +157,26 @@ impl DirReader {
         }
         let calls = need.iter().map(|&i| {
             let s = &self.streams[i];
-            self.client.call(
-                s.daemon,
-                Request::Readdir {
-                    dir: self.dir.clone(),
-                    after: s.after.clone(),
-                    limit,
-                },
-            )
+            let req = Request::Readdir {
+                dir: self.dir.clone(),
+                after: s.after.clone(),
+                limit,
+            };
+            let client = &self.client;
+            async move { client.try_call(s.daemon, &req).await }
         });
         let replies = join_all(calls).await;
         for (i, r) in need.into_iter().zip(replies) {
+            let r = match r {
+                // With R copies, what a daemon that cannot be reached holds is listed from
+                // the other copies (up to R-1 such daemons).
+                Err(f) if f.is_unreachable() && self.unreachable + 1 < self.client.replicas() => {
+                    self.unreachable += 1;
+                    self.streams[i].done = true;
+                    continue;
+                }
+                r => r.map(|(reply, _)| reply).map_err(Failure::into_errno),
+            };
             let Reply::Entries { entries, more } = r? else {
                 return Err(Errno::eio("unexpected reply to readdir"));
             };

@@ -3,7 +3,8 @@
 use crate::integrity;
 use crate::perm::{self, Access};
 use crate::{
-    layout, new_inode, size, unsynced, Client, Creds, Errno, FileId, FileKind, Inode, SetAttr,
+    layout, new_inode, size, unsynced, Client, Creds, Errno, Failure, FileId, FileKind, Inode,
+    SetAttr,
 };
 use eddy_proto::path;
 use eddy_proto::{Backing, Piece, Reply, Request};
@@ -341,6 +342,13 @@ impl Client {
         }
         let len = (size - offset).min(len as u64) as usize;
         let mut out = vec![0u8; len];
+        if self.replicas() > 1 {
+            self.read_ahead(f, offset, len, size);
+            let spans = layout::pieces(offset, len, self.config().chunk_size);
+            self.read_copies(f.file_id(), f.path(), f.0.backing.clone(), spans, &mut out)
+                .await?;
+            return Ok(out);
+        }
         let batches = self.batches(f, offset, len);
         let cfg = self.config();
         let reads = batches.iter().map(|b| {
@@ -480,7 +488,7 @@ impl Client {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| Errno::new(libc::EFBIG, "write beyond the largest file size"))?;
-        let batches = self.batches(f, offset, data.len());
+        let batches = self.write_batches(f.file_id(), offset, data.len());
         let writes = batches.iter().map(|b| {
             let mut buf = Vec::with_capacity(b.bytes);
             for s in &b.spans {
@@ -495,9 +503,9 @@ impl Client {
                 backing: f.0.backing.clone(),
             };
             async move {
-                let (_, generation) = self.call_tracked(b.daemon, &req).await?;
+                let (_, generation) = self.try_call(b.daemon, &req).await?;
                 f.0.unsynced.note(b.daemon, generation);
-                Ok::<(), Errno>(())
+                Ok::<(), Failure>(())
             }
         });
         // The size this write reached goes to the owner with the data, or later in a batch
@@ -519,9 +527,7 @@ impl Client {
         };
         let cleared = self.clear_setid_on_write(f, clear_setid);
         let (results, grown, cleared) = futures::join!(join_all(writes), grow, cleared);
-        for r in results {
-            r?;
-        }
+        self.settle_writes(f.file_id(), &batches, results)?;
         grown?;
         cleared?;
         f.raise_known(end);
@@ -536,23 +542,36 @@ impl Client {
     /// lost it).
     pub async fn fsync(&self, f: &File) -> Result<(), Errno> {
         self.publish_size(f).await?;
-        let data = f.0.unsynced.take();
-        let meta = self.0.unsynced.take();
+        let mut data = f.0.unsynced.take();
+        let mut meta = self.0.unsynced.take();
         let mut targets: std::collections::BTreeSet<u32> =
             data.keys().chain(meta.keys()).copied().collect();
-        targets.insert(self.0.placement.meta_owner(f.path()));
+        // With R copies: every owner of the file's metadata, and the copies that cannot be
+        // reached are left out (up to R-1 of them: the others hold what they missed).
+        let meta_owners = self.meta_owners(f.path());
+        let tolerated = meta_owners.len() - 1;
+        targets.extend(meta_owners);
         let file_id = Some(f.file_id());
         let req = Request::Sync { file_id };
-        let syncs = targets.iter().map(|&d| self.call_tracked(d, &req));
+        let syncs = targets.iter().map(|&d| self.try_call(d, &req));
         let mut answered = std::collections::HashMap::new();
         let mut failed = None;
+        let mut unreachable = Vec::new();
         for (&d, r) in targets.iter().zip(join_all(syncs).await) {
             match r {
                 Ok((_, generation)) => {
                     answered.insert(d, generation);
                 }
-                Err(e) => failed = failed.or(Some(e)),
+                Err(Failure::Unreachable(e)) if tolerated > 0 => unreachable.push((d, e)),
+                Err(e) => failed = failed.or(Some(e.into_errno())),
             }
+        }
+        if unreachable.len() > tolerated {
+            failed = failed.or(unreachable.pop().map(|(_, e)| e));
+        }
+        for (d, _) in &unreachable {
+            data.remove(d);
+            meta.remove(d);
         }
         if let Some(e) = failed {
             // Retried by the next fsync.
@@ -644,21 +663,20 @@ impl Client {
             .ok_or_else(|| Errno::new(libc::EFBIG, "fallocate beyond the largest file size"))?;
         let len = usize::try_from(len)
             .map_err(|_| Errno::new(libc::EFBIG, "fallocate range too large"))?;
-        let batches = self.batches(f, offset, len);
+        let batches = self.write_batches(f.file_id(), offset, len);
         let calls = batches.iter().map(|b| {
             let req = Request::Allocate {
                 file_id: f.file_id(),
                 pieces: b.spans.iter().map(|s| s.piece).collect(),
             };
             async move {
-                let (_, generation) = self.call_tracked(b.daemon, &req).await?;
+                let (_, generation) = self.try_call(b.daemon, &req).await?;
                 f.0.unsynced.note(b.daemon, generation);
-                Ok::<(), Errno>(())
+                Ok::<(), Failure>(())
             }
         });
-        for r in join_all(calls).await {
-            r?;
-        }
+        let results = join_all(calls).await;
+        self.settle_writes(f.file_id(), &batches, results)?;
         if !keep_size {
             let req = Request::GrowSize {
                 path: f.path().to_string(),

@@ -59,6 +59,27 @@ pub(crate) fn batches(
             .or_default()
             .push(span);
     }
+    cut(by_daemon, max_bytes)
+}
+
+/// Groups spans by every daemon `targets` names for each (a chunk with R copies goes to
+/// each of its R owners), cut as `batches` cuts them.
+pub(crate) fn batches_to(
+    spans: impl IntoIterator<Item = Span>,
+    targets: impl Fn(&Span) -> Vec<u32>,
+    max_bytes: usize,
+) -> Vec<Batch> {
+    let mut by_daemon: BTreeMap<u32, Vec<Span>> = BTreeMap::new();
+    for span in spans {
+        for d in targets(&span) {
+            by_daemon.entry(d).or_default().push(span);
+        }
+    }
+    cut(by_daemon, max_bytes)
+}
+
+/// Cuts each daemon's spans into batches of at most `max_bytes` data bytes.
+fn cut(by_daemon: BTreeMap<u32, Vec<Span>>, max_bytes: usize) -> Vec<Batch> {
     let mut out = Vec::new();
     for (daemon, spans) in by_daemon {
         let mut cur = Batch {
@@ -126,6 +147,24 @@ mod tests {
                 prop_assert!(b.spans.len() == 1 || b.bytes <= max);
             }
             prop_assert!(covered.iter().all(|&c| c));
+        }
+
+        #[test]
+        fn replicated_batches_give_each_piece_to_each_owner(offset in 0u64..1_000_000, len in 0usize..200_000, max in 1usize..50_000) {
+            let placement = Placement::new(vec![0, 1, 2, 3]).unwrap();
+            let cs = 64 * 1024;
+            let owners = |s: &Span| placement.owners(eddy_placement::chunk_hash(7, s.piece.chunk), 2);
+            let bs = batches_to(pieces(offset, len, cs), owners, max);
+            let mut copies = vec![0u32; len];
+            for b in &bs {
+                for s in &b.spans {
+                    prop_assert!(owners(s).contains(&b.daemon));
+                    for c in copies.iter_mut().skip(s.buf_pos).take(s.piece.len as usize) {
+                        *c += 1;
+                    }
+                }
+            }
+            prop_assert!(copies.iter().all(|&c| c == 2));
         }
     }
 }

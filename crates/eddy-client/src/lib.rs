@@ -23,11 +23,13 @@ mod locks;
 mod ns;
 mod perm;
 mod rename;
+mod replica;
 mod size;
 mod special;
 mod tier;
 mod unsynced;
 
+pub use conn::Failure;
 pub use dir::DirReader;
 pub use eddy_proto::{
     DaemonStatus, DirEntry, Errno, FileId, FileKind, Inode, SetAttr, SetTime, Timespec, XattrSet,
@@ -77,6 +79,8 @@ struct Inner {
     /// Daemons holding this client's changes other than file data not yet synced (an
     /// fsync reaches them; decision 0015).
     unsynced: unsynced::Unsynced,
+    /// Daemons found unreachable lately (with replicas > 1; see `replica`).
+    down: replica::Down,
 }
 
 /// A connection to a deployment. Cloning shares the connections.
@@ -132,6 +136,7 @@ impl Client {
             )),
             rpcs: std::array::from_fn(|_| Default::default()),
             unsynced: Default::default(),
+            down: replica::Down::new(std::time::Duration::from_millis(dep.config.down_hold_ms)),
             dep,
         })))
     }
@@ -187,15 +192,27 @@ impl Client {
         daemon: u32,
         req: &Request,
     ) -> Result<(Reply, u64), Errno> {
+        self.try_call(daemon, req)
+            .await
+            .map_err(Failure::into_errno)
+    }
+
+    /// `call_tracked`, telling an error answer apart from a daemon that cannot be reached.
+    pub(crate) async fn try_call(
+        &self,
+        daemon: u32,
+        req: &Request,
+    ) -> Result<(Reply, u64), Failure> {
         self.0.rpcs[req.op_index()].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match self.0.links.get(&daemon) {
             Some(link) => {
-                let reply = link.call_tracked(req).await;
+                let reply = link.call_classified(req).await;
                 if let Ok((_, generation)) = &reply {
                     if unsynced::changes_state(req) {
                         self.0.unsynced.note(daemon, *generation);
                     }
                 }
+                self.note_outcome(daemon, &reply);
                 // The daemon restarted or the connection broke: renames may have been cut
                 // off there, or may be completed now.
                 if link.take_reconnected() {
@@ -203,9 +220,9 @@ impl Client {
                 }
                 reply
             }
-            None => Err(Errno::eio(format!(
+            None => Err(Failure::Daemon(Errno::eio(format!(
                 "daemon {daemon} is not part of this deployment"
-            ))),
+            )))),
         }
     }
 
@@ -225,9 +242,13 @@ impl Client {
         path: &str,
         req: Request,
     ) -> impl std::future::Future<Output = Result<Reply, Errno>> + '_ {
-        let owner = self.0.placement.meta_owner(path);
+        let owners = self.meta_owners(path);
         async move {
-            match self.call_ref(owner, &req).await? {
+            let reply = match owners.as_slice() {
+                [owner] => self.call_ref(*owner, &req).await?,
+                _ => self.failover(&owners, &req).await?,
+            };
+            match reply {
                 Reply::Shared { daemon, file_id } => self.on_identity(daemon, file_id, &req).await,
                 reply => Ok(reply),
             }
@@ -239,14 +260,39 @@ impl Client {
         &self,
         make: F,
     ) -> Vec<(u32, Result<Reply, Errno>)> {
+        self.all_classified(make)
+            .await
+            .into_iter()
+            .map(|(id, r)| (id, r.map_err(Failure::into_errno)))
+            .collect()
+    }
+
+    async fn all_classified<F: Fn() -> Request>(
+        &self,
+        make: F,
+    ) -> Vec<(u32, Result<Reply, Failure>)> {
         let ids = self.0.placement.ids().to_vec();
-        let futs = ids.iter().map(|&id| self.call(id, make()));
+        let futs = ids.iter().map(|&id| {
+            let req = make();
+            async move { self.try_call(id, &req).await.map(|(r, _)| r) }
+        });
         ids.iter().copied().zip(join_all(futs).await).collect()
     }
 
-    /// Like `all`, but the first error wins.
+    /// Like `all`, but the first error wins. With R copies, up to R-1 daemons that cannot be
+    /// reached are left out (what they hold has a copy on the others).
     pub(crate) async fn all_ok<F: Fn() -> Request>(&self, make: F) -> Result<Vec<Reply>, Errno> {
-        self.all(make).await.into_iter().map(|(_, r)| r).collect()
+        let results = self.all_classified(make).await;
+        let unreachable = results
+            .iter()
+            .filter(|(_, r)| matches!(r, Err(Failure::Unreachable(_))))
+            .count();
+        let tolerated = unreachable < self.replicas();
+        results
+            .into_iter()
+            .filter(|(_, r)| !(tolerated && matches!(r, Err(Failure::Unreachable(_)))))
+            .map(|(_, r)| r.map_err(Failure::into_errno))
+            .collect()
     }
 
     /// Makes sure the root directory exists, and that every linked prefix is an entry of

@@ -80,7 +80,11 @@ impl Client {
         req: &Request,
     ) -> Result<Reply, Errno> {
         let op = eddy_proto::encode(req)?;
-        self.call(daemon, Request::OnIdentity { file_id, op }).await
+        let req = Request::OnIdentity { file_id, op };
+        match self.identity_holders(daemon).as_slice() {
+            [one] => self.call(*one, req).await,
+            holders => self.failover(holders, &req).await,
+        }
     }
 
     /// What removing the name whose record was `removed` leaves to do: a shared file counts
@@ -94,7 +98,8 @@ impl Client {
 
     /// Counts one name less of a shared file; at zero its data goes.
     async fn drop_name(&self, daemon: u32, file_id: FileId) -> Result<(), Errno> {
-        let left = expect_inode(self.call(daemon, Request::DropName { file_id }).await?)?;
+        let req = Request::DropName { file_id };
+        let left = expect_inode(self.failover(&self.identity_holders(daemon), &req).await?)?;
         if left.nlink == 0 {
             self.drop_file(&left).await?;
         }

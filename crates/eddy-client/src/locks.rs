@@ -42,8 +42,11 @@ impl Client {
     }
 
     /// The daemon holding the lock table of a file.
+    /// With R copies, the first of the chunk's owners not believed down (decision 0020: the
+    /// locks held on a daemon that died are gone with it, as with one copy).
     fn lock_daemon(&self, file_id: FileId) -> u32 {
-        self.0.placement.chunk_owner(file_id, LOCK_CHUNK)
+        let owners = self.ranked(self.chunk_owners(file_id, LOCK_CHUNK));
+        owners[0]
     }
 
     /// One lock attempt. With `wait` zero, a conflict is EAGAIN; otherwise the daemon waits

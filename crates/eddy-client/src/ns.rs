@@ -2,6 +2,7 @@
 //! `rename.rs`).
 
 use crate::perm;
+use crate::Failure;
 use crate::{
     expect_inode, new_inode, Client, Creds, DaemonStatus, DirEntry, DirReader, Errno, FileId,
     FileKind, FsStats, Inode, SetAttr,
@@ -185,12 +186,27 @@ impl Client {
             return self.all_ok(make).await.map(|_| ());
         }
         let mut holders: Vec<u32> = (first..=last)
-            .map(|k| self.0.placement.chunk_owner(file_id, k))
+            .flat_map(|k| self.chunk_owners(file_id, k))
             .collect();
         holders.sort_unstable();
         holders.dedup();
-        for r in join_all(holders.into_iter().map(|id| self.call(id, make()))).await {
-            r?;
+        let calls = holders.into_iter().map(|id| {
+            let req = make();
+            async move { self.try_call(id, &req).await }
+        });
+        // With R copies, up to R-1 owners that cannot be reached are left out.
+        let mut unreachable = 0;
+        for r in join_all(calls).await {
+            match r {
+                Ok(_) => {}
+                Err(Failure::Unreachable(e)) => {
+                    unreachable += 1;
+                    if unreachable >= self.replicas() {
+                        return Err(e);
+                    }
+                }
+                Err(f) => return Err(f.into_errno()),
+            }
         }
         Ok(())
     }

@@ -47,6 +47,16 @@ pub struct Config {
     pub scrub_page_chunks: u32,
     /// Deadline for one RPC, in milliseconds; past it the caller gets EIO. Default 10 000.
     pub rpc_timeout_ms: u64,
+    /// Copies of every metadata record and chunk, on that many distinct daemons (the first
+    /// owners of the placement order; decision 0020). With R copies, reads, writes, listing,
+    /// stat, create and unlink keep working with up to R-1 daemons down. 1..=daemons.
+    /// Default 1 (no replication).
+    pub replicas: usize,
+    /// How long a client (or a daemon forwarding to its peers) treats a daemon it could not
+    /// reach as down when it has another copy to use, in milliseconds: later calls go to
+    /// the next owner at once instead of each trying the dead one first. Only used with
+    /// `replicas` > 1. Default 2 000.
+    pub down_hold_ms: u64,
     /// Deadline to connect and authenticate to a daemon, in milliseconds. Default 3 000.
     pub connect_timeout_ms: u64,
     /// Largest frame accepted on the wire, header included. Default 64 MiB.
@@ -230,6 +240,8 @@ impl Default for Config {
             checksum_block_bytes: 64 * 1024,
             scrub_page_chunks: 64,
             rpc_timeout_ms: 10_000,
+            replicas: 1,
+            down_hold_ms: 2_000,
             connect_timeout_ms: 3_000,
             max_frame_bytes: 64 * 1024 * 1024,
             max_rpc_data_bytes: 8 * 1024 * 1024,
@@ -306,6 +318,11 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "readdir_page, io_threads, fuse_threads, max_requests_in_flight and max_unauthenticated must be positive"
                     .into(),
+            ));
+        }
+        if self.replicas == 0 {
+            return Err(ConfigError::Invalid(
+                "replicas must be at least 1 (1 keeps one copy of everything)".into(),
             ));
         }
         if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {
@@ -427,6 +444,14 @@ impl Deployment {
         self.config.validate()?;
         if self.daemons.is_empty() {
             return Err(ConfigError::Invalid("deployment lists no daemons".into()));
+        }
+        if self.config.replicas > self.daemons.len() {
+            return Err(ConfigError::Invalid(format!(
+                "replicas {} exceeds the {} daemons of the deployment: each copy needs a \
+                 daemon of its own",
+                self.config.replicas,
+                self.daemons.len()
+            )));
         }
         for pair in self.daemons.windows(2) {
             if pair[0].id >= pair[1].id {

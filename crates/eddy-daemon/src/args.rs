@@ -47,6 +47,11 @@ pub struct DaemonArgs {
     /// default: the daemons of --deployment.
     #[arg(long, value_delimiter = ',')]
     pub members: Option<Vec<u32>>,
+    /// The deployment file to read the other daemons' addresses from when copies of
+    /// metadata go to them (`replicas` > 1; read when needed, so it may be written after
+    /// the daemons start). Default: --deployment.
+    #[arg(long)]
+    pub peers: Option<PathBuf>,
     /// Log level or tracing filter, e.g. "debug" or "eddy_daemon=debug,fjall=warn".
     #[arg(long, default_value = "info")]
     pub log_level: String,
@@ -70,6 +75,8 @@ pub struct DaemonSettings {
     pub config: Config,
     /// Ids of every daemon of the deployment (see `DaemonArgs::members`).
     pub members: Option<Vec<u32>>,
+    /// The deployment file naming the other daemons (see `DaemonArgs::peers`).
+    pub peers: Option<PathBuf>,
 }
 
 impl DaemonSettings {
@@ -85,6 +92,7 @@ impl DaemonSettings {
             secret,
             config,
             members: None,
+            peers: None,
         }
     }
 
@@ -132,6 +140,7 @@ impl DaemonSettings {
             secret,
             config,
             members,
+            peers: args.peers.clone().or_else(|| args.deployment.clone()),
         })
     }
 }

@@ -31,6 +31,8 @@ pub struct State {
     started: Instant,
     /// Set to true to stop the daemon.
     pub shutdown: watch::Sender<bool>,
+    /// Sends copies of metadata changes to their other owners (replicas > 1).
+    replicator: Option<crate::replicate::Replicator>,
 }
 
 impl State {
@@ -49,6 +51,7 @@ impl State {
             settings.config.meta_reserve_bytes,
         );
         State {
+            replicator: crate::replicate::Replicator::new(&settings),
             room,
             settings,
             meta,
@@ -90,11 +93,47 @@ impl State {
             // Disk-bound work goes to the blocking pool, so disk and network overlap; so does
             // metadata work that may reach the backend.
             other if other.is_storage_io() || self.may_reach_backend(&other) => {
-                self.blocking(move |st| st.execute(other)).await
+                let (resp, changed) = self
+                    .blocking_any(move |st| st.execute_captured(other))
+                    .await
+                    .unwrap_or_else(|e| (Err(e), Vec::new()));
+                self.replicate(changed).await;
+                resp
             }
             // Metadata operations are memtable-speed KV operations: a thread hand-off would
             // cost more than the work itself.
-            other => self.execute(other),
+            other => {
+                let (resp, changed) = self.execute_captured(other);
+                self.replicate(changed).await;
+                resp
+            }
+        }
+    }
+
+    /// Executes a request, noting the metadata keys it changed when they have copies on
+    /// other daemons (decision 0020).
+    fn execute_captured(&self, req: Request) -> (Response, Vec<Vec<u8>>) {
+        if self.replicator.is_none() {
+            return (self.execute(req), Vec::new());
+        }
+        crate::meta::changes::capture(|| self.execute(req))
+    }
+
+    /// Sends the current state of the changed keys to their other owners, before the reply.
+    async fn replicate(&self, changed: Vec<Vec<u8>>) {
+        let Some(replicator) = &self.replicator else {
+            return;
+        };
+        if changed.is_empty() {
+            return;
+        }
+        match self.meta.key_states(changed) {
+            Ok(states) => {
+                for (daemon, missed) in replicator.forward(states).await {
+                    tracing::debug!(daemon, keys = missed.len(), "a copy missed changes");
+                }
+            }
+            Err(e) => tracing::warn!("cannot read the changed keys to copy them: {e}"),
         }
     }
 
@@ -132,6 +171,15 @@ impl State {
     where
         F: FnOnce(&State) -> Response + Send + 'static,
     {
+        self.blocking_any(f).await?
+    }
+
+    /// `blocking` for any result.
+    async fn blocking_any<T, F>(self: &Arc<Self>, f: F) -> Result<T, Errno>
+    where
+        T: Send + 'static,
+        F: FnOnce(&State) -> T + Send + 'static,
+    {
         let _permit = self
             .io_permits
             .acquire()
@@ -140,7 +188,7 @@ impl State {
         let st = Arc::clone(self);
         tokio::task::spawn_blocking(move || f(&st))
             .await
-            .unwrap_or_else(|e| Err(Errno::eio(format!("request failed unexpectedly: {e}"))))
+            .map_err(|e| Errno::eio(format!("request failed unexpectedly: {e}")))
     }
 
     /// Executes a request; one that reached a name of a shared file is answered with where
@@ -342,6 +390,7 @@ impl State {
             Request::CountSubdirs { dir, delta } => {
                 meta.count_subdirs(&dir, delta).map(|()| Reply::Ok)
             }
+            Request::Replicate { changes } => meta.apply_replica(&changes).map(|()| Reply::Ok),
             Request::Status => self.status().map(Reply::Status),
             Request::Shutdown => Ok(Reply::Ok),
             Request::Lock { .. } | Request::TestLock { .. } | Request::ReleaseLocks { .. } => Err(

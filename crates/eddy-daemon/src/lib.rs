@@ -23,6 +23,7 @@ mod locks;
 mod meta;
 mod privilege;
 mod ready;
+mod replicate;
 mod room;
 mod server;
 mod tier;

@@ -4,6 +4,7 @@
 //! block: call them from the blocking pool. The intents of unfinished directory renames live
 //! beside it (`intents.rs`).
 
+pub mod changes;
 mod intents;
 mod links;
 mod stamp;
@@ -174,8 +175,66 @@ impl MetaStore {
         self.meta
             .insert(key, inode.to_record())
             .map_err(|e| fjall_err("insert", e))?;
+        changes::note(key);
         if !existed {
             self.entries.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Removes the entry under `key`, which is present.
+    fn delete(&self, key: &[u8]) -> Result<(), Errno> {
+        self.meta.remove(key).map_err(|e| fjall_err("remove", e))?;
+        changes::note(key);
+        self.entries.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The current state of `keys` here (record, or `None` when absent): what the other
+    /// owners of the keys are sent after a change (decision 0020).
+    pub fn key_states(&self, keys: Vec<Vec<u8>>) -> Result<Vec<eddy_proto::KeyState>, Errno> {
+        keys.into_iter()
+            .map(|key| {
+                let value = self
+                    .meta
+                    .get(&key)
+                    .map_err(|e| fjall_err("get", e))?
+                    .map(|v| v.to_vec());
+                Ok(eddy_proto::KeyState { key, value })
+            })
+            .collect()
+    }
+
+    /// Stores the state of keys another owner changed (`Request::Replicate`): each record
+    /// as given (checked to decode), or removed. Not noted as a change here.
+    pub fn apply_replica(&self, changes: &[eddy_proto::KeyState]) -> Result<(), Errno> {
+        for c in changes {
+            if c.key.is_empty() {
+                return Err(Errno::einval("replicated metadata key is empty"));
+            }
+            let _guard = self.locks.lock(&c.key);
+            let existed = self
+                .meta
+                .contains_key(&c.key)
+                .map_err(|e| fjall_err("get", e))?;
+            match &c.value {
+                Some(v) => {
+                    Inode::from_record(v)?;
+                    self.meta
+                        .insert(&c.key, v.as_slice())
+                        .map_err(|e| fjall_err("insert", e))?;
+                    if !existed {
+                        self.entries.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                None if existed => {
+                    self.meta
+                        .remove(c.key.as_slice())
+                        .map_err(|e| fjall_err("remove", e))?;
+                    self.entries.fetch_sub(1, Ordering::Relaxed);
+                }
+                None => {}
+            }
         }
         Ok(())
     }
@@ -258,8 +317,7 @@ impl MetaStore {
         if kind != RemoveKind::Any {
             self.remove_through(&norm, old.kind)?;
         }
-        self.meta.remove(key).map_err(|e| fjall_err("remove", e))?;
-        self.entries.fetch_sub(1, Ordering::Relaxed);
+        self.delete(&key)?;
         Ok(old)
     }
 

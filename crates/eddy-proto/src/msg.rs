@@ -847,10 +847,24 @@ pub enum Request {
         after: Option<(FileId, u64)>,
         limit: u32,
     },
+
+    // ---- replication: daemon to daemon (decision 0020) ----
+    /// The current state of metadata keys a peer changed, for the other owners of those
+    /// keys: each key's record is stored as given, or removed (`None`). Replies `Ok`.
+    Replicate { changes: Vec<KeyState> },
+}
+
+/// The state of one metadata key as its primary holds it: its record, or `None` when the
+/// key is gone (decision 0020).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct KeyState {
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
 }
 
 /// Short names of the requests, in `Request::op_index` order.
-pub const OP_NAMES: [&str; 43] = [
+pub const OP_NAMES: [&str; 44] = [
     "create",
     "stat",
     "remove",
@@ -894,6 +908,7 @@ pub const OP_NAMES: [&str; 43] = [
     "count_subdirs",
     "allocate",
     "scrub",
+    "replicate",
 ];
 
 impl Request {
@@ -1011,6 +1026,7 @@ impl Request {
             Request::CountSubdirs { .. } => 40,
             Request::Allocate { .. } => 41,
             Request::Scrub { .. } => 42,
+            Request::Replicate { .. } => 43,
         }
     }
 }

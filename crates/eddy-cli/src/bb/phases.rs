@@ -460,6 +460,7 @@ fn start_daemons(
         state: Some(state.dir().to_path_buf()),
         config: Some(config_path),
         chunk_size: rec.request.chunk_size,
+        replicas: None,
         backend: None,
         link: rec
             .request

@@ -99,6 +99,8 @@ impl MetaStore {
             ctime: now,
             ..ino
         };
+        super::changes::note(&path::identity_key(identity.file_id));
+        super::changes::note(&key);
         let mut batch = self.db.batch();
         batch.insert(
             &self.meta,
@@ -124,8 +126,7 @@ impl MetaStore {
             ..ino
         };
         if ino.nlink == 0 {
-            self.meta.remove(key).map_err(|e| fjall_err("remove", e))?;
-            self.entries.fetch_sub(1, Ordering::Relaxed);
+            self.delete(&key)?;
         } else {
             self.put(&key, &ino, true)?;
         }

@@ -388,9 +388,7 @@ impl MetaStore {
             match self.backend.entry(&bp)? {
                 None => {
                     // The backend copy is gone and nothing here is unsaved: so is the entry.
-                    self.meta.remove(&key).map_err(|e| fjall_err("remove", e))?;
-                    self.entries
-                        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    self.delete(&key)?;
                     return Err(Errno::enoent(format!("{norm} (removed from the backend)")));
                 }
                 Some(e)

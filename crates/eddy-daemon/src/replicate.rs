@@ -1,0 +1,181 @@
+//! Copies of metadata on the other owners (decision 0020). With `replicas` R > 1 the daemon
+//! that applies a metadata change (the first owner of the path a client could reach) sends
+//! the resulting state of every key it changed to the key's other R-1 owners before it
+//! replies: a path's key to the path's placement owners, a shared file's identity record
+//! (decision 0009) to this daemon's R-1 successors in id order. An owner that cannot be
+//! reached misses the change (it is marked down for `down_hold_ms`).
+//!
+//! The other daemons' addresses come from the deployment file (`--peers`, default
+//! `--deployment`), read when first needed and again when it changed: `eddy start` writes
+//! it only once every daemon listens.
+
+use eddy_client::{Client, Failure};
+use eddy_config::Deployment;
+use eddy_placement::{path_hash, Placement};
+use eddy_proto::{KeyState, Request};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+/// What a daemon needs to send copies of its changes to their other owners.
+pub struct Replicator {
+    me: u32,
+    replicas: usize,
+    placement: Placement,
+    peers_file: PathBuf,
+    /// The connections to the peers, and the modification time of the file they came from.
+    peers: Mutex<Option<(Client, Option<SystemTime>)>>,
+}
+
+impl Replicator {
+    /// `None` with one copy (nothing to send), or when the daemon does not know the other
+    /// daemons (no --members or no deployment file: warned).
+    pub fn new(settings: &crate::DaemonSettings) -> Option<Replicator> {
+        let replicas = settings.config.replicas;
+        if replicas <= 1 {
+            return None;
+        }
+        let placement = settings.members.clone().and_then(Placement::new);
+        match (placement, &settings.peers) {
+            (Some(placement), Some(peers_file)) => Some(Replicator {
+                me: settings.id,
+                replicas,
+                placement,
+                peers_file: peers_file.clone(),
+                peers: Mutex::new(None),
+            }),
+            _ => {
+                tracing::warn!(
+                    "replicas = {replicas} but the daemon was not told the other daemons \
+                     (--members and --peers or --deployment): no copies of metadata are sent"
+                );
+                None
+            }
+        }
+    }
+
+    /// The other owners of a metadata key (this daemon left out).
+    pub fn targets(&self, key: &[u8]) -> Vec<u32> {
+        let owners = if key.first() == Some(&0xFF) {
+            let ids = self.placement.ids();
+            let start = ids.iter().position(|&d| d == self.me).unwrap_or(0);
+            (0..self.replicas.min(ids.len()))
+                .map(|i| ids[(start + i) % ids.len()])
+                .collect()
+        } else {
+            match key_path(key) {
+                Some(p) => self.placement.owners(path_hash(&p), self.replicas),
+                None => Vec::new(),
+            }
+        };
+        owners.into_iter().filter(|&d| d != self.me).collect()
+    }
+
+    fn file_time(&self) -> Option<SystemTime> {
+        std::fs::metadata(&self.peers_file)
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
+    /// The connections to the peers: made from the deployment file when first needed, and
+    /// again when `fresh` and the file changed since.
+    fn client(&self, fresh: bool) -> Option<Client> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.file_time();
+        if let Some((client, at)) = peers.as_ref() {
+            if !fresh || *at == now {
+                return Some(client.clone());
+            }
+        }
+        let loaded = Deployment::load(&self.peers_file)
+            .map_err(|e| e.to_string())
+            .and_then(|dep| Client::new(dep).map_err(|e| e.to_string()));
+        match loaded {
+            Ok(client) => {
+                *peers = Some((client.clone(), now));
+                Some(client)
+            }
+            Err(e) => {
+                tracing::warn!(file = %self.peers_file.display(), "cannot read the other daemons: {e}");
+                None
+            }
+        }
+    }
+
+    /// Sends the states to the other owners of their keys, all at once; returns the owners
+    /// that missed them (could not be reached).
+    pub async fn forward(&self, states: Vec<KeyState>) -> Vec<(u32, Vec<KeyState>)> {
+        let mut by_target: BTreeMap<u32, Vec<KeyState>> = BTreeMap::new();
+        for s in states {
+            for t in self.targets(&s.key) {
+                by_target.entry(t).or_default().push(s.clone());
+            }
+        }
+        if by_target.is_empty() {
+            return Vec::new();
+        }
+        let Some(client) = self.client(false) else {
+            return by_target.into_iter().collect();
+        };
+        let sends = by_target.into_iter().map(|(t, changes)| {
+            let client = client.clone();
+            async move {
+                let req = Request::Replicate { changes };
+                let mut r = client.call_daemon(t, &req).await;
+                if matches!(r, Err(Failure::Unreachable(_))) {
+                    // The daemon may have moved (the deployment file rewritten): once more
+                    // with the file as it is now.
+                    if let Some(fresh) = self.client(true) {
+                        r = fresh.call_daemon(t, &req).await;
+                    }
+                }
+                let Request::Replicate { changes } = req else {
+                    return None;
+                };
+                match r {
+                    Ok(_) => None,
+                    Err(Failure::Unreachable(e)) => {
+                        tracing::debug!(daemon = t, "copy of metadata missed: {e}");
+                        Some((t, changes))
+                    }
+                    Err(Failure::Daemon(e)) => {
+                        tracing::warn!(daemon = t, "copy of metadata refused: {e}");
+                        Some((t, changes))
+                    }
+                }
+            }
+        });
+        futures::future::join_all(sends)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+/// The path a metadata key names (`path::meta_key`: parent, NUL, name; the root is a lone
+/// NUL), or `None` for a key that is not a path's.
+pub fn key_path(key: &[u8]) -> Option<String> {
+    if key == [0] {
+        return Some("/".to_string());
+    }
+    let sep = key.iter().position(|&b| b == 0)?;
+    let parent = std::str::from_utf8(&key[..sep]).ok()?;
+    let name = std::str::from_utf8(&key[sep + 1..]).ok()?;
+    Some(eddy_proto::path::join(parent, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_proto::path::meta_key;
+
+    #[test]
+    fn keys_give_back_their_paths() {
+        for p in ["/", "/a", "/a/b", "/dir/sub/file.txt"] {
+            assert_eq!(key_path(&meta_key(p)).as_deref(), Some(p));
+        }
+        assert_eq!(key_path(b"no separator"), None);
+    }
+}
