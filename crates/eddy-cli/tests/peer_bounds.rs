@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::raw::{get_frame, put_frame};
 use common::Cluster;
 use eddy_config::Deployment;
 use std::io::{Read, Write};
@@ -38,43 +39,10 @@ fn sockets(pid: i32) -> usize {
         .count()
 }
 
-fn put_frame(s: &mut TcpStream, id: u64, meta: &[u8]) -> std::io::Result<()> {
-    let mut f = ((meta.len() + 12) as u32).to_le_bytes().to_vec();
-    f.extend_from_slice(&id.to_le_bytes());
-    f.extend_from_slice(&(meta.len() as u32).to_le_bytes());
-    f.extend_from_slice(meta);
-    s.write_all(&f)
-}
-
-fn get_frame(s: &mut TcpStream) -> std::io::Result<eddy_proto::frame::Frame> {
-    let mut head = [0u8; eddy_proto::frame::HEADER_BYTES];
-    s.read_exact(&mut head)?;
-    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-    let meta_len = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as usize;
-    let mut rest = vec![0u8; len - 12];
-    s.read_exact(&mut rest)?;
-    let payload = rest.split_off(meta_len);
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&head[4..12]);
-    Ok(eddy_proto::frame::Frame {
-        id: u64::from_le_bytes(id),
-        meta: rest.into(),
-        payload: payload.into(),
-    })
-}
-
-/// A blocking connection to daemon `i` that has done the handshake with the secret.
+/// A connection that has done the handshake, reads bounded by the hang guard.
 fn authenticated(dep: &Deployment, i: usize) -> TcpStream {
-    use eddy_proto::auth::{answer, HelloResult, ServerHello};
-    let mut s = TcpStream::connect(&dep.daemons[i].addr).expect("connect");
+    let s = common::raw::authenticated(dep, i);
     s.set_read_timeout(Some(GUARD)).unwrap();
-    let hello: ServerHello = eddy_proto::decode_plain(&get_frame(&mut s).unwrap(), 4096).unwrap();
-    let reply = answer(&dep.secret_bytes().unwrap(), &hello);
-    put_frame(&mut s, 0, &eddy_proto::encode(&reply).unwrap()).unwrap();
-    let verdict = get_frame(&mut s).unwrap();
-    eddy_proto::decode_plain::<HelloResult>(&verdict, 4096)
-        .unwrap()
-        .expect("authenticated");
     s
 }
 
@@ -202,7 +170,7 @@ async fn replies_nobody_reads_and_huge_frames_stay_within_the_bytes_bound() {
     let mut w = s.try_clone().unwrap();
     let writer = std::thread::spawn(move || {
         for id in 1..=N {
-            put_frame(&mut w, id, &body).unwrap();
+            put_frame(&mut w, id, &body, &[]).unwrap();
         }
     });
     // A second connection announces a frame just over the limit and trickles it: closed
