@@ -655,31 +655,27 @@ impl ChunkStore {
             return self.read_checked(id, pieces).map(|(data, _)| data);
         }
         let total = self.check_read(pieces)?;
-        let mut out: Vec<u8> = Vec::with_capacity(total as usize);
-        let slot = self.slot(id);
-        let gone = slot
-            .as_ref()
-            .map(|s| s.gate.read().unwrap_or_else(|e| e.into_inner()));
-        let file = match (&slot, &gone) {
-            (Some(s), Some(g)) if !**g => self.data_file(id, s, false)?,
-            _ => None,
-        };
-        for p in pieces {
-            let len = p.len as usize;
-            let dst = &mut out.spare_capacity_mut()[..len];
-            let at = p.chunk * self.chunk_size + u64::from(p.offset);
-            let done = match &file {
-                Some(f) => pread_uninit(&f.data, dst, at).map_err(|e| io_err(&e, id, p.chunk))?,
-                None => 0,
-            };
-            for b in &mut dst[done..] {
-                b.write(0);
+        self.with_file(id, |file| {
+            let mut out: Vec<u8> = Vec::with_capacity(total as usize);
+            for p in pieces {
+                let len = p.len as usize;
+                let dst = &mut out.spare_capacity_mut()[..len];
+                let at = p.chunk * self.chunk_size + u64::from(p.offset);
+                let done = match file {
+                    Some(f) => {
+                        pread_uninit(&f.data, dst, at).map_err(|e| io_err(&e, id, p.chunk))?
+                    }
+                    None => 0,
+                };
+                for b in &mut dst[done..] {
+                    b.write(0);
+                }
+                // SAFETY: `pread_uninit` initialised dst[..done], the loop above the rest, and
+                // dst is the `len` bytes of spare capacity right after `out.len()`.
+                unsafe { out.set_len(out.len() + len) };
             }
-            // SAFETY: `pread_uninit` initialised dst[..done], the loop above the rest, and
-            // dst is the `len` bytes of spare capacity right after `out.len()`.
-            unsafe { out.set_len(out.len() + len) };
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Reads the pieces as `read` does and verifies every stored block they touch; returns
