@@ -265,21 +265,7 @@ async fn reader<R: AsyncRead + Unpin>(
 /// network was back, calls still went to it and failed with EIO until a retransmission, on
 /// its backoff, met the daemon's reset.
 fn detect_dead_daemon(stream: &tokio::net::TcpStream, rpc_timeout: Duration) {
-    use nix::sys::socket::{setsockopt, sockopt};
-    let ms = u64::try_from(rpc_timeout.as_millis()).unwrap_or(u64::MAX);
-    let secs = |ms: u64| u32::try_from(ms.div_ceil(1000).max(1)).unwrap_or(u32::MAX);
-    let results = [
-        setsockopt(stream, sockopt::KeepAlive, &true),
-        setsockopt(stream, sockopt::TcpKeepIdle, &secs(ms / 4)),
-        setsockopt(stream, sockopt::TcpKeepInterval, &secs(ms / 8)),
-        setsockopt(stream, sockopt::TcpKeepCount, &2),
-        setsockopt(
-            stream,
-            sockopt::TcpUserTimeout,
-            &u32::try_from(ms).unwrap_or(u32::MAX),
-        ),
-    ];
-    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+    if let Err(e) = eddy_proto::keepalive::detect_dead_peer(stream, rpc_timeout, rpc_timeout) {
         tracing::warn!(error = %e, "cannot set TCP keepalive on a connection to a daemon");
     }
 }

@@ -323,20 +323,8 @@ async fn accept_unix(
 /// connection is given up when the peer has acknowledged nothing for half the deadline (on
 /// Linux that timeout also governs keepalive failure).
 fn detect_dead_peer(stream: &tokio::net::TcpStream, rpc_timeout_ms: u64) {
-    use nix::sys::socket::{setsockopt, sockopt};
-    let secs = |ms: u64| u32::try_from(ms.div_ceil(1000).max(1)).unwrap_or(u32::MAX);
-    let results = [
-        setsockopt(stream, sockopt::KeepAlive, &true),
-        setsockopt(stream, sockopt::TcpKeepIdle, &secs(rpc_timeout_ms / 4)),
-        setsockopt(stream, sockopt::TcpKeepInterval, &secs(rpc_timeout_ms / 8)),
-        setsockopt(stream, sockopt::TcpKeepCount, &2),
-        setsockopt(
-            stream,
-            sockopt::TcpUserTimeout,
-            &u32::try_from(rpc_timeout_ms / 2).unwrap_or(u32::MAX),
-        ),
-    ];
-    if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+    let rpc = std::time::Duration::from_millis(rpc_timeout_ms);
+    if let Err(e) = eddy_proto::keepalive::detect_dead_peer(stream, rpc, rpc / 2) {
         tracing::warn!(error = %e, "cannot set TCP keepalive on a client connection");
     }
 }

@@ -6,6 +6,7 @@
 //! - `msg`: the request and response messages (bincode-encoded, size-limited decoding);
 //! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret);
 //! - `checksum`: the CRC32C of the block-aligned pieces of a read or write (decision 0019);
+//! - `keepalive`: TCP keepalive and user timeout, so both ends notice a peer gone silent;
 //! - `path`: path normalisation and the metadata key layout;
 //! - `Errno`: errors as errno values with a short context message;
 //! - `fuzzing` (feature `arbitrary`): generators of request fields for the fuzzer.
@@ -18,6 +19,7 @@ pub mod checksum;
 pub mod frame;
 #[cfg(feature = "arbitrary")]
 pub mod fuzzing;
+pub mod keepalive;
 pub mod msg;
 pub mod path;
 
