@@ -57,14 +57,14 @@ impl Replicator {
 
     /// The other owners of a metadata key (this daemon left out).
     pub fn targets(&self, key: &[u8]) -> Vec<u32> {
-        let owners = if key.first() == Some(&0xFF) {
+        let owners = if eddy_proto::path::is_identity_key(key) {
             let ids = self.placement.ids();
             let start = ids.iter().position(|&d| d == self.me).unwrap_or(0);
             (0..self.replicas.min(ids.len()))
                 .map(|i| ids[(start + i) % ids.len()])
                 .collect()
         } else {
-            match key_path(key) {
+            match eddy_proto::path::key_to_path(key) {
                 Some(p) => self.placement.owners(path_hash(&p), self.replicas),
                 None => Vec::new(),
             }
@@ -151,31 +151,5 @@ impl Replicator {
             .into_iter()
             .flatten()
             .collect()
-    }
-}
-
-/// The path a metadata key names (`path::meta_key`: parent, NUL, name; the root is a lone
-/// NUL), or `None` for a key that is not a path's.
-pub fn key_path(key: &[u8]) -> Option<String> {
-    if key == [0] {
-        return Some("/".to_string());
-    }
-    let sep = key.iter().position(|&b| b == 0)?;
-    let parent = std::str::from_utf8(&key[..sep]).ok()?;
-    let name = std::str::from_utf8(&key[sep + 1..]).ok()?;
-    Some(eddy_proto::path::join(parent, name))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use eddy_proto::path::meta_key;
-
-    #[test]
-    fn keys_give_back_their_paths() {
-        for p in ["/", "/a", "/a/b", "/dir/sub/file.txt"] {
-            assert_eq!(key_path(&meta_key(p)).as_deref(), Some(p));
-        }
-        assert_eq!(key_path(b"no separator"), None);
     }
 }

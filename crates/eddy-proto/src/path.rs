@@ -159,6 +159,11 @@ pub fn identity_key(file_id: u128) -> Vec<u8> {
     k
 }
 
+/// Whether a metadata key is an identity record's (`identity_key`).
+pub fn is_identity_key(key: &[u8]) -> bool {
+    key.first() == Some(&0xFF)
+}
+
 /// The key prefix shared by exactly the children of a directory.
 pub fn children_prefix(dir: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(dir.len() + 1);
@@ -236,6 +241,9 @@ mod tests {
         assert!(meta_key("/a/b").starts_with(&c));
         assert!(!meta_key("/ab/c").starts_with(&d));
         assert_eq!(key_to_path(b"\0").unwrap(), "/");
+        assert_eq!(key_to_path(b"no separator"), None);
+        assert!(is_identity_key(&identity_key(7)));
+        assert!(!is_identity_key(&meta_key("/a")) && !is_identity_key(&meta_key("/")));
     }
 
     #[test]

@@ -30,7 +30,7 @@ impl MetaStore {
     /// An entry's record for an operation on the entry itself: a name of a shared file is
     /// ESHARED (the operation belongs to the identity record). Identity records pass.
     pub(super) fn not_a_name(&self, norm: &str, key: &[u8], ino: Inode) -> Result<Inode, Errno> {
-        if ino.shared.is_some() && !is_identity_key(key) {
+        if ino.shared.is_some() && !path::is_identity_key(key) {
             return Err(redirect(norm));
         }
         Ok(ino)
@@ -69,7 +69,7 @@ impl MetaStore {
             ));
         }
         let now = Timespec::now();
-        if is_identity_key(&key) {
+        if path::is_identity_key(&key) {
             if ino.nlink >= LINK_MAX {
                 return Err(Errno::new(
                     libc::EMLINK,
@@ -132,11 +132,6 @@ impl MetaStore {
         }
         Ok(ino)
     }
-}
-
-/// Whether a metadata key is an identity record's.
-fn is_identity_key(key: &[u8]) -> bool {
-    key.first() == Some(&0xFF)
 }
 
 #[cfg(test)]
