@@ -75,14 +75,19 @@ fn flip(path: &Path, at: u64) {
     f.sync_all().unwrap();
 }
 
-/// Flips one bit of the stored data of `id` in block `nth` of the data held by the first
-/// daemon that holds some; returns the file offset of the flipped byte.
+/// Flips one bit of the stored data of `id` in block `nth` of the first stretch of data,
+/// on any daemon, that has such a block (a daemon may hold only the file's short last
+/// chunk); returns the file offset of the flipped byte.
 fn flip_data(cl: &Cluster, id: FileId, nth: u64) -> u64 {
-    let (_, path) = data_files(cl, id).into_iter().next().expect("a data file");
-    let (start, end) = data_ranges(&path)[0];
-    let at = start + nth * BLOCK + 77;
-    assert!(at < end, "block {nth} of {path:?} is data");
-    flip(&path, at);
+    let files = data_files(cl, id);
+    let (path, at) = files
+        .iter()
+        .flat_map(|(_, path)| data_ranges(path).into_iter().map(move |r| (path, r)))
+        .map(|(path, (start, end))| (path, start + nth * BLOCK + 77, end))
+        .find(|&(_, at, end)| at < end)
+        .map(|(path, at, _)| (path, at))
+        .unwrap_or_else(|| panic!("no stored data of {id:032x} has a block {nth}: {files:?}"));
+    flip(path, at);
     at
 }
 
