@@ -6,8 +6,9 @@
 mod common;
 
 use common::{pattern, Cluster, Mounted};
-use eddy_client::{Client, Creds, Errno};
+use eddy_client::{Client, Creds, Errno, Failure};
 use eddy_config::Config;
+use eddy_proto::{KeyState, RemoveKind, Reply, Request};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -145,6 +146,70 @@ async fn two_copies_survive_kill_9_in_a_write_workload() {
     let want: BTreeSet<String> = (0..WRITERS).map(|w| format!("w{w}")).collect();
     assert_eq!(root, want);
     fresh.statfs().await.unwrap();
+}
+
+/// An unlink whose first owner applied it, copied the removal to the second owner and died
+/// before replying is retried on the second owner: that answer is the removed record (the
+/// client needs it to drop the file's data), once; a second unlink is ENOENT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlink_retried_on_the_copy_after_the_first_owner_died_succeeds() {
+    let cl = Cluster::start_with(3, config(2));
+    let c = cl.client().await;
+    let path = "/retried";
+    let made = c.create(path, 0o644, true, Creds::root()).await.unwrap();
+    c.pwrite(&made, 0, b"data").await.unwrap();
+    let created = c.stat(path).await.unwrap();
+    let owners = eddy_placement::Placement::new(vec![0, 1, 2])
+        .unwrap()
+        .owners(eddy_placement::path_hash(path), 2);
+    let second = owners[1];
+    // What the first owner sends the second when it applies the unlink.
+    let copied = Request::Replicate {
+        changes: vec![KeyState {
+            key: eddy_proto::path::meta_key(path),
+            value: None,
+        }],
+    };
+    assert!(matches!(
+        c.call_daemon(second, &copied).await,
+        Ok(Reply::Ok)
+    ));
+    let remove = Request::Remove {
+        path: path.into(),
+        kind: RemoveKind::NotDir,
+    };
+    match c.call_daemon(second, &remove).await {
+        Ok(Reply::Inode(i)) => assert_eq!(i.file_id, created.file_id),
+        other => panic!("the retried unlink got {other:?}"),
+    }
+    match c.call_daemon(second, &remove).await {
+        Err(Failure::Daemon(e)) => assert_eq!(e.errno, libc::ENOENT, "{e}"),
+        other => panic!("a second unlink got {other:?}"),
+    }
+    // An rmdir retried the same way does not remove a file.
+    let file = "/still-a-file";
+    c.create(file, 0o644, true, Creds::root()).await.unwrap();
+    let second = eddy_placement::Placement::new(vec![0, 1, 2])
+        .unwrap()
+        .owners(eddy_placement::path_hash(file), 2)[1];
+    let copied = Request::Replicate {
+        changes: vec![KeyState {
+            key: eddy_proto::path::meta_key(file),
+            value: None,
+        }],
+    };
+    assert!(matches!(
+        c.call_daemon(second, &copied).await,
+        Ok(Reply::Ok)
+    ));
+    let rmdir = Request::Remove {
+        path: file.into(),
+        kind: RemoveKind::Dir,
+    };
+    match c.call_daemon(second, &rmdir).await {
+        Err(Failure::Daemon(e)) => assert_eq!(e.errno, libc::ENOTDIR, "{e}"),
+        other => panic!("rmdir of a file got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,7 @@
 pub mod changes;
 mod intents;
 mod links;
+mod removals;
 mod stamp;
 mod tier;
 mod xattr;
@@ -60,6 +61,8 @@ pub struct MetaStore {
     reply_budget: usize,
     /// Time one finalisation request may take before it replies with what it did.
     flush_budget: std::time::Duration,
+    /// Records of removals copied here from another owner, for a retried remove.
+    removals: removals::Removals,
 }
 
 fn fjall_err(what: &str, e: fjall::Error) -> Errno {
@@ -117,6 +120,10 @@ impl MetaStore {
             },
             reply_budget: config.max_rpc_data_bytes as usize,
             flush_budget: std::time::Duration::from_millis(config.rpc_timeout_ms / 2),
+            // A client retries on the next copy within its deadline of the first attempt.
+            removals: removals::Removals::new(std::time::Duration::from_millis(
+                2 * (config.rpc_timeout_ms + config.connect_timeout_ms),
+            )),
         })
     }
 
@@ -213,27 +220,26 @@ impl MetaStore {
                 return Err(Errno::einval("replicated metadata key is empty"));
             }
             let _guard = self.locks.lock(&c.key);
-            let existed = self
-                .meta
-                .contains_key(&c.key)
-                .map_err(|e| fjall_err("get", e))?;
-            match &c.value {
-                Some(v) => {
+            let existing = self.meta.get(&c.key).map_err(|e| fjall_err("get", e))?;
+            match (&c.value, existing) {
+                (Some(v), existing) => {
                     Inode::from_record(v)?;
                     self.meta
                         .insert(&c.key, v.as_slice())
                         .map_err(|e| fjall_err("insert", e))?;
-                    if !existed {
+                    if existing.is_none() {
                         self.entries.fetch_add(1, Ordering::Relaxed);
+                        self.removals.forget(&c.key);
                     }
                 }
-                None if existed => {
+                (None, Some(old)) => {
                     self.meta
                         .remove(c.key.as_slice())
                         .map_err(|e| fjall_err("remove", e))?;
                     self.entries.fetch_sub(1, Ordering::Relaxed);
+                    self.removals.note(&c.key, old.to_vec());
                 }
-                None => {}
+                (None, None) => {}
             }
         }
         Ok(())
@@ -300,20 +306,16 @@ impl MetaStore {
         let old = match kind {
             RemoveKind::Any => self.get(&key)?,
             _ => self.get_or_import(&norm, &key)?,
-        }
-        .ok_or_else(|| Errno::enoent(&norm))?;
-        match (kind, old.kind) {
-            (RemoveKind::NotDir, FileKind::Dir) => {
-                return Err(Errno::new(libc::EISDIR, format!("{norm}: is a directory")))
-            }
-            (RemoveKind::Dir, k) if k != FileKind::Dir => {
-                return Err(Errno::new(
-                    libc::ENOTDIR,
-                    format!("{norm}: not a directory"),
-                ))
-            }
-            _ => {}
-        }
+        };
+        let Some(old) = old else {
+            // The retry of a removal the first owner applied and copied here before it
+            // died: answered with the record it removed (`removals.rs`).
+            return match self.removals.take(&key) {
+                Some(record) => removed_kind_ok(&norm, kind, Inode::from_record(&record)?),
+                None => Err(Errno::enoent(&norm)),
+            };
+        };
+        let old = removed_kind_ok(&norm, kind, old)?;
         if kind != RemoveKind::Any {
             self.remove_through(&norm, old.kind)?;
         }
@@ -497,6 +499,21 @@ fn push_limited<T>(
     *budget = budget.saturating_sub(cost);
     page.items.push(item);
     Ok(true)
+}
+
+/// `old`, when a removal of `kind` may remove it: unlink refuses a directory, rmdir
+/// anything else.
+fn removed_kind_ok(norm: &str, kind: RemoveKind, old: Inode) -> Result<Inode, Errno> {
+    match (kind, old.kind) {
+        (RemoveKind::NotDir, FileKind::Dir) => {
+            Err(Errno::new(libc::EISDIR, format!("{norm}: is a directory")))
+        }
+        (RemoveKind::Dir, k) if k != FileKind::Dir => Err(Errno::new(
+            libc::ENOTDIR,
+            format!("{norm}: not a directory"),
+        )),
+        _ => Ok(old),
+    }
 }
 
 fn not_dir(norm: &str, ino: &Inode) -> Result<(), Errno> {
