@@ -3,7 +3,8 @@
 //! the resulting state of every key it changed to the key's other R-1 owners before it
 //! replies: a path's key to the path's placement owners, a shared file's identity record
 //! (decision 0009) to this daemon's R-1 successors in id order. An owner that cannot be
-//! reached misses the change (it is marked down for `down_hold_ms`).
+//! reached within half the RPC deadline misses the change (it is marked down for
+//! `down_hold_ms`, and later changes are not sent to it meanwhile).
 //!
 //! The other daemons' addresses come from the deployment file (`--peers`, default
 //! `--deployment`), read when first needed and again when it changed: `eddy start` writes
@@ -90,7 +91,14 @@ impl Replicator {
         }
         let loaded = Deployment::load(&self.peers_file)
             .map_err(|e| e.to_string())
-            .and_then(|dep| Client::new(dep).map_err(|e| e.to_string()));
+            .and_then(|mut dep| {
+                // A copy that cannot be reached must cost the client's request well less
+                // than the client's own deadline (it would give up on this daemon too).
+                let c = &mut dep.config;
+                c.rpc_timeout_ms = (c.rpc_timeout_ms / 2).max(1);
+                c.connect_timeout_ms = c.connect_timeout_ms.min(c.rpc_timeout_ms);
+                Client::new(dep).map_err(|e| e.to_string())
+            });
         match loaded {
             Ok(client) => {
                 *peers = Some((client.clone(), now));
@@ -121,6 +129,10 @@ impl Replicator {
         let sends = by_target.into_iter().map(|(t, changes)| {
             let client = client.clone();
             async move {
+                if client.is_down(t) {
+                    // Found unreachable lately: not waited for again until the mark expires.
+                    return Some((t, changes));
+                }
                 let req = Request::Replicate { changes };
                 let mut r = client.call_daemon(t, &req).await;
                 if matches!(r, Err(Failure::Unreachable(_))) {
