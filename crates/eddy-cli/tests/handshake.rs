@@ -150,6 +150,7 @@ async fn a_listener_that_cannot_prove_the_secret_is_refused() {
                 daemon_id: 0,
                 nonce: auth::new_nonce(),
                 chunk_size,
+                instance: 1,
             })
             .unwrap()
         },

@@ -79,3 +79,39 @@ async fn sigterm_stops_cleanly_and_restart_keeps_everything() {
         pattern(5, 0, 300_000)
     );
 }
+
+/// A daemon that restarts between a write it acknowledged and the fsync may have lost the
+/// write (it was in no durable place): the fsync reports EIO (decision 0015), once; written
+/// again, the file syncs. The daemon's new instance number in its hello is how the client
+/// tells a restart from a connection that only broke.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_fsync_after_the_data_daemon_restarted_reports_the_lost_writes() {
+    let mut cl = Cluster::start(3);
+    let me = Creds::root();
+    let c = cl.client().await;
+    let placement = eddy_placement::Placement::new(vec![0, 1, 2]).unwrap();
+    // A one-chunk file whose data daemon is not its metadata owner (whose records the
+    // client's fsync would also sync: the restart is to be seen on the data daemon alone).
+    let mut i = 0;
+    let (f, data_daemon) = loop {
+        let path = format!("/f{i}");
+        let f = c.create(&path, 0o644, true, me).await.unwrap();
+        let d = placement.chunk_owner(f.file_id(), 0);
+        if d != placement.meta_owner(&path) {
+            break (f, d);
+        }
+        i += 1;
+    };
+    let data = pattern(1, 0, 5000);
+    c.pwrite(&f, 0, &data).await.unwrap();
+    c.fsync(&f).await.unwrap();
+    c.pwrite(&f, 0, &pattern(2, 0, 5000)).await.unwrap();
+    cl.kill(data_daemon as usize);
+    cl.restart(data_daemon as usize);
+    let e = c.fsync(&f).await.unwrap_err();
+    assert_eq!(e.errno, libc::EIO, "{e}");
+    // Written again, it syncs.
+    c.pwrite(&f, 0, &pattern(3, 0, 5000)).await.unwrap();
+    c.fsync(&f).await.unwrap();
+    assert_eq!(c.pread(&f, 0, 6000).await.unwrap(), pattern(3, 0, 5000));
+}

@@ -290,9 +290,13 @@ pub(crate) struct Link {
     /// of an earlier one (taken by the client: see `take_reconnected`).
     connected: AtomicBool,
     reconnected: AtomicBool,
-    /// Connections opened so far: the generation of the current one (decision 0015: an
-    /// fsync fails when writes it covers were acknowledged on an earlier one).
+    /// Daemon instances connected to so far: the generation of the current connection
+    /// (decision 0015: an fsync fails when writes it covers were acknowledged by an earlier
+    /// instance, which may have died with them). A new connection to the same instance (the
+    /// old one broke, or was reset) keeps the generation.
     generation: AtomicU64,
+    /// The instance the current or last connection reached (0 before the first).
+    instance: AtomicU64,
     secret: Arc<Vec<u8>>,
     /// The chunk size of the deployment: a daemon announcing another is refused.
     chunk_size: u64,
@@ -310,6 +314,7 @@ impl Link {
             connected: AtomicBool::new(false),
             reconnected: AtomicBool::new(false),
             generation: AtomicU64::new(0),
+            instance: AtomicU64::new(0),
             secret,
             chunk_size: cfg.chunk_size,
             max_frame: cfg.max_frame_bytes,
@@ -377,9 +382,11 @@ impl Link {
                     self.connect_timeout.as_millis()
                 ))
             })??;
-        let conn = Arc::new(conn);
+        let (conn, instance) = (Arc::new(conn.0), conn.1);
         *write(&self.conn) = Some(conn.clone());
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        if self.instance.swap(instance, Ordering::AcqRel) != instance {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
         if self.connected.swap(true, Ordering::AcqRel) {
             self.reconnected.store(true, Ordering::Release);
         }
@@ -401,7 +408,7 @@ impl Link {
         }
     }
 
-    async fn open(&self) -> Result<Conn, Errno> {
+    async fn open(&self) -> Result<(Conn, u64), Errno> {
         let fail = |e: std::io::Error| {
             Errno::eio(format!(
                 "cannot reach {}: {e} (is it running? try `eddy status`)",
@@ -465,7 +472,8 @@ impl Link {
         Ok(hello)
     }
 
-    async fn handshake<R, W>(&self, r: R, mut w: W) -> Result<Conn, Errno>
+    /// Returns the connection and the instance of the daemon it reached.
+    async fn handshake<R, W>(&self, r: R, mut w: W) -> Result<(Conn, u64), Errno>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static + Into<WriteHalf>,
@@ -508,7 +516,10 @@ impl Link {
             ));
         }
         frames.set_max(self.max_frame);
-        Ok(Conn::start(frames, w.into(), self.max_frame))
+        Ok((
+            Conn::start(frames, w.into(), self.max_frame),
+            hello.instance,
+        ))
     }
 }
 

@@ -29,6 +29,8 @@ pub struct State {
     room: crate::room::Room,
     requests: AtomicU64,
     started: Instant,
+    /// This process's instance number, announced in the hello (`ServerHello::instance`).
+    pub instance: u64,
     /// Set to true to stop the daemon.
     pub shutdown: watch::Sender<bool>,
     /// Sends copies of metadata changes to their other owners (replicas > 1).
@@ -62,6 +64,7 @@ impl State {
             io_permits: Semaphore::new(io_threads),
             requests: AtomicU64::new(0),
             started: Instant::now(),
+            instance: rand::random(),
             shutdown: watch::Sender::new(false),
         }
     }

@@ -561,6 +561,7 @@ where
         daemon_id: id,
         nonce,
         chunk_size: state.settings.config.chunk_size,
+        instance: state.instance,
     };
     send_frame(w, &hello, max).await?;
     let frame = r.next().await.map_err(|e| e.to_string())?;

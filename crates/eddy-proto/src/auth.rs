@@ -32,6 +32,9 @@ pub struct ServerHello {
     pub nonce: [u8; NONCE_BYTES],
     /// The chunk size the daemon stores data with.
     pub chunk_size: u64,
+    /// Chosen at random when the daemon process started: a client reconnecting to the same
+    /// instance knows that what it acknowledged before is still there (decision 0015).
+    pub instance: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,6 +162,7 @@ mod tests {
             daemon_id: 1,
             nonce: new_nonce(),
             chunk_size: 4096,
+            instance: 7,
         };
         let bytes = crate::encode(&h).unwrap();
         let v: Version = crate::decode(&bytes, 4096).unwrap();

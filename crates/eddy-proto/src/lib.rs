@@ -26,7 +26,7 @@ pub mod path;
 pub use msg::*;
 
 /// Version of the protocol; the handshake refuses a peer with another one.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]
