@@ -100,7 +100,7 @@ fn run_on<F: Fs>(fs: &F, plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> 
             );
         }
         let r = PhaseResult::new(phase, &stats, secs);
-        eprintln!(
+        note!(
             "  {:<20} {:>10.2} {}  ({:.2} s)",
             phase.name(),
             r.primary(),
@@ -137,7 +137,7 @@ impl<F: Fs> Drop for WorkDir<'_, F> {
         if self.remove {
             if let Err(e) = self.fs.remove_tree(&self.path) {
                 if e.kind() != std::io::ErrorKind::NotFound {
-                    eprintln!("warning: could not remove {}: {e}", self.path.display());
+                    note!("warning: could not remove {}: {e}", self.path.display());
                 }
             }
         }

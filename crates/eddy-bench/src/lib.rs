@@ -12,6 +12,14 @@
 //! internals (it drives Eddy only through the `eddy` command, the mount and the public API of
 //! `eddy-client`), or fail on a time.
 
+/// `eprintln!` for progress and warnings: when standard error has gone (`eddy bench ...
+/// 2>&1 | head`), the line is lost instead of a panic (see `err_out`).
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::err_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 pub mod args;
 mod coord;
 pub mod fs;
@@ -49,18 +57,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 /// Prints human output to stdout, or to stderr when the JSON goes to stdout.
 fn human(json: Option<&Path>, text: &str) {
     if json == Some(Path::new("-")) {
-        eprint!("{text}");
+        err_out(format_args!("{text}"));
     } else {
-        print!("{text}");
+        out(format_args!("{text}"));
     }
 }
 
 fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
     let plan = plan::Plan::new(&a.target, &a.work, &a.phases)?;
     let label = a.label.clone().unwrap_or_else(|| a.target.to_string());
-    eprintln!(
+    note!(
         "eddy bench: {} with {} procs, phases: {}",
-        a.target, plan.procs, a.phases
+        a.target,
+        plan.procs,
+        a.phases
     );
     let spec = coord::RunSpec {
         label,
@@ -76,7 +86,7 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
 fn write_outputs(out: &OutputOpts, runs: Vec<Report>, title: &str) -> anyhow::Result<()> {
     if let Some(p) = &out.plot {
         plot::plot_runs(&runs, p, title)?;
-        eprintln!("plot written to {}", p.display());
+        note!("plot written to {}", p.display());
     }
     if let Some(j) = &out.json {
         ResultsFile::new(runs).save(j)?;
@@ -101,11 +111,11 @@ fn cmd_compare(a: CompareArgs) -> anyhow::Result<()> {
         Some(b) => (pick(&fa, 0, &a.a)?, pick(&ResultsFile::load(b)?, 0, b)?),
         None => (pick(&fa, 0, &a.a)?, pick(&fa, 1, &a.a)?),
     };
-    print!("{}", report::compare_table(&ra, &rb));
+    out(format_args!("{}", report::compare_table(&ra, &rb)));
     if let Some(p) = &a.plot {
         let title = format!("eddy bench: {} vs {}", rb.label, ra.label);
         plot::plot_runs(&[ra, rb], p, &title)?;
-        eprintln!("plot written to {}", p.display());
+        note!("plot written to {}", p.display());
     }
     Ok(())
 }
@@ -120,7 +130,7 @@ fn cmd_scale(a: ScaleArgs) -> anyhow::Result<()> {
         let mut opts = a.work.clone();
         opts.procs = procs;
         let plan = plan::Plan::new(&a.target, &opts, "all")?;
-        eprintln!("eddy bench scale: {} procs on {}", procs, a.target);
+        note!("eddy bench scale: {} procs on {}", procs, a.target);
         let spec = coord::RunSpec {
             label: format!("{procs} procs"),
             launch: &a.launch,
@@ -131,10 +141,34 @@ fn cmd_scale(a: ScaleArgs) -> anyhow::Result<()> {
     human(a.json.as_deref(), &report::scale_table(&runs));
     if let Some(p) = &a.plot {
         plot::plot_scale(&runs, p, &format!("eddy bench scale: {}", a.target))?;
-        eprintln!("plot written to {}", p.display());
+        note!("plot written to {}", p.display());
     }
     if let Some(j) = &a.json {
         ResultsFile::new(runs).save(j)?;
     }
     Ok(())
+}
+
+/// Writes to standard output. When the reader has gone (EPIPE: `eddy status | head`), the
+/// command ends at once, quietly and successfully, as `cat` and `ls` end under a shell; any
+/// other write error ends it with a message. (Rust ignores SIGPIPE, so `println!` would
+/// panic; SIGPIPE is not reset to its default instead, because it would also kill a mount or
+/// a command writing to a daemon's Unix socket that closed.)
+pub fn out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        err_out(format_args!("eddy: cannot write to standard output: {e}\n"));
+        std::process::exit(1);
+    }
+}
+
+/// Writes progress or a warning to standard error; a failed write (the reader went away) is
+/// ignored: such lines are for a person watching, and the command's work goes on.
+pub fn err_out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_fmt(args);
 }

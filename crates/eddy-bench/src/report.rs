@@ -149,7 +149,7 @@ impl ResultsFile {
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self).context("encoding results")?;
         if path == Path::new("-") {
-            println!("{text}");
+            crate::out(format_args!("{text}\n"));
             return Ok(());
         }
         std::fs::write(path, text + "\n")

@@ -38,7 +38,7 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         std::fs::create_dir(d).with_context(|| format!("cannot create {}", d.display()))?;
     }
     let exe = std::env::current_exe().context("cannot find the eddy program's path")?;
-    eprintln!("eddy bench suite: storage {}", base.path().display());
+    note!("eddy bench suite: storage {}", base.path().display());
     let mut extra: Vec<std::ffi::OsString> = Vec::new();
     if let Some(file) = &a.config {
         extra.extend(["--config".into(), file.into()]);
@@ -91,7 +91,7 @@ struct Targets {
 fn measure(a: &SuiteArgs, t: &Targets) -> anyhow::Result<Vec<Report>> {
     let one = |target: &Target, label: &str| -> anyhow::Result<Report> {
         crate::interrupt::check()?;
-        eprintln!("eddy bench suite: {label} ({target})");
+        note!("eddy bench suite: {label} ({target})");
         let mut plan = Plan::new(target, &a.work, "all")?;
         if a.work.stonewall.is_none() {
             plan.stonewall_s = SUITE_STONEWALL_S;
@@ -237,7 +237,7 @@ impl Deployment {
 impl Drop for Deployment {
     fn drop(&mut self) {
         if let Err(e) = self.stop() {
-            eprintln!("warning: {e:#}");
+            note!("warning: {e:#}");
         }
     }
 }

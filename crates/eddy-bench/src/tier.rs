@@ -362,7 +362,7 @@ impl PageCache {
             match std::fs::write(DROP_CACHES, "3") {
                 Ok(()) => return,
                 Err(e) => {
-                    eprintln!(
+                    note!(
                         "eddy bench tier: warning: cannot drop the page cache ({DROP_CACHES}: \
                          {e}); using posix_fadvise(DONTNEED) on the benchmark's files instead"
                     );
@@ -760,7 +760,7 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let busy = cpu_busy_pct(Duration::from_secs(1));
     let backend_fs = fs_type(&work);
-    eprintln!(
+    note!(
         "eddy bench tier: backend {} ({backend_fs}), storage {}, {} per side and round, {} \
          rounds",
         work.display(),
@@ -781,7 +781,7 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
 
-    eprintln!("eddy bench tier: writing the backend files");
+    note!("eddy bench tier: writing the backend files");
     for r in 0..a.rounds {
         for (dir, set) in [
             ("cold", &sets.flat),
@@ -856,7 +856,7 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
     if let Some(j) = &a.json {
         let text = serde_json::to_string_pretty(&report).context("encoding results")?;
         if j == Path::new("-") {
-            println!("{text}");
+            crate::out(format_args!("{text}\n"));
         } else {
             std::fs::write(j, text + "\n")
                 .with_context(|| format!("cannot write {}", j.display()))?;
@@ -868,7 +868,7 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
 /// Runs the phases on the started deployment.
 fn measure(ctx: &mut Ctx, sets: &Sets, notes: &mut Vec<String>) -> anyhow::Result<Vec<TierPhase>> {
     let p = ctx.p;
-    let say = |what: &str| eprintln!("eddy bench tier: {what}");
+    let say = |what: &str| note!("eddy bench tier: {what}");
     let flat = &sets.flat;
     let flat_bytes: u64 = flat.iter().map(|(_, s)| s).sum();
     let tree_bytes: u64 = sets.tree.iter().map(|(_, s)| s).sum();

@@ -6,7 +6,14 @@
 /// ends the command quietly instead of a panic (see `out`).
 macro_rules! outln {
     ($($arg:tt)*) => {
-        $crate::out(format_args!("{}\n", format_args!($($arg)*)))
+        eddy_bench::out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `eprintln!` for messages: a standard error that has gone loses the line, never panics.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        eddy_bench::err_out(format_args!("{}\n", format_args!($($arg)*)))
     };
 }
 
@@ -32,24 +39,7 @@ fn main() {
     init_tracing();
     let cli = Cli::parse();
     if let Err(err) = run(cli) {
-        eprintln!("eddy: {err:#}");
-        std::process::exit(1);
-    }
-}
-
-/// Writes to standard output. When the reader has gone (EPIPE: `eddy status | head`), the
-/// command ends at once, quietly and successfully, as `cat` and `ls` end under a shell; any
-/// other write error ends it with a message. (Rust ignores SIGPIPE, so `println!` would
-/// panic; SIGPIPE is not reset to its default instead, because it would also kill a mount or
-/// a command writing to a daemon's Unix socket that closed.)
-pub fn out(args: std::fmt::Arguments) {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("eddy: cannot write to standard output: {e}");
+        errln!("eddy: {err:#}");
         std::process::exit(1);
     }
 }

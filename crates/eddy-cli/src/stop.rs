@@ -35,7 +35,7 @@ pub fn stop(args: StopArgs) -> Result<()> {
         // What was written through a mount between the write-back and the unmount.
         if let Err(e) = flush(&state, &dep, true) {
             for p in &problems {
-                eprintln!("eddy: warning: {p}");
+                errln!("eddy: warning: {p}");
             }
             return Err(e);
         }
@@ -51,7 +51,7 @@ pub fn stop(args: StopArgs) -> Result<()> {
     );
     state.mark_stopped()?;
     for p in &problems {
-        eprintln!("eddy: warning: {p}");
+        errln!("eddy: warning: {p}");
     }
     outln!(
         "eddy: deployment {:?} stopped ({} daemons)",
@@ -156,18 +156,18 @@ fn warn_discarded(dep: &Deployment) {
     let left = match crate::runtime().and_then(|rt| Ok((stage::client(dep.clone())?, rt))) {
         Ok((client, rt)) => dirty_left(&rt, &client),
         Err(e) => {
-            eprintln!("eddy: warning: --discard: cannot tell what is discarded: {e:#}");
+            errln!("eddy: warning: --discard: cannot tell what is discarded: {e:#}");
             return;
         }
     };
     if left.bytes > 0 {
-        eprintln!(
+        errln!(
             "eddy: warning: --discard: {} of data not written back to the backend is thrown away",
             human_bytes(left.bytes)
         );
     }
     for (id, e) in &left.unreachable {
-        eprintln!(
+        errln!(
             "eddy: warning: --discard: daemon {id} did not answer; any data it did not write \
              back is thrown away ({e})"
         );

@@ -137,6 +137,39 @@ fn each_workload_runs_and_cleans_up_on_a_plain_directory() {
     }
 }
 
+/// `eddy bench run ... | head`: standard output and standard error both closed before the
+/// command writes (EPIPE): the run ends successfully, its results lost, and it leaves its
+/// work directory removed, as with a reader.
+#[test]
+fn a_run_into_closed_pipes_succeeds_and_cleans_up() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("target");
+    fs::create_dir(&dir).unwrap();
+    for json in [false, true] {
+        let (out_r, out_w) = std::io::pipe().unwrap();
+        let (err_r, err_w) = std::io::pipe().unwrap();
+        drop(out_r);
+        drop(err_r);
+        let mut cmd = Command::new(EDDY);
+        cmd.args(["bench", "run", s(&dir), "--procs", "1", "--workloads"])
+            .args(["mdtest-easy", "--scale", TINY]);
+        if json {
+            cmd.args(["--json", "-"]);
+        }
+        let status = cmd
+            .stdin(Stdio::null())
+            .stdout(out_w)
+            .stderr(err_w)
+            .status()
+            .expect("run eddy bench");
+        assert!(
+            status.success(),
+            "eddy bench (json {json}) into closed pipes: {status}"
+        );
+        assert!(empty(&dir), "eddy bench left files in {dir:?}");
+    }
+}
+
 #[test]
 fn ior_modes_n1_nn_and_1_1() {
     let base = tempfile::tempdir().unwrap();

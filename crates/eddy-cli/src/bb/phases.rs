@@ -195,7 +195,7 @@ pub fn teardown_detached(
     std::io::Read::read_to_string(&mut words, &mut out)
         .with_context(|| format!("cannot read {}", log.display()))?;
     let _ = std::fs::remove_file(&log);
-    crate::out(format_args!("{out}"));
+    eddy_bench::out(format_args!("{out}"));
     if status.success() {
         return Ok(());
     }
@@ -350,7 +350,7 @@ pub fn node_clean(mount: Option<&Path>, root: Option<&Path>) -> Result<()> {
     if let Some(root) = root {
         let left = crate::procs::serving_root(root);
         for p in crate::procs::terminate(&left, Duration::from_secs(5)) {
-            eprintln!("eddy: stopped {p}, still serving after the deployment stopped");
+            errln!("eddy: stopped {p}, still serving after the deployment stopped");
         }
         match std::fs::remove_dir_all(root) {
             // Never made (a start that failed early): nothing to remove.
