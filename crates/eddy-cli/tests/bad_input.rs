@@ -135,53 +135,15 @@ impl Drop for Unmount {
     }
 }
 
-/// Writes one frame `[u32 len][u64 id][u32 meta len][meta]` (no payload) on a blocking
-/// stream.
-fn put_frame(s: &mut TcpStream, id: u64, meta: &[u8]) -> std::io::Result<()> {
-    let mut f = ((meta.len() + 12) as u32).to_le_bytes().to_vec();
-    f.extend_from_slice(&id.to_le_bytes());
-    f.extend_from_slice(&(meta.len() as u32).to_le_bytes());
-    f.extend_from_slice(meta);
-    s.write_all(&f)
-}
-
-/// Reads one frame; returns its id, meta section and payload.
-fn get_frame(s: &mut TcpStream) -> (u64, eddy_proto::frame::Frame) {
-    let mut head = [0u8; eddy_proto::frame::HEADER_BYTES];
-    s.read_exact(&mut head).unwrap();
-    let len = u32::from_le_bytes(head[..4].try_into().unwrap()) as usize;
-    let meta_len = u32::from_le_bytes(head[12..].try_into().unwrap()) as usize;
-    let mut rest = vec![0u8; len - 12];
-    s.read_exact(&mut rest).unwrap();
-    let payload = rest.split_off(meta_len);
-    let id = u64::from_le_bytes(head[4..12].try_into().unwrap());
-    let frame = eddy_proto::frame::Frame {
-        id,
-        meta: rest.into(),
-        payload: payload.into(),
-    };
-    (id, frame)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_stalls_only_itself() {
-    use eddy_proto::auth::{answer, HelloResult, ServerHello};
     let config = eddy_config::Config {
         max_requests_in_flight: 16,
         ..common::test_config()
     };
     let cl = Cluster::start_with(3, config);
     let good = cl.client().await;
-    let secret = cl.dep.secret_bytes().unwrap();
-    let mut s = TcpStream::connect(&cl.dep.daemons[0].addr).unwrap();
-    let (_, hello) = get_frame(&mut s);
-    let hello: ServerHello = eddy_proto::decode_plain(&hello, 4096).unwrap();
-    let reply = answer(&secret, &hello);
-    put_frame(&mut s, 0, &eddy_proto::encode(&reply).unwrap()).unwrap();
-    let (_, verdict) = get_frame(&mut s);
-    eddy_proto::decode_plain::<HelloResult>(&verdict, 4096)
-        .unwrap()
-        .unwrap();
+    let mut s = common::raw::authenticated(&cl.dep, 0);
 
     // Pipeline 2,000 reads of 64 KiB (128 MiB of replies) from a thread, reading nothing: the
     // socket buffers fill with replies, and the daemon stops reading this connection at 16
@@ -204,7 +166,7 @@ async fn a_client_that_never_reads_stalls_only_itself() {
     let before = served(good.daemon_status().await);
     let writer = std::thread::spawn(move || {
         for id in 1..=N {
-            put_frame(&mut w, id, &body).unwrap();
+            common::raw::put_frame(&mut w, id, &body, &[]).unwrap();
         }
     });
     std::thread::sleep(Duration::from_millis(500));
@@ -228,7 +190,8 @@ async fn a_client_that_never_reads_stalls_only_itself() {
     let reader = std::thread::spawn(move || {
         let mut seen = vec![false; N as usize + 1];
         for _ in 0..N {
-            let (id, frame) = get_frame(&mut s);
+            let frame = common::raw::get_frame(&mut s).unwrap();
+            let id = frame.id;
             let resp = eddy_proto::response_from_frame(frame, 1 << 20).unwrap();
             assert_eq!(
                 resp.ok().as_ref().and_then(eddy_proto::Reply::data),
