@@ -8,9 +8,10 @@ use crate::state::StateDir;
 use crate::status::human_bytes;
 use anyhow::{bail, Context, Result};
 use eddy_client::Client;
-use eddy_proto::{FileId, ScrubPage};
+use eddy_proto::{FileId, FileKind, ScrubPage};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
+use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -36,6 +37,9 @@ struct Mismatch {
     /// Offset of the block in the chunk, and in the file.
     offset: u64,
     file_offset: u64,
+    /// The file's names in the namespace (several for hard links; none when no entry
+    /// names the data: a file removed while the scrub ran, or data left behind).
+    paths: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -82,6 +86,23 @@ pub fn scrub(args: ScrubArgs) -> Result<()> {
         futures::future::join_all(runs).await
     });
     bar.finish_and_clear();
+    let mut results = results;
+    if results.iter().any(|d| !d.mismatches.is_empty()) {
+        let ids: HashSet<u128> = results
+            .iter()
+            .flat_map(|d| &d.mismatches)
+            .filter_map(|m| u128::from_str_radix(&m.file_id, 16).ok())
+            .collect();
+        let names = rt.block_on(name_files(&client, ids));
+        for m in results.iter_mut().flat_map(|d| &mut d.mismatches) {
+            if let Some(paths) = u128::from_str_radix(&m.file_id, 16)
+                .ok()
+                .and_then(|id| names.get(&id))
+            {
+                m.paths = paths.clone();
+            }
+        }
+    }
     let report = Report {
         chunks: results.iter().map(|d| d.chunks).sum(),
         blocks: results.iter().map(|d| d.blocks).sum(),
@@ -153,6 +174,7 @@ async fn scrub_daemon(
                 chunk: b.chunk,
                 offset: b.offset,
                 file_offset: b.chunk * chunk_size + b.offset,
+                paths: Vec::new(),
             });
         }
         if !page.bad.is_empty() {
@@ -163,6 +185,45 @@ async fn scrub_daemon(
             None => return out,
         }
     }
+}
+
+/// The names of the files with data `ids`, found by walking the namespace (done only when
+/// a scrub found damage: a report names files, not ids). Directories that cannot be listed
+/// are left out, with a warning.
+async fn name_files(client: &Client, ids: HashSet<u128>) -> HashMap<u128, Vec<String>> {
+    let mut names: HashMap<u128, Vec<String>> = HashMap::new();
+    let mut dirs = vec!["/".to_string()];
+    while let Some(dir) = dirs.pop() {
+        let mut listed = match client.readdir(&dir, None) {
+            Ok(r) => r,
+            Err(e) => {
+                errln!("eddy: warning: cannot list {dir} to name damaged files: {e}");
+                continue;
+            }
+        };
+        loop {
+            let page = match listed.next_page().await {
+                Ok(Some(page)) => page,
+                Ok(None) => break,
+                Err(e) => {
+                    errln!("eddy: warning: cannot list {dir} to name damaged files: {e}");
+                    break;
+                }
+            };
+            for e in page {
+                let path = eddy_proto::path::join(&dir, &e.name);
+                if e.inode.kind == FileKind::Dir {
+                    dirs.push(path);
+                } else if ids.contains(&e.inode.file_id) {
+                    names.entry(e.inode.file_id).or_default().push(path);
+                }
+            }
+        }
+    }
+    for paths in names.values_mut() {
+        paths.sort();
+    }
+    names
 }
 
 fn print_report(r: &Report) {
@@ -188,13 +249,17 @@ fn print_report(r: &Report) {
         );
     }
     for m in r.daemons.iter().flat_map(|d| &d.mismatches) {
+        let name = if m.paths.is_empty() {
+            format!("file {} (no name in the namespace)", m.file_id)
+        } else {
+            m.paths.join(" = ")
+        };
         outln!(
-            "  damaged: daemon {} file {} chunk {} offset {} (file offset {})",
+            "  damaged: {name}, file offset {} (daemon {} chunk {} offset {})",
+            m.file_offset,
             m.daemon,
-            m.file_id,
             m.chunk,
             m.offset,
-            m.file_offset
         );
     }
 }

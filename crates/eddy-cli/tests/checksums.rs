@@ -222,6 +222,19 @@ async fn flipped_bits_are_eio_counted_and_found_by_scrub_after_a_kill_9() {
     want.sort();
     assert_eq!(scrubbed_blocks(&report), want);
     assert_eq!(report["mismatches"], flips.len());
+    // Each damaged block is reported with the name of its file.
+    for m in report["daemons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| d["mismatches"].as_array().unwrap())
+    {
+        let i = ids
+            .iter()
+            .position(|&id| format!("{id:032x}") == m["file_id"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(m["paths"], serde_json::json!([format!("/f{i}")]), "{m}");
+    }
     assert_eq!(
         checksum_errors(&c).await,
         flips.len() as u64,
