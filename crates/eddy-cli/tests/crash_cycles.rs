@@ -423,6 +423,17 @@ async fn round(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fsynced_bytes_survive_rounds_of_kill_9_during_writes() {
+    crash_cycles(1).await;
+}
+
+/// The same with two copies of everything: every daemon restarts at once, each one catching
+/// up from the others while they do the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsynced_bytes_survive_rounds_of_kill_9_with_two_copies() {
+    crash_cycles(2).await;
+}
+
+async fn crash_cycles(replicas: usize) {
     let rounds: u64 = match std::env::var("EDDY_CRASH_ROUNDS") {
         Ok(v) => v
             .parse()
@@ -435,9 +446,16 @@ async fn fsynced_bytes_survive_rounds_of_kill_9_during_writes() {
             .unwrap_or_else(|_| panic!("EDDY_CRASH_SEED={v} is not a number")),
         Err(_) => rand::random(),
     };
-    eprintln!("crash cycles: {rounds} rounds, seed {seed} (EDDY_CRASH_SEED={seed} repeats it)");
+    eprintln!(
+        "crash cycles: {rounds} rounds, {replicas} cop(ies), seed {seed} (EDDY_CRASH_SEED={seed} \
+         repeats it)"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut cl = Cluster::start(3);
+    let config = eddy_config::Config {
+        replicas,
+        ..common::test_config()
+    };
+    let mut cl = Cluster::start_with(3, config);
     let c = cl.client().await;
     let me = Creds::root();
     let mut totals = Totals::default();
@@ -485,7 +503,8 @@ async fn fsynced_bytes_survive_rounds_of_kill_9_during_writes() {
         "fewer fsyncs than rounds: the rounds checked nothing"
     );
     eprintln!(
-        "crash cycles: {rounds} rounds ({} with a FUSE mount) in {:?}, seed {seed}: {} files \
+        "crash cycles: {rounds} rounds, {replicas} cop(ies) ({} with a FUSE mount) in {:?}, \
+         seed {seed}: {} files \
          ({} fsync'd, {} of them written through the mount), {} writes, {} fsyncs, {} fsync'd \
          bytes verified",
         totals.mount_rounds,
