@@ -80,7 +80,15 @@ impl State {
             return Ok(0);
         };
         let lock = repair.target_lock(target);
-        let _pushing = lock.lock().await;
+        // A push bounded in time (`RepairFor`) waits for one under way (the loop's) only
+        // as long as it may run: that one makes the progress meanwhile.
+        let _pushing = match until {
+            Some(t) => match tokio::time::timeout_at(t.into(), lock.lock()).await {
+                Ok(guard) => guard,
+                Err(_) => return Ok(0),
+            },
+            None => lock.lock().await,
+        };
         let Some(client) = replicator.client(true) else {
             return Err(Failure::Unreachable(Errno::eio(
                 "the other daemons are not known yet (no deployment file)",
