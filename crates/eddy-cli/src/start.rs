@@ -635,7 +635,15 @@ fn launch_remote(
     }
     let dep = plan.deployment(daemons);
     dep.validate().context("the deployment is not valid")?;
-    wait_serving(plan, &dep, &mut spawned.children)?;
+    if dep.config.replicas > 1 {
+        // Daemons that rejoin find their peers there (decision 0021).
+        plan.state.save_deployment(&dep)?;
+    }
+    wait_serving(plan, &dep, &mut spawned.children).inspect_err(|_| {
+        if dep.config.replicas > 1 {
+            let _ = std::fs::remove_file(plan.state.deployment_path());
+        }
+    })?;
     Ok(dep)
 }
 
