@@ -26,7 +26,8 @@ pub enum Command {
     /// while they were down, and this waits, with a progress bar, until nothing is left.
     Repair(RepairArgs),
     /// Start a fresh daemon on an empty root in place of a dead one (same id and address),
-    /// which takes a full copy of everything it owns from the others before serving.
+    /// which takes a full copy of everything it owns from the others before serving; with
+    /// --keep-root, start the dead one again on its root (it takes what it missed).
     Replace(ReplaceArgs),
     /// Mount the deployment's namespace with FUSE.
     Mount(MountArgs),
@@ -163,6 +164,10 @@ pub struct ReplaceArgs {
     pub state: StateArgs,
     /// Id of the dead daemon to replace.
     pub id: u32,
+    /// Start the dead daemon again on its root as it is, instead of a fresh one on an empty
+    /// root: it rejoins, taking only what it missed while it was down.
+    #[arg(long)]
+    pub keep_root: bool,
 }
 
 #[derive(Debug, Args)]

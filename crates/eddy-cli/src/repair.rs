@@ -7,7 +7,8 @@
 //!
 //! `replace` starts a fresh daemon on the empty root of a dead one, with its id and
 //! address from the deployment file, as `eddy start` started it, plus `--rejoin --full`:
-//! it takes a full copy of what it owns from the others before it serves clients.
+//! it takes a full copy of what it owns from the others before it serves clients. With
+//! `--keep-root` it starts the dead daemon again on its root as it is (`--rejoin` only).
 
 use crate::cli::{RepairArgs, ReplaceArgs};
 use crate::procs::{self, log_tail, POLL_INTERVAL};
@@ -195,10 +196,11 @@ pub fn repair(args: RepairArgs) -> Result<()> {
 pub fn replace(args: ReplaceArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
     let dep = state.load_deployment()?;
-    if dep.config.replicas <= 1 {
+    if dep.config.replicas <= 1 && !args.keep_root {
         bail!(
             "the deployment keeps one copy of everything (replicas = 1): a replaced daemon \
-             would come back empty, with nothing to copy from"
+             would come back empty, with nothing to copy from (--keep-root starts the dead \
+             one again on its root)"
         );
     }
     let entry = dep
@@ -225,10 +227,11 @@ pub fn replace(args: ReplaceArgs) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", root.display())),
     };
-    if !empty {
+    if !empty && !args.keep_root {
         bail!(
             "the root {} of daemon {} is not empty: a replacement starts on an empty root \
-             (remove it, or start the old daemon again: it rejoins with what it has)",
+             (remove it, or start the old daemon again with --keep-root: it rejoins with what \
+             it has)",
             root.display(),
             args.id
         );
@@ -266,11 +269,22 @@ pub fn replace(args: ReplaceArgs) -> Result<()> {
         "--peers".into(),
         state.deployment_path().into(),
         "--rejoin".into(),
-        "--full".into(),
     ];
+    // A fresh root has nothing: every peer sends everything it owns.
+    let mut argv = argv;
+    if empty {
+        argv.push("--full".into());
+    }
     let log = state.daemon_log(args.id);
     if log.exists() {
         let _ = std::fs::rename(&log, log.with_extension("log.old"));
+    }
+    // A dead daemon's ready file is stale: the new one writes its own once it listens.
+    match std::fs::remove_file(eddy_daemon::ready_path(root)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).context("cannot remove the dead daemon's ready file")
+        }
+        _ => {}
     }
     let mut child = procs::spawn_detached(&procs::daemon_binary(), &argv, &log)?;
     let deadline = Instant::now() + Duration::from_secs(dep.config.start_timeout_s);
@@ -315,11 +329,16 @@ pub fn replace(args: ReplaceArgs) -> Result<()> {
     pids.push(procs::record(label, &child));
     state.write_pids(&pids)?;
     outln!(
-        "eddy: daemon {} replaced on {} ({}); it takes a full copy of what it owns before \
-         serving; `eddy repair` waits for it",
+        "eddy: daemon {} {} on {} ({}); it takes {} before serving; `eddy repair` waits for it",
         args.id,
+        if empty { "replaced" } else { "started again" },
         root.display(),
-        entry.addr
+        entry.addr,
+        if empty {
+            "a full copy of what it owns"
+        } else {
+            "what it missed"
+        }
     );
     Ok(())
 }

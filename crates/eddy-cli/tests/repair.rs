@@ -1,7 +1,8 @@
 //! Repair (decision 0021): with `replicas = 2` and three real daemons, a daemon killed with
 //! SIGKILL in the middle of a write-heavy workload through a FUSE mount, then started again,
-//! gets what it missed (`eddy repair` waits for it); a dead daemon whose root is wiped is
-//! replaced (`eddy replace`) and gets a full copy of what it owns. Each time the copies are
+//! gets what it missed (`eddy repair` waits for it), started by the test or by
+//! `eddy replace --keep-root`; a dead daemon whose root is wiped is replaced
+//! (`eddy replace`) and gets a full copy of what it owns. Each time the copies are
 //! counted in the daemons' stores (every chunk of every file and every metadata record on
 //! exactly two daemons, equal), and another daemon is killed: everything still reads back.
 
@@ -374,6 +375,26 @@ fn a_wiped_daemon_is_replaced_with_a_full_copy() {
         }
     });
     files.retain(|(p, _)| p != "/a/f3" && p != "/a/f31");
+    // Started again on its root (it rejoins with what it has), then dead again and wiped.
+    ok(&["replace", "1", "--keep-root", "--state", s(&root)]);
+    repair_to_health(&root);
+    kill_daemon(&root, 1);
+    rt.block_on(async {
+        let c = Client::connect(dep.clone()).await.unwrap();
+        for i in 40..44 {
+            let p = format!("/a/f{i}");
+            let f = c.create(&p, 0o644, true, me).await.unwrap();
+            c.pwrite(&f, 0, &pattern(i, 0, file_len(1, i as usize)))
+                .await
+                .unwrap();
+            c.close(&f).await.unwrap();
+            files.push((p, file_len(1, i as usize)));
+        }
+        c.unlink("/a/f32", me).await.unwrap();
+    });
+    files.retain(|(p, _)| p != "/a/f32");
+    let err = common::cli::fails(&["replace", "1", "--state", s(&root)]);
+    assert!(err.contains("not empty"), "{err}");
     std::fs::remove_dir_all(&d1).unwrap();
     let err = common::cli::fails(&["repair", "--state", s(&root)]);
     assert!(err.contains("daemon 1"), "{err}");
