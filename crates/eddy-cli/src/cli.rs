@@ -22,6 +22,13 @@ pub enum Command {
     /// Verify every stored block of every daemon against its checksum (while I/O goes on);
     /// exits non-zero when damaged data is found.
     Scrub(ScrubArgs),
+    /// Restore every copy (replicas > 1): every daemon pushes now what other owners missed
+    /// while they were down, and this waits, with a progress bar, until nothing is left.
+    Repair(RepairArgs),
+    /// Start a fresh daemon on an empty root in place of a dead one (same id and address),
+    /// which takes a full copy of everything it owns from the others before serving; with
+    /// --keep-root, start the dead one again on its root (it takes what it missed).
+    Replace(ReplaceArgs),
     /// Mount the deployment's namespace with FUSE.
     Mount(MountArgs),
     /// Unmount a mount point made by `eddy mount`.
@@ -136,6 +143,31 @@ pub struct ScrubArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// A full resync: every daemon first scans everything it holds and queues each item
+    /// for its other owners (slow; for copies lost without a record, e.g. a wiped root).
+    #[arg(long)]
+    pub full: bool,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplaceArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Id of the dead daemon to replace.
+    pub id: u32,
+    /// Start the dead daemon again on its root as it is, instead of a fresh one on an empty
+    /// root: it rejoins, taking only what it missed while it was down.
+    #[arg(long)]
+    pub keep_root: bool,
 }
 
 #[derive(Debug, Args)]

@@ -23,6 +23,7 @@ mod debug;
 mod mount;
 mod mounts;
 mod procs;
+mod repair;
 mod scrub;
 mod stage;
 mod start;
@@ -59,6 +60,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Stop(args) => stop::stop(args),
         Command::Status(args) => status::status(args),
         Command::Scrub(args) => scrub::scrub(args),
+        Command::Repair(args) => repair::repair(args),
+        Command::Replace(args) => repair::replace(args),
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),
         Command::StageIn(args) => stage::stage_in(args),

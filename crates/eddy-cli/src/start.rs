@@ -296,7 +296,7 @@ fn spawn_and_wait_local(
     }
     let daemons = wait_ready_files(plan, &roots, &mut spawned.children)?;
     let dep = plan.deployment(daemons);
-    verify(&dep)?;
+    verify_known(plan, &dep)?;
     Ok(dep)
 }
 
@@ -407,11 +407,33 @@ fn check_alive(plan: &Plan, child: &mut Child, id: u32) -> Result<()> {
     Ok(())
 }
 
+/// `verify` with the deployment file written first: daemons that rejoin (decision 0021)
+/// find their peers there. Removed again if the check fails (the start fails).
+fn verify_known(plan: &Plan, dep: &Deployment) -> Result<()> {
+    if dep.config.replicas <= 1 {
+        return verify(dep);
+    }
+    plan.state.save_deployment(dep)?;
+    verify(dep).inspect_err(|_| {
+        let _ = std::fs::remove_file(plan.state.deployment_path());
+    })
+}
+
 /// Connects once (which creates the namespace root) and checks every daemon answers.
+/// Daemons started on roots they used before rejoin first (decision 0021): answered as if
+/// down meanwhile, so the check is tried again until `start_timeout_s`.
 fn verify(dep: &Deployment) -> Result<()> {
     let rt = crate::runtime()?;
-    rt.block_on(probe(dep.clone()))
-        .map_err(|e| anyhow::anyhow!("the daemons started but {e}"))
+    let deadline = Instant::now() + start_bound(&dep.config);
+    loop {
+        match rt.block_on(probe(dep.clone())) {
+            Ok(()) => return Ok(()),
+            Err(e) if dep.config.replicas <= 1 || Instant::now() >= deadline => {
+                bail!("the daemons started but {e}")
+            }
+            Err(_) => std::thread::sleep(POLL_INTERVAL),
+        }
+    }
 }
 
 /// Ok if a client connects and every daemon answers status; else what failed.
@@ -613,7 +635,15 @@ fn launch_remote(
     }
     let dep = plan.deployment(daemons);
     dep.validate().context("the deployment is not valid")?;
-    wait_serving(plan, &dep, &mut spawned.children)?;
+    if dep.config.replicas > 1 {
+        // Daemons that rejoin find their peers there (decision 0021).
+        plan.state.save_deployment(&dep)?;
+    }
+    wait_serving(plan, &dep, &mut spawned.children).inspect_err(|_| {
+        if dep.config.replicas > 1 {
+            let _ = std::fs::remove_file(plan.state.deployment_path());
+        }
+    })?;
     Ok(dep)
 }
 

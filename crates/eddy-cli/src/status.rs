@@ -30,6 +30,12 @@ struct DaemonRow {
     checksum_errors: Option<u64>,
     /// Writes refused since start because their data was damaged in flight.
     corrupt_payloads: Option<u64>,
+    /// Items this daemon holds that other owners missed (hints, decision 0021), and per
+    /// target daemon.
+    hints: Option<u64>,
+    hints_for: Vec<(u32, u64)>,
+    /// Whether the daemon is rejoining (taking what it missed; clients use other copies).
+    rejoining: Option<bool>,
     /// The backend tier: cached, dirty and pinned bytes, bytes read from and written to the
     /// backend, fetches, evictions, capacity and watermarks (all zero when nothing is linked).
     tier: Option<TierStatus>,
@@ -43,27 +49,55 @@ struct Report {
     links: Vec<Link>,
     /// Copies of every item (decision 0020).
     replicas: usize,
-    /// "healthy", "degraded: ..." (daemons down, every item still has a copy up) or
-    /// "unavailable: ..." (some items have no copy up).
+    /// "healthy", "degraded: ..." (daemons down, every item still has a copy up, or items
+    /// under-replicated: hints held, daemons rejoining) or "unavailable: ..." (some items
+    /// have no copy up).
     health: String,
+    /// Items under-replicated: the hints held by every daemon that answered.
+    under_replicated: u64,
     daemons: Vec<DaemonRow>,
 }
 
-/// The deployment's health from the daemons that are down and the copies kept.
+/// The deployment's health from the daemons that are down, the copies kept, the items
+/// under-replicated (hints held) and the daemons rejoining.
 fn health(rows: &[DaemonRow], replicas: usize) -> String {
     let down: Vec<String> = rows
         .iter()
         .filter(|r| !r.up)
         .map(|r| r.id.to_string())
         .collect();
+    let waiting = under_replicated(rows);
+    let rejoining: Vec<String> = rows
+        .iter()
+        .filter(|r| r.rejoining == Some(true))
+        .map(|r| r.id.to_string())
+        .collect();
     if down.is_empty() {
-        return "healthy".into();
+        if waiting == 0 && rejoining.is_empty() {
+            return "healthy".into();
+        }
+        let mut why = Vec::new();
+        if waiting > 0 {
+            why.push(format!(
+                "{waiting} item{} under-replicated (being repaired; `eddy repair` waits for it)",
+                if waiting == 1 { "" } else { "s" }
+            ));
+        }
+        if !rejoining.is_empty() {
+            why.push(format!("daemons rejoining: {}", rejoining.join(", ")));
+        }
+        return format!("degraded: {}", why.join("; "));
     }
     let list = down.join(", ");
     if down.len() < replicas {
         format!(
             "degraded: daemons down: {list}; every item still has a copy up ({replicas} copies \
-             kept), the items of the daemons down are under-replicated"
+             kept), the items of the daemons down are under-replicated{}",
+            if waiting > 0 {
+                format!(" ({waiting} changes missed are held for them)")
+            } else {
+                String::new()
+            }
         )
     } else {
         format!(
@@ -71,6 +105,11 @@ fn health(rows: &[DaemonRow], replicas: usize) -> String {
             if replicas == 1 { "y" } else { "ies" }
         )
     }
+}
+
+/// The hints held by the daemons that answered.
+fn under_replicated(rows: &[DaemonRow]) -> u64 {
+    rows.iter().filter_map(|r| r.hints).sum()
 }
 
 pub fn status(args: StatusArgs) -> Result<()> {
@@ -85,6 +124,7 @@ pub fn status(args: StatusArgs) -> Result<()> {
         links: dep.config.links.clone(),
         replicas,
         health: health(&rows, replicas),
+        under_replicated: under_replicated(&rows),
         daemons: rows,
     };
     if args.json {
@@ -154,6 +194,9 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
         requests: None,
         checksum_errors: None,
         corrupt_payloads: None,
+        hints: None,
+        hints_for: Vec::new(),
+        rejoining: None,
         tier: None,
     };
     match result {
@@ -167,6 +210,9 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
             row.requests = Some(s.requests);
             row.checksum_errors = Some(s.checksum_errors);
             row.corrupt_payloads = Some(s.corrupt_payloads);
+            row.hints = Some(s.hints);
+            row.hints_for = s.hints_for;
+            row.rejoining = Some(s.rejoining);
             row.tier = Some(s.tier);
         }
         Err(e) => row.error = Some(e),
@@ -181,7 +227,7 @@ fn print_table(report: &Report) {
         outln!("link {} -> {}", l.prefix, l.backend.display());
     }
     outln!(
-        "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9} {:>9} {:>9}",
+        "{:>4}  {:<16} {:<22} {:<9} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}",
         "ID",
         "HOST",
         "ADDRESS",
@@ -193,16 +239,21 @@ fn print_table(report: &Report) {
         "ENTRIES",
         "UPTIME",
         "SUM ERRS",
-        "BAD WRITES"
+        "BAD WRITES",
+        "HINTS"
     );
     for r in &report.daemons {
         let opt = |v: Option<u64>, f: fn(u64) -> String| v.map(f).unwrap_or_else(|| "-".into());
         outln!(
-            "{:>4}  {:<16} {:<22} {:<5} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9} {:>9} {:>9}",
+            "{:>4}  {:<16} {:<22} {:<9} {:>10} {:>10} {:>11} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}",
             r.id,
             r.host,
             r.addr,
-            if r.up { "up" } else { "down" },
+            match (r.up, r.rejoining) {
+                (false, _) => "down",
+                (true, Some(true)) => "rejoining",
+                (true, _) => "up",
+            },
             opt(r.storage_used_bytes, human_bytes),
             opt(r.storage_free_bytes, human_bytes),
             opt(r.chunk_bytes, human_bytes),
@@ -211,6 +262,7 @@ fn print_table(report: &Report) {
             opt(r.uptime_s, human_duration),
             opt(r.checksum_errors, |v| v.to_string()),
             opt(r.corrupt_payloads, |v| v.to_string()),
+            opt(r.hints, |v| v.to_string()),
         );
         if let Some(e) = &r.error {
             outln!("      daemon {} is down: {e}", r.id);

@@ -347,7 +347,12 @@ impl Link {
         })
         .await;
         match outcome {
-            Ok(Ok(Ok(resp))) => resp.map_err(Failure::Daemon),
+            Ok(Ok(Ok(resp))) => resp.map_err(|e| match e.errno {
+                // A daemon rejoining after a restart serves no client yet (decision 0021):
+                // as good as down, the other copies answer.
+                libc::EHOSTDOWN => Failure::Unreachable(e),
+                _ => Failure::Daemon(e),
+            }),
             Ok(Ok(Err(why))) => Err(Failure::Unreachable(Errno::eio(format!(
                 "{}: {why}",
                 what()

@@ -527,7 +527,7 @@ impl Client {
         };
         let cleared = self.clear_setid_on_write(f, clear_setid);
         let (results, grown, cleared) = futures::join!(join_all(writes), grow, cleared);
-        self.settle_writes(f.file_id(), &batches, results)?;
+        self.settle_writes(f.file_id(), &batches, results).await?;
         grown?;
         cleared?;
         f.raise_known(end);
@@ -676,7 +676,7 @@ impl Client {
             }
         });
         let results = join_all(calls).await;
-        self.settle_writes(f.file_id(), &batches, results)?;
+        self.settle_writes(f.file_id(), &batches, results).await?;
         if !keep_size {
             let req = Request::GrowSize {
                 path: f.path().to_string(),

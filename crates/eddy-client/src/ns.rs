@@ -10,6 +10,7 @@ use crate::{
 use eddy_proto::path;
 use eddy_proto::{RemoveKind, Reply, Request};
 use futures::future::join_all;
+use std::collections::{BTreeMap, BTreeSet};
 
 impl Client {
     // ---------------------------------------------------------------- metadata
@@ -182,32 +183,49 @@ impl Client {
         let first = from / cs;
         let last = if to > from { (to - 1) / cs } else { first };
         let ids = self.0.placement.ids();
-        if last - first >= ids.len() as u64 {
+        let r = self.replicas();
+        if last - first >= ids.len() as u64 && r == 1 {
             return self.all_ok(make).await.map(|_| ());
         }
-        let mut holders: Vec<u32> = (first..=last)
-            .flat_map(|k| self.chunk_owners(file_id, k))
-            .collect();
+        let mut holders: Vec<u32> = if last - first >= ids.len() as u64 {
+            ids.to_vec()
+        } else {
+            (first..=last)
+                .flat_map(|k| self.chunk_owners(file_id, k))
+                .collect()
+        };
         holders.sort_unstable();
         holders.dedup();
-        let calls = holders.into_iter().map(|id| {
+        let calls = holders.iter().map(|&id| {
             let req = make();
             async move { self.try_call(id, &req).await }
         });
-        // With R copies, up to R-1 owners that cannot be reached are left out.
-        let mut unreachable = 0;
-        for r in join_all(calls).await {
-            match r {
+        // With R copies, up to R-1 owners that cannot be reached are left out; the chunks
+        // they own are hinted to an owner that took the change (decision 0021).
+        let mut missed: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
+        for (&id, res) in holders.iter().zip(join_all(calls).await) {
+            match res {
                 Ok(_) => {}
                 Err(Failure::Unreachable(e)) => {
-                    unreachable += 1;
-                    if unreachable >= self.replicas() {
+                    missed.insert(id, BTreeSet::new());
+                    if missed.len() >= r {
                         return Err(e);
                     }
                 }
                 Err(f) => return Err(f.into_errno()),
             }
         }
+        if missed.is_empty() {
+            return Ok(());
+        }
+        for k in first..=last {
+            for d in self.chunk_owners(file_id, k) {
+                if let Some(set) = missed.get_mut(&d) {
+                    set.insert(k);
+                }
+            }
+        }
+        self.hint_missed(file_id, missed).await;
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use crate::{Client, Errno};
 use eddy_placement::{chunk_hash, path_hash};
 use eddy_proto::{Reply, Request};
 use futures::future::join_all;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -191,9 +191,10 @@ impl Client {
     }
 
     /// The outcome of a write sent as `write_batches` cut it: every copy that could be
-    /// reached must have taken it, and each chunk at least one copy. With R = 1 the first
-    /// failure is the result, as always.
-    pub(crate) fn settle_writes(
+    /// reached must have taken it, and each chunk at least one copy; the owners that missed
+    /// it are told to an owner that took it (`hint_missed`) before the write is acknowledged.
+    /// With R = 1 the first failure is the result, as always.
+    pub(crate) async fn settle_writes(
         &self,
         file_id: u128,
         batches: &[Batch],
@@ -217,6 +218,7 @@ impl Client {
         if missed.is_empty() {
             return Ok(());
         }
+        let mut chunks: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
         for b in batches.iter().filter(|b| missed.contains_key(&b.daemon)) {
             for s in &b.spans {
                 let owners = self.chunk_owners(file_id, s.piece.chunk);
@@ -230,9 +232,54 @@ impl Client {
                         owners.len()
                     )));
                 }
+                chunks.entry(b.daemon).or_default().insert(s.piece.chunk);
             }
         }
+        self.hint_missed(file_id, chunks).await;
         Ok(())
+    }
+
+    /// Tells, for each chunk an owner missed (it could not be reached), another owner
+    /// that took the change: that one records a hint and pushes the chunk to the owner that
+    /// missed it once it can be reached (decision 0021). A hint that cannot be delivered is
+    /// logged (`eddy repair --full` finds the item anyway).
+    pub(crate) async fn hint_missed(&self, file_id: u128, missed: BTreeMap<u32, BTreeSet<u64>>) {
+        let per_request = (self.config().max_rpc_data_bytes as usize / 8).max(1);
+        let mut groups: BTreeMap<(u32, u32), Vec<u64>> = BTreeMap::new();
+        for (&target, chunks) in &missed {
+            for &k in chunks {
+                let holder = self
+                    .ranked(self.chunk_owners(file_id, k))
+                    .into_iter()
+                    .find(|d| !missed.contains_key(d));
+                if let Some(h) = holder {
+                    groups.entry((h, target)).or_default().push(k);
+                }
+            }
+        }
+        let calls = groups.into_iter().flat_map(|((holder, target), ks)| {
+            ks.chunks(per_request)
+                .map(|c| (holder, target, c.to_vec()))
+                .collect::<Vec<_>>()
+        });
+        let sends = calls.map(|(holder, target, chunks)| async move {
+            let n = chunks.len();
+            let req = Request::Hint {
+                target,
+                file_id,
+                chunks,
+            };
+            if let Err(e) = self.try_call(holder, &req).await {
+                tracing::warn!(
+                    holder,
+                    target,
+                    chunks = n,
+                    "cannot record that daemon {target} missed chunks of file {file_id:032x}: {}",
+                    e.errno()
+                );
+            }
+        });
+        join_all(sends).await;
     }
 
     /// Reads `spans` of a file into `out` (at each span's buffer position) from the first

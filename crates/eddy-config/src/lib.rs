@@ -57,6 +57,14 @@ pub struct Config {
     /// the next owner at once instead of each trying the dead one first. Only used with
     /// `replicas` > 1. Default 2 000.
     pub down_hold_ms: u64,
+    /// How often a daemon's repair loop pushes the hints it holds (items another owner
+    /// missed while it could not be reached) to their targets, in milliseconds; a target
+    /// that cannot be reached is tried again next round (decision 0021). Only used with
+    /// `replicas` > 1. Default 1 000.
+    pub repair_interval_ms: u64,
+    /// Items (metadata keys or chunks) one repair push sends at once to one target.
+    /// Default 64.
+    pub repair_batch_items: u32,
     /// Deadline to connect and authenticate to a daemon, in milliseconds. Default 3 000.
     pub connect_timeout_ms: u64,
     /// Largest frame accepted on the wire, header included. Default 64 MiB.
@@ -242,6 +250,8 @@ impl Default for Config {
             rpc_timeout_ms: 10_000,
             replicas: 1,
             down_hold_ms: 2_000,
+            repair_interval_ms: 1_000,
+            repair_batch_items: 64,
             connect_timeout_ms: 3_000,
             max_frame_bytes: 64 * 1024 * 1024,
             max_rpc_data_bytes: 8 * 1024 * 1024,
@@ -327,6 +337,11 @@ impl Config {
         }
         if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
+        }
+        if self.repair_interval_ms == 0 || self.repair_batch_items == 0 {
+            return Err(ConfigError::Invalid(
+                "repair_interval_ms and repair_batch_items must be positive".into(),
+            ));
         }
         self.validate_tier()
     }

@@ -52,6 +52,15 @@ pub struct DaemonArgs {
     /// the daemons start). Default: --deployment.
     #[arg(long)]
     pub peers: Option<PathBuf>,
+    /// Rejoin (replicas > 1, decision 0021): serve peers only and take the changes missed
+    /// from the other daemons before serving clients. Implied when the daemon starts on a
+    /// store it used before (a restart).
+    #[arg(long)]
+    pub rejoin: bool,
+    /// With --rejoin: a full resync, every peer sends every item this daemon owns (a
+    /// replacement on an empty root; `eddy replace`).
+    #[arg(long, requires = "rejoin")]
+    pub full: bool,
     /// Log level or tracing filter, e.g. "debug" or "eddy_daemon=debug,fjall=warn".
     #[arg(long, default_value = "info")]
     pub log_level: String,
@@ -77,6 +86,11 @@ pub struct DaemonSettings {
     pub members: Option<Vec<u32>>,
     /// The deployment file naming the other daemons (see `DaemonArgs::peers`).
     pub peers: Option<PathBuf>,
+    /// Rejoin before serving clients (see `DaemonArgs::rejoin`); set at start too when the
+    /// store was used before.
+    pub rejoin: bool,
+    /// A full resync while rejoining (see `DaemonArgs::full`).
+    pub full: bool,
 }
 
 impl DaemonSettings {
@@ -93,6 +107,8 @@ impl DaemonSettings {
             config,
             members: None,
             peers: None,
+            rejoin: false,
+            full: false,
         }
     }
 
@@ -141,6 +157,8 @@ impl DaemonSettings {
             config,
             members,
             peers: args.peers.clone().or_else(|| args.deployment.clone()),
+            rejoin: args.rejoin,
+            full: args.full,
         })
     }
 }

@@ -1283,6 +1283,63 @@ impl ChunkStore {
         nix::unistd::syncfs(&dir)
             .map_err(|e| Errno::new(e as i32, format!("syncing the chunk file system: {e}")))
     }
+
+    /// The whole chunk as held here (verified, with checksums on), `None` when absent: what
+    /// a repair pushes (decision 0021).
+    pub fn whole(&self, id: FileId, k: u64) -> Result<Option<Vec<u8>>, Errno> {
+        let _guard = self.lock(id, k);
+        self.read_whole_locked(id, k)
+    }
+
+    /// Makes chunk k exactly `data` (`None`: absent), under its lock: written whole, then
+    /// cut to the new length if it was longer; `sums` are the checksums of the chunk's
+    /// segments when the sender had them (verified by the caller). Returns the digest of
+    /// the chunk as held afterwards.
+    pub fn put_whole(
+        &self,
+        id: FileId,
+        k: u64,
+        data: Option<&[u8]>,
+        sums: Option<&[u32]>,
+    ) -> Result<eddy_proto::repair::Digest, Errno> {
+        let _guard = self.lock(id, k);
+        let Some(data) = data else {
+            self.delete_locked(id, k)?;
+            return Ok(None);
+        };
+        let len = u32::try_from(data.len())
+            .map_err(|_| Errno::einval("a chunk's content is larger than a chunk"))?;
+        let p = Piece {
+            chunk: k,
+            offset: 0,
+            len,
+        };
+        match self.write_locked_with(id, &p, data, sums) {
+            // A damaged block of the old copy (read back by a partial write): start over.
+            Err(e) if e.errno == libc::EIO => {
+                self.delete_locked(id, k)?;
+                self.write_locked_with(id, &p, data, sums)?;
+            }
+            other => other?,
+        }
+        if let Some(slot) = self.slot(id) {
+            self.cut_locked(&slot, id, k, u64::from(len))?;
+        }
+        let now = self.read_whole_locked(id, k)?;
+        Ok(eddy_proto::repair::digest(now.as_deref()))
+    }
+
+    /// Every chunk held, in (file id, chunk) order (a full resync, decision 0021).
+    pub fn held(&self) -> Vec<(FileId, u64)> {
+        let mut out = Vec::new();
+        for shard in &self.slots {
+            for (id, slot) in lock(shard).iter() {
+                out.extend(lock(&slot.chunks).keys().map(|k| (*id, *k)));
+            }
+        }
+        out.sort_unstable();
+        out
+    }
 }
 
 /// Checks the layout of the chunk directory: writes the layout file into a new (or empty)

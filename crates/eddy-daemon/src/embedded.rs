@@ -10,6 +10,13 @@ use crate::DaemonError;
 use eddy_proto::{Request, Response};
 use std::sync::Arc;
 
+/// What a daemon's stores hold (`Embedded::inventory`).
+#[derive(Debug, Default)]
+pub struct Inventory {
+    pub keys: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    pub chunks: std::collections::BTreeMap<(eddy_proto::FileId, u64), eddy_proto::repair::Digest>,
+}
+
 /// A daemon's stores under its root, served as one connection.
 pub struct Embedded {
     state: Arc<State>,
@@ -40,6 +47,23 @@ impl Embedded {
         self.state.file_locks.close_conn(self.conn);
         self.state.meta.release_renames_of(self.conn);
         self.conn = self.state.file_locks.open_conn();
+    }
+
+    /// What the stores hold, read from them (blocking): every metadata key with its record,
+    /// and every chunk (file id, index) with the digest of its content. For tools and
+    /// tests that count the copies of a deployment (decision 0021).
+    pub fn inventory(&self) -> Result<Inventory, eddy_proto::Errno> {
+        let mut inv = Inventory::default();
+        self.state.meta.each_key(|k, v| {
+            inv.keys.insert(k.to_vec(), v.to_vec());
+            true
+        })?;
+        for (id, k) in self.state.chunks.held() {
+            let data = self.state.chunks.whole(id, k)?;
+            inv.chunks
+                .insert((id, k), eddy_proto::repair::digest(data.as_deref()));
+        }
+        Ok(inv)
     }
 
     /// Persists the metadata store (as a stopping daemon does).

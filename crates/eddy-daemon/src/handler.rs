@@ -35,6 +35,8 @@ pub struct State {
     pub shutdown: watch::Sender<bool>,
     /// Sends copies of metadata changes to their other owners (replicas > 1).
     replicator: Option<crate::replicate::Replicator>,
+    /// Hints, the repair loop and rejoining (replicas > 1; decision 0021).
+    repair: Option<crate::repair::Repair>,
 }
 
 impl State {
@@ -44,6 +46,7 @@ impl State {
         chunks: ChunkStore,
         backend: Arc<Backend>,
         tier: Tier,
+        hints: Option<crate::hints::Hints>,
     ) -> State {
         let io_threads = settings.config.io_threads;
         let room = crate::room::Room::new(
@@ -52,8 +55,14 @@ impl State {
             &settings.root.join(crate::CHUNKS_DIR),
             settings.config.meta_reserve_bytes,
         );
+        let replicator = crate::replicate::Replicator::new(&settings);
+        let repair = match (&replicator, hints) {
+            (Some(_), Some(h)) => Some(crate::repair::Repair::new(h, settings.rejoin)),
+            _ => None,
+        };
         State {
-            replicator: crate::replicate::Replicator::new(&settings),
+            replicator,
+            repair,
             room,
             settings,
             meta,
@@ -69,9 +78,31 @@ impl State {
         }
     }
 
+    /// The repair side (replicas > 1).
+    pub(crate) fn repair(&self) -> Option<&crate::repair::Repair> {
+        self.repair.as_ref()
+    }
+
+    /// The copier of metadata (replicas > 1).
+    pub(crate) fn replicator(&self) -> Option<&crate::replicate::Replicator> {
+        self.replicator.as_ref()
+    }
+
     /// Executes one request that came over connection `conn`: lock and rename intent
-    /// requests are held by their connection, the others are not.
+    /// requests are held by their connection, the others are not. A rejoining daemon
+    /// answers clients as if it were down (decision 0021).
     pub async fn serve(self: &Arc<Self>, conn: ConnId, req: Request) -> Response {
+        if let Some(r) = &self.repair {
+            if r.is_rejoining() && !req.served_while_rejoining() {
+                return Err(Errno::new(
+                    libc::EHOSTDOWN,
+                    format!(
+                        "daemon {} is rejoining (taking the changes it missed); use another copy",
+                        self.settings.id
+                    ),
+                ));
+            }
+        }
         if req.is_lock() {
             self.handle_lock(conn, req).await
         } else if req.is_rename_intent() {
@@ -93,6 +124,8 @@ impl State {
                 self.shutdown.send_replace(true);
                 Ok(Reply::Ok)
             }
+            Request::RepairFor { target, full } => self.repair_for(target, full).await,
+            Request::Repair { full } => self.repair_all(full).await,
             // Disk-bound work goes to the blocking pool, so disk and network overlap; so does
             // metadata work that may reach the backend.
             other if other.is_storage_io() || self.may_reach_backend(&other) => {
@@ -134,6 +167,11 @@ impl State {
             Ok(states) => {
                 for (daemon, missed) in replicator.forward(states).await {
                     tracing::debug!(daemon, keys = missed.len(), "a copy missed changes");
+                    let Some(repair) = &self.repair else { continue };
+                    let items = missed.into_iter().map(|s| crate::hints::Item::Key(s.key));
+                    if let Err(e) = repair.hints.add(daemon, items) {
+                        tracing::warn!(daemon, "cannot record what a copy missed: {e}");
+                    }
                 }
             }
             Err(e) => tracing::warn!("cannot read the changed keys to copy them: {e}"),
@@ -178,7 +216,7 @@ impl State {
     }
 
     /// `blocking` for any result.
-    async fn blocking_any<T, F>(self: &Arc<Self>, f: F) -> Result<T, Errno>
+    pub(crate) async fn blocking_any<T, F>(self: &Arc<Self>, f: F) -> Result<T, Errno>
     where
         T: Send + 'static,
         F: FnOnce(&State) -> T + Send + 'static,
@@ -393,7 +431,53 @@ impl State {
             Request::CountSubdirs { dir, delta } => {
                 meta.count_subdirs(&dir, delta).map(|()| Reply::Ok)
             }
-            Request::Replicate { changes } => meta.apply_replica(&changes).map(|()| Reply::Ok),
+            Request::Replicate { changes } => {
+                meta.apply_replica(&changes)?;
+                let keys = changes.into_iter().map(|c| c.key).collect();
+                let held = meta.key_states(keys)?;
+                Ok(Reply::Digests(
+                    held.iter()
+                        .map(|s| eddy_proto::repair::digest(s.value.as_deref()))
+                        .collect(),
+                ))
+            }
+            Request::Hint {
+                target,
+                file_id,
+                chunks: list,
+            } => self.add_chunk_hints(target, file_id, &list),
+            Request::PutChunk {
+                file_id,
+                chunk,
+                present,
+                sums,
+                data,
+            } => {
+                let sums = (!sums.is_empty() && present).then_some(&sums[..]);
+                if !present && !data.is_empty() {
+                    return Err(Errno::einval("a chunk removed carries no data"));
+                }
+                if present {
+                    let len = u32::try_from(data.len())
+                        .map_err(|_| Errno::einval("a chunk's content exceeds a chunk"))?;
+                    let p = [eddy_proto::Piece {
+                        chunk,
+                        offset: 0,
+                        len,
+                    }];
+                    chunks.check_pieces(&p)?;
+                    if let Some(sums) = sums {
+                        chunks.verify_payload(file_id, &p, &data, sums)?;
+                    }
+                }
+                self.with_room(|| {
+                    chunks.put_whole(file_id, chunk, present.then_some(&data[..]), sums)
+                })
+                .map(|d| Reply::Digests(vec![d]))
+            }
+            Request::RepairFor { .. } | Request::Repair { .. } => Err(Errno::einval(
+                "a repair request runs asynchronously; served by handle",
+            )),
             Request::Status => self.status().map(Reply::Status),
             Request::Shutdown => Ok(Reply::Ok),
             Request::Lock { .. } | Request::TestLock { .. } | Request::ReleaseLocks { .. } => Err(
@@ -518,6 +602,12 @@ impl State {
             checksum_errors,
             corrupt_payloads,
             corrupt_chunks: self.chunks.corrupt().len() as u64,
+            hints: self.repair.as_ref().map_or(0, |r| r.hints.total()),
+            hints_for: self
+                .repair
+                .as_ref()
+                .map_or_else(Vec::new, |r| r.hints.per_target()),
+            rejoining: self.repair.as_ref().is_some_and(|r| r.is_rejoining()),
         })
     }
 }

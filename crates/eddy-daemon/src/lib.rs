@@ -8,7 +8,7 @@
 //!
 //! Layout under the root: `meta/` (fjall, keyspace "meta": `path::meta_key(path)` →
 //! `Inode::to_record()`; "tier": the backend tier's records; "intents": unfinished directory
-//! renames; the chunk map, decision 0015), `chunks/<hh>/<file id, 32 hex>` (one sparse data
+//! renames; the chunk map, decision 0015; "hints": items other owners missed, decision 0021), `chunks/<hh>/<file id, 32 hex>` (one sparse data
 //! file per file), `eddyd.sock`, `eddyd.ready`.
 
 mod advisory;
@@ -19,20 +19,25 @@ mod embedded;
 mod error;
 mod gate;
 mod handler;
+mod hints;
 mod locks;
 mod meta;
 mod privilege;
 mod ready;
+mod repair;
 mod replicate;
 mod room;
 mod server;
 mod tier;
 
 pub use args::{system_host_name, DaemonArgs, DaemonSettings, SECRET_ENV, SOCKET_FILE};
-pub use embedded::Embedded;
+pub use embedded::{Embedded, Inventory};
 pub use error::DaemonError;
 pub use ready::{read_ready, ready_path, ReadyInfo, READY_FILE};
 pub use server::{Daemon, CHUNKS_DIR, META_DIR};
+
+/// Name of the keyspace holding the hints (decision 0021).
+pub const HINTS_KEYSPACE: &str = "hints";
 
 use tokio::signal::unix::{signal, SignalKind};
 

@@ -137,6 +137,25 @@ impl MetaStore {
             .map_err(|e| fjall_err("chunk map", e))
     }
 
+    /// The hints keyspace (decision 0021): in the same journal as the metadata.
+    pub fn hint_records(&self) -> Result<Keyspace, Errno> {
+        self.db
+            .keyspace(crate::HINTS_KEYSPACE, KeyspaceCreateOptions::default)
+            .map_err(|e| fjall_err("hints", e))
+    }
+
+    /// Every metadata key held and its record, in key order, to `f` (a full resync,
+    /// decision 0021); `f` returns false to stop.
+    pub fn each_key(&self, mut f: impl FnMut(&[u8], &[u8]) -> bool) -> Result<(), Errno> {
+        for guard in self.meta.iter() {
+            let (k, v) = guard.into_inner().map_err(|e| fjall_err("scan", e))?;
+            if !f(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// The backend tier's keyspace (shared with the chunk side of the tier).
     pub fn tier_records(&self) -> Keyspace {
         self.records.clone()

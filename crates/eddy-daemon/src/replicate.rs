@@ -73,6 +73,39 @@ impl Replicator {
         owners.into_iter().filter(|&d| d != self.me).collect()
     }
 
+    /// The deployment's daemons.
+    pub fn members(&self) -> &[u32] {
+        self.placement.ids()
+    }
+
+    /// The other owners of a metadata key held here with `record` (a full resync, decision
+    /// 0021): as `targets`, except that an identity record names the daemon that holds it
+    /// (`Inode::shared`), whose ring successors hold its copies.
+    pub fn key_targets(&self, key: &[u8], record: &[u8]) -> Vec<u32> {
+        if !eddy_proto::path::is_identity_key(key) {
+            return self.targets(key);
+        }
+        let holder = eddy_proto::Inode::from_record(record)
+            .ok()
+            .and_then(|i| i.shared)
+            .unwrap_or(self.me);
+        let ids = self.placement.ids();
+        let start = ids.iter().position(|&d| d == holder).unwrap_or(0);
+        (0..self.replicas.min(ids.len()))
+            .map(|i| ids[(start + i) % ids.len()])
+            .filter(|&d| d != self.me)
+            .collect()
+    }
+
+    /// The other owners of chunk `k` of a file.
+    pub fn chunk_targets(&self, file_id: eddy_proto::FileId, k: u64) -> Vec<u32> {
+        self.placement
+            .owners(eddy_placement::chunk_hash(file_id, k), self.replicas)
+            .into_iter()
+            .filter(|&d| d != self.me)
+            .collect()
+    }
+
     fn file_time(&self) -> Option<SystemTime> {
         std::fs::metadata(&self.peers_file)
             .and_then(|m| m.modified())
@@ -81,7 +114,7 @@ impl Replicator {
 
     /// The connections to the peers: made from the deployment file when first needed, and
     /// again when `fresh` and the file changed since.
-    fn client(&self, fresh: bool) -> Option<Client> {
+    pub fn client(&self, fresh: bool) -> Option<Client> {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         let now = self.file_time();
         if let Some((client, at)) = peers.as_ref() {

@@ -63,6 +63,11 @@ impl Daemon {
             path: root.clone(),
             source,
         })?;
+        // A store used before, with copies elsewhere: what it missed comes first.
+        let mut settings = settings;
+        if settings.config.replicas > 1 && root.join(META_DIR).exists() {
+            settings.rejoin = true;
+        }
         let state = open_state(settings).await?;
         let tcp = TcpListener::bind(state.settings.listen)
             .await
@@ -96,6 +101,13 @@ impl Daemon {
             "eddyd ready"
         );
         let supervisor = tokio::spawn(supervise(Arc::clone(&state), tcp, unix));
+        if state.repair().is_some() {
+            tokio::spawn(crate::repair::repair_loop(Arc::clone(&state)));
+            if state.repair().is_some_and(|r| r.is_rejoining()) {
+                let full = state.settings.full;
+                tokio::spawn(crate::repair::rejoin(Arc::clone(&state), full));
+            }
+        }
         Ok(Daemon {
             addr,
             socket,
@@ -174,7 +186,20 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
             path: root.join(META_DIR),
             message: e.to_string(),
         })?;
-        Ok(Arc::new(State::new(settings, meta, chunks, backend, tier)))
+        let hints = match settings.config.replicas > 1 {
+            true => Some(
+                meta.hint_records()
+                    .and_then(crate::hints::Hints::open)
+                    .map_err(|e| DaemonError::Meta {
+                        path: root.join(META_DIR),
+                        message: e.to_string(),
+                    })?,
+            ),
+            false => None,
+        };
+        Ok(Arc::new(State::new(
+            settings, meta, chunks, backend, tier, hints,
+        )))
     })
     .await
     .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?

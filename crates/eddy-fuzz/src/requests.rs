@@ -118,7 +118,11 @@ impl Requests {
         let listen = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
         let mut settings = DaemonSettings::new(&base.join("root"), listen, vec![7; 32], config);
         settings.socket = None;
-        settings.members = Some(vec![0]);
+        // Two copies, the other daemon never reachable (its deployment file does not
+        // exist): every change leaves hints, and the repair requests have work to do.
+        settings.config.replicas = 2;
+        settings.members = Some(vec![0, 1]);
+        settings.peers = Some(base.join("no-peers.toml"));
         let daemon = self
             .rt
             .block_on(Embedded::open(settings))
@@ -282,6 +286,22 @@ fn seed_requests() -> Vec<Request> {
         },
         Request::Stat {
             path: "/l/d/a".into(),
+        },
+        Request::Hint {
+            target: 1,
+            file_id: 2,
+            chunks: vec![0, 1],
+        },
+        Request::PutChunk {
+            file_id: 3,
+            chunk: 0,
+            present: true,
+            sums: Vec::new(),
+            data: Bytes::from(vec![6u8; 1000]),
+        },
+        Request::RepairFor {
+            target: 1,
+            full: true,
         },
     ]
 }

@@ -8,6 +8,7 @@
 //! - `checksum`: the CRC32C of the block-aligned pieces of a read or write (decision 0019);
 //! - `keepalive`: TCP keepalive and user timeout, so both ends notice a peer gone silent;
 //! - `path`: path normalisation and the metadata key layout;
+//! - `repair`: the digests a repair push is verified with (decision 0021);
 //! - `Errno`: errors as errno values with a short context message;
 //! - `fuzzing` (feature `arbitrary`): generators of request fields for the fuzzer.
 //!
@@ -22,6 +23,7 @@ pub mod fuzzing;
 pub mod keepalive;
 pub mod msg;
 pub mod path;
+pub mod repair;
 
 pub use msg::*;
 

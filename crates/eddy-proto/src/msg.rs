@@ -416,6 +416,13 @@ pub struct DaemonStatus {
     /// Chunks holding a block found damaged and not rewritten since (what a repair from a
     /// replica restores).
     pub corrupt_chunks: u64,
+    /// Items (metadata keys, chunks) this daemon holds that other owners missed: hints,
+    /// pushed by its repair loop (decision 0021). Per target daemon, and their sum.
+    pub hints: u64,
+    pub hints_for: Vec<(u32, u64)>,
+    /// True while the daemon rejoins after a restart or a replacement: it takes the changes
+    /// it missed and answers clients as if it were down.
+    pub rejoining: bool,
 }
 
 /// What a data request on a file under a linked prefix tells the chunk's daemon.
@@ -852,6 +859,36 @@ pub enum Request {
     /// The current state of metadata keys a peer changed, for the other owners of those
     /// keys: each key's record is stored as given, or removed (`None`). Replies `Ok`.
     Replicate { changes: Vec<KeyState> },
+
+    // ---- repair: daemon to daemon, and `eddy repair` (decision 0021) ----
+    /// Chunks of a file that `target`, one of their owners, missed (it could not be reached)
+    /// and that this daemon holds: recorded as hints and pushed to `target` by the repair
+    /// loop. Replies `Ok`.
+    Hint {
+        target: u32,
+        file_id: FileId,
+        chunks: Vec<u64>,
+    },
+    /// The whole state of a chunk as another owner holds it: `present` false removes it;
+    /// else `data` (the payload) is its content (its length is the chunk's) and `sums` the
+    /// checksums of its block-aligned segments (may be empty). Replies `Digests` with the
+    /// digest of the chunk as this daemon holds it afterwards.
+    PutChunk {
+        file_id: FileId,
+        chunk: u64,
+        present: bool,
+        sums: Vec<u32>,
+        #[serde(with = "outside")]
+        #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::bytes))]
+        data: Bytes,
+    },
+    /// Pushes the hints held for `target` now, for as long as half the RPC deadline; with
+    /// `full`, first records a hint for every item held here that `target` owns (a
+    /// replaced daemon). Replies `Count`: the hints still held for `target`.
+    RepairFor { target: u32, full: bool },
+    /// Wakes the repair loop (`eddy repair`); with `full`, first records a hint for every
+    /// item held here for each of its other owners. Replies `Ok`.
+    Repair { full: bool },
 }
 
 /// The state of one metadata key as its primary holds it: its record, or `None` when the
@@ -864,7 +901,7 @@ pub struct KeyState {
 }
 
 /// Short names of the requests, in `Request::op_index` order.
-pub const OP_NAMES: [&str; 44] = [
+pub const OP_NAMES: [&str; 48] = [
     "create",
     "stat",
     "remove",
@@ -909,6 +946,10 @@ pub const OP_NAMES: [&str; 44] = [
     "allocate",
     "scrub",
     "replicate",
+    "hint",
+    "put_chunk",
+    "repair_for",
+    "repair",
 ];
 
 impl Request {
@@ -934,6 +975,7 @@ impl Request {
                 | Request::Sync { .. }
                 | Request::Status
                 | Request::Scrub { .. }
+                | Request::PutChunk { .. }
         )
     }
 
@@ -946,12 +988,30 @@ impl Request {
             Request::Write { pieces: p, .. } | Request::Allocate { pieces: p, .. } => {
                 Some(pieces(p))
             }
+            Request::PutChunk { data, .. } => Some(data.len() as u64),
             Request::Create { .. }
             | Request::Insert { .. }
             | Request::Link { .. }
             | Request::SetXattr { .. } => Some(0),
             _ => None,
         }
+    }
+
+    /// Whether a daemon that is rejoining (decision 0021) serves the request: what peers
+    /// and tools send (copies, repair, status, scrub, shutdown). Clients' data and metadata
+    /// requests are answered `EHOSTDOWN` meanwhile, which clients take for a daemon down.
+    pub fn served_while_rejoining(&self) -> bool {
+        matches!(
+            self,
+            Request::Replicate { .. }
+                | Request::Hint { .. }
+                | Request::PutChunk { .. }
+                | Request::RepairFor { .. }
+                | Request::Repair { .. }
+                | Request::Status
+                | Request::Shutdown
+                | Request::Scrub { .. }
+        )
     }
 
     /// Whether the request is about directory rename intents (served with the connection it
@@ -1027,6 +1087,10 @@ impl Request {
             Request::Allocate { .. } => 41,
             Request::Scrub { .. } => 42,
             Request::Replicate { .. } => 43,
+            Request::Hint { .. } => 44,
+            Request::PutChunk { .. } => 45,
+            Request::RepairFor { .. } => 46,
+            Request::Repair { .. } => 47,
         }
     }
 }
@@ -1086,6 +1150,9 @@ pub enum Reply {
     },
     /// One page of a scrub.
     Scrubbed(ScrubPage),
+    /// What the daemon holds now of the items a repair push or a copy sent it, in their
+    /// order (decision 0021).
+    Digests(Vec<crate::repair::Digest>),
 }
 
 impl Reply {
@@ -1164,7 +1231,7 @@ impl Request {
     /// The bytes this request carries outside its encoding (a `Write`'s data).
     pub fn payload(&self) -> Bytes {
         match self {
-            Request::Write { data, .. } => data.clone(),
+            Request::Write { data, .. } | Request::PutChunk { data, .. } => data.clone(),
             _ => Bytes::new(),
         }
     }
@@ -1181,7 +1248,7 @@ impl Request {
     pub fn from_frame(frame: Frame, limit: u64) -> Result<Request, Errno> {
         let mut req: Request = decode(&frame.meta, limit)?;
         match &mut req {
-            Request::Write { data, .. } => *data = frame.payload,
+            Request::Write { data, .. } | Request::PutChunk { data, .. } => *data = frame.payload,
             other if !frame.payload.is_empty() => {
                 return Err(unexpected_payload(other.op_name(), frame.payload.len()))
             }

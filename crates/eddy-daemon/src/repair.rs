@@ -1,0 +1,441 @@
+//! Repair (decision 0021): with `replicas` R > 1 a daemon keeps hints (`hints.rs`) for the
+//! items another owner missed, and pushes them: a metadata key as its current state
+//! (`Request::Replicate`), a chunk as its whole current content (`Request::PutChunk`). The
+//! target replies with the digest of what it holds afterwards; the pusher compares it with
+//! the digest of its own copy, read after the reply: equal, the hint goes; different (a
+//! change landed on one copy only meanwhile), the item is pushed again next round.
+//!
+//! A loop pushes every `repair_interval_ms` while hints are held (a target that cannot be
+//! reached is skipped for the round at its first failure). A daemon that starts on a
+//! store it used before (or with `--rejoin`) is *rejoining*: it serves peers but answers
+//! clients `EHOSTDOWN` (taken for a daemon down), asks every peer to push its hints for it
+//! now (`RepairFor`, with `--full` a scan of everything they hold first), and becomes ready
+//! once a round pushes nothing or makes no progress.
+
+use crate::handler::State;
+use crate::hints::{Hints, Item};
+use eddy_client::Failure;
+use eddy_proto::repair::{digest, verdict, Digest, Verdict};
+use eddy_proto::{Errno, Reply, Request};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Rounds of `RepairFor` in a row that leave no fewer hints for a rejoining daemon before
+/// it stops waiting and serves (what is left is pushed by the peers' loops).
+const REJOIN_STALLS: u32 = 3;
+
+/// The repair side of a daemon with R > 1.
+pub struct Repair {
+    pub hints: Hints,
+    rejoining: AtomicBool,
+    wake: tokio::sync::Notify,
+    /// One push at a time per target (the loop and a `RepairFor` may meet).
+    pushing: Mutex<HashMap<u32, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Repair {
+    pub fn new(hints: Hints, rejoining: bool) -> Repair {
+        Repair {
+            hints,
+            rejoining: AtomicBool::new(rejoining),
+            wake: tokio::sync::Notify::new(),
+            pushing: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether the daemon is still taking the changes it missed.
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoining.load(Ordering::Acquire)
+    }
+
+    /// Makes the loop push now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    fn target_lock(&self, target: u32) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.pushing.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(m.entry(target).or_default())
+    }
+}
+
+/// Why a push to a target stopped before its hints were done.
+fn unexpected(target: u32, what: &str, reply: &Reply) -> Failure {
+    Failure::Daemon(Errno::eio(format!(
+        "daemon {target} answered a {what} push with {reply:?}"
+    )))
+}
+
+impl State {
+    /// Pushes the hints held for `target`, page after page, until none is left, the target
+    /// fails (returned), or `until` passes. Returns the items verified on the target.
+    pub(crate) async fn push_hints(
+        self: &Arc<Self>,
+        target: u32,
+        until: Option<Instant>,
+    ) -> Result<u64, Failure> {
+        let (Some(repair), Some(replicator)) = (self.repair(), self.replicator()) else {
+            return Ok(0);
+        };
+        let lock = repair.target_lock(target);
+        // A push bounded in time (`RepairFor`) waits for one under way (the loop's) only
+        // as long as it may run: that one makes the progress meanwhile.
+        let _pushing = match until {
+            Some(t) => match tokio::time::timeout_at(t.into(), lock.lock()).await {
+                Ok(guard) => guard,
+                Err(_) => return Ok(0),
+            },
+            None => lock.lock().await,
+        };
+        let Some(client) = replicator.client(true) else {
+            return Err(Failure::Unreachable(Errno::eio(
+                "the other daemons are not known yet (no deployment file)",
+            )));
+        };
+        let batch = self.settings.config.repair_batch_items as usize;
+        let (mut after, mut verified) = (None, 0u64);
+        loop {
+            if until.is_some_and(|t| Instant::now() >= t) {
+                return Ok(verified);
+            }
+            let page = repair
+                .hints
+                .page(target, after.as_ref(), batch)
+                .map_err(Failure::Daemon)?;
+            let Some(last) = page.last() else {
+                return Ok(verified);
+            };
+            after = Some(last.clone());
+            let (mut keys, mut chunks) = (Vec::new(), Vec::new());
+            for item in page {
+                match item {
+                    Item::Key(k) => keys.push(k),
+                    Item::Chunk(id, k) => chunks.push((id, k)),
+                }
+            }
+            if !keys.is_empty() {
+                verified += self.push_keys(&client, target, keys).await?;
+            }
+            let pushes = chunks
+                .into_iter()
+                .map(|(id, k)| self.push_chunk(&client, target, id, k));
+            for r in futures::future::join_all(pushes).await {
+                verified += u64::from(r?);
+            }
+        }
+    }
+
+    /// Pushes metadata keys in one `Replicate`; returns how many verified.
+    async fn push_keys(
+        self: &Arc<Self>,
+        client: &eddy_client::Client,
+        target: u32,
+        keys: Vec<Vec<u8>>,
+    ) -> Result<u64, Failure> {
+        let Some(repair) = self.repair() else {
+            return Ok(0);
+        };
+        let states = self
+            .meta
+            .key_states(keys.clone())
+            .map_err(Failure::Daemon)?;
+        let req = Request::Replicate { changes: states };
+        let theirs = match client.call_daemon(target, &req).await? {
+            Reply::Digests(d) if d.len() == keys.len() => d,
+            other => return Err(unexpected(target, "metadata", &other)),
+        };
+        let mine = self.meta.key_states(keys).map_err(Failure::Daemon)?;
+        let mut verified = 0;
+        for (state, theirs) in mine.into_iter().zip(theirs) {
+            if verdict(theirs, digest(state.value.as_deref())) == Verdict::Same {
+                repair
+                    .hints
+                    .done(target, &Item::Key(state.key))
+                    .map_err(Failure::Daemon)?;
+                verified += 1;
+            }
+        }
+        Ok(verified)
+    }
+
+    /// Pushes one chunk whole (`PutChunk`); returns whether it verified.
+    async fn push_chunk(
+        self: &Arc<Self>,
+        client: &eddy_client::Client,
+        target: u32,
+        id: eddy_proto::FileId,
+        k: u64,
+    ) -> Result<bool, Failure> {
+        let Some(repair) = self.repair() else {
+            return Ok(false);
+        };
+        let data = match self.blocking_any(move |st| st.chunks.whole(id, k)).await {
+            Ok(Ok(d)) => d,
+            // This copy is damaged (or unreadable): the hint stays, the next copy may help.
+            Ok(Err(e)) | Err(e) => {
+                tracing::warn!(
+                    daemon = target,
+                    "cannot read chunk {k} of file {id:032x} to repair it: {e}"
+                );
+                return Ok(false);
+            }
+        };
+        let sums = match (&data, self.chunks.checksum_block()) {
+            (Some(d), Some(block)) => {
+                let len = u32::try_from(d.len()).unwrap_or(u32::MAX);
+                let p = eddy_proto::Piece {
+                    chunk: k,
+                    offset: 0,
+                    len,
+                };
+                eddy_proto::checksum::sums(&[p], d, block)
+            }
+            _ => Vec::new(),
+        };
+        let req = Request::PutChunk {
+            file_id: id,
+            chunk: k,
+            present: data.is_some(),
+            sums,
+            data: data.unwrap_or_default().into(),
+        };
+        let theirs = match client.call_daemon(target, &req).await? {
+            Reply::Digests(d) if d.len() == 1 => d[0],
+            other => return Err(unexpected(target, "chunk", &other)),
+        };
+        let mine: Digest = match self.blocking_any(move |st| st.chunks.whole(id, k)).await {
+            Ok(Ok(d)) => digest(d.as_deref()),
+            Ok(Err(_)) | Err(_) => return Ok(false),
+        };
+        if verdict(theirs, mine) == Verdict::Differs {
+            return Ok(false);
+        }
+        repair
+            .hints
+            .done(target, &Item::Chunk(id, k))
+            .map_err(Failure::Daemon)?;
+        Ok(true)
+    }
+
+    /// Records a hint for every item held here that another owner should hold (`only`:
+    /// that owner alone): a full resync. Returns the hints recorded (existing ones included).
+    pub(crate) fn hint_everything(&self, only: Option<u32>) -> Result<u64, Errno> {
+        let (Some(repair), Some(replicator)) = (self.repair(), self.replicator()) else {
+            return Ok(0);
+        };
+        let wanted = |t: &u32| only.is_none_or(|o| o == *t);
+        let mut per_target: HashMap<u32, Vec<Item>> = HashMap::new();
+        self.meta.each_key(|key, record| {
+            for t in replicator
+                .key_targets(key, record)
+                .into_iter()
+                .filter(wanted)
+            {
+                per_target
+                    .entry(t)
+                    .or_default()
+                    .push(Item::Key(key.to_vec()));
+            }
+            true
+        })?;
+        for (id, k) in self.chunks.held() {
+            for t in replicator.chunk_targets(id, k).into_iter().filter(wanted) {
+                per_target.entry(t).or_default().push(Item::Chunk(id, k));
+            }
+        }
+        let mut n = 0;
+        for (t, items) in per_target {
+            n += items.len() as u64;
+            repair.hints.add(t, items)?;
+        }
+        Ok(n)
+    }
+
+    /// `RepairFor`: pushes the hints for `target` now (after a full scan for it with
+    /// `full`), for up to half the RPC deadline; replies the hints still held for it.
+    pub(crate) async fn repair_for(
+        self: &Arc<Self>,
+        target: u32,
+        full: bool,
+    ) -> Result<Reply, Errno> {
+        let Some(repair) = self.repair() else {
+            return Err(Errno::einval(
+                "repair needs replicas > 1 and the other daemons known",
+            ));
+        };
+        if target == self.settings.id || !self.is_member(target) {
+            return Err(Errno::einval(format!(
+                "daemon {target} is not a peer of this daemon"
+            )));
+        }
+        if full {
+            let n = self
+                .blocking_any(move |st| st.hint_everything(Some(target)))
+                .await??;
+            tracing::info!(
+                daemon = target,
+                items = n,
+                "full resync: every item it owns is hinted"
+            );
+        }
+        let budget = Duration::from_millis(self.settings.config.rpc_timeout_ms / 2);
+        if let Err(e) = self.push_hints(target, Some(Instant::now() + budget)).await {
+            tracing::info!(daemon = target, "repair push stopped: {}", e.errno());
+        }
+        Ok(Reply::Count(repair.hints.count_for(target)))
+    }
+
+    /// `Repair`: wakes the loop, after a full scan for every other owner with `full`.
+    pub(crate) async fn repair_all(self: &Arc<Self>, full: bool) -> Result<Reply, Errno> {
+        let Some(repair) = self.repair() else {
+            return Err(Errno::einval(
+                "repair needs replicas > 1 and the other daemons known",
+            ));
+        };
+        if full {
+            let n = self.blocking_any(|st| st.hint_everything(None)).await??;
+            tracing::info!(
+                items = n,
+                "full resync: every item is hinted for its other owners"
+            );
+        }
+        repair.wake();
+        Ok(Reply::Ok)
+    }
+
+    /// `Hint`: chunks a client could not write to `target`.
+    pub(crate) fn add_chunk_hints(
+        &self,
+        target: u32,
+        file_id: eddy_proto::FileId,
+        chunks: &[u64],
+    ) -> Result<Reply, Errno> {
+        let Some(repair) = self.repair() else {
+            return Err(Errno::einval(
+                "hints need replicas > 1 and the other daemons known",
+            ));
+        };
+        if target == self.settings.id || !self.is_member(target) {
+            return Err(Errno::einval(format!(
+                "daemon {target} is not a peer of this daemon"
+            )));
+        }
+        repair
+            .hints
+            .add(target, chunks.iter().map(|&k| Item::Chunk(file_id, k)))?;
+        Ok(Reply::Ok)
+    }
+
+    fn is_member(&self, id: u32) -> bool {
+        self.replicator().is_some_and(|r| r.members().contains(&id))
+    }
+}
+
+/// The repair loop: every `repair_interval_ms` (or when woken) pushes the hints held to
+/// every target that can be reached.
+pub(crate) async fn repair_loop(state: Arc<State>) {
+    let Some(repair) = state.repair() else {
+        return;
+    };
+    let interval = Duration::from_millis(state.settings.config.repair_interval_ms);
+    let mut stop = state.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(interval) => {}
+            _ = repair.wake.notified() => {}
+        }
+        for (target, held) in repair.hints.per_target() {
+            match state.push_hints(target, None).await {
+                Ok(n) => tracing::debug!(daemon = target, held, verified = n, "repair round"),
+                Err(e) => tracing::debug!(daemon = target, held, "repair waits: {}", e.errno()),
+            }
+        }
+    }
+}
+
+/// Rejoining: asks every peer to push what this daemon missed until a round leaves
+/// nothing (or stops making progress), then serves clients.
+pub(crate) async fn rejoin(state: Arc<State>, full: bool) {
+    let (Some(repair), Some(replicator)) = (state.repair(), state.replicator()) else {
+        return;
+    };
+    let me = state.settings.id;
+    let peers: Vec<u32> = replicator
+        .members()
+        .iter()
+        .copied()
+        .filter(|&d| d != me)
+        .collect();
+    // Peers that still have to scan everything for this daemon (a replacement).
+    let mut to_scan: Vec<u32> = if full { peers.clone() } else { Vec::new() };
+    let (mut best, mut stalls) = (u64::MAX, 0u32);
+    tracing::info!(
+        full,
+        "rejoining: taking the changes missed from the other daemons"
+    );
+    loop {
+        let Some(client) = replicator.client(true) else {
+            // The deployment file is not written yet (`eddy start` writes it once every
+            // daemon listens): a round without progress.
+            stalls += 1;
+            if stalls >= REJOIN_STALLS {
+                tracing::warn!("rejoin: the other daemons are not known: serving");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(
+                state.settings.config.repair_interval_ms,
+            ))
+            .await;
+            continue;
+        };
+        let calls = peers.iter().map(|&p| {
+            let req = Request::RepairFor {
+                target: me,
+                full: to_scan.contains(&p),
+            };
+            let client = client.clone();
+            async move { (p, client.call_daemon(p, &req).await) }
+        });
+        let (mut left, mut answered) = (0u64, 0usize);
+        for (p, r) in futures::future::join_all(calls).await {
+            match r {
+                Ok(Reply::Count(n)) => {
+                    to_scan.retain(|&d| d != p);
+                    left += n;
+                    answered += 1;
+                }
+                Ok(other) => {
+                    tracing::warn!(daemon = p, "unexpected answer to repair_for: {other:?}")
+                }
+                // Down (or restarting too): skipped; its hints come with its loop.
+                Err(e) => tracing::info!(daemon = p, "rejoin: peer skipped: {}", e.errno()),
+            }
+        }
+        if answered > 0 && left == 0 && to_scan.is_empty() {
+            break;
+        }
+        if answered > 0 && left < best {
+            (best, stalls) = (left, 0);
+            continue;
+        }
+        // No peer answered (all restarting?) or no progress: wait a round, a few times.
+        stalls += 1;
+        if stalls >= REJOIN_STALLS {
+            tracing::warn!(
+                left,
+                answered,
+                "rejoin makes no progress: serving; the peers push the rest"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(
+            state.settings.config.repair_interval_ms,
+        ))
+        .await;
+    }
+    repair.rejoining.store(false, Ordering::Release);
+    tracing::info!("rejoined: serving clients");
+}
