@@ -722,3 +722,225 @@ fn daemon_cut_off(replicas: usize) {
         });
     });
 }
+
+/// With two copies, a daemon cut off the network (its namespace's link set down, not
+/// killed) costs no operation: a writer creating, writing, fsyncing, reading back, stating
+/// and unlinking files goes on through the cut and after it, every operation bounded; files
+/// written before the cut read back in full during it, the root lists. Once it is back,
+/// `eddy repair` restores what it missed: with another daemon cut off then, a fresh client
+/// reads every byte.
+#[test]
+fn a_daemon_cut_off_with_two_copies_costs_no_operation() {
+    use eddy_client::{Client, Creds};
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let mut net = setup();
+    let dir = tempfile::tempdir().unwrap();
+    // Deadlines shorter than the defaults, so that the test is quicker, but long enough for
+    // an fsync on a machine busy with other work; the daemons' copies use them too.
+    let tunables = dir.path().join("tunables.toml");
+    std::fs::write(
+        &tunables,
+        "rpc_timeout_ms = 5000\nconnect_timeout_ms = 2000\n",
+    )
+    .unwrap();
+    let state = start_on_hosts(
+        &mut net,
+        dir.path(),
+        &[
+            "--chunk-size",
+            "65536",
+            "--replicas",
+            "2",
+            "--config",
+            s(&tunables),
+        ],
+    );
+    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    assert_eq!(dep.config.replicas, 2);
+    assert_eq!(dep.config.rpc_timeout_ms, 5_000);
+    let rpc = Duration::from_millis(dep.config.rpc_timeout_ms);
+    // An operation that takes longer than this hangs (a few RPCs, each bounded).
+    let bound = rpc * 4 + Duration::from_secs(2);
+    let host = net.host(2);
+    let other = net.host(0);
+    let client_ns = net.client();
+    // `eddy repair` in the client namespace (as `Net::eddy` runs it).
+    let repair = move |state: &Path| {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &client_ns,
+                EDDY,
+                "repair",
+                "--state",
+                s(state),
+            ])
+            .env("EDDY_DAEMON_BIN", EDDYD)
+            .output()
+            .expect("run eddy repair")
+    };
+
+    in_netns(&net.client(), move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let me = Creds::root();
+            async fn within<T>(
+                bound: Duration,
+                what: &str,
+                op: impl std::future::Future<Output = T>,
+            ) -> T {
+                match tokio::time::timeout(bound, op).await {
+                    Ok(v) => v,
+                    Err(_) => panic!("{what} hangs: no answer within {bound:?}"),
+                }
+            }
+            let a = Client::connect(dep.clone()).await.expect("connect");
+            let cs = a.config().chunk_size as usize;
+            // Before the cut, fsync'd: a file striped over every daemon and small files.
+            let big = a.create("/big", 0o644, true, me).await.unwrap();
+            let big_data = common::pattern(1, 0, cs * 9 + 77);
+            a.pwrite(&big, 0, &big_data).await.unwrap();
+            a.fsync(&big).await.unwrap();
+            for i in 0..12u64 {
+                let f = a.create(&format!("/f{i}"), 0o644, true, me).await.unwrap();
+                a.pwrite(&f, 0, &common::pattern(i, 0, 3000)).await.unwrap();
+                a.fsync(&f).await.unwrap();
+            }
+
+            // The writer: every operation must succeed, in every phase.
+            let phase = Arc::new(AtomicU8::new(BEFORE));
+            let ok: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+            let stop = Arc::new(AtomicBool::new(false));
+            let w = Client::connect(dep.clone()).await.expect("connect");
+            let writer = {
+                let (phase, ok, stop) = (phase.clone(), ok.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut kept: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+                    for n in 0u64.. {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let ph = phase.load(Ordering::SeqCst);
+                        let path = format!("/w{n}");
+                        let data = common::pattern(100 + n, 0, 2 * cs + 100 + n as usize);
+                        within(bound, &format!("writing {path} (phase {ph})"), async {
+                            let f = w
+                                .create(&path, 0o644, true, me)
+                                .await
+                                .unwrap_or_else(|e| panic!("create {path} (phase {ph}): {e}"));
+                            w.pwrite(&f, 0, &data)
+                                .await
+                                .unwrap_or_else(|e| panic!("write {path} (phase {ph}): {e}"));
+                            w.fsync(&f)
+                                .await
+                                .unwrap_or_else(|e| panic!("fsync {path} (phase {ph}): {e}"));
+                            let got = w
+                                .pread(&f, 0, data.len() + 1)
+                                .await
+                                .unwrap_or_else(|e| panic!("read {path} (phase {ph}): {e}"));
+                            assert!(got == data, "{path} read back other bytes (phase {ph})");
+                            let st = w
+                                .stat(&path)
+                                .await
+                                .unwrap_or_else(|e| panic!("stat {path} (phase {ph}): {e}"));
+                            assert_eq!(st.size, data.len() as u64, "{path}");
+                            if n % 3 == 2 {
+                                let gone = format!("/w{}", n - 1);
+                                w.unlink(&gone, me)
+                                    .await
+                                    .unwrap_or_else(|e| panic!("unlink {gone} (phase {ph}): {e}"));
+                            }
+                        })
+                        .await;
+                        if n % 3 == 2 {
+                            kept.remove(&format!("/w{}", n - 1));
+                        }
+                        kept.insert(path, data);
+                        if phase.load(Ordering::SeqCst) == ph {
+                            ok[ph as usize].fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    kept
+                })
+            };
+            async fn until(what: &str, limit: Duration, cond: impl Fn() -> bool) {
+                let t = Instant::now();
+                while !cond() {
+                    assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            let limit = bound * 4;
+            let done = |p: u8| ok[p as usize].load(Ordering::SeqCst);
+            until("writes before the cut", limit, || done(BEFORE) >= 3).await;
+
+            ip(&["-n", &host, "link", "set", "eth0", "down"]);
+            phase.store(CUT, Ordering::SeqCst);
+            // Everything written before reads back, and the root lists, during the cut.
+            let got = within(bound, "reading /big during the cut", async {
+                a.pread(&big, 0, big_data.len() + 1).await
+            })
+            .await
+            .unwrap_or_else(|e| panic!("reading /big during the cut: {e}"));
+            assert!(got == big_data, "/big read back other bytes during the cut");
+            for i in 0..12u64 {
+                let path = format!("/f{i}");
+                let got = within(bound, &format!("reading {path} during the cut"), async {
+                    let f = a.open(&path, libc::O_RDONLY, 0, me).await?;
+                    a.pread(&f, 0, 4000).await
+                })
+                .await
+                .unwrap_or_else(|e| panic!("reading {path} during the cut: {e}"));
+                assert!(got == common::pattern(i, 0, 3000), "{path} during the cut");
+            }
+            let mut names = Vec::new();
+            let mut r = a.readdir("/", None).unwrap();
+            while let Some(page) = within(bound, "listing / during the cut", r.next_page())
+                .await
+                .unwrap_or_else(|e| panic!("listing / during the cut: {e}"))
+            {
+                names.extend(page.into_iter().map(|e| e.name));
+            }
+            assert!(names.iter().any(|n| n == "big"), "{names:?}");
+            assert_eq!(names.iter().filter(|n| n.starts_with('f')).count(), 12);
+            until("writes during the cut", limit, || done(CUT) >= 3).await;
+
+            ip(&["-n", &host, "link", "set", "eth0", "up"]);
+            phase.store(BACK, Ordering::SeqCst);
+            until("writes after the cut", limit, || done(BACK) >= 3).await;
+            stop.store(true, Ordering::SeqCst);
+            let kept = writer.await.expect("an operation of the writer failed");
+
+            // The copies daemon 2 missed are restored: `eddy repair` ends with nothing left.
+            let out = tokio::task::spawn_blocking(move || repair(&state))
+                .await
+                .unwrap();
+            assert!(out.status.success(), "eddy repair: {}", text(&out));
+            // Then with another daemon cut off, a fresh client reads every byte: daemon 2
+            // holds the copies it missed.
+            ip(&["-n", &other, "link", "set", "eth0", "down"]);
+            let fresh = Client::connect(dep.clone()).await.expect("connect");
+            for (path, data) in &kept {
+                let f = fresh.open(path, libc::O_RDONLY, 0, me).await.unwrap();
+                let got = fresh.pread(&f, 0, data.len() + 1).await.unwrap();
+                assert!(got == *data, "{path} read back other bytes");
+            }
+            let f = fresh.open("/big", libc::O_RDONLY, 0, me).await.unwrap();
+            assert!(fresh.pread(&f, 0, big_data.len() + 1).await.unwrap() == big_data);
+            eprintln!(
+                "daemon cut off with two copies: {} files written before, {} during, {} after",
+                done(BEFORE),
+                done(CUT),
+                done(BACK)
+            );
+        })
+    });
+}

@@ -112,6 +112,12 @@ impl Replicator {
             .ok()
     }
 
+    /// The modification time of the deployment file the connections were made from.
+    fn loaded_at(&self) -> Option<Option<SystemTime>> {
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.as_ref().map(|(_, at)| *at)
+    }
+
     /// The connections to the peers: made from the deployment file when first needed, and
     /// again when `fresh` and the file changed since.
     pub fn client(&self, fresh: bool) -> Option<Client> {
@@ -170,8 +176,10 @@ impl Replicator {
                 let mut r = client.call_daemon(t, &req).await;
                 if matches!(r, Err(Failure::Unreachable(_))) {
                     // The daemon may have moved (the deployment file rewritten): once more
-                    // with the file as it is now.
-                    if let Some(fresh) = self.client(true) {
+                    // with the file as it is now, only if it changed (else the change would
+                    // wait twice on a daemon that is gone).
+                    let before = self.loaded_at();
+                    if let Some(fresh) = self.client(true).filter(|_| self.loaded_at() != before) {
                         r = fresh.call_daemon(t, &req).await;
                     }
                 }
