@@ -419,9 +419,10 @@ fn verify_known(plan: &Plan, dep: &Deployment) -> Result<()> {
     })
 }
 
-/// Connects once (which creates the namespace root) and checks every daemon answers.
-/// Daemons started on roots they used before rejoin first (decision 0021): answered as if
-/// down meanwhile, so the check is tried again until `start_timeout_s`.
+/// Connects once (which creates the namespace root) and checks every daemon answers and
+/// serves. Daemons started on roots they used before rejoin first (decision 0021): answered
+/// as if down meanwhile, so the check is tried again until `start_timeout_s`; the start
+/// returns once every one serves.
 fn verify(dep: &Deployment) -> Result<()> {
     let rt = crate::runtime()?;
     let deadline = Instant::now() + start_bound(&dep.config);
@@ -436,7 +437,8 @@ fn verify(dep: &Deployment) -> Result<()> {
     }
 }
 
-/// Ok if a client connects and every daemon answers status; else what failed.
+/// Ok if a client connects and every daemon answers status and is not rejoining; else what
+/// failed.
 async fn probe(dep: Deployment) -> Result<(), String> {
     let client = Client::connect(dep)
         .await
@@ -445,7 +447,12 @@ async fn probe(dep: Deployment) -> Result<(), String> {
         .daemon_status()
         .await
         .into_iter()
-        .filter_map(|(id, r)| r.err().map(|e| format!("daemon {id}: {e}")))
+        .filter_map(|(id, r)| match r {
+            Err(e) => Some(format!("daemon {id}: {e}")),
+            // It serves clients once it has taken what it missed.
+            Ok(s) if s.rejoining => Some(format!("daemon {id} is still rejoining")),
+            Ok(_) => None,
+        })
         .collect();
     if failed.is_empty() {
         Ok(())

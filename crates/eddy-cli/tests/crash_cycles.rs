@@ -481,9 +481,15 @@ async fn crash_cycles(replicas: usize) {
                     Err(e) => panic!("unlink {}: {e}", m.path),
                 }
             }
-            c.rmdir(&prev.dir, me)
-                .await
-                .unwrap_or_else(|e| panic!("rmdir {}: {e}", prev.dir));
+            if let Err(e) = c.rmdir(&prev.dir, me).await {
+                let left = names_in(&c, &prev.dir).await;
+                let mut stats = Vec::new();
+                for n in &left {
+                    let p = format!("{}/{n}", prev.dir);
+                    stats.push((n.clone(), c.stat(&p).await.map(|i| i.size), prev.files.iter().find(|m| m.path == p).map(|m| m.fsyncs)));
+                }
+                panic!("DEBUG rmdir {}: {e}; left {stats:?}", prev.dir);
+            }
         }
         eprintln!(
             "round {r}: {} files, {} fsync'd, in {:?}",

@@ -73,6 +73,11 @@ impl Client {
         self.0.down.is_down(daemon)
     }
 
+    /// Forgets that `daemon` was found unreachable (it told the caller it is up again).
+    pub fn mark_up(&self, daemon: u32) {
+        self.0.down.clear(daemon);
+    }
+
     /// Sends one request to one daemon, telling an error answer apart from an unreachable
     /// daemon: for peers (a daemon forwarding copies) and tools.
     pub async fn call_daemon(&self, daemon: u32, req: &Request) -> Result<Reply, Failure> {

@@ -270,6 +270,11 @@ impl State {
                 "daemon {target} is not a peer of this daemon"
             )));
         }
+        // The daemon asking is up again: changes go to it from now on, not only as hints
+        // (a down mark from before its restart would hold them back a while).
+        if let Some(client) = self.replicator().and_then(|r| r.client(false)) {
+            client.mark_up(target);
+        }
         if full {
             let n = self
                 .blocking_any(move |st| st.hint_everything(Some(target)))
@@ -376,6 +381,14 @@ pub(crate) async fn rejoin(state: Arc<State>, full: bool) {
         full,
         "rejoining: taking the changes missed from the other daemons"
     );
+    // First what this daemon holds for the others (recorded before it stopped: when the
+    // whole deployment restarts, another daemon may already serve without them), each push
+    // bounded, those that cannot be reached left to the loop.
+    let budget = Duration::from_millis(state.settings.config.rpc_timeout_ms / 2);
+    let pushes = peers
+        .iter()
+        .map(|&p| state.push_hints(p, Some(Instant::now() + budget)));
+    futures::future::join_all(pushes).await;
     loop {
         let Some(client) = replicator.client(true) else {
             // The deployment file is not written yet (`eddy start` writes it once every
