@@ -702,7 +702,8 @@ impl ChunkStore {
         locked: bool,
     ) -> Result<Option<Checked>, Errno> {
         let block = self.block.unwrap_or(self.chunk_size);
-        let mut out: Vec<u8> = Vec::with_capacity(total as usize);
+        // Room for the whole blocks of the piece being read (`read_piece_verified`).
+        let mut out: Vec<u8> = Vec::with_capacity((total + 2 * block) as usize);
         let mut sums = Vec::with_capacity(checksum::count(pieces, block));
         if !locked {
             let bad = self.with_file(id, |f| {
@@ -771,53 +772,50 @@ impl ChunkStore {
         let (a, e) = (first * block, end.div_ceil(block) * block);
         let base = p.chunk * self.chunk_size;
         let start = out.len();
-        let mut scratch = Vec::new();
-        let direct = a == off && e == end;
-        match f {
-            Some(f) if direct => {
-                let len = p.len as usize;
-                out.reserve(len);
-                let dst = &mut out.spare_capacity_mut()[..len];
-                let done =
-                    pread_uninit(&f.data, dst, base + a).map_err(|e| io_err(&e, id, p.chunk))?;
-                for b in &mut dst[done..] {
-                    b.write(0);
-                }
-                // SAFETY: pread_uninit initialised dst[..done], the loop the rest; dst is the
-                // `len` bytes of spare capacity right after `out.len()`.
-                unsafe { out.set_len(start + len) };
-            }
-            Some(f) => {
-                scratch = vec![0u8; (e - a) as usize];
-                pread_full(&f.data, &mut scratch, base + a).map_err(|e| io_err(&e, id, p.chunk))?;
-            }
-            None if direct => out.resize(start + p.len as usize, 0),
-            None => scratch = vec![0u8; (e - a) as usize],
+        // The whole blocks, read with one pread into `out` (the piece's bytes are moved to
+        // `start` once verified).
+        let span = (e - a) as usize;
+        out.reserve(span);
+        let dst = &mut out.spare_capacity_mut()[..span];
+        let done = match f {
+            Some(f) => pread_uninit(&f.data, dst, base + a).map_err(|e| io_err(&e, id, p.chunk))?,
+            None => 0,
+        };
+        for b in &mut dst[done..] {
+            b.write(0);
         }
+        // SAFETY: pread_uninit initialised dst[..done], the loop the rest; dst is the `span`
+        // bytes of spare capacity right after `out.len()`.
+        unsafe { out.set_len(start + span) };
         let n = ((e - a) / block) as usize;
         let stored = match f {
             Some(f) => self.load_sums(f, id, p.chunk, first, n)?,
             None => vec![self.zero_sum; n],
         };
-        let blocks: &[u8] = if direct { &out[start..] } else { &scratch };
-        let mut computed = Vec::with_capacity(n);
-        for (j, bytes) in blocks.chunks(block as usize).enumerate() {
-            let sum = checksum::crc(bytes);
-            if sum != stored[j] {
-                return Ok(Some(a + j as u64 * block));
-            }
-            computed.push(sum);
-        }
-        for (so, sl) in checksum::segments(p, block) {
-            if sl == block {
-                sums.push(computed[((so - a) / block) as usize]);
+        // One pass over each block: a block the piece covers in part is checksummed in
+        // three parts (before, in and after the piece), the one in the piece is the
+        // segment's checksum, the block's is put together from the parts.
+        for (j, bytes) in out[start..].chunks(block as usize).enumerate() {
+            let at = a + j as u64 * block;
+            let from = (off.max(at) - at) as usize;
+            let to = (end.min(at + block) - at) as usize;
+            let seg = checksum::crc(&bytes[from..to]);
+            let sum = if from == 0 && to == bytes.len() {
+                seg
             } else {
-                let from = (so - a) as usize;
-                sums.push(checksum::crc(&blocks[from..from + sl as usize]));
+                let head = checksum::crc(&bytes[..from]);
+                let through = checksum::combine(head, seg, (to - from) as u64);
+                checksum::crc_append(through, &bytes[to..])
+            };
+            if sum != stored[j] {
+                return Ok(Some(at));
             }
+            sums.push(seg);
         }
-        if !direct {
-            out.extend_from_slice(&scratch[(off - a) as usize..(end - a) as usize]);
+        if off != a || end != e {
+            let (from, to) = (start + (off - a) as usize, start + (end - a) as usize);
+            out.copy_within(from..to, start);
+            out.truncate(start + p.len as usize);
         }
         Ok(None)
     }
@@ -872,9 +870,11 @@ impl ChunkStore {
 
     /// The new checksums of the blocks piece `p` touches, from its first block on: whole
     /// blocks from `seg_sums` (verified by the caller) or computed; a block covered in part
-    /// is read, verified against its stored checksum (a mismatch is EIO) and completed;
-    /// only its bytes below the chunk's length `held` are read (the rest are zeros: an
-    /// appending writer reads nothing back). The caller holds the chunk's lock.
+    /// gets its stored checksum patched (`checksum::patch`) with the checksums of the bytes
+    /// the piece replaces and of the piece's, so only the bytes replaced are read (none at
+    /// or past the chunk's length `held`: zeros), and damage elsewhere in the block stays
+    /// as visible as it was. A block already known to be damaged is refused (EIO). The
+    /// caller holds the chunk's lock.
     #[allow(clippy::too_many_arguments)]
     fn block_sums_for_write(
         &self,
@@ -886,39 +886,64 @@ impl ChunkStore {
         seg_sums: Option<&[u32]>,
         held: u64,
     ) -> Result<Vec<u32>, Errno> {
-        let mut out = Vec::with_capacity(checksum::count(std::slice::from_ref(p), block));
+        let n = checksum::count(std::slice::from_ref(p), block);
+        let mut out = Vec::with_capacity(n);
         let base = p.chunk * self.chunk_size;
+        let first = u64::from(p.offset) / block;
+        let partial = u64::from(p.offset) % block != 0
+            || (u64::from(p.offset) + u64::from(p.len)) % block != 0;
+        // The stored checksums of the blocks covered in part (the first and the last), read
+        // with one pread.
+        let stored = if partial {
+            self.load_sums(f, id, p.chunk, first, n)?
+        } else {
+            Vec::new()
+        };
+        let mut old = Vec::new();
         let mut pos = 0usize;
         for (i, (so, sl)) in checksum::segments(p, block).enumerate() {
             let seg = &bytes[pos..pos + sl as usize];
             pos += sl as usize;
+            let new = seg_sums
+                .and_then(|s| s.get(i).copied())
+                .unwrap_or_else(|| checksum::crc(seg));
             if sl == block {
-                out.push(
-                    seg_sums
-                        .and_then(|s| s.get(i).copied())
-                        .unwrap_or_else(|| checksum::crc(seg)),
-                );
+                out.push(new);
                 continue;
             }
             let b = so / block;
-            let mut whole = vec![0u8; block as usize];
-            let below = held.saturating_sub(b * block).min(block) as usize;
-            if below > 0 {
-                pread_full(&f.data, &mut whole[..below], base + b * block)
-                    .map_err(|e| io_err(&e, id, p.chunk))?;
-            }
-            let stored = self.load_sums(f, id, p.chunk, b, 1)?[0];
-            let sum = if below > 0 {
-                checksum::crc(&whole)
-            } else {
-                self.zero_sum
-            };
-            if sum != stored {
+            if lock(&self.bad).contains(&(id, p.chunk, b * block)) {
                 return Err(self.found_bad(id, p.chunk, b * block));
             }
-            let from = (so - b * block) as usize;
-            whole[from..from + seg.len()].copy_from_slice(seg);
-            out.push(checksum::crc(&whole));
+            // The checksum of the bytes replaced: those below `held` read, zeros after.
+            // (A data file that ends early reads as zeros too.)
+            let below = held.saturating_sub(so).min(sl);
+            let (mut was, mut have) = (0u32, 0u64);
+            if below > 0 {
+                old.clear();
+                old.reserve(below as usize);
+                let dst = &mut old.spare_capacity_mut()[..below as usize];
+                let done =
+                    pread_uninit(&f.data, dst, base + so).map_err(|e| io_err(&e, id, p.chunk))?;
+                // SAFETY: pread_uninit initialised the first `done` bytes of the spare capacity.
+                unsafe { old.set_len(done) };
+                (was, have) = (checksum::crc(&old), done as u64);
+            }
+            if have < sl {
+                let (gap, zeros) = (sl - have, checksum::zeros_crc(sl - have));
+                was = if have == 0 {
+                    zeros
+                } else {
+                    checksum::combine(was, zeros, gap)
+                };
+            }
+            let after = (b + 1) * block - (so + sl);
+            out.push(checksum::patch(
+                stored[(b - first) as usize],
+                was,
+                new,
+                after,
+            ));
         }
         Ok(out)
     }
@@ -1102,7 +1127,8 @@ impl ChunkStore {
             return Ok(false);
         };
         if let Some(block) = self.block {
-            let (mut out, mut sums) = (Vec::with_capacity(buf.len()), Vec::new());
+            let room = buf.len() + 2 * block as usize;
+            let (mut out, mut sums) = (Vec::with_capacity(room), Vec::new());
             match self.read_piece_verified(Some(&f), id, p, block, &mut out, &mut sums)? {
                 None => {
                     buf.copy_from_slice(&out);
@@ -1808,6 +1834,39 @@ mod tests {
         // Removing the file removes its sum file too.
         f.store.remove(3).unwrap();
         assert!(!sums_exists(&f, 3));
+        assert!(f.store.corrupt().is_empty());
+    }
+
+    #[test]
+    fn a_partial_write_into_a_block_with_unnoticed_damage_leaves_the_damage_visible() {
+        let f = open_blocks(tempfile::tempdir().unwrap(), Some(1024));
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
+        f.store.write(4, &[p(0, 0, 4096)], &data).unwrap();
+        // Block 1 damaged on disk, not read since: a write of part of it succeeds (only the
+        // bytes it replaces are read) ...
+        flip(&data_file(&f, 4), 1024 + 900);
+        f.store.write(4, &[p(0, 1100, 50)], &[9u8; 50]).unwrap();
+        // ... and the block still reads as damaged, the others as written.
+        let e = f.store.read(4, &[p(0, 1024, 10)]).unwrap_err();
+        assert!(e.msg.contains("chunk 0, offset 1024"), "{e}");
+        assert_eq!(f.store.read(4, &[p(0, 0, 1024)]).unwrap(), data[..1024]);
+        assert_eq!(f.store.read(4, &[p(0, 2048, 2048)]).unwrap(), data[2048..]);
+        let page = f.store.scrub(None, 10).unwrap();
+        assert_eq!(
+            page.bad.iter().map(|b| b.offset).collect::<Vec<_>>(),
+            [1024]
+        );
+        // Damage the write replaced leaves the checksum wrong as well (the block reads as
+        // damaged, as it was): never a fresh checksum over damaged bytes.
+        flip(&data_file(&f, 4), 3000);
+        f.store.write(4, &[p(0, 2990, 20)], &[7u8; 20]).unwrap();
+        assert!(f.store.read(4, &[p(0, 2048, 10)]).is_err());
+        // A partial write into a block known to be damaged is refused; whole blocks repair.
+        assert!(f.store.write(4, &[p(0, 1030, 4)], b"abcd").is_err());
+        f.store
+            .write(4, &[p(0, 1024, 2048)], &data[1024..3072])
+            .unwrap();
+        assert_eq!(f.store.read(4, &[p(0, 0, 4096)]).unwrap(), data);
         assert!(f.store.corrupt().is_empty());
     }
 
