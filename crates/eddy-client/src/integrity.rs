@@ -46,6 +46,12 @@ pub(crate) fn read_reply(
     }
 }
 
+/// Whether a failed read was a daemon refusing to return damaged stored data.
+pub(crate) fn is_damage(f: &crate::conn::Failure) -> bool {
+    matches!(f, crate::conn::Failure::Daemon(e)
+        if e.errno == libc::EIO && e.msg.contains("checksum mismatch"))
+}
+
 /// A read's error from a daemon: one about damaged stored data is renamed with the path
 /// (the daemon names the file id, chunk and offset).
 pub(crate) fn read_error(e: Errno, path: &str) -> Errno {

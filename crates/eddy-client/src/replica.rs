@@ -309,6 +309,8 @@ impl Client {
             })
             .collect();
         let mut todo = spans;
+        // Copies that answered with damaged stored data: rewritten from a good copy.
+        let mut damaged: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
         while !todo.is_empty() {
             let batches = layout::batches_to(
                 todo.drain(..),
@@ -359,6 +361,10 @@ impl Client {
                 if !Client::worth_another_copy(&failure, true) {
                     return Err(last(failure));
                 }
+                if integrity::is_damage(&failure) {
+                    let chunks = damaged.entry(b.daemon).or_default();
+                    chunks.extend(b.spans.iter().map(|s| s.piece.chunk));
+                }
                 for s in &b.spans {
                     let owners = left.entry(s.buf_pos).or_default();
                     owners.retain(|&d| d != b.daemon);
@@ -373,6 +379,11 @@ impl Client {
                     todo.push(*s);
                 }
             }
+        }
+        if !damaged.is_empty() {
+            // Read repair (decision 0021): an owner that gave the good bytes is told the
+            // damaged copies, and its repair loop rewrites them whole.
+            self.hint_missed(file_id, damaged).await;
         }
         Ok(())
     }
