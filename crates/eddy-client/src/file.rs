@@ -489,17 +489,13 @@ impl Client {
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| Errno::new(libc::EFBIG, "write beyond the largest file size"))?;
         let batches = self.write_batches(f.file_id(), offset, data.len());
-        let writes = batches.iter().map(|b| {
-            let mut buf = Vec::with_capacity(b.bytes);
-            for s in &b.spans {
-                buf.extend_from_slice(&data[s.buf_pos..s.buf_pos + s.piece.len as usize]);
-            }
-            let pieces: Vec<Piece> = b.spans.iter().map(|s| s.piece).collect();
+        let payloads = self.write_payloads(&batches, data);
+        let writes = batches.iter().zip(payloads).map(|(b, (data, sums))| {
             let req = Request::Write {
                 file_id: f.file_id(),
-                sums: integrity::write_sums(self.config(), &pieces, &buf),
-                pieces,
-                data: buf.into(),
+                sums,
+                pieces: b.spans.iter().map(|s| s.piece).collect(),
+                data,
                 backing: f.0.backing.clone(),
             };
             async move {

@@ -195,6 +195,60 @@ impl Client {
         )
     }
 
+    /// The payload and checksums of each write batch (`write_batches`) of `data`. With R
+    /// copies every byte is in R batches: it is copied once and checksummed once (each
+    /// piece's checksums computed once; a batch whose pieces lie back to back in `data`
+    /// shares its bytes).
+    pub(crate) fn write_payloads(
+        &self,
+        batches: &[Batch],
+        data: &[u8],
+    ) -> Vec<(bytes::Bytes, Vec<u32>)> {
+        let cfg = self.config();
+        let gather = |b: &Batch| {
+            let mut buf = Vec::with_capacity(b.bytes);
+            for s in &b.spans {
+                buf.extend_from_slice(&data[s.buf_pos..s.buf_pos + s.piece.len as usize]);
+            }
+            buf
+        };
+        if self.replicas() == 1 {
+            return batches
+                .iter()
+                .map(|b| {
+                    let buf = gather(b);
+                    let pieces: Vec<eddy_proto::Piece> = b.spans.iter().map(|s| s.piece).collect();
+                    let sums = integrity::write_sums(cfg, &pieces, &buf);
+                    (buf.into(), sums)
+                })
+                .collect();
+        }
+        let shared = bytes::Bytes::copy_from_slice(data);
+        let mut sums_at: HashMap<usize, Vec<u32>> = HashMap::new();
+        batches
+            .iter()
+            .map(|b| {
+                let mut sums = Vec::new();
+                for s in &b.spans {
+                    let span = &data[s.buf_pos..s.buf_pos + s.piece.len as usize];
+                    let own = sums_at
+                        .entry(s.buf_pos)
+                        .or_insert_with(|| integrity::write_sums(cfg, &[s.piece], span));
+                    sums.extend_from_slice(own);
+                }
+                let start = b.spans.first().map_or(0, |s| s.buf_pos);
+                let back_to_back = b.spans.iter().try_fold(start, |pos, s| {
+                    (s.buf_pos == pos).then_some(pos + s.piece.len as usize)
+                });
+                let payload = match back_to_back {
+                    Some(end) => shared.slice(start..end),
+                    None => gather(b).into(),
+                };
+                (payload, sums)
+            })
+            .collect()
+    }
+
     /// The outcome of a write sent as `write_batches` cut it: every copy that could be
     /// reached must have taken it, and each chunk at least one copy; the owners that missed
     /// it are told to an owner that took it (`hint_missed`) before the write is acknowledged.
