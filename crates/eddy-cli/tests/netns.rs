@@ -364,6 +364,27 @@ fn a_daemon_cut_off_the_network_fails_what_touches_it_and_comes_back() {
     daemon_cut_off(1);
 }
 
+/// `op`, bounded: a hang fails the test, naming the operation.
+async fn within<T>(
+    bound: std::time::Duration,
+    what: &str,
+    op: impl std::future::Future<Output = T>,
+) -> T {
+    match tokio::time::timeout(bound, op).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what} hangs: no answer within {bound:?}"),
+    }
+}
+
+/// Waits until `cond`, at most `limit`.
+async fn until(what: &str, limit: std::time::Duration, cond: impl Fn() -> bool) {
+    let t = std::time::Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Which phase of `daemon_cut_off` an operation started in.
 const BEFORE: u8 = 0;
 const CUT: u8 = 1;
@@ -450,17 +471,6 @@ fn daemon_cut_off(replicas: usize) {
                 eddy_placement::Placement::new(dep.daemons.iter().map(|d| d.id).collect()).unwrap();
             let a = Client::connect(dep.clone()).await.expect("connect");
             let cs = a.config().chunk_size as usize;
-            // Bounded: a hang fails the test, naming the operation.
-            async fn within<T>(
-                bound: Duration,
-                what: &str,
-                op: impl std::future::Future<Output = T>,
-            ) -> T {
-                match tokio::time::timeout(bound, op).await {
-                    Ok(v) => v,
-                    Err(_) => panic!("{what} hangs: no answer within {bound:?}"),
-                }
-            }
 
             // Before the cut, fsync'd: a file striped over every daemon, files whose metadata
             // is on daemon 2, and files on daemons 0 and 1 only (metadata and their one chunk).
@@ -598,14 +608,6 @@ fn daemon_cut_off(replicas: usize) {
                     written
                 })
             };
-            // Waits until `cond`, at most `limit`.
-            async fn until(what: &str, limit: Duration, cond: impl Fn() -> bool) {
-                let t = Instant::now();
-                while !cond() {
-                    assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
             let limit = bound * 4;
             until("writes before the cut", limit, || {
                 b_seen.ok_in(BEFORE) >= 3 && c_seen.ok_in(BEFORE) >= 3
@@ -735,7 +737,7 @@ fn a_daemon_cut_off_with_two_copies_costs_no_operation() {
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let mut net = setup();
     let dir = tempfile::tempdir().unwrap();
     // Deadlines shorter than the defaults, so that the test is quicker, but long enough for
@@ -792,16 +794,6 @@ fn a_daemon_cut_off_with_two_copies_costs_no_operation() {
             .unwrap();
         rt.block_on(async move {
             let me = Creds::root();
-            async fn within<T>(
-                bound: Duration,
-                what: &str,
-                op: impl std::future::Future<Output = T>,
-            ) -> T {
-                match tokio::time::timeout(bound, op).await {
-                    Ok(v) => v,
-                    Err(_) => panic!("{what} hangs: no answer within {bound:?}"),
-                }
-            }
             let a = Client::connect(dep.clone()).await.expect("connect");
             let cs = a.config().chunk_size as usize;
             // Before the cut, fsync'd: a file striped over every daemon and small files.
@@ -871,13 +863,6 @@ fn a_daemon_cut_off_with_two_copies_costs_no_operation() {
                     kept
                 })
             };
-            async fn until(what: &str, limit: Duration, cond: impl Fn() -> bool) {
-                let t = Instant::now();
-                while !cond() {
-                    assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
             let limit = bound * 4;
             let done = |p: u8| ok[p as usize].load(Ordering::SeqCst);
             until("writes before the cut", limit, || done(BEFORE) >= 3).await;

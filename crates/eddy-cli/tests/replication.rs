@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::workload::{file_len, mount_writer, seed, verify_mount, FILES};
 use common::{pattern, Cluster, Mounted};
 use eddy_client::{Client, Creds, Errno, Failure};
 use eddy_config::Config;
@@ -31,15 +32,6 @@ async fn listed(c: &Client, dir: &str) -> Result<Vec<String>, Errno> {
         out.extend(page.into_iter().map(|e| e.name));
     }
     Ok(out)
-}
-
-/// Bytes of file `i` of writer `w`: crosses chunk boundaries (64 KiB chunks).
-fn file_len(w: usize, i: usize) -> usize {
-    100_000 + (w * 7919 + i * 104_729) % 150_000
-}
-
-fn seed(w: usize, i: usize) -> u64 {
-    (w * 1000 + i) as u64
 }
 
 /// One writer: creates, writes, stats, lists and unlinks files in its own directory; every
@@ -110,7 +102,6 @@ async fn verify(c: &Client, w: usize, kept: &BTreeSet<usize>) {
 }
 
 const WRITERS: usize = 4;
-const FILES: usize = 24;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_copies_survive_kill_9_in_a_write_workload() {
@@ -259,39 +250,7 @@ fn two_copies_survive_kill_9_through_a_mount() {
         .map(|w| {
             let root = root.clone();
             let done = done.clone();
-            std::thread::spawn(move || {
-                let dir = root.join(format!("m{w}"));
-                std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {dir:?}: {e}"));
-                let mut kept = BTreeSet::new();
-                for i in 0..FILES {
-                    let p = dir.join(format!("f{i}"));
-                    let data = pattern(seed(w, i), 0, file_len(w, i));
-                    std::fs::write(&p, &data).unwrap_or_else(|e| panic!("write {p:?}: {e}"));
-                    let len = std::fs::metadata(&p)
-                        .unwrap_or_else(|e| panic!("stat {p:?}: {e}"))
-                        .len();
-                    assert_eq!(len, data.len() as u64, "{p:?}");
-                    kept.insert(i);
-                    if i % 4 == 3 {
-                        let gone = dir.join(format!("f{}", i - 1));
-                        std::fs::remove_file(&gone)
-                            .unwrap_or_else(|e| panic!("unlink {gone:?}: {e}"));
-                        kept.remove(&(i - 1));
-                    }
-                    if i % 5 == 0 {
-                        let names: BTreeSet<usize> = std::fs::read_dir(&dir)
-                            .unwrap_or_else(|e| panic!("list {dir:?}: {e}"))
-                            .map(|e| {
-                                let e = e.unwrap_or_else(|e| panic!("list {dir:?}: {e}"));
-                                e.file_name().to_string_lossy()[1..].parse().unwrap()
-                            })
-                            .collect();
-                        assert_eq!(names, kept, "listing of {dir:?}");
-                    }
-                    done.fetch_add(1, Ordering::SeqCst);
-                }
-                kept
-            })
+            std::thread::spawn(move || mount_writer(root, w, done))
         })
         .collect();
     while done.load(Ordering::SeqCst) < WRITERS * FILES / 3 {
@@ -302,30 +261,8 @@ fn two_copies_survive_kill_9_through_a_mount() {
         .into_iter()
         .map(|t| t.join().expect("a writer failed"))
         .collect();
-    for (w, k) in kept.iter().enumerate() {
-        let dir = root.join(format!("m{w}"));
-        let names: BTreeSet<usize> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| {
-                e.unwrap().file_name().to_string_lossy()[1..]
-                    .parse()
-                    .unwrap()
-            })
-            .collect();
-        assert_eq!(&names, k, "listing of {dir:?}");
-        for &i in k {
-            let p = dir.join(format!("f{i}"));
-            let data = pattern(seed(w, i), 0, file_len(w, i));
-            assert!(std::fs::read(&p).unwrap() == data, "{p:?} differs");
-        }
-    }
+    verify_mount(&root, &kept);
     // A second mount (a fresh client) sees the same.
     let other = m.another_mount();
-    for (w, k) in kept.iter().enumerate() {
-        for &i in k {
-            let p = other.path(&format!("m{w}/f{i}"));
-            let data = pattern(seed(w, i), 0, file_len(w, i));
-            assert!(std::fs::read(&p).unwrap() == data, "{p:?} differs");
-        }
-    }
+    verify_mount(&other.path(""), &kept);
 }

@@ -8,6 +8,7 @@ pub mod model;
 pub mod raw;
 pub mod require;
 pub mod slurm;
+pub mod workload;
 
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment};
