@@ -9,15 +9,13 @@
 mod common;
 
 use common::cli::{eddy, ok, s, text};
-use common::workload::{file_len, mount_writer, verify_mount, FILES};
+use common::workload::{file_len, verify_mount, write_through_a_kill};
 use common::{pattern, Cluster, Mounted};
 use eddy_client::{Client, Creds};
 use eddy_config::Config;
 use eddy_daemon::{DaemonSettings, Embedded, Inventory};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 const REPLICAS: usize = 2;
@@ -151,21 +149,7 @@ fn a_daemon_killed_in_a_workload_and_restarted_gets_every_copy_back() {
     let mut m = Mounted::start_with(3, config());
     let state = m.cluster.dir.path().to_path_buf();
     let root = m.path("");
-    let done = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let (root, done) = (root.clone(), done.clone());
-            std::thread::spawn(move || mount_writer(root, w, done))
-        })
-        .collect();
-    while done.load(Ordering::SeqCst) < WRITERS * FILES / 3 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    m.cluster.kill(2);
-    let kept: Vec<BTreeSet<usize>> = workers
-        .into_iter()
-        .map(|t| t.join().expect("a writer failed"))
-        .collect();
+    let kept = write_through_a_kill(&root, WRITERS, || m.cluster.kill(2));
     verify_mount(&root, &kept);
     // Daemon 2 missed two thirds of the workload: the others hold hints for it.
     let (up, v) = status_json(&state);

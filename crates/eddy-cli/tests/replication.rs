@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::workload::{file_len, mount_writer, seed, verify_mount, FILES};
+use common::workload::{file_len, seed, verify_mount, write_through_a_kill, FILES};
 use common::{pattern, Cluster, Mounted};
 use eddy_client::{Client, Creds, Errno, Failure};
 use eddy_config::Config;
@@ -245,22 +245,7 @@ fn replicas_beyond_the_daemons_are_refused() {
 fn two_copies_survive_kill_9_through_a_mount() {
     let mut m = Mounted::start_with(3, config(2));
     let root = m.path("");
-    let done = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let root = root.clone();
-            let done = done.clone();
-            std::thread::spawn(move || mount_writer(root, w, done))
-        })
-        .collect();
-    while done.load(Ordering::SeqCst) < WRITERS * FILES / 3 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    m.cluster.kill(2);
-    let kept: Vec<BTreeSet<usize>> = workers
-        .into_iter()
-        .map(|t| t.join().expect("a writer failed"))
-        .collect();
+    let kept = write_through_a_kill(&root, WRITERS, || m.cluster.kill(2));
     verify_mount(&root, &kept);
     // A second mount (a fresh client) sees the same.
     let other = m.another_mount();

@@ -76,3 +76,27 @@ pub fn verify_mount(root: &Path, kept: &[BTreeSet<usize>]) {
         }
     }
 }
+
+/// `writers` mount writers at `root`; once a third of their work is done, `kill` runs
+/// (a daemon dies under them). Returns what each writer left, once all are done.
+pub fn write_through_a_kill(
+    root: &Path,
+    writers: usize,
+    kill: impl FnOnce(),
+) -> Vec<BTreeSet<usize>> {
+    let done = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..writers)
+        .map(|w| {
+            let (root, done) = (root.to_path_buf(), done.clone());
+            std::thread::spawn(move || mount_writer(root, w, done))
+        })
+        .collect();
+    while done.load(Ordering::SeqCst) < writers * FILES / 3 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    kill();
+    workers
+        .into_iter()
+        .map(|t| t.join().expect("a writer failed"))
+        .collect()
+}
