@@ -318,6 +318,34 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset`; short at end of file; holes read as zeros.
     pub async fn pread(&self, f: &File, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        let mut out = Vec::new();
+        let n = self
+            .read_at(f, offset, len, |len| {
+                out.resize(len, 0);
+                &mut out[..]
+            })
+            .await?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` straight into `buf`; returns how many (short
+    /// at end of file; holes read as zeros). For callers that own a buffer already (the
+    /// preload library's `read`): no allocation, no copy beyond the one out of the replies.
+    pub async fn pread_into(&self, f: &File, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let len = buf.len();
+        self.read_at(f, offset, len, |n| &mut buf[..n]).await
+    }
+
+    /// Reads up to `len` bytes at `offset` into the buffer `dest(n)` gives once the number of
+    /// bytes `n` to read is known.
+    async fn read_at<'b>(
+        &self,
+        f: &File,
+        offset: u64,
+        len: usize,
+        dest: impl FnOnce(usize) -> &'b mut [u8],
+    ) -> Result<usize, Errno> {
         if !f.readable() {
             return Err(Errno::new(
                 libc::EBADF,
@@ -338,16 +366,16 @@ impl Client {
             f.0.known_size.store(size, Ordering::Release);
         }
         if offset >= size {
-            return Ok(Vec::new());
+            return Ok(0);
         }
         let len = (size - offset).min(len as u64) as usize;
-        let mut out = vec![0u8; len];
+        let out = dest(len);
         if self.replicas() > 1 {
             self.read_ahead(f, offset, len, size);
             let spans = layout::pieces(offset, len, self.config().chunk_size);
-            self.read_copies(f.file_id(), f.path(), f.0.backing.clone(), spans, &mut out)
+            self.read_copies(f.file_id(), f.path(), f.0.backing.clone(), spans, out)
                 .await?;
-            return Ok(out);
+            return Ok(len);
         }
         let batches = self.batches(f, offset, len);
         let cfg = self.config();
@@ -386,7 +414,7 @@ impl Client {
                 pos += n;
             }
         }
-        Ok(out)
+        Ok(len)
     }
 
     /// Read-ahead for a sequential reader of a linked file: asks the owners of the next
