@@ -163,15 +163,13 @@ impl Fs for EddyFs {
         let mut done = 0;
         while done < buf.len() {
             let at = off + done as u64;
-            let data = self.run(self.client.pread(f, at, buf.len() - done))?;
-            if data.is_empty() {
+            let n = self.run(self.client.pread_into(f, at, &mut buf[done..]))?;
+            if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     format!("end of file at {at}"),
                 ));
             }
-            let n = data.len().min(buf.len() - done);
-            buf[done..done + n].copy_from_slice(&data[..n]);
             done += n;
         }
         Ok(())
@@ -185,9 +183,11 @@ impl Fs for EddyFs {
         if size == 0 {
             return Ok(0);
         }
-        let data = self.run(self.client.pread(f, 0, size))?;
-        buf.extend_from_slice(&data);
-        Ok(data.len())
+        let start = buf.len();
+        buf.resize(start + size, 0);
+        let n = self.run(self.client.pread_into(f, 0, &mut buf[start..]));
+        buf.truncate(start + *n.as_ref().unwrap_or(&0));
+        n
     }
 
     fn fsync(&self, f: &File) -> io::Result<()> {
