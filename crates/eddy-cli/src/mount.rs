@@ -100,13 +100,7 @@ pub fn mount_background(
 fn mount_foreground(state: &StateDir, mnt: &Path, allow_other: bool) -> Result<()> {
     let dep = state.load_deployment()?;
     let target = mount_target(mnt)?;
-    // Driven by the FUSE threads themselves (see eddy_fuse::mount).
-    let rt = std::sync::Arc::new(
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("cannot start the async runtime")?,
-    );
+    let rt = crate::runtime()?;
     let client = rt
         .block_on(Client::connect(dep.clone()))
         .context("cannot connect to the deployment's daemons; check `eddy status`")?;
@@ -114,7 +108,7 @@ fn mount_foreground(state: &StateDir, mnt: &Path, allow_other: bool) -> Result<(
     rt.spawn(unmount_on_signal(target.clone()));
     let served = eddy_fuse::mount(
         client,
-        rt.clone(),
+        rt.handle().clone(),
         &target,
         mount_options(&dep, allow_other),
     );

@@ -11,7 +11,7 @@ use eddy_client::{Client, DirReader};
 use eddy_proto::{DirEntry, Errno};
 use fuser::FileType;
 use std::collections::VecDeque;
-use tokio::runtime::Runtime;
+use tokio::runtime::Handle;
 
 /// One item of a listing, as handed to the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub(crate) trait Source {
 /// A `DirReader` driven from a FUSE thread.
 struct ReaderSource<'a> {
     reader: &'a mut DirReader,
-    rt: &'a Runtime,
+    rt: &'a Handle,
 }
 
 impl Source for ReaderSource<'_> {
@@ -81,7 +81,7 @@ impl DirStream {
     }
 
     /// Moves the cursor to `offset`, the offset of the last item the kernel received.
-    pub(crate) fn seek(&mut self, offset: u64, client: &Client, rt: &Runtime) -> Result<(), Errno> {
+    pub(crate) fn seek(&mut self, offset: u64, client: &Client, rt: &Handle) -> Result<(), Errno> {
         if offset < self.pos {
             self.restart();
         }
@@ -95,7 +95,7 @@ impl DirStream {
     }
 
     /// The item at the cursor, without consuming it; `None` at the end.
-    pub(crate) fn current(&mut self, client: &Client, rt: &Runtime) -> Result<Option<Item>, Errno> {
+    pub(crate) fn current(&mut self, client: &Client, rt: &Handle) -> Result<Option<Item>, Errno> {
         if self.pos >= 2 && self.page.is_empty() && !self.done {
             let mut reader = match self.reader.take() {
                 Some(reader) => reader,

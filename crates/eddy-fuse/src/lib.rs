@@ -34,9 +34,7 @@ mod xcache;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tokio::runtime::Runtime;
 use tracing::{debug, info, warn};
 
 /// How to mount.
@@ -139,21 +137,10 @@ fn session_config(opts: &MountOptions) -> fuser::Config {
 
 fn new_session(
     client: eddy_client::Client,
-    rt: Arc<Runtime>,
+    rt: tokio::runtime::Handle,
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<fuser::Session<fs::EddyFs>, FuseError> {
-    if rt.handle().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
-        let tick = Duration::from_millis(client.config().size_update_ms.max(1));
-        let weak = Arc::downgrade(&rt);
-        std::thread::Builder::new()
-            .name("eddy-fuse-tick".into())
-            .spawn(move || tick_between_requests(weak, tick))
-            .map_err(|source| FuseError::Mount {
-                mountpoint: mountpoint.to_owned(),
-                source,
-            })?;
-    }
     let fs = fs::EddyFs::new(client, rt, opts);
     let notifier = fs.locks().notifier_slot();
     let session = fuser::Session::new(fs, mountpoint, &session_config(opts)).map_err(|source| {
@@ -168,27 +155,12 @@ fn new_session(
     Ok(session)
 }
 
-/// Lets a current-thread runtime run what falls due while no FUSE request drives it (a
-/// deferred size publication, a directory time, a blocking lock's wait, a read-ahead), every
-/// `tick`, until the mount is gone (the runtime dropped).
-fn tick_between_requests(rt: Weak<Runtime>, tick: Duration) {
-    loop {
-        std::thread::sleep(tick);
-        match rt.upgrade() {
-            // Returns at once when a FUSE thread is driving the runtime.
-            Some(rt) => rt.block_on(tokio::task::yield_now()),
-            None => return,
-        }
-    }
-}
-
 /// Mounts the Eddy namespace of `client` at `mountpoint` and serves it until unmounted
-/// (blocking). `rt` is the tokio runtime the client was connected on; the FUSE threads run
-/// the client's futures with its `block_on` (best a current-thread runtime: the FUSE threads
-/// then drive it themselves, see `EddyFs::run`). Do not call this from inside that runtime.
+/// (blocking). `rt` is a handle of a multi-threaded tokio runtime on which the client's
+/// futures run (`block_on` from the FUSE threads); do not call this from inside that runtime.
 pub fn mount(
     client: eddy_client::Client,
-    rt: Arc<Runtime>,
+    rt: tokio::runtime::Handle,
     mountpoint: &Path,
     opts: MountOptions,
 ) -> Result<(), FuseError> {
@@ -275,7 +247,7 @@ impl Drop for MountGuard {
 /// unmounts when dropped.
 pub fn spawn_mount(
     client: eddy_client::Client,
-    rt: Arc<Runtime>,
+    rt: tokio::runtime::Handle,
     mountpoint: &Path,
     opts: MountOptions,
 ) -> Result<MountGuard, FuseError> {

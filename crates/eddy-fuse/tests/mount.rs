@@ -22,7 +22,7 @@ use std::time::Duration;
 struct Fixture {
     guard: Option<MountGuard>,
     daemons: Vec<Daemon>,
-    rt: std::sync::Arc<tokio::runtime::Runtime>,
+    rt: tokio::runtime::Runtime,
     _dir: tempfile::TempDir,
 }
 
@@ -51,13 +51,11 @@ fn config() -> Config {
 fn start(n: u32) -> Fixture {
     require::fuse();
     let dir = tempfile::tempdir().unwrap();
-    let rt = std::sync::Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(4)
-            .enable_all()
-            .build()
-            .unwrap(),
-    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
     let secret = Deployment::new_secret();
     let mut dep = Deployment {
         name: "fuse-test".into(),
@@ -96,7 +94,7 @@ fn start(n: u32) -> Fixture {
         negative_ttl: Duration::from_millis(100),
         read_ahead_kb: 2048,
     };
-    let guard = spawn_mount(client, rt.clone(), &mnt, opts).unwrap();
+    let guard = spawn_mount(client, rt.handle().clone(), &mnt, opts).unwrap();
     Fixture {
         guard: Some(guard),
         daemons,

@@ -28,7 +28,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
-use tokio::runtime::Runtime;
+use tokio::runtime::Handle;
 use tracing::{debug, warn};
 
 mod dirs;
@@ -96,7 +96,7 @@ fn failed(op: &str, e: &Errno) -> fuser::Errno {
 /// The Eddy file system as seen by the kernel.
 pub(crate) struct EddyFs {
     client: Client,
-    rt: Arc<Runtime>,
+    rt: Handle,
     ttl: Duration,
     blksize: u32,
     table: Mutex<InodeTable>,
@@ -114,7 +114,7 @@ pub(crate) struct EddyFs {
 }
 
 impl EddyFs {
-    pub(crate) fn new(client: Client, rt: Arc<Runtime>, opts: &MountOptions) -> EddyFs {
+    pub(crate) fn new(client: Client, rt: Handle, opts: &MountOptions) -> EddyFs {
         let blksize = u32::try_from(client.config().chunk_size).unwrap_or(u32::MAX);
         EddyFs {
             client,
@@ -140,10 +140,7 @@ impl EddyFs {
         &self.client
     }
 
-    /// Runs a client future to completion on this FUSE thread. On a current-thread runtime
-    /// the thread drives the runtime's sockets and timers while the call lasts (FUSE threads
-    /// calling at once share it: one drives, the others are woken as their replies come), so
-    /// a request costs no hand-off to a runtime thread.
+    /// Runs a client future to completion on the runtime.
     pub(crate) fn run<T>(&self, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
         self.rt.block_on(fut)
     }
