@@ -7,8 +7,7 @@ use crate::path::{link_target, outside, resolve, Target};
 use crate::real;
 use crate::stat as st;
 use crate::state::{
-    can_drive, creds, enter, global, guarded, run, run_here, set_errno, settings,
-    umask as cur_umask, CWD, R,
+    creds, enter, global, guarded, run, run_sized, set_errno, settings, umask as cur_umask, CWD, R,
 };
 use eddy_client::{
     Errno, File, FileKind, Inode, LockKind, LockRange, LockRequest, SetAttr, SetTime, Timespec,
@@ -478,21 +477,16 @@ fn read_ours(fd: c_int, o: &Open, buf: &mut [u8], off: Option<u64>) -> R<usize> 
         Some(x) => x,
         None => cur_offset(fd)?,
     };
-    let n = if can_drive() {
-        run_here(|c| async move { c.pread_into(&f, pos, buf).await })?
-    } else {
-        let len = buf.len();
-        let data = run(move |c| async move { c.pread(&f, pos, len).await })?;
-        buf[..data.len()].copy_from_slice(&data);
-        data.len()
-    };
+    let len = buf.len();
+    let data = run_sized(len, move |c| async move { c.pread(&f, pos, len).await })?;
+    buf[..data.len()].copy_from_slice(&data);
     if off.is_none() {
-        set_offset(fd, pos + n as u64)?;
+        set_offset(fd, pos + data.len() as u64)?;
     }
-    Ok(n)
+    Ok(data.len())
 }
 
-fn write_ours(fd: c_int, o: &Open, data: &[u8], off: Option<u64>) -> R<usize> {
+fn write_ours(fd: c_int, o: &Open, data: Vec<u8>, off: Option<u64>) -> R<usize> {
     check_data(o)?;
     let f = o.file()?;
     let flags = o.flags();
@@ -505,38 +499,22 @@ fn write_ours(fd: c_int, o: &Open, data: &[u8], off: Option<u64>) -> R<usize> {
         None => cur_offset(fd)?,
     };
     WROTE.store(true, Ordering::Relaxed);
-    let (n, end) = if can_drive() {
-        run_here(|c| write_at(c, f, pos, data, sync, append))?
-    } else {
-        let data = data.to_vec();
-        run(move |c| async move { write_at(c, f, pos, &data, sync, append).await })?
-    };
+    let (n, end) = run_sized(data.len(), move |c| async move {
+        let n = c.pwrite(&f, pos, &data).await?;
+        if sync {
+            c.fsync(&f).await?;
+        }
+        let end = if append {
+            c.fstat(&f).await?.size
+        } else {
+            pos + n as u64
+        };
+        Ok((n, end))
+    })?;
     if off.is_none() {
         set_offset(fd, end)?;
     }
     Ok(n)
-}
-
-/// A write at `pos` (O_APPEND: at the end, reserved by the client); returns the bytes
-/// written and where the descriptor's offset goes.
-async fn write_at(
-    c: eddy_client::Client,
-    f: File,
-    pos: u64,
-    data: &[u8],
-    sync: bool,
-    append: bool,
-) -> R<(usize, u64)> {
-    let n = c.pwrite(&f, pos, data).await?;
-    if sync {
-        c.fsync(&f).await?;
-    }
-    let end = if append {
-        c.fstat(&f).await?.size
-    } else {
-        pos + n as u64
-    };
-    Ok((n, end))
 }
 
 unsafe fn slice_mut<'a>(buf: *mut c_void, n: size_t) -> &'a mut [u8] {
@@ -592,7 +570,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     on_fd!(
         fd,
         -1,
-        |o| write_ours(fd, &o, slice(buf, n), None).map(|n| n as ssize_t),
+        |o| write_ours(fd, &o, slice(buf, n).to_vec(), None).map(|n| n as ssize_t),
         real::write(fd, buf, n)
     )
 }
@@ -649,7 +627,7 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: o
     on_fd!(
         fd,
         -1,
-        |o| write_ours(fd, &o, slice(buf, n), offset(off)?).map(|n| n as ssize_t),
+        |o| write_ours(fd, &o, slice(buf, n).to_vec(), offset(off)?).map(|n| n as ssize_t),
         real::pwrite(fd, buf, n, off)
     )
 }
@@ -663,7 +641,7 @@ pub unsafe extern "C" fn pwrite64(
     on_fd!(
         fd,
         -1,
-        |o| write_ours(fd, &o, slice(buf, n), offset(off)?).map(|n| n as ssize_t),
+        |o| write_ours(fd, &o, slice(buf, n).to_vec(), offset(off)?).map(|n| n as ssize_t),
         real::pwrite64(fd, buf, n, off)
     )
 }
@@ -702,7 +680,7 @@ fn writev_ours(fd: c_int, o: &Open, iov: &[libc::iovec], off: Option<u64>) -> R<
         // SAFETY: the caller's buffer of iov_len bytes.
         data.extend_from_slice(unsafe { slice(v.iov_base, v.iov_len) });
     }
-    Ok(write_ours(fd, o, &data, off)? as ssize_t)
+    Ok(write_ours(fd, o, data, off)? as ssize_t)
 }
 
 #[no_mangle]

@@ -86,14 +86,9 @@ pub fn settings() -> Option<&'static Settings> {
 // ---------------------------------------------------------------- client
 
 pub struct Global {
-    /// A current-thread runtime: the calling thread drives it (see `on`).
-    rt: tokio::runtime::Runtime,
+    pub rt: tokio::runtime::Runtime,
     pub client: Client,
-    /// The library's own thread (see `helper`).
-    jobs: parking_lot::Mutex<std::sync::mpsc::Sender<Job>>,
 }
-
-type Job = Box<dyn FnOnce() + Send>;
 
 static GLOBAL: AtomicPtr<Global> = AtomicPtr::new(std::ptr::null_mut());
 static INIT: parking_lot::Mutex<()> = parking_lot::const_mutex(());
@@ -115,15 +110,7 @@ pub fn global() -> R<&'static Global> {
     let p = Box::into_raw(g);
     GLOBAL.store(p, Ordering::Release);
     // SAFETY: just published, never freed.
-    let g: &'static Global = unsafe { &*p };
-    let tick = std::time::Duration::from_millis(g.client.config().size_update_ms.max(1));
-    let (tx, rx) = std::sync::mpsc::channel();
-    *g.jobs.lock() = tx;
-    std::thread::Builder::new()
-        .name("eddy-preload".into())
-        .spawn(move || helper(&g.rt, rx, tick))
-        .map_err(|e| Errno::eio(format!("eddy-preload helper thread: {e}")))?;
-    Ok(g)
+    Ok(unsafe { &*p })
 }
 
 fn connect() -> R<Global> {
@@ -134,7 +121,8 @@ fn connect() -> R<Global> {
     let file = std::path::Path::new(state).join("deployment.toml");
     let dep = eddy_config::Deployment::load(&file)
         .map_err(|e| Errno::eio(format!("{}: {e}", file.display())))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .max_blocking_threads(4)
         .thread_name("eddy-preload")
         .on_thread_start(|| {
@@ -143,89 +131,38 @@ fn connect() -> R<Global> {
         .enable_all()
         .build()
         .map_err(|e| Errno::eio(format!("eddy-preload runtime: {e}")))?;
-    let client = if can_drive() {
-        rt.block_on(Client::connect(dep))?
-    } else {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let _ = GUARD.try_with(|g| g.set(true));
-                rt.block_on(Client::connect(dep))
-            })
-            .join()
-            .unwrap_or_else(|_| Err(Errno::eio("eddy-preload: connecting panicked")))
-        })?
-    };
-    // The helper's channel is made with the helper, in `global`.
-    let (tx, _) = std::sync::mpsc::channel();
-    Ok(Global {
-        rt,
-        client,
-        jobs: parking_lot::Mutex::new(tx),
-    })
+    let client = on(&rt, Client::connect(dep))?;
+    Ok(Global { rt, client })
 }
 
-/// The library's own thread. It runs the calls a program's thread cannot drive itself (see
-/// `on`), and every `tick` it lets the runtime run what is due while no call is under way: a
-/// deferred size publication, a directory time, a read-ahead, a connection's end. A program
-/// busy computing between calls thus publishes its sizes as a threaded client would.
-fn helper(
-    rt: &tokio::runtime::Runtime,
-    jobs: std::sync::mpsc::Receiver<Job>,
-    tick: std::time::Duration,
-) {
-    let _ = GUARD.try_with(|g| g.set(true));
-    loop {
-        match jobs.recv_timeout(tick) {
-            Ok(job) => job(),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                rt.block_on(tokio::task::yield_now());
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
-        }
-    }
-}
-
-/// Runs a future to completion on this thread, which drives the runtime's sockets and timers
-/// for as long as the call lasts: a call costs no hand-off to another thread. (Threads calling
-/// at once share the runtime: one drives it, the others are woken as their replies come.)
-/// When this thread cannot drive a runtime — it is inside some other runtime (a tokio
-/// program), or its thread-locals are gone (glibc's `exit` drops them before the atexit
-/// handlers, where stdio flushes its buffers into our descriptors) — the helper thread runs
-/// the call while this one waits.
+/// Runs a future to completion: on this thread (the runtime's workers only drive the
+/// connections' sockets, so a call costs no hand-off to another thread), or on the workers
+/// while this thread blocks on a channel when it cannot run one itself: when it is inside some
+/// other runtime (a tokio program), or when its thread-locals are gone (glibc's `exit` drops
+/// them before the atexit handlers, where stdio flushes its buffers into our descriptors).
 fn on<T: Send + 'static>(
-    g: &'static Global,
+    rt: &tokio::runtime::Runtime,
     fut: impl Future<Output = R<T>> + Send + 'static,
 ) -> R<T> {
-    if can_drive() {
-        return g.rt.block_on(fut);
+    if let Err(e) = tokio::runtime::Handle::try_current() {
+        if e.is_missing_context() {
+            return rt.block_on(fut);
+        }
     }
+    on_workers(rt, fut)
+}
+
+/// Runs a future on the runtime's workers while this thread blocks on a channel.
+fn on_workers<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    fut: impl Future<Output = R<T>> + Send + 'static,
+) -> R<T> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let job: Job = Box::new(move || {
-        let _ = tx.send(g.rt.block_on(fut));
+    rt.spawn(async move {
+        let _ = tx.send(fut.await);
     });
-    g.jobs
-        .lock()
-        .send(job)
-        .map_err(|_| Errno::eio("the eddy-preload helper thread stopped"))?;
     rx.recv()
-        .map_err(|_| Errno::eio("the eddy-preload helper thread stopped"))?
-}
-
-/// Whether this thread can drive a runtime: it is in none, and its thread-locals live.
-pub fn can_drive() -> bool {
-    matches!(tokio::runtime::Handle::try_current(), Err(e) if e.is_missing_context())
-}
-
-/// Runs `f(client)` on this thread, which must be able to drive the runtime (`can_drive`):
-/// the future may borrow the caller's buffers (a read lands straight in the program's buffer,
-/// a write is sent from it). Where it cannot, the caller goes through `run` with owned data.
-pub fn run_here<T, F, Fut>(f: F) -> R<T>
-where
-    F: FnOnce(Client) -> Fut,
-    Fut: Future<Output = R<T>>,
-{
-    let g = global()?;
-    g.rt.block_on(f(g.client.clone()))
+        .map_err(|_| Errno::eio("the eddy-preload runtime stopped"))?
 }
 
 /// Runs `f(client)` on the runtime and waits for its result.
@@ -236,7 +173,27 @@ where
     Fut: Future<Output = R<T>> + Send + 'static,
 {
     let g = global()?;
-    on(g, f(g.client.clone()))
+    on(&g.rt, f(g.client.clone()))
+}
+
+/// Calls moving at least this many bytes run on the workers (see `run_sized`).
+const BULK_BYTES: usize = 64 * 1024;
+
+/// Like `run`, for a call moving `bytes` of data: a large one runs on the workers, where the
+/// sockets' readiness is seen, rather than on the calling thread (measured: 1 MiB writes lost
+/// a third of their bandwidth when their frames' tails and their replies crossed threads).
+pub fn run_sized<T, F, Fut>(bytes: usize, f: F) -> R<T>
+where
+    T: Send + 'static,
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = R<T>> + Send + 'static,
+{
+    let g = global()?;
+    if bytes >= BULK_BYTES {
+        on_workers(&g.rt, f(g.client.clone()))
+    } else {
+        on(&g.rt, f(g.client.clone()))
+    }
 }
 
 pub fn creds() -> Creds {
