@@ -1,0 +1,143 @@
+//! The interposed functions, one module per family. Each checks the guard, then whether its
+//! path or descriptor is Eddy's; if not, the real function is called at once. This module
+//! holds what they share: the dispatch macros, the path and errno helpers.
+#![allow(clippy::missing_safety_doc)]
+
+use crate::fds::{self, Open};
+use crate::path::{link_target, outside, resolve, Target};
+use crate::real;
+use crate::stat as st;
+use crate::state::{
+    creds, enter, global, guarded, run, run_sized, set_errno, settings, umask as cur_umask, CWD, R,
+};
+use eddy_client::{
+    Errno, File, FileKind, Inode, LockKind, LockRange, LockRequest, SetAttr, SetTime, Timespec,
+    XattrSet,
+};
+use libc::{c_char, c_int, c_long, c_uint, c_ulong, c_void, mode_t, off64_t, size_t, ssize_t};
+use std::collections::HashSet;
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Symlinks followed at most this many times (ELOOP beyond), as Linux.
+const MAX_HOPS: usize = 40;
+
+/// Whether this process wrote through an Eddy descriptor (sizes to publish at exit).
+static WROTE: AtomicBool = AtomicBool::new(false);
+
+enum T {
+    Real,
+    RealAt(CString),
+    Ours(String),
+    Err(i32),
+}
+
+unsafe fn target(dirfd: c_int, path: *const c_char) -> T {
+    // SAFETY: the caller's path.
+    match std::panic::catch_unwind(|| unsafe { resolve(dirfd, path) }) {
+        Ok(Ok(Target::Real)) => T::Real,
+        Ok(Ok(Target::RealAt(c))) => T::RealAt(c),
+        Ok(Ok(Target::Ours(p))) => T::Ours(p),
+        Ok(Err(e)) => T::Err(e.errno),
+        Err(_) => T::Err(libc::EIO),
+    }
+}
+
+/// Dispatches a path call: `$real` with `$rp` the real path, or `$ours` with `$p` the Eddy
+/// path (inside `enter`).
+macro_rules! at {
+    ($dirfd:expr, $path:expr, $fail:expr, |$p:ident| $ours:expr, |$rp:ident| $real:expr) => {{
+        let path = $path;
+        if guarded() {
+            let $rp = path;
+            return $real;
+        }
+        match target($dirfd, path) {
+            T::Real => {
+                let $rp = path;
+                $real
+            }
+            T::RealAt(c) => {
+                let $rp = c.as_ptr();
+                $real
+            }
+            T::Err(e) => {
+                set_errno(e);
+                $fail
+            }
+            T::Ours($p) => enter($fail, || $ours),
+        }
+    }};
+}
+
+/// Dispatches a descriptor call.
+macro_rules! on_fd {
+    ($fd:expr, $fail:expr, |$o:ident| $ours:expr, $real:expr) => {{
+        if guarded() {
+            return $real;
+        }
+        match fds::lookup($fd) {
+            None => $real,
+            Some($o) => enter($fail, || $ours),
+        }
+    }};
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn os_err(what: &str) -> Errno {
+    Errno::new(errno(), what.to_string())
+}
+
+unsafe fn cstr<'a>(p: *const c_char) -> R<&'a str> {
+    if p.is_null() {
+        return Err(Errno::new(libc::EFAULT, "null string"));
+    }
+    // SAFETY: the caller's NUL-terminated string.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Errno::einval("not UTF-8"))
+}
+
+fn blksize() -> u64 {
+    global()
+        .map(|g| g.client.config().chunk_size)
+        .unwrap_or(4096)
+}
+
+mod access;
+mod attrs;
+mod cwd;
+mod data;
+mod descriptors;
+mod dirs;
+mod fsinfo;
+mod internal;
+mod lookup;
+mod namespace;
+mod open;
+mod refused;
+mod stats;
+mod symlinks;
+mod xattrs;
+
+pub use access::*;
+pub use attrs::*;
+pub use cwd::*;
+pub use data::*;
+pub use descriptors::*;
+pub use dirs::*;
+pub use fsinfo::*;
+pub use internal::*;
+use lookup::*;
+pub use namespace::*;
+pub use open::*;
+pub use refused::*;
+pub use stats::*;
+pub use symlinks::*;
+pub use xattrs::*;

@@ -1,0 +1,290 @@
+//! open, creat and close; what a process publishes when it exits.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn open_ours(p: String, flags: c_int, mode: c_uint) -> R<c_int> {
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(Errno::new(
+            libc::EOPNOTSUPP,
+            "O_TMPFILE is not supported on Eddy",
+        ));
+    }
+    let creds = creds();
+    let mode = mode & !cur_umask() & 0o7777;
+    let mut path = p;
+    for _ in 0..MAX_HOPS {
+        if flags & libc::O_PATH != 0 {
+            let i = lstat_ours(&path)?;
+            if i.kind == FileKind::Symlink && flags & libc::O_NOFOLLOW == 0 {
+                match link_target(&path, i.target.as_deref().unwrap_or(""))? {
+                    Target::Ours(q) => {
+                        path = q;
+                        continue;
+                    }
+                    Target::RealAt(c) => return real_open(&c, flags, mode),
+                    Target::Real => return Err(Errno::eio("unexpected real target")),
+                }
+            }
+            if flags & libc::O_DIRECTORY != 0 && i.kind != FileKind::Dir {
+                return Err(Errno::new(
+                    libc::ENOTDIR,
+                    format!("{path} is not a directory"),
+                ));
+            }
+            let is_dir = i.kind == FileKind::Dir;
+            return install(path, flags, None, is_dir);
+        }
+        let q = path.clone();
+        let f = flags & !libc::O_CLOEXEC;
+        let res = run(move |c| async move { c.open(&q, f | libc::O_NOFOLLOW, mode, creds).await });
+        match res {
+            Ok(file) => {
+                let is_dir = file.inode().kind == FileKind::Dir;
+                return install(path, flags, Some(file), is_dir);
+            }
+            Err(e) if e.errno == libc::ELOOP && flags & libc::O_NOFOLLOW == 0 => {
+                let i = lstat_ours(&path)?;
+                if i.kind != FileKind::Symlink {
+                    return Err(e);
+                }
+                match link_target(&path, i.target.as_deref().unwrap_or(""))? {
+                    Target::Ours(q) => path = q,
+                    Target::RealAt(c) => return real_open(&c, flags, mode),
+                    Target::Real => return Err(Errno::eio("unexpected real target")),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::new(
+        libc::ELOOP,
+        format!("too many symbolic links at {path}"),
+    ))
+}
+
+pub(super) fn real_open(c: &CString, flags: c_int, mode: c_uint) -> R<c_int> {
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { real::open64(c.as_ptr(), flags, mode) };
+    if fd < 0 {
+        Err(os_err("open"))
+    } else {
+        Ok(fd)
+    }
+}
+
+pub(super) fn install(path: String, flags: c_int, file: Option<File>, is_dir: bool) -> R<c_int> {
+    let stored = if is_dir {
+        flags | libc::O_DIRECTORY
+    } else {
+        flags
+    };
+    let fd = fds::reserve(&path, stored)?;
+    fds::insert(fd, Arc::new(Open::new(path, stored, file, is_dir)));
+    Ok(fd)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn eddy_pl_openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+    which: c_int,
+) -> c_int {
+    let call_real = |rp: *const c_char| match which {
+        // SAFETY: the caller's arguments.
+        0 => unsafe { real::open(rp, flags, mode) },
+        1 => unsafe { real::open64(rp, flags, mode) },
+        2 => unsafe { real::openat(dirfd, rp, flags, mode) },
+        _ => unsafe { real::openat64(dirfd, rp, flags, mode) },
+    };
+    at!(dirfd, path, -1, |p| open_ours(p, flags, mode), |rp| {
+        call_real(rp)
+    })
+}
+
+/// For the C fopen: -2 when the path is not Eddy's, -1 on failure (errno set), else a
+/// descriptor (Eddy's, or a real one for a path resolved out of the prefix).
+#[no_mangle]
+pub unsafe extern "C" fn eddy_pl_open_for_stream(
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    if guarded() {
+        return -2;
+    }
+    match target(libc::AT_FDCWD, path) {
+        T::Real => -2,
+        T::RealAt(c) => real::open64(c.as_ptr(), flags, mode),
+        T::Err(e) => {
+            set_errno(e);
+            -1
+        }
+        T::Ours(p) => enter(-1, || open_ours(p, flags, mode)),
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn eddy_pl_is_ours(fd: c_int) -> c_int {
+    c_int::from(!guarded() && fds::is_ours(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    at!(libc::AT_FDCWD, path, -1, |p| open_ours(p, flags, 0), |rp| {
+        real::__open_2(rp, flags)
+    })
+}
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    at!(libc::AT_FDCWD, path, -1, |p| open_ours(p, flags, 0), |rp| {
+        real::__open64_2(rp, flags)
+    })
+}
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    at!(dirfd, path, -1, |p| open_ours(p, flags, 0), |rp| {
+        real::__openat_2(dirfd, rp, flags)
+    })
+}
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    at!(dirfd, path, -1, |p| open_ours(p, flags, 0), |rp| {
+        real::__openat64_2(dirfd, rp, flags)
+    })
+}
+
+pub(super) const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    at!(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| open_ours(p, CREAT, mode),
+        |rp| real::creat(rp, mode)
+    )
+}
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    at!(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| open_ours(p, CREAT, mode),
+        |rp| real::creat64(rp, mode)
+    )
+}
+
+/// After a descriptor of `o` went away: record locks of this process released (POSIX: any
+/// close does), and at the last descriptor the handle closed (its size published).
+pub(super) fn release(o: Arc<Open>) -> R<()> {
+    let mut first: R<()> = Ok(());
+    if o.locked.load(Ordering::Relaxed) {
+        if let Ok(f) = o.file() {
+            let pid = std::process::id() as u64;
+            first = run(move |c| async move { c.release_locks(&f, Some(pid), None).await });
+        }
+    }
+    if Arc::strong_count(&o) == 1 {
+        if let Some(f) = o.take_file() {
+            let r = run(move |c| async move { c.close(&f).await });
+            first = first.and(r);
+        }
+    }
+    first
+}
+
+extern "C" {
+    pub(super) fn eddy_shim_std_stream(fd: c_int);
+    pub(super) fn eddy_shim_flush_std(fd: c_int);
+}
+
+/// When fd 0, 1 or 2 becomes an Eddy descriptor: its stdio stream goes through this library.
+pub fn std_stream(fd: c_int) {
+    if (0..=2).contains(&fd) {
+        // SAFETY: replaces the standard stream by a cookie stream over the descriptor.
+        unsafe { eddy_shim_std_stream(fd) };
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if guarded() {
+        fds::internal_closed(fd);
+        return real::close(fd);
+    }
+    if fds::is_internal(fd) {
+        // The library's own descriptor (its runtime's, its connections'): not the program's.
+        set_errno(libc::EBADF);
+        return -1;
+    }
+    match fds::remove(fd) {
+        None => real::close(fd),
+        Some(o) => enter(-1, || {
+            // SAFETY: the reserved descriptor.
+            unsafe { real::close(fd) };
+            release(o)?;
+            Ok(0)
+        }),
+    }
+}
+
+/// The process the library state belongs to: a vfork child (which runs no fork handlers and
+/// shares the parent's memory) publishes nothing at `_exit`; its parent owns the files.
+pub(super) static PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+pub fn set_pid() {
+    // SAFETY: getpid cannot fail.
+    PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+}
+
+/// In a forked child: nothing written by this process yet.
+pub fn reset_after_fork() {
+    WROTE.store(false, Ordering::Relaxed);
+    set_pid();
+}
+
+/// Publishes what this process wrote (at exit): every open handle closed.
+pub fn publish_all() {
+    if guarded() || !WROTE.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: getpid cannot fail.
+    if unsafe { libc::getpid() } != PID.load(Ordering::Relaxed) {
+        return;
+    }
+    enter((), || {
+        let mut seen = HashSet::new();
+        for fd in 0..65536 {
+            if let Some(o) = fds::lookup(fd) {
+                if seen.insert(Arc::as_ptr(&o) as usize) {
+                    if let Some(f) = o.take_file() {
+                        let _ = run(move |c| async move { c.close(&f).await });
+                    }
+                }
+            }
+        }
+        WROTE.store(false, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    publish_all();
+    // SAFETY: the process ends here.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    unreachable!()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    publish_all();
+    // SAFETY: the process ends here.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    unreachable!()
+}
