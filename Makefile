@@ -2,7 +2,8 @@
 # Both install what a fresh Debian machine lacks first (scripts/install-deps.sh).
 
 CARGO ?= cargo
-RELEASE := target/release
+# Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
+RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
 .PHONY: deps build demo demo-slurm test fuzz crash-cycles bench bench-tier lint clean
 
