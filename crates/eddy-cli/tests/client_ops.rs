@@ -304,6 +304,18 @@ async fn sparse_files_and_truncate_across_chunks() {
         "holes read as zeros"
     );
     assert_eq!(&all[(10 * cs + 7) as usize..], &tail[..]);
+    // Into a caller's buffer full of other bytes: the holes are zeros there too, the read is
+    // short at the end of the file, and the bytes past it are left alone.
+    let mut buf = vec![0xA5u8; (11 * cs) as usize];
+    let n = c.pread_into(&f, 0, &mut buf).await.unwrap();
+    assert_eq!(n, all.len());
+    assert_eq!(&buf[..n], &all[..]);
+    assert!(
+        buf[n..].iter().all(|&b| b == 0xA5),
+        "past the end: untouched"
+    );
+    let mut past = [0xA5u8; 16];
+    assert_eq!(c.pread_into(&f, 11 * cs, &mut past).await.unwrap(), 0);
 
     // Truncate down into the middle of a chunk, then up again: the cut bytes read as zeros.
     let g = c.create("/t", 0o644, true, me).await.unwrap();

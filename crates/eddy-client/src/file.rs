@@ -330,8 +330,8 @@ impl Client {
     }
 
     /// Reads up to `buf.len()` bytes at `offset` straight into `buf`; returns how many (short
-    /// at end of file; holes read as zeros). For callers that own a buffer already (the
-    /// preload library's `read`): no allocation, no copy beyond the one out of the replies.
+    /// at end of file; holes read as zeros, bytes past the end are left alone). For callers that
+    /// own a buffer already: no allocation, no copy beyond the one out of the replies.
     pub async fn pread_into(&self, f: &File, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
         let len = buf.len();
         self.read_at(f, offset, len, |n| &mut buf[..n]).await
