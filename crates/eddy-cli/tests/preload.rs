@@ -299,11 +299,22 @@ st = os.stat("/eddy/py/f.txt")
 assert st.st_size == 5009, st
 with open("/eddy/py/f.txt", "r+b") as f:
     f.seek(5); f.write(b"LINE"); f.seek(0); assert f.read(9) == b"line\nLINE"
+    # A writable shared mapping cannot be kept coherent by a library: ENODEV.
     try:
         mmap.mmap(f.fileno(), 0)
-        raise SystemExit("mmap of an Eddy file must fail")
+        raise SystemExit("a writable shared mapping of an Eddy file must fail")
     except OSError as e:
         assert e.errno == errno.ENODEV, e
+    # A private one is a copy: the process's stores stay its own.
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    assert m[:9] == b"line\nLINE" and len(m) == 5009, m[:9]
+    m[0:4] = b"XXXX"; assert m[:4] == b"XXXX"; m.close()
+with open("/eddy/py/f.txt", "rb") as f:
+    assert f.read(4) == b"line"
+    # A read-only shared one (ACCESS_READ) too, past a page and up to the last byte.
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    assert m[-9:] == b"appended\n" and m[4995:5000] == b"line\n", m[4990:]
+    m.close()
 os.rename("/eddy/py/f.txt", "/eddy/py/g.txt")
 assert sorted(os.listdir("/eddy/py")) == ["g.txt", "sub"], os.listdir("/eddy/py")
 assert [e.name for e in os.scandir("/eddy/py") if e.is_dir()] == ["sub"]
@@ -374,6 +385,72 @@ print("PY-OK")
 }
 
 /// Builds a C program from tests/scripts with `compiler` into `dir`.
+/// Tools that map files, make temporary ones and walk paths their own way: git (mmap of its
+/// config, index and packs; mkstemp, whose file glibc opens with an internal `open`), rsync
+/// 3.x (a walk by `openat`/`fstatat` from a descriptor of "/"), libc's mkstemp family and
+/// mkdtemp called directly, and relative paths from real directories into the prefix.
+#[test]
+fn git_rsync_temporary_files_and_paths_from_real_directories() {
+    common::require::programs(&["git", "rsync", "python3"], "git rsync python3");
+    let p = Pre::start();
+    let src = p.scratch.path().join("src");
+    std::fs::create_dir_all(src.join("d/e")).unwrap();
+    write_real(&src.join("a.txt"), b"alpha\n");
+    write_real(&src.join("d/b.bin"), &pattern(5, 0, 700_000));
+    write_real(&src.join("d/e/c"), b"");
+    let src = src.display();
+    p.sh(&format!(
+        "rsync -a {src}/ /eddy/rs/ && rsync -a --delete {src}/ /eddy/rs/"
+    ));
+    assert_eq!(p.read("/rs/a.txt"), b"alpha\n");
+    assert_eq!(p.read("/rs/d/b.bin"), pattern(5, 0, 700_000));
+    assert_eq!(p.names("/rs/d/e"), ["c"]);
+
+    let out = p.sh(
+        "cd /eddy && git init -q repo && cd repo && echo hello > f && git add f \
+         && git -c user.name=u -c user.email=u@e commit -qm first && git gc -q && git fsck \
+         && git clone -q /eddy/repo /eddy/clone && cat /eddy/clone/f \
+         && git -C /eddy/clone log --format=%s",
+    );
+    assert!(out.ends_with("hello\nfirst\n"), "{out}");
+    let packs = p.names("/repo/.git/objects/pack");
+    assert!(
+        packs.iter().any(|n| n.ends_with(".pack")) && packs.iter().any(|n| n.ends_with(".idx")),
+        "git gc packed its objects: {packs:?}"
+    );
+
+    let out = p.sh(r#"python3 - <<'EOF'
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+t = ctypes.create_string_buffer(b"/eddy/tmp-XXXXXX")
+fd = libc.mkstemp(t)
+assert fd >= 0, ctypes.get_errno()
+os.write(fd, b"made by mkstemp"); os.close(fd)
+s = ctypes.create_string_buffer(b"/eddy/tmp-XXXXXX.txt")
+fd = libc.mkstemps(s, 4)
+assert fd >= 0 and s.value.endswith(b".txt") and b"XXXXXX" not in s.value, s.value
+os.close(fd)
+d = ctypes.create_string_buffer(b"/eddy/dir-XXXXXX")
+assert libc.mkdtemp(d) != 0, ctypes.get_errno()
+bad = ctypes.create_string_buffer(b"/eddy/tmp-XXXXX")
+assert libc.mkstemp(bad) == -1 and ctypes.get_errno() == errno.EINVAL
+print(t.value.decode(), s.value.decode(), d.value.decode())
+EOF"#);
+    let made: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(made.len(), 3, "{out}");
+    let eddy = |p: &str| p.strip_prefix("/eddy").unwrap().to_string();
+    assert_eq!(p.read(&eddy(made[0])), b"made by mkstemp");
+    let d = p.rt.block_on(p.client.stat(&eddy(made[2]))).unwrap();
+    assert_eq!((d.kind, d.mode & 0o777), (FileKind::Dir, 0o700));
+    for m in &made {
+        assert!(!m.contains("XXXXXX") && m.starts_with("/eddy/"), "{m}");
+    }
+
+    // Relative paths from real directories that lead into the prefix, and one that does not.
+    let out = p.sh("cd / && cat eddy/rs/a.txt && cd /tmp && ls ../eddy/rs/d && cat ../etc/hostname >/dev/null && echo fine");
+    assert_eq!(out, "alpha\nb.bin\ne\nfine\n");
+}
+
 fn build_c(compiler: &str, source: &str, dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/scripts")

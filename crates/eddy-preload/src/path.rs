@@ -96,12 +96,12 @@ pub unsafe fn resolve(dirfd: c_int, path: *const c_char) -> R<Target> {
     let base = if dirfd == libc::AT_FDCWD {
         match CWD.read().as_ref() {
             Some(c) => c.clone(),
-            None => return Ok(Target::Real),
+            None => return from_real_dir(None, bytes, &s.prefix),
         }
     } else {
         match fds::lookup(dirfd) {
             Some(o) => o.path.clone(),
-            None => return Ok(Target::Real),
+            None => return from_real_dir(Some(dirfd), bytes, &s.prefix),
         }
     };
     let rel = std::str::from_utf8(bytes).map_err(|_| Errno::einval("Eddy paths must be UTF-8"))?;
@@ -112,6 +112,67 @@ pub unsafe fn resolve(dirfd: c_int, path: *const c_char) -> R<Target> {
         rel
     );
     classify(&abs, &s.prefix)
+}
+
+/// A relative path from a real directory (`dirfd`, or the real working directory) that may
+/// lead into the prefix: "eddy/x" from "/", or a walk one component at a time by `openat`
+/// and `fstatat` from a descriptor of "/" (rsync does this). Only a path whose first
+/// component (after "./") names a component of the prefix, or is "..", costs a look at the
+/// directory's own path; every other one is the real function's at once.
+fn from_real_dir(dirfd: Option<c_int>, rel: &[u8], prefix: &str) -> R<Target> {
+    let mut rest = rel;
+    while let Some(r) = rest.strip_prefix(b"./") {
+        rest = r;
+    }
+    let first = rest.split(|&b| b == b'/').next().unwrap_or_default();
+    let may_enter = first == b".."
+        || prefix
+            .split('/')
+            .any(|c| !c.is_empty() && c.as_bytes() == first);
+    if !may_enter {
+        return Ok(Target::Real);
+    }
+    let Some(dir) = real_dir_path(dirfd) else {
+        return Ok(Target::Real);
+    };
+    let Ok(rel) = std::str::from_utf8(rel) else {
+        return Ok(Target::Real);
+    };
+    let n = normalize(&format!("{dir}/{rel}"));
+    match under(n.as_bytes(), prefix.as_bytes()) {
+        Some(inside) => Ok(Target::Ours(eddy_path(inside)?)),
+        // Outside the prefix: the real function, with the caller's own arguments.
+        None => Ok(Target::Real),
+    }
+}
+
+/// The absolute path of a real directory: `dirfd`'s (through /proc), or the working
+/// directory's; `None` when it has none (deleted, not a path).
+fn real_dir_path(dirfd: Option<c_int>) -> Option<String> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    let len = match dirfd {
+        Some(fd) => {
+            let link = CString::new(format!("/proc/self/fd/{fd}")).ok()?;
+            // SAFETY: a NUL-terminated path and a buffer of that size.
+            let n = unsafe {
+                crate::real::readlink(link.as_ptr(), buf.as_mut_ptr().cast(), buf.len() - 1)
+            };
+            usize::try_from(n).ok()?
+        }
+        None => {
+            // SAFETY: a buffer of that size.
+            let p = unsafe { crate::real::getcwd(buf.as_mut_ptr().cast(), buf.len()) };
+            if p.is_null() {
+                return None;
+            }
+            buf.iter().position(|&b| b == 0)?
+        }
+    };
+    buf.truncate(len);
+    let path = String::from_utf8(buf).ok()?;
+    path.starts_with('/')
+        .then_some(path)
+        .filter(|p| !p.ends_with(" (deleted)"))
 }
 
 /// An Eddy path as the program sees it (prefix prepended).
@@ -161,6 +222,31 @@ mod tests {
         assert_eq!(under(b"/eddy/x", b"/eddy"), Some(&b"/x"[..]));
         assert_eq!(under(b"/eddyx", b"/eddy"), None);
         assert_eq!(under(b"/tmp/eddy", b"/eddy"), None);
+    }
+
+    #[test]
+    fn relative_paths_from_real_directories_into_the_prefix_are_ours() {
+        let open = |p: &str| {
+            let c = CString::new(p).unwrap();
+            // SAFETY: a NUL-terminated path.
+            let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY) };
+            assert!(fd >= 0, "open {p}");
+            fd
+        };
+        let (root, tmp) = (open("/"), open("/tmp"));
+        let of = |fd, rel: &str| ours(from_real_dir(Some(fd), rel.as_bytes(), "/eddy"));
+        assert_eq!(of(root, "eddy/x/y").as_deref(), Some("/x/y"));
+        assert_eq!(of(root, "./eddy").as_deref(), Some("/"));
+        assert_eq!(of(tmp, "../eddy/z").as_deref(), Some("/z"));
+        // Not into the prefix: the real function with the caller's arguments.
+        assert_eq!(of(root, "etc/hostname"), None);
+        assert_eq!(of(tmp, "eddy/x"), None);
+        assert_eq!(of(tmp, "../etc"), None);
+        // SAFETY: our own descriptors.
+        unsafe {
+            libc::close(root);
+            libc::close(tmp);
+        }
     }
 
     #[test]

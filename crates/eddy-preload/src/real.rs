@@ -196,4 +196,6 @@ real! {
     execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int = -1;
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int = -1;
     realpath(path: *const c_char, out: *mut c_char) -> *mut c_char = std::ptr::null_mut();
+    mkostemps64(template: *mut c_char, suffix_len: c_int, flags: c_int) -> c_int = -1;
+    mkdtemp(template: *mut c_char) -> *mut c_char = std::ptr::null_mut();
 }

@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     CHECK(readv(fd, riov, 2) == 10, "readv");
     CHECK(fsync(fd) == 0 && fdatasync(fd) == 0, "fsync/fdatasync");
 
-    /* ftruncate/truncate, posix_fallocate grows, fallocate reserves (holes refused), mmap refused */
+    /* ftruncate/truncate, posix_fallocate grows, fallocate reserves (holes refused), mmap a copy (writable shared refused) */
     CHECK(ftruncate(fd, 4) == 0 && fstat(fd, &st) == 0 && st.st_size == 4, "ftruncate");
     CHECK(posix_fallocate(fd, 0, 100) == 0 && fstat(fd, &st) == 0 && st.st_size == 100, "posix_fallocate");
     CHECK(truncate(at(d, "vec.bin"), 6) == 0 && stat(at(d, "vec.bin"), &st) == 0 && st.st_size == 6, "truncate");
@@ -101,7 +101,14 @@ int main(int argc, char **argv) {
     errno = 0;
     CHECK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 10) == -1 && errno == EOPNOTSUPP, "punch hole refused");
     errno = 0;
-    CHECK(mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED && errno == ENODEV, "mmap refused");
+    CHECK(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED && errno == ENODEV, "writable shared mmap refused");
+    {
+        char *m = mmap(NULL, 8192, PROT_READ, MAP_PRIVATE, fd, 0);
+        CHECK(m != MAP_FAILED && m[0] == '0' && m[2] == 'A' && m[5] == 0 && m[8191] == 0, "private mmap: the bytes, then zeros");
+        CHECK(munmap(m, 8192) == 0, "munmap");
+        errno = 0;
+        CHECK(mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 1) == MAP_FAILED && errno == EINVAL, "unaligned mmap offset");
+    }
     /* A write behind the library's back (a raw system call) fails, never lands silently. */
     CHECK(syscall(SYS_write, fd, "x", 1) == -1 && errno == EPERM, "raw write refused");
     CHECK(syscall(SYS_read, fd, buf, 1) == -1 && errno == EBADF, "raw read refused");

@@ -124,6 +124,7 @@ mod open;
 mod refused;
 mod stats;
 mod symlinks;
+mod temp;
 mod xattrs;
 
 pub use access::*;
@@ -140,4 +141,5 @@ pub use open::*;
 pub use refused::*;
 pub use stats::*;
 pub use symlinks::*;
+pub use temp::*;
 pub use xattrs::*;
