@@ -447,8 +447,11 @@ EOF"#);
     }
 
     // Relative paths from real directories that lead into the prefix, and one that does not.
-    let out = p.sh("cd / && cat eddy/rs/a.txt && cd /tmp && ls ../eddy/rs/d && cat ../etc/hostname >/dev/null && echo fine");
-    assert_eq!(out, "alpha\nb.bin\ne\nfine\n");
+    let out = p.sh(
+        "cd / && cat eddy/rs/a.txt && cd /tmp && ls ../eddy/rs/d && cat /tmp/../eddy/rs/a.txt \
+         && cat ../etc/hostname >/dev/null && echo fine",
+    );
+    assert_eq!(out, "alpha\nb.bin\ne\nalpha\nfine\n");
 }
 
 fn build_c(compiler: &str, source: &str, dir: &Path) -> PathBuf {

@@ -84,7 +84,20 @@ pub unsafe fn resolve(dirfd: c_int, path: *const c_char) -> R<Target> {
     let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
     if bytes.first() == Some(&b'/') {
         if under(bytes, s.prefix.as_bytes()).is_none() {
-            return Ok(Target::Real);
+            // "/tmp/../eddy/x" is Eddy's too, as "../eddy/x" from /tmp is; any other path
+            // outside the prefix goes to the real function as the caller gave it.
+            let dotdot = bytes.windows(3).any(|w| w == b"/..");
+            if !dotdot {
+                return Ok(Target::Real);
+            }
+            let Ok(abs) = std::str::from_utf8(bytes) else {
+                return Ok(Target::Real);
+            };
+            let n = normalize(abs);
+            return match under(n.as_bytes(), s.prefix.as_bytes()) {
+                Some(rest) => Ok(Target::Ours(eddy_path(rest)?)),
+                None => Ok(Target::Real),
+            };
         }
         let abs =
             std::str::from_utf8(bytes).map_err(|_| Errno::einval("Eddy paths must be UTF-8"))?;
