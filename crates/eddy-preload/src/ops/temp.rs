@@ -33,6 +33,9 @@ unsafe fn make_temp<T>(
     }
     // The X's are in the last component, which the Eddy path ends with as well.
     let at = p.len().checked_sub(suffix + 6).ok_or_else(bad)?;
+    if p.as_bytes()[at..] != tmpl[start..] {
+        return Err(bad()); // a suffix that path resolution rewrote ("//", "/./")
+    }
     let mut path = p.into_bytes();
     for _ in 0..TRIES {
         let mut random = [0u8; 6];
