@@ -93,11 +93,7 @@ pub unsafe fn resolve(dirfd: c_int, path: *const c_char) -> R<Target> {
             let Ok(abs) = std::str::from_utf8(bytes) else {
                 return Ok(Target::Real);
             };
-            let n = normalize(abs);
-            return match under(n.as_bytes(), s.prefix.as_bytes()) {
-                Some(rest) => Ok(Target::Ours(eddy_path(rest)?)),
-                None => Ok(Target::Real),
-            };
+            return ours_or_real(abs, &s.prefix);
         }
         let abs =
             std::str::from_utf8(bytes).map_err(|_| Errno::einval("Eddy paths must be UTF-8"))?;
@@ -151,10 +147,15 @@ fn from_real_dir(dirfd: Option<c_int>, rel: &[u8], prefix: &str) -> R<Target> {
     let Ok(rel) = std::str::from_utf8(rel) else {
         return Ok(Target::Real);
     };
-    let n = normalize(&format!("{dir}/{rel}"));
+    ours_or_real(&format!("{dir}/{rel}"), prefix)
+}
+
+/// An absolute path that reaches the prefix only once normalised: Eddy's, or else the real
+/// function's with the caller's own arguments.
+fn ours_or_real(abs: &str, prefix: &str) -> R<Target> {
+    let n = normalize(abs);
     match under(n.as_bytes(), prefix.as_bytes()) {
         Some(inside) => Ok(Target::Ours(eddy_path(inside)?)),
-        // Outside the prefix: the real function, with the caller's own arguments.
         None => Ok(Target::Real),
     }
 }

@@ -186,7 +186,7 @@ impl Fs for EddyFs {
         let start = buf.len();
         buf.resize(start + size, 0);
         let n = self.run(self.client.pread_into(f, 0, &mut buf[start..]));
-        buf.truncate(start + *n.as_ref().unwrap_or(&0));
+        buf.truncate(start + n.as_ref().map_or(0, |n| *n));
         n
     }
 
