@@ -124,6 +124,11 @@ fn session_config(opts: &MountOptions) -> fuser::Config {
         // as root) drops; fusermount3 reads the same "subtype=" string.
         MountOption::CUSTOM(format!("subtype={SUBTYPE}")),
         MountOption::DefaultPermissions,
+        // Whoever holds the deployment's secret (the job's user) can give an entry any owner,
+        // mode or device number by talking to the daemons directly: a set-uid root program
+        // or a device node in the namespace must mean nothing on a mount root made.
+        MountOption::NoSuid,
+        MountOption::NoDev,
     ];
     config.acl = if opts.allow_other {
         fuser::SessionACL::All
@@ -502,6 +507,9 @@ mod tests {
         assert!(c
             .mount_options
             .contains(&fuser::MountOption::CUSTOM("subtype=eddy".into())));
+        for o in [fuser::MountOption::NoSuid, fuser::MountOption::NoDev] {
+            assert!(c.mount_options.contains(&o), "{o:?}");
+        }
         let opts = MountOptions {
             allow_other: false,
             ..opts
