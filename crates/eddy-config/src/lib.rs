@@ -214,6 +214,17 @@ impl Link {
                 self.backend.display()
             )));
         }
+        // A `..` would take the backend out of a directory it was checked to lie under.
+        if self
+            .backend
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "backend {} of link {p} must not contain `..`",
+                self.backend.display()
+            )));
+        }
         Ok(())
     }
 
@@ -504,24 +515,33 @@ impl Deployment {
 pub fn write_private(path: &Path, data: &[u8]) -> Result<(), ConfigError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
+    // A fresh name, made exclusively: a file or link already there (planted, or left by a
+    // crash) is never written through.
+    let tmp = path.with_extension(format!("{:016x}.tmp", rand::random::<u64>()));
     let werr = |source| ConfigError::Write {
         path: tmp.clone(),
         source,
     };
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)
         .map_err(werr)?;
-    f.write_all(data).map_err(werr)?;
-    f.sync_all().map_err(werr)?;
-    std::fs::rename(&tmp, path).map_err(|source| ConfigError::Write {
-        path: path.to_owned(),
-        source,
-    })
+    let written = f
+        .write_all(data)
+        .and_then(|()| f.sync_all())
+        .map_err(werr)
+        .and_then(|()| {
+            std::fs::rename(&tmp, path).map_err(|source| ConfigError::Write {
+                path: path.to_owned(),
+                source,
+            })
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// A byte count: a number (fractions allowed) with an optional binary suffix K, M, G or T
@@ -599,6 +619,8 @@ mod tests {
         assert!(Link::parse("in=/pfs").is_err());
         assert!(Link::parse("/in=relative").is_err());
         assert!(Link::parse("/a/../b=/pfs").is_err());
+        let e = Link::parse("/in=/pfs/../etc").unwrap_err().to_string();
+        assert!(e.contains("must not contain `..`"), "{e}");
         assert!(Link::parse("/in").is_err());
     }
 

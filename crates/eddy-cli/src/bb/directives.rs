@@ -5,6 +5,13 @@
 //! line each. Every problem is reported with its line number, all of them at once, so that
 //! `sbatch` can refuse the script with one message the user can act on.
 //!
+//! `job_process` runs inside slurmctld, so parsing is linear in the script and bounded: at
+//! most `MAX_LINES` directive lines of at most `MAX_LINE_BYTES` bytes, `MAX_LINKS` links and
+//! `MAX_STAGED` staged trees; overlaps are found on sorted prefixes. Directives are read
+//! where Slurm reads them: up to the script's first line that is not a comment (Slurm
+//! charges the capacity it finds there and stops), and a directive below that line is an
+//! error, so that what Eddy obeys is what Slurm charged.
+//!
 //! Slurm reads two of the words itself: `capacity=` and `pool=`, which must share a line
 //! (Slurm charges the capacity to the pool), with a whole number of bytes and an optional
 //! K/M/G/T/P suffix (powers of 1024). The pool names the mode: `node-local`, or the site's
@@ -90,20 +97,69 @@ const OPTIONS: &str = "capacity, pool, mode, chunk_size, nodes";
 /// Verbs, likewise.
 const VERBS: &str = "link, stage_in, stage_out";
 
+/// Most directive lines a script may have.
+pub const MAX_LINES: usize = 1000;
+/// Longest directive line, in bytes.
+pub const MAX_LINE_BYTES: usize = 4096;
+/// Most `link` lines.
+pub const MAX_LINKS: usize = 64;
+/// Most `stage_in` and `stage_out` lines together.
+pub const MAX_STAGED: usize = 256;
+/// Most problems reported one by one; the rest are counted.
+const MAX_REPORTED: usize = 20;
+
 /// Parses the `#<directive>` lines of `script` (the directive word is the site's
-/// `Directive=` of burst_buffer.conf, `EDDY` by default).
+/// `Directive=` of burst_buffer.conf, `EDDY` by default), up to its first command.
 pub fn parse(script: &str, directive: &str) -> Result<JobRequest, DirectiveErrors> {
     let tag = format!("#{directive}");
+    let ours = |line: &str| {
+        line.strip_prefix(&tag)
+            // `#EDDYX` is another word, not our directive.
+            .filter(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace))
+            .is_some()
+    };
     let mut p = Parser::default();
-    for (i, line) in script.lines().enumerate() {
-        let Some(rest) = line.trim_end().strip_prefix(&tag) else {
-            continue;
-        };
-        // `#EDDYX` is another word, not our directive.
-        if !(rest.is_empty() || rest.starts_with(char::is_whitespace)) {
+    let mut count = 0usize;
+    let mut lines = script.lines().enumerate();
+    for (i, line) in lines.by_ref() {
+        // As Slurm reads a script: empty lines are skipped, the first line that does not
+        // start with `#` ends the directives.
+        if line.is_empty() {
             continue;
         }
-        p.line(i + 1, rest);
+        if !line.starts_with('#') {
+            // A directive below the first command is neither charged by Slurm nor obeyed.
+            let first = i + 1;
+            if let Some((j, _)) = lines.find(|(_, l)| ours(l)) {
+                p.errors.push((
+                    j + 1,
+                    format!(
+                        "#{directive} line below the script's first command (line {first}), \
+                         where Slurm no longer reads directives: move it above"
+                    ),
+                ));
+            }
+            break;
+        }
+        if !ours(line) {
+            continue;
+        }
+        count += 1;
+        if count > MAX_LINES {
+            p.errors.push((
+                i + 1,
+                format!("more than {MAX_LINES} #{directive} lines: this script has too many"),
+            ));
+            break;
+        }
+        if line.len() > MAX_LINE_BYTES {
+            p.errors.push((
+                i + 1,
+                format!("a directive line is at most {MAX_LINE_BYTES} bytes"),
+            ));
+            continue;
+        }
+        p.line(i + 1, line[tag.len()..].trim_end());
     }
     p.finish()
 }
@@ -116,6 +172,21 @@ struct Parser {
     seen: Vec<(&'static str, usize)>,
     /// Staged paths with their lines, checked against the links at the end.
     staged: Vec<(usize, String)>,
+    /// The line of each link (in `req.links` order), for the overlap check at the end.
+    link_lines: Vec<usize>,
+    /// Link lines and staging lines seen, for their bounds.
+    links_seen: usize,
+    staged_seen: usize,
+}
+
+/// The error of the first line past a bound; the lines after it are dropped unsaid (the
+/// script is refused anyway, with one problem rather than thousands). Only called past it.
+fn over_bound(seen: usize, bound: usize, what: &str) -> Result<(), String> {
+    if seen == bound + 1 {
+        Err(format!("at most {bound} {what}"))
+    } else {
+        Err(String::new())
+    }
 }
 
 impl Parser {
@@ -129,7 +200,7 @@ impl Parser {
             return;
         };
         let result = match first {
-            "link" => self.link(args),
+            "link" => self.link(n, args),
             "stage_in" => self.stage_in(n, args),
             "stage_out" => self.stage_out(n, args),
             _ if first.contains('=') => self.options(n, &words),
@@ -137,8 +208,9 @@ impl Parser {
                 "unknown directive {other:?} (options: {OPTIONS}; verbs: {VERBS})"
             )),
         };
-        if let Err(msg) = result {
-            self.errors.push((n, msg));
+        match result {
+            Err(msg) if !msg.is_empty() => self.errors.push((n, msg)),
+            _ => {}
         }
     }
 
@@ -200,23 +272,17 @@ impl Parser {
         Ok(())
     }
 
-    fn link(&mut self, args: &[&str]) -> Result<(), String> {
+    fn link(&mut self, n: usize, args: &[&str]) -> Result<(), String> {
         let [spec] = args else {
             return Err("link takes one PREFIX=DIR, e.g. `link /data=/pfs/run7`".into());
         };
-        let link = Link::parse(spec).map_err(|e| e.to_string())?;
-        let overlap = self
-            .req
-            .links
-            .iter()
-            .find(|l| l.covers(&link.prefix) || link.covers(&l.prefix));
-        if let Some(other) = overlap {
-            return Err(format!(
-                "link {} overlaps link {} (one backend per prefix)",
-                link.prefix, other.prefix
-            ));
+        self.links_seen += 1;
+        if self.links_seen > MAX_LINKS {
+            return over_bound(self.links_seen, MAX_LINKS, "links");
         }
+        let link = Link::parse(spec).map_err(|e| e.to_string())?;
         self.req.links.push(link);
+        self.link_lines.push(n);
         Ok(())
     }
 
@@ -227,6 +293,7 @@ impl Parser {
             _ => return Err("stage_in takes a namespace path and optionally `pin`".into()),
         };
         let path = namespace_path(path)?;
+        self.count_staged()?;
         self.staged.push((n, path.clone()));
         self.req.stage_in.push(StageIn { path, pin });
         Ok(())
@@ -237,15 +304,75 @@ impl Parser {
             return Err("stage_out takes one namespace path".into());
         };
         let path = namespace_path(path)?;
+        self.count_staged()?;
         self.staged.push((n, path.clone()));
         self.req.stage_out.push(path);
         Ok(())
     }
 
-    /// Checks what only the whole script can tell: staged paths must lie under a link.
+    fn count_staged(&mut self) -> Result<(), String> {
+        self.staged_seen += 1;
+        if self.staged_seen > MAX_STAGED {
+            return over_bound(
+                self.staged_seen,
+                MAX_STAGED,
+                "stage_in and stage_out lines together",
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks what only the whole script can tell: no two links overlap (on the links sorted
+    /// by prefix), and staged paths lie under a link (by their ancestors).
     fn finish(mut self) -> Result<JobRequest, DirectiveErrors> {
+        // Sorted by `prefix/`, a prefix sorts before the prefixes it covers, and everything
+        // between a prefix and one it covers is covered too: an overlap shows between
+        // neighbours.
+        let key = |p: &str| {
+            if p == "/" {
+                String::from("/")
+            } else {
+                format!("{p}/")
+            }
+        };
+        let mut sorted: Vec<(String, usize, usize)> = self
+            .req
+            .links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (key(&l.prefix), self.link_lines[i], i))
+            .collect();
+        sorted.sort();
+        for pair in sorted.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            let (la, lb) = (&self.req.links[a.2], &self.req.links[b.2]);
+            if la.covers(&lb.prefix) {
+                // Reported on the later of the two lines.
+                let (line, this, other) = if a.1 > b.1 {
+                    (a.1, la, lb)
+                } else {
+                    (b.1, lb, la)
+                };
+                self.errors.push((
+                    line,
+                    format!(
+                        "link {} overlaps link {} (one backend per prefix)",
+                        this.prefix, other.prefix
+                    ),
+                ));
+            }
+        }
+        // A path lies under a link when the path or one of its ancestors is a prefix.
+        let prefixes: std::collections::HashSet<&str> =
+            self.req.links.iter().map(|l| l.prefix.as_str()).collect();
         for (n, path) in &self.staged {
-            if !self.req.links.iter().any(|l| l.covers(path)) {
+            let mut covered = prefixes.contains("/") || prefixes.contains(path.as_str());
+            let mut cur = path.as_str();
+            while let (false, Some(i)) = (covered, cur.rfind('/')) {
+                cur = &cur[..i];
+                covered = prefixes.contains(cur);
+            }
+            if !covered {
                 self.errors.push((
                     *n,
                     format!(
@@ -256,11 +383,17 @@ impl Parser {
             }
         }
         if self.errors.is_empty() {
-            Ok(self.req)
-        } else {
-            self.errors.sort_by_key(|(line, _)| *line);
-            Err(DirectiveErrors(self.errors))
+            return Ok(self.req);
         }
+        self.errors.sort_by_key(|(line, _)| *line);
+        let more = self.errors.len().saturating_sub(MAX_REPORTED);
+        if more > 0 {
+            self.errors.truncate(MAX_REPORTED);
+            let last = self.errors.last().map_or(0, |(l, _)| *l);
+            self.errors
+                .push((last, format!("and {more} more problems below")));
+        }
+        Err(DirectiveErrors(self.errors))
     }
 }
 
@@ -405,5 +538,75 @@ srun ./simulate
             parse("#BB capacity=1G pool=x\n", "BB").unwrap().capacity,
             Some(1 << 30)
         );
+    }
+
+    #[test]
+    fn directives_end_at_the_first_command_as_slurm_reads_them() {
+        let script = "#!/bin/bash\n\n#SBATCH -N 1\n#EDDY capacity=1G pool=io\necho hi\n\
+                      #EDDY capacity=100T pool=io\n#EDDY link /a=/b\n";
+        let e = parse(script, "EDDY").unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert_eq!(e.0[0].0, 6, "{e}");
+        assert!(
+            e.to_string()
+                .contains("below the script's first command (line 5)"),
+            "{e}"
+        );
+        // A line starting with a blank is a command too, for Slurm.
+        let e = parse("#EDDY capacity=1G pool=io\n  #EDDY nodes=2\n", "EDDY");
+        assert!(e.is_ok(), "{e:?}");
+        let e = parse("  x\n#EDDY nodes=2\n", "EDDY").unwrap_err();
+        assert!(e.to_string().contains("first command (line 1)"), "{e}");
+    }
+
+    #[test]
+    fn scripts_are_bounded_in_lines_links_staged_trees_and_line_length() {
+        // 200,000 directive lines: refused at the bound, with one problem, not 200,000.
+        let huge: String = (0..200_000)
+            .map(|i| format!("#EDDY link /p{i}=/b\n"))
+            .collect();
+        let e = parse(&huge, "EDDY").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("more than {MAX_LINES} #EDDY lines")),
+            "{text:.300}"
+        );
+        assert!(e.0.len() <= MAX_REPORTED + 1, "{} problems", e.0.len());
+        let links: String = (0..=MAX_LINKS)
+            .map(|i| format!("#EDDY link /p{i}=/b\n"))
+            .collect();
+        let e = parse(&links, "EDDY").unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("at most {MAX_LINKS} links")),
+            "{e}"
+        );
+        let staged: String = std::iter::once("#EDDY link /d=/b\n".to_string())
+            .chain((0..=MAX_STAGED).map(|i| format!("#EDDY stage_out /d/{i}\n")))
+            .collect();
+        let e = parse(&staged, "EDDY").unwrap_err();
+        assert!(
+            e.to_string().contains("stage_in and stage_out lines"),
+            "{e}"
+        );
+        let long = format!("#EDDY link /d=/{}\n", "x".repeat(MAX_LINE_BYTES));
+        let e = parse(&long, "EDDY").unwrap_err();
+        assert!(e.to_string().contains("at most 4096 bytes"), "{e}");
+    }
+
+    #[test]
+    fn overlaps_are_found_between_sorted_neighbours() {
+        // `/a-x` sorts between `/a` and `/a/b` as plain strings; the check still sees them.
+        let script = "#EDDY link /a=/p\n#EDDY link /a-x=/q\n#EDDY link /a/b=/r\n\
+                      #EDDY stage_in /a-x/in\n#EDDY stage_out /a/c\n#EDDY stage_out /b\n";
+        let e = parse(script, "EDDY").unwrap_err();
+        let lines: Vec<usize> = e.0.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, vec![3, 6], "{e}");
+        assert!(e.to_string().contains("link /a/b overlaps link /a"), "{e}");
+        let r = parse("#EDDY link /=/root\n#EDDY stage_in /x/y\n", "EDDY").unwrap();
+        assert_eq!(r.stage_in.len(), 1);
+        let e = parse("#EDDY link /=/p\n#EDDY link /z=/q\n", "EDDY").unwrap_err();
+        assert!(e.to_string().contains("overlaps"), "{e}");
     }
 }

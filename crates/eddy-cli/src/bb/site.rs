@@ -23,7 +23,9 @@ pub struct Site {
     pub state_dir: PathBuf,
     /// Mount point of a job's namespace on each of its nodes; `{job}` is the job id.
     pub mount: String,
-    /// Storage root of a node-local daemon on each job node; `{job}`, `{host}`, `{id}`.
+    /// Storage root of a node-local daemon on each job node; `{job}`, `{host}`, `{id}`. Its
+    /// parent must be root's and closed to others (not /tmp): the daemon makes the root
+    /// itself, refusing one that is already there and not its own.
     pub node_root: String,
     /// How to run a command on a node: `{host}` and `{cmd}` (e.g. `ssh {host} {cmd}`,
     /// `pdsh -w {host} {cmd}`); `{cmd}` alone runs it on the host of slurmctld.
@@ -35,11 +37,8 @@ pub struct Site {
     pub default_mode: Mode,
     /// Capacity of a job that does not say.
     pub default_capacity: String,
-    /// Largest capacity a job may ask for.
+    /// Largest capacity a job may ask for (default 1 TiB).
     pub max_capacity: Option<String>,
-    /// A job's daemons listen on PORT_BASE + (job id mod PORT_SPAN).
-    pub port_base: u16,
-    pub port_span: u16,
     /// Backend directories jobs may link (a job's `link` must lie under one); empty: any.
     /// The daemons run as the job's user, so the user's own rights apply either way.
     pub backend_roots: Vec<PathBuf>,
@@ -69,6 +68,9 @@ pub struct Pool {
     /// Capacity of the pool when no inventory says it.
     pub capacity: Option<String>,
 }
+
+/// Largest capacity a job may ask for unless the site says otherwise.
+pub const DEFAULT_MAX_CAPACITY: &str = "1TiB";
 
 /// The node-local pool's size when nothing measures it: no limit in practice.
 const UNLIMITED: u64 = 1 << 50;
@@ -111,14 +113,12 @@ impl Default for Site {
             directive: "EDDY".into(),
             state_dir: PathBuf::from("/var/lib/eddy/jobs"),
             mount: "/eddy/{job}".into(),
-            node_root: "/tmp/eddy-job-{job}".into(),
+            node_root: "/var/lib/eddy/nodes/job-{job}".into(),
             launcher: "ssh {host} {cmd}".into(),
             eddy: None,
             default_mode: Mode::NodeLocal,
             default_capacity: "10GiB".into(),
-            max_capacity: None,
-            port_base: 41000,
-            port_span: 1000,
+            max_capacity: Some(DEFAULT_MAX_CAPACITY.into()),
             backend_roots: Vec::new(),
             inventory: None,
             config: None,
@@ -153,9 +153,6 @@ impl Site {
         parse_bytes(&self.default_capacity)
             .map_err(|e| anyhow::anyhow!("default_capacity: {e}"))?;
         self.max_capacity()?;
-        if self.port_span == 0 || u32::from(self.port_base) + u32::from(self.port_span) > 65536 {
-            bail!("port_base + port_span must stay within 1..65535 and port_span be positive");
-        }
         if !self.launcher.split_whitespace().any(|w| w == "{cmd}") {
             bail!("launcher {:?} has no {{cmd}} word", self.launcher);
         }
@@ -224,19 +221,6 @@ impl Site {
     /// capacity, and every refusal a user can act on, in words.
     pub fn resolve(&self, req: &JobRequest) -> Result<Resolved> {
         let mode = self.mode(req)?;
-        let capacity = match req.capacity {
-            Some(c) => c,
-            None => parse_bytes(&self.default_capacity).map_err(|e| anyhow::anyhow!(e))?,
-        };
-        if let Some(max) = self.max_capacity()? {
-            if capacity > max {
-                bail!(
-                    "capacity {} is more than this site allows a job ({})",
-                    crate::status::human_bytes(capacity),
-                    crate::status::human_bytes(max)
-                );
-            }
-        }
         let pool_nodes = match (mode, &self.pool) {
             (Mode::Pool, None) => {
                 bail!("mode=pool: this site has no I/O-node pool; use mode=node-local")
@@ -255,6 +239,28 @@ impl Site {
                 0
             }
         };
+        let capacity = match (req.capacity, mode) {
+            (Some(c), _) => c,
+            // The I/O nodes are shared: Slurm must charge what a job takes of them.
+            (None, Mode::Pool) => bail!(
+                "mode=pool needs the capacity on a line with the pool, e.g. `#{} capacity=100G \
+                 pool={}`: Slurm charges the pool with it",
+                self.directive,
+                self.pool.as_ref().map_or("POOL", |p| p.name.as_str())
+            ),
+            (None, Mode::NodeLocal) => {
+                parse_bytes(&self.default_capacity).map_err(|e| anyhow::anyhow!(e))?
+            }
+        };
+        if let Some(max) = self.max_capacity()? {
+            if capacity > max {
+                bail!(
+                    "capacity {} is more than this site allows a job ({})",
+                    crate::status::human_bytes(capacity),
+                    crate::status::human_bytes(max)
+                );
+            }
+        }
         for link in &req.links {
             if !self.backend_roots.is_empty()
                 && !self
@@ -341,11 +347,6 @@ impl Site {
         PathBuf::from(self.mount.replace("{job}", &job.to_string()))
     }
 
-    pub fn port(&self, job: u32) -> u16 {
-        // The sum stays within u16: checked by `validate`.
-        self.port_base + (job % u32::from(self.port_span)) as u16
-    }
-
     pub fn eddy_program(&self) -> Result<PathBuf> {
         match &self.eddy {
             Some(p) => Ok(p.clone()),
@@ -407,7 +408,7 @@ mod tests {
     #[test]
     fn the_shipped_settings_and_example_jobs_are_valid() {
         site(include_str!("../../../../slurm/bb.toml"));
-        let s = site("[pool]\nname = \"io\"\nnodes = [\"a\", \"b\", \"c\", \"d\"]\nroot = \"/n/{job}\"\ncapacity = \"64T\"\n");
+        let s = site("max_capacity = \"10TiB\"\n[pool]\nname = \"io\"\nnodes = [\"a\", \"b\", \"c\", \"d\"]\nroot = \"/n/{job}\"\ncapacity = \"64T\"\n");
         for example in [
             include_str!("../../../../examples/slurm/node-local.sh"),
             include_str!("../../../../examples/slurm/pool.sh"),
@@ -425,12 +426,18 @@ mod tests {
     }
 
     #[test]
-    fn pool_sizes_and_ports() {
-        let s = site("port_base = 50000\nport_span = 10\n[pool]\nnodes = [\"io1\", \"io2 10.0.0.2\"]\nroot = \"/nvme/{job}\"\ncapacity = \"2T\"\n");
+    fn pool_sizes_and_modes() {
+        let s = site("[pool]\nnodes = [\"io1\", \"io2 10.0.0.2\"]\nroot = \"/nvme/{job}\"\ncapacity = \"2T\"\n");
         let r = s
-            .resolve(&parse("#EDDY mode=pool\n", "EDDY").unwrap())
+            .resolve(&parse("#EDDY mode=pool capacity=1G pool=eddy\n", "EDDY").unwrap())
             .unwrap();
         assert_eq!(r.pool_nodes, 2);
+        let e = s.resolve(&parse("#EDDY mode=pool\n", "EDDY").unwrap());
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("mode=pool needs the capacity on a line with the pool"),
+            "{e}"
+        );
         let r = s
             .resolve(&parse("#EDDY capacity=1G pool=eddy\n", "EDDY").unwrap())
             .unwrap();
@@ -442,12 +449,11 @@ mod tests {
             clash.contains("pool=eddy is a pool pool but mode=node-local"),
             "{clash}"
         );
-        let e = s.resolve(&parse("#EDDY mode=pool nodes=3\n", "EDDY").unwrap());
+        let e = s.resolve(&parse("#EDDY capacity=1G pool=eddy nodes=3\n", "EDDY").unwrap());
         assert!(e
             .unwrap_err()
             .to_string()
             .contains("the pool has 2 I/O nodes"));
-        assert_eq!(s.port(1234), 50004);
         assert_eq!(s.mount_point(7), PathBuf::from("/eddy/7"));
         assert!(toml::from_str::<Site>("launcher = \"ssh {host}\"\n")
             .map_err(anyhow::Error::from)
