@@ -1,4 +1,4 @@
-//! What `eddy bb` asks Slurm (through `scontrol`, only from the asynchronous phases: a call
+//! What `eddy bb` asks Slurm (through `squeue`, `sinfo` and `scontrol`, only from the asynchronous phases: a call
 //! from a synchronous one would wait on the slurmctld that waits on it) and how it runs a
 //! command on a node (the site's launcher template).
 
@@ -11,19 +11,51 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Bound on one scontrol call.
-const SCONTROL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on one call of a Slurm tool.
+const SLURM_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(20);
 
 /// Runs a program with a bound on its run time; its output, or an error with what it said.
 pub fn run_bounded(program: &Path, args: &[OsString], bound: Duration) -> Result<String> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
+    let mut cmd = Command::new(program);
+    cmd.args(args).stdin(Stdio::null());
+    output_bounded(cmd, bound)
+}
+
+/// Runs `cmd` with a bound on its run time (killed past it); its standard output, or an error
+/// with what it said on standard error.
+pub fn output_bounded(mut cmd: Command, bound: Duration) -> Result<String> {
+    let what = describe(
+        Path::new(cmd.get_program()),
+        &cmd.get_args().map(OsString::from).collect::<Vec<_>>(),
+    );
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("cannot run {}", program.display()))?;
+        .with_context(|| format!("cannot run {what}"))?;
+    // Read while it runs, so that a child with much to say never blocks on a full pipe.
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let deadline = Instant::now() + bound;
     let status = loop {
         if let Some(s) = child
@@ -35,28 +67,14 @@ pub fn run_bounded(program: &Path, args: &[OsString], bound: Duration) -> Result
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            bail!(
-                "{} did not finish within {} s",
-                describe(program, args),
-                bound.as_secs()
-            );
+            bail!("{what} did not finish within {} s", bound.as_secs());
         }
         std::thread::sleep(POLL);
     };
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
     if !status.success() {
-        bail!(
-            "{} failed ({status}): {}",
-            describe(program, args),
-            err.trim()
-        );
+        bail!("{what} failed ({status}): {}", err.trim());
     }
     Ok(out)
 }
@@ -67,43 +85,51 @@ fn describe(program: &Path, args: &[OsString]) -> String {
     format!("`{}`", words.join(" "))
 }
 
-fn scontrol(args: &[&str]) -> Result<String> {
+fn slurm_tool(program: &str, args: &[&str]) -> Result<String> {
     let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-    run_bounded(Path::new("scontrol"), &args, SCONTROL_TIMEOUT)
+    run_bounded(Path::new(program), &args, SLURM_TOOL_TIMEOUT)
 }
 
-/// `Key=Value` words of a one-line scontrol record (`scontrol show ... -o`).
-pub fn record_fields(line: &str) -> HashMap<String, String> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-/// The job's nodes, each with the address Slurm reaches it at (its NodeAddr).
+/// The job's nodes, each with the address Slurm reaches it at (its NodeAddr). Asked field by
+/// field (`squeue -o %N`, `sinfo -o "%N %o"`), never cut out of a record of `Key=Value`
+/// words: a job's comment or name (its user's to set) could carry `NodeList=` of its own.
 pub fn job_nodes(job: u32) -> Result<Vec<HostLine>> {
-    let rec = record_fields(&scontrol(&["show", "job", "-o", &job.to_string()])?);
-    let list = rec
-        .get("NodeList")
-        .filter(|l| !l.is_empty() && *l != "(null)")
-        .with_context(|| format!("job {job} has no nodes yet"))?;
-    let names = scontrol(&["show", "hostnames", list])?;
-    names
+    let list = slurm_tool("squeue", &["-h", "-j", &job.to_string(), "-o", "%N"])?;
+    let list = list.trim();
+    if list.is_empty() || list == "(null)" || list.contains(char::is_whitespace) {
+        bail!("job {job} has no nodes yet (squeue says {list:?})");
+    }
+    let names = slurm_tool("scontrol", &["show", "hostnames", list])?;
+    let names: Vec<&str> = names
         .lines()
         .map(str::trim)
         .filter(|n| !n.is_empty())
-        .map(|name| {
-            let node = record_fields(&scontrol(&["show", "node", "-o", name])?);
-            let address = node
-                .get("NodeAddr")
-                .cloned()
-                .unwrap_or_else(|| name.to_string());
-            Ok(HostLine {
-                name: name.to_string(),
-                address,
-            })
+        .collect();
+    let table = slurm_tool("sinfo", &["-h", "-N", "-n", list, "-o", "%N %o"])?;
+    node_addresses(&names, &table)
+}
+
+/// Each of `names` with its address from `sinfo -N -o "%N %o"` lines (a node listed once
+/// per partition); a node sinfo does not show is reached by its name.
+pub fn node_addresses(names: &[&str], table: &str) -> Result<Vec<HostLine>> {
+    let mut addrs: HashMap<&str, &str> = HashMap::new();
+    for line in table.lines() {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some(name), Some(addr), None) => {
+                addrs.insert(name, addr);
+            }
+            (None, _, _) => {}
+            _ => bail!("sinfo printed {line:?}, not a node and its address"),
+        }
+    }
+    Ok(names
+        .iter()
+        .map(|name| HostLine {
+            name: name.to_string(),
+            address: addrs.get(name).copied().unwrap_or(name).to_string(),
         })
-        .collect()
+        .collect())
 }
 
 /// Runs `cmd` on `host` through the launcher template, bounded.
@@ -118,11 +144,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scontrol_records_split_into_fields() {
-        let rec =
-            record_fields("JobId=12 JobName=x UserId=alice(1000) NodeList=n[1-3] Reason=None");
-        assert_eq!(rec["NodeList"], "n[1-3]");
-        assert_eq!(rec["UserId"], "alice(1000)");
+    fn node_addresses_come_from_sinfo_lines() {
+        let table = "n1 10.0.0.1\nn2 10.0.0.2\nn1 10.0.0.1\n\n";
+        let nodes = node_addresses(&["n1", "n2", "n3"], table).unwrap();
+        let got: Vec<(&str, &str)> = nodes
+            .iter()
+            .map(|h| (h.name.as_str(), h.address.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("n1", "10.0.0.1"), ("n2", "10.0.0.2"), ("n3", "n3")]
+        );
+        assert!(node_addresses(&["n1"], "n1 a NodeList=x\n").is_err());
     }
 
     #[test]
@@ -141,7 +174,7 @@ mod tests {
         let e = run_bounded(
             Path::new("sh"),
             &["-c".into(), "echo oops >&2; exit 3".into()],
-            SCONTROL_TIMEOUT,
+            SLURM_TOOL_TIMEOUT,
         )
         .unwrap_err();
         assert!(e.to_string().contains("oops"), "{e}");
