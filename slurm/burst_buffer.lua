@@ -35,12 +35,29 @@ local function last_line(text)
 	return last
 end
 
+-- Bound in seconds on the phases that run inside slurmctld (job_process, pools, paths and
+-- the status of `scontrol show bbstat`): slurmctld waits on them.
+local SYNC_TIMEOUT = 10
+
 -- Runs `eddy bb --site SITE <args...>`: slurm.SUCCESS and what it printed, or slurm.ERROR
--- and its error line.
-local function eddy(...)
-	local words = { quote(EDDY), "bb", "--site", quote(SITE) }
-	for i = 1, select("#", ...) do
-		words[#words + 1] = quote(select(i, ...))
+-- and its error line. `user_words` (of `scontrol show bbstat`) follow a `--`, so that no
+-- word of a user is read as an option of eddy's. A `bound` runs eddy under timeout(1).
+local function run(bound, args, user_words)
+	local words = {}
+	if bound then
+		words = { "timeout", "--kill-after=1", tostring(bound) }
+	end
+	for _, w in ipairs({ quote(EDDY), "bb", "--site", quote(SITE) }) do
+		words[#words + 1] = w
+	end
+	for i = 1, args.n do
+		words[#words + 1] = quote(args[i])
+	end
+	if user_words then
+		words[#words + 1] = "--"
+		for i = 1, user_words.n do
+			words[#words + 1] = quote(user_words[i])
+		end
 	end
 	local cmd = table.concat(words, " ") .. ' 2>&1; echo "eddy-exit:$?"'
 	local pipe = io.popen(cmd)
@@ -57,8 +74,24 @@ local function eddy(...)
 		return slurm.SUCCESS, body
 	end
 	local msg = last_line(body) or ("eddy bb exited with status " .. code)
-	slurm.log_error("eddy bb %s: %s", tostring((...)), body)
+	if bound and (tonumber(code) == 124 or tonumber(code) == 137) then
+		msg = "eddy bb " .. tostring(args[1]) .. " took more than " .. bound .. " s and was stopped"
+	end
+	slurm.log_error("eddy bb %s: %s", tostring(args[1]), body)
 	return slurm.ERROR, msg
+end
+
+-- The arguments of a call as a list that keeps its length (a nil among them included).
+local function list(...)
+	return { n = select("#", ...), ... }
+end
+
+local function eddy(...)
+	return run(nil, list(...))
+end
+
+local function eddy_sync(...)
+	return run(SYNC_TIMEOUT, list(...))
 end
 
 -- For the phases whose success carries no value.
@@ -70,11 +103,11 @@ local function status_only(rc, msg)
 end
 
 function slurm_bb_job_process(job_script)
-	return status_only(eddy("job-process", job_script))
+	return status_only(eddy_sync("job-process", job_script))
 end
 
 function slurm_bb_pools()
-	return eddy("pools")
+	return eddy_sync("pools")
 end
 
 function slurm_bb_job_teardown(job_id, job_script, hurry)
@@ -94,7 +127,7 @@ function slurm_bb_real_size(job_id)
 end
 
 function slurm_bb_paths(job_id, job_script, path_file)
-	return status_only(eddy("paths", job_id, job_script, path_file))
+	return status_only(eddy_sync("paths", job_id, job_script, path_file))
 end
 
 function slurm_bb_pre_run(job_id, job_script)
@@ -110,5 +143,5 @@ function slurm_bb_data_out(job_id, job_script)
 end
 
 function slurm_bb_get_status(...)
-	return eddy("status", ...)
+	return run(SYNC_TIMEOUT, list("status"), list(...))
 end

@@ -285,7 +285,9 @@ pub enum DebugCommand {
 #[derive(Debug, Args)]
 pub struct BbArgs {
     /// The site's burst-buffer settings (default /etc/eddy/bb.toml; defaults if missing).
-    #[arg(long, env = "EDDY_BB_SITE", value_name = "FILE", global = true)]
+    /// Taken before the phase only: words after it may come from a user (`scontrol show
+    /// bbstat ARGS`) and never choose a file root reads.
+    #[arg(long, env = "EDDY_BB_SITE", value_name = "FILE")]
     pub site: Option<PathBuf>,
     #[command(subcommand)]
     pub phase: BbPhase,
@@ -342,6 +344,13 @@ pub enum BbPhase {
     Status {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Resolve paths as the user this runs as (run by the phases after dropping to the job's
+    /// user): one JSON answer per line.
+    #[command(hide = true)]
+    ResolvePaths {
+        #[arg(last = true)]
+        paths: Vec<PathBuf>,
     },
     /// On a node: mount the deployment of STATE on MOUNT (made if missing; done if mounted).
     NodeMount { state: PathBuf, mount: PathBuf },
