@@ -25,6 +25,7 @@ mod mounts;
 mod procs;
 mod repair;
 mod scrub;
+mod secure;
 mod stage;
 mod start;
 mod state;

@@ -4,6 +4,7 @@
 use crate::state::RecordedProcess;
 use anyhow::{Context, Result};
 use std::ffi::OsString;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,8 +33,16 @@ pub fn daemon_binary() -> PathBuf {
 /// Spawns `program args` in a new session (so that the caller's terminal and signals do not
 /// reach it), stdin from /dev/null and stdout/stderr into `log` (truncated).
 pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<Child> {
-    let out = std::fs::File::create(log)
+    // Logs name a job's paths and peers: its owner's only.
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(log)
         .with_context(|| format!("cannot create log file {}", log.display()))?;
+    std::fs::set_permissions(log, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot set the mode of {}", log.display()))?;
     let err = out
         .try_clone()
         .with_context(|| format!("cannot reopen log file {}", log.display()))?;

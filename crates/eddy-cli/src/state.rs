@@ -51,14 +51,22 @@ impl StateDir {
         &self.dir
     }
 
-    /// Creates the directory (and parents).
+    /// Creates the directory (and parents); made here, it is its owner's only (0700): it
+    /// holds the secret, the configuration and the logs.
     pub fn create(&self) -> Result<()> {
+        let existed = self.dir.is_dir();
         std::fs::create_dir_all(&self.dir).with_context(|| {
             format!(
                 "cannot create state directory {}; choose a writable --state",
                 self.dir.display()
             )
-        })
+        })?;
+        if !existed {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("cannot set the mode of {}", self.dir.display()))?;
+        }
+        Ok(())
     }
 
     pub fn deployment_path(&self) -> PathBuf {
@@ -123,6 +131,24 @@ impl StateDir {
 
     pub fn write_secret(&self, secret: &str) -> Result<()> {
         write_private(&self.secret_path(), secret.as_bytes())
+    }
+
+    /// The user the daemons run as (`eddy start --user`), for `eddy replace`; none: the file
+    /// goes.
+    pub fn write_daemon_user(&self, user: Option<&str>) -> Result<()> {
+        match user {
+            Some(u) => write_private(&self.daemon_user_path(), u.as_bytes()),
+            None => remove_if_exists(&self.daemon_user_path()),
+        }
+    }
+
+    pub fn daemon_user(&self) -> Result<Option<String>> {
+        let text = read_optional(&self.daemon_user_path())?;
+        Ok(Some(text.trim().to_string()).filter(|u| !u.is_empty()))
+    }
+
+    fn daemon_user_path(&self) -> PathBuf {
+        self.dir.join("daemon-user")
     }
 
     pub fn write_config(&self, config: &eddy_config::Config) -> Result<()> {

@@ -4,11 +4,11 @@
 
 use super::directives::JobRequest;
 use super::site::Site;
+use crate::secure::DirFd;
 use crate::state::StateDir;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -68,16 +68,25 @@ impl JobDir {
         self.record_path().exists()
     }
 
-    /// Makes the directory (root's, 0755) and the user's (the user's, 0700).
+    /// Makes the directory (root's, 0711: the user may pass through to `user/` only) and the
+    /// user's (the user's, 0700), through descriptors: the site's state directory must be
+    /// root's and closed to others, an existing job directory root's, an existing `user/` the
+    /// job user's; a link planted at either is refused, never followed.
     pub fn create(&self, uid: u32, gid: u32) -> Result<()> {
-        std::fs::create_dir_all(&self.dir)
-            .with_context(|| format!("cannot create {}", self.dir.display()))?;
-        set_mode(&self.dir, 0o755)?;
-        let user = self.user_dir();
-        std::fs::create_dir_all(&user)
-            .with_context(|| format!("cannot create {}", user.display()))?;
-        chown(&user, uid, gid)?;
-        set_mode(&user, 0o700)
+        let parent = self.dir.parent().context("a job directory has a parent")?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+        crate::secure::trusted_dir(parent)
+            .with_context(|| format!("the site's state_dir {}", parent.display()))?;
+        let name = self
+            .dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("a job directory is named by its job id")?;
+        let (me, my_group) = (nix::unistd::geteuid(), nix::unistd::getegid());
+        let dir = DirFd::open(parent)?.child_dir(name, 0o711, me.as_raw(), my_group.as_raw())?;
+        dir.child_dir("user", 0o700, uid, gid)?;
+        Ok(())
     }
 
     pub fn load(&self) -> Result<JobRecord> {
@@ -87,26 +96,35 @@ impl JobDir {
         toml::from_str(&text).with_context(|| format!("job record {} is damaged", path.display()))
     }
 
-    /// Saves the record atomically (write, then rename).
+    /// Saves the record atomically, readable by root only.
     pub fn save(&self, rec: &JobRecord) -> Result<()> {
-        let path = self.record_path();
-        let tmp = self.dir.join("job.toml.new");
         let text = toml::to_string(rec).context("cannot encode the job record")?;
-        std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))
+        self.write_private("job.toml", text.as_bytes())
+    }
+
+    /// Writes a file of root's in the job's directory (mode 0600, atomically).
+    pub fn write_private(&self, name: &str, data: &[u8]) -> Result<()> {
+        let (me, my_group) = (nix::unistd::geteuid(), nix::unistd::getegid());
+        DirFd::open(&self.dir)?.write_file(name, data, 0o600, me.as_raw(), my_group.as_raw())
     }
 
     /// Gives the job's user a private copy of the deployment file (with the secret): the
-    /// user's steps read it, root's state stays root's.
+    /// user's steps read it, root's state stays root's. Written through the descriptor of
+    /// `user/` (a directory the user can change): a link the user planted there is replaced,
+    /// never followed.
     pub fn publish_deployment(&self, uid: u32, gid: u32) -> Result<()> {
         let from = self.state().deployment_path();
-        let to = self.user_dir().join("deployment.toml");
         let data =
             std::fs::read(&from).with_context(|| format!("cannot read {}", from.display()))?;
-        let tmp = self.user_dir().join(".deployment.toml.new");
-        crate::state::write_private(&tmp, &data)?;
-        chown(&tmp, uid, gid)?;
-        std::fs::rename(&tmp, &to).with_context(|| format!("cannot write {}", to.display()))
+        let user = DirFd::open(&self.user_dir())?;
+        let owner = user.stat()?.st_uid;
+        if owner != uid {
+            bail!(
+                "{} belongs to uid {owner}, not the job's user {uid}",
+                self.user_dir().display()
+            );
+        }
+        user.write_file("deployment.toml", &data, 0o600, uid, gid)
     }
 
     /// Removes the whole directory (idempotent).
@@ -118,14 +136,4 @@ impl JobDir {
             _ => Ok(()),
         }
     }
-}
-
-fn set_mode(path: &Path, mode: u32) -> Result<()> {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .with_context(|| format!("cannot set the mode of {}", path.display()))
-}
-
-fn chown(path: &Path, uid: u32, gid: u32) -> Result<()> {
-    std::os::unix::fs::chown(path, Some(uid), Some(gid))
-        .with_context(|| format!("cannot give {} to uid {uid}", path.display()))
 }

@@ -6,6 +6,7 @@
 //! what was made where (teardown trusts nothing else); `state/`, the deployment's state
 //! directory (root's); `user/`, the job user's copy of the deployment file (EDDY_STATE).
 
+mod as_user;
 pub mod directives;
 mod job;
 mod nodes;
@@ -16,6 +17,10 @@ use crate::cli::{BbArgs, BbPhase};
 use anyhow::{Context, Result};
 
 pub fn bb(args: BbArgs) -> Result<()> {
+    // Run as the job's user, who need not be able to read the site's settings.
+    if let BbPhase::ResolvePaths { paths } = &args.phase {
+        return as_user::resolve_paths_here(paths);
+    }
     let site = site::Site::load(args.site.as_deref())?;
     match args.phase {
         BbPhase::JobProcess { script } => phases::job_process(&site, &script),
@@ -51,6 +56,7 @@ pub fn bb(args: BbArgs) -> Result<()> {
             phases::teardown(&site, job, hurry)
         }
         BbPhase::Status { args: _ } => phases::status(&site),
+        BbPhase::ResolvePaths { paths } => as_user::resolve_paths_here(&paths),
         BbPhase::NodeMount { state, mount } => phases::node_mount(&state, &mount),
         BbPhase::NodeClean { mount, root } => phases::node_clean(mount.as_deref(), root.as_deref()),
     }

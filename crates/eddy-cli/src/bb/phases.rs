@@ -2,6 +2,7 @@
 //! (Slurm retries, an administrator reruns), and teardown undoes whatever the others did,
 //! however far they got, from root's job record.
 
+use super::as_user::{self, Seen};
 use super::directives::{self, JobRequest, Mode, NODE_LOCAL_POOL};
 use super::job::{DaemonPlace, JobDir, JobRecord};
 use super::nodes;
@@ -47,7 +48,20 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path) -> Result
     let jd = JobDir::new(site, job);
     jd.create(uid, gid)?;
     let mut rec = if jd.exists() {
-        jd.load()?
+        let rec = jd.load()?;
+        // Slurm's job ids start again when its state is cleared: a record of another job
+        // with the same id is not this job's to take over.
+        if (rec.job, rec.uid, rec.gid) != (job, uid, gid) || rec.request != req {
+            bail!(
+                "{} holds the record of another job {} of uid {}: an administrator must \
+                 remove it (eddy bb teardown {} as it was, or by hand)",
+                jd.dir.display(),
+                rec.job,
+                rec.uid,
+                rec.job
+            );
+        }
+        rec
     } else {
         JobRecord {
             job,
@@ -78,7 +92,7 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path) -> Result
 pub fn data_in(site: &Site, job: u32, _script: &Path) -> Result<()> {
     let jd = JobDir::new(site, job);
     let rec = jd.load()?;
-    check_sources(&rec.request)?;
+    check_sources(&rec)?;
     if rec.mode == Mode::Pool {
         stage_in(&jd, &rec.request)?;
     }
@@ -316,13 +330,23 @@ pub fn is_hurry(arg: &str) -> bool {
 /// do if this deployment is mounted there already).
 pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
     let state = StateDir::new(state);
-    std::fs::create_dir_all(mount)
-        .with_context(|| format!("cannot create the mount point {}", mount.display()))?;
-    let _held = MountLock::take(mount)?;
-    let target = crate::mounts::mount_target(mount)?;
-    if crate::mounts::is_fuse_mounted(&target)? && state.mounts()?.contains(&target) {
-        return Ok(());
+    let parent = trusted_mount_parent(mount)?;
+    let name = mount
+        .file_name()
+        .with_context(|| format!("mount point {} has no name", mount.display()))?;
+    let target = parent.join(name);
+    let _held = MountLock::take(&target)?;
+    if crate::mounts::is_fuse_mounted(&target)? {
+        // Only root mounts in the trusted parent: is it this deployment's?
+        if state.mounts()?.contains(&target) {
+            return Ok(());
+        }
+        bail!(
+            "{} is mounted already, by another deployment",
+            target.display()
+        );
     }
+    make_mount_point(&parent, &target)?;
     let dep = state.load_deployment()?;
     crate::mount::mount_background(
         &state,
@@ -330,6 +354,31 @@ pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
         true,
         Duration::from_secs(dep.config.start_timeout_s),
     )
+}
+
+/// The directory holding the mount point `mount` (made if missing), checked to be one no
+/// other user can change: mount(2) follows links, so a link planted at a mount point would
+/// put the job's file system anywhere root can reach. Returns it resolved.
+fn trusted_mount_parent(mount: &Path) -> Result<PathBuf> {
+    let parent = mount
+        .parent()
+        .with_context(|| format!("mount point {} has no parent", mount.display()))?;
+    std::fs::create_dir_all(parent)
+        .with_context(|| format!("cannot create {}", parent.display()))?;
+    crate::secure::trusted_dir(parent)
+        .with_context(|| format!("the site's mount points under {}", parent.display()))
+}
+
+/// Makes the mount point (root's) in its trusted parent, or checks the one there is a
+/// directory of root's, not a link.
+fn make_mount_point(parent: &Path, mount: &Path) -> Result<()> {
+    let name = mount
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("mount point {} has no name", mount.display()))?;
+    let (me, my_group) = (nix::unistd::geteuid(), nix::unistd::getegid());
+    crate::secure::DirFd::open(parent)?.child_dir(name, 0o755, me.as_raw(), my_group.as_raw())?;
+    Ok(())
 }
 
 /// Unmounts `mount` (if given and mounted) and removes its directory if empty; stops what
@@ -444,10 +493,12 @@ fn start_daemons(
         .iter()
         .map(|d| format!("{} {}\n", d.host, d.address))
         .collect();
-    std::fs::write(jd.hosts_file(), hosts_text).context("cannot write the job's hosts file")?;
+    jd.write_private("hosts", hosts_text.as_bytes())
+        .context("cannot write the job's hosts file")?;
     let config = job_config(site, rec, hosts.len())?;
     let config_path = jd.dir.join("config.toml");
-    std::fs::write(&config_path, config).context("cannot write the job's configuration")?;
+    jd.write_private("config.toml", config.as_bytes())
+        .context("cannot write the job's configuration")?;
     crate::start::start(StartArgs {
         local: None,
         hosts: Some(jd.hosts_file()),
@@ -462,14 +513,13 @@ fn start_daemons(
         chunk_size: rec.request.chunk_size,
         replicas: None,
         backend: None,
-        link: rec
-            .request
-            .links
+        link: resolved_links(site, rec)?
             .iter()
             .map(|l| format!("{}={}", l.prefix, l.backend.display()))
             .collect(),
         name: Some(format!("job{}", rec.job)),
-        listen_port: Some(site.port(rec.job)),
+        // Any free port, reported by each daemon: no port is known, or squatted, in advance.
+        listen_port: Some(0),
         daemon_user: Some(rec.uid.to_string()),
     })
     .with_context(|| format!("cannot start the job's {} daemons", hosts.len()))?;
@@ -532,22 +582,73 @@ fn short_of_space(space: &[(String, u64)], capacity: u64, nodes: usize) -> Optio
     })
 }
 
-/// Every stage_in tree has its source in the backend (seen from this host).
-fn check_sources(req: &JobRequest) -> Result<()> {
-    for s in &req.stage_in {
-        let Some(link) = req.links.iter().find(|l| l.covers(&s.path)) else {
-            continue;
-        };
-        let source = link.backend_path(&s.path);
-        if let Err(e) = std::fs::symlink_metadata(&source) {
+/// Every stage_in tree has its source in the backend, as the job's user sees it (asked as
+/// root, the answer would tell the user what only root may see).
+fn check_sources(rec: &JobRecord) -> Result<()> {
+    let mut staged = Vec::new();
+    for s in &rec.request.stage_in {
+        if let Some(link) = rec.request.links.iter().find(|l| l.covers(&s.path)) {
+            staged.push((s, link.backend_path(&s.path)));
+        }
+    }
+    let sources: Vec<PathBuf> = staged.iter().map(|(_, p)| p.clone()).collect();
+    let seen = as_user::resolve(rec.uid, rec.gid, &sources)?;
+    for ((s, source), seen) in staged.iter().zip(seen) {
+        if let Seen::Unreachable(why) = seen {
             bail!(
-                "stage_in {}: its source {} is not there ({e})",
+                "stage_in {}: its source {} cannot be reached by the job's user ({why})",
                 s.path,
                 source.display()
             );
         }
     }
     Ok(())
+}
+
+/// The job's links with their backend directories resolved as the job's user sees them
+/// (links followed), each checked again against the site's `backend_roots` (resolved too):
+/// a link of the user's own under an allowed root leads nowhere else. The daemons get the
+/// resolved paths.
+fn resolved_links(site: &Site, rec: &JobRecord) -> Result<Vec<eddy_config::Link>> {
+    let backends: Vec<PathBuf> = rec
+        .request
+        .links
+        .iter()
+        .map(|l| l.backend.clone())
+        .collect();
+    let seen = as_user::resolve(rec.uid, rec.gid, &backends)?;
+    let roots: Vec<PathBuf> = site
+        .backend_roots
+        .iter()
+        .map(|r| std::fs::canonicalize(r).unwrap_or_else(|_| r.clone()))
+        .collect();
+    rec.request
+        .links
+        .iter()
+        .zip(seen)
+        .map(|(link, seen)| {
+            let backend = match seen {
+                Seen::Resolved(p) => p,
+                Seen::Unreachable(why) => bail!(
+                    "link {}={}: the job's user cannot reach it ({why})",
+                    link.prefix,
+                    link.backend.display()
+                ),
+            };
+            if !roots.is_empty() && !roots.iter().any(|r| backend.starts_with(r)) {
+                bail!(
+                    "link {}={} leads to {}, outside the backend directories jobs may link",
+                    link.prefix,
+                    link.backend.display(),
+                    backend.display()
+                );
+            }
+            Ok(eddy_config::Link {
+                prefix: link.prefix.clone(),
+                backend,
+            })
+        })
+        .collect()
 }
 
 fn unmount_nodes(site: &Site, rec: &JobRecord) -> Result<()> {

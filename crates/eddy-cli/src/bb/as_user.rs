@@ -1,0 +1,95 @@
+//! Looking at paths as a job's user sees them. The phases run as root (or SlurmUser), who can
+//! see what the user cannot: asked by root, "does /root/.ssh/id_rsa exist?" would tell the
+//! user what only root may know. So paths named by a user's directives are resolved by a
+//! child of this program that has dropped to the user's uid, gid and groups first.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::ffi::CString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Bound on the child: a hung backend must not hold a phase forever.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// One path as the user sees it: where it leads, or why it cannot be reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Seen {
+    Resolved(PathBuf),
+    Unreachable(String),
+}
+
+/// Resolves each of `paths` (links followed) as user `uid` with group `gid` and the user's
+/// supplementary groups would.
+pub fn resolve(uid: u32, gid: u32, paths: &[PathBuf]) -> Result<Vec<Seen>> {
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let groups = groups_of(uid, gid)?;
+    let exe = std::env::current_exe().context("cannot find the eddy program")?;
+    let mut cmd = Command::new(&exe);
+    cmd.args(["bb", "resolve-paths", "--"])
+        .args(paths)
+        .stdin(Stdio::null())
+        .env_clear()
+        .current_dir("/");
+    // SAFETY: setgroups, setgid and setuid are async-signal-safe and touch only `groups`,
+    // which the parent keeps alive and does not change.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = super::nodes::output_bounded(cmd, BOUND)
+        .with_context(|| format!("resolving paths as uid {uid}"))?;
+    let seen: Vec<Seen> = out
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .context("the resolving child answered nonsense")?;
+    if seen.len() != paths.len() {
+        bail!(
+            "the resolving child answered {} of {} paths",
+            seen.len(),
+            paths.len()
+        );
+    }
+    Ok(seen)
+}
+
+/// The user's groups: `gid` and those the group database gives the user.
+fn groups_of(uid: u32, gid: u32) -> Result<Vec<libc::gid_t>> {
+    use nix::unistd::{getgrouplist, Gid, Uid, User};
+    let user =
+        User::from_uid(Uid::from_raw(uid)).with_context(|| format!("cannot look up uid {uid}"))?;
+    let Some(user) = user else {
+        return Ok(vec![gid]);
+    };
+    let name = CString::new(user.name).context("a user name with a NUL byte")?;
+    let groups = getgrouplist(&name, Gid::from_raw(gid))
+        .with_context(|| format!("cannot list the groups of uid {uid}"))?;
+    Ok(groups.into_iter().map(Gid::as_raw).collect())
+}
+
+/// `eddy bb resolve-paths PATH...` (run by `resolve`, as the user): one JSON `Seen` per line.
+pub fn resolve_paths_here(paths: &[PathBuf]) -> Result<()> {
+    for p in paths {
+        let seen = match std::fs::canonicalize(p) {
+            Ok(c) => Seen::Resolved(c),
+            Err(e) => Seen::Unreachable(e.to_string()),
+        };
+        outln!(
+            "{}",
+            serde_json::to_string(&seen).context("cannot encode an answer")?
+        );
+    }
+    Ok(())
+}

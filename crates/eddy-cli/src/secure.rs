@@ -1,0 +1,254 @@
+//! File work done as root where a user may be watching: root never follows a path a user
+//! can change. Either every directory of the path is root's and closed to others (checked on
+//! the resolved path, so no user can swap a component afterwards: `trusted_dir`), or the work
+//! goes through a directory descriptor opened without following links, with `mkdirat`,
+//! `openat(O_CREAT|O_EXCL|O_NOFOLLOW)`, `fchown`/`fchmod` on descriptors and `renameat`
+//! (`DirFd`), so that a link a user plants is never followed and never chowned.
+
+use anyhow::{bail, Context, Result};
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, OFlag, AT_FDCWD};
+use nix::sys::stat::{fchmod, fstat, mkdirat, FileStat, Mode};
+use nix::unistd::{fchown, Gid, Uid};
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// Resolves `path` (which must exist) and checks that no user but root (or the user this
+/// process runs as, e.g. Slurm's SlurmUser) can change what it names: every directory on the
+/// way, and the entry itself, is theirs and writable by its owner only, or sticky with the
+/// next entry theirs (as `/tmp` holding a root-owned directory). Returns the resolved path.
+pub fn trusted_dir(path: &Path) -> Result<PathBuf> {
+    let canon = std::fs::canonicalize(path)
+        .with_context(|| format!("cannot resolve {}", path.display()))?;
+    // Every entry on the way is root's, so no one else can rename or replace the next one
+    // (in a sticky directory such as /tmp, only an entry's owner can); and none but a sticky
+    // one is writable by others, so no one else can add or remove entries in it.
+    let me = nix::unistd::geteuid().as_raw();
+    let check = |p: &Path| -> Result<bool> {
+        let st =
+            nix::sys::stat::lstat(p).with_context(|| format!("cannot stat {}", p.display()))?;
+        if st.st_uid != 0 && st.st_uid != me {
+            bail!(
+                "{} belongs to uid {}: root does not work under a directory another user can \
+                 change",
+                p.display(),
+                st.st_uid
+            );
+        }
+        let open = st.st_mode & 0o022 != 0;
+        if open && st.st_mode & 0o1000 == 0 {
+            bail!(
+                "{} is writable by group or others (mode {:o}): root does not work under a \
+                 directory another user can change",
+                p.display(),
+                st.st_mode & 0o7777
+            );
+        }
+        Ok(open)
+    };
+    let mut cur = PathBuf::from("/");
+    let mut open = check(&cur)?;
+    for comp in canon.components().skip(1) {
+        cur.push(comp);
+        open = check(&cur)?;
+    }
+    if open {
+        bail!(
+            "{} is writable by others (sticky): choose a directory of root's own",
+            canon.display()
+        );
+    }
+    Ok(canon)
+}
+
+/// A directory held open by descriptor, opened without following a link.
+pub struct DirFd {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+fn mode(bits: u32) -> Mode {
+    Mode::from_bits_truncate(bits as libc::mode_t)
+}
+
+impl DirFd {
+    /// Opens `path`; its last component must not be a link (the components before it are
+    /// the caller's to trust: see `trusted_dir`).
+    pub fn open(path: &Path) -> Result<DirFd> {
+        let fd = openat(
+            AT_FDCWD,
+            path,
+            OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+            Mode::empty(),
+        )
+        .map_err(|e| not_a_dir(path, e))?;
+        Ok(DirFd {
+            fd,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn stat(&self) -> Result<FileStat> {
+        fstat(self.fd.as_fd()).with_context(|| format!("cannot stat {}", self.path.display()))
+    }
+
+    /// The directory `name` inside this one, made with `mode` (exactly, whatever the umask)
+    /// and given to `uid`:`gid` if new. An existing one is accepted only if it is a directory
+    /// (not a link) owned by `uid`; its mode is set again.
+    pub fn child_dir(&self, name: &str, bits: u32, uid: u32, gid: u32) -> Result<DirFd> {
+        let path = self.path.join(name);
+        let made = match mkdirat(self.fd.as_fd(), name, mode(0o700)) {
+            Ok(()) => true,
+            Err(Errno::EEXIST) => false,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
+        };
+        let fd = openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+            Mode::empty(),
+        )
+        .map_err(|e| not_a_dir(&path, e))?;
+        let dir = DirFd { fd, path };
+        let st = dir.stat()?;
+        if !made && st.st_uid != uid {
+            bail!(
+                "{} exists and belongs to uid {}, not {uid}: remove it if it is left over",
+                dir.path.display(),
+                st.st_uid
+            );
+        }
+        if made {
+            fchown(
+                dir.fd.as_fd(),
+                Some(Uid::from_raw(uid)),
+                Some(Gid::from_raw(gid)),
+            )
+            .with_context(|| format!("cannot give {} to uid {uid}", dir.path.display()))?;
+        }
+        fchmod(dir.fd.as_fd(), mode(bits))
+            .with_context(|| format!("cannot set the mode of {}", dir.path.display()))?;
+        Ok(dir)
+    }
+
+    /// Replaces the file `name` with `data`, atomically (a fresh file, then `renameat`), mode
+    /// `bits` and owner `uid`:`gid` set on the new file's descriptor. A link or file a user
+    /// planted at either name is replaced, never followed.
+    pub fn write_file(&self, name: &str, data: &[u8], bits: u32, uid: u32, gid: u32) -> Result<()> {
+        let target = self.path.join(name);
+        let tmp = format!(".{name}.{:016x}.new", rand::random::<u64>());
+        let fd = openat(
+            self.fd.as_fd(),
+            tmp.as_str(),
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            mode(0o600),
+        )
+        .with_context(|| format!("cannot create a file in {}", self.path.display()))?;
+        let done = (|| -> Result<()> {
+            fchown(
+                fd.as_fd(),
+                Some(Uid::from_raw(uid)),
+                Some(Gid::from_raw(gid)),
+            )
+            .with_context(|| format!("cannot give {} to uid {uid}", target.display()))?;
+            fchmod(fd.as_fd(), mode(bits))
+                .with_context(|| format!("cannot set the mode of {}", target.display()))?;
+            let mut file = std::fs::File::from(fd);
+            file.write_all(data)
+                .and_then(|()| file.sync_all())
+                .with_context(|| format!("cannot write {}", target.display()))?;
+            renameat(self.fd.as_fd(), tmp.as_str(), self.fd.as_fd(), name)
+                .with_context(|| format!("cannot write {}", target.display()))
+        })();
+        if done.is_err() {
+            let _ = nix::unistd::unlinkat(
+                self.fd.as_fd(),
+                tmp.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+        }
+        done
+    }
+}
+
+fn not_a_dir(path: &Path, e: Errno) -> anyhow::Error {
+    match e {
+        Errno::ELOOP | Errno::ENOTDIR => anyhow::anyhow!(
+            "{} is not a directory (a link or a file is there): refused",
+            path.display()
+        ),
+        e => anyhow::Error::new(e).context(format!("cannot open {}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    fn root_only() -> bool {
+        nix::unistd::geteuid().is_root()
+    }
+
+    #[test]
+    fn planted_links_are_replaced_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let d = DirFd::open(dir.path()).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("out")).unwrap();
+        let (uid, gid) = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        d.write_file("out", b"new", 0o640, uid, gid).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let out = dir.path().join("out");
+        assert!(!std::fs::symlink_metadata(&out).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&out).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&out).unwrap().mode() & 0o7777, 0o640);
+        // No temporary file is left.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        // A link where a directory is wanted is refused, not followed.
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("sub")).unwrap();
+        let e = d
+            .child_dir("sub", 0o700, uid, gid)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("is not a directory"), "{e}");
+        let sub = d.child_dir("fresh", 0o711, uid, gid).unwrap();
+        assert_eq!(sub.stat().unwrap().st_mode & libc::S_IFMT, libc::S_IFDIR);
+        assert_eq!(sub.stat().unwrap().st_mode & 0o7777, 0o711);
+        if root_only() {
+            // Someone else's directory is not taken over.
+            std::os::unix::fs::chown(dir.path().join("fresh"), Some(65534), None).unwrap();
+            let e = d.child_dir("fresh", 0o700, 0, 0).err().unwrap().to_string();
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+        }
+    }
+
+    #[test]
+    fn trusted_dirs_are_roots_and_closed() {
+        assert_eq!(trusted_dir(Path::new("/")).unwrap(), PathBuf::from("/"));
+        let e = trusted_dir(Path::new("/tmp")).unwrap_err().to_string();
+        assert!(e.contains("writable by others"), "{e}");
+        if root_only() {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            // Under sticky /tmp, a root-owned 0755 directory is safe.
+            trusted_dir(dir.path()).unwrap();
+            let open = dir.path().join("open");
+            std::fs::create_dir(&open).unwrap();
+            std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let e = trusted_dir(&open.join(".")).unwrap_err().to_string();
+            assert!(e.contains("writable by group or others"), "{e}");
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let e = trusted_dir(&theirs).unwrap_err().to_string();
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+        }
+    }
+}
