@@ -19,7 +19,6 @@ use eddy_proto::{DaemonStatus, Reply, Request};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -250,28 +249,17 @@ pub fn replace(args: ReplaceArgs) -> Result<()> {
             state.deployment_path().display()
         );
     }
-    std::fs::create_dir_all(root)
-        .with_context(|| format!("cannot create the root {}", root.display()))?;
-    let members: Vec<String> = dep.daemons.iter().map(|d| d.id.to_string()).collect();
-    let argv: Vec<OsString> = vec![
-        "--root".into(),
-        root.into(),
-        "--id".into(),
-        args.id.to_string().into(),
-        "--listen".into(),
-        entry.addr.clone().into(),
-        "--secret-file".into(),
-        state.secret_path().into(),
-        "--config".into(),
-        state.config_path().into(),
-        "--members".into(),
-        members.join(",").into(),
-        "--peers".into(),
-        state.deployment_path().into(),
-        "--rejoin".into(),
-    ];
+    // The daemon makes its root itself (as the user it runs as, when there is one).
+    let user = state.daemon_user()?;
+    let members = dep.daemons.len() as u32;
+    let launch = crate::start::DaemonLaunch {
+        state: &state,
+        members,
+        user: user.as_deref(),
+    };
+    let mut argv = launch.args(root, args.id, &entry.addr);
+    argv.push("--rejoin".into());
     // A fresh root has nothing: every peer sends everything it owns.
-    let mut argv = argv;
     if empty {
         argv.push("--full".into());
     }

@@ -129,6 +129,7 @@ pub fn start(args: StartArgs) -> Result<()> {
     };
     plan.state.write_secret(&plan.secret)?;
     plan.state.write_config(&plan.config)?;
+    plan.state.write_daemon_user(plan.daemon_user.as_deref())?;
     let dep = match &placement {
         Placement::Local(n) => start_local(&plan, *n, &args.root)?,
         Placement::Remote {
@@ -294,41 +295,58 @@ fn spawn_and_wait_local(
         spawned.push(format!("daemon-{id}"), child);
         roots.push(droot);
     }
-    let daemons = wait_ready_files(plan, &roots, &mut spawned.children)?;
+    let daemons = wait_ready(plan, &mut spawned.children, |i| read_ready(&roots[i]))?;
     let dep = plan.deployment(daemons);
     verify_known(plan, &dep)?;
     Ok(dep)
 }
 
 fn local_daemon_args(plan: &Plan, root: &Path, id: u32) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec![
-        "--root".into(),
-        root.into(),
-        "--id".into(),
-        id.to_string().into(),
-    ];
-    args.extend(["--listen".into(), "127.0.0.1:0".into()]);
-    args.extend(shared_daemon_args(plan));
-    args
+    DaemonLaunch {
+        state: &plan.state,
+        members: plan.daemons,
+        user: plan.daemon_user.as_deref(),
+    }
+    .args(root, id, "127.0.0.1:0")
 }
 
-fn shared_daemon_args(plan: &Plan) -> Vec<OsString> {
-    let members: Vec<String> = (0..plan.daemons).map(|i| i.to_string()).collect();
-    let mut args: Vec<OsString> = vec![
-        "--secret-file".into(),
-        plan.state.secret_path().into(),
-        "--config".into(),
-        plan.state.config_path().into(),
-        "--members".into(),
-        members.join(",").into(),
-        // Where the daemons find each other for copies (written once all listen).
-        "--peers".into(),
-        plan.state.deployment_path().into(),
-    ];
-    if let Some(user) = &plan.daemon_user {
-        args.extend(["--user".into(), user.into()]);
+/// How a deployment's daemons are started: one path for `eddy start` and `eddy replace`, so
+/// that a replacement runs as the user the others run as (`--user`), with the same secret,
+/// config and peers.
+pub struct DaemonLaunch<'a> {
+    pub state: &'a StateDir,
+    /// Number of daemons; their ids are 0..members.
+    pub members: u32,
+    /// User the daemons run as (`eddyd --user`), if not the caller.
+    pub user: Option<&'a str>,
+}
+
+impl DaemonLaunch<'_> {
+    /// The arguments of daemon `id` on `root`, listening on `listen`.
+    pub fn args(&self, root: &Path, id: u32, listen: &str) -> Vec<OsString> {
+        let members: Vec<String> = (0..self.members).map(|i| i.to_string()).collect();
+        let mut args: Vec<OsString> = vec![
+            "--root".into(),
+            root.into(),
+            "--id".into(),
+            id.to_string().into(),
+            "--listen".into(),
+            listen.into(),
+            "--secret-file".into(),
+            self.state.secret_path().into(),
+            "--config".into(),
+            self.state.config_path().into(),
+            "--members".into(),
+            members.join(",").into(),
+            // Where the daemons find each other for copies (written once all listen).
+            "--peers".into(),
+            self.state.deployment_path().into(),
+        ];
+        if let Some(user) = self.user {
+            args.extend(["--user".into(), user.into()]);
+        }
+        args
     }
-    args
 }
 
 fn remove_stale(path: &Path) -> Result<()> {
@@ -340,18 +358,18 @@ fn remove_stale(path: &Path) -> Result<()> {
     }
 }
 
-/// Waits until daemon i has written roots[i]/eddyd.ready; fails if one exits first.
-fn wait_ready_files(
+/// Waits until daemon i is ready, by `ready(i)`; fails if a process exits first.
+fn wait_ready(
     plan: &Plan,
-    roots: &[PathBuf],
     children: &mut [Child],
+    ready_of: impl Fn(usize) -> Result<Option<DaemonEntry>>,
 ) -> Result<Vec<DaemonEntry>> {
     let deadline = Instant::now() + start_bound(&plan.config);
-    let mut ready: Vec<Option<DaemonEntry>> = vec![None; roots.len()];
+    let mut ready: Vec<Option<DaemonEntry>> = vec![None; children.len()];
     loop {
-        for (i, root) in roots.iter().enumerate() {
-            if ready[i].is_none() {
-                ready[i] = read_ready(root)?;
+        for (i, r) in ready.iter_mut().enumerate() {
+            if r.is_none() {
+                *r = ready_of(i)?;
             }
         }
         if ready.iter().all(Option::is_some) {
@@ -376,6 +394,35 @@ fn wait_ready_files(
         }
         std::thread::sleep(POLL_INTERVAL);
     }
+}
+
+/// The entry of daemon `id` (storage `root`) once its launcher's output, in its log, holds
+/// the daemon's ready line.
+fn read_ready_line(plan: &Plan, root: &Path, id: u32) -> Result<Option<DaemonEntry>> {
+    let log = plan.state.daemon_log(id);
+    let text = match std::fs::read(&log) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", log.display())),
+    };
+    let Some(info) = eddy_daemon::parse_announcement(&text) else {
+        return Ok(None);
+    };
+    let info = info.with_context(|| format!("the ready line in {} is damaged", log.display()))?;
+    if info.id != id {
+        bail!(
+            "daemon {id} announced id {} in {}: its launcher started something else",
+            info.id,
+            log.display()
+        );
+    }
+    Ok(Some(DaemonEntry {
+        id,
+        host: info.host,
+        addr: info.addr,
+        socket: None,
+        root: root.to_owned(),
+    }))
 }
 
 fn to_id(i: usize) -> Result<u32> {
@@ -546,8 +593,14 @@ pub fn fill(template: &str, host: &str, id: u32) -> String {
         .replace("{id}", &id.to_string())
 }
 
+/// Launchers that hand their command to a shell on the other host, as one line of words
+/// joined by spaces: each word of `{cmd}` must be quoted for that shell.
+const REMOTE_SHELLS: &[&str] = &["ssh", "rsh", "pdsh", "clush", "mrsh"];
+
 /// The launcher command line: the template split on whitespace, `{cmd}` replaced by the
-/// daemon's arguments (as separate words) and `{host}`/`{id}` filled in.
+/// daemon's arguments (as separate words; each quoted for the remote shell when the launcher
+/// is one of `REMOTE_SHELLS`, so that no word, a path of a user's among them, is read as
+/// shell syntax there) and `{host}`/`{id}` filled in.
 pub fn launcher_argv(
     template: &str,
     host: &str,
@@ -558,15 +611,39 @@ pub fn launcher_argv(
     if !words.contains(&"{cmd}") {
         bail!("launcher template {template:?} has no {{cmd}} word (e.g. `ssh {{host}} {{cmd}}`)");
     }
+    let remote_shell = words.first().is_some_and(|w| {
+        let name = Path::new(w).file_name().and_then(|n| n.to_str());
+        name.is_some_and(|n| REMOTE_SHELLS.contains(&n))
+    });
     let mut argv = Vec::new();
     for w in words {
         if w == "{cmd}" {
-            argv.extend(cmd.iter().cloned());
+            if remote_shell {
+                argv.extend(cmd.iter().map(|c| shell_quote(c)));
+            } else {
+                argv.extend(cmd.iter().cloned());
+            }
         } else {
             argv.push(fill(w, host, id).into());
         }
     }
     Ok(argv)
+}
+
+/// One word for a POSIX shell: in single quotes, each `'` written as `'\''`.
+pub fn shell_quote(word: &std::ffi::OsStr) -> OsString {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut out = Vec::with_capacity(word.len() + 2);
+    out.push(b'\'');
+    for &b in word.as_bytes() {
+        if b == b'\'' {
+            out.extend_from_slice(b"'\\''");
+        } else {
+            out.push(b);
+        }
+    }
+    out.push(b'\'');
+    OsString::from_vec(out)
 }
 
 fn remote_daemon_cmd(
@@ -577,17 +654,15 @@ fn remote_daemon_cmd(
     host: &HostLine,
     port: u16,
 ) -> Vec<OsString> {
-    let mut cmd: Vec<OsString> = vec![
-        bin.into(),
-        "--root".into(),
-        root.into(),
-        "--id".into(),
-        id.to_string().into(),
-    ];
+    let launch = DaemonLaunch {
+        state: &plan.state,
+        members: plan.daemons,
+        user: plan.daemon_user.as_deref(),
+    };
+    let mut cmd: Vec<OsString> = vec![bin.into()];
+    cmd.extend(launch.args(root, id, &listen_addr(&host.address, port)));
     cmd.extend(["--host".into(), host.name.clone().into()]);
-    cmd.extend(["--listen".into(), listen_addr(&host.address, port).into()]);
     cmd.extend(["--socket".into(), "none".into()]);
-    cmd.extend(shared_daemon_args(plan));
     cmd
 }
 
@@ -622,7 +697,7 @@ fn launch_remote(
 ) -> Result<Deployment> {
     let root_template = absolute(root).to_string_lossy().into_owned();
     let bin = procs::daemon_binary();
-    let mut daemons = Vec::new();
+    let mut roots = Vec::new();
     for (i, host) in hosts.iter().enumerate() {
         let id = to_id(i)?;
         let droot = PathBuf::from(fill(&root_template, &host.name, id));
@@ -631,15 +706,12 @@ fn launch_remote(
         let (program, rest) = argv.split_first().context("empty launcher template")?;
         let child = procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;
         spawned.push(format!("launcher-{id}"), child);
-        let addr = listen_addr(&host.address, port);
-        daemons.push(DaemonEntry {
-            id,
-            host: host.name.clone(),
-            addr,
-            socket: None,
-            root: droot,
-        });
+        roots.push(droot);
     }
+    // The addresses the daemons bound (port 0: any free one), from their ready lines.
+    let daemons = wait_ready(plan, &mut spawned.children, |i| {
+        read_ready_line(plan, &roots[i], to_id(i)?)
+    })?;
     let dep = plan.deployment(daemons);
     dep.validate().context("the deployment is not valid")?;
     if dep.config.replicas > 1 {
@@ -724,6 +796,40 @@ mod tests {
             ["ip", "netns", "exec", "ns0", "eddyd", "--root", "/r"]
         );
         assert!(launcher_argv("ssh {host}", "h", 0, &cmd).is_err());
+        // A remote shell gets every word quoted: `;`, `$( )` and spaces stay literal there.
+        let evil: Vec<OsString> =
+            vec!["eddyd".into(), "/d=/p/x;touch /tmp/y".into(), "it's".into()];
+        let argv =
+            launcher_argv("/usr/bin/ssh -o BatchMode=yes {host} {cmd}", "n1", 0, &evil).unwrap();
+        assert_eq!(
+            argv,
+            [
+                "/usr/bin/ssh",
+                "-o",
+                "BatchMode=yes",
+                "n1",
+                "'eddyd'",
+                "'/d=/p/x;touch /tmp/y'",
+                "'it'\\''s'"
+            ]
+            .map(OsString::from)
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(
+                argv[4..]
+                    .iter()
+                    .map(|w| w.to_str().unwrap())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .replacen("'eddyd'", "printf '%s\\n'", 1),
+            )
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "/d=/p/x;touch /tmp/y\nit's\n"
+        );
         assert_eq!(fill("/tmp/{host}/{id}", "n1", 3), "/tmp/n1/3");
         assert_eq!(listen_addr("::1", 7), "[::1]:7");
     }

@@ -33,7 +33,7 @@ mod tier;
 pub use args::{system_host_name, DaemonArgs, DaemonSettings, SECRET_ENV, SOCKET_FILE};
 pub use embedded::{Embedded, Inventory};
 pub use error::DaemonError;
-pub use ready::{read_ready, ready_path, ReadyInfo, READY_FILE};
+pub use ready::{parse_announcement, read_ready, ready_path, ReadyInfo, READY_FILE, READY_LINE};
 pub use server::{Daemon, CHUNKS_DIR, META_DIR};
 
 /// Name of the keyspace holding the hints (decision 0021).

@@ -1,5 +1,6 @@
 //! The ready file `ROOT/eddyd.ready`: written atomically once both listeners are bound, so
-//! a launcher polling for it learns the address actually bound; removed on clean exit.
+//! a launcher polling for it learns the address actually bound; removed on clean exit. The
+//! same information is printed on stdout (`READY_LINE`) for launchers on other hosts.
 
 use serde::{Deserialize, Serialize};
 use std::io::ErrorKind;
@@ -43,6 +44,29 @@ pub fn write_ready(root: &Path, info: &ReadyInfo) -> std::io::Result<()> {
     let json = serde_json::to_vec(info).map_err(std::io::Error::other)?;
     std::fs::write(&tmp, json)?;
     std::fs::rename(&tmp, &path)
+}
+
+/// What a daemon prints on stdout, at the start of a line, once it listens: then its
+/// `ReadyInfo` as JSON. A launcher that starts daemons on other hosts (whose ready files it
+/// cannot read) learns the addresses they bound from their output, so that they can bind
+/// port 0: no port is known, or squatted, in advance.
+pub const READY_LINE: &str = "eddyd ready: ";
+
+/// Prints the ready line (see `READY_LINE`).
+pub fn announce(info: &ReadyInfo) -> std::io::Result<()> {
+    use std::io::Write;
+    let json = serde_json::to_string(info).map_err(std::io::Error::other)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{READY_LINE}{json}")?;
+    out.flush()
+}
+
+/// The ready information in a daemon's output (see `READY_LINE`), if it has printed it.
+pub fn parse_announcement(output: &str) -> Option<Result<ReadyInfo, serde_json::Error>> {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix(READY_LINE))
+        .map(serde_json::from_str)
 }
 
 /// Removes the ready file; a missing one is fine.

@@ -92,6 +92,10 @@ impl Daemon {
             path: ready::ready_path(&root),
             source,
         })?;
+        // The ready file says it too: a closed stdout is no reason to stop.
+        if let Err(e) = ready::announce(&info) {
+            tracing::warn!("cannot print the ready line on stdout: {e}");
+        }
         tracing::info!(
             id = info.id,
             addr = %addr,
