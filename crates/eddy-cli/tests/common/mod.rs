@@ -2,6 +2,7 @@
 //! over real sockets; a client built from the deployment they form.
 #![allow(dead_code)]
 
+pub mod bbsite;
 pub mod cli;
 pub mod gluster;
 pub mod model;
