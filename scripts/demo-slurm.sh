@@ -171,8 +171,6 @@ state_dir = "$SITE/jobs"
 mount = "$SITE/mnt/{job}"
 node_root = "$SITE/nodes/{host}/job-{job}"
 launcher = "{cmd}"
-port_base = $(port=$(free_port); echo $((port > 60000 ? 60000 : port)))
-port_span = 100
 node_local_capacity = "8GiB"
 [pool]
 name = "io"

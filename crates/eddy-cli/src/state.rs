@@ -51,8 +51,9 @@ impl StateDir {
         &self.dir
     }
 
-    /// Creates the directory (and parents); made here, it is its owner's only (0700): it
-    /// holds the secret, the configuration and the logs.
+    /// Creates the directory (and parents); made here, others may pass through it (to daemon
+    /// roots inside it, as `--state` defaults to `--root`) but not list it (0711): its files,
+    /// the secret, the configuration and the logs among them, are 0600.
     pub fn create(&self) -> Result<()> {
         let existed = self.dir.is_dir();
         std::fs::create_dir_all(&self.dir).with_context(|| {
@@ -63,7 +64,7 @@ impl StateDir {
         })?;
         if !existed {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))
+            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o711))
                 .with_context(|| format!("cannot set the mode of {}", self.dir.display()))?;
         }
         Ok(())

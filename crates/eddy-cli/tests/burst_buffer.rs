@@ -24,6 +24,10 @@ const JOB_BOUND: Duration = Duration::from_secs(120);
 /// Bound on teardown finishing after the job has ended.
 const TEARDOWN_BOUND: Duration = Duration::from_secs(60);
 
+/// A job comment (its user's to set, also with `scontrol update`) that reads as a node list
+/// in `scontrol show job -o`.
+const FORGED_COMMENT: &str = "--comment=x NodeList=forged[001-100] BatchHost=forged001";
+
 const BB_CONF: &str = "Directive=EDDY\n\
                        Flags=TeardownFailure\n\
                        StageInTimeout=120\n\
@@ -48,15 +52,12 @@ impl Site {
         chown_tree(&pfs, NOBODY);
         std::fs::create_dir(site.path("out")).unwrap();
         set_mode(&site.path("out"), 0o1777);
-        let port_base = common::cli::free_port().min(60000);
         let p = |name: &str| site.path(name).display().to_string();
         let text = format!(
             "state_dir = \"{jobs}\"\n\
              mount = \"{mnt}/{{job}}\"\n\
              node_root = \"{nodes}/{{host}}/job-{{job}}\"\n\
              launcher = \"{{cmd}}\"\n\
-             port_base = {port_base}\n\
-             port_span = 100\n\
              node_local_capacity = \"8GiB\"\n\
              [pool]\n\
              name = \"io\"\n\
@@ -132,8 +133,12 @@ impl Site {
 
     /// Submits `script` as the job's user and waits until it has COMPLETED and been torn
     /// down; its id.
+    /// Every job carries a comment of its user's that forges a node list of a record of
+    /// `Key=Value` words: the job's nodes are still its own.
     fn run_to_completion(&self, cluster: &SlurmCluster, script: &str) -> u32 {
-        let job = cluster.sbatch(script, &[], Some(USER)).unwrap();
+        let job = cluster
+            .sbatch(script, &[FORGED_COMMENT], Some(USER))
+            .unwrap();
         let state = cluster
             .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
             .unwrap();
@@ -456,6 +461,48 @@ fn bad_requests_are_refused_or_held_in_words() {
     assert!(
         err.contains("mode \"fast\" is neither node-local nor pool"),
         "sbatch said: {err}"
+    );
+    // 200,000 directive lines: slurmctld gets its answer at the bound, not after parsing
+    // them all.
+    let lines: Vec<&str> = std::iter::repeat_n("nodes=1", 200_000).collect();
+    let huge = site.script(1, &lines, "true");
+    let started = Instant::now();
+    let err = cluster.sbatch(&huge, &[], Some(USER)).unwrap_err();
+    eprintln!(
+        "sbatch of 200,000 #EDDY lines refused in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        err.contains("more than 1000 #EDDY lines"),
+        "sbatch said: {err:.500}"
+    );
+    // A pool job says its capacity; one given below the first command is refused.
+    let err = cluster
+        .sbatch(&site.script(1, &["mode=pool"], "true"), &[], Some(USER))
+        .unwrap_err();
+    assert!(
+        err.contains("mode=pool needs the capacity"),
+        "sbatch said: {err}"
+    );
+    let late = site.script(
+        1,
+        &["capacity=1G pool=io"],
+        "true\n#EDDY capacity=900G pool=io",
+    );
+    let err = cluster.sbatch(&late, &[], Some(USER)).unwrap_err();
+    assert!(
+        err.contains("below the script's first command"),
+        "sbatch said: {err}"
+    );
+    // A user's words to `scontrol show bbstat` never choose a file slurmctld's side reads.
+    let mut bbstat = cluster.command("scontrol");
+    bbstat.args(["show", "bbstat", "--site", "/dev/zero"]);
+    let out = common::slurm::output_bounded(&mut bbstat, Duration::from_secs(60))
+        .expect("scontrol show bbstat --site /dev/zero did not answer within 60 s");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("JOB") && said.contains("CAPACITY"),
+        "bbstat said: {said}\n{out:?}"
     );
 
     let missing = site.script(

@@ -15,6 +15,7 @@ use eddy_client::{Client, Creds};
 use eddy_config::Config;
 use eddy_daemon::{DaemonSettings, Embedded, Inventory};
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -371,4 +372,52 @@ fn repair_names_the_daemons_it_waits_for() {
     assert!(err.contains("wait for it"), "{err}");
     cl.restart(0);
     repair_to_health(&state);
+}
+
+/// The uid a process runs as (/proc/PID/status, effective).
+fn uid_of_process(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|u| u.parse().ok())
+        .unwrap_or_else(|| panic!("no Uid in {status}"))
+}
+
+#[test]
+fn a_replacement_runs_as_the_user_the_deployment_runs_as() {
+    common::require::root("start daemons that switch to another user");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = dir.path().join("root");
+    let _guard = StopGuard(root.clone());
+    ok(&[
+        "start",
+        "--local",
+        "3",
+        "--root",
+        s(&root),
+        "--daemon-user",
+        "nobody",
+        "--name",
+        "t",
+    ]);
+    let ready = |id: u32| {
+        eddy_daemon::read_ready(&root.join(format!("d{id}")))
+            .unwrap()
+            .unwrap_or_else(|| panic!("daemon {id} has no ready file"))
+    };
+    for id in 0..3 {
+        assert_eq!(uid_of_process(ready(id).pid), 65534, "daemon {id}");
+    }
+    kill_daemon(&root, 1);
+    ok(&["replace", "1", "--keep-root", "--state", s(&root)]);
+    let pid = ready(1).pid;
+    assert_eq!(
+        uid_of_process(pid),
+        65534,
+        "the replacement of daemon 1 runs as root, not as the deployment's user"
+    );
+    ok(&["stop", "--state", s(&root)]);
 }

@@ -146,7 +146,7 @@ pub fn parse(script: &str, directive: &str) -> Result<JobRequest, DirectiveError
         }
         count += 1;
         if count > MAX_LINES {
-            p.errors.push((
+            p.stopped = Some((
                 i + 1,
                 format!("more than {MAX_LINES} #{directive} lines: this script has too many"),
             ));
@@ -177,6 +177,8 @@ struct Parser {
     /// Link lines and staging lines seen, for their bounds.
     links_seen: usize,
     staged_seen: usize,
+    /// Why parsing stopped early (too many lines): reported whatever else is.
+    stopped: Option<(usize, String)>,
 }
 
 /// The error of the first line past a bound; the lines after it are dropped unsaid (the
@@ -382,7 +384,7 @@ impl Parser {
                 ));
             }
         }
-        if self.errors.is_empty() {
+        if self.errors.is_empty() && self.stopped.is_none() {
             return Ok(self.req);
         }
         self.errors.sort_by_key(|(line, _)| *line);
@@ -393,6 +395,7 @@ impl Parser {
             self.errors
                 .push((last, format!("and {more} more problems below")));
         }
+        self.errors.extend(self.stopped);
         Err(DirectiveErrors(self.errors))
     }
 }
@@ -571,7 +574,12 @@ srun ./simulate
             text.contains(&format!("more than {MAX_LINES} #EDDY lines")),
             "{text:.300}"
         );
-        assert!(e.0.len() <= MAX_REPORTED + 1, "{} problems", e.0.len());
+        assert!(e.0.len() <= MAX_REPORTED + 2, "{} problems", e.0.len());
+        // The same with a problem on every line: the bound is still said.
+        let dup: String = (0..200_000).map(|_| "#EDDY nodes=1\n").collect();
+        let e = parse(&dup, "EDDY").unwrap_err();
+        assert!(e.to_string().contains("more than 1000"), "{e}");
+        assert!(e.to_string().contains("and 979 more problems below"), "{e}");
         let links: String = (0..=MAX_LINKS)
             .map(|i| format!("#EDDY link /p{i}=/b\n"))
             .collect();

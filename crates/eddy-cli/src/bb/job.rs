@@ -68,8 +68,8 @@ impl JobDir {
         self.record_path().exists()
     }
 
-    /// Makes the directory (root's, 0711: the user may pass through to `user/` only) and the
-    /// user's (the user's, 0700), through descriptors: the site's state directory must be
+    /// Makes the directory (root's, 0711: the user may pass through to `user/` only), the
+    /// deployment's state directory (root's, 0700) and the user's (the user's, 0700), through descriptors: the site's state directory must be
     /// root's and closed to others, an existing job directory root's, an existing `user/` the
     /// job user's; a link planted at either is refused, never followed.
     pub fn create(&self, uid: u32, gid: u32) -> Result<()> {
@@ -85,6 +85,7 @@ impl JobDir {
             .context("a job directory is named by its job id")?;
         let (me, my_group) = (nix::unistd::geteuid(), nix::unistd::getegid());
         let dir = DirFd::open(parent)?.child_dir(name, 0o711, me.as_raw(), my_group.as_raw())?;
+        dir.child_dir("state", 0o700, me.as_raw(), my_group.as_raw())?;
         dir.child_dir("user", 0o700, uid, gid)?;
         Ok(())
     }
