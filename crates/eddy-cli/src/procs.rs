@@ -31,18 +31,20 @@ pub fn daemon_binary() -> PathBuf {
 }
 
 /// Spawns `program args` in a new session (so that the caller's terminal and signals do not
-/// reach it), stdin from /dev/null and stdout/stderr into `log` (truncated).
+/// reach it), stdin from /dev/null and stdout/stderr into `log` (truncated; readable by
+/// its owner only: a log names paths of the job).
 pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<Child> {
-    // Logs name a job's paths and peers: its owner's only.
     let out = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(log)
+        .and_then(|f| {
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            Ok(f)
+        })
         .with_context(|| format!("cannot create log file {}", log.display()))?;
-    std::fs::set_permissions(log, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("cannot set the mode of {}", log.display()))?;
     let err = out
         .try_clone()
         .with_context(|| format!("cannot reopen log file {}", log.display()))?;

@@ -268,6 +268,22 @@ fn create_root(root: &Path) -> Result<()> {
     std::fs::remove_file(&probe).with_context(hint)
 }
 
+/// Creates a daemon's storage root under the deployment's root: private (0700) and empty
+/// when new, so that a daemon started with `--user` takes it (decision 0023); the daemon
+/// checks an existing one itself.
+fn create_daemon_root(root: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(root) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e).with_context(|| {
+            format!(
+                "cannot make the daemon root {}; choose a writable --root",
+                root.display()
+            )
+        }),
+        _ => Ok(()),
+    }
+}
+
 // ---------------------------------------------------------------- local daemons
 
 fn start_local(plan: &Plan, n: u32, root: &Path) -> Result<Deployment> {
@@ -288,7 +304,7 @@ fn spawn_and_wait_local(
     let mut roots = Vec::new();
     for id in 0..n {
         let droot = root.join(format!("d{id}"));
-        create_root(&droot)?;
+        create_daemon_root(&droot)?;
         remove_stale(&eddy_daemon::ready_path(&droot))?;
         let args = local_daemon_args(plan, &droot, id);
         let child = procs::spawn_detached(&bin, &args, &plan.state.daemon_log(id))?;

@@ -440,3 +440,44 @@ fn set_uid_programs_and_devices_mean_nothing_on_a_root_mount() {
     assert!(!ok, "a device node of the namespace opened");
     assert!(err.contains("Permission denied"), "{err}");
 }
+
+#[test]
+fn a_job_holds_no_more_than_it_was_charged() {
+    require::fuse();
+    require::switch_user();
+    let site = Site::new("", "capacity = \"1GiB\"");
+    // 3 MiB over three daemons: 1 MiB each.
+    let script = site.script(&["capacity=3M pool=io"]);
+    site.bb_ok(&["setup", "59", "65534", "65534", "io", "3145728", s(&script)]);
+    let mnt = site.path("mnt/59");
+    site.bb_ok(&["node-mount", s(&site.path("jobs/59/state")), s(&mnt)]);
+    let dd = |name: &str, mib: u32| {
+        Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "dd",
+            ])
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", mnt.join(name).display()))
+            .args(["bs=64K", &format!("count={}", mib * 16)])
+            .output()
+            .unwrap()
+    };
+    let small = dd("small", 1);
+    assert!(small.status.success(), "{small:?}");
+    let big = dd("big", 16);
+    assert!(!big.status.success(), "16 MiB fit in a 3 MiB job");
+    let err = String::from_utf8_lossy(&big.stderr);
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(
+        std::fs::read(mnt.join("small")).unwrap(),
+        vec![0u8; 1 << 20],
+        "what fit before reads back"
+    );
+    site.bb_ok(&["node-clean", "--mount", s(&mnt)]);
+    site.bb_ok(&["teardown", "59", s(&script), "false"]);
+}

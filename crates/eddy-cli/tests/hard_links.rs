@@ -58,7 +58,7 @@ async fn read_all(c: &Client, path: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_share_one_file_and_its_data_goes_with_the_last() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, common::shared_config());
     let c = cl.client().await;
     let root = Creds::root();
     c.mkdir("/a", 0o755, root).await.unwrap();
@@ -124,7 +124,7 @@ async fn names_share_one_file_and_its_data_goes_with_the_last() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_over_and_between_names() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, common::shared_config());
     let c = cl.client().await;
     let root = Creds::root();
     let x = write_file(&c, "/x", b"xxxx").await;
@@ -162,7 +162,7 @@ async fn link_errors_as_posix_says() {
             prefix: "/pfs".into(),
             backend: backend.path().to_path_buf(),
         }],
-        ..common::test_config()
+        ..common::shared_config()
     };
     let cl = Cluster::start_with(3, config);
     let c = cl.client().await;
@@ -219,7 +219,7 @@ async fn link_errors_as_posix_says() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_and_counts_survive_kill_9_of_every_daemon() {
-    let mut cl = Cluster::start(3);
+    let mut cl = Cluster::start_with(3, common::shared_config());
     let data = common::pattern(7, 0, 200_000);
     let id = {
         let c = cl.client().await;
@@ -245,7 +245,7 @@ fn mounted() -> Mounted {
         &["tar", "rsync", "cp", "git", "stat"],
         "tar rsync coreutils git",
     );
-    Mounted::start(3)
+    Mounted::start_with(3, common::shared_config())
 }
 
 /// `stat -c '%i %h'` of each name: inode number and link count.
@@ -327,7 +327,7 @@ fn tar_rsync_cp_and_git_keep_hard_links_on_the_mount() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn directory_link_counts_follow_their_subdirectories() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, common::shared_config());
     let c = cl.client().await;
     let root = Creds::root();
     let links = |p: &'static str| {

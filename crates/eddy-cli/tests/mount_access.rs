@@ -32,6 +32,14 @@ fn open_dir() -> tempfile::TempDir {
     dir
 }
 
+/// A config file sharing the namespace with other users (`root_mode = "0755"`; the default,
+/// 0700, keeps them out of a namespace that is not theirs: decision 0023).
+fn sharing_config(dir: &Path) -> PathBuf {
+    let path = dir.join("sharing.toml");
+    fs::write(&path, "root_mode = \"0755\"\n").unwrap();
+    path
+}
+
 /// Runs `script` with sh as uid and gid `OTHER`, no supplementary groups, from /.
 fn as_other(script: &str) -> Output {
     Command::new("setpriv")
@@ -91,6 +99,7 @@ fn a_mount_made_by_root_serves_the_job_user_with_mode_bits_enforced() {
     let (mnt, state) = (dir.path().join("mnt"), dir.path().join("state"));
     fs::create_dir(&mnt).unwrap();
     let root = dir.path().join("root");
+    let config = sharing_config(dir.path());
     let _stop = Stop(state.clone());
     ok(&[
         "start",
@@ -100,6 +109,8 @@ fn a_mount_made_by_root_serves_the_job_user_with_mode_bits_enforced() {
         s(&root),
         "--state",
         s(&state),
+        "--config",
+        s(&config),
         "--mount",
         s(&mnt),
     ]);
@@ -153,6 +164,7 @@ fn owner_only_keeps_other_users_out_and_root_mounts_let_them_in_by_default() {
     requirements();
     let dir = open_dir();
     let state = dir.path().join("state");
+    let config = sharing_config(dir.path());
     let _stop = Stop(state.clone());
     ok(&[
         "start",
@@ -162,6 +174,8 @@ fn owner_only_keeps_other_users_out_and_root_mounts_let_them_in_by_default() {
         s(&dir.path().join("root")),
         "--state",
         s(&state),
+        "--config",
+        s(&config),
     ]);
 
     // --owner-only: only root (the mounting user) gets in.

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{errno, require, test_config, Cluster, Mounted};
+use common::{errno, require, shared_config, test_config, Cluster, Mounted};
 use eddy_client::{Client, Creds, FileKind, SetAttr, SetTime, Timespec};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -111,10 +111,10 @@ fn py(m: &Mounted, who: Who, code: &str) -> Vec<String> {
         .collect()
 }
 
-/// A mount whose root holds `pub` (0777) and `tmp` (01777, like /tmp), both root's.
+/// A mount whose root (0755) holds `pub` (0777) and `tmp` (01777, like /tmp), all root's.
 fn mounted() -> Mounted {
     requirements();
-    let m = Mounted::start(3);
+    let m = Mounted::start_with(3, shared_config());
     for (dir, mode) in [("pub", 0o777), ("tmp", 0o1777)] {
         std::fs::create_dir(m.path(dir)).unwrap();
         std::fs::set_permissions(m.path(dir), std::fs::Permissions::from_mode(mode)).unwrap();
@@ -332,9 +332,10 @@ fn bob() -> Creds {
 }
 const GROUP: u32 = 4242;
 
-/// A library client on 3 daemons, with `/pub` (0777) and `/tmp` (01777) made by root.
+/// A library client on 3 daemons, with `/pub` (0777) and `/tmp` (01777) made by root
+/// under a root of mode 0755.
 async fn library() -> (Cluster, Client) {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, shared_config());
     let c = cl.client().await;
     c.mkdir("/pub", 0o777, Creds::root()).await.unwrap();
     c.mkdir("/tmp", 0o1777, Creds::root()).await.unwrap();

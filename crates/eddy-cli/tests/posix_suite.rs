@@ -58,7 +58,8 @@ fn pjdfstest() -> PathBuf {
 fn pjdfstest_passes_on_the_mount() {
     common::require::root("switch users as the suite does");
     let bin = pjdfstest();
-    let m = Mounted::start(3);
+    // The suite switches users under the namespace root: a shared root (decision 0023).
+    let m = Mounted::start_with(3, common::shared_config());
     let work = tempfile::tempdir().unwrap();
     let config = work.path().join("pjdfstest.toml");
     std::fs::write(&config, CONFIG).unwrap();

@@ -20,7 +20,7 @@ const AS_NOBODY: &str = "setpriv --reuid=65534 --regid=65534 --clear-groups";
 fn mounted() -> Mounted {
     common::require::root("create device nodes");
     common::require::switch_user();
-    Mounted::start(3)
+    Mounted::start_with(3, common::shared_config())
 }
 
 /// Runs the errno script as root or as nobody on `dir`; it must pass.
@@ -253,7 +253,7 @@ fn xattrs_follow_renames_and_copies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn special_files_and_xattrs_survive_kill_9_and_restart() {
-    let mut cl = Cluster::start(3);
+    let mut cl = Cluster::start_with(3, common::shared_config());
     let me = Creds::root();
     {
         let c = cl.client().await;
@@ -302,7 +302,7 @@ async fn special_files_and_xattrs_survive_kill_9_and_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn library_special_files() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, common::shared_config());
     let c = cl.client().await;
     let root = Creds::root();
     let user = Creds::user(1000, 1000);
@@ -403,7 +403,7 @@ async fn library_special_files() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn library_xattrs() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, common::shared_config());
     let c = cl.client().await;
     let root = Creds::root();
     let user = Creds::user(1000, 1000);
@@ -586,7 +586,7 @@ async fn special_files_under_a_linked_prefix_reach_the_backend() {
             prefix: "/in".into(),
             backend: b.to_path_buf(),
         }],
-        ..common::test_config()
+        ..common::shared_config()
     };
     let cl = Cluster::start_with(3, config);
     let c = cl.client().await;

@@ -321,8 +321,12 @@ impl Client {
             }
             dirs.extend(ancestors.into_iter().rev().skip(1));
         }
+        // The root and the scratch directories above linked prefixes are as closed as
+        // `root_mode` says (0700 by default, decision 0023): on a mount every user of the
+        // node can reach, they are the gate to the whole namespace.
+        let mode = cfg.root_mode.0 & 0o7777;
         for dir in dirs {
-            let inode = new_inode(FileKind::Dir, 0o755, creds, None);
+            let inode = new_inode(FileKind::Dir, mode, creds, None);
             let req = Request::Create {
                 path: dir.clone(),
                 inode,

@@ -136,6 +136,15 @@ pub struct Config {
     /// Bytes of chunk data a daemon may hold before it evicts cached backend chunks; 0 means
     /// what it holds plus the free space of the file system under its root. Default 0.
     pub cache_capacity_bytes: u64,
+    /// Bytes of chunk data one daemon may hold at most, whatever the data (scratch files,
+    /// dirty, pinned and clean cached chunks of linked files): a write, fallocate, repair
+    /// push or backend fetch that would take the chunks it holds past it is refused with
+    /// ENOSPC, after clean cached chunks of linked files were evicted if that makes room
+    /// (dirty chunks are not written back to make room for it). Counted as the chunk store
+    /// counts: each chunk's length, holes included; overwrites add nothing. 0: no limit.
+    /// The Slurm integration sets it to the job's capacity divided over its daemons.
+    /// Default 0.
+    pub capacity_bytes: u64,
     /// Percent of the capacity above which a daemon starts evicting clean cached chunks
     /// (least recently used first, dirty ones flushed first). Default 90.
     pub cache_high_watermark_pct: u8,
@@ -155,11 +164,69 @@ pub struct Config {
     /// that user. Default unset.
     pub root_uid: Option<u32>,
     pub root_gid: Option<u32>,
+    /// Permission bits of the namespace's root directory and of the scratch directories
+    /// above linked prefixes, when they are made. TOML: an octal string (`"0755"`) or an
+    /// integer (`0o755`). The default, 0700, keeps other users of a node out of the job's
+    /// namespace on a mount every user can reach (`allow_other`); a job that shares its
+    /// files with other users sets e.g. `"0755"`. Default 0700.
+    pub root_mode: FileMode,
     /// Namespace prefixes linked to backend directories (the parallel file system). Entries
     /// under a prefix are imported from the backend on first touch, fetched chunk by chunk,
     /// written back by stage-out, eviction and stop. The rest of the namespace is scratch.
     /// TOML: `[[links]]` tables with `prefix = "/data"` and `backend = "/pfs/run7"`.
     pub links: Vec<Link>,
+}
+
+/// Permission bits (at most 0o7777), written in TOML as an octal string such as `"0755"`
+/// or as an integer (`0o755`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMode(pub u32);
+
+impl FileMode {
+    /// Parses an octal mode: `"0755"`, `"755"` or `"0o755"`.
+    pub fn parse(text: &str) -> Result<FileMode, ConfigError> {
+        let digits = text.trim();
+        let digits = digits.strip_prefix("0o").unwrap_or(digits);
+        u32::from_str_radix(digits, 8)
+            .ok()
+            .filter(|m| *m <= 0o7777)
+            .map(FileMode)
+            .ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "mode {text:?} must be octal permission bits such as \"0755\""
+                ))
+            })
+    }
+}
+
+impl std::fmt::Display for FileMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:04o}", self.0)
+    }
+}
+
+impl Serialize for FileMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for FileMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<FileMode, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u32),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(m) if m <= 0o7777 => Ok(FileMode(m)),
+            Raw::Number(m) => Err(serde::de::Error::custom(format!(
+                "mode {m:o} (octal) has bits beyond 0o7777"
+            ))),
+            Raw::Text(t) => FileMode::parse(&t).map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 /// A namespace prefix linked to a backend directory.
@@ -284,6 +351,7 @@ impl Default for Config {
             port: 7750,
             start_timeout_s: 60,
             cache_capacity_bytes: 0,
+            capacity_bytes: 0,
             cache_high_watermark_pct: 90,
             cache_low_watermark_pct: 75,
             readahead_chunks: 8,
@@ -291,6 +359,7 @@ impl Default for Config {
             backend_threads: 16,
             root_uid: None,
             root_gid: None,
+            root_mode: FileMode(0o700),
             links: Vec::new(),
         }
     }
@@ -597,6 +666,20 @@ mod tests {
         let c: Config = toml::from_str("chunk_size = 1048576\n").unwrap();
         assert_eq!(c.chunk_size, 1 << 20);
         assert_eq!(c.rpc_timeout_ms, Config::default().rpc_timeout_ms);
+    }
+
+    #[test]
+    fn root_mode_reads_octal_text_or_integers_and_round_trips() {
+        assert_eq!(Config::default().root_mode, FileMode(0o700));
+        let c: Config = toml::from_str("root_mode = \"0755\"\n").unwrap();
+        assert_eq!(c.root_mode, FileMode(0o755));
+        let c: Config = toml::from_str("root_mode = 0o750\n").unwrap();
+        assert_eq!(c.root_mode, FileMode(0o750));
+        assert!(toml::from_str::<Config>("root_mode = \"0799\"\n").is_err());
+        assert!(toml::from_str::<Config>("root_mode = \"17777\"\n").is_err());
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("root_mode = \"0750\""), "{text}");
+        assert_eq!(toml::from_str::<Config>(&text).unwrap(), c);
     }
 
     #[test]

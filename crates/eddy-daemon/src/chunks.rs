@@ -31,7 +31,7 @@ use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -84,6 +84,9 @@ pub struct ChunkStore {
     records: Keyspace,
     /// Sum of the chunks' lengths (apparent size, holes included).
     bytes: AtomicU64,
+    /// Most `bytes` may reach (`capacity_bytes`; 0: no limit), and the growths refused.
+    capacity: u64,
+    refusals: AtomicU64,
     /// Number of chunks.
     count: AtomicU64,
     slots: Vec<Mutex<HashMap<FileId, Arc<Slot>>>>,
@@ -155,7 +158,7 @@ impl ChunkStore {
             path: dir.to_owned(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(root_err)?;
+        crate::rootdir::private_dir(dir).map_err(root_err)?;
         prepare_layout(dir)?;
         let store = ChunkStore {
             dir: dir.to_owned(),
@@ -164,6 +167,8 @@ impl ChunkStore {
             locks: StripedLocks::default(),
             records,
             bytes: AtomicU64::new(0),
+            capacity: 0,
+            refusals: AtomicU64::new(0),
             count: AtomicU64::new(0),
             slots: (0..SHARDS).map(|_| Mutex::default()).collect(),
             fds: quick_cache::sync::Cache::new(fd_cache_capacity()),
@@ -291,27 +296,104 @@ impl ChunkStore {
         key
     }
 
-    fn account(&self, old_len: u64, new_len: u64) {
-        if new_len >= old_len {
-            self.bytes.fetch_add(new_len - old_len, Ordering::Relaxed);
-        } else {
-            self.bytes.fetch_sub(old_len - new_len, Ordering::Relaxed);
+    /// Sets the most bytes of chunks this store may hold (`capacity_bytes`; 0: no limit).
+    /// Call before any use.
+    pub fn capacity(mut self, bytes: u64) -> ChunkStore {
+        self.capacity = bytes;
+        self
+    }
+
+    /// Growths refused for the capacity since start: a caller that got ENOSPC tells the
+    /// capacity's refusal from a full device by this count.
+    pub fn capacity_refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes this store may hold; `None`: no limit.
+    pub fn capacity_limit(&self) -> Option<u64> {
+        (self.capacity > 0).then_some(self.capacity)
+    }
+
+    fn over_capacity(&self, held: u64, more: u64) -> Errno {
+        self.refusals.fetch_add(1, Ordering::Relaxed);
+        Errno::new(
+            libc::ENOSPC,
+            format!(
+                "this daemon holds {held} bytes of chunks and {more} more would pass its \
+                 capacity of {} bytes (capacity_bytes): remove files to make room",
+                self.capacity
+            ),
+        )
+    }
+
+    /// Counts `more` bytes as held; ENOSPC if that would pass the capacity (nothing
+    /// counted then). Atomic, so concurrent growths never pass it together.
+    fn reserve(&self, more: u64) -> Result<(), Errno> {
+        if self.capacity == 0 {
+            self.bytes.fetch_add(more, Ordering::Relaxed);
+            return Ok(());
         }
+        self.bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                b.checked_add(more).filter(|n| *n <= self.capacity)
+            })
+            .map(|_| ())
+            .map_err(|held| self.over_capacity(held, more))
+    }
+
+    /// Refuses, before anything is written, pieces whose growth of the chunks (by the
+    /// lengths held now) would pass the capacity; each chunk's growth is still counted
+    /// against it exactly when recorded (`record`).
+    fn check_capacity(&self, id: FileId, pieces: &[Piece]) -> Result<(), Errno> {
+        if self.capacity == 0 {
+            return Ok(());
+        }
+        let slot = self.slot(id);
+        let mut ends: BTreeMap<u64, u64> = BTreeMap::new();
+        for p in pieces {
+            let end = ends.entry(p.chunk).or_default();
+            *end = (*end).max(u64::from(p.offset) + u64::from(p.len));
+        }
+        let more: u64 = match &slot {
+            Some(slot) => {
+                let chunks = lock(&slot.chunks);
+                ends.iter()
+                    .map(|(k, end)| end.saturating_sub(chunks.get(k).copied().unwrap_or(0)))
+                    .sum()
+            }
+            None => ends.values().sum(),
+        };
+        let held = self.bytes.load(Ordering::Relaxed);
+        if held.saturating_add(more) > self.capacity {
+            return Err(self.over_capacity(held, more));
+        }
+        Ok(())
     }
 
     /// Records chunk k's length (`None`: absent) in the map, durable with the next Sync.
+    /// A growth is counted first and refused with ENOSPC past the capacity.
     fn record(&self, slot: &Slot, id: FileId, k: u64, len: Option<u64>) -> Result<(), Errno> {
         let old = lock(&slot.chunks).get(&k).copied();
-        match len {
+        let (before, after) = (old.unwrap_or(0), len.unwrap_or(0));
+        if after > before {
+            self.reserve(after - before)?;
+        }
+        let stored = match len {
             Some(l) => self
                 .records
                 .insert(record_key(id, k), l.to_le_bytes())
-                .map_err(|e| rec_err(e, id))?,
+                .map_err(|e| rec_err(e, id)),
             None if old.is_some() => self
                 .records
                 .remove(record_key(id, k))
-                .map_err(|e| rec_err(e, id))?,
-            None => {}
+                .map_err(|e| rec_err(e, id)),
+            None => Ok(()),
+        };
+        if let Err(e) = stored {
+            if after > before {
+                self.bytes.fetch_sub(after - before, Ordering::Relaxed);
+            }
+            return Err(e);
         }
         {
             let mut chunks = lock(&slot.chunks);
@@ -320,7 +402,9 @@ impl ChunkStore {
                 None => chunks.remove(&k),
             };
         }
-        self.account(old.unwrap_or(0), len.unwrap_or(0));
+        if after < before {
+            self.bytes.fetch_sub(before - after, Ordering::Relaxed);
+        }
         match (old.is_some(), len.is_some()) {
             (false, true) => {
                 self.count.fetch_add(1, Ordering::Relaxed);
@@ -351,6 +435,7 @@ impl ChunkStore {
                     .write(true)
                     .create(true)
                     .truncate(false)
+                    .mode(0o600)
                     .open(sum_path(&path))
                     .map_err(|e| Errno::from_io(&e, format!("checksums of file {id:032x}")))?,
             ),
@@ -376,6 +461,7 @@ impl ChunkStore {
                     .write(true)
                     .create(true)
                     .truncate(false)
+                    .mode(0o600)
                     .open(path)
                     .map_err(|e| file_err(&e, id))?;
                 slot.fresh.store(true, Ordering::Release);
@@ -435,6 +521,7 @@ impl ChunkStore {
                 data.len()
             )));
         }
+        self.check_capacity(id, pieces)?;
         let block = self.block.unwrap_or(self.chunk_size);
         let sums = sums.filter(|s| s.len() == checksum::count(pieces, block));
         let (mut at, mut si) = (0usize, 0usize);
@@ -475,9 +562,11 @@ impl ChunkStore {
 
     /// Reserves storage for the pieces in the file's data file (fallocate, mode 0): each
     /// chunk's recorded length grows to cover its piece, as a write of zeros would, so the
-    /// bytes read as zeros and count as held. ENOSPC when the device cannot hold them.
+    /// bytes read as zeros and count as held. ENOSPC when the device cannot hold them or
+    /// they would pass the capacity.
     pub fn allocate(&self, id: FileId, pieces: &[Piece]) -> Result<(), Errno> {
         self.check_pieces(pieces)?;
+        self.check_capacity(id, pieces)?;
         for p in pieces.iter().filter(|p| p.len > 0) {
             let _guard = self.lock(id, p.chunk);
             self.allocate_locked(id, p)?;
@@ -500,12 +589,24 @@ impl ChunkStore {
                 i64::try_from(at).map_err(|_| Errno::new(libc::EFBIG, "offset too large"))?,
                 i64::from(p.len),
             );
-            nix::fcntl::fallocate(&file.data, nix::fcntl::FallocateFlags::empty(), off, len)
-                .map_err(|e| io_err(&std::io::Error::from(e), id, p.chunk))?;
+            // Recorded (and counted against the capacity) first, restored if it fails.
             let old = lock(&slot.chunks).get(&p.chunk).copied();
             let new_len = old.unwrap_or(0).max(u64::from(p.offset) + u64::from(p.len));
             if old != Some(new_len) {
                 self.record(&slot, id, p.chunk, Some(new_len))?;
+            }
+            let made =
+                nix::fcntl::fallocate(&file.data, nix::fcntl::FallocateFlags::empty(), off, len)
+                    .map_err(|e| io_err(&std::io::Error::from(e), id, p.chunk));
+            if let Err(e) = made {
+                if old != Some(new_len) {
+                    if let Err(undo) = self.record(&slot, id, p.chunk, old) {
+                        tracing::warn!(
+                            "cannot restore the chunk map after a failed fallocate: {undo}"
+                        );
+                    }
+                }
+                return Err(e);
             }
             return Ok(());
         }
@@ -1377,8 +1478,15 @@ fn prepare_layout(dir: &Path) -> Result<(), DaemonError> {
     };
     let io = |what: &str, e: std::io::Error| refuse(format!("{what}: {e}"));
     let marker = dir.join(LAYOUT_FILE);
+    let private_subdirs = || {
+        (0..FANOUT).try_for_each(|sub| {
+            crate::rootdir::private_dir(&dir.join(format!("{sub:02x}")))
+                .map_err(|e| io("making a subdirectory private", e))
+        })
+    };
     match std::fs::read_to_string(&marker) {
-        Ok(s) if s == LAYOUT => return Ok(()),
+        // Subdirectories made before they were private are closed now (decision 0023).
+        Ok(s) if s == LAYOUT => return private_subdirs(),
         Ok(s) => {
             return Err(refuse(format!(
                 "its {LAYOUT_FILE} file names a layout this eddyd does not know: {:?}",
@@ -1402,12 +1510,16 @@ fn prepare_layout(dir: &Path) -> Result<(), DaemonError> {
             ));
         }
     }
-    for sub in 0..FANOUT {
-        let p = dir.join(format!("{sub:02x}"));
-        std::fs::create_dir_all(&p).map_err(|e| io("making a subdirectory", e))?;
-    }
+    private_subdirs()?;
     let tmp = dir.join(format!("{LAYOUT_FILE}.tmp"));
-    std::fs::write(&tmp, LAYOUT).map_err(|e| io("writing the layout file", e))?;
+    let _ = std::fs::remove_file(&tmp);
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, LAYOUT.as_bytes()))
+        .map_err(|e| io("writing the layout file", e))?;
     File::open(&tmp)
         .and_then(|f| f.sync_all())
         .map_err(|e| io("syncing the layout file", e))?;
@@ -1537,11 +1649,17 @@ mod tests {
     }
 
     fn open(dir: tempfile::TempDir) -> Fixture {
+        open_with(dir, 0)
+    }
+
+    fn open_with(dir: tempfile::TempDir, capacity: u64) -> Fixture {
         let db = Database::builder(dir.path().join("meta")).open().unwrap();
         let ks = db
             .keyspace(CHUNK_KEYSPACE, KeyspaceCreateOptions::default)
             .unwrap();
-        let store = ChunkStore::open(&dir.path().join("chunks"), ks, CS, 1 << 20).unwrap();
+        let store = ChunkStore::open(&dir.path().join("chunks"), ks, CS, 1 << 20)
+            .unwrap()
+            .capacity(capacity);
         Fixture { dir, db, store }
     }
 
@@ -1563,6 +1681,57 @@ mod tests {
             .join("chunks")
             .join(subdir_of(id))
             .join(format!("{id:032x}"))
+    }
+
+    #[test]
+    fn the_capacity_bounds_growth_not_overwrites_and_removal_frees_it() {
+        let f = open_with(tempfile::tempdir().unwrap(), 2 * CS + 100);
+        f.store.write(1, &[p(0, 0, 4096)], &[1u8; 4096]).unwrap();
+        f.store.write(1, &[p(1, 0, 100)], &[2u8; 100]).unwrap();
+        // Overwrites add nothing; growth up to the capacity is taken.
+        f.store.write(1, &[p(0, 10, 20)], &[3u8; 20]).unwrap();
+        f.store.write(1, &[p(1, 100, 3996)], &[4u8; 3996]).unwrap();
+        assert_eq!(f.store.usage().0, 2 * CS);
+        // Past it: refused before anything is written, whole or in pieces, and counted.
+        let e = f.store.write(2, &[p(0, 0, 101)], &[5u8; 101]).unwrap_err();
+        assert_eq!(e.errno, libc::ENOSPC, "{e}");
+        assert!(e.msg.contains("capacity_bytes"), "{e}");
+        let e = f
+            .store
+            .write(2, &[p(0, 0, 50), p(1, 0, 51)], &[5u8; 101])
+            .unwrap_err();
+        assert_eq!(e.errno, libc::ENOSPC);
+        let e = f.store.allocate(2, &[p(0, 0, 4096)]).unwrap_err();
+        assert_eq!(e.errno, libc::ENOSPC);
+        assert_eq!(f.store.capacity_refusals(), 3);
+        assert_eq!(f.store.read(2, &[p(0, 0, 10)]).unwrap(), vec![0u8; 10]);
+        assert_eq!(f.store.usage(), (2 * CS, 2));
+        f.store.write(2, &[p(0, 0, 100)], &[6u8; 100]).unwrap();
+        let e = f.store.put_whole(3, 0, Some(&[7u8; 1]), None).unwrap_err();
+        assert_eq!(e.errno, libc::ENOSPC);
+        // Removing a file frees its bytes for others.
+        f.store.remove(1).unwrap();
+        f.store.allocate(3, &[p(0, 0, 4096)]).unwrap();
+        f.store.put_whole(3, 1, Some(&[7u8; 4096]), None).unwrap();
+        assert_eq!(f.store.usage(), (2 * CS + 100, 3));
+        assert_eq!(f.store.read(2, &[p(0, 0, 100)]).unwrap(), vec![6u8; 100]);
+    }
+
+    #[test]
+    fn chunk_directories_and_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let f = open(tempfile::tempdir().unwrap());
+        f.store.write(9, &[p(0, 0, 10)], &[1u8; 10]).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let dir = f.dir.path().join("chunks");
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join(subdir_of(9))), 0o700);
+        assert_eq!(mode(&data_file(&f, 9)), 0o600);
+        assert_eq!(mode(&sum_path(&data_file(&f, 9))), 0o600);
+        // A directory of an older eddyd, open to others, is closed when opened again.
+        std::fs::set_permissions(dir.join("00"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let f = reopen(f);
+        assert_eq!(mode(&f.dir.path().join("chunks/00")), 0o700);
     }
 
     #[test]

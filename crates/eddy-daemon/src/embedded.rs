@@ -27,10 +27,7 @@ impl Embedded {
     /// Opens (or creates) the metadata store, the chunk store and the backend tier under
     /// `settings.root`, as `eddyd` does; no listener is bound, no ready file written.
     pub async fn open(settings: DaemonSettings) -> Result<Embedded, DaemonError> {
-        std::fs::create_dir_all(&settings.root).map_err(|source| DaemonError::Root {
-            path: settings.root.clone(),
-            source,
-        })?;
+        crate::rootdir::prepare_own(&settings.root, &settings.secret)?;
         let state = crate::server::open_state(settings).await?;
         let conn = state.file_locks.open_conn();
         Ok(Embedded { state, conn })

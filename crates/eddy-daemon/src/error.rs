@@ -25,6 +25,8 @@ pub enum DaemonError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("storage root {path} refused: {reason}")]
+    UnsafeRoot { path: PathBuf, reason: String },
     #[error("cannot use the chunk directory {path}: {message}")]
     Layout { path: PathBuf, message: String },
     #[error("cannot open the metadata store in {path}: {message}")]

@@ -39,6 +39,9 @@ pub struct State {
     repair: Option<crate::repair::Repair>,
 }
 
+/// Rounds of eviction a request that found no room waits for at most (`with_room`).
+const ROOM_ROUNDS: usize = 64;
+
 impl State {
     pub fn new(
         settings: DaemonSettings,
@@ -418,9 +421,9 @@ impl State {
                 .truncate(file_id, size)
                 .and_then(|()| self.tier.truncated(file_id, size))
                 .map(|()| Reply::Ok),
-            Request::Allocate { file_id, pieces } => {
-                chunks.allocate(file_id, &pieces).map(|()| Reply::Ok)
-            }
+            Request::Allocate { file_id, pieces } => self
+                .with_room(|| chunks.allocate(file_id, &pieces))
+                .map(|()| Reply::Ok),
             Request::RemoveData { file_id } => chunks
                 .remove(file_id)
                 .and_then(|()| self.tier.forget(file_id))
@@ -553,18 +556,34 @@ impl State {
         Ok(())
     }
 
-    /// Runs something that stores chunks (a write, a fetch); on a full device, room is
-    /// made by evicting cached backend chunks and it is tried once more.
+    /// Runs something that stores chunks (a write, a fetch, an allocation); refused with
+    /// ENOSPC, room is made by evicting cached backend chunks and it is tried once more:
+    /// clean ones only when the capacity refused it (`capacity_bytes`, decision 0023), clean
+    /// and then written-back dirty ones when the device is full.
     fn with_room<T>(&self, attempt: impl Fn() -> Result<T, Errno>) -> Result<T, Errno> {
-        match attempt() {
-            Err(e) if e.errno == libc::ENOSPC && self.backend.is_active() => {
-                match self.tier.make_room(&self.chunks) {
-                    Ok(n) if n > 0 => attempt(),
-                    _ => Err(e),
+        let mut refusals = self.chunks.capacity_refusals();
+        let mut result = attempt();
+        // Concurrent fetches and writes may take the room made before this one retries:
+        // evicting goes on while it frees something, a bounded number of rounds.
+        for _ in 0..ROOM_ROUNDS {
+            match result {
+                Err(ref e) if e.errno == libc::ENOSPC && self.backend.is_active() => {
+                    let room = match self.chunks.capacity_limit() {
+                        Some(limit) if self.chunks.capacity_refusals() != refusals => {
+                            self.tier.make_room_within(&self.chunks, limit)
+                        }
+                        _ => matches!(self.tier.make_room(&self.chunks), Ok(n) if n > 0),
+                    };
+                    if !room {
+                        return result;
+                    }
+                    refusals = self.chunks.capacity_refusals();
+                    result = attempt();
                 }
+                _ => return result,
             }
-            other => other,
         }
+        result
     }
 
     /// Sync of one file's chunks, or of everything; the metadata store is persisted either way.

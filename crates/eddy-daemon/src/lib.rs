@@ -9,7 +9,9 @@
 //! Layout under the root: `meta/` (fjall, keyspace "meta": `path::meta_key(path)` →
 //! `Inode::to_record()`; "tier": the backend tier's records; "intents": unfinished directory
 //! renames; the chunk map, decision 0015; "hints": items other owners missed, decision 0021), `chunks/<hh>/<file id, 32 hex>` (one sparse data
-//! file per file), `eddyd.sock`, `eddyd.ready`.
+//! file per file), `eddyd.sock`, `eddyd.ready`, `eddyd.root` (the deployment's mark,
+//! decision 0023). Everything under the root is its user's only: the root is made or
+//! accepted by `rootdir.rs` and is 0700, like every directory in it; files are 0600.
 
 mod advisory;
 mod args;
@@ -27,6 +29,7 @@ mod ready;
 mod repair;
 mod replicate;
 mod room;
+mod rootdir;
 mod server;
 mod tier;
 
@@ -42,11 +45,14 @@ pub const HINTS_KEYSPACE: &str = "hints";
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Runs a daemon until SIGTERM, SIGINT or a client's Shutdown; blocks the calling thread.
-/// Builds its own multi-threaded runtime. Returns after a clean stop.
+/// Builds its own multi-threaded runtime. Returns after a clean stop. Everything the daemon
+/// makes is for its user only (umask 077), whatever the umask it was started with.
 pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let settings = DaemonSettings::from_args(&args)?;
     if let Some(user) = &args.user {
-        privilege::become_user(user, &settings.root)?;
+        let mark = eddy_proto::auth::root_mark(&settings.secret);
+        privilege::become_user(user, &settings.root, &mark)?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

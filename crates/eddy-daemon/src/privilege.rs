@@ -1,12 +1,15 @@
 //! Running a daemon started by root as the user whose job it serves (`eddyd --user`): the
 //! storage root is made the user's and the process drops to the user's uid, gid and groups
 //! before it opens anything, so the backend and the node's storage see the user's rights,
-//! never root's.
+//! never root's. The root is made or accepted by `rootdir::prepare` (decision 0023): walked
+//! from `/` without following links others could plant, made with an exclusive `mkdirat`,
+//! an existing one accepted only when private and this deployment's, handed over with
+//! `fchown` on its descriptor.
 
+use crate::rootdir::{self, RootOwner};
 use crate::DaemonError;
-use nix::unistd::{chown, initgroups, setgid, setuid, Gid, Uid, User};
+use nix::unistd::{initgroups, setgid, setuid, Gid, Uid, User};
 use std::ffi::CString;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// Looks up `spec` (a user name or a numeric uid).
@@ -20,17 +23,16 @@ fn lookup(spec: &str) -> Result<User, DaemonError> {
         .ok_or_else(|| DaemonError::Args(format!("--user {spec}: no such user on this node")))
 }
 
-/// Creates `root` (mode 0700) owned by the user and becomes that user. Must run before any
-/// thread is started.
-pub fn become_user(spec: &str, root: &Path) -> Result<(), DaemonError> {
+/// Makes `root` (mode 0700) the user's, safely (`rootdir::prepare`; `mark` is the
+/// deployment's root mark), and becomes that user. Must run before any thread is started.
+pub fn become_user(spec: &str, root: &Path, mark: &[u8]) -> Result<(), DaemonError> {
     let user = lookup(spec)?;
-    let root_err = |source| DaemonError::Root {
-        path: root.to_owned(),
-        source,
+    let owner = RootOwner {
+        uid: user.uid,
+        gid: user.gid,
+        for_user: true,
     };
-    std::fs::create_dir_all(root).map_err(root_err)?;
-    chown(root, Some(user.uid), Some(user.gid)).map_err(|e| root_err(std::io::Error::from(e)))?;
-    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700)).map_err(root_err)?;
+    rootdir::prepare(root, owner, mark)?;
     let name = CString::new(user.name.clone())
         .map_err(|_| DaemonError::Args(format!("--user {spec}: a name with a NUL byte")))?;
     let drop = |what: &str, r: nix::Result<()>| {

@@ -37,12 +37,20 @@ pub fn read_ready(root: &Path) -> std::io::Result<Option<ReadyInfo>> {
     }
 }
 
-/// Writes the ready file atomically (temp file + rename).
+/// Writes the ready file atomically (temp file + rename), readable by the daemon's user only.
 pub fn write_ready(root: &Path, info: &ReadyInfo) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let path = ready_path(root);
     let tmp = path.with_extension("ready.tmp");
     let json = serde_json::to_vec(info).map_err(std::io::Error::other)?;
-    std::fs::write(&tmp, json)?;
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?
+        .write_all(&json)?;
     std::fs::rename(&tmp, &path)
 }
 

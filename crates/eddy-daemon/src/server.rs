@@ -55,10 +55,7 @@ impl Daemon {
     /// serving. Returns once clients can connect.
     pub async fn start(settings: DaemonSettings) -> Result<Daemon, DaemonError> {
         let root = settings.root.clone();
-        std::fs::create_dir_all(&root).map_err(|source| DaemonError::Root {
-            path: root.clone(),
-            source,
-        })?;
+        crate::rootdir::prepare_own(&root, &settings.secret)?;
         ready::remove_ready(&root).map_err(|source| DaemonError::Root {
             path: root.clone(),
             source,
@@ -152,6 +149,10 @@ impl Daemon {
 pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, DaemonError> {
     tokio::task::spawn_blocking(move || {
         let root = &settings.root;
+        crate::rootdir::private_dir(&root.join(META_DIR)).map_err(|source| DaemonError::Root {
+            path: root.join(META_DIR),
+            source,
+        })?;
         let backend = Backend::new(&settings.config);
         let members = settings
             .members
@@ -173,6 +174,7 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
             settings.config.chunk_size,
             u64::from(settings.config.max_rpc_data_bytes),
         )?
+        .capacity(settings.config.capacity_bytes)
         .checksums(
             settings
                 .config

@@ -679,7 +679,7 @@ impl Tier {
             self.evicting.try_lock().ok()
         };
         if let Some(_g) = guard {
-            if let Err(e) = self.evict_to(chunks, cap / 100 * self.low_pct) {
+            if let Err(e) = self.evict_to(chunks, cap / 100 * self.low_pct, true) {
                 tracing::warn!("eviction stopped: {e}");
             }
         }
@@ -690,17 +690,32 @@ impl Tier {
     pub fn make_room(&self, chunks: &ChunkStore) -> Result<u64, Errno> {
         let (cap, held) = self.capacity(chunks);
         let _g = self.evicting.lock().unwrap_or_else(|e| e.into_inner());
-        self.evict_to(chunks, cap.min(self.room(held)) / 100 * self.low_pct)
+        self.evict_to(chunks, cap.min(self.room(held)) / 100 * self.low_pct, true)
+    }
+
+    /// Frees room under the deployment's capacity (`capacity_bytes`, decision 0023): evicts
+    /// clean unpinned chunks, least recently used first, down to the low watermark of
+    /// `limit`. Dirty chunks are kept (not written back): data written past the capacity is
+    /// refused, not moved to the backend behind the writer's back. Whether the use is now
+    /// down there (by this eviction or a concurrent one): a refused request may try again.
+    pub fn make_room_within(&self, chunks: &ChunkStore, limit: u64) -> bool {
+        let _g = self.evicting.lock().unwrap_or_else(|e| e.into_inner());
+        let target = limit / 100 * self.low_pct;
+        if let Err(e) = self.evict_to(chunks, target, false) {
+            tracing::warn!("eviction for the capacity stopped: {e}");
+        }
+        chunks.usage().0 <= target
     }
 
     /// Evicts unpinned chunks, clean ones least recently used first, then dirty ones (written
-    /// back first), until the use is at most `target`. Returns the chunks evicted.
-    fn evict_to(&self, chunks: &ChunkStore, target: u64) -> Result<u64, Errno> {
+    /// back first; only with `write_back`), until the use is at most `target`. Returns the
+    /// chunks evicted.
+    fn evict_to(&self, chunks: &ChunkStore, target: u64, write_back: bool) -> Result<u64, Errno> {
         let mut candidates: Vec<(bool, u64, FileId, u64)> = self
             .maps()
             .chunks
             .iter()
-            .filter(|(_, c)| !c.pinned)
+            .filter(|(_, c)| !c.pinned && (write_back || !c.dirty))
             .map(|((id, k), c)| (c.dirty, c.last_use, *id, *k))
             .collect();
         candidates.sort_unstable();
@@ -710,7 +725,7 @@ impl Tier {
             if self.capacity(chunks).1 <= target {
                 break;
             }
-            match self.evict_chunk(chunks, id, k) {
+            match self.evict_chunk(chunks, id, k, write_back) {
                 Ok(true) => evicted += 1,
                 Ok(false) => {}
                 Err(e) => last_err = Some(e),
@@ -723,12 +738,21 @@ impl Tier {
         }
     }
 
-    /// Evicts one chunk, writing it back first if dirty; false if it is pinned or gone.
-    fn evict_chunk(&self, chunks: &ChunkStore, id: FileId, k: u64) -> Result<bool, Errno> {
+    /// Evicts one chunk, writing it back first if dirty (only with `write_back`); false if
+    /// it is pinned, gone, or dirty without `write_back`.
+    fn evict_chunk(
+        &self,
+        chunks: &ChunkStore,
+        id: FileId,
+        k: u64,
+        write_back: bool,
+    ) -> Result<bool, Errno> {
         let (dirty, path) = {
             let maps = self.maps();
             match (maps.chunks.get(&(id, k)), maps.files.get(&id)) {
-                (Some(c), Some(f)) if !c.pinned => (c.dirty, f.path.clone()),
+                (Some(c), Some(f)) if !c.pinned && (write_back || !c.dirty) => {
+                    (c.dirty, f.path.clone())
+                }
                 _ => return Ok(false),
             }
         };

@@ -74,6 +74,15 @@ fn mac(secret: &[u8], parts: &[&[u8]]) -> Option<HmacSha256> {
     Some(mac)
 }
 
+/// The mark a daemon keeps in its storage root (`eddyd.root`): the HMAC of a fixed label
+/// under the deployment's secret, so a root can be recognised as one of this deployment's
+/// without the secret being stored there.
+pub fn root_mark(secret: &[u8]) -> Vec<u8> {
+    mac(secret, &[b"eddy daemon root v1"])
+        .map(|m| m.finalize().into_bytes().to_vec())
+        .unwrap_or_default()
+}
+
 /// The client's proof of the secret for a pair of nonces.
 pub fn client_proof(secret: &[u8], daemon_nonce: &[u8], client_nonce: &[u8]) -> Vec<u8> {
     mac(secret, &[CLIENT_LABEL, daemon_nonce, client_nonce])

@@ -526,8 +526,8 @@ fn start_daemons(
     jd.publish_deployment(rec.uid, rec.gid)
 }
 
-/// The site's tunables with the job's capacity spread over its daemons (the cache
-/// capacity each one evicts down to).
+/// The site's tunables with the job's capacity spread over its daemons (the most each one
+/// holds, and the cache capacity each one evicts down to).
 fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<String> {
     let mut config = match &site.config {
         Some(p) => Config::load(p).with_context(|| format!("site config {}", p.display()))?,
@@ -535,8 +535,11 @@ fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<String> {
     };
     config.root_uid = Some(rec.uid);
     config.root_gid = Some(rec.gid);
+    // The job holds what it was charged: each daemon its share of all data (decision 0023).
+    let share = rec.capacity.div_ceil(daemons.max(1) as u64);
+    config.capacity_bytes = share;
     if !rec.request.links.is_empty() {
-        config.cache_capacity_bytes = rec.capacity.div_ceil(daemons.max(1) as u64);
+        config.cache_capacity_bytes = share;
     }
     toml::to_string(&config).context("cannot encode the job's configuration")
 }

@@ -32,6 +32,16 @@ pub fn test_config() -> Config {
     }
 }
 
+/// `test_config` with a namespace root other users may search and list (`root_mode` 0755),
+/// for tests where several users share one namespace; the default root is 0700, its
+/// owner's only (decision 0023).
+pub fn shared_config() -> Config {
+    Config {
+        root_mode: eddy_config::FileMode(0o755),
+        ..test_config()
+    }
+}
+
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub dep: Deployment,
