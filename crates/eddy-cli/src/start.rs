@@ -311,7 +311,12 @@ fn spawn_and_wait_local(
         spawned.push(format!("daemon-{id}"), child);
         roots.push(droot);
     }
-    let daemons = wait_ready(plan, &mut spawned.children, |i| read_ready(&roots[i]))?;
+    let daemons = wait_ready(
+        plan,
+        &mut spawned.children,
+        |i| format!("daemon {i}"),
+        |i| read_ready(&roots[i]),
+    )?;
     let dep = plan.deployment(daemons);
     verify_known(plan, &dep)?;
     Ok(dep)
@@ -374,10 +379,12 @@ fn remove_stale(path: &Path) -> Result<()> {
     }
 }
 
-/// Waits until daemon i is ready, by `ready(i)`; fails if a process exits first.
+/// Waits until daemon i is ready, by `ready(i)`; fails if a process (`what(i)`: the daemon,
+/// or its launcher) exits first.
 fn wait_ready(
     plan: &Plan,
     children: &mut [Child],
+    what: impl Fn(usize) -> String,
     ready_of: impl Fn(usize) -> Result<Option<DaemonEntry>>,
 ) -> Result<Vec<DaemonEntry>> {
     let deadline = Instant::now() + start_bound(&plan.config);
@@ -392,7 +399,7 @@ fn wait_ready(
             return Ok(ready.into_iter().flatten().collect());
         }
         for (i, child) in children.iter_mut().enumerate() {
-            check_alive(plan, child, to_id(i)?)?;
+            check_alive(plan, child, to_id(i)?, &what(i))?;
         }
         if Instant::now() >= deadline {
             let missing: Vec<String> = ready
@@ -459,11 +466,11 @@ fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
 }
 
 /// Fails with the tail of the log if the process (daemon or launcher) `id` has exited.
-fn check_alive(plan: &Plan, child: &mut Child, id: u32) -> Result<()> {
+fn check_alive(plan: &Plan, child: &mut Child, id: u32, what: &str) -> Result<()> {
     if let Some(status) = child.try_wait().context("cannot check a daemon process")? {
         let log = plan.state.daemon_log(id);
         bail!(
-            "daemon {id} exited ({status}) before it was ready\n{}",
+            "{what} exited ({status}) before it was ready\n{}",
             log_tail(&log, LOG_TAIL_LINES)
         );
     }
@@ -725,9 +732,12 @@ fn launch_remote(
         roots.push(droot);
     }
     // The addresses the daemons bound (port 0: any free one), from their ready lines.
-    let daemons = wait_ready(plan, &mut spawned.children, |i| {
-        read_ready_line(plan, &roots[i], to_id(i)?)
-    })?;
+    let daemons = wait_ready(
+        plan,
+        &mut spawned.children,
+        |i| format!("the launcher of daemon {i} on {}", hosts[i].name),
+        |i| read_ready_line(plan, &roots[i], to_id(i)?),
+    )?;
     let dep = plan.deployment(daemons);
     dep.validate().context("the deployment is not valid")?;
     if dep.config.replicas > 1 {
