@@ -58,7 +58,8 @@ async fn files_span_chunks_and_daemons() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn error_cases_give_posix_errnos() {
-    let cl = Cluster::start(3);
+    // Other users work under the namespace root: it is shared (root_mode 0755).
+    let cl = Cluster::start_with(3, common::shared_config());
     let c = cl.client().await;
     let me = Creds::root();
     c.mkdir("/d", 0o755, me).await.unwrap();
