@@ -139,6 +139,8 @@ impl Drop for Unmount {
 async fn a_client_that_never_reads_stalls_only_itself() {
     let config = eddy_config::Config {
         max_requests_in_flight: 16,
+        // This test's raw client writes frames as they are.
+        wire: eddy_config::Wire::Clear,
         ..common::test_config()
     };
     let cl = Cluster::start_with(3, config);

@@ -300,7 +300,15 @@ async fn a_flip_in_a_sum_file_is_detected_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_damaged_in_flight_is_refused_and_nothing_is_stored() {
-    let cl = Cluster::start_with(3, config());
+    // The raw client below writes frames as they are: `wire = "clear"` (with "mac" or
+    // "sealed" the frame would not get past the wire's check; see wire.rs).
+    let cl = Cluster::start_with(
+        3,
+        Config {
+            wire: eddy_config::Wire::Clear,
+            ..config()
+        },
+    );
     let c = cl.client().await;
     let data = pattern(3, 0, 40_000);
     let pieces = vec![Piece {

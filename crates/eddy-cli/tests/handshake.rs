@@ -14,6 +14,7 @@ use eddy_client::Client;
 use eddy_config::Deployment;
 use eddy_proto::auth::{self, ClientHello, DaemonProof, HelloResult, ServerHello};
 use eddy_proto::frame::{read_frame, write_frame};
+use eddy_proto::wire::Mode;
 use eddy_proto::{decode_plain, encode, PROTOCOL_VERSION};
 
 /// The deployment as a client on another node sees it: TCP only.
@@ -151,12 +152,20 @@ async fn a_listener_that_cannot_prove_the_secret_is_refused() {
                 nonce: auth::new_nonce(),
                 chunk_size,
                 instance: 1,
+                // What the client expects over TCP with `wire = "auto"`.
+                wire: Mode::Mac,
             })
             .unwrap()
         },
         // A proof made with another secret (the client's own proof, replayed, is tried in
         // eddy-proto's unit tests).
-        Some(auth::daemon_proof(b"a guess", &[0; 32], &[0; 32], 0)),
+        Some(auth::daemon_proof(
+            b"a guess",
+            &[0; 32],
+            &[0; 32],
+            0,
+            Mode::Mac,
+        )),
     ));
     let mut dep = over_tcp(&cl.dep);
     dep.daemons[0].addr = addr.clone();

@@ -136,6 +136,8 @@ async fn replies_nobody_reads_and_huge_frames_stay_within_the_bytes_bound() {
         max_connection_bytes: 8 * u64::from(MIB),
         // The count alone would allow them all.
         max_requests_in_flight: 1024,
+        // This test's raw client writes frames as they are.
+        wire: eddy_config::Wire::Clear,
         ..common::test_config()
     };
     let chunk = config.chunk_size as u32;

@@ -8,11 +8,17 @@
 //! no task hand-off on the way out. What the socket does not take at once waits in the
 //! connection's send queue for the writer task, which sends it when the socket is writable;
 //! later calls queue behind it, so frames never interleave.
+//!
+//! On a protected connection (`wire`, decision 0022) a frame is sealed as it joins the send
+//! queue, under the same lock, so the sequence numbers follow the order on the wire, and the
+//! reader checks every reply frame before it is decoded; one that fails closes the
+//! connection and every call in flight fails with EIO naming the reason.
 
 use bytes::Bytes;
-use eddy_config::{Config, DaemonEntry};
+use eddy_config::{Config, DaemonEntry, Wire};
 use eddy_proto::auth::{self, HelloResult, ServerHello};
-use eddy_proto::frame::{write_frames, FrameReader, OutFrame, SendQueue};
+use eddy_proto::frame::{write_frames, FrameError, FrameReader, OutFrame, SendQueue};
+use eddy_proto::wire::{Keys, Mode, Sealer};
 use eddy_proto::{
     decode_plain, response_from_frame, Errno, Reply, Request, Response, PROTOCOL_VERSION,
 };
@@ -54,6 +60,16 @@ impl Failure {
     }
 }
 
+/// The protection a connection uses under the `wire` setting: on TCP (`tcp`) or on the
+/// Unix socket.
+pub fn wire_mode(wire: Wire, tcp: bool) -> Mode {
+    match wire.resolve(tcp) {
+        Wire::Mac => Mode::Mac,
+        Wire::Sealed => Mode::Sealed,
+        Wire::Auto | Wire::Clear => Mode::Clear,
+    }
+}
+
 /// A reply slot, as a call hands it to the reader.
 type Registration = (u64, oneshot::Sender<Outcome>);
 
@@ -74,6 +90,20 @@ impl WriteHalf {
         }
     }
 
+    /// Closes the socket both ways at once (the daemon sees it closed), whoever still holds
+    /// the connection.
+    fn shut(&self) {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            WriteHalf::Tcp(w) => w.as_ref().as_raw_fd(),
+            WriteHalf::Unix(w) => w.as_ref().as_raw_fd(),
+        };
+        // SAFETY: shutdown(2) on a descriptor this half keeps open; it frees nothing.
+        unsafe {
+            libc::shutdown(fd, libc::SHUT_RDWR);
+        }
+    }
+
     async fn writable(&self) -> std::io::Result<()> {
         match self {
             WriteHalf::Tcp(w) => w.writable().await,
@@ -91,7 +121,6 @@ struct Out {
     wake: Notify,
 }
 
-#[derive(Default)]
 struct OutState {
     queue: SendQueue,
     /// Why nothing more can be sent, once that is so.
@@ -157,7 +186,13 @@ impl Conn {
                 return Err("connection lost".to_string());
             }
             let idle = st.queue.is_empty();
-            st.queue.push(frame);
+            if let Err(e) = st.queue.push(frame) {
+                let why = format!("cannot send: {e}");
+                st.closed = Some(why.clone());
+                drop(st);
+                self.kill(&why);
+                return Err(why);
+            }
             if idle {
                 match st.queue.send_with(|b| self.out.half.try_write_vectored(b)) {
                     Ok(true) => {}
@@ -212,6 +247,7 @@ async fn writer(out: Arc<Out>, dead: Arc<AtomicBool>, kill: Arc<watch::Sender<Op
 /// the connection is given up; then fails every call still waiting.
 async fn reader<R: AsyncRead + Unpin>(
     mut frames: FrameReader<R>,
+    out: Arc<Out>,
     limit: u64,
     mut registrations: mpsc::UnboundedReceiver<Registration>,
     dead: Arc<AtomicBool>,
@@ -242,6 +278,13 @@ async fn reader<R: AsyncRead + Unpin>(
                     pending.retain(|_, tx| !tx.is_closed());
                     sweep_at = (pending.len() * 2).max(1024);
                 }
+            }
+            Err(e @ FrameError::Forged { .. }) => {
+                tracing::warn!(error = %e, "a reply frame failed its check; closing the connection");
+                let why = format!("connection to daemon closed: {e}");
+                out.close(why.clone());
+                out.half.shut();
+                break why;
             }
             Err(e) => break format!("connection to daemon lost: {e}"),
         }
@@ -300,6 +343,8 @@ pub(crate) struct Link {
     secret: Arc<Vec<u8>>,
     /// The chunk size of the deployment: a daemon announcing another is refused.
     chunk_size: u64,
+    /// The `wire` setting of the deployment: a daemon announcing another mode is refused.
+    wire: Wire,
     max_frame: u32,
     connect_timeout: Duration,
     rpc_timeout: Duration,
@@ -317,6 +362,7 @@ impl Link {
             instance: AtomicU64::new(0),
             secret,
             chunk_size: cfg.chunk_size,
+            wire: cfg.wire,
             max_frame: cfg.max_frame_bytes,
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
             rpc_timeout: Duration::from_millis(cfg.rpc_timeout_ms),
@@ -424,7 +470,7 @@ impl Link {
             let s = tokio::net::UnixStream::connect(sock).await.map_err(fail)?;
             eddy_proto::frame::widen_send_buffer(&s);
             let (r, w) = s.into_split();
-            return self.handshake(r, w).await;
+            return self.handshake(r, w, wire_mode(self.wire, false)).await;
         }
         let s = tokio::net::TcpStream::connect(&self.entry.addr)
             .await
@@ -432,13 +478,17 @@ impl Link {
         let _ = s.set_nodelay(true);
         detect_dead_daemon(&s, self.rpc_timeout);
         let (r, w) = s.into_split();
-        self.handshake(r, w).await
+        self.handshake(r, w, wire_mode(self.wire, true)).await
     }
 
     /// Reads the daemon's hello: its version first (so a daemon of any version is told
     /// apart), then checks that it is the daemon the deployment lists there, with the
     /// deployment's chunk size.
-    fn check_server_hello(&self, frame: &eddy_proto::frame::Frame) -> Result<ServerHello, Errno> {
+    fn check_server_hello(
+        &self,
+        frame: &eddy_proto::frame::Frame,
+        mode: Mode,
+    ) -> Result<ServerHello, Errno> {
         let limit = u64::from(HELLO_MAX);
         let version = decode_plain::<auth::Version>(frame, limit)?.version;
         if version != PROTOCOL_VERSION {
@@ -474,11 +524,24 @@ impl Link {
                 ),
             ));
         }
+        if hello.wire != mode {
+            return Err(Errno::new(
+                libc::EPROTO,
+                format!(
+                    "{} requires wire = {} on this connection but this client's deployment \
+                     says {} (setting wire = {}): both ends must use the same wire setting",
+                    self.describe(),
+                    hello.wire,
+                    mode,
+                    self.wire.name()
+                ),
+            ));
+        }
         Ok(hello)
     }
 
     /// Returns the connection and the instance of the daemon it reached.
-    async fn handshake<R, W>(&self, r: R, mut w: W) -> Result<(Conn, u64), Errno>
+    async fn handshake<R, W>(&self, r: R, mut w: W, mode: Mode) -> Result<(Conn, u64), Errno>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static + Into<WriteHalf>,
@@ -488,7 +551,8 @@ impl Link {
         };
         let mut frames = FrameReader::new(r, HELLO_MAX);
         let first = frames.next().await.map_err(proto)?;
-        let hello = self.check_server_hello(&first)?;
+        let hello = self.check_server_hello(&first, mode)?;
+        // The daemon's mode is this client's (checked above).
         let reply = auth::answer(&self.secret, &hello);
         let frame = OutFrame::new(0, &reply, Bytes::new(), self.max_frame)?;
         write_frames(&mut w, &[frame])
@@ -507,6 +571,7 @@ impl Link {
             &reply.nonce,
             &hello.nonce,
             hello.daemon_id,
+            mode,
             &proof.proof,
         ) {
             return Err(Errno::new(
@@ -520,9 +585,16 @@ impl Link {
                 ),
             ));
         }
-        frames.set_max(self.max_frame);
+        let (sealer, opener) = match Keys::derive(&self.secret, mode, &hello.nonce, &reply.nonce) {
+            Some(keys) => {
+                let (s, o) = keys.client();
+                (Some(s), Some(o))
+            }
+            None => (None, None),
+        };
+        frames.protect(self.max_frame, opener);
         Ok((
-            Conn::start(frames, w.into(), self.max_frame),
+            Conn::start(frames, w.into(), self.max_frame, sealer),
             hello.instance,
         ))
     }
@@ -546,6 +618,7 @@ impl Conn {
         frames: FrameReader<R>,
         half: WriteHalf,
         max_frame: u32,
+        sealer: Option<Sealer>,
     ) -> Conn {
         let dead = Arc::new(AtomicBool::new(false));
         let (kill, kill_rx) = watch::channel(None);
@@ -553,11 +626,15 @@ impl Conn {
         let (register, registrations) = mpsc::unbounded_channel();
         let out = Arc::new(Out {
             half,
-            state: Mutex::new(OutState::default()),
+            state: Mutex::new(OutState {
+                queue: SendQueue::sealing(sealer),
+                closed: None,
+            }),
             wake: Notify::new(),
         });
         tokio::spawn(reader(
             frames,
+            out.clone(),
             u64::from(max_frame),
             registrations,
             dead.clone(),

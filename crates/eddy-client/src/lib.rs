@@ -29,7 +29,7 @@ mod special;
 mod tier;
 mod unsynced;
 
-pub use conn::Failure;
+pub use conn::{wire_mode, Failure};
 pub use dir::DirReader;
 pub use eddy_proto::{
     DaemonStatus, DirEntry, Errno, FileId, FileKind, Inode, SetAttr, SetTime, Timespec, XattrSet,

@@ -47,6 +47,10 @@ pub struct Config {
     pub scrub_page_chunks: u32,
     /// Deadline for one RPC, in milliseconds; past it the caller gets EIO. Default 10 000.
     pub rpc_timeout_ms: u64,
+    /// How the frames after the handshake are protected on the wire (decision 0022). Both
+    /// ends of a connection must use the same; a client whose setting differs from its
+    /// daemon's is refused (EPROTO), never downgraded. Default `auto`.
+    pub wire: Wire,
     /// Copies of every metadata record and chunk, on that many distinct daemons (the first
     /// owners of the placement order; decision 0020). With R copies, reads, writes, listing,
     /// stat, create and unlink keep working with up to R-1 daemons down. 1..=daemons.
@@ -229,6 +233,64 @@ impl<'de> Deserialize<'de> for FileMode {
     }
 }
 
+/// The `wire` setting: how the frames of a connection are protected after its handshake.
+/// TOML: `wire = "auto"` (or `"clear"`, `"mac"`, `"sealed"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Wire {
+    /// `mac` on TCP connections, `clear` on the local Unix socket (where only processes of
+    /// the node reach the daemon, through a socket file they must be allowed to open).
+    #[default]
+    Auto,
+    /// Frames as they are: the handshake authenticates the connection, nothing protects what
+    /// follows. A host on the path can read and change the traffic.
+    Clear,
+    /// Every frame carries an HMAC-SHA256 tag under a per-connection, per-direction key with
+    /// an implicit sequence number: a changed, injected, replayed, dropped or reordered frame
+    /// closes the connection. The contents travel readable.
+    Mac,
+    /// As `mac`, and the contents (meta and payload) are encrypted with AES-256-GCM; only the
+    /// frame header (length, request id, meta length) travels readable.
+    Sealed,
+}
+
+impl Wire {
+    /// The protection a connection uses: the setting itself, or for `auto` what it means on
+    /// a TCP connection (`tcp`) or on the Unix socket. Never `Auto`.
+    pub fn resolve(self, tcp: bool) -> Wire {
+        match (self, tcp) {
+            (Wire::Auto, true) => Wire::Mac,
+            (Wire::Auto, false) => Wire::Clear,
+            (w, _) => w,
+        }
+    }
+
+    /// The name the configuration uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Wire::Auto => "auto",
+            Wire::Clear => "clear",
+            Wire::Mac => "mac",
+            Wire::Sealed => "sealed",
+        }
+    }
+}
+
+impl std::str::FromStr for Wire {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Wire, String> {
+        match s {
+            "auto" => Ok(Wire::Auto),
+            "clear" => Ok(Wire::Clear),
+            "mac" => Ok(Wire::Mac),
+            "sealed" => Ok(Wire::Sealed),
+            _ => Err(format!(
+                "wire must be auto, clear, mac or sealed, not {s:?}"
+            )),
+        }
+    }
+}
+
 /// A namespace prefix linked to a backend directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -326,6 +388,7 @@ impl Default for Config {
             checksum_block_bytes: 64 * 1024,
             scrub_page_chunks: 64,
             rpc_timeout_ms: 10_000,
+            wire: Wire::Auto,
             replicas: 1,
             down_hold_ms: 2_000,
             repair_interval_ms: 1_000,
@@ -680,6 +743,29 @@ mod tests {
         let text = toml::to_string(&c).unwrap();
         assert!(text.contains("root_mode = \"0750\""), "{text}");
         assert_eq!(toml::from_str::<Config>(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn wire_parses_and_resolves_per_connection_kind() {
+        assert_eq!(Config::default().wire, Wire::Auto);
+        for (text, want) in [
+            ("auto", Wire::Auto),
+            ("clear", Wire::Clear),
+            ("mac", Wire::Mac),
+            ("sealed", Wire::Sealed),
+        ] {
+            let c: Config = toml::from_str(&format!("wire = \"{text}\"\n")).unwrap();
+            assert_eq!(c.wire, want);
+            assert_eq!(text.parse::<Wire>().unwrap(), want);
+            assert_eq!(want.name(), text);
+        }
+        assert!(toml::from_str::<Config>("wire = \"tls\"\n").is_err());
+        assert_eq!(Wire::Auto.resolve(true), Wire::Mac);
+        assert_eq!(Wire::Auto.resolve(false), Wire::Clear);
+        // An explicit setting applies to both kinds of connection.
+        for w in [Wire::Clear, Wire::Mac, Wire::Sealed] {
+            assert_eq!((w.resolve(true), w.resolve(false)), (w, w));
+        }
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //! reads frames and drives that connection's requests (concurrently, at most
 //! `max_requests_in_flight`; work that may block runs on the blocking pool) and one writer
 //! task (replies out as they complete, the ones queued together in one vectored write).
-//! A bad frame closes its own connection only. Stopping waits, bounded, for in-flight
-//! requests, then persists the metadata store and removes the ready file and the socket.
+//! A bad frame closes its own connection only. On a protected connection (`wire`, decision
+//! 0022) every request frame is checked before it is decoded (one that fails closes the
+//! connection: nothing of it runs), and the writer seals the replies in the order it writes
+//! them. Stopping waits, bounded, for in-flight requests, then persists the metadata store
+//! and removes the ready file and the socket.
 
 use crate::args::DaemonSettings;
 use crate::backend::Backend;
@@ -17,6 +20,7 @@ use crate::DaemonError;
 use bytes::Bytes;
 use eddy_proto::auth::{self, ClientHello, DaemonProof, HelloResult, ServerHello};
 use eddy_proto::frame::{write_frames, FrameError, FrameReader, OutFrame};
+use eddy_proto::wire::{Keys, Mode, Opener, Sealer};
 use eddy_proto::{decode_plain, response_frame, Errno, Request, Response, PROTOCOL_VERSION};
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::net::SocketAddr;
@@ -311,7 +315,7 @@ async fn accept_tcp(
                     tracing::debug!(%peer, "tcp connection");
                     let (r, w) = stream.into_split();
                     let place = unproven.admit();
-                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, peer.to_string(), place, alive.clone()));
+                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, (peer.to_string(), true), place, alive.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "tcp accept failed");
@@ -337,7 +341,7 @@ async fn accept_unix(
                     eddy_proto::frame::widen_send_buffer(&stream);
                     let (r, w) = stream.into_split();
                     let place = unproven.admit();
-                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, "unix".to_string(), place, alive.clone()));
+                    tokio::spawn(serve_connection(Arc::clone(&state), r, w, ("unix".to_string(), false), place, alive.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "unix accept failed");
@@ -363,13 +367,14 @@ fn detect_dead_peer(stream: &tokio::net::TcpStream, rpc_timeout_ms: u64) {
 /// Replies the writer takes at once into one vectored write.
 const REPLY_BATCH: usize = 64;
 
-/// Serves one connection: handshake, then frames until the peer closes, a frame is bad or
-/// the daemon stops; the requests under way then finish (their replies go out if they can).
+/// Serves one connection (`peer` names it; `tcp` tells TCP from the Unix socket): handshake,
+/// then frames until the peer closes, a frame is bad or the daemon stops; the requests under
+/// way then finish (their replies go out if they can).
 async fn serve_connection<R, W>(
     state: Arc<State>,
     r: R,
     mut w: W,
-    peer: String,
+    (peer, tcp): (String, bool),
     place: crate::gate::Place,
     alive: Alive,
 ) where
@@ -379,9 +384,10 @@ async fn serve_connection<R, W>(
     let mut frames = FrameReader::new(r, HELLO_FRAME_MAX);
     let deadline = Duration::from_millis(state.settings.config.connect_timeout_ms);
     let pushed_out = Arc::clone(&place.pushed_out);
-    tokio::select! {
-        done = tokio::time::timeout(deadline, handshake(&state, &mut frames, &mut w)) => match done {
-            Ok(Ok(())) => {}
+    let mode = eddy_client::wire_mode(state.settings.config.wire, tcp);
+    let (sealer, opener) = tokio::select! {
+        done = tokio::time::timeout(deadline, handshake(&state, &mut frames, &mut w, mode)) => match done {
+            Ok(Ok(ends)) => ends,
             Ok(Err(why)) => {
                 tracing::warn!(%peer, "handshake refused: {why}");
                 return;
@@ -399,10 +405,10 @@ async fn serve_connection<R, W>(
             );
             return;
         }
-    }
+    };
     drop(place);
     let max = state.settings.config.max_frame_bytes;
-    frames.set_max(max);
+    frames.protect(max, opener);
     // A permit per unanswered request, held until its reply is written: a client that sends
     // without reading replies stalls its own connection, never the daemon's memory.
     let in_flight = Arc::new(Semaphore::new(state.settings.config.max_requests_in_flight));
@@ -411,7 +417,7 @@ async fn serve_connection<R, W>(
     let bytes = Arc::new(Semaphore::new(budget as usize));
     let conn = state.file_locks.open_conn();
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
-    tokio::spawn(write_loop(w, rx, peer.clone(), alive.clone()));
+    tokio::spawn(write_loop(w, rx, sealer, peer.clone(), alive.clone()));
     let mut stop = state.shutdown.subscribe();
     // This connection's requests under way, driven by this task: no task per request.
     let mut running = FuturesUnordered::new();
@@ -429,6 +435,10 @@ async fn serve_connection<R, W>(
                 let (frame, held) = match frame {
                     Ok(f) => f,
                     Err(FrameError::Closed) => break,
+                    Err(e @ FrameError::Forged { .. }) => {
+                        tracing::warn!(%peer, error = %e, "a request frame failed its check; closing the connection, nothing of it is run");
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(%peer, error = %e, "bad frame; closing the connection");
                         break;
@@ -548,10 +558,12 @@ fn reply_frame(id: u64, resp: &Response, max: u32) -> Option<OutFrame> {
     }
 }
 
-/// Writes replies as they complete: all those queued at that moment in one vectored write.
+/// Writes replies as they complete: all those queued at that moment in one vectored write,
+/// each sealed first on a protected connection (in the order they are written).
 async fn write_loop<W>(
     mut w: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    mut sealer: Option<Sealer>,
     peer: String,
     _alive: Alive,
 ) where
@@ -561,13 +573,21 @@ async fn write_loop<W>(
     let mut frames = Vec::with_capacity(REPLY_BATCH);
     while rx.recv_many(&mut batch, REPLY_BATCH).await > 0 {
         // The permits go once the write is done: these requests are answered.
-        let permits: Vec<Held> = batch
-            .drain(..)
-            .map(|(f, p)| {
-                frames.push(f);
-                p
-            })
-            .collect();
+        let mut permits: Vec<Held> = Vec::with_capacity(batch.len());
+        for (f, p) in batch.drain(..) {
+            let f = match &mut sealer {
+                Some(s) => match f.sealed(s) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "cannot seal a reply; closing the connection");
+                        return;
+                    }
+                },
+                None => f,
+            };
+            frames.push(f);
+            permits.push(p);
+        }
         if let Err(e) = write_frames(&mut w, &frames).await {
             tracing::debug!(%peer, error = %e, "connection write failed");
             return;
@@ -579,7 +599,14 @@ async fn write_loop<W>(
 }
 
 /// The daemon's side of the handshake; on refusal the client gets the reason as an errno.
-async fn handshake<R, W>(state: &State, r: &mut FrameReader<R>, w: &mut W) -> Result<(), String>
+/// Returns the connection's protection: what seals the replies and checks the requests
+/// (none in clear).
+async fn handshake<R, W>(
+    state: &State,
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    mode: Mode,
+) -> Result<(Option<Sealer>, Option<Opener>), String>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -593,22 +620,37 @@ where
         nonce,
         chunk_size: state.settings.config.chunk_size,
         instance: state.instance,
+        wire: mode,
     };
     send_frame(w, &hello, max).await?;
     let frame = r.next().await.map_err(|e| e.to_string())?;
-    let verdict = check_client(&state.settings.secret, &nonce, id, &frame);
-    send_frame(w, &verdict, max).await?;
-    verdict.map(|_| ()).map_err(|e| e.to_string())
+    let secret = &state.settings.secret;
+    let verdict = check_client(secret, &nonce, id, mode, &frame);
+    let sent: HelloResult = verdict
+        .as_ref()
+        .map(|(p, _)| p.clone())
+        .map_err(Clone::clone);
+    send_frame(w, &sent, max).await?;
+    let (_, client_nonce) = verdict.map_err(|e| e.to_string())?;
+    Ok(match Keys::derive(secret, mode, &nonce, &client_nonce) {
+        Some(keys) => {
+            let (s, o) = keys.daemon();
+            (Some(s), Some(o))
+        }
+        None => (None, None),
+    })
 }
 
 /// Checks a client's hello: its version first (read alone, so a peer of any version gets
-/// EPROTO), then its proof; on success, the daemon's own proof.
+/// EPROTO), then its wire mode (the daemon's `mode`, or EPROTO), then its proof; on success,
+/// the daemon's own proof and the client's nonce.
 fn check_client(
     secret: &[u8],
     nonce: &[u8],
     id: u32,
+    mode: Mode,
     frame: &eddy_proto::frame::Frame,
-) -> HelloResult {
+) -> Result<(DaemonProof, [u8; auth::NONCE_BYTES]), Errno> {
     let limit = u64::from(HELLO_FRAME_MAX);
     let version = decode_plain::<auth::Version>(frame, limit)?.version;
     if version != PROTOCOL_VERSION {
@@ -620,12 +662,23 @@ fn check_client(
         ));
     }
     let h: ClientHello = decode_plain(frame, limit)?;
-    if !auth::verify_client(secret, nonce, &h.nonce, &h.proof) {
+    if h.wire != mode {
+        return Err(Errno::new(
+            libc::EPROTO,
+            format!(
+                "client uses wire = {} but this daemon requires wire = {mode} on this \
+                 connection: both ends must use the same wire setting",
+                h.wire
+            ),
+        ));
+    }
+    if !auth::verify_client(secret, nonce, &h.nonce, mode, &h.proof) {
         return Err(Errno::new(libc::EACCES, "wrong deployment secret"));
     }
-    Ok(DaemonProof {
-        proof: auth::daemon_proof(secret, &h.nonce, nonce, id),
-    })
+    let proof = DaemonProof {
+        proof: auth::daemon_proof(secret, &h.nonce, nonce, id, mode),
+    };
+    Ok((proof, h.nonce))
 }
 
 async fn send_frame<W, T>(w: &mut W, msg: &T, max: u32) -> Result<(), String>

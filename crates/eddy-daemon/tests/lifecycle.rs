@@ -334,8 +334,14 @@ fn child_daemon() {
     let Ok(root) = std::env::var(CHILD_ROOT_ENV) else {
         return;
     };
+    // As `common::config`: the raw client of these tests writes frames in clear.
+    let config = Path::new(&root).join("wire.toml");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(&config, "wire = \"clear\"\n").unwrap();
     let argv = [
         "eddyd",
+        "--config",
+        config.to_str().unwrap(),
         "--root",
         &root,
         "--listen",

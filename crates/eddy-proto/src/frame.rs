@@ -37,6 +37,13 @@ pub enum FrameError {
     Garbled { meta: u32, len: u32 },
     #[error("connection closed in the middle of a frame ({have} of {want} bytes came)")]
     Truncated { have: usize, want: usize },
+    #[error(
+        "frame {seq} failed its check (wire = {mode}): it was changed, injected, replayed, \
+         reordered or sent with another key on the way"
+    )]
+    Forged { seq: u64, mode: String },
+    #[error("the connection has sent or received as many frames as its nonces allow")]
+    Exhausted,
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -50,15 +57,35 @@ pub struct Frame {
     pub payload: Bytes,
 }
 
-/// The decoder of frames, with the size limit of the connection.
-#[derive(Debug, Clone, Copy)]
+/// The decoder of frames, with the size limit of the connection and, on a protected
+/// connection (decision 0022), what checks each frame before it is handed out.
+#[derive(Clone)]
 pub struct FrameCodec {
     max: u32,
+    opener: Option<crate::wire::Opener>,
+    /// Bytes of the tag every frame carries (0 in clear).
+    tag: u32,
 }
 
 impl FrameCodec {
     pub fn new(max: u32) -> FrameCodec {
-        FrameCodec { max }
+        FrameCodec {
+            max,
+            opener: None,
+            tag: 0,
+        }
+    }
+
+    /// The same codec for a protected connection: every frame carries a tag (not counted by
+    /// the size limit) and is checked, and for `Sealed` decrypted, before it is handed out;
+    /// one that fails is `Forged`, and so is every frame after it.
+    pub fn opening(self, opener: crate::wire::Opener) -> FrameCodec {
+        let tag = opener.tag_bytes() as u32;
+        FrameCodec {
+            max: self.max.saturating_add(tag),
+            opener: Some(opener),
+            tag,
+        }
     }
 
     /// Checks a header; returns the whole frame's size (with the length prefix) and the
@@ -67,7 +94,7 @@ impl FrameCodec {
         let word =
             |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
         let len = word(0);
-        if len < COUNTED_HEADER {
+        if len < COUNTED_HEADER + self.tag {
             return Err(FrameError::TooShort(len));
         }
         let total = u64::from(len) + 4;
@@ -78,7 +105,7 @@ impl FrameCodec {
             });
         }
         let meta = word(12);
-        if meta > len - COUNTED_HEADER {
+        if meta > len - COUNTED_HEADER - self.tag {
             return Err(FrameError::Garbled { meta, len });
         }
         // Both fit in u32, and so in usize on every platform Eddy runs on.
@@ -101,7 +128,7 @@ impl Decoder for FrameCodec {
         head[..have].copy_from_slice(&src[..have]);
         if have < HEADER_BYTES {
             let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
-            if len < COUNTED_HEADER {
+            if len < COUNTED_HEADER + self.tag {
                 return Err(FrameError::TooShort(len));
             }
             if u64::from(len) + 4 > u64::from(self.max) {
@@ -119,7 +146,12 @@ impl Decoder for FrameCodec {
             src.reserve(total - src.len());
             return Ok(None);
         }
-        let mut frame = src.split_to(total).freeze();
+        let mut frame = src.split_to(total);
+        if let Some(opener) = &mut self.opener {
+            // In place: the payload stays where the socket put it.
+            opener.open(&mut frame)?;
+        }
+        let mut frame = frame.freeze();
         frame.advance(4);
         let id = frame.get_u64_le();
         frame.advance(4);
@@ -167,6 +199,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         *self.inner.decoder_mut() = FrameCodec::new(max);
     }
 
+    /// Changes the size limit and, when `opener` is given, checks every later frame with it
+    /// (after the handshake, on a protected connection: decision 0022).
+    pub fn protect(&mut self, max: u32, opener: Option<crate::wire::Opener>) {
+        let codec = FrameCodec::new(max);
+        *self.inner.decoder_mut() = match opener {
+            Some(o) => codec.opening(o),
+            None => codec,
+        };
+    }
+
     /// The next frame; `Closed` at a clean end of stream. Cancel-safe: bytes already read
     /// stay in the buffer for the next call.
     pub async fn next(&mut self) -> Result<Frame, FrameError> {
@@ -207,12 +249,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
-/// One frame to write: the header and the meta in one small buffer, and the payload as it
-/// is (shared, not copied).
+/// One frame to write: the header and the meta in one small buffer, the payload as it is
+/// (shared, not copied), and on a protected connection the tag (decision 0022).
 #[derive(Debug, Clone)]
 pub struct OutFrame {
     head: Bytes,
     payload: Bytes,
+    tail: Bytes,
 }
 
 impl OutFrame {
@@ -261,12 +304,34 @@ impl OutFrame {
         Ok(OutFrame {
             head: head.freeze(),
             payload,
+            tail: Bytes::new(),
         })
+    }
+
+    /// The frame as `sealer` protects it: it must go on the wire next after the frames
+    /// sealed before it (its sequence number is taken now).
+    pub fn sealed(self, sealer: &mut crate::wire::Sealer) -> Result<OutFrame, FrameError> {
+        let (head, payload, tail) = sealer.seal(self.head, self.payload)?;
+        Ok(OutFrame {
+            head,
+            payload,
+            tail,
+        })
+    }
+
+    /// The frame's pieces in the order they go on the wire.
+    fn parts(&self) -> [&[u8]; 3] {
+        [&self.head, &self.payload, &self.tail]
+    }
+
+    /// The frame's bytes in one buffer (tests and tools; the connections write the pieces).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.parts().concat()
     }
 
     /// Bytes of the whole frame.
     pub fn len(&self) -> usize {
-        self.head.len() + self.payload.len()
+        self.head.len() + self.payload.len() + self.tail.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -286,15 +351,33 @@ pub struct SendQueue {
     frames: std::collections::VecDeque<OutFrame>,
     /// Bytes of the front frame already written.
     sent: usize,
+    /// On a protected connection: seals each frame as it joins the queue, which is the order
+    /// it goes on the wire in.
+    sealer: Option<crate::wire::Sealer>,
 }
 
 impl SendQueue {
+    /// A queue that seals every frame pushed with `sealer` (none: frames go as they are).
+    pub fn sealing(sealer: Option<crate::wire::Sealer>) -> SendQueue {
+        SendQueue {
+            sealer,
+            ..SendQueue::default()
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.frames.is_empty()
     }
 
-    pub fn push(&mut self, frame: OutFrame) {
+    /// Queues a frame (sealed first on a protected connection). An error leaves the queue
+    /// as it was but the connection unusable: a sequence number was spent.
+    pub fn push(&mut self, frame: OutFrame) -> Result<(), FrameError> {
+        let frame = match &mut self.sealer {
+            Some(s) => frame.sealed(s)?,
+            None => frame,
+        };
         self.frames.push_back(frame);
+        Ok(())
     }
 
     /// Hands the queued bytes to `write` (a non-blocking vectored write) until all are sent
@@ -307,7 +390,7 @@ impl SendQueue {
             let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(self.frames.len() * 2);
             let mut skip = self.sent;
             for f in self.frames.iter() {
-                for part in [&f.head[..], &f.payload[..]] {
+                for part in f.parts() {
                     if skip >= part.len() {
                         skip -= part.len();
                     } else {
@@ -349,10 +432,7 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(
 ) -> std::io::Result<()> {
     let mut segs: Vec<&[u8]> = Vec::with_capacity(frames.len() * 2);
     for f in frames {
-        segs.push(&f.head);
-        if !f.payload.is_empty() {
-            segs.push(&f.payload);
-        }
+        segs.extend(f.parts().into_iter().filter(|p| !p.is_empty()));
     }
     let mut first = 0;
     while first < segs.len() {
@@ -679,7 +759,7 @@ mod tests {
             let mut pushed = out.into_iter();
             loop {
                 if let Some(f) = pushed.next() {
-                    q.push(f);
+                    q.push(f).unwrap();
                 }
                 let done = q
                     .send_with(|slices| {

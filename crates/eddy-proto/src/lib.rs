@@ -4,7 +4,10 @@
 //! - `frame`: length-prefixed frames `[u32 len][u64 request id][u32 meta len][meta][payload]`,
 //!   with a maximum size; bulk bytes travel as the raw payload, outside the encoding;
 //! - `msg`: the request and response messages (bincode-encoded, size-limited decoding);
-//! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret);
+//! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret, the wire
+//!   protection both ends use);
+//! - `wire`: the protection of the frames after the handshake: clear, an HMAC tag per frame,
+//!   or AES-256-GCM, with per-connection, per-direction keys (decision 0022);
 //! - `checksum`: the CRC32C of the block-aligned pieces of a read or write (decision 0019);
 //! - `keepalive`: TCP keepalive and user timeout, so both ends notice a peer gone silent;
 //! - `path`: path normalisation and the metadata key layout;
@@ -24,11 +27,12 @@ pub mod keepalive;
 pub mod msg;
 pub mod path;
 pub mod repair;
+pub mod wire;
 
 pub use msg::*;
 
 /// Version of the protocol; the handshake refuses a peer with another one.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]

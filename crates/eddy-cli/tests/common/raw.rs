@@ -1,5 +1,6 @@
 //! Raw frames on a blocking connection that has done the handshake: for requests a
-//! well-behaved client never sends.
+//! well-behaved client never sends. The frames go as they are, so the daemons must run
+//! `wire = "clear"` (decision 0022).
 
 use eddy_config::Deployment;
 use std::io::{Read, Write};

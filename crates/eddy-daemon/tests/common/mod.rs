@@ -20,9 +20,12 @@ pub const MAX: u32 = 64 * 1024 * 1024;
 /// Guard against a hang in a test; never an assertion on speed.
 pub const GUARD: Duration = Duration::from_secs(30);
 
+/// The daemons of these tests run `wire = "clear"`: this client writes frames by hand, as
+/// they are (the protected modes are tested in eddy-proto and eddy-cli's `wire.rs`).
 pub fn config(chunk_size: u64) -> Config {
     Config {
         chunk_size,
+        wire: eddy_config::Wire::Clear,
         ..Config::default()
     }
 }
@@ -66,6 +69,7 @@ pub async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
                 &reply.nonce,
                 &hello.nonce,
                 hello.daemon_id,
+                hello.wire,
                 &proof.proof
             ),
             "the daemon proves the secret"
