@@ -86,6 +86,11 @@ pub struct SuiteArgs {
     /// false` to measure what the checksums cost.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Measure Eddy once per wire protection (`eddy start --wire`), e.g. `clear,mac,sealed`:
+    /// a deployment each, in that order, on the same storage and beside the same raw run;
+    /// every later setting is also compared with the first (decision 0022).
+    #[arg(long, value_name = "MODES", value_delimiter = ',')]
+    pub wire: Vec<String>,
     #[command(flatten)]
     pub work: WorkloadOpts,
     #[command(flatten)]

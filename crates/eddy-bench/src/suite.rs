@@ -46,10 +46,9 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
     if let Some(r) = a.replicas {
         extra.extend(["--replicas".into(), r.to_string().into()]);
     }
-    let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state, &extra)?;
     let targets = Targets {
         raw: Target::Dir(raw),
-        mount: Target::Dir(mount),
+        mount: Target::Dir(mount.clone()),
         lib: (!a.no_client).then(|| Target::Eddy {
             state: state.clone(),
             dir: "/".to_string(),
@@ -61,11 +60,36 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
             false => None,
         },
     };
-    let result = measure(&a, &targets);
-    let stopped = deployment.stop();
-    let runs = result?;
-    stopped?;
-    drop(deployment);
+    // One deployment per wire setting asked for (none: one with the configuration's).
+    let settings: Vec<Option<&str>> = if a.wire.is_empty() {
+        vec![None]
+    } else {
+        a.wire.iter().map(|w| Some(w.as_str())).collect()
+    };
+    let mut runs: Vec<Report> = Vec::new();
+    for (i, wire) in settings.iter().enumerate() {
+        let mut extra = extra.clone();
+        if let Some(w) = wire {
+            extra.extend(["--wire".into(), (*w).into()]);
+        }
+        if i > 0 {
+            // The previous deployment's storage goes; the next starts afresh.
+            std::fs::remove_dir_all(&root)
+                .with_context(|| format!("cannot remove {}", root.display()))?;
+        }
+        let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state, &extra)?;
+        let result = measure(&a, &targets, i == 0);
+        let stopped = deployment.stop();
+        let mut these = result?;
+        stopped?;
+        drop(deployment);
+        if let Some(w) = wire {
+            for r in these.iter_mut().filter(|r| r.label != LABEL_RAW) {
+                r.label = format!("{}[{w}]", r.label);
+            }
+        }
+        runs.extend(these);
+    }
     print_suite(&a, &runs);
     let title = if a.no_client {
         "eddy bench suite: Eddy mount vs raw storage"
@@ -85,10 +109,10 @@ struct Targets {
     preload: Option<Target>,
 }
 
-/// Runs the workloads on Eddy (mount, library, preload) and on raw storage; returns
-/// [raw, eddy, eddy-lib, eddy-preload] (eddy-lib only without --no-client, eddy-preload only
-/// with --preload).
-fn measure(a: &SuiteArgs, t: &Targets) -> anyhow::Result<Vec<Report>> {
+/// Runs the workloads on Eddy (mount, library, preload) and, `with_raw`, on raw storage;
+/// returns [raw, eddy, eddy-lib, eddy-preload] (raw only `with_raw`, eddy-lib only without
+/// --no-client, eddy-preload only with --preload).
+fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool) -> anyhow::Result<Vec<Report>> {
     let one = |target: &Target, label: &str| -> anyhow::Result<Report> {
         crate::interrupt::check()?;
         note!("eddy bench suite: {label} ({target})");
@@ -114,7 +138,9 @@ fn measure(a: &SuiteArgs, t: &Targets) -> anyhow::Result<Vec<Report>> {
         }
         Ok(runs)
     };
-    if a.raw_first {
+    if !with_raw {
+        eddy(None)
+    } else if a.raw_first {
         let raw = one(&t.raw, LABEL_RAW)?;
         eddy(Some(raw))
     } else {
@@ -133,6 +159,30 @@ fn print_suite(a: &SuiteArgs, runs: &[Report]) {
     if let [raw, eddy @ ..] = runs {
         let others: Vec<&Report> = eddy.iter().collect();
         text.push_str(&report::ratios_table(raw, &others));
+        // With several wire settings: each way in (mount, library, preload) under every
+        // later setting against the same way in under the first.
+        if let Some(first) = a.wire.first() {
+            for base in eddy
+                .iter()
+                .filter(|r| r.label.ends_with(&format!("[{first}]")))
+            {
+                let kind = base.label.trim_end_matches(&format!("[{first}]"));
+                let later: Vec<&Report> = eddy
+                    .iter()
+                    .filter(|r| {
+                        r.label != base.label
+                            && r.label
+                                .strip_suffix(']')
+                                .and_then(|l| l.rsplit_once('['))
+                                .is_some_and(|(k, _)| k == kind)
+                    })
+                    .collect();
+                if !later.is_empty() {
+                    text.push('\n');
+                    text.push_str(&report::ratios_table(base, &later));
+                }
+            }
+        }
     }
     crate::human(a.out.json.as_deref(), &text);
 }

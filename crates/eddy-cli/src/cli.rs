@@ -105,6 +105,10 @@ pub struct StartArgs {
     /// working with up to R-1 daemons down.
     #[arg(long, value_name = "R")]
     pub replicas: Option<usize>,
+    /// Protection of the frames after the handshake: auto (mac over TCP, clear on the Unix
+    /// socket), clear, mac or sealed (overrides the configuration file; decision 0022).
+    #[arg(long, value_name = "MODE")]
+    pub wire: Option<eddy_config::Wire>,
     /// Link the whole namespace to this backend directory (the parallel file system): its
     /// entries appear on first touch, data is fetched chunk by chunk and written back by
     /// stage-out, eviction and stop. Every daemon's host must see it at this path.

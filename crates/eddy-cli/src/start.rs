@@ -219,6 +219,9 @@ fn start_config(args: &StartArgs) -> Result<Config> {
     if let Some(cs) = args.chunk_size {
         config.chunk_size = cs;
     }
+    if let Some(w) = args.wire {
+        config.wire = w;
+    }
     if let Some(r) = args.replicas {
         config.replicas = r;
     }

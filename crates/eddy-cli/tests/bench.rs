@@ -951,6 +951,37 @@ fn suite_with_the_preload_run() {
     );
 }
 
+/// `--wire clear,mac,sealed`: one deployment per setting beside one raw run, each way in
+/// compared with raw and, under mac and sealed, with itself under clear.
+#[test]
+fn suite_under_each_wire_setting() {
+    let (table, v) = small_suite("--wire=clear,mac,sealed");
+    assert_eq!(
+        run_labels(&v),
+        [
+            "raw",
+            "eddy[clear]",
+            "eddy-lib[clear]",
+            "eddy[mac]",
+            "eddy-lib[mac]",
+            "eddy[sealed]",
+            "eddy-lib[sealed]"
+        ]
+    );
+    for header in [
+        "eddy[mac], eddy[sealed] vs eddy[clear]",
+        "eddy-lib[mac], eddy-lib[sealed] vs eddy-lib[clear]",
+    ] {
+        assert!(table.contains(header), "no {header:?} in\n{table}");
+    }
+    for run in v["runs"].as_array().unwrap() {
+        assert!(
+            run.to_string().contains("ior-easy-write"),
+            "a run without ior-easy: {run}"
+        );
+    }
+}
+
 #[test]
 fn ctrl_c_stops_the_workers_and_cleans_up() {
     let base = tempfile::tempdir().unwrap();

@@ -245,7 +245,7 @@ pub enum Wire {
     /// Frames as they are: the handshake authenticates the connection, nothing protects what
     /// follows. A host on the path can read and change the traffic.
     Clear,
-    /// Every frame carries an HMAC-SHA256 tag under a per-connection, per-direction key with
+    /// Every frame carries a keyed-BLAKE3 tag under a per-connection, per-direction key with
     /// an implicit sequence number: a changed, injected, replayed, dropped or reordered frame
     /// closes the connection. The contents travel readable.
     Mac,

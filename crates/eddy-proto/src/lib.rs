@@ -6,7 +6,7 @@
 //! - `msg`: the request and response messages (bincode-encoded, size-limited decoding);
 //! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret, the wire
 //!   protection both ends use);
-//! - `wire`: the protection of the frames after the handshake: clear, an HMAC tag per frame,
+//! - `wire`: the protection of the frames after the handshake: clear, a keyed-BLAKE3 tag per frame,
 //!   or AES-256-GCM, with per-connection, per-direction keys (decision 0022);
 //! - `checksum`: the CRC32C of the block-aligned pieces of a read or write (decision 0019);
 //! - `keepalive`: TCP keepalive and user timeout, so both ends notice a peer gone silent;

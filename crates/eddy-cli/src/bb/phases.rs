@@ -512,6 +512,7 @@ fn start_daemons(
         config: Some(config_path),
         chunk_size: rec.request.chunk_size,
         replicas: None,
+        wire: None,
         backend: None,
         link: resolved_links(site, rec)?
             .iter()
