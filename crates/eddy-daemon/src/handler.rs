@@ -41,6 +41,9 @@ pub struct State {
 
 /// Rounds of eviction a request that found no room waits for at most (`with_room`).
 const ROOM_ROUNDS: usize = 64;
+/// Pause of a round that found nothing to evict under the capacity: concurrent fetches may
+/// hold the room until they are stored (64 rounds: at most 0.64 s before ENOSPC).
+const ROOM_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl State {
     pub fn new(
@@ -568,14 +571,20 @@ impl State {
         for _ in 0..ROOM_ROUNDS {
             match result {
                 Err(ref e) if e.errno == libc::ENOSPC && self.backend.is_active() => {
-                    let room = match self.chunks.capacity_limit() {
+                    match self.chunks.capacity_limit() {
                         Some(limit) if self.chunks.capacity_refusals() != refusals => {
-                            self.tier.make_room_within(&self.chunks, limit)
+                            // Nothing evictable now may only mean that the room is held by
+                            // concurrent fetches not yet done (a chunk is evictable once
+                            // stored): wait a little for them, a bounded number of rounds.
+                            if !self.tier.make_room_within(&self.chunks, limit) {
+                                std::thread::sleep(ROOM_WAIT);
+                            }
                         }
-                        _ => matches!(self.tier.make_room(&self.chunks), Ok(n) if n > 0),
-                    };
-                    if !room {
-                        return result;
+                        _ => {
+                            if !matches!(self.tier.make_room(&self.chunks), Ok(n) if n > 0) {
+                                return result;
+                            }
+                        }
                     }
                     refusals = self.chunks.capacity_refusals();
                     result = attempt();
