@@ -308,21 +308,22 @@ fn a_remote_shell_launcher_gets_every_word_quoted() {
     )
     .unwrap();
     std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Storage roots whose path is shell syntax there: a space, `;` and `${IFS}`.
+    let odd = "pool dir;touch${IFS}pwned;x";
     let settings = std::fs::read_to_string(site.path("bb.toml"))
         .unwrap()
         .replace(
             "launcher = \"{cmd}\"",
             &format!("launcher = \"{} {{host}} {{cmd}}\"", ssh.display()),
+        )
+        .replace(
+            "/pool/{host}/job-{job}",
+            &format!("/{odd}/{{host}}/job-{{job}}"),
         );
+    assert!(settings.contains(odd), "{settings}");
     std::fs::write(site.path("bb.toml"), settings).unwrap();
-    // A backend directory whose name is shell syntax.
-    let odd = site.path("pfs/run;touch${IFS}pwned;x");
-    std::fs::create_dir(&odd).unwrap();
-    std::os::unix::fs::chown(&odd, Some(NOBODY), Some(NOBODY)).unwrap();
-    std::fs::write(odd.join("f"), b"odd data").unwrap();
-    let link = format!("link /d={}", odd.display());
-    let script = site.script(&["capacity=64M pool=io", &link, "stage_in /d/f"]);
-    site.bb_ok(&["job-process", s(&script)]);
+    let link = format!("link /d={}", site.path("pfs/run").display());
+    let script = site.script(&["capacity=64M pool=io", &link, "stage_in /d/in/a.dat"]);
     site.bb_ok(&[
         "setup",
         "56",
@@ -332,11 +333,15 @@ fn a_remote_shell_launcher_gets_every_word_quoted() {
         "67108864",
         s(&script),
     ]);
-    site.bb_ok(&["data-in", "56", s(&script)]);
     assert!(
         !there.join("pwned").exists(),
-        "a word of the job's reached the remote shell as a command"
+        "a word of the command reached the remote shell as a command"
     );
+    for host in ["io1", "io2", "io3"] {
+        let root = site.path(&format!("{odd}/{host}/job-56"));
+        assert_eq!(mode_of(&root), (NOBODY, 0o700), "{}", root.display());
+    }
+    site.bb_ok(&["data-in", "56", s(&script)]);
     site.bb_ok(&["teardown", "56", s(&script), "false"]);
 }
 

@@ -126,7 +126,8 @@ fn session_config(opts: &MountOptions) -> fuser::Config {
         MountOption::DefaultPermissions,
         // Whoever holds the deployment's secret (the job's user) can give an entry any owner,
         // mode or device number by talking to the daemons directly: a set-uid root program
-        // or a device node in the namespace must mean nothing on a mount root made.
+        // or a device node in the namespace must mean nothing on a mount root made. fuser
+        // defaults to both; said here so that no change of options or library loses them.
         MountOption::NoSuid,
         MountOption::NoDev,
     ];
