@@ -252,10 +252,7 @@ fn failures_name_what_went_wrong() {
 fn pools_are_measured_by_the_inventory() {
     let site = Site::new(&format!("inventory = \"{}\"", "INV"), "");
     let inv = site.path("inventory.db");
-    let text = std::fs::read_to_string(site.path("bb.toml"))
-        .unwrap()
-        .replace("\"INV\"", &format!("\"{}\"", inv.display()));
-    std::fs::write(site.path("bb.toml"), text).unwrap();
+    site.edit_settings("\"INV\"", &format!("\"{}\"", inv.display()));
     std::fs::create_dir_all(site.path("pool")).unwrap();
     std::fs::create_dir_all(site.path("nodes")).unwrap();
     for (node, dir) in [

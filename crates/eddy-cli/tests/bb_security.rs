@@ -222,16 +222,13 @@ fn paths_are_looked_at_as_the_job_user_sees_them() {
     require::fuse();
     let site = Site::new("", "capacity = \"1GiB\"");
     let pfs = site.path("pfs/run");
-    let settings = std::fs::read_to_string(site.path("bb.toml"))
-        .unwrap()
-        .replace(
-            "launcher = \"{cmd}\"",
-            &format!(
-                "launcher = \"{{cmd}}\"\nbackend_roots = [\"{}\"]",
-                pfs.display()
-            ),
-        );
-    std::fs::write(site.path("bb.toml"), settings).unwrap();
+    site.edit_settings(
+        "launcher = \"{cmd}\"",
+        &format!(
+            "launcher = \"{{cmd}}\"\nbackend_roots = [\"{}\"]",
+            pfs.display()
+        ),
+    );
     // A source under a directory only root may enter: "there" for root, not for the user.
     let secret_dir = site.path("pfs/run/root-only");
     std::fs::create_dir(&secret_dir).unwrap();
@@ -310,18 +307,14 @@ fn a_remote_shell_launcher_gets_every_word_quoted() {
     std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
     // Storage roots whose path is shell syntax there: a space, `;` and `${IFS}`.
     let odd = "pool dir;touch${IFS}pwned;x";
-    let settings = std::fs::read_to_string(site.path("bb.toml"))
-        .unwrap()
-        .replace(
-            "launcher = \"{cmd}\"",
-            &format!("launcher = \"{} {{host}} {{cmd}}\"", ssh.display()),
-        )
-        .replace(
-            "/pool/{host}/job-{job}",
-            &format!("/{odd}/{{host}}/job-{{job}}"),
-        );
-    assert!(settings.contains(odd), "{settings}");
-    std::fs::write(site.path("bb.toml"), settings).unwrap();
+    site.edit_settings(
+        "launcher = \"{cmd}\"",
+        &format!("launcher = \"{} {{host}} {{cmd}}\"", ssh.display()),
+    );
+    site.edit_settings(
+        "/pool/{host}/job-{job}",
+        &format!("/{odd}/{{host}}/job-{{job}}"),
+    );
     let link = format!("link /d={}", site.path("pfs/run").display());
     let script = site.script(&["capacity=64M pool=io", &link, "stage_in /d/in/a.dat"]);
     site.bb_ok(&[
@@ -383,15 +376,13 @@ fn daemon_roots_in_open_directories_are_refused() {
     let open = site.path("open");
     std::fs::create_dir(&open).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let settings = std::fs::read_to_string(site.path("bb.toml")).unwrap();
-    let settings = settings.replace(
+    site.edit_settings(
         &format!(
             "root = \"{}/pool/{{host}}/job-{{job}}\"",
             site.dir.path().display()
         ),
         &format!("root = \"{}/job-{{job}}-{{host}}\"", open.display()),
     );
-    std::fs::write(site.path("bb.toml"), settings).unwrap();
     let precious = site.path("precious");
     std::fs::create_dir(&precious).unwrap();
     for host in ["io1", "io2", "io3"] {
@@ -428,12 +419,7 @@ fn set_uid_programs_and_devices_mean_nothing_on_a_root_mount() {
     std::fs::copy("/usr/bin/id", &id).unwrap();
     std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o4755)).unwrap();
     assert_eq!(mode_of(&id), (0, 0o4755));
-    let out = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        .arg(&id)
-        .arg("-u")
-        .output()
-        .unwrap();
+    let out = common::as_user(NOBODY).arg(&id).arg("-u").output().unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
@@ -457,16 +443,8 @@ fn a_job_holds_no_more_than_it_was_charged() {
     let mnt = site.path("mnt/59");
     site.bb_ok(&["node-mount", s(&site.path("jobs/59/state")), s(&mnt)]);
     let dd = |name: &str, mib: u32| {
-        Command::new("setpriv")
-            .args([
-                "--reuid",
-                "65534",
-                "--regid",
-                "65534",
-                "--clear-groups",
-                "dd",
-            ])
-            .arg("if=/dev/zero")
+        common::as_user(NOBODY)
+            .args(["dd", "if=/dev/zero"])
             .arg(format!("of={}", mnt.join(name).display()))
             .args(["bs=64K", &format!("count={}", mib * 16)])
             .output()

@@ -468,14 +468,19 @@ fn bad_requests_are_refused_or_held_in_words() {
         .map(|i| format!("link /p{i}=/pfs/{i}"))
         .collect();
     let links: Vec<&str> = links.iter().map(String::as_str).collect();
-    let started = Instant::now();
-    let err = cluster
-        .sbatch(&site.script(1, &links, "true"), &[], Some(USER))
-        .unwrap_err();
-    eprintln!(
-        "sbatch of 20,000 #EDDY link lines refused in {:?}",
-        started.elapsed()
-    );
+    // Submits a script of these `#EDDY` lines, which must be refused; says how fast.
+    let refused = |lines: &[&str], what: &str| {
+        let started = Instant::now();
+        let err = cluster
+            .sbatch(&site.script(1, lines, "true"), &[], Some(USER))
+            .unwrap_err();
+        eprintln!(
+            "sbatch of {what} refused in {:?}: {err:.200}",
+            started.elapsed()
+        );
+        err
+    };
+    let err = refused(&links, "20,000 #EDDY link lines");
     assert!(
         err.contains("more than 1000 #EDDY lines"),
         "sbatch said: {err:.500}\n{}",
@@ -484,14 +489,7 @@ fn bad_requests_are_refused_or_held_in_words() {
     // 200,000 lines: refused by the site's bound on a script's size before Slurm reads
     // them (docs/slurm-admin.md: Slurm's own reading alone would take seconds).
     let lines: Vec<&str> = std::iter::repeat_n("nodes=1", 200_000).collect();
-    let started = Instant::now();
-    let err = cluster
-        .sbatch(&site.script(1, &lines, "true"), &[], Some(USER))
-        .unwrap_err();
-    eprintln!(
-        "sbatch of 200,000 #EDDY lines refused in {:?}: {err:.200}",
-        started.elapsed()
-    );
+    let err = refused(&lines, "200,000 #EDDY lines");
     assert!(!err.contains("timed out"), "sbatch said: {err:.500}");
     // A pool job says its capacity; one given below the first command is refused.
     let err = cluster

@@ -45,17 +45,6 @@ async fn write_file(c: &Client, path: &str, data: &[u8]) -> u128 {
     f.file_id()
 }
 
-async fn read_all(c: &Client, path: &str) -> Vec<u8> {
-    let f = c
-        .open(path, libc::O_RDONLY, 0, Creds::root())
-        .await
-        .unwrap();
-    let size = c.fstat(&f).await.unwrap().size;
-    let data = c.pread(&f, 0, size as usize).await.unwrap();
-    c.close(&f).await.unwrap();
-    data
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_share_one_file_and_its_data_goes_with_the_last() {
     let cl = Cluster::start_with(3, common::shared_config());
@@ -79,7 +68,7 @@ async fn names_share_one_file_and_its_data_goes_with_the_last() {
             (id, 3, data.len() as u64),
             "{name}"
         );
-        assert_eq!(read_all(&c, name).await, data, "{name}");
+        assert_eq!(common::read_all(&c, name).await, data, "{name}");
     }
     // Writes, attributes and extended attributes through one name show through the others.
     let f = c
@@ -116,7 +105,7 @@ async fn names_share_one_file_and_its_data_goes_with_the_last() {
     c.unlink(&other, root).await.unwrap();
     assert_eq!(c.stat("/a/g").await.unwrap().nlink, 1);
     assert!(chunk_files(&cl, id) > 0);
-    assert_eq!(read_all(&c, "/a/g").await.len() as u64, size);
+    assert_eq!(common::read_all(&c, "/a/g").await.len() as u64, size);
     c.unlink("/a/g", root).await.unwrap();
     assert_eq!(chunk_files(&cl, id), 0, "the last name took the data");
     assert_eq!(errno(c.stat("/a/g").await), libc::ENOENT);
@@ -137,10 +126,10 @@ async fn rename_over_and_between_names() {
     assert_eq!(c.stat("/x2").await.unwrap().nlink, 2);
     // A file renamed over one name of a linked file: that file loses a name, not its data.
     c.rename("/x", "/y", root).await.unwrap();
-    assert_eq!(read_all(&c, "/y").await, b"xxxx");
+    assert_eq!(common::read_all(&c, "/y").await, b"xxxx");
     assert_eq!(c.stat("/y").await.unwrap().file_id, x);
     assert_eq!(c.stat("/y2").await.unwrap().nlink, 1);
-    assert_eq!(read_all(&c, "/y2").await, b"yyyy");
+    assert_eq!(common::read_all(&c, "/y2").await, b"yyyy");
     assert!(chunk_files(&cl, y) > 0);
     // A name renamed into a directory keeps pointing at the file.
     c.mkdir("/d", 0o755, root).await.unwrap();
@@ -150,7 +139,7 @@ async fn rename_over_and_between_names() {
     assert_eq!(c.stat("/e/x3").await.unwrap().file_id, x);
     c.unlink("/y", root).await.unwrap();
     assert_eq!(c.stat("/e/x3").await.unwrap().nlink, 1);
-    assert_eq!(read_all(&c, "/e/x3").await, b"xxxx");
+    assert_eq!(common::read_all(&c, "/e/x3").await, b"xxxx");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +223,7 @@ async fn names_and_counts_survive_kill_9_of_every_daemon() {
     for name in ["/f", "/g", "/h"] {
         let i = c.stat(name).await.unwrap();
         assert_eq!((i.file_id, i.nlink), (id, 3), "{name}");
-        assert_eq!(read_all(&c, name).await, data, "{name}");
+        assert_eq!(common::read_all(&c, name).await, data, "{name}");
     }
 }
 

@@ -11,7 +11,6 @@ use common::require;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 /// The other user: nobody on Debian.
 const OTHER: u32 = 65534;
@@ -40,21 +39,10 @@ fn sharing_config(dir: &Path) -> PathBuf {
     path
 }
 
-/// Runs `script` with sh as uid and gid `OTHER`, no supplementary groups, from /.
-fn as_other(script: &str) -> Output {
-    Command::new("setpriv")
-        .arg(format!("--reuid={OTHER}"))
-        .arg(format!("--regid={OTHER}"))
-        .args(["--clear-groups", "sh", "-c", script])
-        .current_dir("/")
-        .output()
-        .expect("run setpriv")
-}
-
-/// Like `as_other`, but the script must succeed; returns its stdout.
+/// Runs `script` as `OTHER` (`common::sh_as_user`); it must succeed; returns its stdout.
 #[track_caller]
 fn other_ok(script: &str) -> String {
-    let out = as_other(script);
+    let out = common::sh_as_user(OTHER, script);
     assert!(
         out.status.success(),
         "as uid {OTHER}: `{script}` failed:\n{}",
@@ -66,7 +54,7 @@ fn other_ok(script: &str) -> String {
 /// The script must fail with EACCES ("Permission denied").
 #[track_caller]
 fn other_denied(script: &str) {
-    let out = as_other(script);
+    let out = common::sh_as_user(OTHER, script);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("Permission denied"),
@@ -185,7 +173,7 @@ fn owner_only_keeps_other_users_out_and_root_mounts_let_them_in_by_default() {
     assert!(!mountinfo(&private).contains("allow_other"));
     fs::write(private.join("f"), "x").unwrap();
     other_denied(&format!("ls {}", s(&private)));
-    let cd = as_other(&format!("cd {}", s(&private)));
+    let cd = common::sh_as_user(OTHER, &format!("cd {}", s(&private)));
     assert!(!cd.status.success(), "{}", text(&cd));
     other_denied(&format!("cat {}/f", s(&private)));
     ok(&["umount", s(&private)]);

@@ -12,22 +12,11 @@ use eddy_client::{Client, Creds};
 use eddy_config::{Config, FileMode, Link};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const CHUNK: u64 = 64 * 1024;
 /// Each daemon's capacity in the capacity tests: eight chunks.
 const CAPACITY: u64 = 8 * CHUNK;
-
-/// Runs `script` with sh as `uid` (gid the same, no supplementary groups), from /.
-fn as_user(uid: u32, script: &str) -> Output {
-    Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .args(["--clear-groups", "sh", "-c", script])
-        .current_dir("/")
-        .output()
-        .expect("run setpriv")
-}
 
 fn out_text(o: &Output) -> String {
     format!(
@@ -112,14 +101,14 @@ fn daemon_roots_hold_nothing_other_users_may_read_write_or_search() {
     );
     // Another user cannot read a chunk file, nor list a root.
     let chunk = chunk_files[0].display().to_string();
-    let out = as_user(65534, &format!("cat '{chunk}' > /dev/null"));
+    let out = common::sh_as_user(65534, &format!("cat '{chunk}' > /dev/null"));
     assert!(
         !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
         "reading {chunk} as nobody: {}",
         out_text(&out)
     );
     let root = m.cluster.root_of(0).display().to_string();
-    let out = as_user(65534, &format!("ls '{root}'"));
+    let out = common::sh_as_user(65534, &format!("ls '{root}'"));
     assert!(!out.status.success(), "listing {root}: {}", out_text(&out));
 }
 
@@ -161,7 +150,7 @@ fn the_namespace_root_is_closed_to_other_users_unless_root_mode_opens_it() {
     let a = std::fs::metadata(m.path("a")).unwrap();
     assert_eq!((a.uid(), a.mode() & 0o7777), (65534, 0o700));
     // The owner lists, enters and writes.
-    let out = as_user(
+    let out = common::sh_as_user(
         65534,
         &format!("ls '{mnt}' && echo hi > '{mnt}/mine' && cat '{mnt}/mine'"),
     );
@@ -173,7 +162,7 @@ fn the_namespace_root_is_closed_to_other_users_unless_root_mode_opens_it() {
         format!("cat '{mnt}/mine'"),
         format!("ls '{mnt}/a/b/in'"),
     ] {
-        let out = as_user(65533, &script);
+        let out = common::sh_as_user(65533, &script);
         // (dash's `cd` says only "can't cd".)
         let denied = script.starts_with("cd ")
             || String::from_utf8_lossy(&out.stderr).contains("Permission denied");
@@ -191,7 +180,7 @@ fn the_namespace_root_is_closed_to_other_users_unless_root_mode_opens_it() {
         std::fs::metadata(m.mnt.path()).unwrap().mode() & 0o7777,
         0o755
     );
-    let out = as_user(65533, &format!("ls '{mnt}' && cd '{mnt}'"));
+    let out = common::sh_as_user(65533, &format!("ls '{mnt}' && cd '{mnt}'"));
     assert!(out.status.success(), "root_mode 0755: {}", out_text(&out));
 }
 
@@ -202,23 +191,6 @@ async fn write_file(c: &Client, path: &str, data: &[u8]) -> Result<(), eddy_clie
     let r = c.pwrite(&f, 0, data).await.map(|_| ());
     let closed = c.close(&f).await;
     r.and(closed)
-}
-
-async fn read_file(c: &Client, path: &str) -> Vec<u8> {
-    let f = c
-        .open(path, libc::O_RDONLY, 0, Creds::root())
-        .await
-        .unwrap_or_else(|e| panic!("open {path}: {e:?}"));
-    let mut out = Vec::new();
-    loop {
-        let piece = c.pread(&f, out.len() as u64, 1 << 20).await.unwrap();
-        if piece.is_empty() {
-            break;
-        }
-        out.extend_from_slice(&piece);
-    }
-    c.close(&f).await.unwrap();
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -245,7 +217,7 @@ async fn library_writes_past_the_capacity_get_enospc_and_removal_makes_room() {
     assert!(at >= 8, "refused after only {at} chunks");
     for (path, data) in &written {
         assert!(
-            read_file(&c, path).await == *data,
+            common::read_all(&c, path).await == *data,
             "{path} reads back intact"
         );
     }
@@ -260,7 +232,7 @@ async fn library_writes_past_the_capacity_get_enospc_and_removal_makes_room() {
     }
     let data = common::pattern(99, 0, 3 * CHUNK as usize);
     write_file(&c, "/again", &data).await.unwrap();
-    assert!(read_file(&c, "/again").await == data);
+    assert!(common::read_all(&c, "/again").await == data);
     // A fallocate past the capacity is refused the same way.
     let f = c.create("/big", 0o644, false, Creds::root()).await.unwrap();
     let e = errno(c.allocate(&f, 0, 40 * CHUNK, false).await);
@@ -313,7 +285,10 @@ async fn a_stage_in_past_the_capacity_evicts_clean_chunks_while_dirty_data_gets_
         "a stage-in of 3 x the capacity evicted nothing"
     );
     for (path, data) in &files {
-        assert!(read_file(&c, path).await == *data, "{path} reads back");
+        assert!(
+            common::read_all(&c, path).await == *data,
+            "{path} reads back"
+        );
     }
     // Dirty data is not written back to make room: past the capacity it is refused.
     let mut refused = None;

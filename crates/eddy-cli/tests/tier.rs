@@ -100,27 +100,6 @@ async fn wait_for(c: &Client, f: impl Fn(u64) -> bool, fig: fn(&TierStatus) -> u
     }
 }
 
-/// Reads a whole file through the library.
-async fn read_all(c: &Client, path: &str) -> Vec<u8> {
-    let f = c
-        .open(path, libc::O_RDONLY, 0, Creds::root())
-        .await
-        .unwrap_or_else(|e| panic!("open {path}: {e:?}"));
-    let mut out = Vec::new();
-    loop {
-        let piece = c
-            .pread(&f, out.len() as u64, 4 * MIB)
-            .await
-            .unwrap_or_else(|e| panic!("read {path} at {}: {e:?}", out.len()));
-        if piece.is_empty() {
-            break;
-        }
-        out.extend_from_slice(&piece);
-    }
-    c.close(&f).await.unwrap();
-    out
-}
-
 /// Creates (or opens) a file through the library and writes `data` in 1 MiB pieces.
 async fn write_all(c: &Client, path: &str, data: &[u8], fsync: bool) {
     let f = c
@@ -569,7 +548,7 @@ async fn one_fetch_per_cold_chunk_and_read_ahead_for_sequential_readers() {
         "chunks fetched ahead were fetched again"
     );
     // The rest of the file, sequentially, is right too.
-    same(&read_all(&c, "/seq.bin").await, &seq, "seq.bin");
+    same(&common::read_all(&c, "/seq.bin").await, &seq, "seq.bin");
 }
 
 /// A file changed in the backend after it was read (new contents, size and mtime) is read
@@ -593,11 +572,11 @@ async fn backend_changes_are_seen_on_the_next_open() {
     };
 
     // Through the library: /f.
-    same(&read_all(&c, "/f").await, &a, "f before the change");
+    same(&common::read_all(&c, "/f").await, &a, "f before the change");
     let b = random_bytes(333_333);
     change(&f, &b, 1_500_000_100, 5);
     same(
-        &read_all(&c, "/f").await,
+        &common::read_all(&c, "/f").await,
         &b,
         "f after it grew in the backend",
     );
@@ -607,7 +586,11 @@ async fn backend_changes_are_seen_on_the_next_open() {
     // Smaller: nothing of the old generation shows past the new end.
     let small = random_bytes(70_000);
     change(&f, &small, 1_500_000_200, 0);
-    same(&read_all(&c, "/f").await, &small, "f after it shrank");
+    same(
+        &common::read_all(&c, "/f").await,
+        &small,
+        "f after it shrank",
+    );
     let h = c
         .open("/f", libc::O_RDONLY, 0, Creds::root())
         .await
@@ -880,7 +863,7 @@ async fn fsynced_dirty_data_survives_kill_9_and_reaches_the_backend() {
     );
     for (p, want) in &expect {
         same(
-            &read_all(&c, &format!("/{p}")).await,
+            &common::read_all(&c, &format!("/{p}")).await,
             want,
             &format!("{p} after restart"),
         );
@@ -928,14 +911,14 @@ async fn eviction_keeps_each_daemon_within_its_capacity() {
     }
     for (i, want) in inputs.iter().enumerate() {
         same(
-            &read_all(&c, &format!("/in/r{i}")).await,
+            &common::read_all(&c, &format!("/in/r{i}")).await,
             want,
             &format!("in/r{i}"),
         );
     }
     for (i, want) in outputs.iter().enumerate() {
         same(
-            &read_all(&c, &format!("/out/w{i}")).await,
+            &common::read_all(&c, &format!("/out/w{i}")).await,
             want,
             &format!("out/w{i}"),
         );
@@ -1019,7 +1002,7 @@ async fn pinned_stage_in_survives_cache_pressure_until_unpinned() {
 
     // 200 MiB of other data.
     for i in 0..20 {
-        let got = read_all(&c, &format!("/other/o{i}")).await;
+        let got = common::read_all(&c, &format!("/other/o{i}")).await;
         same(
             &got,
             &std::fs::read(b.join(format!("other/o{i}"))).unwrap(),
@@ -1032,7 +1015,7 @@ async fn pinned_stage_in_survives_cache_pressure_until_unpinned() {
     assert_eq!(pins_after, pins, "pinned bytes per daemon changed");
     let fetched = total(&c, |t| t.fetches).await;
     for (p, want) in &pinned {
-        same(&read_all(&c, &format!("/{p}")).await, want, p);
+        same(&common::read_all(&c, &format!("/{p}")).await, want, p);
     }
     assert_eq!(
         total(&c, |t| t.fetches).await,
@@ -1044,11 +1027,11 @@ async fn pinned_stage_in_survives_cache_pressure_until_unpinned() {
     assert_eq!(unpinned, (20 * MIB / (64 * KIB)) as u64, "chunks unpinned");
     assert_eq!(total(&c, |t| t.pinned_bytes).await, 0);
     for i in 0..12 {
-        read_all(&c, &format!("/other/o{i}")).await;
+        common::read_all(&c, &format!("/other/o{i}")).await;
     }
     let fetched = total(&c, |t| t.fetches).await;
     for (p, want) in &pinned {
-        same(&read_all(&c, &format!("/{p}")).await, want, p);
+        same(&common::read_all(&c, &format!("/{p}")).await, want, p);
     }
     assert!(
         total(&c, |t| t.fetches).await > fetched,
@@ -1115,7 +1098,7 @@ async fn stage_out_into_a_read_only_backend_fails_per_file_and_loses_nothing() {
         );
         for (p, want) in &expect {
             same(
-                &read_all(&c, &format!("/{p}")).await,
+                &common::read_all(&c, &format!("/{p}")).await,
                 want,
                 &format!("{p} while read-only"),
             );
@@ -1197,7 +1180,11 @@ async fn hung_backend_gives_eio_in_time_and_scratch_keeps_working() {
     c.mkdir("/scratch", 0o755, me).await.unwrap();
     let s = random_bytes(300_000);
     write_all(&c, "/scratch/s", &s, true).await;
-    same(&read_all(&c, "/scratch/s").await, &s, "scratch file");
+    same(
+        &common::read_all(&c, "/scratch/s").await,
+        &s,
+        "scratch file",
+    );
     assert_eq!(names(&c, "/scratch").await, ["s"]);
     c.rename("/scratch/s", "/scratch/t", me).await.unwrap();
     c.unlink("/scratch/t", me).await.unwrap();
@@ -1233,7 +1220,7 @@ async fn hung_backend_gives_eio_in_time_and_scratch_keeps_working() {
         .expect("read after thaw");
     same(&got, &data[10 * cs..10 * cs + 1000], "chunk 10 after thaw");
     same(
-        &read_all(&c, "/data/f").await,
+        &common::read_all(&c, "/data/f").await,
         &data,
         "whole file after thaw",
     );
@@ -1269,8 +1256,8 @@ async fn two_linked_prefixes_on_two_backends() {
     assert_eq!(names(&c, "/b").await, ["dir", "only-b"]);
     assert_eq!(names(&c, "/a/dir").await, ["x"]);
     assert_eq!(names(&c, "/b/dir").await, ["y"]);
-    same(&read_all(&c, "/a/only-a").await, &a1, "/a/only-a");
-    same(&read_all(&c, "/b/dir/y").await, &b2, "/b/dir/y");
+    same(&common::read_all(&c, "/a/only-a").await, &a1, "/a/only-a");
+    same(&common::read_all(&c, "/b/dir/y").await, &b2, "/b/dir/y");
     assert_eq!(common::errno(c.stat("/a/only-b").await), libc::ENOENT);
     assert_eq!(common::errno(c.stat("/b/only-a").await), libc::ENOENT);
 

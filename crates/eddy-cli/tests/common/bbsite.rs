@@ -50,6 +50,15 @@ impl Site {
         self.dir.path().join(rel)
     }
 
+    /// Replaces `from` (which must be there) with `to` in the settings file.
+    #[track_caller]
+    pub fn edit_settings(&self, from: &str, to: &str) {
+        let file = self.path("bb.toml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains(from), "no {from:?} in the settings:\n{text}");
+        std::fs::write(&file, text.replace(from, to)).unwrap();
+    }
+
     pub fn script(&self, lines: &[&str]) -> PathBuf {
         let text: String = lines.iter().map(|l| format!("#EDDY {l}\n")).collect();
         let p = self.path(&format!("script-{}.sh", text.len()));

@@ -223,6 +223,47 @@ fn log_path(d: &DaemonEntry) -> PathBuf {
     std::env::temp_dir().join(format!("eddyd{flat}.log"))
 }
 
+/// `setpriv` set to run a program as `uid` (gid the same, no supplementary groups): the
+/// caller adds the program and its arguments.
+pub fn as_user(uid: u32) -> Command {
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups");
+    c
+}
+
+/// Runs `script` with sh as `uid` (see `as_user`), from /.
+pub fn sh_as_user(uid: u32, script: &str) -> std::process::Output {
+    as_user(uid)
+        .args(["sh", "-c", script])
+        .current_dir("/")
+        .output()
+        .expect("run setpriv")
+}
+
+/// Reads a whole file through the library, in pieces of 4 MiB, as root.
+pub async fn read_all(c: &Client, path: &str) -> Vec<u8> {
+    let root = eddy_client::Creds::root();
+    let f = c
+        .open(path, libc::O_RDONLY, 0, root)
+        .await
+        .unwrap_or_else(|e| panic!("open {path}: {e:?}"));
+    let mut out = Vec::new();
+    loop {
+        let piece = c
+            .pread(&f, out.len() as u64, 4 << 20)
+            .await
+            .unwrap_or_else(|e| panic!("read {path} at {}: {e:?}", out.len()));
+        if piece.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&piece);
+    }
+    c.close(&f).await.unwrap();
+    out
+}
+
 /// Deterministic bytes for (seed, offset): a fast but wrong system cannot fake them.
 pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
     (0..len as u64)
