@@ -14,17 +14,27 @@ use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-/// Resolves `path` (which must exist) and checks that no user but root (or the user this
-/// process runs as, e.g. Slurm's SlurmUser) can change what it names: every directory on the
-/// way, and the entry itself, is theirs and writable by its owner only, or sticky with the
-/// next entry theirs (as `/tmp` holding a root-owned directory). Returns the resolved path.
-pub fn trusted_dir(path: &Path) -> Result<PathBuf> {
+/// The user and group this process runs as: root, or Slurm's SlurmUser.
+pub fn me() -> (u32, u32) {
+    (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    )
+}
+
+/// Makes `path` if missing (as `create_dir_all`), resolves it and checks that no user but
+/// root (or the user this process runs as, e.g. Slurm's SlurmUser) can change what it names:
+/// every directory on the way, and the entry itself, is theirs and writable by its owner
+/// only, or sticky with the next entry theirs (as `/tmp` holding a root-owned directory).
+/// Returns the resolved directory, open.
+pub fn trusted_dir(path: &Path) -> Result<DirFd> {
+    std::fs::create_dir_all(path).with_context(|| format!("cannot create {}", path.display()))?;
     let canon = std::fs::canonicalize(path)
         .with_context(|| format!("cannot resolve {}", path.display()))?;
     // Every entry on the way is root's, so no one else can rename or replace the next one
     // (in a sticky directory such as /tmp, only an entry's owner can); and none but a sticky
     // one is writable by others, so no one else can add or remove entries in it.
-    let me = nix::unistd::geteuid().as_raw();
+    let (me, _) = me();
     let check = |p: &Path| -> Result<bool> {
         let st =
             nix::sys::stat::lstat(p).with_context(|| format!("cannot stat {}", p.display()))?;
@@ -59,10 +69,11 @@ pub fn trusted_dir(path: &Path) -> Result<PathBuf> {
             canon.display()
         );
     }
-    Ok(canon)
+    DirFd::open(&canon)
 }
 
 /// A directory held open by descriptor, opened without following a link.
+#[derive(Debug)]
 pub struct DirFd {
     fd: OwnedFd,
     path: PathBuf,
@@ -87,6 +98,10 @@ impl DirFd {
             fd,
             path: path.to_owned(),
         })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     pub fn stat(&self) -> Result<FileStat> {
@@ -231,7 +246,7 @@ mod tests {
 
     #[test]
     fn trusted_dirs_are_roots_and_closed() {
-        assert_eq!(trusted_dir(Path::new("/")).unwrap(), PathBuf::from("/"));
+        assert_eq!(trusted_dir(Path::new("/")).unwrap().path(), Path::new("/"));
         let e = trusted_dir(Path::new("/tmp")).unwrap_err().to_string();
         assert!(e.contains("writable by others"), "{e}");
         if root_only() {

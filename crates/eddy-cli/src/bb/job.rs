@@ -69,23 +69,22 @@ impl JobDir {
     }
 
     /// Makes the directory (root's, 0711: the user may pass through to `user/` only), the
-    /// deployment's state directory (root's, 0700) and the user's (the user's, 0700), through descriptors: the site's state directory must be
-    /// root's and closed to others, an existing job directory root's, an existing `user/` the
-    /// job user's; a link planted at either is refused, never followed.
+    /// deployment's state directory (root's, 0700) and the user's (the user's, 0700),
+    /// through descriptors: the site's state directory must be root's and closed to others,
+    /// an existing job directory root's, an existing `user/` the job user's; a link planted
+    /// at either is refused, never followed.
     pub fn create(&self, uid: u32, gid: u32) -> Result<()> {
         let parent = self.dir.parent().context("a job directory has a parent")?;
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("cannot create {}", parent.display()))?;
-        crate::secure::trusted_dir(parent)
+        let state_dir = crate::secure::trusted_dir(parent)
             .with_context(|| format!("the site's state_dir {}", parent.display()))?;
         let name = self
             .dir
             .file_name()
             .and_then(|n| n.to_str())
             .context("a job directory is named by its job id")?;
-        let (me, my_group) = (nix::unistd::geteuid(), nix::unistd::getegid());
-        let dir = DirFd::open(parent)?.child_dir(name, 0o711, me.as_raw(), my_group.as_raw())?;
-        dir.child_dir("state", 0o700, me.as_raw(), my_group.as_raw())?;
+        let (me, my_group) = crate::secure::me();
+        let dir = state_dir.child_dir(name, 0o711, me, my_group)?;
+        dir.child_dir("state", 0o700, me, my_group)?;
         dir.child_dir("user", 0o700, uid, gid)?;
         Ok(())
     }
@@ -105,8 +104,8 @@ impl JobDir {
 
     /// Writes a file of root's in the job's directory (mode 0600, atomically).
     pub fn write_private(&self, name: &str, data: &[u8]) -> Result<()> {
-        let (me, my_group) = (nix::unistd::geteuid(), nix::unistd::getegid());
-        DirFd::open(&self.dir)?.write_file(name, data, 0o600, me.as_raw(), my_group.as_raw())
+        let (me, my_group) = crate::secure::me();
+        DirFd::open(&self.dir)?.write_file(name, data, 0o600, me, my_group)
     }
 
     /// Gives the job's user a private copy of the deployment file (with the secret): the

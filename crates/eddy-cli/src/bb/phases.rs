@@ -8,6 +8,7 @@ use super::job::{DaemonPlace, JobDir, JobRecord};
 use super::nodes;
 use super::site::Site;
 use crate::cli::{StageInArgs, StageOutArgs, StartArgs, StateArgs, StopArgs};
+use crate::secure::DirFd;
 use crate::start::{fill, parse_hosts, HostLine};
 use crate::state::StateDir;
 use crate::status::human_bytes;
@@ -333,8 +334,9 @@ pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
     let parent = trusted_mount_parent(mount)?;
     let name = mount
         .file_name()
+        .and_then(|n| n.to_str())
         .with_context(|| format!("mount point {} has no name", mount.display()))?;
-    let target = parent.join(name);
+    let target = parent.path().join(name);
     let _held = MountLock::take(&target)?;
     if crate::mounts::is_fuse_mounted(&target)? {
         // Only root mounts in the trusted parent: is it this deployment's?
@@ -346,7 +348,7 @@ pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
             target.display()
         );
     }
-    make_mount_point(&parent, &target)?;
+    make_mount_point(&parent, name)?;
     let dep = state.load_deployment()?;
     crate::mount::mount_background(
         &state,
@@ -358,26 +360,20 @@ pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
 
 /// The directory holding the mount point `mount` (made if missing), checked to be one no
 /// other user can change: mount(2) follows links, so a link planted at a mount point would
-/// put the job's file system anywhere root can reach. Returns it resolved.
-fn trusted_mount_parent(mount: &Path) -> Result<PathBuf> {
+/// put the job's file system anywhere root can reach. Returns it resolved, open.
+fn trusted_mount_parent(mount: &Path) -> Result<DirFd> {
     let parent = mount
         .parent()
         .with_context(|| format!("mount point {} has no parent", mount.display()))?;
-    std::fs::create_dir_all(parent)
-        .with_context(|| format!("cannot create {}", parent.display()))?;
     crate::secure::trusted_dir(parent)
         .with_context(|| format!("the site's mount points under {}", parent.display()))
 }
 
-/// Makes the mount point (root's) in its trusted parent, or checks the one there is a
+/// Makes the mount point `name` (root's) in its trusted parent, or checks the one there is a
 /// directory of root's, not a link.
-fn make_mount_point(parent: &Path, mount: &Path) -> Result<()> {
-    let name = mount
-        .file_name()
-        .and_then(|n| n.to_str())
-        .with_context(|| format!("mount point {} has no name", mount.display()))?;
-    let (me, my_group) = (nix::unistd::geteuid(), nix::unistd::getegid());
-    crate::secure::DirFd::open(parent)?.child_dir(name, 0o755, me.as_raw(), my_group.as_raw())?;
+fn make_mount_point(parent: &DirFd, name: &str) -> Result<()> {
+    let (me, my_group) = crate::secure::me();
+    parent.child_dir(name, 0o755, me, my_group)?;
     Ok(())
 }
 
