@@ -442,13 +442,8 @@ fn read_ready_line(plan: &Plan, root: &Path, id: u32) -> Result<Option<DaemonEnt
             log.display()
         );
     }
-    Ok(Some(DaemonEntry {
-        id,
-        host: info.host,
-        addr: info.addr,
-        socket: None,
-        root: root.to_owned(),
-    }))
+    // Started with `--socket none`: its entry has no socket.
+    Ok(Some(ready_entry(info, root)))
 }
 
 fn to_id(i: usize) -> Result<u32> {
@@ -459,13 +454,18 @@ fn to_id(i: usize) -> Result<u32> {
 fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
     let ready = eddy_daemon::read_ready(root)
         .with_context(|| format!("cannot read {}", eddy_daemon::ready_path(root).display()))?;
-    Ok(ready.map(|r| DaemonEntry {
-        id: r.id,
-        host: r.host,
-        addr: r.addr,
-        socket: r.socket.map(PathBuf::from),
+    Ok(ready.map(|r| ready_entry(r, root)))
+}
+
+/// A daemon's entry in the deployment from what it said when ready, and its root.
+fn ready_entry(info: eddy_daemon::ReadyInfo, root: &Path) -> DaemonEntry {
+    DaemonEntry {
+        id: info.id,
+        host: info.host,
+        addr: info.addr,
+        socket: info.socket.map(PathBuf::from),
         root: root.to_owned(),
-    }))
+    }
 }
 
 /// Fails with the tail of the log if the process (daemon or launcher) `id` has exited.
