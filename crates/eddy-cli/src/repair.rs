@@ -15,7 +15,7 @@ use crate::procs::{self, log_tail, POLL_INTERVAL};
 use crate::state::StateDir;
 use anyhow::{bail, Context, Result};
 use eddy_client::{Client, Failure};
-use eddy_proto::{DaemonStatus, Reply, Request};
+use eddy_proto::{req, DaemonStatus};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -99,12 +99,11 @@ pub fn repair(args: RepairArgs) -> Result<()> {
         let full = args.full;
         let asks = ids.iter().map(|&id| {
             let client = client.clone();
-            async move { (id, client.call_daemon(id, &Request::Repair { full }).await) }
+            async move { (id, client.call_daemon(id, req::Repair { full }).await) }
         });
         for (id, r) in futures::future::join_all(asks).await {
             match r {
-                Ok(Reply::Ok) => {}
-                Ok(other) => bail!("daemon {id} answered repair with {other:?}"),
+                Ok(()) => {}
                 Err(Failure::Daemon(e)) => bail!("daemon {id} refused to repair: {e}"),
                 // Reported below with what waits for it.
                 Err(Failure::Unreachable(_)) => {}
@@ -211,7 +210,7 @@ pub fn replace(args: ReplaceArgs) -> Result<()> {
     let rt = crate::runtime()?;
     let client = Client::new(dep.clone()).context("the deployment file is not usable")?;
     if rt
-        .block_on(client.call_daemon(args.id, &Request::Status))
+        .block_on(client.call_daemon(args.id, req::Status))
         .is_ok()
     {
         bail!(

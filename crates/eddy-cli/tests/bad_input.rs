@@ -7,6 +7,7 @@ mod common;
 use common::{pattern, Cluster};
 use eddy_client::{Client, Creds};
 use eddy_config::Deployment;
+use eddy_proto::req;
 use rand::{Rng, SeedableRng};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -152,7 +153,7 @@ async fn a_client_that_never_reads_stalls_only_itself() {
     // unanswered requests.
     const N: u64 = 2_000;
     let mut w = s.try_clone().unwrap();
-    let read = eddy_proto::Request::Read {
+    let read = eddy_proto::Request::Read(req::Read {
         file_id: 7,
         pieces: vec![eddy_proto::Piece {
             chunk: 0,
@@ -160,7 +161,7 @@ async fn a_client_that_never_reads_stalls_only_itself() {
             len: 65_536,
         }],
         backing: None,
-    };
+    });
     let body = eddy_proto::encode(&read).unwrap();
     let served = |st: Vec<(u32, Result<eddy_client::DaemonStatus, eddy_client::Errno>)>| {
         st[0].1.as_ref().map(|s| s.requests).unwrap()

@@ -11,6 +11,7 @@ use common::raw::{authenticated, call};
 use common::{pattern, test_config, Cluster, Mounted};
 use eddy_client::{Client, Creds};
 use eddy_config::Config;
+use eddy_proto::req;
 use eddy_proto::{checksum, FileId, Piece, Request};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -320,12 +321,14 @@ async fn a_payload_damaged_in_flight_is_refused_and_nothing_is_stored() {
     let mut damaged = data.clone();
     damaged[20_000] ^= 1;
     let mut s = authenticated(&cl.dep, 0);
-    let write = |data: &[u8], sums: Vec<u32>| Request::Write {
-        file_id: 77,
-        pieces: pieces.clone(),
-        sums,
-        data: data.to_vec().into(),
-        backing: None,
+    let write = |data: &[u8], sums: Vec<u32>| {
+        Request::Write(req::Write {
+            file_id: 77,
+            pieces: pieces.clone(),
+            sums,
+            data: data.to_vec().into(),
+            backing: None,
+        })
     };
     let e = call(&mut s, 1, &write(&damaged, sums.clone())).unwrap_err();
     assert_eq!(e.errno, libc::EIO, "{e}");
@@ -339,11 +342,11 @@ async fn a_payload_damaged_in_flight_is_refused_and_nothing_is_stored() {
     assert!(data_files(&cl, 77).is_empty(), "nothing stored");
     // The same connection still serves: the good payload is written and reads back checked.
     call(&mut s, 3, &write(&data, sums)).unwrap();
-    let read = Request::Read {
+    let read = Request::Read(req::Read {
         file_id: 77,
         pieces: pieces.clone(),
         backing: None,
-    };
+    });
     match call(&mut s, 4, &read).unwrap() {
         eddy_proto::Reply::Checked { data: got, sums } => {
             assert_eq!(&got[..], &data[..]);

@@ -15,6 +15,7 @@ use eddy_fuzz::arbitrary::Unstructured;
 use eddy_proto::auth::{self, HelloResult, ServerHello};
 use eddy_proto::frame::{read_frame, write_frame};
 use eddy_proto::path::{is_within, normalize, PathLimits};
+use eddy_proto::req;
 use eddy_proto::{decode_plain, encode, Request};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -195,7 +196,7 @@ async fn authenticated_storm(addr: &str, secret: &[u8], n: usize, rng: &mut StdR
 fn random_request(rng: &mut StdRng) -> Option<Request> {
     let bytes = random_bytes(rng, 8..400);
     let req: Request = Unstructured::new(&bytes).arbitrary().ok()?;
-    if matches!(req, Request::Shutdown) || names_the_kept_file(&req) {
+    if matches!(req, Request::Shutdown(req::Shutdown)) || names_the_kept_file(&req) {
         return None;
     }
     Some(req)
@@ -253,7 +254,7 @@ fn malformed_frame(rng: &mut StdRng) -> Vec<u8> {
         // A payload on a request that carries none.
         _ => frame_bytes(
             9,
-            &encode(&Request::Stat { path: "/a".into() }).unwrap(),
+            &encode(&Request::Stat(req::Stat { path: "/a".into() })).unwrap(),
             b"unexpected",
         ),
     }

@@ -8,6 +8,7 @@ mod common;
 use common::raw::{get_frame, put_frame};
 use common::Cluster;
 use eddy_config::Deployment;
+use eddy_proto::req;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -163,11 +164,11 @@ async fn replies_nobody_reads_and_huge_frames_stay_within_the_bytes_bound() {
             len: chunk,
         })
         .collect();
-    let read = eddy_proto::Request::Read {
+    let read = eddy_proto::Request::Read(req::Read {
         file_id: 99,
         pieces,
         backing: None,
-    };
+    });
     let body = eddy_proto::encode(&read).unwrap();
     let mut w = s.try_clone().unwrap();
     let writer = std::thread::spawn(move || {

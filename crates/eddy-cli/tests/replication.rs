@@ -9,6 +9,7 @@ use common::workload::{file_len, seed, verify_mount, write_through_a_kill, FILES
 use common::{pattern, Cluster, Mounted};
 use eddy_client::{Client, Creds, Errno, Failure};
 use eddy_config::Config;
+use eddy_proto::req;
 use eddy_proto::{KeyState, RemoveKind, Reply, Request};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -155,24 +156,24 @@ async fn an_unlink_retried_on_the_copy_after_the_first_owner_died_succeeds() {
         .owners(eddy_placement::path_hash(path), 2);
     let second = owners[1];
     // What the first owner sends the second when it applies the unlink.
-    let copied = Request::Replicate {
+    let copied = Request::Replicate(req::Replicate {
         changes: vec![KeyState {
             key: eddy_proto::path::meta_key(path),
             value: None,
         }],
-    };
-    c.call_daemon(second, &copied)
+    });
+    c.call_daemon_raw(second, &copied)
         .await
         .unwrap_or_else(|e| panic!("the copy refused the change: {}", e.errno()));
-    let remove = Request::Remove {
+    let remove = Request::Remove(req::Remove {
         path: path.into(),
         kind: RemoveKind::NotDir,
-    };
-    match c.call_daemon(second, &remove).await {
+    });
+    match c.call_daemon_raw(second, &remove).await {
         Ok(Reply::Inode(i)) => assert_eq!(i.file_id, created.file_id),
         other => panic!("the retried unlink got {other:?}"),
     }
-    match c.call_daemon(second, &remove).await {
+    match c.call_daemon_raw(second, &remove).await {
         Err(Failure::Daemon(e)) => assert_eq!(e.errno, libc::ENOENT, "{e}"),
         other => panic!("a second unlink got {other:?}"),
     }
@@ -182,20 +183,20 @@ async fn an_unlink_retried_on_the_copy_after_the_first_owner_died_succeeds() {
     let second = eddy_placement::Placement::new(vec![0, 1, 2])
         .unwrap()
         .owners(eddy_placement::path_hash(file), 2)[1];
-    let copied = Request::Replicate {
+    let copied = Request::Replicate(req::Replicate {
         changes: vec![KeyState {
             key: eddy_proto::path::meta_key(file),
             value: None,
         }],
-    };
-    c.call_daemon(second, &copied)
+    });
+    c.call_daemon_raw(second, &copied)
         .await
         .unwrap_or_else(|e| panic!("the copy refused the change: {}", e.errno()));
-    let rmdir = Request::Remove {
+    let rmdir = Request::Remove(req::Remove {
         path: file.into(),
         kind: RemoveKind::Dir,
-    };
-    match c.call_daemon(second, &rmdir).await {
+    });
+    match c.call_daemon_raw(second, &rmdir).await {
         Err(Failure::Daemon(e)) => assert_eq!(e.errno, libc::ENOTDIR, "{e}"),
         other => panic!("rmdir of a file got {other:?}"),
     }

@@ -18,6 +18,7 @@ use common::{pattern, test_config, Cluster};
 use eddy_client::{Client, Creds};
 use eddy_config::{Config, Deployment, Wire};
 use eddy_proto::frame::{read_frame, write_frame};
+use eddy_proto::req;
 use eddy_proto::wire::Mode;
 use eddy_proto::{checksum, decode_plain, encode, Piece, Request};
 use std::sync::{Arc, Mutex};
@@ -227,13 +228,13 @@ fn forged_write(cl: &Cluster, file_id: u128, offset: u64, data: &[u8], tag: usiz
         len: data.len() as u32,
     }];
     let sums = checksum::sums(&pieces, data, cl.dep.config.checksum_block());
-    let req = Request::Write {
+    let req = Request::Write(req::Write {
         file_id,
         pieces,
         sums,
         data: data.to_vec().into(),
         backing: None,
-    };
+    });
     let mut f = req
         .to_frame(1 << 40, cl.dep.config.max_frame_bytes)
         .expect("frame")

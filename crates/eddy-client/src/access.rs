@@ -5,8 +5,8 @@
 //! does not check (root, the kernel through FUSE) pay no lookup here.
 
 use crate::perm::{self, Access};
-use crate::{expect_inode, Client, Creds, Errno, File, FileKind, Inode};
-use eddy_proto::{path, Request};
+use crate::{Client, Creds, Errno, File, FileKind, Inode};
+use eddy_proto::{path, req};
 use futures::future::join_all;
 use std::sync::atomic::Ordering;
 
@@ -152,10 +152,10 @@ impl Client {
         {
             return Ok(i);
         }
-        let req = Request::ClearSetId {
+        let req = req::ClearSetId {
             path: p.to_string(),
         };
-        expect_inode(self.meta(p, req).await?)
+        self.meta(p, req).await
     }
 
     /// Clears the set-id bits of an open file on the first write through `f` by a writer
@@ -169,7 +169,7 @@ impl Client {
         {
             return Ok(());
         }
-        let req = Request::ClearSetId {
+        let req = req::ClearSetId {
             path: f.path().to_string(),
         };
         self.meta(f.path(), req).await.map(|_| ())

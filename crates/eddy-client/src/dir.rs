@@ -4,7 +4,7 @@
 //! last name returned.
 
 use crate::{Client, DirEntry, Errno, Failure, FileKind};
-use eddy_proto::{Reply, Request};
+use eddy_proto::{req, DirPage};
 use futures::future::join_all;
 use std::collections::VecDeque;
 
@@ -126,11 +126,9 @@ impl DirReader {
             let path = eddy_proto::path::join(&self.dir, &e.name);
             let file_id = e.inode.file_id;
             async move {
-                let reply = self
-                    .client
-                    .on_identity(daemon, file_id, &Request::Stat { path })
-                    .await?;
-                crate::expect_inode(reply)
+                self.client
+                    .on_identity(daemon, file_id, req::Stat { path })
+                    .await
             }
         });
         let inodes = join_all(lookups).await;
@@ -157,13 +155,13 @@ impl DirReader {
         }
         let calls = need.iter().map(|&i| {
             let s = &self.streams[i];
-            let req = Request::Readdir {
+            let req = req::Readdir {
                 dir: self.dir.clone(),
                 after: s.after.clone(),
                 limit,
             };
             let client = &self.client;
-            async move { client.try_call(s.daemon, &req).await }
+            async move { client.try_call_as(s.daemon, req).await }
         });
         let replies = join_all(calls).await;
         for (i, r) in need.into_iter().zip(replies) {
@@ -175,11 +173,9 @@ impl DirReader {
                     self.streams[i].done = true;
                     continue;
                 }
-                r => r.map(|(reply, _)| reply).map_err(Failure::into_errno),
+                r => r.map_err(Failure::into_errno),
             };
-            let Reply::Entries { entries, more } = r? else {
-                return Err(Errno::eio("unexpected reply to readdir"));
-            };
+            let DirPage { entries, more } = r?;
             let s = &mut self.streams[i];
             s.done = !more || entries.is_empty();
             if let Some(last) = entries.last() {

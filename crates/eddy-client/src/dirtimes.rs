@@ -17,8 +17,8 @@
 //! O_CREAT but without O_EXCL, which often finds the file there, only ever defers its touch,
 //! and only when it created the file.
 
-use crate::{expect_inode, Client, Errno, FileKind, Inode, Timespec};
-use eddy_proto::{path, Request};
+use crate::{Client, Errno, FileKind, Inode, Timespec};
+use eddy_proto::{path, req};
 use futures::future::join_all;
 use std::collections::HashMap;
 use std::future::Future;
@@ -195,7 +195,7 @@ impl Client {
     pub(crate) async fn count_subdirs(&self, changes: &[(&str, i32)]) {
         let sends = changes.iter().filter_map(|&(p, delta)| {
             let dir = parent(p).filter(|_| delta != 0)?;
-            let req = Request::CountSubdirs {
+            let req = req::CountSubdirs {
                 dir: dir.to_string(),
                 delta,
             };
@@ -262,16 +262,16 @@ impl Client {
         let (fresh, time) = (inode.file_id, Timespec::now());
         let create = self.meta(
             p,
-            Request::Create {
+            req::Create {
                 path: p.to_string(),
                 inode,
                 exclusive,
             },
         );
         if exclusive {
-            return expect_inode(self.changing_parents(&[p], create).await?);
+            return self.changing_parents(&[p], create).await;
         }
-        let got = expect_inode(create.await?)?;
+        let got = create.await?;
         if let (true, Some(dir)) = (got.file_id == fresh, parent(p)) {
             self.changed_dir_later(dir, time);
         }
@@ -289,7 +289,7 @@ impl Client {
     /// Sends a touch; a failure is logged, never the operation's (the change itself is
     /// done). A directory gone meanwhile is forgotten.
     async fn send_touch(&self, dir: &str, time: Timespec) {
-        let req = Request::TouchDir {
+        let req = req::TouchDir {
             path: dir.to_string(),
             time,
         };

@@ -7,7 +7,7 @@ use crate::{
     SetAttr,
 };
 use eddy_proto::path;
-use eddy_proto::{Backing, Piece, Reply, Request};
+use eddy_proto::{req, Backing, Piece, Request, Revalidated};
 use futures::future::join_all;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -198,30 +198,24 @@ impl Client {
             return Ok((i, false));
         }
         let for_write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
-        let req = Request::Validate {
+        let req = req::Validate {
             path: p.to_string(),
             for_write,
         };
         let epoch = self.0.sizes.epoch();
-        match self.meta(p, req).await? {
-            Reply::Revalidated { inode, dropped } => {
-                let renewed = dropped.is_some();
-                if let Some((old, size)) = dropped {
-                    self.0.sizes.forget(old);
-                    if let Err(e) = self.drop_data(old, size).await {
-                        tracing::warn!(path = p, "chunks of a stale generation stay: {e}");
-                    }
-                }
-                let inode = match self.merge_pending(inode, epoch) {
-                    (i, true) => i,
-                    _ => self.stat_raw(p).await?,
-                };
-                Ok((inode, renewed))
+        let Revalidated { inode, dropped } = self.meta(p, req).await?;
+        let renewed = dropped.is_some();
+        if let Some((old, size)) = dropped {
+            self.0.sizes.forget(old);
+            if let Err(e) = self.drop_data(old, size).await {
+                tracing::warn!(path = p, "chunks of a stale generation stay: {e}");
             }
-            other => Err(Errno::eio(format!(
-                "unexpected reply to validate: {other:?}"
-            ))),
         }
+        let inode = match self.merge_pending(inode, epoch) {
+            (i, true) => i,
+            _ => self.stat_raw(p).await?,
+        };
+        Ok((inode, renewed))
     }
 
     pub(crate) async fn finish_open(
@@ -385,7 +379,7 @@ impl Client {
                 let reply = self
                     .call(
                         b.daemon,
-                        Request::Read {
+                        req::Read {
                             file_id: f.file_id(),
                             pieces: pieces.clone(),
                             backing: f.0.backing.clone(),
@@ -450,7 +444,7 @@ impl Client {
         }
         for (daemon, chunks) in by_daemon {
             let client = self.clone();
-            let req = Request::Prefetch {
+            let req = req::Prefetch {
                 file_id: f.file_id(),
                 chunks,
                 backing: backing.clone(),
@@ -492,23 +486,11 @@ impl Client {
             return Ok(0);
         }
         let offset = if f.append() {
-            match self
-                .meta(
-                    f.path(),
-                    Request::ReserveAppend {
-                        path: f.path().to_string(),
-                        len: data.len() as u64,
-                    },
-                )
-                .await?
-            {
-                Reply::Offset(o) => o,
-                other => {
-                    return Err(Errno::eio(format!(
-                        "unexpected reply to reserve_append: {other:?}"
-                    )))
-                }
-            }
+            let req = req::ReserveAppend {
+                path: f.path().to_string(),
+                len: data.len() as u64,
+            };
+            self.meta(f.path(), req).await?.0
         } else {
             offset
         };
@@ -519,13 +501,13 @@ impl Client {
         let batches = self.write_batches(f.file_id(), offset, data.len());
         let payloads = self.write_payloads(&batches, data);
         let writes = batches.iter().zip(payloads).map(|(b, (data, sums))| {
-            let req = Request::Write {
+            let req = Request::Write(req::Write {
                 file_id: f.file_id(),
                 sums,
                 pieces: b.spans.iter().map(|s| s.piece).collect(),
                 data,
                 backing: f.0.backing.clone(),
-            };
+            });
             async move {
                 let (_, generation) = self.try_call(b.daemon, &req).await?;
                 f.0.unsynced.note(b.daemon, generation);
@@ -576,7 +558,7 @@ impl Client {
         let tolerated = meta_owners.len() - 1;
         targets.extend(meta_owners);
         let file_id = Some(f.file_id());
-        let req = Request::Sync { file_id };
+        let req = Request::Sync(req::Sync { file_id });
         let syncs = targets.iter().map(|&d| self.try_call(d, &req));
         let mut answered = std::collections::HashMap::new();
         let mut failed = None;
@@ -689,10 +671,10 @@ impl Client {
             .map_err(|_| Errno::new(libc::EFBIG, "fallocate range too large"))?;
         let batches = self.write_batches(f.file_id(), offset, len);
         let calls = batches.iter().map(|b| {
-            let req = Request::Allocate {
+            let req = Request::Allocate(req::Allocate {
                 file_id: f.file_id(),
                 pieces: b.spans.iter().map(|s| s.piece).collect(),
-            };
+            });
             async move {
                 let (_, generation) = self.try_call(b.daemon, &req).await?;
                 f.0.unsynced.note(b.daemon, generation);
@@ -702,7 +684,7 @@ impl Client {
         let results = join_all(calls).await;
         self.settle_writes(f.file_id(), &batches, results).await?;
         if !keep_size {
-            let req = Request::GrowSize {
+            let req = req::GrowSize {
                 path: f.path().to_string(),
                 size: end,
             };

@@ -3,7 +3,7 @@
 //! the read and write fan-out so that it stays one call on each side of it.
 
 use eddy_config::Config;
-use eddy_proto::{checksum, Errno, Piece, Reply};
+use eddy_proto::{checksum, Errno, Piece, ReadReply};
 
 /// The checksums of a write batch's data (the pieces' bytes back to back); empty when the
 /// deployment runs without checksums.
@@ -20,29 +20,29 @@ pub(crate) fn write_sums(cfg: &Config, pieces: &[Piece], data: &[u8]) -> Vec<u32
 /// is EIO naming the path and offset, never data.
 pub(crate) fn read_reply(
     cfg: &Config,
-    reply: Reply,
+    reply: ReadReply,
     pieces: &[Piece],
     path: &str,
     daemon: u32,
 ) -> Result<bytes::Bytes, Errno> {
     match reply {
-        Reply::Data(data) => Ok(data),
-        Reply::Checked { data, sums } => {
-            match checksum::verify(pieces, &data, &sums, cfg.checksum_block()) {
-                Ok(None) => Ok(data),
-                Ok(Some(m)) => Err(Errno::eio(format!(
-                    "{path}: the {} bytes at offset {} came from daemon {daemon} damaged \
+        ReadReply { data, sums: None } => Ok(data),
+        ReadReply {
+            data,
+            sums: Some(sums),
+        } => match checksum::verify(pieces, &data, &sums, cfg.checksum_block()) {
+            Ok(None) => Ok(data),
+            Ok(Some(m)) => Err(Errno::eio(format!(
+                "{path}: the {} bytes at offset {} came from daemon {daemon} damaged \
                      (checksum mismatch in flight)",
-                    m.len,
-                    m.chunk * cfg.chunk_size + m.offset
-                ))),
-                Err(e) => Err(Errno::eio(format!(
-                    "{path}: daemon {daemon} replied to a read with {}",
-                    e.msg
-                ))),
-            }
-        }
-        other => Err(Errno::eio(format!("unexpected reply to read: {other:?}"))),
+                m.len,
+                m.chunk * cfg.chunk_size + m.offset
+            ))),
+            Err(e) => Err(Errno::eio(format!(
+                "{path}: daemon {daemon} replied to a read with {}",
+                e.msg
+            ))),
+        },
     }
 }
 
@@ -77,9 +77,9 @@ mod tests {
         let data = vec![7u8; 100_000];
         let sums = write_sums(&cfg, &pieces, &data);
         assert_eq!(sums.len(), 2);
-        let ok = Reply::Checked {
+        let ok = ReadReply {
             data: data.clone().into(),
-            sums: sums.clone(),
+            sums: Some(sums.clone()),
         };
         assert_eq!(
             read_reply(&cfg, ok, &pieces, "/f", 1).unwrap().len(),
@@ -87,9 +87,9 @@ mod tests {
         );
         let mut bad = data;
         bad[70_000] = 0;
-        let bad = Reply::Checked {
+        let bad = ReadReply {
             data: bad.into(),
-            sums,
+            sums: Some(sums),
         };
         let e = read_reply(&cfg, bad, &pieces, "/f", 1).unwrap_err();
         assert_eq!(e.errno, libc::EIO);

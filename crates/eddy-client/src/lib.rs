@@ -44,7 +44,7 @@ use conn::Link;
 use eddy_config::{Config, Deployment};
 use eddy_placement::Placement;
 use eddy_proto::path::{self, PathLimits};
-use eddy_proto::{Reply, Request};
+use eddy_proto::{req, typed_reply, Reply, Request, Rpc};
 use futures::future::join_all;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -177,11 +177,13 @@ impl Client {
         path::normalize(p, self.0.limits)
     }
 
-    pub(crate) async fn call(&self, daemon: u32, req: Request) -> Result<Reply, Errno> {
-        self.call_ref(daemon, &req).await
+    /// Sends a request to one daemon; its reply, typed.
+    pub(crate) async fn call<R: Rpc>(&self, daemon: u32, req: R) -> Result<R::Reply, Errno> {
+        typed_reply::<R>(self.call_raw(daemon, &req.into()).await?)
     }
 
-    async fn call_ref(&self, daemon: u32, req: &Request) -> Result<Reply, Errno> {
+    /// Sends a request (as it travels) to one daemon; its reply as it came.
+    pub(crate) async fn call_raw(&self, daemon: u32, req: &Request) -> Result<Reply, Errno> {
         self.call_tracked(daemon, req).await.map(|(reply, _)| reply)
     }
 
@@ -197,18 +199,28 @@ impl Client {
             .map_err(Failure::into_errno)
     }
 
+    /// `call`, telling an error answer apart from a daemon that cannot be reached.
+    pub(crate) async fn try_call_as<R: Rpc>(
+        &self,
+        daemon: u32,
+        req: R,
+    ) -> Result<R::Reply, Failure> {
+        let (reply, _) = self.try_call(daemon, &req.into()).await?;
+        typed_reply::<R>(reply).map_err(Failure::Daemon)
+    }
+
     /// `call_tracked`, telling an error answer apart from a daemon that cannot be reached.
     pub(crate) async fn try_call(
         &self,
         daemon: u32,
         req: &Request,
     ) -> Result<(Reply, u64), Failure> {
-        self.0.rpcs[req.op_index()].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.rpcs[req.op() as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match self.0.links.get(&daemon) {
             Some(link) => {
                 let reply = link.call_classified(req).await;
                 if let Ok((_, generation)) = &reply {
-                    if unsynced::changes_state(req) {
+                    if req.op().props().changes() {
                         self.0.unsynced.note(daemon, *generation);
                     }
                 }
@@ -237,29 +249,28 @@ impl Client {
     /// Sends a metadata request to the owner of `path` (the path is only hashed, not kept).
     /// A path naming a file with several names is answered with where its identity record is
     /// (decision 0009): the request goes on there.
-    fn meta(
-        &self,
-        path: &str,
-        req: Request,
-    ) -> impl std::future::Future<Output = Result<Reply, Errno>> + '_ {
+    async fn meta<R: Rpc>(&self, path: &str, req: R) -> Result<R::Reply, Errno> {
+        typed_reply::<R>(self.meta_raw(path, req.into()).await?)
+    }
+
+    /// `meta` for a request as it travels, answered with the reply as it came.
+    async fn meta_raw(&self, path: &str, req: Request) -> Result<Reply, Errno> {
         let owners = self.meta_owners(path);
-        async move {
-            let reply = match owners.as_slice() {
-                [owner] => self.call_ref(*owner, &req).await?,
-                _ => self.failover(&owners, &req).await?,
-            };
-            match reply {
-                Reply::Shared { daemon, file_id } => self.on_identity(daemon, file_id, &req).await,
-                reply => Ok(reply),
-            }
+        let reply = match owners.as_slice() {
+            [owner] => self.call_raw(*owner, &req).await?,
+            _ => self.failover(&owners, &req).await?,
+        };
+        match reply {
+            Reply::Shared { daemon, file_id } => self.on_identity_raw(daemon, file_id, &req).await,
+            reply => Ok(reply),
         }
     }
 
     /// Sends a request built per daemon to every daemon at once; results in id order.
-    pub(crate) async fn all<F: Fn() -> Request>(
+    pub(crate) async fn all<R: Rpc, F: Fn() -> R>(
         &self,
         make: F,
-    ) -> Vec<(u32, Result<Reply, Errno>)> {
+    ) -> Vec<(u32, Result<R::Reply, Errno>)> {
         self.all_classified(make)
             .await
             .into_iter()
@@ -267,21 +278,27 @@ impl Client {
             .collect()
     }
 
-    async fn all_classified<F: Fn() -> Request>(
+    async fn all_classified<R: Rpc, F: Fn() -> R>(
         &self,
         make: F,
-    ) -> Vec<(u32, Result<Reply, Failure>)> {
+    ) -> Vec<(u32, Result<R::Reply, Failure>)> {
         let ids = self.0.placement.ids().to_vec();
         let futs = ids.iter().map(|&id| {
-            let req = make();
-            async move { self.try_call(id, &req).await.map(|(r, _)| r) }
+            let req = make().into();
+            async move {
+                let (reply, _) = self.try_call(id, &req).await?;
+                typed_reply::<R>(reply).map_err(Failure::Daemon)
+            }
         });
         ids.iter().copied().zip(join_all(futs).await).collect()
     }
 
     /// Like `all`, but the first error wins. With R copies, up to R-1 daemons that cannot be
     /// reached are left out (what they hold has a copy on the others).
-    pub(crate) async fn all_ok<F: Fn() -> Request>(&self, make: F) -> Result<Vec<Reply>, Errno> {
+    pub(crate) async fn all_ok<R: Rpc, F: Fn() -> R>(
+        &self,
+        make: F,
+    ) -> Result<Vec<R::Reply>, Errno> {
         let results = self.all_classified(make).await;
         let unreachable = results
             .iter()
@@ -327,7 +344,7 @@ impl Client {
         let mode = cfg.root_mode.0 & 0o7777;
         for dir in dirs {
             let inode = new_inode(FileKind::Dir, mode, creds, None);
-            let req = Request::Create {
+            let req = req::Create {
                 path: dir.clone(),
                 inode,
                 exclusive: false,
@@ -359,10 +376,10 @@ impl Client {
         let mut tries = 0;
         loop {
             let epoch = self.0.sizes.epoch();
-            let req = Request::Stat {
+            let req = req::Stat {
                 path: path.to_string(),
             };
-            let i = expect_inode(self.meta(path, req).await?)?;
+            let i = self.meta(path, req).await?;
             tries += 1;
             let (i, settled) = self.merge_pending(i, epoch);
             if settled || tries == TRIES {
@@ -393,7 +410,7 @@ impl Client {
         path: &str,
         size: u64,
     ) -> Result<(), Errno> {
-        let req = Request::GrowSize {
+        let req = req::GrowSize {
             path: path.to_string(),
             size,
         };
@@ -441,10 +458,10 @@ impl Client {
     pub(crate) async fn refine_enoent(&self, path: &str, e: Errno) -> Errno {
         let mut cur = path;
         while let Some((parent, _)) = path::split(cur) {
-            if let Ok(Reply::Inode(i)) = self
+            if let Ok(i) = self
                 .meta(
                     parent,
-                    Request::Stat {
+                    req::Stat {
                         path: parent.to_string(),
                     },
                 )
@@ -464,13 +481,6 @@ impl Client {
     /// `parent_dir`).
     pub(crate) async fn check_parent(&self, path: &str, creds: Creds) -> Result<(), Errno> {
         self.parent_dir(path, creds).await.map(|_| ())
-    }
-}
-
-fn expect_inode(r: Reply) -> Result<Inode, Errno> {
-    match r {
-        Reply::Inode(i) => Ok(i),
-        other => Err(Errno::eio(format!("unexpected reply: {other:?}"))),
     }
 }
 

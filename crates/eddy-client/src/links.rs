@@ -4,8 +4,8 @@
 //! is sent on to it (`Client::meta` follows `Reply::Shared`).
 
 use crate::perm::{self, Access};
-use crate::{expect_inode, Client, Creds, Errno, FileId, FileKind, Inode};
-use eddy_proto::{Reply, Request};
+use crate::{Client, Creds, Errno, FileId, FileKind, Inode};
+use eddy_proto::{req, typed_reply, Reply, Request, Rpc};
 
 impl Client {
     /// link(2): `new` becomes one more name of the file at `old` (any entry but a
@@ -43,15 +43,15 @@ impl Client {
         self.check_parent(&new, creds).await?;
         // The count first, then the name: a failure in between leaves the count one too
         // high (the file outlives its last name), never one too low.
-        let req = Request::Link { path: old.clone() };
+        let req = req::Link { path: old.clone() };
         let epoch = self.0.sizes.epoch();
-        let file = expect_inode(self.meta(&old, req).await?)?;
+        let file = self.meta(&old, req).await?;
         let Some(daemon) = file.shared else {
             return Err(Errno::eio(format!(
                 "{old}: the daemon linked it without an identity record"
             )));
         };
-        let insert = Request::Insert {
+        let insert = req::Insert {
             path: new.clone(),
             inode: file.clone(),
             replace: false,
@@ -73,18 +73,25 @@ impl Client {
 
     /// `req`, a request on an entry's path, sent to the identity record of the shared file
     /// `file_id` that `daemon` holds.
-    pub(crate) async fn on_identity(
+    pub(crate) async fn on_identity<R: Rpc>(
+        &self,
+        daemon: u32,
+        file_id: FileId,
+        req: R,
+    ) -> Result<R::Reply, Errno> {
+        typed_reply::<R>(self.on_identity_raw(daemon, file_id, &req.into()).await?)
+    }
+
+    /// `on_identity` for a request as it travels, answered with the reply as it came.
+    pub(crate) async fn on_identity_raw(
         &self,
         daemon: u32,
         file_id: FileId,
         req: &Request,
     ) -> Result<Reply, Errno> {
         let op = eddy_proto::encode(req)?;
-        let req = Request::OnIdentity { file_id, op };
-        match self.identity_holders(daemon).as_slice() {
-            [one] => self.call(*one, req).await,
-            holders => self.failover(holders, &req).await,
-        }
+        let req = req::OnIdentity { file_id, op };
+        self.failover_as(&self.identity_holders(daemon), req).await
     }
 
     /// What removing the name whose record was `removed` leaves to do: a shared file counts
@@ -98,8 +105,10 @@ impl Client {
 
     /// Counts one name less of a shared file; at zero its data goes.
     async fn drop_name(&self, daemon: u32, file_id: FileId) -> Result<(), Errno> {
-        let req = Request::DropName { file_id };
-        let left = expect_inode(self.failover(&self.identity_holders(daemon), &req).await?)?;
+        let req = req::DropName { file_id };
+        let left = self
+            .failover_as(&self.identity_holders(daemon), req)
+            .await?;
         if left.nlink == 0 {
             self.drop_file(&left).await?;
         }

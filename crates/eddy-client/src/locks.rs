@@ -4,7 +4,7 @@
 //! the same lock table. An owner is this client's session plus the caller's owner number.
 
 use crate::{Client, File};
-use eddy_proto::{Errno, FileId, LockInfo, LockKind, LockOwner, LockRange, Reply, Request};
+use eddy_proto::{req, Errno, FileId, LockInfo, LockKind, LockOwner, LockRange, LockReply};
 use std::time::Duration;
 
 /// The chunk index whose placement names a file's lock daemon (never a real chunk: no file
@@ -60,7 +60,7 @@ impl Client {
     ) -> Result<bool, Errno> {
         let file_id = f.file_id();
         let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
-        let r = Request::Lock {
+        let r = req::Lock {
             file_id,
             owner: self.lock_owner(req.owner),
             handle: req.handle,
@@ -69,11 +69,8 @@ impl Client {
             range: req.range,
             wait_ms,
         };
-        match self.call(self.lock_daemon(file_id), r).await? {
-            Reply::Ok => Ok(true),
-            Reply::LockBlocked => Ok(false),
-            other => Err(unexpected("lock", f, &other)),
-        }
+        let reply = self.call(self.lock_daemon(file_id), r).await?;
+        Ok(reply == LockReply::Granted)
     }
 
     /// F_SETLK (`wait` false: EAGAIN on conflict) or F_SETLKW (`wait` true: asks again until
@@ -96,16 +93,13 @@ impl Client {
         range: LockRange,
     ) -> Result<Option<LockInfo>, Errno> {
         let file_id = f.file_id();
-        let r = Request::TestLock {
+        let r = req::TestLock {
             file_id,
             owner: self.lock_owner(owner),
             kind,
             range,
         };
-        match self.call(self.lock_daemon(file_id), r).await? {
-            Reply::LockTest(info) => Ok(info),
-            other => Err(unexpected("test_lock", f, &other)),
-        }
+        self.call(self.lock_daemon(file_id), r).await
     }
 
     /// Drops this client's locks of the file held by `owner` (a close: POSIX locks) and/or
@@ -117,19 +111,12 @@ impl Client {
         handle: Option<u64>,
     ) -> Result<(), Errno> {
         let file_id = f.file_id();
-        let r = Request::ReleaseLocks {
+        let r = req::ReleaseLocks {
             file_id,
             session: self.0.lock_session,
             owner,
             handle,
         };
-        match self.call(self.lock_daemon(file_id), r).await? {
-            Reply::Ok => Ok(()),
-            other => Err(unexpected("release_locks", f, &other)),
-        }
+        self.call(self.lock_daemon(file_id), r).await
     }
-}
-
-fn unexpected(op: &str, f: &File, reply: &Reply) -> Errno {
-    Errno::eio(format!("{op} of {}: unexpected reply {reply:?}", f.path()))
 }

@@ -4,11 +4,11 @@
 use crate::perm;
 use crate::Failure;
 use crate::{
-    expect_inode, new_inode, Client, Creds, DaemonStatus, DirEntry, DirReader, Errno, FileId,
-    FileKind, FsStats, Inode, SetAttr,
+    new_inode, Client, Creds, DaemonStatus, DirEntry, DirReader, Errno, FileId, FileKind, FsStats,
+    Inode, SetAttr,
 };
 use eddy_proto::path;
-use eddy_proto::{RemoveKind, Reply, Request};
+use eddy_proto::{req, RemoveKind, Rpc};
 use futures::future::join_all;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -96,13 +96,13 @@ impl Client {
         self.check_remove(&p, None, creds).await?;
         let remove = self.meta(
             &p,
-            Request::Remove {
+            req::Remove {
                 path: p.clone(),
                 kind: RemoveKind::NotDir,
             },
         );
         let removed = match self.changing_parents(&[&p], remove).await {
-            Ok(r) => expect_inode(r)?,
+            Ok(r) => r,
             Err(e) if e.errno == libc::ENOENT => return Err(self.refine_enoent(&p, e).await),
             Err(e) => return Err(e),
         };
@@ -122,7 +122,7 @@ impl Client {
         self.ensure_empty(&p).await?;
         let remove = self.meta(
             &p,
-            Request::Remove {
+            req::Remove {
                 path: p.clone(),
                 kind: RemoveKind::Dir,
             },
@@ -135,12 +135,12 @@ impl Client {
 
     pub(crate) async fn ensure_empty(&self, dir: &str) -> Result<(), Errno> {
         for r in self
-            .all_ok(|| Request::HasChildren {
+            .all_ok(|| req::HasChildren {
                 dir: dir.to_string(),
             })
             .await?
         {
-            if r == Reply::Bool(true) {
+            if r {
                 return Err(Errno::new(libc::ENOTEMPTY, format!("{dir} is not empty")));
             }
         }
@@ -149,7 +149,7 @@ impl Client {
 
     /// Drops every chunk of a file of `size` bytes.
     pub(crate) async fn drop_data(&self, file_id: FileId, size: u64) -> Result<(), Errno> {
-        self.to_chunk_holders(file_id, 0, size, || Request::RemoveData { file_id })
+        self.to_chunk_holders(file_id, 0, size, || req::RemoveData { file_id })
             .await
     }
 
@@ -161,18 +161,15 @@ impl Client {
         old: u64,
     ) -> Result<(), Errno> {
         let (from, to) = (size.min(old), size.max(old));
-        self.to_chunk_holders(file_id, from, to, || Request::TruncateData {
-            file_id,
-            size,
-        })
-        .await
+        self.to_chunk_holders(file_id, from, to, || req::TruncateData { file_id, size })
+            .await
     }
 
     /// Sends a request to every daemon that may hold a chunk of `file_id` overlapping bytes
     /// `[from, to)` (at least the chunk holding `from`): the chunks' owners, as placement names
     /// them, or every daemon when the range covers more chunks than there are daemons. An
     /// unlink or truncate of a small file so costs one RPC, not one per daemon.
-    pub(crate) async fn to_chunk_holders<F: Fn() -> Request>(
+    pub(crate) async fn to_chunk_holders<R: Rpc, F: Fn() -> R>(
         &self,
         file_id: FileId,
         from: u64,
@@ -198,7 +195,7 @@ impl Client {
         holders.dedup();
         let calls = holders.iter().map(|&id| {
             let req = make();
-            async move { self.try_call(id, &req).await }
+            async move { self.try_call_as(id, req).await }
         });
         // With R copies, up to R-1 owners that cannot be reached are left out; the chunks
         // they own are hinted to an owner that took the change (decision 0021).
@@ -282,16 +279,11 @@ impl Client {
             self.0.sizes.forget(cur.file_id);
             self.truncate_data(cur.file_id, size, cur.size).await?;
         }
-        let i = expect_inode(
-            self.meta(
-                &p,
-                Request::SetAttr {
-                    path: p.clone(),
-                    attr,
-                },
-            )
-            .await?,
-        )?;
+        let req = req::SetAttr {
+            path: p.clone(),
+            attr,
+        };
+        let i = self.meta(&p, req).await?;
         self.clear_setid_after(&p, i, truncated, creds).await
     }
 
@@ -300,14 +292,12 @@ impl Client {
             block_size: 4096,
             ..FsStats::default()
         };
-        for r in self.all_ok(|| Request::Status).await? {
-            if let Reply::Status(d) = r {
-                s.total_bytes += d.fs_total_bytes;
-                s.free_bytes += d.fs_free_bytes;
-                s.avail_bytes += d.fs_avail_bytes;
-                s.files += d.fs_files;
-                s.files_free += d.fs_files_free;
-            }
+        for d in self.all_ok(|| req::Status).await? {
+            s.total_bytes += d.fs_total_bytes;
+            s.free_bytes += d.fs_free_bytes;
+            s.avail_bytes += d.fs_avail_bytes;
+            s.files += d.fs_files;
+            s.files_free += d.fs_files_free;
         }
         Ok(s)
     }
@@ -334,17 +324,7 @@ impl Client {
 
     /// Status of every daemon, in id order.
     pub async fn daemon_status(&self) -> Vec<(u32, Result<DaemonStatus, Errno>)> {
-        self.all(|| Request::Status)
-            .await
-            .into_iter()
-            .map(|(id, r)| {
-                let s = r.and_then(|r| match r {
-                    Reply::Status(s) => Ok(s),
-                    other => Err(Errno::eio(format!("unexpected reply to status: {other:?}"))),
-                });
-                (id, s)
-            })
-            .collect()
+        self.all(|| req::Status).await
     }
 
     /// One page of a scrub on `daemon`: its stored blocks of up to `limit` chunks after
@@ -355,24 +335,17 @@ impl Client {
         after: Option<(FileId, u64)>,
         limit: u32,
     ) -> Result<eddy_proto::ScrubPage, Errno> {
-        match self.call(daemon, Request::Scrub { after, limit }).await? {
-            Reply::Scrubbed(page) => Ok(page),
-            other => Err(Errno::eio(format!("unexpected reply to scrub: {other:?}"))),
-        }
+        self.call(daemon, req::Scrub { after, limit }).await
     }
 
     /// Asks every daemon to stop.
     pub async fn shutdown_daemons(&self) -> Vec<(u32, Result<(), Errno>)> {
-        self.all(|| Request::Shutdown)
-            .await
-            .into_iter()
-            .map(|(id, r)| (id, r.map(|_| ())))
-            .collect()
+        self.all(|| req::Shutdown).await
     }
 
     /// Makes every daemon's metadata and chunks durable.
     pub async fn sync_all(&self) -> Result<(), Errno> {
-        self.all_ok(|| Request::Sync { file_id: None })
+        self.all_ok(|| req::Sync { file_id: None })
             .await
             .map(|_| ())
     }

@@ -11,7 +11,7 @@
 
 use crate::{Client, Creds, Errno, FileKind, Inode, Timespec};
 use eddy_proto::path;
-use eddy_proto::{RemoveKind, RenameIntent, Reply, Request};
+use eddy_proto::{req, RemoveKind, RenameIntent, SubtreePage};
 use futures::future::join_all;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -186,18 +186,13 @@ impl Client {
         // Twice at most: an intent found there that is only a leftover of a completed rename
         // is ended by the first round.
         for _ in 0..2 {
-            let begin = Request::BeginRename {
+            let begin = req::BeginRename {
                 from: from.to_string(),
                 to: to.to_string(),
                 dir_id: src.file_id,
             };
             let found = match self.meta(from, begin).await {
-                Ok(Reply::Renames(found)) => found,
-                Ok(other) => {
-                    return Err(Errno::eio(format!(
-                        "unexpected reply to begin_rename: {other:?}"
-                    )))
-                }
+                Ok(found) => found,
                 // No answer: the intent may be recorded, held by this connection.
                 Err(e) if e.errno == libc::EIO => return Err(self.leave(&intent, e).await),
                 Err(e) => return Err(e),
@@ -236,17 +231,12 @@ impl Client {
         let Some(earlier) = lock(&self.0.renames.left).remove(from) else {
             return Ok(false);
         };
-        let claim = Request::ClaimRenames {
+        let claim = req::ClaimRenames {
             from: Some(from.to_string()),
             limit: 1,
         };
         let claimed = match self.meta(from, claim).await {
-            Ok(Reply::Renames(v)) => v,
-            Ok(other) => {
-                return Err(Errno::eio(format!(
-                    "unexpected reply to claim_renames: {other:?}"
-                )))
-            }
+            Ok(v) => v,
             Err(e) => {
                 lock(&self.0.renames.left).insert(from.to_string(), earlier);
                 return Err(e);
@@ -281,15 +271,10 @@ impl Client {
         let dir = match src {
             Some(i) => Some(i),
             None => match self.meta(from, stat(from)).await {
-                Ok(Reply::Inode(i)) if i.kind == FileKind::Dir && i.file_id == it.dir_id => Some(i),
+                Ok(i) if i.kind == FileKind::Dir && i.file_id == it.dir_id => Some(i),
                 // Another entry at `from` was made after the old directory went (the last move):
                 // only the intent was left.
-                Ok(Reply::Inode(_)) => return self.end_intent(it).await,
-                Ok(other) => {
-                    return Err(Stop::Left(Errno::eio(format!(
-                        "unexpected reply to stat: {other:?}"
-                    ))))
-                }
+                Ok(_) => return self.end_intent(it).await,
                 Err(e) if e.errno == libc::ENOENT => None,
                 Err(e) => return Err(Stop::Left(e)),
             },
@@ -357,7 +342,7 @@ impl Client {
     /// connection to it is dropped: the owner frees the intent when it reads again, and this
     /// client's next request to it reconnects, which makes it complete unfinished renames.
     async fn release(&self, it: &RenameIntent) {
-        let req = Request::ReleaseRename {
+        let req = req::ReleaseRename {
             from: it.from.clone(),
         };
         if self.meta(&it.from, req).await.is_err() {
@@ -403,18 +388,14 @@ impl Client {
         let claims = self.0.placement.ids().iter().map(|&id| async move {
             let mut out = Vec::new();
             loop {
-                let req = Request::ClaimRenames { from: None, limit };
+                let req = req::ClaimRenames { from: None, limit };
                 match self.call(id, req).await {
-                    Ok(Reply::Renames(v)) => {
+                    Ok(v) => {
                         let full = v.len() >= limit as usize;
                         out.extend(v);
                         if !full {
                             break;
                         }
-                    }
-                    Ok(other) => {
-                        tracing::warn!(daemon = id, "unexpected reply to claim_renames: {other:?}");
-                        break;
                     }
                     Err(e) => {
                         tracing::warn!(daemon = id, "cannot look for unfinished renames: {e}");
@@ -465,7 +446,7 @@ impl Client {
 
     /// The daemons holding dirty chunks of files under `from` write them back under `to`.
     async fn rebind(&self, from: &str, to: &str) -> Result<(), Errno> {
-        self.all_ok(|| Request::Rebind {
+        self.all_ok(|| req::Rebind {
             from: from.to_string(),
             to: to.to_string(),
         })
@@ -484,14 +465,12 @@ impl Client {
         for &id in self.0.placement.ids() {
             let mut after = None;
             loop {
-                let req = Request::ListSubtree {
+                let req = req::ListSubtree {
                     dir: from.to_string(),
                     after: after.clone(),
                     limit: page,
                 };
-                let Reply::Subtree { entries, more } = self.call(id, req).await? else {
-                    return Err(Errno::eio("unexpected reply to list_subtree"));
-                };
+                let SubtreePage { entries, more } = self.call(id, req).await?;
                 let inserts = entries.iter().map(|e| {
                     let new_path = format!("{to}{}", &e.path[from.len()..]);
                     async move { self.insert_moved(&new_path, &e.inode).await }
@@ -532,7 +511,7 @@ impl Client {
             other => return other.map(|_| ()),
         }
         match self.meta(new_path, stat(new_path)).await {
-            Ok(Reply::Inode(there)) if there.file_id == inode.file_id => Ok(()),
+            Ok(there) if there.file_id == inode.file_id => Ok(()),
             _ => self
                 .meta(new_path, insert(new_path, inode.clone(), true))
                 .await
@@ -541,36 +520,36 @@ impl Client {
     }
 }
 
-fn stat(p: &str) -> Request {
-    Request::Stat {
+fn stat(p: &str) -> req::Stat {
+    req::Stat {
         path: p.to_string(),
     }
 }
 
-fn insert(p: &str, inode: Inode, replace: bool) -> Request {
-    Request::Insert {
+fn insert(p: &str, inode: Inode, replace: bool) -> req::Insert {
+    req::Insert {
         path: p.to_string(),
         inode,
         replace,
     }
 }
 
-fn remove_any(p: &str) -> Request {
-    Request::Remove {
+fn remove_any(p: &str) -> req::Remove {
+    req::Remove {
         path: p.to_string(),
         kind: RemoveKind::Any,
     }
 }
 
-fn backend_rename(from: &str, to: &str) -> Request {
-    Request::BackendRename {
+fn backend_rename(from: &str, to: &str) -> req::BackendRename {
+    req::BackendRename {
         from: from.to_string(),
         to: to.to_string(),
     }
 }
 
-fn end_rename(it: &RenameIntent) -> Request {
-    Request::EndRename {
+fn end_rename(it: &RenameIntent) -> req::EndRename {
+    req::EndRename {
         from: it.from.clone(),
         to: it.to.clone(),
     }

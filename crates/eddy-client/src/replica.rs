@@ -14,7 +14,7 @@ use crate::integrity;
 use crate::layout::{self, Batch, Span};
 use crate::{Client, Errno};
 use eddy_placement::{chunk_hash, path_hash};
-use eddy_proto::{Reply, Request};
+use eddy_proto::{req, typed_reply, Reply, Request, Rpc};
 use futures::future::join_all;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -80,7 +80,13 @@ impl Client {
 
     /// Sends one request to one daemon, telling an error answer apart from an unreachable
     /// daemon: for peers (a daemon forwarding copies) and tools.
-    pub async fn call_daemon(&self, daemon: u32, req: &Request) -> Result<Reply, Failure> {
+    pub async fn call_daemon<R: Rpc>(&self, daemon: u32, req: R) -> Result<R::Reply, Failure> {
+        self.try_call_as(daemon, req).await
+    }
+
+    /// `call_daemon` for a request as it travels (kept by the caller, e.g. to be sent
+    /// again), answered with the reply as it came.
+    pub async fn call_daemon_raw(&self, daemon: u32, req: &Request) -> Result<Reply, Failure> {
         self.try_call(daemon, req).await.map(|(r, _)| r)
     }
 
@@ -125,6 +131,15 @@ impl Client {
 
     /// Sends `req` to the first of `targets` that can be reached; an answer (error or not)
     /// from any of them is the result.
+    pub(crate) async fn failover_as<R: Rpc>(
+        &self,
+        targets: &[u32],
+        req: R,
+    ) -> Result<R::Reply, Errno> {
+        typed_reply::<R>(self.failover(targets, &req.into()).await?)
+    }
+
+    /// `failover_as` for a request as it travels, answered with the reply as it came.
     pub(crate) async fn failover(&self, targets: &[u32], req: &Request) -> Result<Reply, Errno> {
         let mut last = None;
         for &d in targets {
@@ -143,17 +158,17 @@ impl Client {
     /// An exclusive create that a copy lost on the way may have applied (and passed on)
     /// before it died: the entry is ours when it carries our file id.
     async fn created_before(&self, daemon: u32, req: &Request) -> Option<Reply> {
-        let Request::Create {
+        let Request::Create(req::Create {
             path,
             inode,
             exclusive: true,
-        } = req
+        }) = req
         else {
             return None;
         };
-        let stat = Request::Stat { path: path.clone() };
-        match self.try_call(daemon, &stat).await {
-            Ok((Reply::Inode(i), _)) if i.file_id == inode.file_id => Some(Reply::Inode(i)),
+        let stat = req::Stat { path: path.clone() };
+        match self.try_call_as(daemon, stat).await {
+            Ok(i) if i.file_id == inode.file_id => Some(Reply::Inode(i)),
             _ => None,
         }
     }
@@ -323,12 +338,12 @@ impl Client {
         });
         let sends = calls.map(|(holder, target, chunks)| async move {
             let n = chunks.len();
-            let req = Request::Hint {
+            let req = req::Hint {
                 target,
                 file_id,
                 chunks,
             };
-            if let Err(e) = self.try_call(holder, &req).await {
+            if let Err(e) = self.try_call_as(holder, req).await {
                 tracing::warn!(
                     holder,
                     target,
@@ -380,13 +395,13 @@ impl Client {
             let cfg = self.config();
             let reads = batches.iter().map(|b| {
                 let pieces: Vec<eddy_proto::Piece> = b.spans.iter().map(|s| s.piece).collect();
-                let req = Request::Read {
+                let req = req::Read {
                     file_id,
                     pieces: pieces.clone(),
                     backing: backing.clone(),
                 };
                 async move {
-                    let (reply, _) = self.try_call(b.daemon, &req).await?;
+                    let reply = self.try_call_as(b.daemon, req).await?;
                     // Damaged on the wire or on the daemon's disk: EIO, and the next copy.
                     integrity::read_reply(cfg, reply, &pieces, path, b.daemon)
                         .map_err(Failure::Daemon)

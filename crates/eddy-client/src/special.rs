@@ -10,8 +10,8 @@
 //! does not filter them for a FUSE file system).
 
 use crate::perm::{self, Access};
-use crate::{expect_inode, new_inode, Client, Creds, Errno, FileKind, Inode};
-use eddy_proto::{Reply, Request, XattrSet};
+use crate::{new_inode, Client, Creds, Errno, FileKind, Inode};
+use eddy_proto::{req, Rpc, XattrSet};
 
 /// A namespace reserved to root for an operation (`write`: set or remove).
 fn root_only(name: &str, write: bool) -> bool {
@@ -88,16 +88,13 @@ impl Client {
     ) -> Result<(), Errno> {
         let p = self.norm(path)?;
         self.xattr_entry(&p, name, Access::WRITE, creds).await?;
-        let req = Request::SetXattr {
+        let req = req::SetXattr {
             path: p.clone(),
             name: name.to_string(),
             value: value.to_vec(),
             how,
         };
-        self.xattr_call(&p, req)
-            .await
-            .and_then(expect_inode)
-            .map(|_| ())
+        self.xattr_call(&p, req).await.map(|_| ())
     }
 
     /// getxattr(2): the value, or ENODATA.
@@ -111,46 +108,38 @@ impl Client {
                 format!("{p}: no attribute {name:?} (trusted.* is root's only)"),
             ));
         }
-        let req = Request::GetXattr {
+        let req = req::GetXattr {
             path: p.clone(),
             name: name.to_string(),
         };
-        match self.xattr_call(&p, req).await? {
-            Reply::Data(v) => Ok(Vec::from(v)),
-            other => Err(Errno::eio(format!("unexpected reply: {other:?}"))),
-        }
+        self.xattr_call(&p, req).await.map(Vec::from)
     }
 
     /// listxattr(2): the names in name order; `trusted.*` only for root. As on Linux, no
     /// read permission is needed.
     pub async fn listxattr(&self, path: &str, creds: Creds) -> Result<Vec<String>, Errno> {
         let p = self.norm(path)?;
-        let req = Request::ListXattr { path: p.clone() };
-        match self.xattr_call(&p, req).await? {
-            Reply::Names(names) => Ok(names
-                .into_iter()
-                .filter(|n| creds.uid == 0 || !n.starts_with("trusted."))
-                .collect()),
-            other => Err(Errno::eio(format!("unexpected reply: {other:?}"))),
-        }
+        let req = req::ListXattr { path: p.clone() };
+        let names = self.xattr_call(&p, req).await?;
+        Ok(names
+            .into_iter()
+            .filter(|n| creds.uid == 0 || !n.starts_with("trusted."))
+            .collect())
     }
 
     /// removexattr(2): ENODATA if the attribute is absent.
     pub async fn removexattr(&self, path: &str, name: &str, creds: Creds) -> Result<(), Errno> {
         let p = self.norm(path)?;
         self.xattr_entry(&p, name, Access::WRITE, creds).await?;
-        let req = Request::RemoveXattr {
+        let req = req::RemoveXattr {
             path: p.clone(),
             name: name.to_string(),
         };
-        self.xattr_call(&p, req)
-            .await
-            .and_then(expect_inode)
-            .map(|_| ())
+        self.xattr_call(&p, req).await.map(|_| ())
     }
 
     /// Sends an attribute request to the owner of `p`; ENOENT says which ancestor is missing.
-    async fn xattr_call(&self, p: &str, req: Request) -> Result<Reply, Errno> {
+    async fn xattr_call<R: Rpc>(&self, p: &str, req: R) -> Result<R::Reply, Errno> {
         match self.meta(p, req).await {
             Err(e) if e.errno == libc::ENOENT => Err(self.refine_enoent(p, e).await),
             other => other,

@@ -4,7 +4,7 @@
 //! mode, times) and unpinning. Results are per file; progress is reported as it comes.
 
 use crate::{Client, Errno, FileKind};
-use eddy_proto::{FileId, FileOutcome, Reply, Request};
+use eddy_proto::{req, FileId, FileOutcome, Flushed, Rpc};
 use futures::stream::{self, StreamExt};
 use std::collections::{BTreeMap, HashSet};
 
@@ -130,7 +130,7 @@ impl Client {
         let calls = by_daemon.into_iter().flat_map(|(daemon, ks)| {
             ks.chunks(PREFETCH_CHUNKS)
                 .map(|batch| {
-                    let req = Request::Prefetch {
+                    let req = req::Prefetch {
                         file_id: f.file_id(),
                         chunks: batch.to_vec(),
                         backing: backing.clone(),
@@ -142,14 +142,7 @@ impl Client {
         });
         let mut bytes = 0;
         for r in futures::future::join_all(calls).await {
-            match r? {
-                Reply::Count(n) => bytes += n,
-                other => {
-                    return Err(Errno::eio(format!(
-                        "unexpected reply to prefetch: {other:?}"
-                    )))
-                }
-            }
+            bytes += r?;
         }
         Ok(bytes)
     }
@@ -193,7 +186,7 @@ impl Client {
         for prefix in &prefixes {
             let outcomes = self
                 .paged_everywhere(
-                    |after| Request::FlushDirty {
+                    |after| req::FlushDirty {
                         prefix: prefix.clone(),
                         after,
                         limit: FLUSH_PAGE,
@@ -229,7 +222,7 @@ impl Client {
 
     /// Runs a paged flush on every daemon at once, each daemon's pages in turn: `make(cursor)`
     /// asks for the page after `cursor`, `next(page, cursor)` moves the cursor past a page.
-    async fn paged_everywhere<C, M, N>(
+    async fn paged_everywhere<C, R, M, N>(
         &self,
         make: M,
         next: N,
@@ -237,7 +230,8 @@ impl Client {
     ) -> Result<Vec<FileOutcome>, Errno>
     where
         C: Clone,
-        M: Fn(Option<C>) -> Request,
+        R: Rpc<Reply = Flushed>,
+        M: Fn(Option<C>) -> R,
         N: Fn(&[FileOutcome], Option<C>) -> Option<C>,
     {
         let per_daemon = self.0.placement.ids().iter().map(|&id| {
@@ -246,11 +240,7 @@ impl Client {
                 let mut out = Vec::new();
                 let mut cursor = None;
                 loop {
-                    let Reply::Flushed { files, more } =
-                        self.call(id, make(cursor.clone())).await?
-                    else {
-                        return Err(Errno::eio("unexpected reply to a flush"));
-                    };
+                    let Flushed { files, more } = self.call(id, make(cursor.clone())).await?;
                     cursor = next(&files, cursor);
                     report(&files, progress);
                     out.extend(files);
@@ -275,7 +265,7 @@ impl Client {
         progress: &(dyn Fn(&FileResult) + Sync),
     ) -> Result<Vec<FileOutcome>, Errno> {
         self.paged_everywhere(
-            |after| Request::FinalizeDirty {
+            |after| req::FinalizeDirty {
                 prefix: prefix.to_string(),
                 skip: skip.to_vec(),
                 after,
@@ -293,14 +283,12 @@ impl Client {
         let mut n = 0;
         for prefix in self.linked_prefixes(paths)? {
             for r in self
-                .all_ok(|| Request::Unpin {
+                .all_ok(|| req::Unpin {
                     prefix: prefix.clone(),
                 })
                 .await?
             {
-                if let Reply::Count(c) = r {
-                    n += c;
-                }
+                n += r;
             }
         }
         Ok(n)

@@ -5,7 +5,7 @@
 //! connection than a change it covers means the daemon may have restarted in between and
 //! lost it: the fsync reports EIO instead of success.
 
-use eddy_proto::{Errno, Request};
+use eddy_proto::Errno;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -38,30 +38,6 @@ impl Unsynced {
             self.note(d, g);
         }
     }
-}
-
-/// Whether a request changes state a Sync makes durable. Writes are tracked by the open
-/// file they went through instead; reads, lock requests (held in memory) and Syncs do not
-/// count.
-pub(crate) fn changes_state(req: &Request) -> bool {
-    !matches!(
-        req,
-        Request::Stat { .. }
-            | Request::Readdir { .. }
-            | Request::HasChildren { .. }
-            | Request::ListSubtree { .. }
-            | Request::Read { .. }
-            | Request::Write { .. }
-            | Request::Prefetch { .. }
-            | Request::GetXattr { .. }
-            | Request::ListXattr { .. }
-            | Request::Lock { .. }
-            | Request::TestLock { .. }
-            | Request::ReleaseLocks { .. }
-            | Request::Status
-            | Request::Shutdown
-            | Request::Sync { .. }
-    )
 }
 
 /// The daemons of `pending` whose Sync was answered on another connection than the changes

@@ -4,10 +4,7 @@
 //! lock requests never hold an RPC longer than they were told to: they wait for a change of
 //! the table, then reply "still blocked" and the client asks again (decision 0008).
 
-use crate::handler::State;
-use eddy_proto::{
-    Errno, FileId, LockInfo, LockKind, LockOwner, LockRange, Reply, Request, Response,
-};
+use eddy_proto::{Errno, FileId, LockInfo, LockKind, LockOwner, LockRange};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -287,7 +284,8 @@ fn apply(locks: &mut Vec<Held>, ask: &LockAsk) -> bool {
     released
 }
 
-fn bad_range(range: LockRange) -> Result<(), Errno> {
+/// A range that ends before it starts is EINVAL.
+pub(crate) fn bad_range(range: LockRange) -> Result<(), Errno> {
     if range.start > range.end {
         return Err(Errno::einval(format!(
             "lock range {}..={} ends before it starts",
@@ -295,76 +293,6 @@ fn bad_range(range: LockRange) -> Result<(), Errno> {
         )));
     }
     Ok(())
-}
-
-impl State {
-    /// Serves a lock request that came over connection `conn`.
-    pub async fn handle_lock(&self, conn: ConnId, req: Request) -> Response {
-        let locks = &self.file_locks;
-        match req {
-            Request::Lock {
-                file_id,
-                owner,
-                handle,
-                pid,
-                kind,
-                range,
-                wait_ms,
-            } => {
-                bad_range(range)?;
-                let ask = LockAsk {
-                    file_id,
-                    owner,
-                    conn,
-                    handle,
-                    pid,
-                    kind,
-                    range,
-                };
-                if wait_ms == 0 || kind == LockKind::Unlock {
-                    return match locks.try_lock(&ask)? {
-                        Ok(()) => Ok(Reply::Ok),
-                        Err(h) => Err(Errno::new(
-                            libc::EAGAIN,
-                            format!(
-                                "bytes {}..={} are locked by another owner (pid {} on its node)",
-                                h.range.start, h.range.end, h.pid
-                            ),
-                        )),
-                    };
-                }
-                let cap = self.settings.config.rpc_timeout_ms / 2;
-                let wait = Duration::from_millis(u64::from(wait_ms).min(cap));
-                if locks.lock_wait(&ask, wait).await? {
-                    Ok(Reply::Ok)
-                } else {
-                    Ok(Reply::LockBlocked)
-                }
-            }
-            Request::TestLock {
-                file_id,
-                owner,
-                kind,
-                range,
-            } => {
-                bad_range(range)?;
-                Ok(Reply::LockTest(locks.test(file_id, owner, kind, range)))
-            }
-            Request::ReleaseLocks {
-                file_id,
-                session,
-                owner,
-                handle,
-            } => {
-                locks.release(file_id, session, owner, handle);
-                Ok(Reply::Ok)
-            }
-            other => Err(Errno::einval(format!(
-                "{} is not a lock request",
-                other.op_name()
-            ))),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod handler;
 mod hints;
 mod locks;
 mod meta;
+mod ops;
 mod privilege;
 mod ready;
 mod repair;

@@ -16,7 +16,7 @@ use crate::handler::State;
 use crate::hints::{Hints, Item};
 use eddy_client::Failure;
 use eddy_proto::repair::{digest, verdict, Digest, Verdict};
-use eddy_proto::{Errno, Reply, Request};
+use eddy_proto::{req, Errno};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,10 +61,11 @@ impl Repair {
     }
 }
 
-/// Why a push to a target stopped before its hints were done.
-fn unexpected(target: u32, what: &str, reply: &Reply) -> Failure {
+/// Why a push to a target stopped before its hints were done: its answer does not match
+/// what was pushed.
+fn mismatched(target: u32, what: &str, sent: usize, got: usize) -> Failure {
     Failure::Daemon(Errno::eio(format!(
-        "daemon {target} answered a {what} push with {reply:?}"
+        "daemon {target} answered a {what} push of {sent} items with {got} digests"
     )))
 }
 
@@ -141,11 +142,11 @@ impl State {
             .meta
             .key_states(keys.clone())
             .map_err(Failure::Daemon)?;
-        let req = Request::Replicate { changes: states };
-        let theirs = match client.call_daemon(target, &req).await? {
-            Reply::Digests(d) if d.len() == keys.len() => d,
-            other => return Err(unexpected(target, "metadata", &other)),
-        };
+        let req = req::Replicate { changes: states };
+        let theirs = client.call_daemon(target, req).await?;
+        if theirs.len() != keys.len() {
+            return Err(mismatched(target, "metadata", keys.len(), theirs.len()));
+        }
         let mine = self.meta.key_states(keys).map_err(Failure::Daemon)?;
         let mut verified = 0;
         for (state, theirs) in mine.into_iter().zip(theirs) {
@@ -194,16 +195,16 @@ impl State {
             }
             _ => Vec::new(),
         };
-        let req = Request::PutChunk {
+        let req = req::PutChunk {
             file_id: id,
             chunk: k,
             present: data.is_some(),
             sums,
             data: data.unwrap_or_default().into(),
         };
-        let theirs = match client.call_daemon(target, &req).await? {
-            Reply::Digests(d) if d.len() == 1 => d[0],
-            other => return Err(unexpected(target, "chunk", &other)),
+        let theirs = match client.call_daemon(target, req).await?.as_slice() {
+            &[d] => d,
+            other => return Err(mismatched(target, "chunk", 1, other.len())),
         };
         let mine: Digest = match self.blocking_any(move |st| st.chunks.whole(id, k)).await {
             Ok(Ok(d)) => digest(d.as_deref()),
@@ -259,7 +260,7 @@ impl State {
         self: &Arc<Self>,
         target: u32,
         full: bool,
-    ) -> Result<Reply, Errno> {
+    ) -> Result<u64, Errno> {
         let Some(repair) = self.repair() else {
             return Err(Errno::einval(
                 "repair needs replicas > 1 and the other daemons known",
@@ -289,11 +290,11 @@ impl State {
         if let Err(e) = self.push_hints(target, Some(Instant::now() + budget)).await {
             tracing::info!(daemon = target, "repair push stopped: {}", e.errno());
         }
-        Ok(Reply::Count(repair.hints.count_for(target)))
+        Ok(repair.hints.count_for(target))
     }
 
     /// `Repair`: wakes the loop, after a full scan for every other owner with `full`.
-    pub(crate) async fn repair_all(self: &Arc<Self>, full: bool) -> Result<Reply, Errno> {
+    pub(crate) async fn repair_all(self: &Arc<Self>, full: bool) -> Result<(), Errno> {
         let Some(repair) = self.repair() else {
             return Err(Errno::einval(
                 "repair needs replicas > 1 and the other daemons known",
@@ -307,7 +308,7 @@ impl State {
             );
         }
         repair.wake();
-        Ok(Reply::Ok)
+        Ok(())
     }
 
     /// `Hint`: chunks a client could not write to `target`.
@@ -316,7 +317,7 @@ impl State {
         target: u32,
         file_id: eddy_proto::FileId,
         chunks: &[u64],
-    ) -> Result<Reply, Errno> {
+    ) -> Result<(), Errno> {
         let Some(repair) = self.repair() else {
             return Err(Errno::einval(
                 "hints need replicas > 1 and the other daemons known",
@@ -329,8 +330,7 @@ impl State {
         }
         repair
             .hints
-            .add(target, chunks.iter().map(|&k| Item::Chunk(file_id, k)))?;
-        Ok(Reply::Ok)
+            .add(target, chunks.iter().map(|&k| Item::Chunk(file_id, k)))
     }
 
     fn is_member(&self, id: u32) -> bool {
@@ -405,23 +405,20 @@ pub(crate) async fn rejoin(state: Arc<State>, full: bool) {
             continue;
         };
         let calls = peers.iter().map(|&p| {
-            let req = Request::RepairFor {
+            let req = req::RepairFor {
                 target: me,
                 full: to_scan.contains(&p),
             };
             let client = client.clone();
-            async move { (p, client.call_daemon(p, &req).await) }
+            async move { (p, client.call_daemon(p, req).await) }
         });
         let (mut left, mut answered) = (0u64, 0usize);
         for (p, r) in futures::future::join_all(calls).await {
             match r {
-                Ok(Reply::Count(n)) => {
+                Ok(n) => {
                     to_scan.retain(|&d| d != p);
                     left += n;
                     answered += 1;
-                }
-                Ok(other) => {
-                    tracing::warn!(daemon = p, "unexpected answer to repair_for: {other:?}")
                 }
                 // Down (or restarting too): skipped; its hints come with its loop.
                 Err(e) => tracing::info!(daemon = p, "rejoin: peer skipped: {}", e.errno()),

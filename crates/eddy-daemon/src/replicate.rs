@@ -13,7 +13,7 @@
 use eddy_client::{Client, Failure};
 use eddy_config::Deployment;
 use eddy_placement::{path_hash, Placement};
-use eddy_proto::{KeyState, Request};
+use eddy_proto::{req, KeyState, Request};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -172,18 +172,18 @@ impl Replicator {
                     // Found unreachable lately: not waited for again until the mark expires.
                     return Some((t, changes));
                 }
-                let req = Request::Replicate { changes };
-                let mut r = client.call_daemon(t, &req).await;
+                let req = Request::Replicate(req::Replicate { changes });
+                let mut r = client.call_daemon_raw(t, &req).await;
                 if matches!(r, Err(Failure::Unreachable(_))) {
                     // The daemon may have moved (the deployment file rewritten): once more
                     // with the file as it is now, only if it changed (else the change would
                     // wait twice on a daemon that is gone).
                     let before = self.loaded_at();
                     if let Some(fresh) = self.client(true).filter(|_| self.loaded_at() != before) {
-                        r = fresh.call_daemon(t, &req).await;
+                        r = fresh.call_daemon_raw(t, &req).await;
                     }
                 }
-                let Request::Replicate { changes } = req else {
+                let Request::Replicate(req::Replicate { changes }) = req else {
                     return None;
                 };
                 match r {

@@ -5,21 +5,22 @@
 mod common;
 
 use common::*;
+use eddy_proto::req;
 use eddy_proto::{RenameIntent, Reply, Request};
 
 fn begin(from: &str, to: &str, dir_id: u128) -> Request {
-    Request::BeginRename {
+    Request::BeginRename(req::BeginRename {
         from: from.into(),
         to: to.into(),
         dir_id,
-    }
+    })
 }
 
 fn claim(from: Option<&str>) -> Request {
-    Request::ClaimRenames {
+    Request::ClaimRenames(req::ClaimRenames {
         from: from.map(str::to_string),
         limit: 100,
-    }
+    })
 }
 
 fn intent(from: &str, to: &str, dir_id: u128) -> RenameIntent {
@@ -53,9 +54,9 @@ async fn intents_are_held_by_their_connection_and_kept_across_a_restart() {
     assert!(renames(&mut b, claim(None)).await.is_empty());
     assert!(renames(&mut b, claim(Some("/src"))).await.is_empty());
     // Released by a: b takes it over, once.
-    a.ok(Request::ReleaseRename {
+    a.ok(Request::ReleaseRename(req::ReleaseRename {
         from: "/src".into(),
-    })
+    }))
     .await;
     assert_eq!(
         renames(&mut b, claim(None)).await,
@@ -85,19 +86,19 @@ async fn intents_are_held_by_their_connection_and_kept_across_a_restart() {
     assert_eq!(a.errno(begin("/x", "/x/y", 1)).await, libc::EINVAL);
     assert_eq!(a.errno(begin("/", "/x", 1)).await, libc::EBUSY);
     assert_eq!(
-        a.errno(Request::EndRename {
+        a.errno(Request::EndRename(req::EndRename {
             from: "/x\0".into(),
             to: "/y".into()
-        })
+        }))
         .await,
         libc::EINVAL
     );
     assert!(renames(&mut a, begin("/p/q", "/r", 9)).await.is_empty());
     // Ending with another target keeps the intent.
-    a.ok(Request::EndRename {
+    a.ok(Request::EndRename(req::EndRename {
         from: "/p/q".into(),
         to: "/elsewhere".into(),
-    })
+    }))
     .await;
 
     // A restart on the same root: both intents are still there, and nobody holds them.
@@ -110,10 +111,10 @@ async fn intents_are_held_by_their_connection_and_kept_across_a_restart() {
     got.sort_by(|x, y| x.from.cmp(&y.from));
     assert_eq!(got, [intent("/p/q", "/r", 9), intent("/src", "/dst", 7)]);
     for (from, to) in [("/p/q", "/r"), ("/src", "/dst")] {
-        c.ok(Request::EndRename {
+        c.ok(Request::EndRename(req::EndRename {
             from: from.into(),
             to: to.into(),
-        })
+        }))
         .await;
     }
     let mut e = connect(d.local_addr()).await;

@@ -11,6 +11,7 @@ use common::*;
 use eddy_daemon::{read_ready, Daemon, DaemonArgs, DaemonError, DaemonSettings, SECRET_ENV};
 use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
 use eddy_proto::frame::{read_frame, write_frame};
+use eddy_proto::req;
 use eddy_proto::{decode_plain, encode, Piece, Reply, Request, PROTOCOL_VERSION};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -153,13 +154,13 @@ async fn bad_input_closes_only_its_connection() {
     assert_closed(&mut s).await;
     // A request whose length field claims far more bytes than the frame holds.
     let mut s = authed_stream(addr).await;
-    let mut body = encode(&Request::Write {
+    let mut body = encode(&Request::Write(req::Write {
         sums: Vec::new(),
         file_id: 1,
         pieces: vec![],
         data: Default::default(),
         backing: None,
-    })
+    }))
     .unwrap();
     let n = body.len() - 1; // the trailing `backing: None` byte
     body[n - 8..n].copy_from_slice(&(1u64 << 60).to_le_bytes());
@@ -199,13 +200,16 @@ async fn ready_file_unix_socket_and_shutdown_request() {
     verdict.unwrap();
     c.inode(create("/via-unix", file(3))).await;
     assert_eq!(c.inode(stat("/via-unix")).await.file_id, 3);
-    let Reply::Status(s) = c.ok(Request::Status).await else {
+    let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
         panic!()
     };
     assert_eq!(s.root, root.path().display().to_string());
     assert_eq!(s.entries, 1);
 
-    assert!(matches!(c.ok(Request::Shutdown).await, Reply::Ok));
+    assert!(matches!(
+        c.ok(Request::Shutdown(req::Shutdown)).await,
+        Reply::Ok
+    ));
     d.wait().await.unwrap();
     assert!(
         read_ready(root.path()).unwrap().is_none(),
@@ -263,20 +267,20 @@ where
             len: 4096,
         },
     ];
-    c.ok(Request::Write {
+    c.ok(Request::Write(req::Write {
         sums: Vec::new(),
         file_id: 5,
         pieces,
         data: data.clone().into(),
         backing: None,
-    })
+    }))
     .await;
-    c.inode(Request::GrowSize {
+    c.inode(Request::GrowSize(req::GrowSize {
         path: "/data".into(),
         size: 8192,
-    })
+    }))
     .await;
-    c.ok(Request::Sync { file_id: Some(5) }).await;
+    c.ok(Request::Sync(req::Sync { file_id: Some(5) })).await;
     data
 }
 
@@ -297,15 +301,15 @@ async fn check_recovered(root: &Path, data: &[u8]) {
         },
     ];
     assert_eq!(
-        c.data(Request::Read {
+        c.data(Request::Read(req::Read {
             file_id: 5,
             pieces,
             backing: None
-        })
+        }))
         .await,
         data
     );
-    let Reply::Status(s) = c.ok(Request::Status).await else {
+    let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
         panic!()
     };
     assert_eq!((s.entries, s.chunks, s.chunk_bytes), (2, 2, 8192));
@@ -453,54 +457,58 @@ async fn full_device_gives_enospc_and_harms_nothing_else() {
             .collect::<Vec<_>>()
     };
     let kept: Vec<u8> = (0..8 * 4096u32).map(|i| (i % 253) as u8).collect();
-    c.ok(Request::Write {
+    c.ok(Request::Write(req::Write {
         sums: Vec::new(),
         file_id: 1,
         pieces: chunks(8),
         data: kept.clone().into(),
         backing: None,
-    })
+    }))
     .await;
     c.inode(create("/kept", file(1))).await;
 
-    let too_much = Request::Write {
+    let too_much = Request::Write(req::Write {
         sums: Vec::new(),
         file_id: 2,
         pieces: chunks(16),
         data: vec![0xee; 16 * 4096].into(),
         backing: None,
-    };
+    });
     assert_eq!(c.errno(too_much).await, libc::ENOSPC);
 
     // Other data, the metadata store and the connection are unharmed.
     assert_eq!(
-        c.data(Request::Read {
+        c.data(Request::Read(req::Read {
             file_id: 1,
             pieces: chunks(8),
             backing: None,
-        })
+        }))
         .await,
         kept
     );
     assert_eq!(c.inode(stat("/kept")).await.file_id, 1);
     c.inode(create("/after", file(3))).await;
-    c.ok(Request::Sync { file_id: Some(1) }).await;
+    c.ok(Request::Sync(req::Sync { file_id: Some(1) })).await;
     // Freeing space makes writes possible again.
-    c.ok(Request::RemoveData { file_id: 2 }).await;
-    c.ok(Request::Write {
+    c.ok(Request::RemoveData(req::RemoveData { file_id: 2 }))
+        .await;
+    c.ok(Request::Write(req::Write {
         sums: Vec::new(),
         file_id: 3,
         pieces: chunks(4),
         data: vec![7; 4 * 4096].into(),
         backing: None,
-    })
+    }))
     .await;
-    let Reply::Status(s) = c.ok(Request::Status).await else {
+    let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
         panic!()
     };
     assert_eq!((s.chunks, s.chunk_bytes), (12, 12 * 4096));
 
-    assert!(matches!(c.ok(Request::Shutdown).await, Reply::Ok));
+    assert!(matches!(
+        c.ok(Request::Shutdown(req::Shutdown)).await,
+        Reply::Ok
+    ));
     assert!(child.wait().unwrap().success(), "clean exit after Shutdown");
     assert!(read_ready(root.path()).unwrap().is_none());
 }

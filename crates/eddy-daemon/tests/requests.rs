@@ -3,6 +3,8 @@
 mod common;
 
 use common::*;
+use eddy_proto::req;
+use eddy_proto::{DirPage, SubtreePage};
 use eddy_proto::{FileKind, Piece, RemoveKind, Reply, Request, SetAttr, SetTime, Timespec};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,26 +23,28 @@ async fn create_stat_remove_insert() {
     assert_eq!(c.errno(create("/f", file(12))).await, libc::EEXIST);
     // Without exclusive an existing entry comes back as is, whatever its kind.
     let again = c
-        .inode(Request::Create {
+        .inode(Request::Create(req::Create {
             path: "/f".into(),
             inode: file(13),
             exclusive: false,
-        })
+        }))
         .await;
     assert_eq!(again.file_id, 11);
     c.inode(create("/d", dir())).await;
     let d_again = c
-        .inode(Request::Create {
+        .inode(Request::Create(req::Create {
             path: "/d".into(),
             inode: file(14),
             exclusive: false,
-        })
+        }))
         .await;
     assert_eq!(d_again.kind, FileKind::Dir);
 
-    let rm = |p: &str, kind| Request::Remove {
-        path: p.into(),
-        kind,
+    let rm = |p: &str, kind| {
+        Request::Remove(req::Remove {
+            path: p.into(),
+            kind,
+        })
     };
     assert_eq!(c.errno(rm("/d", RemoveKind::NotDir)).await, libc::EISDIR);
     assert_eq!(c.errno(rm("/f", RemoveKind::Dir)).await, libc::ENOTDIR);
@@ -49,10 +53,12 @@ async fn create_stat_remove_insert() {
     assert_eq!(c.errno(rm("/f", RemoveKind::Any)).await, libc::ENOENT);
     assert_eq!(c.errno(stat("/f")).await, libc::ENOENT);
 
-    let ins = |p: &str, id, replace| Request::Insert {
-        path: p.into(),
-        inode: file(id),
-        replace,
+    let ins = |p: &str, id, replace| {
+        Request::Insert(req::Insert {
+            path: p.into(),
+            inode: file(id),
+            replace,
+        })
     };
     assert!(matches!(c.ok(ins("/g", 20, false)).await, Reply::Ok));
     assert_eq!(c.errno(ins("/g", 21, false)).await, libc::EEXIST);
@@ -60,7 +66,7 @@ async fn create_stat_remove_insert() {
     assert!(matches!(c.ok(ins("/g", 22, true)).await, Reply::Ok));
     assert_eq!(c.inode(stat("/g")).await.file_id, 22);
 
-    let status = match c.ok(Request::Status).await {
+    let status = match c.ok(Request::Status(req::Status)).await {
         Reply::Status(s) => s,
         other => panic!("{other:?}"),
     };
@@ -77,9 +83,11 @@ async fn setattr_semantics() {
     let root = tempfile::tempdir().unwrap();
     let d = start(root.path(), 4096).await;
     let mut c = connect(d.local_addr()).await;
-    let attr = |attr| Request::SetAttr {
-        path: "/f".into(),
-        attr,
+    let attr = |attr| {
+        Request::SetAttr(req::SetAttr {
+            path: "/f".into(),
+            attr,
+        })
     };
     assert_eq!(
         c.errno(attr(SetAttr {
@@ -128,12 +136,12 @@ async fn readdir_pages_and_subtree() {
     let mut after: Option<String> = None;
     let mut pages = 0;
     loop {
-        let req = Request::Readdir {
+        let req = Request::Readdir(req::Readdir {
             dir: "/d".into(),
             after: after.clone(),
             limit: 10,
-        };
-        let Reply::Entries { entries, more } = c.ok(req).await else {
+        });
+        let Reply::Entries(DirPage { entries, more }) = c.ok(req).await else {
             panic!("expected entries")
         };
         pages += 1;
@@ -148,15 +156,15 @@ async fn readdir_pages_and_subtree() {
     let expected: Vec<String> = (0..25).map(|i| format!("n{i:02}")).collect();
     assert_eq!(names, expected);
 
-    let has = |d: &str| Request::HasChildren { dir: d.into() };
+    let has = |d: &str| Request::HasChildren(req::HasChildren { dir: d.into() });
     assert!(matches!(c.ok(has("/d")).await, Reply::Bool(true)));
     assert!(matches!(c.ok(has("/e")).await, Reply::Bool(false)));
-    let Reply::Entries { entries, more } = c
-        .ok(Request::Readdir {
+    let Reply::Entries(DirPage { entries, more }) = c
+        .ok(Request::Readdir(req::Readdir {
             dir: "/e".into(),
             after: None,
             limit: 10,
-        })
+        }))
         .await
     else {
         panic!()
@@ -167,12 +175,12 @@ async fn readdir_pages_and_subtree() {
     let mut paths = Vec::new();
     let mut after: Option<String> = None;
     loop {
-        let req = Request::ListSubtree {
+        let req = Request::ListSubtree(req::ListSubtree {
             dir: "/d".into(),
             after: after.clone(),
             limit: 7,
-        };
-        let Reply::Subtree { entries, more } = c.ok(req).await else {
+        });
+        let Reply::Subtree(SubtreePage { entries, more }) = c.ok(req).await else {
             panic!("expected subtree")
         };
         paths.extend(entries.iter().map(|e| e.path.clone()));
@@ -190,12 +198,12 @@ async fn readdir_pages_and_subtree() {
     assert_eq!(dedup.len(), 26);
 
     // Subtree of the root: everything but the root itself.
-    let Reply::Subtree { entries, more } = c
-        .ok(Request::ListSubtree {
+    let Reply::Subtree(SubtreePage { entries, more }) = c
+        .ok(Request::ListSubtree(req::ListSubtree {
             dir: "/".into(),
             after: None,
             limit: 1000,
-        })
+        }))
         .await
     else {
         panic!()
@@ -212,9 +220,11 @@ async fn concurrent_grow_size_keeps_the_max() {
     let mut c = connect(d.local_addr()).await;
     c.inode(create("/shared", file(1))).await;
     c.inode(create("/dir", dir())).await;
-    let grow = |size| Request::GrowSize {
-        path: "/shared".into(),
-        size,
+    let grow = |size| {
+        Request::GrowSize(req::GrowSize {
+            path: "/shared".into(),
+            size,
+        })
     };
     let mut tasks = Vec::new();
     for w in 0..8u64 {
@@ -242,18 +252,18 @@ async fn concurrent_grow_size_keeps_the_max() {
     // A smaller size never shrinks the file.
     assert_eq!(c.inode(grow(5)).await.size, expected);
     assert_eq!(
-        c.errno(Request::GrowSize {
+        c.errno(Request::GrowSize(req::GrowSize {
             path: "/nope".into(),
             size: 1
-        })
+        }))
         .await,
         libc::ENOENT
     );
     assert_eq!(
-        c.errno(Request::GrowSize {
+        c.errno(Request::GrowSize(req::GrowSize {
             path: "/dir".into(),
             size: 1
-        })
+        }))
         .await,
         libc::EISDIR
     );
@@ -276,16 +286,16 @@ async fn concurrent_reserve_append_is_disjoint_and_contiguous() {
             for i in 0..30u64 {
                 let len = 1 + (w * 31 + i * 17) % 200;
                 let id = c
-                    .send(&Request::ReserveAppend {
+                    .send(&Request::ReserveAppend(req::ReserveAppend {
                         path: "/log".into(),
                         len,
-                    })
+                    }))
                     .await;
                 sent.push((id, len));
             }
             let mut got = Vec::new();
             for (id, len) in sent {
-                let Ok(Reply::Offset(off)) = c.recv(id).await else {
+                let Ok(Reply::Offset(eddy_proto::Offset(off))) = c.recv(id).await else {
                     panic!("reserve failed")
                 };
                 got.push((off, len));
@@ -323,23 +333,23 @@ async fn write_read_holes_and_bounds() {
     let a = pattern(100, 1);
     let b = pattern(cs as usize, 2);
     let data = [a.clone(), b.clone()].concat();
-    let write = Request::Write {
+    let write = Request::Write(req::Write {
         sums: Vec::new(),
         file_id: fid,
         pieces: vec![p(0, 10, 100), p(3, 0, cs)],
         data: data.into(),
         backing: None,
-    };
+    });
     assert!(matches!(c.ok(write).await, Reply::Ok));
 
     // Holes before and after the written range read as zeros, as do chunks never written
     // and bytes past a chunk's end.
     let got = c
-        .data(Request::Read {
+        .data(Request::Read(req::Read {
             file_id: fid,
             pieces: vec![p(0, 0, 200), p(1, 0, 50), p(3, 100, 20)],
             backing: None,
-        })
+        }))
         .await;
     assert_eq!(got.len(), 270);
     assert!(got[..10].iter().all(|&x| x == 0));
@@ -347,62 +357,62 @@ async fn write_read_holes_and_bounds() {
     assert!(got[110..250].iter().all(|&x| x == 0));
     assert_eq!(&got[250..270], &b[100..120]);
     let missing = c
-        .data(Request::Read {
+        .data(Request::Read(req::Read {
             file_id: 999,
             pieces: vec![p(5, 7, 33)],
             backing: None,
-        })
+        }))
         .await;
     assert_eq!(missing, vec![0u8; 33]);
 
     // Overwrite in the middle keeps the rest.
-    let write = Request::Write {
+    let write = Request::Write(req::Write {
         sums: Vec::new(),
         file_id: fid,
         pieces: vec![p(0, 50, 4)],
         data: vec![9, 9, 9, 9].into(),
         backing: None,
-    };
+    });
     c.ok(write).await;
     let got = c
-        .data(Request::Read {
+        .data(Request::Read(req::Read {
             file_id: fid,
             pieces: vec![p(0, 48, 8)],
             backing: None,
-        })
+        }))
         .await;
     assert_eq!(got, vec![a[38], a[39], 9, 9, 9, 9, a[44], a[45]]);
 
     // A piece crossing the chunk end, or data not matching the pieces, is EINVAL.
-    let beyond = Request::Write {
+    let beyond = Request::Write(req::Write {
         sums: Vec::new(),
         file_id: fid,
         pieces: vec![p(0, cs - 10, 11)],
         data: vec![0; 11].into(),
         backing: None,
-    };
+    });
     assert_eq!(c.errno(beyond).await, libc::EINVAL);
-    let read_beyond = Request::Read {
+    let read_beyond = Request::Read(req::Read {
         file_id: fid,
         pieces: vec![p(0, cs, 1)],
         backing: None,
-    };
+    });
     assert_eq!(c.errno(read_beyond).await, libc::EINVAL);
-    let short = Request::Write {
+    let short = Request::Write(req::Write {
         sums: Vec::new(),
         file_id: fid,
         pieces: vec![p(0, 0, 10)],
         data: vec![0; 9].into(),
         backing: None,
-    };
+    });
     assert_eq!(c.errno(short).await, libc::EINVAL);
     // Nothing of the refused writes landed.
     let got = c
-        .data(Request::Read {
+        .data(Request::Read(req::Read {
             file_id: fid,
             pieces: vec![p(0, cs - 10, 10)],
             backing: None,
-        })
+        }))
         .await;
     assert_eq!(got, vec![0u8; 10]);
 }
@@ -422,15 +432,15 @@ async fn truncate_across_chunks_and_remove_data() {
         })
         .collect();
     let data = vec![0x5a_u8; 3 * cs as usize];
-    c.ok(Request::Write {
+    c.ok(Request::Write(req::Write {
         sums: Vec::new(),
         file_id: fid,
         pieces: pieces.clone(),
         data: data.into(),
         backing: None,
-    })
+    }))
     .await;
-    c.ok(Request::Sync { file_id: Some(fid) }).await;
+    c.ok(Request::Sync(req::Sync { file_id: Some(fid) })).await;
     // One sparse data file for the file (decision 0015), in one of the hashed subdirectories.
     let data_file = std::fs::read_dir(root.path().join("chunks"))
         .unwrap()
@@ -442,18 +452,18 @@ async fn truncate_across_chunks_and_remove_data() {
         3 * u64::from(cs)
     );
     let usage = |s: eddy_proto::DaemonStatus| (s.chunks, s.chunk_bytes);
-    let Reply::Status(s) = c.ok(Request::Status).await else {
+    let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
         panic!()
     };
     assert_eq!(usage(s), (3, 3 * u64::from(cs)));
 
     // Cut inside chunk 1: chunk 0 intact, chunk 1 keeps 100 bytes, chunk 2 is gone.
-    c.ok(Request::TruncateData {
+    c.ok(Request::TruncateData(req::TruncateData {
         file_id: fid,
         size: u64::from(cs) + 100,
-    })
+    }))
     .await;
-    let Reply::Status(s) = c.ok(Request::Status).await else {
+    let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
         panic!()
     };
     assert_eq!(usage(s), (2, u64::from(cs) + 100));
@@ -462,48 +472,50 @@ async fn truncate_across_chunks_and_remove_data() {
         u64::from(cs) + 100
     );
     let got = c
-        .data(Request::Read {
+        .data(Request::Read(req::Read {
             file_id: fid,
             pieces: pieces.clone(),
             backing: None,
-        })
+        }))
         .await;
     assert!(got[..cs as usize + 100].iter().all(|&x| x == 0x5a));
     assert!(got[cs as usize + 100..].iter().all(|&x| x == 0));
 
     // Truncating at a chunk boundary deletes the chunk that starts there.
-    c.ok(Request::TruncateData {
+    c.ok(Request::TruncateData(req::TruncateData {
         file_id: fid,
         size: u64::from(cs),
-    })
+    }))
     .await;
     assert_eq!(std::fs::metadata(&data_file).unwrap().len(), u64::from(cs));
-    let Reply::Status(s) = c.ok(Request::Status).await else {
+    let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
         panic!()
     };
     assert_eq!((s.chunks, s.chunk_bytes), (1, u64::from(cs)));
 
-    c.ok(Request::RemoveData { file_id: fid }).await;
+    c.ok(Request::RemoveData(req::RemoveData { file_id: fid }))
+        .await;
     assert!(!data_file.exists());
-    c.ok(Request::RemoveData { file_id: fid }).await;
-    c.ok(Request::TruncateData {
+    c.ok(Request::RemoveData(req::RemoveData { file_id: fid }))
+        .await;
+    c.ok(Request::TruncateData(req::TruncateData {
         file_id: fid,
         size: 0,
-    })
+    }))
     .await;
     let got = c
-        .data(Request::Read {
+        .data(Request::Read(req::Read {
             file_id: fid,
             pieces,
             backing: None,
-        })
+        }))
         .await;
     assert!(got.iter().all(|&x| x == 0));
-    let Reply::Status(s) = c.ok(Request::Status).await else {
+    let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
         panic!()
     };
     assert_eq!((s.chunks, s.chunk_bytes), (0, 0));
-    c.ok(Request::Sync { file_id: None }).await;
+    c.ok(Request::Sync(req::Sync { file_id: None })).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -512,7 +524,9 @@ async fn link_and_requests_on_identity_records() {
     let d = start(root.path(), 4096).await;
     let mut c = connect(d.local_addr()).await;
     c.inode(create("/f", file(11))).await;
-    let identity = c.inode(Request::Link { path: "/f".into() }).await;
+    let identity = c
+        .inode(Request::Link(req::Link { path: "/f".into() }))
+        .await;
     assert_eq!((identity.nlink, identity.file_id), (2, 11));
     let daemon = identity.shared.expect("the identity's daemon");
     // A request on the name says where the identity record is.
@@ -523,38 +537,50 @@ async fn link_and_requests_on_identity_records() {
             file_id: 11
         }
     );
-    let on = |file_id, op: &Request| Request::OnIdentity {
-        file_id,
-        op: eddy_proto::encode(op).unwrap(),
+    let on = |file_id, op: &Request| {
+        Request::OnIdentity(req::OnIdentity {
+            file_id,
+            op: eddy_proto::encode(op).unwrap(),
+        })
     };
     assert_eq!(c.inode(on(11, &stat("/f"))).await.nlink, 2);
     let grown = c
         .inode(on(
             11,
-            &Request::GrowSize {
+            &Request::GrowSize(req::GrowSize {
                 path: "/f".into(),
                 size: 99,
-            },
+            }),
         ))
         .await;
     assert_eq!(grown.size, 99);
     // Bad requests on identity records: nested, undecodable, not an entry request, unknown.
     assert_eq!(c.errno(on(11, &on(11, &stat("/f")))).await, libc::EINVAL);
-    let garbage = Request::OnIdentity {
+    let garbage = Request::OnIdentity(req::OnIdentity {
         file_id: 11,
         op: vec![0xff; 7],
-    };
+    });
     assert_eq!(c.errno(garbage).await, libc::EPROTO);
     assert_eq!(
-        c.errno(on(11, &Request::RemoveData { file_id: 11 })).await,
+        c.errno(on(
+            11,
+            &Request::RemoveData(req::RemoveData { file_id: 11 })
+        ))
+        .await,
         libc::EINVAL
     );
     assert_eq!(c.errno(on(12, &stat("/f"))).await, libc::ENOENT);
     assert_eq!(
-        c.errno(Request::DropName { file_id: 12 }).await,
+        c.errno(Request::DropName(req::DropName { file_id: 12 }))
+            .await,
         libc::ENOENT
     );
-    assert_eq!(c.inode(Request::DropName { file_id: 11 }).await.nlink, 1);
+    assert_eq!(
+        c.inode(Request::DropName(req::DropName { file_id: 11 }))
+            .await
+            .nlink,
+        1
+    );
     // The daemon still serves.
     assert_eq!(c.inode(on(11, &stat("/f"))).await.size, 99);
 }

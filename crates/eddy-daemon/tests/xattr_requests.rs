@@ -4,22 +4,23 @@
 mod common;
 
 use common::*;
+use eddy_proto::req;
 use eddy_proto::{FileKind, Reply, Request, XattrSet};
 
 fn set(path: &str, name: &str, value: &[u8], how: XattrSet) -> Request {
-    Request::SetXattr {
+    Request::SetXattr(req::SetXattr {
         path: path.into(),
         name: name.into(),
         value: value.to_vec(),
         how,
-    }
+    })
 }
 
 fn get(path: &str, name: &str) -> Request {
-    Request::GetXattr {
+    Request::GetXattr(req::GetXattr {
         path: path.into(),
         name: name.into(),
-    }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,10 +60,10 @@ async fn xattr_requests_and_their_errors() {
         (get("/f", "user.none"), libc::ENODATA),
         (get("/missing", "user.a"), libc::ENOENT),
         (
-            Request::RemoveXattr {
+            Request::RemoveXattr(req::RemoveXattr {
                 path: "/f".into(),
                 name: "user.none".into(),
-            },
+            }),
             libc::ENODATA,
         ),
     ];
@@ -71,15 +72,18 @@ async fn xattr_requests_and_their_errors() {
         assert_eq!(c.errno(req).await, want, "{what}");
     }
     c.inode(set("/p", "trusted.x", b"t", XattrSet::Any)).await;
-    match c.ok(Request::ListXattr { path: "/p".into() }).await {
+    match c
+        .ok(Request::ListXattr(req::ListXattr { path: "/p".into() }))
+        .await
+    {
         Reply::Names(n) => assert_eq!(n, ["trusted.x"]),
         other => panic!("expected names, got {other:?}"),
     }
     let removed = c
-        .inode(Request::RemoveXattr {
+        .inode(Request::RemoveXattr(req::RemoveXattr {
             path: "/f".into(),
             name: "user.a".into(),
-        })
+        }))
         .await;
     assert!(removed.xattrs.is_empty());
     // Still serving.

@@ -4,7 +4,7 @@ use arbitrary::Unstructured;
 use bytes::Bytes;
 use eddy_config::{Config, Link};
 use eddy_daemon::{DaemonSettings, Embedded};
-use eddy_proto::{FileKind, Inode, Piece, Reply, Request};
+use eddy_proto::{req, FileKind, Inode, Piece, Reply, Request};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -146,7 +146,7 @@ impl Requests {
         };
         let op = req.op_name();
         let read_len: Option<u64> = match &req {
-            Request::Read { pieces, .. } => Some(pieces.iter().map(|p| u64::from(p.len)).sum()),
+            Request::Read(r) => Some(r.pieces.iter().map(|p| u64::from(p.len)).sum()),
             _ => None,
         };
         let shown = shorten(format!("{req:?}"));
@@ -251,22 +251,22 @@ fn seed_requests() -> Vec<Request> {
         ..Inode::new(FileKind::File, 2, 0o644, 0, 0)
     };
     vec![
-        Request::Create {
+        Request::Create(req::Create {
             path: "/".into(),
             inode: dir(0o755),
             exclusive: false,
-        },
-        Request::Create {
+        }),
+        Request::Create(req::Create {
             path: "/d".into(),
             inode: dir(0o755),
             exclusive: false,
-        },
-        Request::Create {
+        }),
+        Request::Create(req::Create {
             path: "/d/f".into(),
             inode: file,
             exclusive: false,
-        },
-        Request::Write {
+        }),
+        Request::Write(req::Write {
             sums: Vec::new(),
             file_id: 2,
             pieces: vec![
@@ -283,25 +283,25 @@ fn seed_requests() -> Vec<Request> {
             ],
             data: Bytes::from(vec![5u8; 70_000]),
             backing: None,
-        },
-        Request::Stat {
+        }),
+        Request::Stat(req::Stat {
             path: "/l/d/a".into(),
-        },
-        Request::Hint {
+        }),
+        Request::Hint(req::Hint {
             target: 1,
             file_id: 2,
             chunks: vec![0, 1],
-        },
-        Request::PutChunk {
+        }),
+        Request::PutChunk(req::PutChunk {
             file_id: 3,
             chunk: 0,
             present: true,
             sums: Vec::new(),
             data: Bytes::from(vec![6u8; 1000]),
-        },
-        Request::RepairFor {
+        }),
+        Request::RepairFor(req::RepairFor {
             target: 1,
             full: true,
-        },
+        }),
     ]
 }

@@ -6,6 +6,7 @@ use eddy_config::Config;
 use eddy_daemon::{Daemon, DaemonSettings};
 use eddy_proto::auth::{self, HelloResult, ServerHello};
 use eddy_proto::frame::{read_frame, write_frame, write_frames};
+use eddy_proto::req;
 use eddy_proto::{
     decode_plain, encode, response_from_frame, FileKind, Inode, Reply, Request, Response, Timespec,
     PROTOCOL_VERSION,
@@ -173,13 +174,13 @@ pub fn dir() -> Inode {
 }
 
 pub fn create(path: &str, inode: Inode) -> Request {
-    Request::Create {
+    Request::Create(req::Create {
         path: path.into(),
         inode,
         exclusive: true,
-    }
+    })
 }
 
 pub fn stat(path: &str) -> Request {
-    Request::Stat { path: path.into() }
+    Request::Stat(req::Stat { path: path.into() })
 }

@@ -1,0 +1,62 @@
+//! The backend tier: read-ahead and stage-in (prefetch), write-back (flush, finalise),
+//! pins, validation on open, and the write-through of renames.
+
+use super::Apply;
+use crate::handler::State;
+use eddy_proto::path::normalize;
+use eddy_proto::{req, Errno, Flushed, Revalidated};
+
+impl Apply for req::Prefetch {
+    fn apply(self, st: &State) -> Result<u64, Errno> {
+        let backing = st.linked(self.backing)?;
+        st.with_room(|| {
+            st.tier
+                .prefetch(&st.chunks, self.file_id, &self.chunks, &backing, self.pin)
+        })
+    }
+}
+
+impl Apply for req::FlushDirty {
+    fn apply(self, st: &State) -> Result<Flushed, Errno> {
+        let (files, more) = st
+            .tier
+            .flush_dirty(&st.chunks, &self.prefix, self.after, self.limit);
+        Ok(Flushed { files, more })
+    }
+}
+
+impl Apply for req::Unpin {
+    fn apply(self, st: &State) -> Result<u64, Errno> {
+        st.tier.unpin(&self.prefix)
+    }
+}
+
+impl Apply for req::Rebind {
+    fn apply(self, st: &State) -> Result<(), Errno> {
+        let limits = st.meta.limits();
+        let (from, to) = (normalize(&self.from, limits)?, normalize(&self.to, limits)?);
+        st.tier.rebind(&from, &to)
+    }
+}
+
+impl Apply for req::Validate {
+    fn apply(self, st: &State) -> Result<Revalidated, Errno> {
+        let (inode, dropped) = st.meta.validate(&self.path, self.for_write)?;
+        Ok(Revalidated { inode, dropped })
+    }
+}
+
+impl Apply for req::BackendRename {
+    fn apply(self, st: &State) -> Result<(), Errno> {
+        st.meta.backend_rename(&self.from, &self.to)
+    }
+}
+
+impl Apply for req::FinalizeDirty {
+    fn apply(self, st: &State) -> Result<Flushed, Errno> {
+        let (files, more) =
+            st.meta
+                .finalize_dirty(&self.prefix, &self.skip, self.after.as_deref(), self.limit)?;
+        Ok(Flushed { files, more })
+    }
+}

@@ -1,0 +1,225 @@
+//! Round trips of messages and records, and the decoder's bounds.
+
+use super::req;
+use super::*;
+use crate::frame::{Frame, OutFrame};
+use crate::Errno;
+use bytes::Bytes;
+
+#[test]
+fn operation_names_are_distinct() {
+    let mut names = OP_NAMES.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), OP_NAMES.len());
+    assert_eq!(Request::Status(req::Status).op_name(), "status");
+    assert_eq!(Request::Shutdown(req::Shutdown).op_name(), "shutdown");
+    assert_eq!(Op::ALL.len(), 48);
+}
+use proptest::prelude::*;
+
+/// The frame as a reader gets it.
+fn read_back(f: OutFrame) -> Frame {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut buf = Vec::new();
+        crate::frame::write_frames(&mut buf, &[f]).await.unwrap();
+        crate::frame::read_frame(&mut &buf[..], 1 << 20)
+            .await
+            .unwrap()
+    })
+}
+
+fn inode() -> Inode {
+    Inode {
+        kind: FileKind::File,
+        file_id: 0xdead_beef,
+        mode: 0o644,
+        uid: 1,
+        gid: 2,
+        size: 3,
+        atime: Timespec { sec: 4, nsec: 5 },
+        mtime: Timespec::default(),
+        ctime: Timespec::default(),
+        target: None,
+        tier: None,
+        rdev: 0,
+        xattrs: Vec::new(),
+        nlink: 1,
+        shared: None,
+    }
+}
+
+#[test]
+fn request_round_trip() {
+    let r = Request::Write(req::Write {
+        file_id: 9,
+        pieces: vec![Piece {
+            chunk: 1,
+            offset: 2,
+            len: 3,
+        }],
+        sums: vec![7],
+        data: Bytes::from_static(&[1, 2, 3]),
+        backing: Some(Backing {
+            path: "/in/x".into(),
+            size: 5,
+        }),
+    });
+    let frame = read_back(r.to_frame(4, 1 << 20).unwrap());
+    assert_eq!((frame.id, &frame.payload[..]), (4, &[1u8, 2, 3][..]));
+    assert_eq!(Request::from_frame(frame, 1 << 20).unwrap(), r);
+    // The data is not in the encoding.
+    let bare = decode::<Request>(&encode(&r).unwrap(), 1 << 20).unwrap();
+    assert!(matches!(bare, Request::Write(ref w) if w.data.is_empty()));
+    assert_eq!(bare.payload(), Bytes::new());
+    let data: Response = Ok(Reply::Data(Bytes::from(vec![9u8; 100])));
+    let frame = read_back(response_frame(1, &data, 1 << 20).unwrap());
+    assert_eq!(frame.payload.len(), 100);
+    assert_eq!(response_from_frame(frame, 1 << 20).unwrap(), data);
+    let checked: Response = Ok(Reply::Checked {
+        data: Bytes::from(vec![3u8; 10]),
+        sums: vec![1, 2],
+    });
+    let frame = read_back(response_frame(1, &checked, 1 << 20).unwrap());
+    assert_eq!(frame.payload.len(), 10);
+    assert_eq!(response_from_frame(frame, 1 << 20).unwrap(), checked);
+    // A payload where none belongs is EPROTO.
+    let stat = Request::Stat(req::Stat { path: "/a".into() });
+    let mut frame = read_back(stat.to_frame(2, 1 << 20).unwrap());
+    frame.payload = Bytes::from_static(b"xx");
+    assert_eq!(
+        Request::from_frame(frame, 1 << 20).unwrap_err().errno,
+        libc::EPROTO
+    );
+    let resp: Response = Err(Errno::enoent("/x"));
+    let bytes = encode(&resp).unwrap();
+    assert_eq!(decode::<Response>(&bytes, 1 << 20).unwrap(), resp);
+}
+
+#[test]
+fn record_round_trip_and_version_check() {
+    let rec = inode().to_record();
+    assert_eq!(Inode::from_record(&rec).unwrap(), inode());
+    let mut bad = rec.clone();
+    bad[0] = 99;
+    assert_eq!(Inode::from_record(&bad).unwrap_err().errno, libc::EIO);
+    assert!(Inode::from_record(&[]).is_err());
+}
+
+#[test]
+fn version_1_records_are_still_read() {
+    let i = inode();
+    let v1 = (
+        i.kind, i.file_id, i.mode, i.uid, i.gid, i.size, i.atime, i.mtime, i.ctime, i.target,
+    );
+    let mut rec = vec![1u8];
+    rec.extend(encode(&v1).unwrap());
+    assert_eq!(Inode::from_record(&rec).unwrap(), inode());
+    let tiered = Inode {
+        tier: Some(TierState {
+            backend_mtime: Timespec { sec: 9, nsec: 1 },
+            backend_size: 77,
+            dirty: true,
+        }),
+        ..inode()
+    };
+    assert_eq!(Inode::from_record(&tiered.to_record()).unwrap(), tiered);
+}
+
+#[test]
+fn version_2_records_are_still_read() {
+    let tier = Some(TierState {
+        backend_mtime: Timespec { sec: 3, nsec: 2 },
+        backend_size: 11,
+        dirty: false,
+    });
+    let i = Inode { tier, ..inode() };
+    let v2 = (
+        i.kind, i.file_id, i.mode, i.uid, i.gid, i.size, i.atime, i.mtime, i.ctime, i.target,
+        i.tier,
+    );
+    let mut rec = vec![2u8];
+    rec.extend(encode(&v2).unwrap());
+    assert_eq!(Inode::from_record(&rec).unwrap(), Inode { tier, ..inode() });
+}
+
+#[test]
+fn special_files_and_xattrs_round_trip() {
+    // The old kinds keep their encodings; the new ones come after them.
+    assert_eq!(encode(&FileKind::Symlink).unwrap(), 2u32.to_le_bytes());
+    assert_eq!(encode(&FileKind::BlockDevice).unwrap(), 6u32.to_le_bytes());
+    let dev = Inode {
+        kind: FileKind::CharDevice,
+        rdev: 0x0103,
+        xattrs: vec![Xattr {
+            name: "user.a".into(),
+            value: vec![0, 1, 2],
+        }],
+        ..inode()
+    };
+    assert_eq!(dev.xattr_bytes(), 9);
+    let rec = dev.to_record();
+    assert_eq!(rec[0], INODE_RECORD_VERSION);
+    assert_eq!(Inode::from_record(&rec).unwrap(), dev);
+    assert!(FileKind::Fifo.is_special() && !FileKind::Symlink.is_special());
+}
+
+#[test]
+fn version_3_records_are_read_with_one_name() {
+    let i = Inode {
+        rdev: 5,
+        xattrs: vec![Xattr {
+            name: "user.x".into(),
+            value: vec![9],
+        }],
+        ..inode()
+    };
+    let v3 = (
+        i.kind, i.file_id, i.mode, i.uid, i.gid, i.size, i.atime, i.mtime, i.ctime, &i.target,
+        i.tier, i.rdev, &i.xattrs,
+    );
+    let mut rec = vec![3u8];
+    rec.extend(encode(&v3).unwrap());
+    let read = Inode::from_record(&rec).unwrap();
+    assert_eq!(read, i);
+    assert_eq!((read.nlink, read.shared), (1, None));
+    let shared = Inode {
+        nlink: 3,
+        shared: Some(2),
+        ..i
+    };
+    assert_eq!(Inode::from_record(&shared.to_record()).unwrap(), shared);
+}
+
+#[test]
+fn huge_length_prefix_does_not_allocate() {
+    // A Write whose checksums claim 2^60 entries.
+    let mut bytes = encode(&Request::Write(req::Write {
+        file_id: 1,
+        sums: vec![],
+        pieces: vec![],
+        data: Bytes::new(),
+        backing: None,
+    }))
+    .unwrap();
+    let n = bytes.len() - 1; // the trailing `backing: None` byte
+    bytes[n - 8..n].copy_from_slice(&(1u64 << 60).to_le_bytes());
+    assert_eq!(
+        decode::<Request>(&bytes, 1 << 20).unwrap_err().errno,
+        libc::EPROTO
+    );
+}
+
+proptest! {
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode::<Request>(&bytes, 1 << 16);
+        let _ = decode::<Response>(&bytes, 1 << 16);
+        let frame = Frame { id: 1, meta: Bytes::from(bytes.clone()), payload: Bytes::from(bytes) };
+        let _ = Request::from_frame(frame.clone(), 1 << 16);
+        let _ = response_from_frame(frame, 1 << 16);
+    }
+}
