@@ -5,6 +5,7 @@
 //! the table, then reply "still blocked" and the client asks again (decision 0008).
 
 use crate::handler::State;
+use eddy_proto::sync::lock;
 use eddy_proto::{
     Errno, FileId, LockInfo, LockKind, LockOwner, LockRange, Reply, Request, Response,
 };
@@ -80,7 +81,7 @@ pub struct LockTable {
 
 impl LockTable {
     fn tables(&self) -> MutexGuard<'_, Tables> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     /// Registers a new connection and returns its id.

@@ -40,6 +40,7 @@ use crate::locks::StripedLocks;
 use crate::DaemonError;
 use cache::{fd_cache_capacity, Open};
 use eddy_proto::checksum;
+use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileId, Piece};
 use fjall::Keyspace;
 use io::{file_err, io_err, pread_full, pread_uninit, punch, sync_dir};
@@ -56,10 +57,6 @@ use sums::{DEFAULT_BLOCK, SUM_BYTES};
 
 /// Name of the keyspace holding the chunk map.
 pub const CHUNK_KEYSPACE: &str = "chunks";
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The chunks of one daemon.
 pub struct ChunkStore {

@@ -12,6 +12,7 @@ use crate::xcache::{cacheable, XattrCache};
 use crate::MountOptions;
 
 use eddy_client::{Client, Creds, File};
+use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileKind, Inode, Xattr, XattrSet};
 use files::reopen_flags;
 use fuser::{
@@ -26,7 +27,7 @@ use std::ffi::OsStr;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use tokio::runtime::Handle;
 use tracing::{debug, warn};
@@ -65,11 +66,6 @@ const WANTED_CAPS: [InitFlags; 6] = [
 
 /// Generation of every inode number (the file system is not exported over NFS).
 const GENERATION: Generation = Generation(0);
-
-/// Locks a mutex, recovering the data if a panicking thread poisoned it.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// An Eddy error as a FUSE reply error.
 fn fuse_errno(e: &Errno) -> fuser::Errno {
