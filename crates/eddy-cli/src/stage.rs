@@ -11,6 +11,7 @@ use crate::status::human_bytes;
 use anyhow::{anyhow, bail, Context, Result};
 use eddy_client::{Client, FileResult};
 use eddy_config::Deployment;
+use eddy_proto::sync::lock;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
@@ -416,7 +417,7 @@ impl Bar {
 
     /// A file (stage-in) or one daemon's part of a file (stage-out) ended.
     pub fn part_ended(&self, r: &FileResult) {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = lock(&self.seen);
         let entry = seen
             .files
             .entry(r.path.clone())
@@ -443,7 +444,7 @@ impl Bar {
 
     /// The results seen so far, merged by file.
     pub fn seen(&self) -> Vec<FileResult> {
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = lock(&self.seen);
         seen.files.values().cloned().collect()
     }
 

@@ -129,7 +129,7 @@ struct OutState {
 
 impl Out {
     fn state(&self) -> std::sync::MutexGuard<'_, OutState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        eddy_proto::sync::lock(&self.state)
     }
 
     fn close(&self, why: String) {

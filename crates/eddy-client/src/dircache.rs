@@ -30,7 +30,7 @@ impl DirCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Inode, Instant)>> {
-        self.dirs.lock().unwrap_or_else(|p| p.into_inner())
+        eddy_proto::sync::lock(&self.dirs)
     }
 
     /// The directory `p` if it was seen within the TTL.

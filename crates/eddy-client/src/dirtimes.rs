@@ -67,7 +67,7 @@ impl DirTimes {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (HashMap<String, Entry>, usize)> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        eddy_proto::sync::lock(&self.state)
     }
 
     /// The entry of `dir`, made if missing; idle entries are pruned when there are many.

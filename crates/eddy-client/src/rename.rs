@@ -11,11 +11,12 @@
 
 use crate::{Client, Creds, Errno, FileKind, Inode, Timespec};
 use eddy_proto::path;
+use eddy_proto::sync::lock;
 use eddy_proto::{req, RemoveKind, RenameIntent, SubtreePage};
 use futures::future::join_all;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// This client's share of directory renames: those under way here, those it left
 /// unfinished, and the pass completing unfinished renames found on the daemons.
@@ -28,10 +29,6 @@ pub(crate) struct Renames {
     /// One completion pass at a time; `again` asks the running one for another round.
     pass: tokio::sync::Mutex<()>,
     again: AtomicBool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Renames {

@@ -35,7 +35,7 @@ impl Down {
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Instant>> {
-        self.until.lock().unwrap_or_else(|p| p.into_inner())
+        eddy_proto::sync::lock(&self.until)
     }
 
     pub fn is_down(&self, id: u32) -> bool {

@@ -61,7 +61,7 @@ impl SizeCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<FileId, Entry>> {
-        self.files.lock().unwrap_or_else(|p| p.into_inner())
+        eddy_proto::sync::lock(&self.files)
     }
 
     /// Records a write of `file` through `path` that reached `end`.

@@ -17,7 +17,7 @@ pub(crate) struct Unsynced(Mutex<Pending>);
 
 impl Unsynced {
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        eddy_proto::sync::lock(&self.0)
     }
 
     /// A change acknowledged by `daemon` on connection `generation`.

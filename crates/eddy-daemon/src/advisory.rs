@@ -4,6 +4,7 @@
 //! lock requests never hold an RPC longer than they were told to: they wait for a change of
 //! the table, then reply "still blocked" and the client asks again (decision 0008).
 
+use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileId, LockInfo, LockKind, LockOwner, LockRange};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
@@ -77,7 +78,7 @@ pub struct LockTable {
 
 impl LockTable {
     fn tables(&self) -> MutexGuard<'_, Tables> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     /// Registers a new connection and returns its id.

@@ -9,6 +9,7 @@
 //! The bytes a connection has in flight after the handshake are bounded in `server.rs`
 //! with a semaphore of `max_connection_bytes` permits per connection.
 
+use eddy_proto::sync::lock;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -41,7 +42,7 @@ impl Unproven {
     /// Takes a new connection in, pushing out the oldest ones past the bound.
     pub fn admit(self: &Arc<Self>) -> Place {
         let pushed_out = Arc::new(Notify::new());
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = lock(&self.waiting);
         while w.1.len() >= self.max {
             if let Some((_, old)) = w.1.pop_front() {
                 // Remembered if that connection is not waiting on it yet.
@@ -71,7 +72,7 @@ impl Unproven {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut w = self.gate.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = lock(&self.gate.waiting);
         w.1.retain(|(id, _)| *id != self.id);
     }
 }

@@ -7,6 +7,7 @@
 //! A chunk hint means "make the target's chunk what this daemon holds", which for a removed
 //! file is "this chunk should not exist on the target".
 
+use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileId};
 use fjall::Keyspace;
 use std::collections::BTreeMap;
@@ -90,7 +91,7 @@ impl Hints {
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, u64>> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.counts)
     }
 
     /// Records that `target` missed `items` (each once, however often it missed it).

@@ -2,6 +2,7 @@
 //! key's hash, so operations on the same key are serialised while different keys rarely
 //! wait on each other. Used from blocking threads only.
 
+use eddy_proto::sync::lock;
 use std::sync::{Mutex, MutexGuard};
 
 /// Stripes per table: enough that unrelated keys rarely collide on a 32-thread pool.
@@ -24,6 +25,6 @@ impl StripedLocks {
     /// Locks the stripe of `key`. A poisoned stripe is still usable: it guards no data.
     pub fn lock(&self, key: &[u8]) -> MutexGuard<'_, ()> {
         let idx = (xxhash_rust::xxh3::xxh3_64(key) % STRIPES as u64) as usize;
-        self.stripes[idx].lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.stripes[idx])
     }
 }

@@ -16,6 +16,7 @@ use crate::handler::State;
 use crate::hints::{Hints, Item};
 use eddy_client::Failure;
 use eddy_proto::repair::{digest, verdict, Digest, Verdict};
+use eddy_proto::sync::lock;
 use eddy_proto::{req, Errno};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,7 +57,7 @@ impl Repair {
     }
 
     fn target_lock(&self, target: u32) -> Arc<tokio::sync::Mutex<()>> {
-        let mut m = self.pushing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = lock(&self.pushing);
         Arc::clone(m.entry(target).or_default())
     }
 }

@@ -13,6 +13,7 @@
 use eddy_client::{Client, Failure};
 use eddy_config::Deployment;
 use eddy_placement::{path_hash, Placement};
+use eddy_proto::sync::lock;
 use eddy_proto::{req, KeyState, Request};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -114,14 +115,14 @@ impl Replicator {
 
     /// The modification time of the deployment file the connections were made from.
     fn loaded_at(&self) -> Option<Option<SystemTime>> {
-        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let peers = lock(&self.peers);
         peers.as_ref().map(|(_, at)| *at)
     }
 
     /// The connections to the peers: made from the deployment file when first needed, and
     /// again when `fresh` and the file changed since.
     pub fn client(&self, fresh: bool) -> Option<Client> {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut peers = lock(&self.peers);
         let now = self.file_time();
         if let Some((client, at)) = peers.as_ref() {
             if !fresh || *at == now {

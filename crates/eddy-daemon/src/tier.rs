@@ -12,6 +12,7 @@
 use crate::backend::Backend;
 use crate::chunks::ChunkStore;
 use eddy_config::Config;
+use eddy_proto::sync::lock;
 use eddy_proto::{Backing, Errno, FileId, FileOutcome, Piece, TierStatus};
 use fjall::Keyspace;
 use std::collections::{BTreeSet, HashMap};
@@ -167,7 +168,7 @@ impl Tier {
     }
 
     fn maps(&self) -> MutexGuard<'_, Maps> {
-        self.maps.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.maps)
     }
 
     fn tick(&self) -> u64 {
@@ -674,7 +675,7 @@ impl Tier {
             return;
         }
         let guard = if used > cap {
-            Some(self.evicting.lock().unwrap_or_else(|e| e.into_inner()))
+            Some(lock(&self.evicting))
         } else {
             self.evicting.try_lock().ok()
         };
@@ -689,7 +690,7 @@ impl Tier {
     /// the room there is when the device holds less than the configured capacity, now.
     pub fn make_room(&self, chunks: &ChunkStore) -> Result<u64, Errno> {
         let (cap, held) = self.capacity(chunks);
-        let _g = self.evicting.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = lock(&self.evicting);
         self.evict_to(chunks, cap.min(self.room(held)) / 100 * self.low_pct, true)
     }
 
@@ -699,7 +700,7 @@ impl Tier {
     /// refused, not moved to the backend behind the writer's back. Whether the use is now
     /// down there (by this eviction or a concurrent one): a refused request may try again.
     pub fn make_room_within(&self, chunks: &ChunkStore, limit: u64) -> bool {
-        let _g = self.evicting.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = lock(&self.evicting);
         let target = limit / 100 * self.low_pct;
         if let Err(e) = self.evict_to(chunks, target, false) {
             tracing::warn!("eviction for the capacity stopped: {e}");

@@ -28,7 +28,7 @@ impl XattrCache {
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, Entries> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+        eddy_proto::sync::lock(&self.map)
     }
 
     /// Records the attributes of `ino` as a reply just gave them.

@@ -12,6 +12,7 @@
 //! - `keepalive`: TCP keepalive and user timeout, so both ends notice a peer gone silent;
 //! - `path`: path normalisation and the metadata key layout;
 //! - `repair`: the digests a repair push is verified with (decision 0021);
+//! - `sync`: `lock`, the poison-tolerant mutex lock every crate uses;
 //! - `Errno`: errors as errno values with a short context message;
 //! - `fuzzing` (feature `arbitrary`): generators of request fields for the fuzzer.
 //!
@@ -27,6 +28,7 @@ pub mod keepalive;
 pub mod msg;
 pub mod path;
 pub mod repair;
+pub mod sync;
 pub mod wire;
 
 pub use msg::*;

@@ -1,87 +1,9 @@
-//! Directories: opendir, readdir(plus) over the client's merged listing, releasedir, fsyncdir.
+//! Directories: the cursors of open directories, and readdir(plus) over the client's merged
+//! listing.
 
 use super::*;
 
-// The methods take the arguments of the `Filesystem` methods they serve, as fuser passes them.
-#[allow(clippy::too_many_arguments)]
 impl EddyFs {
-    pub(super) fn opendir_op(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _flags: OpenFlags,
-        reply: ReplyOpen,
-    ) {
-        let res = self.path(ino).map(|path| {
-            let table = lock(&self.table);
-            let parent = table.peek(parent_of(&path), None);
-            DirStream::new(path, ino.0, parent)
-        });
-        match res {
-            Ok(stream) => {
-                let fh = self.new_fh();
-                lock(&self.dirs).insert(fh, Arc::new(Mutex::new(stream)));
-                reply.opened(FileHandle(fh), FopenFlags::empty());
-            }
-            Err(e) => reply.error(failed("opendir", &e)),
-        }
-    }
-
-    pub(super) fn readdir_op(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        match self.do_readdir(fh, offset, &mut reply) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("readdir", &e)),
-        }
-    }
-
-    pub(super) fn readdirplus_op(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        match self.do_readdirplus(fh, offset, &mut reply) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("readdirplus", &e)),
-        }
-    }
-
-    pub(super) fn releasedir_op(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        lock(&self.dirs).remove(&fh.0);
-        reply.ok();
-    }
-
-    pub(super) fn fsyncdir_op(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        // The client offers no per-directory sync: make every daemon's metadata durable.
-        match self.run(self.client.sync_all()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("fsyncdir", &e)),
-        }
-    }
-
     /// The cursor of an open directory.
     pub(super) fn dir_stream(&self, fh: FileHandle) -> Result<Arc<Mutex<DirStream>>, Errno> {
         lock(&self.dirs)

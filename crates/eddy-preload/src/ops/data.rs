@@ -142,76 +142,51 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
         real::write(fd, buf, n)
     )
 }
-#[no_mangle]
-pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| read_ours(fd, &o, slice_mut(buf, n), offset(off)?).map(|n| n as ssize_t),
-        real::pread(fd, buf, n, off)
-    )
+twins! {
+    fn pread / pread64(
+        fd: c_int,
+        buf: *mut c_void,
+        n: size_t,
+        off: off64_t,
+    ) -> ssize_t, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| read_ours(fd, &o, slice_mut(buf, n), offset(off)?).map(|n| n as ssize_t),
+            next(fd, buf, n, off)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| read_ours(fd, &o, slice_mut(buf, n), offset(off)?).map(|n| n as ssize_t),
-        real::pread64(fd, buf, n, off)
-    )
+twins! {
+    fn __pread_chk / __pread64_chk(
+        fd: c_int,
+        buf: *mut c_void,
+        n: size_t,
+        off: off64_t,
+        buflen: size_t,
+    ) -> ssize_t, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| read_ours(fd, &o, slice_mut(buf, n.min(buflen)), offset(off)?).map(|n| n as ssize_t),
+            next(fd, buf, n, off, buflen)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn __pread_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    off: off64_t,
-    buflen: size_t,
-) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| read_ours(fd, &o, slice_mut(buf, n.min(buflen)), offset(off)?).map(|n| n as ssize_t),
-        real::__pread_chk(fd, buf, n, off, buflen)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn __pread64_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    off: off64_t,
-    buflen: size_t,
-) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| read_ours(fd, &o, slice_mut(buf, n.min(buflen)), offset(off)?).map(|n| n as ssize_t),
-        real::__pread64_chk(fd, buf, n, off, buflen)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| write_ours(fd, &o, slice(buf, n).to_vec(), offset(off)?).map(|n| n as ssize_t),
-        real::pwrite(fd, buf, n, off)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn pwrite64(
-    fd: c_int,
-    buf: *const c_void,
-    n: size_t,
-    off: off64_t,
-) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| write_ours(fd, &o, slice(buf, n).to_vec(), offset(off)?).map(|n| n as ssize_t),
-        real::pwrite64(fd, buf, n, off)
-    )
+twins! {
+    fn pwrite / pwrite64(
+        fd: c_int,
+        buf: *const c_void,
+        n: size_t,
+        off: off64_t,
+    ) -> ssize_t, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| write_ours(fd, &o, slice(buf, n).to_vec(), offset(off)?).map(|n| n as ssize_t),
+            next(fd, buf, n, off)
+        )
+    }
 }
 
 pub(super) unsafe fn iovecs<'a>(iov: *const libc::iovec, cnt: c_int) -> R<&'a [libc::iovec]> {
@@ -274,61 +249,35 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
         real::writev(fd, iov, cnt)
     )
 }
-#[no_mangle]
-pub unsafe extern "C" fn preadv(
-    fd: c_int,
-    iov: *const libc::iovec,
-    cnt: c_int,
-    off: off64_t,
-) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| readv_ours(fd, &o, iovecs(iov, cnt)?, offset(off)?),
-        real::preadv(fd, iov, cnt, off)
-    )
+twins! {
+    fn preadv / preadv64(
+        fd: c_int,
+        iov: *const libc::iovec,
+        cnt: c_int,
+        off: off64_t,
+    ) -> ssize_t, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| readv_ours(fd, &o, iovecs(iov, cnt)?, offset(off)?),
+            next(fd, iov, cnt, off)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn preadv64(
-    fd: c_int,
-    iov: *const libc::iovec,
-    cnt: c_int,
-    off: off64_t,
-) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| readv_ours(fd, &o, iovecs(iov, cnt)?, offset(off)?),
-        real::preadv64(fd, iov, cnt, off)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn pwritev(
-    fd: c_int,
-    iov: *const libc::iovec,
-    cnt: c_int,
-    off: off64_t,
-) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| writev_ours(fd, &o, iovecs(iov, cnt)?, offset(off)?),
-        real::pwritev(fd, iov, cnt, off)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn pwritev64(
-    fd: c_int,
-    iov: *const libc::iovec,
-    cnt: c_int,
-    off: off64_t,
-) -> ssize_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| writev_ours(fd, &o, iovecs(iov, cnt)?, offset(off)?),
-        real::pwritev64(fd, iov, cnt, off)
-    )
+twins! {
+    fn pwritev / pwritev64(
+        fd: c_int,
+        iov: *const libc::iovec,
+        cnt: c_int,
+        off: off64_t,
+    ) -> ssize_t, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| writev_ours(fd, &o, iovecs(iov, cnt)?, offset(off)?),
+            next(fd, iov, cnt, off)
+        )
+    }
 }
 pub(super) fn v2_offset(off: off64_t) -> R<Option<u64>> {
     if off == -1 {
@@ -408,21 +357,13 @@ pub(super) fn lseek_ours(fd: c_int, o: &Open, off: off64_t, whence: c_int) -> R<
     Ok(new)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lseek(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| lseek_ours(fd, &o, off, whence),
-        real::lseek(fd, off, whence)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
-    on_fd!(
-        fd,
-        -1,
-        |o| lseek_ours(fd, &o, off, whence),
-        real::lseek64(fd, off, whence)
-    )
+twins! {
+    fn lseek / lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| lseek_ours(fd, &o, off, whence),
+            next(fd, off, whence)
+        )
+    }
 }

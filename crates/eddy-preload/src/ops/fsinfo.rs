@@ -23,71 +23,41 @@ pub(super) fn statvfs_ours(buf: *mut libc::statvfs) -> R<c_int> {
     Ok(0)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn statfs(path: *const c_char, buf: *mut libc::statfs) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| {
-            lstat_ours(&p)?;
-            statfs_ours(buf)
-        },
-        |rp| real::statfs(rp, buf)
-    )
+twins! {
+    fn statfs / statfs64(path: *const c_char, buf: *mut libc::statfs) -> c_int, real = next {
+        at!(
+            libc::AT_FDCWD,
+            path,
+            -1,
+            |p| {
+                lstat_ours(&p)?;
+                statfs_ours(buf)
+            },
+            |rp| next(rp, buf)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn statfs64(path: *const c_char, buf: *mut libc::statfs) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| {
-            lstat_ours(&p)?;
-            statfs_ours(buf)
-        },
-        |rp| real::statfs64(rp, buf)
-    )
+twins! {
+    fn fstatfs / fstatfs64(fd: c_int, buf: *mut libc::statfs) -> c_int, real = next {
+        on_fd!(fd, -1, |_o| statfs_ours(buf), next(fd, buf))
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn fstatfs(fd: c_int, buf: *mut libc::statfs) -> c_int {
-    on_fd!(fd, -1, |_o| statfs_ours(buf), real::fstatfs(fd, buf))
+twins! {
+    fn statvfs / statvfs64(path: *const c_char, buf: *mut libc::statvfs) -> c_int, real = next {
+        at!(
+            libc::AT_FDCWD,
+            path,
+            -1,
+            |p| {
+                lstat_ours(&p)?;
+                statvfs_ours(buf)
+            },
+            |rp| next(rp, buf)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn fstatfs64(fd: c_int, buf: *mut libc::statfs) -> c_int {
-    on_fd!(fd, -1, |_o| statfs_ours(buf), real::fstatfs64(fd, buf))
-}
-#[no_mangle]
-pub unsafe extern "C" fn statvfs(path: *const c_char, buf: *mut libc::statvfs) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| {
-            lstat_ours(&p)?;
-            statvfs_ours(buf)
-        },
-        |rp| real::statvfs(rp, buf)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn statvfs64(path: *const c_char, buf: *mut libc::statvfs) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| {
-            lstat_ours(&p)?;
-            statvfs_ours(buf)
-        },
-        |rp| real::statvfs64(rp, buf)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn fstatvfs(fd: c_int, buf: *mut libc::statvfs) -> c_int {
-    on_fd!(fd, -1, |_o| statvfs_ours(buf), real::fstatvfs(fd, buf))
-}
-#[no_mangle]
-pub unsafe extern "C" fn fstatvfs64(fd: c_int, buf: *mut libc::statvfs) -> c_int {
-    on_fd!(fd, -1, |_o| statvfs_ours(buf), real::fstatvfs64(fd, buf))
+twins! {
+    fn fstatvfs / fstatvfs64(fd: c_int, buf: *mut libc::statvfs) -> c_int, real = next {
+        on_fd!(fd, -1, |_o| statvfs_ours(buf), next(fd, buf))
+    }
 }

@@ -1,6 +1,7 @@
 //! The interposed functions, one module per family. Each checks the guard, then whether its
 //! path or descriptor is Eddy's; if not, the real function is called at once. This module
-//! holds what they share: the dispatch macros, the path and errno helpers.
+//! holds what they share: the dispatch macros, `twins!` (a function and its 64-bit twin from
+//! one definition), the path and errno helpers.
 #![allow(clippy::missing_safety_doc)]
 
 use crate::fds::{self, Open};
@@ -82,6 +83,37 @@ macro_rules! on_fd {
             Some($o) => enter($fail, || $ours),
         }
     }};
+}
+
+/// Defines an interposed function and its twin of the 64-bit file offset ABI (`stat` and
+/// `stat64`, `pread` and `pread64`, `__open_2` and `__open64_2`, ...) from one definition:
+/// both symbols are exported with the same signature and the same body. (On the 64-bit
+/// targets this library is built for, `off_t` is `off64_t` and `struct stat` is `struct
+/// stat64`, so the glibc twins differ only in name.) With `real = NAME`, NAME in the body is
+/// the real function of the symbol being defined: `real::stat` in `stat`, `real::stat64` in
+/// `stat64`.
+macro_rules! twins {
+    (
+        fn $name:ident / $name64:ident ($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty,
+        real = $next:ident $body:block
+    ) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            let $next = real::$name;
+            $body
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $name64($($arg: $ty),*) -> $ret {
+            let $next = real::$name64;
+            $body
+        }
+    };
+    (fn $name:ident / $name64:ident ($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret $body
+        #[no_mangle]
+        pub unsafe extern "C" fn $name64($($arg: $ty),*) -> $ret $body
+    };
 }
 
 fn errno() -> i32 {

@@ -245,35 +245,22 @@ pub(super) fn ftruncate_ours(o: &Open, len: off64_t) -> R<c_int> {
     Ok(0)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn truncate(path: *const c_char, len: off64_t) -> c_int {
-    at!(libc::AT_FDCWD, path, -1, |p| truncate_ours(p, len), |rp| {
-        real::truncate(rp, len)
-    })
+twins! {
+    fn truncate / truncate64(path: *const c_char, len: off64_t) -> c_int, real = next {
+        at!(libc::AT_FDCWD, path, -1, |p| truncate_ours(p, len), |rp| {
+            next(rp, len)
+        })
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
-    at!(libc::AT_FDCWD, path, -1, |p| truncate_ours(p, len), |rp| {
-        real::truncate64(rp, len)
-    })
-}
-#[no_mangle]
-pub unsafe extern "C" fn ftruncate(fd: c_int, len: off64_t) -> c_int {
-    on_fd!(
-        fd,
-        -1,
-        |o| ftruncate_ours(&o, len),
-        real::ftruncate(fd, len)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
-    on_fd!(
-        fd,
-        -1,
-        |o| ftruncate_ours(&o, len),
-        real::ftruncate64(fd, len)
-    )
+twins! {
+    fn ftruncate / ftruncate64(fd: c_int, len: off64_t) -> c_int, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| ftruncate_ours(&o, len),
+            next(fd, len)
+        )
+    }
 }
 
 pub(super) fn fsync_ours(o: &Open) -> R<c_int> {

@@ -131,52 +131,37 @@ pub extern "C" fn eddy_pl_is_ours(fd: c_int) -> c_int {
     c_int::from(!guarded() && fds::is_ours(fd))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    at!(libc::AT_FDCWD, path, -1, |p| open_ours(p, flags, 0), |rp| {
-        real::__open_2(rp, flags)
-    })
+twins! {
+    fn __open_2 / __open64_2(path: *const c_char, flags: c_int) -> c_int, real = next {
+        at!(libc::AT_FDCWD, path, -1, |p| open_ours(p, flags, 0), |rp| {
+            next(rp, flags)
+        })
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    at!(libc::AT_FDCWD, path, -1, |p| open_ours(p, flags, 0), |rp| {
-        real::__open64_2(rp, flags)
-    })
-}
-#[no_mangle]
-pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    at!(dirfd, path, -1, |p| open_ours(p, flags, 0), |rp| {
-        real::__openat_2(dirfd, rp, flags)
-    })
-}
-#[no_mangle]
-pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    at!(dirfd, path, -1, |p| open_ours(p, flags, 0), |rp| {
-        real::__openat64_2(dirfd, rp, flags)
-    })
+twins! {
+    fn __openat_2 / __openat64_2(
+        dirfd: c_int,
+        path: *const c_char,
+        flags: c_int,
+    ) -> c_int, real = next {
+        at!(dirfd, path, -1, |p| open_ours(p, flags, 0), |rp| {
+            next(dirfd, rp, flags)
+        })
+    }
 }
 
 pub(super) const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
 
-#[no_mangle]
-pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| open_ours(p, CREAT, mode),
-        |rp| real::creat(rp, mode)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| open_ours(p, CREAT, mode),
-        |rp| real::creat64(rp, mode)
-    )
+twins! {
+    fn creat / creat64(path: *const c_char, mode: mode_t) -> c_int, real = next {
+        at!(
+            libc::AT_FDCWD,
+            path,
+            -1,
+            |p| open_ours(p, CREAT, mode),
+            |rp| next(rp, mode)
+        )
+    }
 }
 
 /// After a descriptor of `o` went away: record locks of this process released (POSIX: any

@@ -92,44 +92,25 @@ fn map_copy(
     Ok(map)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mmap(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off64_t,
-) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS != 0 {
-        return real::mmap(addr, len, prot, flags, fd, off);
+twins! {
+    fn mmap / mmap64(
+        addr: *mut c_void,
+        len: size_t,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: off64_t,
+    ) -> *mut c_void, real = next {
+        if flags & libc::MAP_ANONYMOUS != 0 {
+            return next(addr, len, prot, flags, fd, off);
+        }
+        on_fd!(
+            fd,
+            libc::MAP_FAILED,
+            |o| map_copy(&o, addr, len, prot, flags, off),
+            next(addr, len, prot, flags, fd, off)
+        )
     }
-    on_fd!(
-        fd,
-        libc::MAP_FAILED,
-        |o| map_copy(&o, addr, len, prot, flags, off),
-        real::mmap(addr, len, prot, flags, fd, off)
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mmap64(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off64_t,
-) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS != 0 {
-        return real::mmap64(addr, len, prot, flags, fd, off);
-    }
-    on_fd!(
-        fd,
-        libc::MAP_FAILED,
-        |o| map_copy(&o, addr, len, prot, flags, off),
-        real::mmap64(addr, len, prot, flags, fd, off)
-    )
 }
 
 #[no_mangle]
@@ -148,49 +129,34 @@ pub unsafe extern "C" fn copy_file_range(
     }
     real::copy_file_range(fd_in, off_in, fd_out, off_out, len, flags)
 }
-#[no_mangle]
-pub unsafe extern "C" fn sendfile(
-    out_fd: c_int,
-    in_fd: c_int,
-    off: *mut off64_t,
-    n: size_t,
-) -> ssize_t {
-    if !guarded() && (fds::is_ours(in_fd) || fds::is_ours(out_fd)) {
-        set_errno(libc::EINVAL);
-        return -1;
+twins! {
+    fn sendfile / sendfile64(
+        out_fd: c_int,
+        in_fd: c_int,
+        off: *mut off64_t,
+        n: size_t,
+    ) -> ssize_t, real = next {
+        if !guarded() && (fds::is_ours(in_fd) || fds::is_ours(out_fd)) {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        next(out_fd, in_fd, off, n)
     }
-    real::sendfile(out_fd, in_fd, off, n)
 }
-#[no_mangle]
-pub unsafe extern "C" fn sendfile64(
-    out_fd: c_int,
-    in_fd: c_int,
-    off: *mut off64_t,
-    n: size_t,
-) -> ssize_t {
-    if !guarded() && (fds::is_ours(in_fd) || fds::is_ours(out_fd)) {
-        set_errno(libc::EINVAL);
-        return -1;
+twins! {
+    fn fallocate / fallocate64(
+        fd: c_int,
+        mode: c_int,
+        off: off64_t,
+        len: off64_t,
+    ) -> c_int, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| fallocate_ours(&o, mode, off, len),
+            next(fd, mode, off, len)
+        )
     }
-    real::sendfile64(out_fd, in_fd, off, n)
-}
-#[no_mangle]
-pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
-    on_fd!(
-        fd,
-        -1,
-        |o| fallocate_ours(&o, mode, off, len),
-        real::fallocate(fd, mode, off, len)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
-    on_fd!(
-        fd,
-        -1,
-        |o| fallocate_ours(&o, mode, off, len),
-        real::fallocate64(fd, mode, off, len)
-    )
 }
 
 /// fallocate: mode 0 and FALLOC_FL_KEEP_SIZE reserve real space on the daemons that hold
@@ -211,29 +177,21 @@ pub(super) fn fallocate_ours(o: &Open, mode: c_int, off: off64_t, len: off64_t) 
 pub(super) fn posix_fallocate_ours(o: &Open, off: off64_t, len: off64_t) -> R<c_int> {
     fallocate_ours(o, 0, off, len)
 }
-#[no_mangle]
-pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off64_t, len: off64_t) -> c_int {
-    if guarded() {
-        return real::posix_fallocate(fd, off, len);
-    }
-    match fds::lookup(fd) {
-        None => real::posix_fallocate(fd, off, len),
-        Some(o) => match enter(-1, || posix_fallocate_ours(&o, off, len)) {
-            0 => 0,
-            _ => errno(),
-        },
-    }
-}
-#[no_mangle]
-pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
-    if guarded() {
-        return real::posix_fallocate64(fd, off, len);
-    }
-    match fds::lookup(fd) {
-        None => real::posix_fallocate64(fd, off, len),
-        Some(o) => match enter(-1, || posix_fallocate_ours(&o, off, len)) {
-            0 => 0,
-            _ => errno(),
-        },
+twins! {
+    fn posix_fallocate / posix_fallocate64(
+        fd: c_int,
+        off: off64_t,
+        len: off64_t,
+    ) -> c_int, real = next {
+        if guarded() {
+            return next(fd, off, len);
+        }
+        match fds::lookup(fd) {
+            None => next(fd, off, len),
+            Some(o) => match enter(-1, || posix_fallocate_ours(&o, off, len)) {
+                0 => 0,
+                _ => errno(),
+            },
+        }
     }
 }

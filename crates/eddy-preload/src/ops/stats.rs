@@ -47,63 +47,37 @@ pub(super) fn stat_into(got: Got, buf: *mut libc::stat) -> R<c_int> {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| stat_into(stat_path(p, true)?, buf),
-        |rp| real::stat(rp, buf)
-    )
+twins! {
+    fn stat / stat64(path: *const c_char, buf: *mut libc::stat) -> c_int, real = next {
+        at!(
+            libc::AT_FDCWD,
+            path,
+            -1,
+            |p| stat_into(stat_path(p, true)?, buf),
+            |rp| next(rp, buf)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| stat_into(stat_path(p, true)?, buf),
-        |rp| real::stat64(rp, buf)
-    )
+twins! {
+    fn lstat / lstat64(path: *const c_char, buf: *mut libc::stat) -> c_int, real = next {
+        at!(
+            libc::AT_FDCWD,
+            path,
+            -1,
+            |p| stat_into(stat_path(p, false)?, buf),
+            |rp| next(rp, buf)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn lstat(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| stat_into(stat_path(p, false)?, buf),
-        |rp| real::lstat(rp, buf)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn lstat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| stat_into(stat_path(p, false)?, buf),
-        |rp| real::lstat64(rp, buf)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
-    on_fd!(
-        fd,
-        -1,
-        |o| stat_into(Got::Inode(fstat_ours(&o)?), buf),
-        real::fstat(fd, buf)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn fstat64(fd: c_int, buf: *mut libc::stat) -> c_int {
-    on_fd!(
-        fd,
-        -1,
-        |o| stat_into(Got::Inode(fstat_ours(&o)?), buf),
-        real::fstat64(fd, buf)
-    )
+twins! {
+    fn fstat / fstat64(fd: c_int, buf: *mut libc::stat) -> c_int, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| stat_into(Got::Inode(fstat_ours(&o)?), buf),
+            next(fd, buf)
+        )
+    }
 }
 
 /// The `*at` stat calls: AT_EMPTY_PATH on a descriptor, else the path.
@@ -135,129 +109,78 @@ pub(super) unsafe fn fstatat_common(
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn fstatat(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    fstatat_common(
-        dirfd,
-        path,
-        flags,
-        |g| stat_into(g, buf),
-        |rp| real::fstatat(dirfd, rp, buf, flags),
-    )
+twins! {
+    fn fstatat / fstatat64(
+        dirfd: c_int,
+        path: *const c_char,
+        buf: *mut libc::stat,
+        flags: c_int,
+    ) -> c_int, real = next {
+        fstatat_common(
+            dirfd,
+            path,
+            flags,
+            |g| stat_into(g, buf),
+            |rp| next(dirfd, rp, buf, flags),
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn fstatat64(
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    fstatat_common(
-        dirfd,
-        path,
-        flags,
-        |g| stat_into(g, buf),
-        |rp| real::fstatat64(dirfd, rp, buf, flags),
-    )
+twins! {
+    fn __xstat / __xstat64(
+        ver: c_int,
+        path: *const c_char,
+        buf: *mut libc::stat,
+    ) -> c_int, real = next {
+        at!(
+            libc::AT_FDCWD,
+            path,
+            -1,
+            |p| stat_into(stat_path(p, true)?, buf),
+            |rp| next(ver, rp, buf)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| stat_into(stat_path(p, true)?, buf),
-        |rp| real::__xstat(ver, rp, buf)
-    )
+twins! {
+    fn __lxstat / __lxstat64(
+        ver: c_int,
+        path: *const c_char,
+        buf: *mut libc::stat,
+    ) -> c_int, real = next {
+        at!(
+            libc::AT_FDCWD,
+            path,
+            -1,
+            |p| stat_into(stat_path(p, false)?, buf),
+            |rp| next(ver, rp, buf)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn __xstat64(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| stat_into(stat_path(p, true)?, buf),
-        |rp| real::__xstat64(ver, rp, buf)
-    )
+twins! {
+    fn __fxstat / __fxstat64(ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int, real = next {
+        on_fd!(
+            fd,
+            -1,
+            |o| stat_into(Got::Inode(fstat_ours(&o)?), buf),
+            next(ver, fd, buf)
+        )
+    }
 }
-#[no_mangle]
-pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| stat_into(stat_path(p, false)?, buf),
-        |rp| real::__lxstat(ver, rp, buf)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn __lxstat64(
-    ver: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat,
-) -> c_int {
-    at!(
-        libc::AT_FDCWD,
-        path,
-        -1,
-        |p| stat_into(stat_path(p, false)?, buf),
-        |rp| real::__lxstat64(ver, rp, buf)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int {
-    on_fd!(
-        fd,
-        -1,
-        |o| stat_into(Got::Inode(fstat_ours(&o)?), buf),
-        real::__fxstat(ver, fd, buf)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int {
-    on_fd!(
-        fd,
-        -1,
-        |o| stat_into(Got::Inode(fstat_ours(&o)?), buf),
-        real::__fxstat64(ver, fd, buf)
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat(
-    ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    fstatat_common(
-        dirfd,
-        path,
-        flags,
-        |g| stat_into(g, buf),
-        |rp| real::__fxstatat(ver, dirfd, rp, buf, flags),
-    )
-}
-#[no_mangle]
-pub unsafe extern "C" fn __fxstatat64(
-    ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    buf: *mut libc::stat,
-    flags: c_int,
-) -> c_int {
-    fstatat_common(
-        dirfd,
-        path,
-        flags,
-        |g| stat_into(g, buf),
-        |rp| real::__fxstatat64(ver, dirfd, rp, buf, flags),
-    )
+twins! {
+    fn __fxstatat / __fxstatat64(
+        ver: c_int,
+        dirfd: c_int,
+        path: *const c_char,
+        buf: *mut libc::stat,
+        flags: c_int,
+    ) -> c_int, real = next {
+        fstatat_common(
+            dirfd,
+            path,
+            flags,
+            |g| stat_into(g, buf),
+            |rp| next(ver, dirfd, rp, buf, flags),
+        )
+    }
 }
 
 #[no_mangle]

@@ -116,52 +116,28 @@ unsafe fn on_real_path<T>(
     r
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
-    mkostemps_any(template, 0, 0)
+twins! {
+    fn mkstemp / mkstemp64(template: *mut c_char) -> c_int {
+        mkostemps_any(template, 0, 0)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
-    mkostemps_any(template, 0, 0)
+twins! {
+    fn mkostemp / mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
+        mkostemps_any(template, 0, flags)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
-    mkostemps_any(template, 0, flags)
+twins! {
+    fn mkstemps / mkstemps64(template: *mut c_char, suffix_len: c_int) -> c_int {
+        mkostemps_any(template, suffix_len, 0)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
-    mkostemps_any(template, 0, flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix_len: c_int) -> c_int {
-    mkostemps_any(template, suffix_len, 0)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkstemps64(template: *mut c_char, suffix_len: c_int) -> c_int {
-    mkostemps_any(template, suffix_len, 0)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemps(
-    template: *mut c_char,
-    suffix_len: c_int,
-    flags: c_int,
-) -> c_int {
-    mkostemps_any(template, suffix_len, flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mkostemps64(
-    template: *mut c_char,
-    suffix_len: c_int,
-    flags: c_int,
-) -> c_int {
-    mkostemps_any(template, suffix_len, flags)
+twins! {
+    fn mkostemps / mkostemps64(template: *mut c_char, suffix_len: c_int, flags: c_int) -> c_int {
+        mkostemps_any(template, suffix_len, flags)
+    }
 }
 
 #[no_mangle]

@@ -1,0 +1,747 @@
+//! The `fuser::Filesystem` implementation: every request the kernel sends is answered here,
+//! by calls of the client library run to completion on the tokio runtime from the FUSE
+//! worker thread, with the mount's state (`mod.rs`) and the helpers of `names.rs`,
+//! `files.rs`, `dirs.rs` and `xattrs.rs`.
+
+use super::files::fopen_flags;
+use super::xattrs::{cached_value, reply_xattr};
+use super::*;
+
+impl Filesystem for EddyFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(max) = config.set_max_write(MAX_REQUEST_BYTES) {
+            let _ = config.set_max_write(max);
+        }
+        if let Err(max) = config.set_max_readahead(MAX_REQUEST_BYTES) {
+            let _ = config.set_max_readahead(max);
+        }
+        for cap in WANTED_CAPS {
+            if config.add_capabilities(cap).is_err() {
+                warn!(?cap, "the kernel does not offer this FUSE capability");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let res = self.child(parent, name).and_then(|path| {
+            let inode = self.run(self.client.lookup(&path))?;
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            // A negative entry (node id 0): the kernel remembers the name is missing for the
+            // negative TTL; a create through this mount replaces it at once, one made on
+            // another node is seen when it expires.
+            Err(e) if e.errno == libc::ENOENT && !self.negative_ttl.is_zero() => {
+                let missing = file_attr(0, &dot_inode(), self.blksize);
+                reply.entry_with_ttls(&self.ttl, &self.negative_ttl, &missing, GENERATION)
+            }
+            Err(e) => reply.error(failed("lookup", &e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let mut table = lock(&self.table);
+        table.forget(ino.0, nlookup);
+        if table.path(ino.0).is_none() {
+            self.xattrs.drop_entry(ino.0);
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        // By the current path (an open file's own path is the one it was opened by); the
+        // open file only serves an entry that has no path any more.
+        let res = match (self.path(ino), fh.and_then(|h| self.file(h).ok())) {
+            (Ok(p), _) => self.run(self.client.stat(&p)).map(|mut inode| {
+                // A file unlinked while open lives on under a hidden name that is not one of
+                // its names: fstat counts it out (0 for a file with no name left).
+                if lock(&self.orphans).contains(&p) {
+                    inode.nlink = inode.nlink.saturating_sub(1);
+                }
+                inode
+            }),
+            (Err(_), Some(f)) => self.run(self.client.fstat(&f)),
+            (Err(e), None) => Err(e),
+        };
+        match res {
+            Ok(inode) => reply.attr(&self.ttl, &self.attr(ino, &inode)),
+            Err(e) => reply.error(failed("getattr", &e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let attr = set_attr(mode, uid, gid, atime, mtime);
+        match self.do_setattr(req, ino, attr, size, fh) {
+            Ok(inode) => reply.attr(&self.ttl, &self.attr(ino, &inode)),
+            Err(e) => reply.error(failed("setattr", &e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self
+            .path(ino)
+            .and_then(|p| self.run(self.client.readlink(&p)))
+        {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(e) => reply.error(failed("readlink", &e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let kind = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => FileKind::File,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => {
+                let e = Errno::einval(format!("mknod: unknown file type {mode:o}"));
+                return reply.error(failed("mknod", &e));
+            }
+        };
+        let res = self.child(parent, name).and_then(|path| {
+            // The kernel has checked CAP_MKNOD for device nodes.
+            let inode = if kind == FileKind::File {
+                let file = self.run(self.client.create(&path, mode & 0o7777, true, creds(req)))?;
+                let inode = file.inode();
+                self.run(self.client.close(&file))?;
+                inode
+            } else {
+                let rdev = crate::attr::dev_t(rdev);
+                self.run(
+                    self.client
+                        .mknod(&path, kind, mode & 0o7777, rdev, creds(req)),
+                )?
+            };
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("mknod", &e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = self.child(parent, name).and_then(|path| {
+            let inode = self.run(self.client.mkdir(&path, mode & 0o7777, creds(req)))?;
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("mkdir", &e)),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.child(parent, name).and_then(|path| {
+            let open = lock(&self.files)
+                .values()
+                .find(|f| f.path() == path)
+                .map(File::file_id);
+            match open {
+                Some(file_id) => self.hide_orphan(req, &path, file_id),
+                None => {
+                    self.run(self.client.unlink(&path, creds(req)))?;
+                    lock(&self.table).remove(&path);
+                    Ok(())
+                }
+            }
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("unlink", &e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.child(parent, name).and_then(|path| {
+            self.run(self.client.rmdir(&path, creds(req)))?;
+            lock(&self.table).remove(&path);
+            Ok(())
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("rmdir", &e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let res = self.child(parent, link_name).and_then(|path| {
+            let target = utf8(target.as_os_str())?;
+            let inode = self.run(self.client.symlink(target, &path, creds(req)))?;
+            Ok(self.entry(&path, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("symlink", &e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let res = self
+            .child(parent, name)
+            .and_then(|from| Ok((from, self.child(newparent, newname)?)))
+            .and_then(|(from, to)| self.do_rename(req, &from, &to, flags));
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("rename", &e)),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let res = self.path(ino).and_then(|old| {
+            let new = self.child(newparent, newname)?;
+            let inode = self.run(self.client.link(&old, &new, creds(req)))?;
+            // The new name is the same inode for the kernel: one page cache, one st_ino.
+            lock(&self.table).link(ino.0, &new, inode.file_id);
+            Ok(self.attr(ino, &inode))
+        });
+        match res {
+            Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
+            Err(e) => reply.error(failed("link", &e)),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // O_CREAT/O_EXCL go to `create`; O_TRUNC comes here (FUSE_ATOMIC_O_TRUNC).
+        let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
+        // The file is asked for again, though the kernel has just looked it up: a file
+        // removed on another node since must give ESTALE (below), not an open of a dead file.
+        let res = self
+            .path(ino)
+            .and_then(|p| self.run(self.client.open(&p, flags, 0, creds(req))));
+        match res {
+            Ok(file) => {
+                let fopen = fopen_flags(&file);
+                reply.opened(FileHandle(self.add_file(file)), fopen)
+            }
+            // The kernel's cached entry outlived the file (removed on another node within the
+            // entry TTL): ESTALE makes it look the path up again and retry once, so that an
+            // O_CREAT open creates the file anew (SQLite's journal between two mounts).
+            Err(e) if e.errno == libc::ENOENT => {
+                reply.error(failed("open", &Errno::new(libc::ESTALE, e.msg.clone())))
+            }
+            Err(e) => reply.error(failed("open", &e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let res = self
+            .file(fh)
+            .and_then(|f| self.run(self.client.pread(&f, offset, size as usize)));
+        match res {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(failed("read", &e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // A write that bypasses the page cache (write-only and append opens) by a process
+        // without CAP_FSETID: the kernel asks us to clear the set-id bits. (Through the page
+        // cache, the kernel clears them itself with a setattr: no FUSE_HANDLE_KILLPRIV.)
+        let clear = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let res = self
+            .file(fh)
+            .and_then(|f| self.run(self.client.pwrite_clearing(&f, offset, data, clear)));
+        match res {
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(failed("write", &e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(2) of one descriptor: publish the size so that other nodes see it, and drop
+        // the closing process's POSIX locks on the file.
+        let res = self.file(fh).and_then(|f| {
+            let closed = self.run(self.client.close(&f));
+            self.release_owner_locks(&f, lock_owner.0).and(closed)
+        });
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("flush", &e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let file = lock(&self.files).remove(&fh.0);
+        let closed = file.as_ref().map(|f| {
+            let closed = self.run(self.client.close(f));
+            let owner = lock_owner.map(|o| o.0);
+            self.release_handle_locks(f, fh.0, owner).and(closed)
+        });
+        if let Some(f) = &file {
+            self.reap_orphan(f.path());
+        }
+        match closed {
+            Some(Err(e)) => reply.error(failed("release", &e)),
+            Some(Ok(())) | None => reply.ok(),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.file(fh).and_then(|f| self.run(self.client.fsync(&f))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("fsync", &e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let res = self.path(ino).map(|path| {
+            let table = lock(&self.table);
+            let parent = table.peek(parent_of(&path), None);
+            DirStream::new(path, ino.0, parent)
+        });
+        match res {
+            Ok(stream) => {
+                let fh = self.new_fh();
+                lock(&self.dirs).insert(fh, Arc::new(Mutex::new(stream)));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(failed("opendir", &e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.do_readdir(fh, offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("readdir", &e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        match self.do_readdirplus(fh, offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("readdirplus", &e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.dirs).remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // The client offers no per-directory sync: make every daemon's metadata durable.
+        match self.run(self.client.sync_all()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("fsyncdir", &e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.run(self.client.statfs()) {
+            Ok(s) => {
+                let bsize = s.block_size.max(1);
+                let blocks = |bytes: u64| bytes / u64::from(bsize);
+                let namelen =
+                    u32::try_from(self.client.config().max_name_bytes).unwrap_or(u32::MAX);
+                reply.statfs(
+                    blocks(s.total_bytes),
+                    blocks(s.free_bytes),
+                    blocks(s.avail_bytes),
+                    s.files,
+                    s.files_free,
+                    bsize,
+                    namelen,
+                    bsize,
+                );
+            }
+            Err(e) => reply.error(failed("statfs", &e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks the mode bits itself and rarely asks;
+        // answer whether the entry still exists.
+        match self.path(ino).and_then(|p| self.run(self.client.stat(&p))) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(failed("access", &e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let res = self.child(parent, name).and_then(|path| {
+            let file = self.run(self.client.open(
+                &path,
+                flags | libc::O_CREAT,
+                mode & 0o7777,
+                creds(req),
+            ))?;
+            let attr = self.entry(&path, &file.inode());
+            let fopen = fopen_flags(&file);
+            Ok((attr, self.add_file(file), fopen))
+        });
+        match res {
+            Ok((attr, fh, fopen)) => {
+                reply.created(&self.ttl, &attr, GENERATION, FileHandle(fh), fopen)
+            }
+            Err(e) => reply.error(failed("create", &e)),
+        }
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        use crate::locks::{kernel_end, kind_of, range_of, typ_of};
+        let res = self.file(fh).and_then(|f| {
+            let (kind, range) = (kind_of(typ)?, range_of(start, end)?);
+            self.run(self.client.test_lock(&f, lock_owner.0, kind, range))
+        });
+        match res {
+            Ok(Some(h)) => reply.locked(
+                h.range.start,
+                kernel_end(h.range.end),
+                typ_of(h.kind),
+                h.pid,
+            ),
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Err(e) => reply.error(failed("getlk", &e)),
+        }
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Also reached by flock(2) (FUSE_FLOCK_LOCKS): a whole-file lock owned by the open file.
+        use crate::locks::{invalidate, kind_of, range_of, wait_for_lock};
+        let ask = self.file(fh).and_then(|f| {
+            let lr = eddy_client::LockRequest {
+                owner: lock_owner.0,
+                handle: fh.0,
+                pid,
+                kind: kind_of(typ)?,
+                range: range_of(start, end)?,
+            };
+            Ok((f, lr))
+        });
+        let (f, lr) = match ask {
+            Ok(x) => x,
+            Err(e) => return reply.error(failed("setlk", &e)),
+        };
+        self.note_lock(f.file_id());
+        // Whoever gets the range next must see the size this node's writes reached.
+        if let Err(e) = self.run(self.client.close(&f)) {
+            return reply.error(failed("setlk", &e));
+        }
+        let slot = self.locks().notifier_slot();
+        let taking = lr.kind != eddy_client::LockKind::Unlock;
+        if !sleep || !taking {
+            return match self.run(self.client.lock(&f, &lr, false)) {
+                Ok(()) => {
+                    if taking {
+                        invalidate(&slot, ino);
+                    }
+                    reply.ok()
+                }
+                Err(e) => reply.error(failed("setlk", &e)),
+            };
+        }
+        // A blocking lock waits on the runtime, so that it holds no FUSE thread.
+        let (client, tid) = (self.client.clone(), req.pid());
+        self.rt.spawn(async move {
+            match wait_for_lock(client, f, lr, tid, || invalidate(&slot, ino)).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(failed("setlk", &e)),
+            }
+        });
+    }
+
+    // Extended attributes of the entry itself; the kernel has checked the namespaces
+    // (trusted.* and security.* changes need CAP_SYS_ADMIN) and the mode bits
+    // (default_permissions). Size 0 asks for the size the answer needs.
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let how = if flags & libc::XATTR_CREATE != 0 {
+            XattrSet::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrSet::Replace
+        } else {
+            XattrSet::Any
+        };
+        let res = self.path(ino).and_then(|p| {
+            let name = utf8(name)?;
+            self.run(self.client.setxattr(&p, name, value, how, creds(req)))
+        });
+        self.xattrs.drop_entry(ino.0);
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("setxattr", &e)),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let res = utf8(name).and_then(|name| match self.xattrs.get(ino.0) {
+            Some(cached) if cacheable(name) => cached_value(&cached, name, req.uid()),
+            _ => {
+                let p = self.path(ino)?;
+                self.run(self.client.getxattr(&p, name, creds(req)))
+            }
+        });
+        match res {
+            Ok(value) => reply_xattr(value, size, reply),
+            Err(e) => reply.error(failed("getxattr", &e)),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let res = match self.xattrs.get(ino.0) {
+            Some(cached) => Ok(cached
+                .iter()
+                .filter(|x| req.uid() == 0 || !x.name.starts_with("trusted."))
+                .map(|x| x.name.clone())
+                .collect()),
+            None => self
+                .path(ino)
+                .and_then(|p| self.run(self.client.listxattr(&p, creds(req)))),
+        };
+        match res {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for n in names {
+                    list.extend_from_slice(n.as_bytes());
+                    list.push(0);
+                }
+                reply_xattr(list, size, reply)
+            }
+            Err(e) => reply.error(failed("listxattr", &e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let res = self.path(ino).and_then(|p| {
+            let name = utf8(name)?;
+            self.run(self.client.removexattr(&p, name, creds(req)))
+        });
+        self.xattrs.drop_entry(ino.0);
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("removexattr", &e)),
+        }
+    }
+
+    // lseek(SEEK_DATA/SEEK_HOLE) and copy_file_range: ENOSYS tells the kernel once and for
+    // all that they are not implemented; it falls back to its generic lseek and copy.
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: i64,
+        _whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(fuser::Errno::ENOTTY);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.do_fallocate(fh, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(failed("fallocate", &e)),
+        }
+    }
+}
