@@ -14,7 +14,7 @@ use crate::chunks::ChunkStore;
 use crate::gate::Unproven;
 use crate::handler::State;
 use crate::meta::MetaStore;
-use crate::ready::{self, ReadyInfo};
+use eddy_config::ready::{self, ReadyInfo};
 use crate::tier::Tier;
 use crate::DaemonError;
 use bytes::Bytes;
