@@ -91,7 +91,7 @@ fn available(db: &Path, nodes: &[String], template: &str) -> Result<u64> {
     if nodes.is_empty() {
         return Ok(0);
     }
-    let caps = crate::sysmap::capacity(db, nodes, Path::new(fixed_prefix(template)))?;
+    let caps = eddy_sysmap::capacity(db, nodes, Path::new(fixed_prefix(template)))?;
     Ok(caps.iter().map(|c| c.available_bytes).sum())
 }
 
@@ -300,7 +300,7 @@ impl Site {
             .as_ref()
             .map(|p| p.node_names())
             .unwrap_or_default();
-        let nodes: Vec<String> = crate::sysmap::load(db, &[])?
+        let nodes: Vec<String> = eddy_sysmap::load(db, &[])?
             .into_iter()
             .map(|r| r.node)
             .filter(|n| !pool_nodes.contains(n))
@@ -323,7 +323,7 @@ impl Site {
         let Some(db) = &self.inventory else {
             return Ok(Vec::new());
         };
-        let known: Vec<String> = crate::sysmap::load(db, &[])?
+        let known: Vec<String> = eddy_sysmap::load(db, &[])?
             .into_iter()
             .map(|r| r.node)
             .filter(|n| nodes.contains(n))
@@ -331,7 +331,7 @@ impl Site {
         if known.is_empty() {
             return Ok(Vec::new());
         }
-        let caps = crate::sysmap::capacity(db, &known, Path::new(fixed_prefix(&self.node_root)))?;
+        let caps = eddy_sysmap::capacity(db, &known, Path::new(fixed_prefix(&self.node_root)))?;
         Ok(caps
             .into_iter()
             .map(|c| (c.node, c.available_bytes))
