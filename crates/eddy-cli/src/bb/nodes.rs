@@ -2,7 +2,7 @@
 //! from a synchronous one would wait on the slurmctld that waits on it) and how it runs a
 //! command on a node (the site's launcher template).
 
-use crate::start::{launcher_argv, HostLine};
+use eddy_deploy::launch::{launcher_argv, HostLine};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::ffi::OsString;

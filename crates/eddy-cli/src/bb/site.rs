@@ -256,8 +256,8 @@ impl Site {
             if capacity > max {
                 bail!(
                     "capacity {} is more than this site allows a job ({})",
-                    crate::status::human_bytes(capacity),
-                    crate::status::human_bytes(max)
+                    eddy_deploy::human_bytes(capacity),
+                    eddy_deploy::human_bytes(max)
                 );
             }
         }
