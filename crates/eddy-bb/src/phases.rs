@@ -2,11 +2,11 @@
 //! (Slurm retries, an administrator reruns), and teardown undoes whatever the others did,
 //! however far they got, from root's job record.
 
-use super::as_user::{self, Seen};
-use super::directives::{self, JobRequest, Mode, NODE_LOCAL_POOL};
-use super::job::{DaemonPlace, JobDir, JobRecord};
-use super::nodes;
-use super::site::Site;
+use crate::as_user::{self, Seen};
+use crate::directives::{self, JobRequest, Mode, NODE_LOCAL_POOL};
+use crate::job::{DaemonPlace, JobDir, JobRecord};
+use crate::nodes;
+use crate::site::Site;
 use anyhow::{anyhow, bail, Context, Result};
 use eddy_config::Config;
 use eddy_deploy::launch::{fill, parse_hosts, HostLine};

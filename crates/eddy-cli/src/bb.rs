@@ -1,19 +1,8 @@
-//! `eddy bb`: Eddy as Slurm's burst buffer. Each function of `slurm/burst_buffer.lua` calls
-//! one phase here (the Lua stays thin); a phase does its work or fails with one line a user
-//! can act on, which the Lua hands to Slurm (sbatch's message, or the job's Reason).
-//!
-//! A job's files live in SITE.state_dir/<job id> (see `job`): `job.toml`, root's record of
-//! what was made where (teardown trusts nothing else); `state/`, the deployment's state
-//! directory (root's); `user/`, the job user's copy of the deployment file (EDDY_STATE).
-
-mod as_user;
-pub mod directives;
-mod job;
-mod nodes;
-mod phases;
-pub mod site;
+//! `eddy bb`: the phases of Slurm's burst buffer (eddy-bb) dispatched from their arguments,
+//! with what they say printed on the command's standard output and error.
 
 use crate::cli::{BbArgs, BbPhase};
+use eddy_bb::{as_user, phases, site};
 use anyhow::{Context, Result};
 
 pub fn bb(args: BbArgs) -> Result<()> {

@@ -48,7 +48,7 @@ pub fn resolve(uid: u32, gid: u32, paths: &[PathBuf]) -> Result<Vec<Seen>> {
             Ok(())
         });
     }
-    let out = super::nodes::output_bounded(cmd, BOUND)
+    let out = crate::nodes::output_bounded(cmd, BOUND)
         .with_context(|| format!("resolving paths as uid {uid}"))?;
     let seen: Vec<Seen> = out
         .lines()

@@ -2,8 +2,8 @@
 //! user, the directives, and every node where something was started or mounted, so that
 //! teardown can undo all of it from this record alone — never from files the user can write.
 
-use super::directives::JobRequest;
-use super::site::Site;
+use crate::directives::JobRequest;
+use crate::site::Site;
 use eddy_deploy::secure::DirFd;
 use eddy_deploy::StateDir;
 use anyhow::{bail, Context, Result};
@@ -16,7 +16,7 @@ pub struct JobRecord {
     pub uid: u32,
     pub gid: u32,
     pub request: JobRequest,
-    pub mode: super::directives::Mode,
+    pub mode: crate::directives::Mode,
     pub capacity: u64,
     pub pool_nodes: u32,
     /// Nodes running the job's daemons, with the storage root on each.

@@ -3,7 +3,7 @@
 //! job's directives must respect. Every field has a default but the pool, so that a site
 //! with node-local storage only needs no file at all.
 
-use super::directives::{JobRequest, Mode, NODE_LOCAL_POOL};
+use crate::directives::{JobRequest, Mode, NODE_LOCAL_POOL};
 use anyhow::{bail, Context, Result};
 use eddy_config::parse_bytes;
 use serde::Deserialize;
@@ -367,7 +367,7 @@ pub struct Resolved {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bb::directives::parse;
+    use crate::directives::parse;
 
     fn site(extra: &str) -> Site {
         let s: Site = toml::from_str(extra).unwrap();
@@ -407,11 +407,11 @@ mod tests {
 
     #[test]
     fn the_shipped_settings_and_example_jobs_are_valid() {
-        site(include_str!("../../../../slurm/bb.toml"));
+        site(include_str!("../../../slurm/bb.toml"));
         let s = site("max_capacity = \"10TiB\"\n[pool]\nname = \"io\"\nnodes = [\"a\", \"b\", \"c\", \"d\"]\nroot = \"/n/{job}\"\ncapacity = \"64T\"\n");
         for example in [
-            include_str!("../../../../examples/slurm/node-local.sh"),
-            include_str!("../../../../examples/slurm/pool.sh"),
+            include_str!("../../../examples/slurm/node-local.sh"),
+            include_str!("../../../examples/slurm/pool.sh"),
         ] {
             s.resolve(&parse(example, "EDDY").unwrap()).unwrap();
         }
