@@ -4,9 +4,9 @@
 
 use crate::directives::JobRequest;
 use crate::site::Site;
+use anyhow::{bail, Context, Result};
 use eddy_deploy::secure::DirFd;
 use eddy_deploy::StateDir;
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

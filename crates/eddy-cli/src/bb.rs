@@ -2,8 +2,8 @@
 //! with what they say printed on the command's standard output and error.
 
 use crate::cli::{BbArgs, BbPhase};
-use eddy_bb::{as_user, phases, site};
 use anyhow::{Context, Result};
+use eddy_bb::{as_user, phases, site};
 
 pub fn bb(args: BbArgs) -> Result<()> {
     // Run as the job's user, who need not be able to read the site's settings.
@@ -57,7 +57,9 @@ pub fn bb(args: BbArgs) -> Result<()> {
         BbPhase::Status { args: _ } => phases::status(&site, say),
         BbPhase::ResolvePaths { paths } => resolve_paths(&paths),
         BbPhase::NodeMount { state, mount } => phases::node_mount(&state, &mount),
-        BbPhase::NodeClean { mount, root } => phases::node_clean(mount.as_deref(), root.as_deref(), say),
+        BbPhase::NodeClean { mount, root } => {
+            phases::node_clean(mount.as_deref(), root.as_deref(), say)
+        }
     }
 }
 

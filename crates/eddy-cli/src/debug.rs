@@ -2,9 +2,9 @@
 //! library, so that scripts and tests can move data without a FUSE mount.
 
 use crate::cli::DebugCommand;
-use eddy_deploy::StateDir;
 use anyhow::{Context, Result};
 use eddy_client::{Client, Creds};
+use eddy_deploy::StateDir;
 use std::path::Path;
 
 pub fn debug(cmd: DebugCommand) -> Result<()> {

@@ -2,12 +2,12 @@
 //! command re-executes itself detached with --foreground and returns once the mount is up.
 
 use crate::cli::{MountArgs, UmountArgs};
-use eddy_deploy::mount::mount_background;
-use eddy_deploy::mounts::{is_fuse_mounted, mount_target};
-use eddy_deploy::state::{absolute, StateDir};
 use anyhow::{bail, Context, Result};
 use eddy_client::Client;
 use eddy_config::Deployment;
+use eddy_deploy::mount::mount_background;
+use eddy_deploy::mounts::{is_fuse_mounted, mount_target};
+use eddy_deploy::state::{absolute, StateDir};
 use std::path::Path;
 use std::time::Duration;
 

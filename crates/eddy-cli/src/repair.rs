@@ -9,9 +9,9 @@
 //! and says what it did.
 
 use crate::cli::{RepairArgs, ReplaceArgs};
-use eddy_deploy::StateDir;
 use anyhow::{bail, Context, Result};
 use eddy_client::{Client, Failure};
+use eddy_deploy::StateDir;
 use eddy_proto::{DaemonStatus, Reply, Request};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;

@@ -4,10 +4,10 @@
 //! damaged or a daemon could not be scrubbed.
 
 use crate::cli::ScrubArgs;
-use eddy_deploy::StateDir;
-use eddy_deploy::human_bytes;
 use anyhow::{bail, Context, Result};
 use eddy_client::Client;
+use eddy_deploy::human_bytes;
+use eddy_deploy::StateDir;
 use eddy_proto::{FileId, FileKind, ScrubPage};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;

@@ -2,11 +2,11 @@
 //! backend linked, the links and a second table with each daemon's backend-tier figures.
 
 use crate::cli::StatusArgs;
-use eddy_deploy::StateDir;
 use anyhow::{bail, Result};
 use eddy_client::Client;
 use eddy_config::{Deployment, Link};
 use eddy_deploy::human_bytes;
+use eddy_deploy::StateDir;
 use eddy_proto::{DaemonStatus, TierStatus};
 use serde::Serialize;
 

@@ -87,4 +87,3 @@ fn print_json<T: Serialize>(v: &T) -> Result<()> {
     outln!("{text}");
     Ok(())
 }
-

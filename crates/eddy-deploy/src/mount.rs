@@ -40,4 +40,3 @@ pub fn mount_background(
     let mut child = crate::procs::spawn_detached(&exe, &args, &log)?;
     wait_mounted(&target, &mut child, &log, bound)
 }
-

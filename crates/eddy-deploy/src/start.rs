@@ -383,8 +383,12 @@ fn to_id(i: usize) -> Result<u32> {
 
 /// The daemon's entry once it has written its ready file.
 fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
-    let ready = eddy_config::ready::read_ready(root)
-        .with_context(|| format!("cannot read {}", eddy_config::ready::ready_path(root).display()))?;
+    let ready = eddy_config::ready::read_ready(root).with_context(|| {
+        format!(
+            "cannot read {}",
+            eddy_config::ready::ready_path(root).display()
+        )
+    })?;
     Ok(ready.map(|r| ready_entry(r, root)))
 }
 
@@ -575,4 +579,3 @@ fn wait_serving(plan: &Run, dep: &Deployment, children: &mut [Child]) -> Result<
         std::thread::sleep(POLL_INTERVAL);
     }
 }
-

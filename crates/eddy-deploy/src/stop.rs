@@ -37,7 +37,10 @@ pub enum Stopped {
 /// through `say` as it goes.
 pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped> {
     if !state.has_deployment() {
-        say.out(&format!("eddy: nothing is running in {}", state.dir().display()));
+        say.out(&format!(
+            "eddy: nothing is running in {}",
+            state.dir().display()
+        ));
         return Ok(Stopped::NothingRunning);
     }
     let dep = state.load_deployment()?;
