@@ -2,9 +2,9 @@
 //! library, so that scripts and tests can move data without a FUSE mount.
 
 use crate::cli::DebugCommand;
-use crate::state::StateDir;
 use anyhow::{Context, Result};
 use eddy_client::{Client, Creds};
+use eddy_deploy::StateDir;
 use std::path::Path;
 
 pub fn debug(cmd: DebugCommand) -> Result<()> {
@@ -13,13 +13,13 @@ pub fn debug(cmd: DebugCommand) -> Result<()> {
             let dep = StateDir::from_arg(state.state.as_deref())?.load_deployment()?;
             let data = std::fs::read(&local)
                 .with_context(|| format!("cannot read {}", local.display()))?;
-            crate::runtime()?.block_on(put(dep, &path, &data))?;
+            eddy_deploy::runtime()?.block_on(put(dep, &path, &data))?;
             outln!("eddy: wrote {} bytes to {path}", data.len());
             Ok(())
         }
         DebugCommand::Get { state, path, local } => {
             let dep = StateDir::from_arg(state.state.as_deref())?.load_deployment()?;
-            let data = crate::runtime()?.block_on(get(dep, &path))?;
+            let data = eddy_deploy::runtime()?.block_on(get(dep, &path))?;
             write_local(&local, &data)?;
             outln!("eddy: read {} bytes from {path}", data.len());
             Ok(())

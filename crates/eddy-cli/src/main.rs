@@ -21,19 +21,15 @@ mod bb;
 mod cli;
 mod debug;
 mod mount;
-mod mounts;
-mod procs;
 mod repair;
 mod scrub;
-mod secure;
 mod stage;
 mod start;
-mod state;
 mod status;
 mod stop;
 mod sysmap;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
 use cli::{Cli, Command};
 
@@ -75,10 +71,16 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// The tokio runtime the client library runs in.
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+/// Where the libraries' progress lines go: the command's standard output and error.
+pub fn say() -> eddy_deploy::Say<'static> {
+    fn out(line: &str) {
+        outln!("{line}");
+    }
+    fn err(line: &str) {
+        errln!("{line}");
+    }
+    eddy_deploy::Say {
+        out: &out,
+        err: &err,
+    }
 }

@@ -2,12 +2,12 @@
 //! command re-executes itself detached with --foreground and returns once the mount is up.
 
 use crate::cli::{MountArgs, UmountArgs};
-use crate::mounts::{is_fuse_mounted, mount_target, wait_mounted};
-use crate::state::{absolute, StateDir};
 use anyhow::{bail, Context, Result};
 use eddy_client::Client;
 use eddy_config::Deployment;
-use std::ffi::OsString;
+use eddy_deploy::mount::mount_background;
+use eddy_deploy::mounts::{is_fuse_mounted, mount_target};
+use eddy_deploy::state::{absolute, StateDir};
 use std::path::Path;
 use std::time::Duration;
 
@@ -64,43 +64,11 @@ fn user_allow_other(conf: &str) -> bool {
         .any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other")
 }
 
-/// Runs `eddy mount --foreground` detached (output in STATE/mount.log) and waits, at most
-/// `bound`, until the mount is up.
-pub fn mount_background(
-    state: &StateDir,
-    mnt: &Path,
-    allow_other: bool,
-    bound: Duration,
-) -> Result<()> {
-    let target = mount_target(mnt)?;
-    if is_fuse_mounted(&target)? {
-        bail!(
-            "{} is already a mount point; unmount it first with `eddy umount {0}`",
-            target.display()
-        );
-    }
-    let exe =
-        std::env::current_exe().context("cannot find the eddy executable to run the mount")?;
-    let mut args: Vec<OsString> = vec!["mount".into(), "--state".into(), state.dir().into()];
-    args.extend([target.clone().into(), "--foreground".into()]);
-    args.push(
-        if allow_other {
-            "--allow-other"
-        } else {
-            "--owner-only"
-        }
-        .into(),
-    );
-    let log = state.mount_log();
-    let mut child = crate::procs::spawn_detached(&exe, &args, &log)?;
-    wait_mounted(&target, &mut child, &log, bound)
-}
-
 /// Mounts and serves until unmounted (or SIGINT/SIGTERM, which unmount).
 fn mount_foreground(state: &StateDir, mnt: &Path, allow_other: bool) -> Result<()> {
     let dep = state.load_deployment()?;
     let target = mount_target(mnt)?;
-    let rt = crate::runtime()?;
+    let rt = eddy_deploy::runtime()?;
     let client = rt
         .block_on(Client::connect(dep.clone()))
         .context("cannot connect to the deployment's daemons; check `eddy status`")?;

@@ -5,16 +5,13 @@
 //! rejoining, with a progress bar on stderr (on a terminal). It fails, naming them, when the
 //! items left wait for daemons that cannot be reached, or when nothing moves for a while.
 //!
-//! `replace` starts a fresh daemon on the empty root of a dead one, with its id and
-//! address from the deployment file, as `eddy start` started it, plus `--rejoin --full`:
-//! it takes a full copy of what it owns from the others before it serves clients. With
-//! `--keep-root` it starts the dead daemon again on its root as it is (`--rejoin` only).
+//! `replace` starts a fresh daemon on the empty root of a dead one (`eddy_deploy::replace`)
+//! and says what it did.
 
 use crate::cli::{RepairArgs, ReplaceArgs};
-use crate::procs::{self, log_tail, POLL_INTERVAL};
-use crate::state::StateDir;
 use anyhow::{bail, Context, Result};
 use eddy_client::{Client, Failure};
+use eddy_deploy::StateDir;
 use eddy_proto::{req, DaemonStatus};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
@@ -80,7 +77,7 @@ pub fn repair(args: RepairArgs) -> Result<()> {
     let stall = Duration::from_millis(dep.config.rpc_timeout_ms * 3);
     let ids: Vec<u32> = dep.daemons.iter().map(|d| d.id).collect();
     let client = Client::new(dep).context("the deployment file is not usable")?;
-    let rt = crate::runtime()?;
+    let rt = eddy_deploy::runtime()?;
     let quiet = args.json || !std::io::stderr().is_terminal();
     let bar = ProgressBar::with_draw_target(
         None,
@@ -193,135 +190,14 @@ pub fn repair(args: RepairArgs) -> Result<()> {
 
 pub fn replace(args: ReplaceArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
-    let dep = state.load_deployment()?;
-    if dep.config.replicas <= 1 && !args.keep_root {
-        bail!(
-            "the deployment keeps one copy of everything (replicas = 1): a replaced daemon \
-             would come back empty, with nothing to copy from (--keep-root starts the dead \
-             one again on its root)"
-        );
-    }
-    let entry = dep
-        .daemons
-        .iter()
-        .find(|d| d.id == args.id)
-        .cloned()
-        .with_context(|| format!("daemon {} is not part of the deployment", args.id))?;
-    let rt = crate::runtime()?;
-    let client = Client::new(dep.clone()).context("the deployment file is not usable")?;
-    if rt
-        .block_on(client.call_daemon(args.id, req::Status))
-        .is_ok()
-    {
-        bail!(
-            "daemon {} ({}) answers: replace only a daemon that is dead (stop it first)",
-            args.id,
-            entry.addr
-        );
-    }
-    let root = &entry.root;
-    let empty = match std::fs::read_dir(root) {
-        Ok(mut d) => d.next().is_none(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", root.display())),
-    };
-    if !empty && !args.keep_root {
-        bail!(
-            "the root {} of daemon {} is not empty: a replacement starts on an empty root \
-             (remove it, or start the old daemon again with --keep-root: it rejoins with what \
-             it has)",
-            root.display(),
-            args.id
-        );
-    }
-    if entry.socket.is_none() {
-        bail!(
-            "daemon {} runs on another host ({}): start `eddyd --root {} --id {} --listen {} \
-             --secret-file {} --config {} --peers {} --rejoin --full` there",
-            args.id,
-            entry.host,
-            root.display(),
-            args.id,
-            entry.addr,
-            state.secret_path().display(),
-            state.config_path().display(),
-            state.deployment_path().display()
-        );
-    }
-    // The daemon makes its root itself (as the user it runs as, when there is one).
-    let user = state.daemon_user()?;
-    let members = dep.daemons.len() as u32;
-    let launch = crate::start::DaemonLaunch {
-        state: &state,
-        members,
-        user: user.as_deref(),
-    };
-    let mut argv = launch.args(root, args.id, &entry.addr);
-    argv.push("--rejoin".into());
-    // A fresh root has nothing: every peer sends everything it owns.
-    if empty {
-        argv.push("--full".into());
-    }
-    let log = state.daemon_log(args.id);
-    if log.exists() {
-        let _ = std::fs::rename(&log, log.with_extension("log.old"));
-    }
-    // A dead daemon's ready file is stale: the new one writes its own once it listens.
-    match std::fs::remove_file(eddy_daemon::ready_path(root)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).context("cannot remove the dead daemon's ready file")
-        }
-        _ => {}
-    }
-    let mut child = procs::spawn_detached(&procs::daemon_binary(), &argv, &log)?;
-    let deadline = Instant::now() + Duration::from_secs(dep.config.start_timeout_s);
-    loop {
-        if let Some(ready) = eddy_daemon::read_ready(root)
-            .with_context(|| format!("cannot read {}", eddy_daemon::ready_path(root).display()))?
-        {
-            if ready.addr != entry.addr {
-                procs::kill_children(std::slice::from_mut(&mut child));
-                bail!(
-                    "the replacement listens on {}, not {}",
-                    ready.addr,
-                    entry.addr
-                );
-            }
-            break;
-        }
-        if let Some(status) = child
-            .try_wait()
-            .context("cannot check the daemon process")?
-        {
-            bail!(
-                "the replacement of daemon {} exited ({status}) before it was ready\n{}",
-                args.id,
-                log_tail(&log, crate::mounts::LOG_TAIL_LINES)
-            );
-        }
-        if Instant::now() >= deadline {
-            procs::kill_children(std::slice::from_mut(&mut child));
-            bail!(
-                "the replacement of daemon {} was not ready within {} s; see {}",
-                args.id,
-                dep.config.start_timeout_s,
-                log.display()
-            );
-        }
-        std::thread::sleep(POLL_INTERVAL);
-    }
-    let label = format!("daemon-{}", args.id);
-    let mut pids = state.read_pids()?;
-    pids.retain(|p| p.label != label);
-    pids.push(procs::record(label, &child));
-    state.write_pids(&pids)?;
+    let r = eddy_deploy::replace(&state, args.id, args.keep_root)?;
     outln!(
         "eddy: daemon {} {} on {} ({}); it takes {} before serving; `eddy repair` waits for it",
-        args.id,
-        if empty { "replaced" } else { "started again" },
-        root.display(),
-        entry.addr,
-        if empty {
+        r.id,
+        if r.fresh { "replaced" } else { "started again" },
+        r.root.display(),
+        r.addr,
+        if r.fresh {
             "a full copy of what it owns"
         } else {
             "what it missed"

@@ -4,10 +4,10 @@
 //! damaged or a daemon could not be scrubbed.
 
 use crate::cli::ScrubArgs;
-use crate::state::StateDir;
-use crate::status::human_bytes;
 use anyhow::{bail, Context, Result};
 use eddy_client::Client;
+use eddy_deploy::human_bytes;
+use eddy_deploy::StateDir;
 use eddy_proto::{FileId, FileKind, ScrubPage};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
@@ -54,7 +54,7 @@ struct Report {
 pub fn scrub(args: ScrubArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
     let dep = state.load_deployment()?;
-    let rt = crate::runtime()?;
+    let rt = eddy_deploy::runtime()?;
     let chunk_size = dep.config.chunk_size;
     let limit = dep.config.scrub_page_chunks;
     let daemons: Vec<u32> = dep.daemons.iter().map(|d| d.id).collect();

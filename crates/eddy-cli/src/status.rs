@@ -2,10 +2,11 @@
 //! backend linked, the links and a second table with each daemon's backend-tier figures.
 
 use crate::cli::StatusArgs;
-use crate::state::StateDir;
 use anyhow::{bail, Result};
 use eddy_client::Client;
 use eddy_config::{Deployment, Link};
+use eddy_deploy::human_bytes;
+use eddy_deploy::StateDir;
 use eddy_proto::{DaemonStatus, TierStatus};
 use serde::Serialize;
 
@@ -144,7 +145,7 @@ pub fn status(args: StatusArgs) -> Result<()> {
 }
 
 fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
-    let rt = crate::runtime()?;
+    let rt = eddy_deploy::runtime()?;
     let results = rt.block_on(async {
         match Client::new(dep.clone()) {
             Ok(client) => client
@@ -318,22 +319,6 @@ fn watermarks(t: &TierStatus) -> String {
     )
 }
 
-/// Bytes with a binary unit, e.g. "1.5 GiB".
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
-}
-
 /// Seconds as "1h02m03s", "4m05s" or "6s".
 pub fn human_duration(s: u64) -> String {
     let (h, m, sec) = (s / 3600, (s / 60) % 60, s % 60);
@@ -351,10 +336,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn human_units() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+    fn human_durations() {
         assert_eq!(human_duration(5), "5s");
         assert_eq!(human_duration(65), "1m05s");
         assert_eq!(human_duration(3723), "1h02m03s");

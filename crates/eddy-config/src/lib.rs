@@ -1,8 +1,12 @@
 //! eddy-config: the one place where Eddy's tunables and the description of a deployment live.
 //!
 //! `Config` holds every tunable with its documented default; `Deployment` is the hosts file
-//! written at start-up (daemon list, secret, config) that clients and tools read. This crate
-//! does no I/O beyond reading and writing those files, and knows nothing of the wire format.
+//! written at start-up (daemon list, secret, config) that clients and tools read; `ready` is
+//! the ready file and ready line a daemon announces its address with. This crate does no I/O
+//! beyond reading and writing those files (and printing the ready line), and knows nothing
+//! of the wire format.
+
+pub mod ready;
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -62,11 +62,7 @@ impl Unproven {
     /// Connections waiting now.
     #[cfg(test)]
     pub fn waiting(&self) -> usize {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .1
-            .len()
+        eddy_proto::sync::lock(&self.waiting).1.len()
     }
 }
 

@@ -26,7 +26,6 @@ mod locks;
 mod meta;
 mod ops;
 mod privilege;
-mod ready;
 mod repair;
 mod replicate;
 mod room;
@@ -37,7 +36,11 @@ mod tier;
 pub use args::{system_host_name, DaemonArgs, DaemonSettings, SECRET_ENV, SOCKET_FILE};
 pub use embedded::{Embedded, Inventory};
 pub use error::DaemonError;
-pub use ready::{parse_announcement, read_ready, ready_path, ReadyInfo, READY_FILE, READY_LINE};
+// The ready file and line are eddy-config's (`eddy_config::ready`): launchers read them
+// without linking the daemon.
+pub use eddy_config::ready::{
+    parse_announcement, read_ready, ready_path, ReadyInfo, READY_FILE, READY_LINE,
+};
 pub use server::{Daemon, CHUNKS_DIR, META_DIR};
 
 /// Name of the keyspace holding the hints (decision 0021).

@@ -42,17 +42,11 @@ impl MountLocks {
     }
 
     fn note(&self, id: FileId) {
-        self.files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id);
+        eddy_proto::sync::lock(&self.files).insert(id);
     }
 
     fn has(&self, id: FileId) -> bool {
-        self.files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&id)
+        eddy_proto::sync::lock(&self.files).contains(&id)
     }
 }
 

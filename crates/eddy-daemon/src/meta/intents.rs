@@ -71,7 +71,7 @@ impl Intents {
     }
 
     fn holders(&self) -> MutexGuard<'_, HashMap<String, ConnId>> {
-        self.holders.lock().unwrap_or_else(|p| p.into_inner())
+        eddy_proto::sync::lock(&self.holders)
     }
 }
 

@@ -37,7 +37,7 @@ impl Removals {
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        eddy_proto::sync::lock(&self.inner)
     }
 
     /// Notes that the entry `key`, holding `record`, was removed by a copied change.

@@ -2,18 +2,17 @@
 //! (Slurm retries, an administrator reruns), and teardown undoes whatever the others did,
 //! however far they got, from root's job record.
 
-use super::as_user::{self, Seen};
-use super::directives::{self, JobRequest, Mode, NODE_LOCAL_POOL};
-use super::job::{DaemonPlace, JobDir, JobRecord};
-use super::nodes;
-use super::site::Site;
-use crate::cli::{StageInArgs, StageOutArgs, StartArgs, StateArgs, StopArgs};
-use crate::secure::DirFd;
-use crate::start::{fill, parse_hosts, HostLine};
-use crate::state::StateDir;
-use crate::status::human_bytes;
+use crate::as_user::{self, Seen};
+use crate::directives::{self, JobRequest, Mode, NODE_LOCAL_POOL};
+use crate::job::{DaemonPlace, JobDir, JobRecord};
+use crate::nodes;
+use crate::site::Site;
 use anyhow::{anyhow, bail, Context, Result};
 use eddy_config::Config;
+use eddy_deploy::launch::{fill, parse_hosts, HostLine};
+use eddy_deploy::secure::DirFd;
+use eddy_deploy::start::{configure, Overrides};
+use eddy_deploy::{human_bytes, Placement, Plan, Say, StateDir, StopOptions};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,19 +30,19 @@ pub fn job_process(site: &Site, script: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Slurm's pools, in MiB: node-local (jobs on their own nodes) and the I/O-node pool.
-pub fn pools(site: &Site) -> Result<()> {
+/// Slurm's pools, in MiB: node-local (jobs on their own nodes) and the I/O-node pool; the
+/// JSON document Slurm reads (one line).
+pub fn pools(site: &Site) -> Result<String> {
     let pool = |name: &str, bytes: u64| serde_json::json!({ "id": name, "quantity": bytes >> 20, "granularity": 1u64 << 20 });
     let mut pools = vec![pool(NODE_LOCAL_POOL, site.node_local_bytes()?)];
     if let Some(p) = &site.pool {
         pools.push(pool(&p.name, site.pool_bytes(p)?));
     }
-    outln!("{}", serde_json::json!({ "pools": pools }));
-    Ok(())
+    Ok(serde_json::json!({ "pools": pools }).to_string())
 }
 
 /// While pending: the job's directory and record; pool mode starts the daemons.
-pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path) -> Result<()> {
+pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say) -> Result<()> {
     let req = read_request(site, script)?;
     let r = site.resolve(&req)?;
     let jd = JobDir::new(site, job);
@@ -83,19 +82,19 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path) -> Result
             .as_ref()
             .context("mode=pool but the site has no [pool] any more")?;
         let hosts = parse_hosts(&pool.nodes[..rec.pool_nodes as usize].join("\n"))?;
-        start_daemons(site, &jd, &mut rec, &hosts, &pool.root)?;
+        start_daemons(site, &jd, &mut rec, &hosts, &pool.root, say)?;
     }
     Ok(())
 }
 
 /// While pending: every stage-in source exists (else the job waits with a Reason saying
 /// which); pool mode stages in now.
-pub fn data_in(site: &Site, job: u32, _script: &Path) -> Result<()> {
+pub fn data_in(site: &Site, job: u32, _script: &Path, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
     let rec = jd.load()?;
     check_sources(&rec)?;
     if rec.mode == Mode::Pool {
-        stage_in(&jd, &rec.request)?;
+        stage_in(&jd, &rec.request, say)?;
     }
     Ok(())
 }
@@ -120,7 +119,7 @@ pub fn paths(site: &Site, job: u32, path_file: &Path) -> Result<()> {
 
 /// The job's nodes are known: node-local mode starts a daemon on each; the namespace is
 /// mounted on each; node-local mode stages in.
-pub fn pre_run(site: &Site, job: u32) -> Result<()> {
+pub fn pre_run(site: &Site, job: u32, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
     let mut rec = jd.load()?;
     let nodes = nodes::job_nodes(job)?;
@@ -129,7 +128,7 @@ pub fn pre_run(site: &Site, job: u32) -> Result<()> {
         if let Some(msg) = short_of_space(&site.node_space(&names)?, rec.capacity, nodes.len()) {
             bail!("{msg}");
         }
-        start_daemons(site, &jd, &mut rec, &nodes, &site.node_root)?;
+        start_daemons(site, &jd, &mut rec, &nodes, &site.node_root, say)?;
     }
     rec.mounted = nodes.iter().map(|n| n.name.clone()).collect();
     jd.save(&rec)?;
@@ -146,7 +145,7 @@ pub fn pre_run(site: &Site, job: u32) -> Result<()> {
     })
     .context("cannot mount the job's namespace on its nodes")?;
     if rec.mode == Mode::NodeLocal {
-        stage_in(&jd, &rec.request)?;
+        stage_in(&jd, &rec.request, say)?;
     }
     Ok(())
 }
@@ -159,17 +158,18 @@ pub fn post_run(site: &Site, job: u32) -> Result<()> {
 }
 
 /// After the job: write the stage_out trees (every linked prefix if none is listed) back.
-pub fn data_out(site: &Site, job: u32) -> Result<()> {
+pub fn data_out(site: &Site, job: u32, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
     let rec = jd.load()?;
     if rec.request.links.is_empty() || !jd.state().has_deployment() {
         return Ok(());
     }
-    crate::stage::stage_out(StageOutArgs {
-        state: state_args(&jd.state()),
-        json: false,
-        paths: rec.request.stage_out.iter().map(PathBuf::from).collect(),
-    })
+    let paths: Vec<PathBuf> = rec.request.stage_out.iter().map(PathBuf::from).collect();
+    let report = eddy_deploy::stage::stage_out(&jd.state(), &paths)?;
+    for line in report.lines("staged out", "nothing to stage out: no dirty data") {
+        say.out(&line);
+    }
+    report.outcome("stage-out")
 }
 
 /// Undo everything, from root's record: unmount, stop the daemons (what was to be kept was
@@ -185,6 +185,7 @@ pub fn teardown_detached(
     site_file: Option<&Path>,
     job: u32,
     hurry: bool,
+    say: Say,
 ) -> Result<()> {
     let jd = JobDir::new(site, job);
     if !jd.dir.exists() {
@@ -202,7 +203,7 @@ pub fn teardown_detached(
     // The log lives in the job's directory, which a complete teardown removes; it is open
     // here before the child starts, so its words are read whatever happens to the name.
     let log = jd.dir.join(format!("teardown-{}.log", std::process::id()));
-    let mut child = crate::procs::spawn_detached(&exe, &args, &log)?;
+    let mut child = eddy_deploy::procs::spawn_detached(&exe, &args, &log)?;
     let mut words =
         std::fs::File::open(&log).with_context(|| format!("cannot read {}", log.display()))?;
     let status = child.wait().context("waiting for the teardown")?;
@@ -210,7 +211,9 @@ pub fn teardown_detached(
     std::io::Read::read_to_string(&mut words, &mut out)
         .with_context(|| format!("cannot read {}", log.display()))?;
     let _ = std::fs::remove_file(&log);
-    eddy_bench::out(format_args!("{out}"));
+    for line in out.lines() {
+        say.out(line);
+    }
     if status.success() {
         return Ok(());
     }
@@ -223,7 +226,7 @@ pub fn teardown_detached(
 }
 
 /// The teardown itself, one at a time per job (under the lock of its directory).
-pub fn teardown(site: &Site, job: u32, hurry: bool) -> Result<()> {
+pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
     let Ok(dir) = std::fs::File::open(&jd.dir) else {
         return Ok(()); // gone: done before
@@ -248,12 +251,11 @@ pub fn teardown(site: &Site, job: u32, hurry: bool) -> Result<()> {
     let state = jd.state();
     if state.has_deployment() {
         if hurry {
-            outln!("eddy: job {job} cancelled in a hurry: nothing is staged out");
+            say.out(&format!(
+                "eddy: job {job} cancelled in a hurry: nothing is staged out"
+            ));
         }
-        let stopped = crate::stop::stop(StopArgs {
-            state: state_args(&state),
-            discard: true,
-        });
+        let stopped = eddy_deploy::stop(&state, StopOptions { discard: true }, say);
         if let Err(e) = stopped {
             problems.push(format!("stopping the daemons: {e:#}"));
         }
@@ -285,7 +287,7 @@ pub fn teardown(site: &Site, job: u32, hurry: bool) -> Result<()> {
 }
 
 /// `scontrol show bbstat`: one line per job with a burst buffer.
-pub fn status(site: &Site) -> Result<()> {
+pub fn status(site: &Site, say: Say) -> Result<()> {
     let mut jobs: Vec<u32> = match std::fs::read_dir(&site.state_dir) {
         Ok(entries) => entries
             .flatten()
@@ -295,20 +297,15 @@ pub fn status(site: &Site) -> Result<()> {
         Err(e) => return Err(e).context(format!("cannot list {}", site.state_dir.display())),
     };
     jobs.sort_unstable();
-    outln!(
+    say.out(&format!(
         "{:>8} {:>6} {:>10} {:>10} {:>7} {:>7}",
-        "JOB",
-        "UID",
-        "MODE",
-        "CAPACITY",
-        "DAEMONS",
-        "MOUNTS"
-    );
+        "JOB", "UID", "MODE", "CAPACITY", "DAEMONS", "MOUNTS"
+    ));
     for job in jobs {
         let Ok(rec) = JobDir::new(site, job).load() else {
             continue;
         };
-        outln!(
+        say.out(&format!(
             "{:>8} {:>6} {:>10} {:>10} {:>7} {:>7}",
             job,
             rec.uid,
@@ -316,7 +313,7 @@ pub fn status(site: &Site) -> Result<()> {
             human_bytes(rec.capacity),
             rec.daemons.len(),
             rec.mounted.len()
-        );
+        ));
     }
     Ok(())
 }
@@ -338,7 +335,7 @@ pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
         .with_context(|| format!("mount point {} has no name", mount.display()))?;
     let target = parent.path().join(name);
     let _held = MountLock::take(&target)?;
-    if crate::mounts::is_fuse_mounted(&target)? {
+    if eddy_deploy::mounts::is_fuse_mounted(&target)? {
         // Only root mounts in the trusted parent: is it this deployment's?
         if state.mounts()?.contains(&target) {
             return Ok(());
@@ -350,7 +347,7 @@ pub fn node_mount(state: &Path, mount: &Path) -> Result<()> {
     }
     make_mount_point(&parent, name)?;
     let dep = state.load_deployment()?;
-    crate::mount::mount_background(
+    eddy_deploy::mount::mount_background(
         &state,
         &target,
         true,
@@ -365,25 +362,25 @@ fn trusted_mount_parent(mount: &Path) -> Result<DirFd> {
     let parent = mount
         .parent()
         .with_context(|| format!("mount point {} has no parent", mount.display()))?;
-    crate::secure::trusted_dir(parent)
+    eddy_deploy::secure::trusted_dir(parent)
         .with_context(|| format!("the site's mount points under {}", parent.display()))
 }
 
 /// Makes the mount point `name` (root's) in its trusted parent, or checks the one there is a
 /// directory of root's, not a link.
 fn make_mount_point(parent: &DirFd, name: &str) -> Result<()> {
-    let (me, my_group) = crate::secure::me();
+    let (me, my_group) = eddy_deploy::secure::me();
     parent.child_dir(name, 0o755, me, my_group)?;
     Ok(())
 }
 
 /// Unmounts `mount` (if given and mounted) and removes its directory if empty; stops what
 /// still serves `root` (if given) and removes it. Idempotent.
-pub fn node_clean(mount: Option<&Path>, root: Option<&Path>) -> Result<()> {
+pub fn node_clean(mount: Option<&Path>, root: Option<&Path>, say: Say) -> Result<()> {
     if let Some(mount) = mount {
         if mount.exists() {
             let _held = MountLock::take(mount)?;
-            if crate::mounts::is_fuse_mounted(mount)? {
+            if eddy_deploy::mounts::is_fuse_mounted(mount)? {
                 eddy_fuse::unmount(mount)
                     .or_else(|_| lazy_unmount(mount))
                     .with_context(|| format!("cannot unmount {}", mount.display()))?;
@@ -393,9 +390,11 @@ pub fn node_clean(mount: Option<&Path>, root: Option<&Path>) -> Result<()> {
         }
     }
     if let Some(root) = root {
-        let left = crate::procs::serving_root(root);
-        for p in crate::procs::terminate(&left, Duration::from_secs(5)) {
-            errln!("eddy: stopped {p}, still serving after the deployment stopped");
+        let left = eddy_deploy::procs::serving_root(root);
+        for p in eddy_deploy::procs::terminate(&left, Duration::from_secs(5)) {
+            say.err(&format!(
+                "eddy: stopped {p}, still serving after the deployment stopped"
+            ));
         }
         match std::fs::remove_dir_all(root) {
             // Never made (a start that failed early): nothing to remove.
@@ -454,12 +453,6 @@ fn lazy_unmount(mount: &Path) -> Result<()> {
 
 // ------------------------------------------------------------------ helpers
 
-fn state_args(state: &StateDir) -> StateArgs {
-    StateArgs {
-        state: Some(state.dir().to_path_buf()),
-    }
-}
-
 /// Starts the job's daemons on `hosts` (once: a rerun finds them started), recording where
 /// before anything starts so that teardown finds every root.
 fn start_daemons(
@@ -468,6 +461,7 @@ fn start_daemons(
     rec: &mut JobRecord,
     hosts: &[HostLine],
     root_template: &str,
+    say: Say,
 ) -> Result<()> {
     let state = jd.state();
     if state.has_deployment() {
@@ -484,6 +478,8 @@ fn start_daemons(
         })
         .collect();
     jd.save(rec)?;
+    // The hosts and the configuration the daemons get, kept in the job's directory for an
+    // administrator to read (the start below takes them as values).
     let hosts_text: String = rec
         .daemons
         .iter()
@@ -492,40 +488,56 @@ fn start_daemons(
     jd.write_private("hosts", hosts_text.as_bytes())
         .context("cannot write the job's hosts file")?;
     let config = job_config(site, rec, hosts.len())?;
-    let config_path = jd.dir.join("config.toml");
-    jd.write_private("config.toml", config.as_bytes())
-        .context("cannot write the job's configuration")?;
-    crate::start::start(StartArgs {
-        local: None,
-        hosts: Some(jd.hosts_file()),
-        slurm: false,
-        root: PathBuf::from(root),
-        launcher: Some(site.launcher.clone()),
-        mount: None,
-        allow_other: false,
-        owner_only: false,
-        state: Some(state.dir().to_path_buf()),
-        config: Some(config_path),
-        chunk_size: rec.request.chunk_size,
-        replicas: None,
-        wire: None,
-        backend: None,
-        link: resolved_links(site, rec)?
+    jd.write_private(
+        "config.toml",
+        toml::to_string(&config)
+            .context("cannot encode the job's configuration")?
+            .as_bytes(),
+    )
+    .context("cannot write the job's configuration")?;
+    let links = resolved_links(site, rec)?;
+    let started = (|| {
+        let config = configure(
+            config,
+            Overrides {
+                chunk_size: rec.request.chunk_size,
+                links,
+                ..Overrides::default()
+            },
+        )?;
+        let listed: Vec<HostLine> = rec
+            .daemons
             .iter()
-            .map(|l| format!("{}={}", l.prefix, l.backend.display()))
-            .collect(),
-        name: Some(format!("job{}", rec.job)),
+            .map(|d| HostLine {
+                name: d.host.clone(),
+                address: d.address.clone(),
+            })
+            .collect();
         // Any free port, reported by each daemon: no port is known, or squatted, in advance.
-        listen_port: Some(0),
-        daemon_user: Some(rec.uid.to_string()),
-    })
-    .with_context(|| format!("cannot start the job's {} daemons", hosts.len()))?;
+        let placement = Placement::remote(listed, PathBuf::from(&root), site.launcher.clone(), 0)?;
+        let plan = Plan {
+            state: state.clone(),
+            config,
+            name: format!("job{}", rec.job),
+            placement,
+            daemon_user: Some(rec.uid.to_string()),
+        };
+        let dep = eddy_deploy::start(&plan)?;
+        say.out(&format!(
+            "eddy: deployment {:?} started: {} daemons; state in {}",
+            dep.name,
+            dep.daemons.len(),
+            plan.state.dir().display()
+        ));
+        anyhow::Ok(())
+    })();
+    started.with_context(|| format!("cannot start the job's {} daemons", hosts.len()))?;
     jd.publish_deployment(rec.uid, rec.gid)
 }
 
 /// The site's tunables with the job's capacity spread over its daemons (the most each one
 /// holds, and the cache capacity each one evicts down to).
-fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<String> {
+fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<Config> {
     let mut config = match &site.config {
         Some(p) => Config::load(p).with_context(|| format!("site config {}", p.display()))?,
         None => Config::default(),
@@ -538,11 +550,11 @@ fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<String> {
     if !rec.request.links.is_empty() {
         config.cache_capacity_bytes = share;
     }
-    toml::to_string(&config).context("cannot encode the job's configuration")
+    Ok(config)
 }
 
 /// The stage_in trees, pinned or not, through the deployment.
-fn stage_in(jd: &JobDir, req: &JobRequest) -> Result<()> {
+fn stage_in(jd: &JobDir, req: &JobRequest, say: Say) -> Result<()> {
     for pin in [false, true] {
         let paths: Vec<PathBuf> = req
             .stage_in
@@ -553,12 +565,11 @@ fn stage_in(jd: &JobDir, req: &JobRequest) -> Result<()> {
         if paths.is_empty() {
             continue;
         }
-        crate::stage::stage_in(StageInArgs {
-            state: state_args(&jd.state()),
-            pin,
-            json: false,
-            paths,
-        })?;
+        let report = eddy_deploy::stage::stage_in(&jd.state(), &paths, pin)?;
+        for line in report.lines("staged in", "no files to stage in") {
+            say.out(&line);
+        }
+        report.outcome("stage-in")?;
     }
     Ok(())
 }

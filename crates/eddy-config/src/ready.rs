@@ -1,6 +1,8 @@
-//! The ready file `ROOT/eddyd.ready`: written atomically once both listeners are bound, so
-//! a launcher polling for it learns the address actually bound; removed on clean exit. The
-//! same information is printed on stdout (`READY_LINE`) for launchers on other hosts.
+//! The ready file `ROOT/eddyd.ready`: written atomically by the daemon once both listeners
+//! are bound, so a launcher polling for it learns the address actually bound; removed on
+//! clean exit. The same information is printed on stdout (`READY_LINE`) for launchers on
+//! other hosts. The format lives here, in the crate the daemon and its launchers share, so
+//! that a launcher (`eddy start`) reads it without linking the daemon.
 
 use serde::{Deserialize, Serialize};
 use std::io::ErrorKind;

@@ -2,8 +2,8 @@
 //! from a synchronous one would wait on the slurmctld that waits on it) and how it runs a
 //! command on a node (the site's launcher template).
 
-use crate::start::{launcher_argv, HostLine};
 use anyhow::{bail, Context, Result};
+use eddy_deploy::launch::{launcher_argv, HostLine};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::Read;

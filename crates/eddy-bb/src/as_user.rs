@@ -48,7 +48,7 @@ pub fn resolve(uid: u32, gid: u32, paths: &[PathBuf]) -> Result<Vec<Seen>> {
             Ok(())
         });
     }
-    let out = super::nodes::output_bounded(cmd, BOUND)
+    let out = crate::nodes::output_bounded(cmd, BOUND)
         .with_context(|| format!("resolving paths as uid {uid}"))?;
     let seen: Vec<Seen> = out
         .lines()
@@ -79,17 +79,17 @@ fn groups_of(uid: u32, gid: u32) -> Result<Vec<libc::gid_t>> {
     Ok(groups.into_iter().map(Gid::as_raw).collect())
 }
 
-/// `eddy bb resolve-paths PATH...` (run by `resolve`, as the user): one JSON `Seen` per line.
-pub fn resolve_paths_here(paths: &[PathBuf]) -> Result<()> {
-    for p in paths {
-        let seen = match std::fs::canonicalize(p) {
-            Ok(c) => Seen::Resolved(c),
-            Err(e) => Seen::Unreachable(e.to_string()),
-        };
-        outln!(
-            "{}",
-            serde_json::to_string(&seen).context("cannot encode an answer")?
-        );
-    }
-    Ok(())
+/// The answers of `eddy bb resolve-paths PATH...` (run by `resolve`, as the user), which
+/// prints them one per line: one JSON `Seen` per path, resolved by this process.
+pub fn resolve_paths_here(paths: &[PathBuf]) -> Result<Vec<String>> {
+    paths
+        .iter()
+        .map(|p| {
+            let seen = match std::fs::canonicalize(p) {
+                Ok(c) => Seen::Resolved(c),
+                Err(e) => Seen::Unreachable(e.to_string()),
+            };
+            serde_json::to_string(&seen).context("cannot encode an answer")
+        })
+        .collect()
 }

@@ -2,11 +2,11 @@
 //! user, the directives, and every node where something was started or mounted, so that
 //! teardown can undo all of it from this record alone — never from files the user can write.
 
-use super::directives::JobRequest;
-use super::site::Site;
-use crate::secure::DirFd;
-use crate::state::StateDir;
+use crate::directives::JobRequest;
+use crate::site::Site;
 use anyhow::{bail, Context, Result};
+use eddy_deploy::secure::DirFd;
+use eddy_deploy::StateDir;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -16,7 +16,7 @@ pub struct JobRecord {
     pub uid: u32,
     pub gid: u32,
     pub request: JobRequest,
-    pub mode: super::directives::Mode,
+    pub mode: crate::directives::Mode,
     pub capacity: u64,
     pub pool_nodes: u32,
     /// Nodes running the job's daemons, with the storage root on each.
@@ -60,10 +60,6 @@ impl JobDir {
         self.dir.join("user")
     }
 
-    pub fn hosts_file(&self) -> PathBuf {
-        self.dir.join("hosts")
-    }
-
     pub fn exists(&self) -> bool {
         self.record_path().exists()
     }
@@ -75,14 +71,14 @@ impl JobDir {
     /// at either is refused, never followed.
     pub fn create(&self, uid: u32, gid: u32) -> Result<()> {
         let parent = self.dir.parent().context("a job directory has a parent")?;
-        let state_dir = crate::secure::trusted_dir(parent)
+        let state_dir = eddy_deploy::secure::trusted_dir(parent)
             .with_context(|| format!("the site's state_dir {}", parent.display()))?;
         let name = self
             .dir
             .file_name()
             .and_then(|n| n.to_str())
             .context("a job directory is named by its job id")?;
-        let (me, my_group) = crate::secure::me();
+        let (me, my_group) = eddy_deploy::secure::me();
         let dir = state_dir.child_dir(name, 0o711, me, my_group)?;
         dir.child_dir("state", 0o700, me, my_group)?;
         dir.child_dir("user", 0o700, uid, gid)?;
@@ -104,7 +100,7 @@ impl JobDir {
 
     /// Writes a file of root's in the job's directory (mode 0600, atomically).
     pub fn write_private(&self, name: &str, data: &[u8]) -> Result<()> {
-        let (me, my_group) = crate::secure::me();
+        let (me, my_group) = eddy_deploy::secure::me();
         DirFd::open(&self.dir)?.write_file(name, data, 0o600, me, my_group)
     }
 

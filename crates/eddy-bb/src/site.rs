@@ -3,7 +3,7 @@
 //! job's directives must respect. Every field has a default but the pool, so that a site
 //! with node-local storage only needs no file at all.
 
-use super::directives::{JobRequest, Mode, NODE_LOCAL_POOL};
+use crate::directives::{JobRequest, Mode, NODE_LOCAL_POOL};
 use anyhow::{bail, Context, Result};
 use eddy_config::parse_bytes;
 use serde::Deserialize;
@@ -91,7 +91,7 @@ fn available(db: &Path, nodes: &[String], template: &str) -> Result<u64> {
     if nodes.is_empty() {
         return Ok(0);
     }
-    let caps = crate::sysmap::capacity(db, nodes, Path::new(fixed_prefix(template)))?;
+    let caps = eddy_sysmap::capacity(db, nodes, Path::new(fixed_prefix(template)))?;
     Ok(caps.iter().map(|c| c.available_bytes).sum())
 }
 
@@ -256,8 +256,8 @@ impl Site {
             if capacity > max {
                 bail!(
                     "capacity {} is more than this site allows a job ({})",
-                    crate::status::human_bytes(capacity),
-                    crate::status::human_bytes(max)
+                    eddy_deploy::human_bytes(capacity),
+                    eddy_deploy::human_bytes(max)
                 );
             }
         }
@@ -300,7 +300,7 @@ impl Site {
             .as_ref()
             .map(|p| p.node_names())
             .unwrap_or_default();
-        let nodes: Vec<String> = crate::sysmap::load(db, &[])?
+        let nodes: Vec<String> = eddy_sysmap::load(db, &[])?
             .into_iter()
             .map(|r| r.node)
             .filter(|n| !pool_nodes.contains(n))
@@ -323,7 +323,7 @@ impl Site {
         let Some(db) = &self.inventory else {
             return Ok(Vec::new());
         };
-        let known: Vec<String> = crate::sysmap::load(db, &[])?
+        let known: Vec<String> = eddy_sysmap::load(db, &[])?
             .into_iter()
             .map(|r| r.node)
             .filter(|n| nodes.contains(n))
@@ -331,7 +331,7 @@ impl Site {
         if known.is_empty() {
             return Ok(Vec::new());
         }
-        let caps = crate::sysmap::capacity(db, &known, Path::new(fixed_prefix(&self.node_root)))?;
+        let caps = eddy_sysmap::capacity(db, &known, Path::new(fixed_prefix(&self.node_root)))?;
         Ok(caps
             .into_iter()
             .map(|c| (c.node, c.available_bytes))
@@ -367,7 +367,7 @@ pub struct Resolved {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bb::directives::parse;
+    use crate::directives::parse;
 
     fn site(extra: &str) -> Site {
         let s: Site = toml::from_str(extra).unwrap();
@@ -407,11 +407,11 @@ mod tests {
 
     #[test]
     fn the_shipped_settings_and_example_jobs_are_valid() {
-        site(include_str!("../../../../slurm/bb.toml"));
+        site(include_str!("../../../slurm/bb.toml"));
         let s = site("max_capacity = \"10TiB\"\n[pool]\nname = \"io\"\nnodes = [\"a\", \"b\", \"c\", \"d\"]\nroot = \"/n/{job}\"\ncapacity = \"64T\"\n");
         for example in [
-            include_str!("../../../../examples/slurm/node-local.sh"),
-            include_str!("../../../../examples/slurm/pool.sh"),
+            include_str!("../../../examples/slurm/node-local.sh"),
+            include_str!("../../../examples/slurm/pool.sh"),
         ] {
             s.resolve(&parse(example, "EDDY").unwrap()).unwrap();
         }

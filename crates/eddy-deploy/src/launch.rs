@@ -1,0 +1,298 @@
+//! How a deployment's daemons are launched: the hosts they run on (hosts files, Slurm's
+//! node list, names resolved to addresses), their command line (`DaemonLaunch`, the same for
+//! `start` and `replace`), and the launcher command that starts one on another host
+//! (`launcher_argv`, with each word quoted for a remote shell).
+
+use crate::state::StateDir;
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::net::{IpAddr, ToSocketAddrs};
+use std::path::Path;
+
+/// Default launcher for `--hosts`.
+pub const SSH_LAUNCHER: &str = "ssh {host} {cmd}";
+/// Default launcher for `--slurm`.
+pub const SRUN_LAUNCHER: &str = "srun --nodes=1 --ntasks=1 --overlap -w {host} {cmd}";
+
+/// One host of a hosts file: the name the launcher gets and the address daemons listen on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLine {
+    pub name: String,
+    pub address: String,
+}
+
+/// How a deployment's daemons are started: one path for `eddy start` and `eddy replace`, so
+/// that a replacement runs as the user the others run as (`--user`), with the same secret,
+/// config and peers.
+pub struct DaemonLaunch<'a> {
+    pub state: &'a StateDir,
+    /// Number of daemons; their ids are 0..members.
+    pub members: u32,
+    /// User the daemons run as (`eddyd --user`), if not the caller.
+    pub user: Option<&'a str>,
+}
+
+impl DaemonLaunch<'_> {
+    /// The arguments of daemon `id` on `root`, listening on `listen`.
+    pub fn args(&self, root: &Path, id: u32, listen: &str) -> Vec<OsString> {
+        let members: Vec<String> = (0..self.members).map(|i| i.to_string()).collect();
+        let mut args: Vec<OsString> = vec![
+            "--root".into(),
+            root.into(),
+            "--id".into(),
+            id.to_string().into(),
+            "--listen".into(),
+            listen.into(),
+            "--secret-file".into(),
+            self.state.secret_path().into(),
+            "--config".into(),
+            self.state.config_path().into(),
+            "--members".into(),
+            members.join(",").into(),
+            // Where the daemons find each other for copies (written once all listen).
+            "--peers".into(),
+            self.state.deployment_path().into(),
+        ];
+        if let Some(user) = self.user {
+            args.extend(["--user".into(), user.into()]);
+        }
+        args
+    }
+}
+
+/// Parses a hosts file: `name [address]` per line, `#` starts a comment.
+pub fn parse_hosts(text: &str) -> Result<Vec<HostLine>> {
+    let mut hosts = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            [] => {}
+            [name] => hosts.push(HostLine {
+                name: name.to_string(),
+                address: name.to_string(),
+            }),
+            [name, address] => hosts.push(HostLine {
+                name: name.to_string(),
+                address: address.to_string(),
+            }),
+            _ => bail!("line {}: expected `name [address]`, found {raw:?}", n + 1),
+        }
+    }
+    if hosts.is_empty() {
+        bail!("it lists no hosts");
+    }
+    Ok(hosts)
+}
+
+pub fn read_hosts_file(file: &Path) -> Result<Vec<HostLine>> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the hosts file {}", file.display()))?;
+    parse_hosts(&text).with_context(|| format!("hosts file {} is not valid", file.display()))
+}
+
+/// The nodes of the current Slurm job.
+pub fn slurm_hosts() -> Result<Vec<HostLine>> {
+    let nodelist = std::env::var("SLURM_JOB_NODELIST").context(
+        "--slurm needs SLURM_JOB_NODELIST: run it inside a Slurm allocation, or use --hosts FILE",
+    )?;
+    let out = std::process::Command::new("scontrol")
+        .args(["show", "hostnames", &nodelist])
+        .output()
+        .context("cannot run `scontrol show hostnames`: is Slurm installed on this node?")?;
+    if !out.status.success() {
+        bail!(
+            "`scontrol show hostnames {nodelist}` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    parse_hosts(&String::from_utf8_lossy(&out.stdout)).context("scontrol returned no host names")
+}
+
+/// The host with its address as an IP literal, since daemons listen on `ip:port`: a name
+/// (a Slurm node, or a hosts file line without an address) is resolved here, IPv4 first.
+pub fn resolve_host(host: HostLine) -> Result<HostLine> {
+    if host.address.parse::<IpAddr>().is_ok() {
+        return Ok(host);
+    }
+    let ips: Vec<IpAddr> = (host.address.as_str(), 0)
+        .to_socket_addrs()
+        .with_context(|| {
+            format!(
+                "cannot resolve the address of host {:?}; give it as `name address` in a hosts file",
+                host.name
+            )
+        })?
+        .map(|a| a.ip())
+        .collect();
+    let ip = ips
+        .iter()
+        .find(|ip| ip.is_ipv4())
+        .or_else(|| ips.first())
+        .with_context(|| format!("host {:?} resolves to no address", host.name))?;
+    Ok(HostLine {
+        address: ip.to_string(),
+        ..host
+    })
+}
+
+/// Replaces `{host}` and `{id}` in a template string.
+pub fn fill(template: &str, host: &str, id: u32) -> String {
+    template
+        .replace("{host}", host)
+        .replace("{id}", &id.to_string())
+}
+
+/// Launchers that hand their command to a shell on the other host, as one line of words
+/// joined by spaces: each word of `{cmd}` must be quoted for that shell.
+const REMOTE_SHELLS: &[&str] = &["ssh", "rsh", "pdsh", "clush", "mrsh"];
+
+/// The launcher command line: the template split on whitespace, `{cmd}` replaced by the
+/// daemon's arguments (as separate words; each quoted for the remote shell when the launcher
+/// is one of `REMOTE_SHELLS`, so that no word, a path of a user's among them, is read as
+/// shell syntax there) and `{host}`/`{id}` filled in.
+pub fn launcher_argv(
+    template: &str,
+    host: &str,
+    id: u32,
+    cmd: &[OsString],
+) -> Result<Vec<OsString>> {
+    let words: Vec<&str> = template.split_whitespace().collect();
+    if !words.contains(&"{cmd}") {
+        bail!("launcher template {template:?} has no {{cmd}} word (e.g. `ssh {{host}} {{cmd}}`)");
+    }
+    let remote_shell = words.first().is_some_and(|w| {
+        let name = Path::new(w).file_name().and_then(|n| n.to_str());
+        name.is_some_and(|n| REMOTE_SHELLS.contains(&n))
+    });
+    let mut argv = Vec::new();
+    for w in words {
+        if w == "{cmd}" {
+            if remote_shell {
+                argv.extend(cmd.iter().map(|c| shell_quote(c)));
+            } else {
+                argv.extend(cmd.iter().cloned());
+            }
+        } else {
+            argv.push(fill(w, host, id).into());
+        }
+    }
+    Ok(argv)
+}
+
+/// One word for a POSIX shell: in single quotes, each `'` written as `'\''`.
+pub fn shell_quote(word: &std::ffi::OsStr) -> OsString {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let mut out = Vec::with_capacity(word.len() + 2);
+    out.push(b'\'');
+    for &b in word.as_bytes() {
+        if b == b'\'' {
+            out.extend_from_slice(b"'\\''");
+        } else {
+            out.push(b);
+        }
+    }
+    out.push(b'\'');
+    OsString::from_vec(out)
+}
+
+/// `address:port`, bracketing IPv6 literals.
+pub(crate) fn listen_addr(address: &str, port: u16) -> String {
+    if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_file_with_comments_and_addresses() {
+        let hosts = parse_hosts("# nodes\nn0 10.0.0.1\n\nn1   # no address\n").unwrap();
+        assert_eq!(
+            hosts,
+            vec![
+                HostLine {
+                    name: "n0".into(),
+                    address: "10.0.0.1".into()
+                },
+                HostLine {
+                    name: "n1".into(),
+                    address: "n1".into()
+                },
+            ]
+        );
+        assert!(parse_hosts("# only a comment\n").is_err());
+        let err = parse_hosts("a b c\n").unwrap_err().to_string();
+        assert!(err.contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn launcher_template_expands_host_and_cmd() {
+        let cmd: Vec<OsString> = vec!["eddyd".into(), "--root".into(), "/r".into()];
+        let argv = launcher_argv("ip netns exec {host} {cmd}", "ns0", 0, &cmd).unwrap();
+        let words: Vec<&str> = argv.iter().map(|w| w.to_str().unwrap()).collect();
+        assert_eq!(
+            words,
+            ["ip", "netns", "exec", "ns0", "eddyd", "--root", "/r"]
+        );
+        assert!(launcher_argv("ssh {host}", "h", 0, &cmd).is_err());
+        // A remote shell gets every word quoted: `;`, `$( )` and spaces stay literal there.
+        let evil: Vec<OsString> =
+            vec!["eddyd".into(), "/d=/p/x;touch /tmp/y".into(), "it's".into()];
+        let argv =
+            launcher_argv("/usr/bin/ssh -o BatchMode=yes {host} {cmd}", "n1", 0, &evil).unwrap();
+        assert_eq!(
+            argv,
+            [
+                "/usr/bin/ssh",
+                "-o",
+                "BatchMode=yes",
+                "n1",
+                "'eddyd'",
+                "'/d=/p/x;touch /tmp/y'",
+                "'it'\\''s'"
+            ]
+            .map(OsString::from)
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(
+                argv[4..]
+                    .iter()
+                    .map(|w| w.to_str().unwrap())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .replacen("'eddyd'", "printf '%s\\n'", 1),
+            )
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "/d=/p/x;touch /tmp/y\nit's\n"
+        );
+        assert_eq!(fill("/tmp/{host}/{id}", "n1", 3), "/tmp/n1/3");
+        assert_eq!(listen_addr("::1", 7), "[::1]:7");
+    }
+
+    #[test]
+    fn host_names_resolve_to_ip_literals() {
+        let host = |address: &str| HostLine {
+            name: "n0".into(),
+            address: address.into(),
+        };
+        assert_eq!(
+            resolve_host(host("localhost")).unwrap().address,
+            "127.0.0.1"
+        );
+        assert_eq!(resolve_host(host("::1")).unwrap().address, "::1");
+        let err = format!(
+            "{:#}",
+            resolve_host(host("no-such-host.invalid")).unwrap_err()
+        );
+        assert!(err.contains("\"n0\""), "{err}");
+    }
+}

@@ -1,0 +1,581 @@
+//! Starting a deployment: launch its daemons (here, or one per host through a launcher),
+//! wait until every one is ready (its ready file, or the ready line in its launcher's
+//! output) and serves, then record the processes and write the deployment file in the state
+//! directory. A start that fails leaves nothing running.
+
+use crate::launch::{fill, launcher_argv, listen_addr, resolve_host, DaemonLaunch, HostLine};
+use crate::mounts::LOG_TAIL_LINES;
+use crate::procs::{self, log_tail, POLL_INTERVAL};
+use crate::state::{absolute, RecordedProcess, StateDir};
+use anyhow::{bail, Context, Result};
+use eddy_client::Client;
+use eddy_config::{Config, DaemonEntry, Deployment, Link, Wire};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// What to start: everything a new deployment is made of.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Where the deployment's state lives (made if missing; no deployment may run there).
+    pub state: StateDir,
+    /// The configuration the daemons get (see `configure`).
+    pub config: Config,
+    /// Name of the deployment.
+    pub name: String,
+    /// Where the daemons run.
+    pub placement: Placement,
+    /// User the daemons run as (`eddyd --user`, a name or uid), if not the caller.
+    pub daemon_user: Option<String>,
+}
+
+/// Where the daemons of a plan run; made by `Placement::local` or `Placement::remote`, which
+/// check it before anything is started.
+#[derive(Debug, Clone)]
+pub enum Placement {
+    /// `daemons` daemons on this host, with roots ROOT/d0 .. ROOT/d<daemons-1>.
+    Local { daemons: u32, root: PathBuf },
+    /// One daemon per host, started through `launcher` (a template with `{host}` and
+    /// `{cmd}`), listening on `port` (0: any free one); `root` may contain `{host}` and
+    /// `{id}`.
+    Remote {
+        hosts: Vec<HostLine>,
+        root: PathBuf,
+        launcher: String,
+        port: u16,
+    },
+}
+
+impl Placement {
+    /// `daemons` daemons on this host (at least one).
+    pub fn local(daemons: u32, root: PathBuf) -> Result<Placement> {
+        if daemons == 0 {
+            bail!("--local 0: a deployment needs at least one daemon (use --local N with N >= 1)");
+        }
+        Ok(Placement::Local { daemons, root })
+    }
+
+    /// One daemon per host of `hosts`, their addresses resolved to IP literals; the
+    /// launcher template is checked.
+    pub fn remote(
+        hosts: Vec<HostLine>,
+        root: PathBuf,
+        launcher: String,
+        port: u16,
+    ) -> Result<Placement> {
+        let hosts = hosts
+            .into_iter()
+            .map(resolve_host)
+            .collect::<Result<Vec<_>>>()?;
+        launcher_argv(&launcher, "", 0, &[])?;
+        Ok(Placement::Remote {
+            hosts,
+            root,
+            launcher,
+            port,
+        })
+    }
+}
+
+/// Settings that override a configuration (`configure`).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub chunk_size: Option<u64>,
+    pub wire: Option<Wire>,
+    pub replicas: Option<usize>,
+    /// Links added to the configuration's (backends made absolute).
+    pub links: Vec<Link>,
+}
+
+/// `config` with `overrides` applied, validated, and every backend directory checked to be
+/// a directory this host reaches.
+pub fn configure(mut config: Config, overrides: Overrides) -> Result<Config> {
+    if let Some(cs) = overrides.chunk_size {
+        config.chunk_size = cs;
+    }
+    if let Some(w) = overrides.wire {
+        config.wire = w;
+    }
+    if let Some(r) = overrides.replicas {
+        config.replicas = r;
+    }
+    for mut link in overrides.links {
+        link.backend = absolute(&link.backend);
+        config.links.push(link);
+    }
+    config.validate().context(
+        "invalid configuration (check --chunk-size, --replicas, --backend, --link and --config)",
+    )?;
+    for link in &config.links {
+        let ok = std::fs::metadata(&link.backend).map(|m| m.is_dir());
+        if !matches!(ok, Ok(true)) {
+            bail!(
+                "the backend directory {} of {} is not a directory this host can reach; \
+                 create it or fix --backend/--link",
+                link.backend.display(),
+                link.prefix
+            );
+        }
+    }
+    Ok(config)
+}
+
+/// Fails if a deployment runs in `state` already.
+pub fn refuse_running(state: &StateDir) -> Result<()> {
+    if state.has_deployment() {
+        bail!(
+            "a deployment is already running in {} (see `eddy status --state {0}`); \
+             stop it first with `eddy stop --state {0}`",
+            state.dir().display()
+        );
+    }
+    Ok(())
+}
+
+/// Starts the deployment of `plan`: makes the state directory, launches the daemons, waits
+/// until every one serves, records them and writes the deployment file, which it returns.
+pub fn start(plan: &Plan) -> Result<Deployment> {
+    refuse_running(&plan.state)?;
+    plan.state.create()?;
+    let daemons = match &plan.placement {
+        Placement::Local { daemons, .. } => *daemons,
+        Placement::Remote { hosts, .. } => to_id(hosts.len())?,
+    };
+    if plan.config.replicas > daemons as usize {
+        bail!(
+            "--replicas {} needs at least that many daemons, but the deployment has {daemons}: \
+             each copy lives on a daemon of its own",
+            plan.config.replicas
+        );
+    }
+    let run = Run {
+        state: plan.state.clone(),
+        config: plan.config.clone(),
+        name: plan.name.clone(),
+        secret: Deployment::new_secret(),
+        daemons,
+        daemon_user: plan.daemon_user.clone(),
+    };
+    run.state.write_secret(&run.secret)?;
+    run.state.write_config(&run.config)?;
+    run.state.write_daemon_user(run.daemon_user.as_deref())?;
+    match &plan.placement {
+        Placement::Local { daemons, root } => start_local(&run, *daemons, root),
+        Placement::Remote {
+            hosts,
+            root,
+            launcher,
+            port,
+        } => start_remote(&run, hosts, root, launcher, *port),
+    }
+}
+
+/// How long a start waits for the daemons (and a mount after it): `start_timeout_s`.
+pub fn start_bound(config: &Config) -> Duration {
+    Duration::from_secs(config.start_timeout_s)
+}
+
+/// Everything the daemons of a deployment being started share.
+struct Run {
+    state: StateDir,
+    config: Config,
+    name: String,
+    secret: String,
+    /// Number of daemons; their ids are 0..daemons.
+    daemons: u32,
+    /// User the daemons run as (`eddyd --user`), if not the caller.
+    daemon_user: Option<String>,
+}
+
+impl Run {
+    fn deployment(&self, daemons: Vec<DaemonEntry>) -> Deployment {
+        Deployment {
+            name: self.name.clone(),
+            secret: self.secret.clone(),
+            config: self.config.clone(),
+            daemons,
+        }
+    }
+}
+
+/// Processes spawned by a start in progress; all are killed if the start fails.
+#[derive(Default)]
+struct Spawned {
+    children: Vec<Child>,
+    recorded: Vec<RecordedProcess>,
+}
+
+impl Spawned {
+    fn push(&mut self, label: String, child: Child) {
+        self.recorded.push(procs::record(label, &child));
+        self.children.push(child);
+    }
+
+    /// On success records the processes and saves the deployment; on any failure kills
+    /// every spawned process, so a failed start leaves nothing running.
+    fn commit(mut self, plan: &Run, result: Result<Deployment>) -> Result<Deployment> {
+        let saved = result.and_then(|dep| {
+            plan.state.write_pids(&self.recorded)?;
+            plan.state.save_deployment(&dep)?;
+            Ok(dep)
+        });
+        if saved.is_err() {
+            procs::kill_children(&mut self.children);
+        }
+        saved
+    }
+}
+
+/// Creates a storage root and checks it is writable.
+fn create_root(root: &Path) -> Result<()> {
+    let hint = || {
+        format!(
+            "cannot use {} as a storage root; choose a writable --root",
+            root.display()
+        )
+    };
+    std::fs::create_dir_all(root).with_context(hint)?;
+    let probe = root.join(".eddy-write-test");
+    std::fs::write(&probe, b"").with_context(hint)?;
+    std::fs::remove_file(&probe).with_context(hint)
+}
+
+/// Creates a daemon's storage root under the deployment's root: private (0700) and empty
+/// when new, so that a daemon started with `--user` takes it (decision 0023); the daemon
+/// checks an existing one itself.
+fn create_daemon_root(root: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(root) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e).with_context(|| {
+            format!(
+                "cannot make the daemon root {}; choose a writable --root",
+                root.display()
+            )
+        }),
+        _ => Ok(()),
+    }
+}
+
+// ---------------------------------------------------------------- local daemons
+
+fn start_local(plan: &Run, n: u32, root: &Path) -> Result<Deployment> {
+    let root = absolute(root);
+    create_root(&root)?;
+    let mut spawned = Spawned::default();
+    let result = spawn_and_wait_local(plan, n, &root, &mut spawned);
+    spawned.commit(plan, result)
+}
+
+fn spawn_and_wait_local(
+    plan: &Run,
+    n: u32,
+    root: &Path,
+    spawned: &mut Spawned,
+) -> Result<Deployment> {
+    let bin = procs::daemon_binary();
+    let mut roots = Vec::new();
+    for id in 0..n {
+        let droot = root.join(format!("d{id}"));
+        create_daemon_root(&droot)?;
+        remove_stale(&eddy_config::ready::ready_path(&droot))?;
+        let args = local_daemon_args(plan, &droot, id);
+        let child = procs::spawn_detached(&bin, &args, &plan.state.daemon_log(id))?;
+        spawned.push(format!("daemon-{id}"), child);
+        roots.push(droot);
+    }
+    let daemons = wait_ready(
+        plan,
+        &mut spawned.children,
+        |i| format!("daemon {i}"),
+        |i| read_ready(&roots[i]),
+    )?;
+    let dep = plan.deployment(daemons);
+    verify_known(plan, &dep)?;
+    Ok(dep)
+}
+
+fn local_daemon_args(plan: &Run, root: &Path, id: u32) -> Vec<OsString> {
+    DaemonLaunch {
+        state: &plan.state,
+        members: plan.daemons,
+        user: plan.daemon_user.as_deref(),
+    }
+    .args(root, id, "127.0.0.1:0")
+}
+
+fn remove_stale(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("cannot remove the stale {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Waits until daemon i is ready, by `ready(i)`; fails if a process (`what(i)`: the daemon,
+/// or its launcher) exits first.
+fn wait_ready(
+    plan: &Run,
+    children: &mut [Child],
+    what: impl Fn(usize) -> String,
+    ready_of: impl Fn(usize) -> Result<Option<DaemonEntry>>,
+) -> Result<Vec<DaemonEntry>> {
+    let deadline = Instant::now() + start_bound(&plan.config);
+    let mut ready: Vec<Option<DaemonEntry>> = vec![None; children.len()];
+    loop {
+        for (i, r) in ready.iter_mut().enumerate() {
+            if r.is_none() {
+                *r = ready_of(i)?;
+            }
+        }
+        if ready.iter().all(Option::is_some) {
+            return Ok(ready.into_iter().flatten().collect());
+        }
+        for (i, child) in children.iter_mut().enumerate() {
+            check_alive(plan, child, to_id(i)?, &what(i))?;
+        }
+        if Instant::now() >= deadline {
+            let missing: Vec<String> = ready
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.is_none())
+                .map(|(i, _)| i.to_string())
+                .collect();
+            bail!(
+                "daemons {} did not become ready within {} s (start_timeout_s); see their logs in {}",
+                missing.join(", "),
+                plan.config.start_timeout_s,
+                plan.state.dir().display()
+            );
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// The entry of daemon `id` (storage `root`) once its launcher's output, in its log, holds
+/// the daemon's ready line.
+fn read_ready_line(plan: &Run, root: &Path, id: u32) -> Result<Option<DaemonEntry>> {
+    let log = plan.state.daemon_log(id);
+    let text = match std::fs::read(&log) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", log.display())),
+    };
+    let Some(info) = eddy_config::ready::parse_announcement(&text) else {
+        return Ok(None);
+    };
+    let info = info.with_context(|| format!("the ready line in {} is damaged", log.display()))?;
+    if info.id != id {
+        bail!(
+            "daemon {id} announced id {} in {}: its launcher started something else",
+            info.id,
+            log.display()
+        );
+    }
+    // Started with `--socket none`: its entry has no socket.
+    Ok(Some(ready_entry(info, root)))
+}
+
+fn to_id(i: usize) -> Result<u32> {
+    u32::try_from(i).context("too many daemons")
+}
+
+/// The daemon's entry once it has written its ready file.
+fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
+    let ready = eddy_config::ready::read_ready(root).with_context(|| {
+        format!(
+            "cannot read {}",
+            eddy_config::ready::ready_path(root).display()
+        )
+    })?;
+    Ok(ready.map(|r| ready_entry(r, root)))
+}
+
+/// A daemon's entry in the deployment from what it said when ready, and its root.
+fn ready_entry(info: eddy_config::ready::ReadyInfo, root: &Path) -> DaemonEntry {
+    DaemonEntry {
+        id: info.id,
+        host: info.host,
+        addr: info.addr,
+        socket: info.socket.map(PathBuf::from),
+        root: root.to_owned(),
+    }
+}
+
+/// Fails with the tail of the log if the process (daemon or launcher) `id` has exited.
+fn check_alive(plan: &Run, child: &mut Child, id: u32, what: &str) -> Result<()> {
+    if let Some(status) = child.try_wait().context("cannot check a daemon process")? {
+        let log = plan.state.daemon_log(id);
+        bail!(
+            "{what} exited ({status}) before it was ready\n{}",
+            log_tail(&log, LOG_TAIL_LINES)
+        );
+    }
+    Ok(())
+}
+
+/// `verify` with the deployment file written first: daemons that rejoin (decision 0021)
+/// find their peers there. Removed again if the check fails (the start fails).
+fn verify_known(plan: &Run, dep: &Deployment) -> Result<()> {
+    if dep.config.replicas <= 1 {
+        return verify(dep);
+    }
+    plan.state.save_deployment(dep)?;
+    verify(dep).inspect_err(|_| {
+        let _ = std::fs::remove_file(plan.state.deployment_path());
+    })
+}
+
+/// Connects once (which creates the namespace root) and checks every daemon answers and
+/// serves. Daemons started on roots they used before rejoin first (decision 0021): answered
+/// as if down meanwhile, so the check is tried again until `start_timeout_s`; the start
+/// returns once every one serves.
+fn verify(dep: &Deployment) -> Result<()> {
+    let rt = crate::runtime()?;
+    let deadline = Instant::now() + start_bound(&dep.config);
+    loop {
+        match rt.block_on(probe(dep.clone())) {
+            Ok(()) => return Ok(()),
+            Err(e) if dep.config.replicas <= 1 || Instant::now() >= deadline => {
+                bail!("the daemons started but {e}")
+            }
+            Err(_) => std::thread::sleep(POLL_INTERVAL),
+        }
+    }
+}
+
+/// Ok if a client connects and every daemon answers status and is not rejoining; else what
+/// failed.
+async fn probe(dep: Deployment) -> Result<(), String> {
+    let client = Client::connect(dep)
+        .await
+        .map_err(|e| format!("a client cannot connect: {e}"))?;
+    let failed: Vec<String> = client
+        .daemon_status()
+        .await
+        .into_iter()
+        .filter_map(|(id, r)| match r {
+            Err(e) => Some(format!("daemon {id}: {e}")),
+            // It serves clients once it has taken what it missed.
+            Ok(s) if s.rejoining => Some(format!("daemon {id} is still rejoining")),
+            Ok(_) => None,
+        })
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("not every daemon answers: {}", failed.join("; ")))
+    }
+}
+
+// ---------------------------------------------------------------- remote daemons
+
+fn remote_daemon_cmd(
+    plan: &Run,
+    bin: &Path,
+    root: &Path,
+    id: u32,
+    host: &HostLine,
+    port: u16,
+) -> Vec<OsString> {
+    let launch = DaemonLaunch {
+        state: &plan.state,
+        members: plan.daemons,
+        user: plan.daemon_user.as_deref(),
+    };
+    let mut cmd: Vec<OsString> = vec![bin.into()];
+    cmd.extend(launch.args(root, id, &listen_addr(&host.address, port)));
+    cmd.extend(["--host".into(), host.name.clone().into()]);
+    cmd.extend(["--socket".into(), "none".into()]);
+    cmd
+}
+
+fn start_remote(
+    plan: &Run,
+    hosts: &[HostLine],
+    root: &Path,
+    launcher: &str,
+    port: u16,
+) -> Result<Deployment> {
+    let mut spawned = Spawned::default();
+    let result = launch_remote(plan, hosts, root, launcher, port, &mut spawned);
+    spawned.commit(plan, result)
+}
+
+fn launch_remote(
+    plan: &Run,
+    hosts: &[HostLine],
+    root: &Path,
+    launcher: &str,
+    port: u16,
+    spawned: &mut Spawned,
+) -> Result<Deployment> {
+    let root_template = absolute(root).to_string_lossy().into_owned();
+    let bin = procs::daemon_binary();
+    let mut roots = Vec::new();
+    for (i, host) in hosts.iter().enumerate() {
+        let id = to_id(i)?;
+        let droot = PathBuf::from(fill(&root_template, &host.name, id));
+        let cmd = remote_daemon_cmd(plan, &bin, &droot, id, host, port);
+        let argv = launcher_argv(launcher, &host.name, id, &cmd)?;
+        let (program, rest) = argv.split_first().context("empty launcher template")?;
+        let child = procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;
+        spawned.push(format!("launcher-{id}"), child);
+        roots.push(droot);
+    }
+    // The addresses the daemons bound (port 0: any free one), from their ready lines.
+    let daemons = wait_ready(
+        plan,
+        &mut spawned.children,
+        |i| format!("the launcher of daemon {i} on {}", hosts[i].name),
+        |i| read_ready_line(plan, &roots[i], to_id(i)?),
+    )?;
+    let dep = plan.deployment(daemons);
+    dep.validate().context("the deployment is not valid")?;
+    if dep.config.replicas > 1 {
+        // Daemons that rejoin find their peers there (decision 0021).
+        plan.state.save_deployment(&dep)?;
+    }
+    wait_serving(plan, &dep, &mut spawned.children).inspect_err(|_| {
+        if dep.config.replicas > 1 {
+            let _ = std::fs::remove_file(plan.state.deployment_path());
+        }
+    })?;
+    Ok(dep)
+}
+
+/// Waits until a client reaches every daemon, failing early if a launcher fails.
+fn wait_serving(plan: &Run, dep: &Deployment, children: &mut [Child]) -> Result<()> {
+    let rt = crate::runtime()?;
+    let deadline = Instant::now() + start_bound(&plan.config);
+    loop {
+        let last = match rt.block_on(probe(dep.clone())) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        for (i, child) in children.iter_mut().enumerate() {
+            if let Some(status) = child
+                .try_wait()
+                .context("cannot check a launcher process")?
+            {
+                if !status.success() {
+                    let log = plan.state.daemon_log(to_id(i)?);
+                    bail!(
+                        "the launcher of daemon {i} on {} exited ({status}) before the daemon served\n{}",
+                        dep.daemons[i].host,
+                        log_tail(&log, LOG_TAIL_LINES)
+                    );
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the daemons did not all serve within {} s (start_timeout_s): {last}; see the logs in {}",
+                plan.config.start_timeout_s,
+                plan.state.dir().display()
+            );
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}

@@ -1,0 +1,338 @@
+//! Stopping a deployment: write the dirty data of linked prefixes back to the backend,
+//! unmount, stop the daemons, wait for local processes, mark the state stopped. Idempotent:
+//! with nothing running it says so and succeeds. If the write-back fails, nothing is stopped
+//! and the error says what is not written back; `discard` stops without writing back.
+
+use crate::stage::{self, Report};
+use crate::state::StateDir;
+use crate::{human_bytes, Say};
+use anyhow::{bail, Result};
+use eddy_client::Client;
+use eddy_config::Deployment;
+use std::path::Path;
+use std::time::Duration;
+use tokio::runtime::Runtime;
+
+/// Files not written back that a refusal lists (the rest are counted).
+const LISTED_UNFLUSHED: usize = 100;
+
+/// How `stop` treats the dirty data of linked prefixes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StopOptions {
+    /// Stop even though dirty data is not written back: no write-back is attempted and that
+    /// data is lost.
+    pub discard: bool,
+}
+
+/// What `stop` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// No deployment was running in the state directory.
+    NothingRunning,
+    /// The deployment `name` with `daemons` daemons stopped.
+    Stopped { name: String, daemons: usize },
+}
+
+/// Stops the deployment in `state`; says what it does (the write-back, warnings, the end)
+/// through `say` as it goes.
+pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped> {
+    if !state.has_deployment() {
+        say.out(&format!(
+            "eddy: nothing is running in {}",
+            state.dir().display()
+        ));
+        return Ok(Stopped::NothingRunning);
+    }
+    let dep = state.load_deployment()?;
+    let write_back = !dep.config.links.is_empty() && !options.discard;
+    if write_back {
+        flush(state, &dep, false, say)?;
+    } else if !dep.config.links.is_empty() {
+        warn_discarded(&dep, say);
+    }
+    let mut problems = unmount_all(state);
+    if write_back {
+        // What was written through a mount between the write-back and the unmount.
+        if let Err(e) = flush(state, &dep, true, say) {
+            for p in &problems {
+                say.err(&format!("eddy: warning: {p}"));
+            }
+            return Err(e);
+        }
+    }
+    problems.extend(shutdown_daemons(&dep));
+    // A daemon that acknowledged shutdown is given one RPC timeout to exit before signals.
+    let grace = Duration::from_millis(dep.config.rpc_timeout_ms);
+    let killed = crate::procs::stop_processes(&state.read_pids()?, grace);
+    problems.extend(
+        killed
+            .into_iter()
+            .map(|p| format!("{p} did not exit after shutdown and was signalled")),
+    );
+    state.mark_stopped()?;
+    for p in &problems {
+        say.err(&format!("eddy: warning: {p}"));
+    }
+    say.out(&format!(
+        "eddy: deployment {:?} stopped ({} daemons)",
+        dep.name,
+        dep.daemons.len()
+    ));
+    Ok(Stopped::Stopped {
+        name: dep.name,
+        daemons: dep.daemons.len(),
+    })
+}
+
+/// Writes every linked prefix back to the backend; fails, saying what is left and what to
+/// do, unless all of it is durable there.
+fn flush(state: &StateDir, dep: &Deployment, after_unmount: bool, say: Say) -> Result<()> {
+    let rt = crate::runtime()?;
+    let client = stage::client(dep.clone())?;
+    let report = stage::write_back(&rt, &client, &[], "write-back");
+    if report.error.is_none() && report.failed == 0 {
+        if !report.files.is_empty() {
+            say.out(&format!("eddy: {}", report.summary("wrote back")));
+        }
+        return Ok(());
+    }
+    let left = dirty_left(&rt, &client);
+    bail!("{}", refusal(state.dir(), &report, &left, after_unmount))
+}
+
+/// Dirty bytes the reachable daemons still hold, and the daemons that did not answer.
+#[derive(Debug, Default)]
+struct DirtyLeft {
+    bytes: u64,
+    unreachable: Vec<(u32, String)>,
+}
+
+fn dirty_left(rt: &Runtime, client: &Client) -> DirtyLeft {
+    let statuses = rt.block_on(client.daemon_status());
+    let mut left = DirtyLeft::default();
+    for (id, s) in statuses {
+        match s {
+            Ok(s) => left.bytes += s.tier.dirty_bytes,
+            Err(e) => left.unreachable.push((id, e.to_string())),
+        }
+    }
+    left
+}
+
+/// Why stop refused and what to do about it.
+fn refusal(state_dir: &Path, report: &Report, left: &DirtyLeft, after_unmount: bool) -> String {
+    let mut s = String::from(
+        "the deployment is NOT stopped: data under linked prefixes could not be written back \
+         to the backend",
+    );
+    if let Some(e) = &report.error {
+        s.push_str(&format!("\n  the write-back did not complete: {e}"));
+    }
+    if report.failed > 0 {
+        s.push_str(&format!(
+            "\n  not written back ({} {}):",
+            report.failed,
+            if report.failed == 1 { "file" } else { "files" }
+        ));
+        for f in report.failures().take(LISTED_UNFLUSHED) {
+            s.push_str(&format!(
+                "\n    {}: {}",
+                f.path,
+                f.error.as_deref().unwrap_or("")
+            ));
+        }
+        let more = report.failed.saturating_sub(LISTED_UNFLUSHED as u64);
+        if more > 0 {
+            s.push_str(&format!("\n    … and {more} more"));
+        }
+    }
+    s.push_str(&format!(
+        "\n  dirty data still held by the daemons that answered: {}",
+        human_bytes(left.bytes)
+    ));
+    for (id, e) in &left.unreachable {
+        s.push_str(&format!(
+            "\n  daemon {id} did not answer (its dirty data is unknown): {e}"
+        ));
+    }
+    let state = state_dir.display();
+    let mounts = if after_unmount {
+        "; the mounts were already unmounted (mount again with `eddy mount` to use the data)"
+    } else {
+        " and the mounts stay"
+    };
+    let fix = if left.unreachable.is_empty() && report.error.is_none() {
+        "the backend".to_string()
+    } else {
+        format!("the backend or the daemons that did not answer (logs: {state}/daemon-<id>.log)")
+    };
+    s.push_str(&format!(
+        "\nThe daemons keep running with this data{mounts}. Fix {fix} and run \
+         `eddy stop --state {state}` again, or run `eddy stop --state {state} --discard` to \
+         stop and throw the data that is not written back away."
+    ));
+    s
+}
+
+/// Says how much dirty data `--discard` throws away.
+fn warn_discarded(dep: &Deployment, say: Say) {
+    let left = match crate::runtime().and_then(|rt| Ok((stage::client(dep.clone())?, rt))) {
+        Ok((client, rt)) => dirty_left(&rt, &client),
+        Err(e) => {
+            say.err(&format!(
+                "eddy: warning: --discard: cannot tell what is discarded: {e:#}"
+            ));
+            return;
+        }
+    };
+    if left.bytes > 0 {
+        say.err(&format!(
+            "eddy: warning: --discard: {} of data not written back to the backend is thrown away",
+            human_bytes(left.bytes)
+        ));
+    }
+    for (id, e) in &left.unreachable {
+        say.err(&format!(
+            "eddy: warning: --discard: daemon {id} did not answer; any data it did not write \
+             back is thrown away ({e})"
+        ));
+    }
+}
+
+/// Unmounts every recorded mount that is still mounted; returns what failed.
+fn unmount_all(state: &StateDir) -> Vec<String> {
+    let mounts = match state.mounts() {
+        Ok(m) => m,
+        Err(e) => return vec![format!("cannot list the mounts: {e:#}")],
+    };
+    let mut problems = Vec::new();
+    for mnt in mounts {
+        match crate::mounts::is_fuse_mounted(&mnt) {
+            Ok(false) => {}
+            Ok(true) => {
+                if let Err(e) = eddy_fuse::unmount(&mnt) {
+                    problems.push(format!(
+                        "cannot unmount {}: {e}; try `fusermount -u {0}`",
+                        mnt.display()
+                    ));
+                }
+            }
+            Err(e) => problems.push(format!("{e:#}")),
+        }
+    }
+    problems
+}
+
+/// Asks every daemon to stop; returns the daemons that did not acknowledge.
+fn shutdown_daemons(dep: &Deployment) -> Vec<String> {
+    let rt = match crate::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return vec![format!("{e:#}")],
+    };
+    rt.block_on(async {
+        let client = match Client::new(dep.clone()) {
+            Ok(c) => c,
+            Err(e) => return vec![format!("cannot connect to the daemons to stop them: {e}")],
+        };
+        client
+            .shutdown_daemons()
+            .await
+            .into_iter()
+            .filter_map(|(id, r)| {
+                r.err()
+                    .map(|e| format!("daemon {id} did not acknowledge shutdown: {e}"))
+            })
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_client::FileResult;
+
+    fn report(files: Vec<FileResult>, error: Option<&str>) -> Report {
+        Report::new(files, Duration::ZERO, error.map(str::to_string))
+    }
+
+    #[test]
+    fn refusal_lists_what_is_not_written_back_and_what_to_do() {
+        let r = report(
+            vec![
+                FileResult {
+                    path: "/in/new".into(),
+                    bytes: 0,
+                    error: Some("/pfs/in/new: read-only file system (EROFS)".into()),
+                },
+                FileResult {
+                    path: "/in/ok".into(),
+                    bytes: 3,
+                    error: None,
+                },
+            ],
+            None,
+        );
+        let left = DirtyLeft {
+            bytes: 3 << 20,
+            unreachable: vec![],
+        };
+        let msg = refusal(Path::new("/tmp/st"), &r, &left, false);
+        assert!(msg.starts_with("the deployment is NOT stopped"), "{msg}");
+        assert!(msg.contains("not written back (1 file):\n    /in/new: /pfs/in/new: read-only"));
+        assert!(!msg.contains("/in/ok"), "{msg}");
+        assert!(
+            msg.contains("held by the daemons that answered: 3.0 MiB"),
+            "{msg}"
+        );
+        assert!(msg.contains("Fix the backend and run"), "{msg}");
+        assert!(msg.contains("the mounts stay"), "{msg}");
+        assert!(msg.contains("`eddy stop --state /tmp/st` again"), "{msg}");
+        assert!(
+            msg.contains("`eddy stop --state /tmp/st --discard`"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn refusal_names_an_unreachable_daemon() {
+        let r = report(vec![], Some("daemon 1: connection refused (EIO)"));
+        let left = DirtyLeft {
+            bytes: 0,
+            unreachable: vec![(1, "connection refused (EIO)".into())],
+        };
+        let msg = refusal(Path::new("/s"), &r, &left, true);
+        assert!(
+            msg.contains("did not complete: daemon 1: connection refused"),
+            "{msg}"
+        );
+        assert!(msg.contains("daemon 1 did not answer"), "{msg}");
+        assert!(
+            msg.contains(
+                "Fix the backend or the daemons that did not answer (logs: /s/daemon-<id>.log)"
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("mounts were already unmounted"), "{msg}");
+        assert!(!msg.contains("not written back ("), "{msg}");
+    }
+
+    #[test]
+    fn refusal_caps_the_list() {
+        let files = (0..150)
+            .map(|i| FileResult {
+                path: format!("/f{i:03}"),
+                bytes: 0,
+                error: Some("EIO".into()),
+            })
+            .collect();
+        let msg = refusal(
+            Path::new("/s"),
+            &report(files, None),
+            &DirtyLeft::default(),
+            false,
+        );
+        assert!(msg.contains("/f099: EIO"), "{msg}");
+        assert!(!msg.contains("/f100"), "{msg}");
+        assert!(msg.contains("… and 50 more"), "{msg}");
+    }
+}
