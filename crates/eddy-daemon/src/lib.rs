@@ -6,10 +6,13 @@
 //! emptiness), panic or stop serving others because of one bad request or connection, or
 //! acknowledge a Sync before the data and metadata are on stable storage.
 //!
+//! A request goes from its connection (`server.rs`) through the checks every request passes
+//! (`handler.rs`) to its handler (`ops/`, one per request of `eddy_proto::request_table!`).
+//!
 //! Layout under the root: `meta/` (fjall, keyspace "meta": `path::meta_key(path)` →
 //! `Inode::to_record()`; "tier": the backend tier's records; "intents": unfinished directory
-//! renames; the chunk map, decision 0015; "hints": items other owners missed, decision 0021), `chunks/<hh>/<file id, 32 hex>` (one sparse data
-//! file per file), `eddyd.sock`, `eddyd.ready`, `eddyd.root` (the deployment's mark,
+//! renames; the chunk map, decision 0015; "hints": items other owners missed, decision
+//! 0021), `chunks/<hh>/<file id, 32 hex>` (one sparse data file per file, and its `.sum`), `eddyd.sock`, `eddyd.ready`, `eddyd.root` (the deployment's mark,
 //! decision 0023). Everything under the root is its user's only: the root is made or
 //! accepted by `rootdir.rs` and is 0700, like every directory in it; files are 0600.
 

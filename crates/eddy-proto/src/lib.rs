@@ -3,7 +3,9 @@
 //!
 //! - `frame`: length-prefixed frames `[u32 len][u64 request id][u32 meta len][meta][payload]`,
 //!   with a maximum size; bulk bytes travel as the raw payload, outside the encoding;
-//! - `msg`: the request and response messages (bincode-encoded, size-limited decoding);
+//! - `msg`: the messages: one struct per request (`req`), listed once in `request_table!`
+//!   (their wire tags, names, properties and reply types), the replies, and the records they
+//!   carry (bincode-encoded, size-limited decoding);
 //! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret, the wire
 //!   protection both ends use);
 //! - `wire`: the protection of the frames after the handshake: clear, a keyed-BLAKE3 tag per frame,
