@@ -6,7 +6,10 @@
 //! beyond reading and writing those files (and printing the ready line), and knows nothing
 //! of the wire format.
 
+mod deployment;
 pub mod ready;
+
+pub use deployment::{write_private, DaemonEntry, Deployment};
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -557,129 +560,6 @@ impl Config {
     }
 }
 
-/// One daemon of a deployment. Ids are stable across restarts and index placement.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DaemonEntry {
-    /// Stable id; placement hashes over the ordered list of ids.
-    pub id: u32,
-    /// Host name the daemon runs on (as given to the launcher).
-    pub host: String,
-    /// TCP address clients on other nodes use, `ip:port`.
-    pub addr: String,
-    /// Unix socket for clients on the same node, if any.
-    #[serde(default)]
-    pub socket: Option<PathBuf>,
-    /// Storage root directory of the daemon (on its host).
-    pub root: PathBuf,
-}
-
-/// The hosts file of a deployment: written by `eddy start`, read by clients and tools.
-/// It carries the secret, so it is written with mode 0600.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Deployment {
-    /// Name of the deployment (free text, e.g. the job id).
-    pub name: String,
-    /// Shared secret, hex encoded; clients prove knowledge of it on connect.
-    pub secret: String,
-    /// Tunables shared by daemons and clients.
-    #[serde(default)]
-    pub config: Config,
-    /// The daemons, ordered by id.
-    pub daemons: Vec<DaemonEntry>,
-}
-
-impl Deployment {
-    /// A fresh random secret (32 bytes, hex).
-    pub fn new_secret() -> String {
-        let bytes: [u8; 32] = rand::random();
-        hex::encode(bytes)
-    }
-
-    /// The secret as raw bytes.
-    pub fn secret_bytes(&self) -> Result<Vec<u8>, ConfigError> {
-        hex::decode(&self.secret)
-            .map_err(|e| ConfigError::Invalid(format!("deployment secret is not hex: {e}")))
-    }
-
-    /// Checks ids are unique and sorted, and the config is sane.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        self.config.validate()?;
-        if self.daemons.is_empty() {
-            return Err(ConfigError::Invalid("deployment lists no daemons".into()));
-        }
-        if self.config.replicas > self.daemons.len() {
-            return Err(ConfigError::Invalid(format!(
-                "replicas {} exceeds the {} daemons of the deployment: each copy needs a \
-                 daemon of its own",
-                self.config.replicas,
-                self.daemons.len()
-            )));
-        }
-        for pair in self.daemons.windows(2) {
-            if pair[0].id >= pair[1].id {
-                return Err(ConfigError::Invalid(format!(
-                    "daemon ids must be unique and ascending (found {} then {})",
-                    pair[0].id, pair[1].id
-                )));
-            }
-        }
-        self.secret_bytes()?;
-        Ok(())
-    }
-
-    /// Reads and validates a deployment file.
-    pub fn load(path: &Path) -> Result<Deployment, ConfigError> {
-        let text = read(path)?;
-        let dep: Deployment = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        dep.validate()?;
-        Ok(dep)
-    }
-
-    /// Writes the deployment atomically (temp file + rename) with mode 0600.
-    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
-        let text = toml::to_string_pretty(self)
-            .map_err(|e| ConfigError::Invalid(format!("cannot encode deployment: {e}")))?;
-        write_private(path, text.as_bytes())
-    }
-}
-
-/// Writes a file readable by its owner only (mode 0600), atomically: a temp file beside it,
-/// synced, then renamed over it.
-pub fn write_private(path: &Path, data: &[u8]) -> Result<(), ConfigError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    // A fresh name, made exclusively: a file or link already there (planted, or left by a
-    // crash) is never written through.
-    let tmp = path.with_extension(format!("{:016x}.tmp", rand::random::<u64>()));
-    let werr = |source| ConfigError::Write {
-        path: tmp.clone(),
-        source,
-    };
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(werr)?;
-    let written = f
-        .write_all(data)
-        .and_then(|()| f.sync_all())
-        .map_err(werr)
-        .and_then(|()| {
-            std::fs::rename(&tmp, path).map_err(|source| ConfigError::Write {
-                path: path.to_owned(),
-                source,
-            })
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
 /// A byte count: a number (fractions allowed) with an optional binary suffix K, M, G or T
 /// (also KiB, MiB, ..., or with a B: KB, MB, ...).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
@@ -710,7 +590,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
-fn read(path: &Path) -> Result<String, ConfigError> {
+pub(crate) fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
