@@ -15,6 +15,15 @@
 //! 0021), `chunks/<hh>/<file id, 32 hex>` (one sparse data file per file, and its `.sum`), `eddyd.sock`, `eddyd.ready`, `eddyd.root` (the deployment's mark,
 //! decision 0023). Everything under the root is its user's only: the root is made or
 //! accepted by `rootdir.rs` and is 0700, like every directory in it; files are 0600.
+//!
+//! The stores own records and data: the metadata store (`meta`) keys, records, batches and
+//! the locks of keys; the chunk store (`chunks`) chunk files and the chunk map. Neither
+//! calls the backend. The backend tier (`tier`, with `backend`) owns the backend and does
+//! every backend I/O of a linked path: the store's operations reach it through
+//! `meta::Through` under the entry's key lock (import, write-through), and its own
+//! operations (directory import, validation, renames, finalisation, the chunk cache) read
+//! and write the stores' records. The request handlers (`ops`) hand each store operation
+//! the tier.
 
 mod advisory;
 mod args;

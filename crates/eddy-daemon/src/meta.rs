@@ -3,22 +3,30 @@
 //! lock table, so concurrent operations on one path never lose an update. All functions
 //! block: call them from the blocking pool. The intents of unfinished directory renames live
 //! beside it (`intents.rs`).
+//!
+//! The store holds records only: it does no backend I/O. An operation that may meet a path
+//! under a linked prefix takes the backend tier as a `Through` (`through.rs`), which it calls
+//! under the key's lock to import an entry not held yet or to write a change through before
+//! the record is stored (`NoBackend`, in tests, is the store alone). The tier's own operations on
+//! records (directory import, validation, finalisation) use the primitives here: keys, the
+//! key locks, get, put, delete and scans.
 
 pub mod changes;
 mod intents;
 mod links;
 mod removals;
 mod stamp;
-mod tier;
+mod through;
 mod xattr;
 
 pub use links::ESHARED;
+#[cfg(test)]
+pub use through::NoBackend;
+pub use through::Through;
 
-use crate::backend::Backend;
 use crate::locks::StripedLocks;
 use crate::DaemonError;
 use eddy_config::Config;
-use eddy_placement::Placement;
 use eddy_proto::path::{self, PathLimits};
 use eddy_proto::{
     DirEntry, Errno, FileKind, Inode, RemoveKind, SetAttr, SetTime, SubtreeEntry, Timespec,
@@ -27,7 +35,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::MutexGuard;
 
 /// Name of the keyspace holding the metadata records.
 pub const META_KEYSPACE: &str = "meta";
@@ -45,27 +53,21 @@ pub struct Page<T> {
 pub struct MetaStore {
     db: Database,
     meta: Keyspace,
-    /// The backend tier's records (import markers of directories here).
+    /// The backend tier's keyspace, opened here in the same journal and handed to the tier.
     records: Keyspace,
     /// Unfinished directory renames of paths this daemon owns (decision 0010).
     intents: intents::Intents,
-    backend: Arc<Backend>,
-    /// The deployment's daemons and this one's id: which children of a linked directory
-    /// this daemon imports.
-    members: Option<(Placement, u32)>,
     locks: StripedLocks,
     /// Entries held; counted exactly at open and kept by every insert and remove.
     entries: AtomicU64,
     limits: PathLimits,
     /// Budget of encoded bytes for one listing reply, so a page always fits a frame.
     reply_budget: usize,
-    /// Time one finalisation request may take before it replies with what it did.
-    flush_budget: std::time::Duration,
     /// Records of removals copied here from another owner, for a retried remove.
     removals: removals::Removals,
 }
 
-fn fjall_err(what: &str, e: fjall::Error) -> Errno {
+pub(crate) fn fjall_err(what: &str, e: fjall::Error) -> Errno {
     if matches!(e, fjall::Error::Poisoned) {
         // fjall refuses every write after one of its journal writes failed.
         return Errno::eio(format!(
@@ -77,14 +79,8 @@ fn fjall_err(what: &str, e: fjall::Error) -> Errno {
 }
 
 impl MetaStore {
-    /// Opens (or creates, or recovers) the store in `dir`. `members` (the placement and this
-    /// daemon's id) is needed to import linked directories.
-    pub fn open(
-        dir: &Path,
-        config: &Config,
-        backend: Arc<Backend>,
-        members: Option<(Placement, u32)>,
-    ) -> Result<MetaStore, DaemonError> {
+    /// Opens (or creates, or recovers) the store in `dir`.
+    pub fn open(dir: &Path, config: &Config) -> Result<MetaStore, DaemonError> {
         let meta_err = |message: String| DaemonError::Meta {
             path: dir.to_owned(),
             message,
@@ -110,8 +106,6 @@ impl MetaStore {
             meta,
             records,
             intents,
-            backend,
-            members,
             locks: StripedLocks::default(),
             entries: AtomicU64::new(count as u64),
             limits: PathLimits {
@@ -119,7 +113,6 @@ impl MetaStore {
                 max_name: config.max_name_bytes,
             },
             reply_budget: config.max_rpc_data_bytes as usize,
-            flush_budget: std::time::Duration::from_millis(config.rpc_timeout_ms / 2),
             // A client retries on the next copy within its deadline of the first attempt.
             removals: removals::Removals::new(std::time::Duration::from_millis(
                 2 * (config.rpc_timeout_ms + config.connect_timeout_ms),
@@ -180,7 +173,7 @@ impl MetaStore {
 
     /// The normalised path and the key of an entry; an identity record's name
     /// (`path::identity_path`) gives its identity key.
-    fn key_of(&self, p: &str) -> Result<(String, Vec<u8>), Errno> {
+    pub(crate) fn key_of(&self, p: &str) -> Result<(String, Vec<u8>), Errno> {
         if let Some(id) = path::parse_identity(p) {
             return Ok((p.to_string(), path::identity_key(id)));
         }
@@ -189,7 +182,13 @@ impl MetaStore {
         Ok((norm, key))
     }
 
-    fn get(&self, key: &[u8]) -> Result<Option<Inode>, Errno> {
+    /// Locks the stripe of `key`: a read-modify-write of the key runs under it.
+    pub(crate) fn lock(&self, key: &[u8]) -> MutexGuard<'_, ()> {
+        self.locks.lock(key)
+    }
+
+    /// The entry under `key`, if held.
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Inode>, Errno> {
         match self.meta.get(key).map_err(|e| fjall_err("get", e))? {
             Some(v) => Inode::from_record(&v).map(Some),
             None => Ok(None),
@@ -197,7 +196,7 @@ impl MetaStore {
     }
 
     /// Stores `inode` under `key`; `existed` says whether the key was present before.
-    fn put(&self, key: &[u8], inode: &Inode, existed: bool) -> Result<(), Errno> {
+    pub(crate) fn put(&self, key: &[u8], inode: &Inode, existed: bool) -> Result<(), Errno> {
         self.meta
             .insert(key, inode.to_record())
             .map_err(|e| fjall_err("insert", e))?;
@@ -209,7 +208,7 @@ impl MetaStore {
     }
 
     /// Removes the entry under `key`, which is present.
-    fn delete(&self, key: &[u8]) -> Result<(), Errno> {
+    pub(crate) fn delete(&self, key: &[u8]) -> Result<(), Errno> {
         self.meta.remove(key).map_err(|e| fjall_err("remove", e))?;
         changes::note(key);
         self.entries.fetch_sub(1, Ordering::Relaxed);
@@ -264,17 +263,36 @@ impl MetaStore {
         Ok(())
     }
 
+    /// The entry of `norm`, imported through `via` if it is linked and not held yet.
+    /// The caller holds the key's lock.
+    pub(crate) fn get_or_import(
+        &self,
+        norm: &str,
+        key: &[u8],
+        via: &dyn Through,
+    ) -> Result<Option<Inode>, Errno> {
+        if let Some(i) = self.get(key)? {
+            return Ok(Some(i));
+        }
+        let Some(inode) = via.import(norm)? else {
+            return Ok(None);
+        };
+        self.put(key, &inode, false)?;
+        Ok(Some(inode))
+    }
+
     /// Runs a read-modify-write on the entry of `p` under its stripe lock: `f` gets the
     /// current inode and returns the new one (stored) and the reply value.
     fn update<R>(
         &self,
         p: &str,
+        via: &dyn Through,
         f: impl FnOnce(&str, Inode) -> Result<(Inode, R), Errno>,
     ) -> Result<R, Errno> {
         let (norm, key) = self.key_of(p)?;
         let _guard = self.locks.lock(&key);
         let old = self
-            .get_or_import(&norm, &key)?
+            .get_or_import(&norm, &key, via)?
             .ok_or_else(|| Errno::enoent(&norm))?;
         let old = self.not_a_name(&norm, &key, old)?;
         let (new, reply) = f(&norm, old)?;
@@ -283,11 +301,18 @@ impl MetaStore {
     }
 
     /// Create: EEXIST with `exclusive` if present; without, an existing entry is returned
-    /// as is, whatever its kind (the client interprets it).
-    pub fn create(&self, p: &str, inode: Inode, exclusive: bool) -> Result<Inode, Errno> {
+    /// as is, whatever its kind (the client interprets it). A new entry is written through
+    /// `via` before its record is stored.
+    pub fn create(
+        &self,
+        p: &str,
+        inode: Inode,
+        exclusive: bool,
+        via: &dyn Through,
+    ) -> Result<Inode, Errno> {
         let (norm, key) = self.key_of(p)?;
         let _guard = self.locks.lock(&key);
-        if let Some(existing) = self.get_or_import(&norm, &key)? {
+        if let Some(existing) = self.get_or_import(&norm, &key, via)? {
             if exclusive {
                 return Err(Errno::new(libc::EEXIST, format!("{norm}: file exists")));
             }
@@ -297,34 +322,35 @@ impl MetaStore {
             mode: inode.mode & MODE_BITS,
             ..inode
         };
-        self.create_through(&norm, &mut inode)?;
+        via.create(&norm, &mut inode)?;
         self.put(&key, &inode, false)?;
         Ok(inode)
     }
 
-    pub fn stat(&self, p: &str) -> Result<Inode, Errno> {
+    /// The entry of `p`, imported through `via` if it is linked and not held yet.
+    pub fn stat(&self, p: &str, via: &dyn Through) -> Result<Inode, Errno> {
         let (norm, key) = self.key_of(p)?;
         if let Some(i) = self.get(&key)? {
             return self.not_a_name(&norm, &key, i);
         }
-        if self.linked(&norm).is_none() {
+        if !via.linked(&norm) {
             return Err(Errno::enoent(&norm));
         }
         let _guard = self.locks.lock(&key);
         let i = self
-            .get_or_import(&norm, &key)?
+            .get_or_import(&norm, &key, via)?
             .ok_or_else(|| Errno::enoent(&norm))?;
         self.not_a_name(&norm, &key, i)
     }
 
     /// Removes an entry; unlink and rmdir (not `Any`, the half of a rename) are written
-    /// through to the backend of a linked path.
-    pub fn remove(&self, p: &str, kind: RemoveKind) -> Result<Inode, Errno> {
+    /// through `via` (to the backend of a linked path) before the record goes.
+    pub fn remove(&self, p: &str, kind: RemoveKind, via: &dyn Through) -> Result<Inode, Errno> {
         let (norm, key) = self.key_of(p)?;
         let _guard = self.locks.lock(&key);
         let old = match kind {
             RemoveKind::Any => self.get(&key)?,
-            _ => self.get_or_import(&norm, &key)?,
+            _ => self.get_or_import(&norm, &key, via)?,
         };
         let Some(old) = old else {
             // The retry of a removal the first owner applied and copied here before it
@@ -336,24 +362,25 @@ impl MetaStore {
         };
         let old = removed_kind_ok(&norm, kind, old)?;
         if kind != RemoveKind::Any {
-            self.remove_through(&norm, old.kind)?;
+            via.remove(&norm, old.kind)?;
         }
         self.delete(&key)?;
         Ok(old)
     }
 
-    /// Changes attributes, written through to the backend of a linked path.
-    pub fn set_attr(&self, p: &str, attr: &SetAttr) -> Result<Inode, Errno> {
-        self.update(p, |norm, old| {
+    /// Changes attributes, written through `via` (to the backend of a linked path) before
+    /// the record is stored.
+    pub fn set_attr(&self, p: &str, attr: &SetAttr, via: &dyn Through) -> Result<Inode, Errno> {
+        self.update(p, via, |norm, old| {
             let mut new = apply_attr(old, attr, Timespec::now());
-            self.setattr_through(norm, attr, &mut new)?;
+            via.set_attr(norm, attr, &mut new)?;
             Ok((new.clone(), new))
         })
     }
 
     /// Raises the size to at least `size`; mtime and ctime become now.
-    pub fn grow_size(&self, p: &str, size: u64) -> Result<Inode, Errno> {
-        self.update(p, |norm, mut ino| {
+    pub fn grow_size(&self, p: &str, size: u64, via: &dyn Through) -> Result<Inode, Errno> {
+        self.update(p, via, |norm, mut ino| {
             not_dir(norm, &ino)?;
             let now = Timespec::now();
             ino.size = ino.size.max(size);
@@ -364,8 +391,8 @@ impl MetaStore {
     }
 
     /// Reserves `len` bytes at the end: returns the old size, which grows by `len`.
-    pub fn reserve_append(&self, p: &str, len: u64) -> Result<u64, Errno> {
-        self.update(p, |norm, mut ino| {
+    pub fn reserve_append(&self, p: &str, len: u64, via: &dyn Through) -> Result<u64, Errno> {
+        self.update(p, via, |norm, mut ino| {
             not_dir(norm, &ino)?;
             let offset = ino.size;
             ino.size = offset
@@ -389,16 +416,17 @@ impl MetaStore {
         self.put(&key, &inode, existed)
     }
 
+    /// Whether `dir` has entries here (a linked directory's are imported by the tier first).
     pub fn has_children(&self, dir: &str) -> Result<bool, Errno> {
         let (norm, _) = self.key_of(dir)?;
-        self.import_dir(&norm)?;
         match self.meta.prefix(path::children_prefix(&norm)).next() {
             Some(guard) => guard.key().map(|_| true).map_err(|e| fjall_err("scan", e)),
             None => Ok(false),
         }
     }
 
-    /// Children of `dir` with names strictly after `after`, in name order.
+    /// Children of `dir` with names strictly after `after`, in name order (a linked
+    /// directory's are imported by the tier before the first page).
     pub fn readdir(
         &self,
         dir: &str,
@@ -406,9 +434,6 @@ impl MetaStore {
         limit: u32,
     ) -> Result<Page<DirEntry>, Errno> {
         let (norm, _) = self.key_of(dir)?;
-        if after.is_none() {
-            self.import_dir(&norm)?;
-        }
         let prefix = path::children_prefix(&norm);
         let cursor = after.map(|a| [prefix.as_slice(), a.as_bytes()].concat());
         let mut page = Page {
@@ -472,7 +497,7 @@ impl MetaStore {
 
     /// Visits the entries whose key starts with `prefix` and is after `cursor`, in key
     /// order, while `visit` returns true. Returns false if `visit` stopped the scan.
-    fn scan(
+    pub(crate) fn scan(
         &self,
         prefix: &[u8],
         cursor: Option<&[u8]>,
@@ -638,9 +663,9 @@ mod tests {
     fn subtree_of_root_and_of_dir_in_key_order() {
         let dir = tempfile::tempdir().unwrap();
         let config = Config::default();
-        let store = MetaStore::open(dir.path(), &config, Backend::new(&config), None).unwrap();
+        let store = MetaStore::open(dir.path(), &config).unwrap();
         for p in ["/", "/a", "/a/b", "/a/b/c", "/ab", "/a/z"] {
-            store.create(p, file(0), true).unwrap();
+            store.create(p, file(0), true, &NoBackend).unwrap();
         }
         assert_eq!(store.entries(), 6);
         let all = store.list_subtree("/", None, 100).unwrap();

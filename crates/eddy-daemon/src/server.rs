@@ -162,12 +162,7 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
             .members
             .clone()
             .and_then(eddy_placement::Placement::new);
-        let meta = MetaStore::open(
-            &root.join(META_DIR),
-            &settings.config,
-            Arc::clone(&backend),
-            members.map(|p| (p, settings.id)),
-        )?;
+        let meta = MetaStore::open(&root.join(META_DIR), &settings.config)?;
         let chunk_records = meta.chunk_records().map_err(|e| DaemonError::Meta {
             path: root.join(META_DIR),
             message: e.to_string(),
@@ -195,7 +190,8 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
         .map_err(|e| DaemonError::Meta {
             path: root.join(META_DIR),
             message: e.to_string(),
-        })?;
+        })?
+        .with_members(members.map(|p| (p, settings.id)));
         let hints = match settings.config.replicas > 1 {
             true => Some(
                 meta.hint_records()

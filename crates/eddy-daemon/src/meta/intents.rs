@@ -245,7 +245,7 @@ impl MetaStore {
 
     /// Whether a rename of the normalised `from` to `to` is recorded (the backend rename of
     /// a linked directory then treats a missing source as already renamed).
-    pub(super) fn renaming(&self, from: &str, to: &str) -> bool {
+    pub(crate) fn renaming(&self, from: &str, to: &str) -> bool {
         matches!(self.intent_of(from), Ok(Some(rec)) if rec.to == to)
     }
 }
@@ -253,12 +253,11 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
     use eddy_config::Config;
 
     fn open(dir: &std::path::Path) -> MetaStore {
         let config = Config::default();
-        MetaStore::open(dir, &config, Backend::new(&config), None).unwrap()
+        MetaStore::open(dir, &config).unwrap()
     }
 
     fn intent(from: &str, to: &str, dir_id: FileId) -> RenameIntent {
@@ -332,35 +331,6 @@ mod tests {
         assert_eq!(store.claim_renames(3, None, 1).unwrap().len(), 1);
         assert_eq!(store.claim_renames(3, None, 1).unwrap().len(), 1);
         assert!(store.claim_renames(3, None, 1).unwrap().is_empty());
-    }
-
-    #[test]
-    fn a_resumed_backend_rename_keeps_the_renamed_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        let pfs = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(pfs.path().join("a/sub")).unwrap();
-        std::fs::write(pfs.path().join("a/sub/f"), b"x").unwrap();
-        std::fs::create_dir(pfs.path().join("c")).unwrap();
-        let config = Config {
-            links: vec![eddy_config::Link {
-                prefix: "/in".into(),
-                backend: pfs.path().to_owned(),
-            }],
-            ..Config::default()
-        };
-        let store = MetaStore::open(dir.path(), &config, Backend::new(&config), None).unwrap();
-        assert!(store
-            .begin_rename(1, "/in/a", "/in/b", 7)
-            .unwrap()
-            .is_empty());
-        store.backend_rename("/in/a", "/in/b").unwrap();
-        // Run again to complete the rename: the source is gone, the renamed directory stays.
-        store.backend_rename("/in/a", "/in/b").unwrap();
-        assert!(pfs.path().join("b/sub/f").exists());
-        // Without an intent, a missing source still removes what the target was (a rename
-        // of something never written back).
-        store.backend_rename("/in/gone", "/in/c").unwrap();
-        assert!(!pfs.path().join("c").exists());
     }
 
     #[test]

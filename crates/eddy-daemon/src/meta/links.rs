@@ -29,7 +29,7 @@ pub(super) fn redirect(norm: &str) -> Errno {
 impl MetaStore {
     /// An entry's record for an operation on the entry itself: a name of a shared file is
     /// ESHARED (the operation belongs to the identity record). Identity records pass.
-    pub(super) fn not_a_name(&self, norm: &str, key: &[u8], ino: Inode) -> Result<Inode, Errno> {
+    pub(crate) fn not_a_name(&self, norm: &str, key: &[u8], ino: Inode) -> Result<Inode, Errno> {
         if ino.shared.is_some() && !path::is_identity_key(key) {
             return Err(redirect(norm));
         }
@@ -55,12 +55,13 @@ impl MetaStore {
     }
 
     /// Counts one more name of the file at `p` (see `Request::Link`); `me` is this daemon's
-    /// id, recorded in the names of a file whose identity record it creates.
-    pub fn link(&self, p: &str, me: u32) -> Result<Inode, Errno> {
+    /// id, recorded in the names of a file whose identity record it creates. A linked path
+    /// (`via`) cannot have another name.
+    pub fn link(&self, p: &str, me: u32, via: &dyn super::Through) -> Result<Inode, Errno> {
         let (norm, key) = self.key_of(p)?;
         let _guard = self.locks.lock(&key);
         let ino = self
-            .get_or_import(&norm, &key)?
+            .get_or_import(&norm, &key, via)?
             .ok_or_else(|| Errno::enoent(&norm))?;
         if ino.kind == FileKind::Dir {
             return Err(Errno::new(
@@ -85,7 +86,7 @@ impl MetaStore {
             return Ok(ino);
         }
         let ino = self.not_a_name(&norm, &key, ino)?;
-        if ino.tier.is_some() || self.linked(&norm).is_some() {
+        if ino.tier.is_some() || via.linked(&norm) {
             return Err(Errno::new(
                 libc::EOPNOTSUPP,
                 format!(
@@ -137,13 +138,13 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
+    use crate::meta::NoBackend;
     use eddy_config::Config;
     use eddy_proto::{RemoveKind, SetAttr};
 
     fn open(dir: &std::path::Path) -> MetaStore {
         let config = Config::default();
-        MetaStore::open(dir, &config, Backend::new(&config), None).unwrap()
+        MetaStore::open(dir, &config).unwrap()
     }
 
     fn errno<T: std::fmt::Debug>(r: Result<T, Errno>) -> i32 {
@@ -155,20 +156,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
         store
-            .create("/f", Inode::new(FileKind::File, 9, 0o644, 1, 1), true)
+            .create(
+                "/f",
+                Inode::new(FileKind::File, 9, 0o644, 1, 1),
+                true,
+                &NoBackend,
+            )
             .unwrap();
         store
-            .create("/d", Inode::new(FileKind::Dir, 8, 0o755, 1, 1), true)
+            .create(
+                "/d",
+                Inode::new(FileKind::Dir, 8, 0o755, 1, 1),
+                true,
+                &NoBackend,
+            )
             .unwrap();
-        assert_eq!(errno(store.link("/d", 4)), libc::EPERM);
-        assert_eq!(errno(store.link("/nope", 4)), libc::ENOENT);
-        let identity = store.link("/f", 4).unwrap();
+        assert_eq!(errno(store.link("/d", 4, &NoBackend)), libc::EPERM);
+        assert_eq!(errno(store.link("/nope", 4, &NoBackend)), libc::ENOENT);
+        let identity = store.link("/f", 4, &NoBackend).unwrap();
         assert_eq!((identity.nlink, identity.shared), (2, Some(4)));
         assert_eq!(store.entries(), 3);
         // Operations on the name belong to the identity record now.
-        assert_eq!(errno(store.stat("/f")), ESHARED);
-        assert_eq!(errno(store.grow_size("/f", 10)), ESHARED);
-        assert_eq!(errno(store.link("/f", 4)), ESHARED);
+        assert_eq!(errno(store.stat("/f", &NoBackend)), ESHARED);
+        assert_eq!(errno(store.grow_size("/f", 10, &NoBackend)), ESHARED);
+        assert_eq!(errno(store.link("/f", 4, &NoBackend)), ESHARED);
         assert_eq!(
             store.shared_reply("/f").unwrap(),
             Reply::Shared {
@@ -177,21 +188,21 @@ mod tests {
             }
         );
         let id = path::identity_path(9);
-        assert_eq!(store.grow_size(&id, 10).unwrap().size, 10);
+        assert_eq!(store.grow_size(&id, 10, &NoBackend).unwrap().size, 10);
         let chmod = SetAttr {
             mode: Some(0o600),
             ..SetAttr::default()
         };
-        assert_eq!(store.set_attr(&id, &chmod).unwrap().mode, 0o600);
-        assert_eq!(store.link(&id, 4).unwrap().nlink, 3);
+        assert_eq!(store.set_attr(&id, &chmod, &NoBackend).unwrap().mode, 0o600);
+        assert_eq!(store.link(&id, 4, &NoBackend).unwrap().nlink, 3);
         // Removing the name gives back where the identity is; the count goes down apart.
-        let name = store.remove("/f", RemoveKind::NotDir).unwrap();
+        let name = store.remove("/f", RemoveKind::NotDir, &NoBackend).unwrap();
         assert_eq!((name.shared, name.file_id), (Some(4), 9));
         assert_eq!(store.drop_name(9).unwrap().nlink, 2);
         assert_eq!(store.drop_name(9).unwrap().nlink, 1);
         let last = store.drop_name(9).unwrap();
         assert_eq!((last.nlink, last.size, last.mode), (0, 10, 0o600));
-        assert_eq!(errno(store.stat(&id)), libc::ENOENT);
+        assert_eq!(errno(store.stat(&id, &NoBackend)), libc::ENOENT);
         assert_eq!(errno(store.drop_name(9)), libc::ENOENT);
         assert_eq!(store.entries(), 1);
     }
@@ -201,16 +212,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
         store
-            .create("/f", Inode::new(FileKind::File, 3, 0o644, 1, 1), true)
+            .create(
+                "/f",
+                Inode::new(FileKind::File, 3, 0o644, 1, 1),
+                true,
+                &NoBackend,
+            )
             .unwrap();
-        store.link("/f", 0).unwrap();
+        store.link("/f", 0, &NoBackend).unwrap();
         let key = path::identity_key(3);
         let full = Inode {
             nlink: LINK_MAX,
             ..store.get(&key).unwrap().unwrap()
         };
         store.put(&key, &full, true).unwrap();
-        assert_eq!(errno(store.link(&path::identity_path(3), 0)), libc::EMLINK);
+        assert_eq!(
+            errno(store.link(&path::identity_path(3), 0, &NoBackend)),
+            libc::EMLINK
+        );
     }
 
     #[test]
@@ -219,16 +238,27 @@ mod tests {
         {
             let store = open(dir.path());
             store
-                .create("/f", Inode::new(FileKind::File, 5, 0o644, 1, 1), true)
+                .create(
+                    "/f",
+                    Inode::new(FileKind::File, 5, 0o644, 1, 1),
+                    true,
+                    &NoBackend,
+                )
                 .unwrap();
-            let identity = store.link("/f", 1).unwrap();
+            let identity = store.link("/f", 1, &NoBackend).unwrap();
             store.insert("/g", identity, false).unwrap();
             store.persist().unwrap();
         }
         let store = open(dir.path());
         assert_eq!(store.entries(), 3);
-        assert_eq!(errno(store.stat("/g")), ESHARED);
-        assert_eq!(store.stat(&path::identity_path(5)).unwrap().nlink, 2);
+        assert_eq!(errno(store.stat("/g", &NoBackend)), ESHARED);
+        assert_eq!(
+            store
+                .stat(&path::identity_path(5), &NoBackend)
+                .unwrap()
+                .nlink,
+            2
+        );
         // Identity records are in no directory's listing.
         let names: Vec<String> = store
             .readdir("/", None, 100)

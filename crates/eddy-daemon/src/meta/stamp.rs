@@ -4,7 +4,7 @@
 //! (the kernel through FUSE, the library); here each change is one read-modify-write of one
 //! key under its stripe lock.
 
-use super::{MetaStore, MODE_BITS};
+use super::{MetaStore, Through, MODE_BITS};
 use eddy_proto::{Errno, FileKind, Inode, SetAttr, Timespec};
 
 /// Set-user-ID and set-group-ID bits, and group execute (which decides whether set-group-ID
@@ -34,8 +34,8 @@ impl MetaStore {
     /// Moves a directory's mtime and ctime to at least `time`. Only the record changes: a
     /// linked directory's backend copy is not touched (its own times moved with the
     /// write-through of the change inside it).
-    pub fn touch_dir(&self, p: &str, time: Timespec) -> Result<(), Errno> {
-        self.update(p, |norm, dir| {
+    pub fn touch_dir(&self, p: &str, time: Timespec, via: &dyn Through) -> Result<(), Errno> {
+        self.update(p, via, |norm, dir| {
             if dir.kind != FileKind::Dir {
                 return Err(Errno::new(
                     libc::ENOTDIR,
@@ -47,8 +47,8 @@ impl MetaStore {
     }
 
     /// Moves a directory's link count (2 and its subdirectories) by `delta`, never below 2.
-    pub fn count_subdirs(&self, p: &str, delta: i32) -> Result<(), Errno> {
-        self.update(p, |norm, mut dir| {
+    pub fn count_subdirs(&self, p: &str, delta: i32, via: &dyn Through) -> Result<(), Errno> {
+        self.update(p, via, |norm, mut dir| {
             if dir.kind != FileKind::Dir {
                 return Err(Errno::new(
                     libc::ENOTDIR,
@@ -63,8 +63,8 @@ impl MetaStore {
 
     /// Clears the set-id bits a write or truncate by an unprivileged caller clears, written
     /// through to the backend of a linked file like a chmod.
-    pub fn clear_setid(&self, p: &str) -> Result<Inode, Errno> {
-        self.update(p, |norm, mut ino| {
+    pub fn clear_setid(&self, p: &str, via: &dyn Through) -> Result<Inode, Errno> {
+        self.update(p, via, |norm, mut ino| {
             let mode = without_setid(ino.mode);
             if ino.kind != FileKind::File || mode == ino.mode {
                 return Ok((ino.clone(), ino));
@@ -75,7 +75,7 @@ impl MetaStore {
                 mode: Some(mode),
                 ..SetAttr::default()
             };
-            self.setattr_through(norm, &attr, &mut ino)?;
+            via.set_attr(norm, &attr, &mut ino)?;
             Ok((ino.clone(), ino))
         })
     }

@@ -5,7 +5,7 @@
 //! by the caller (the kernel through FUSE, the library); the daemon checks what the entry
 //! itself decides.
 
-use super::MetaStore;
+use super::{MetaStore, Through};
 use eddy_proto::{
     Errno, FileKind, Inode, Timespec, Xattr, XattrSet, XATTR_NAME_MAX, XATTR_SIZE_MAX,
     XATTR_TOTAL_MAX,
@@ -132,28 +132,29 @@ impl MetaStore {
         name: &str,
         value: Vec<u8>,
         how: XattrSet,
+        via: &dyn Through,
     ) -> Result<Inode, Errno> {
-        self.update(p, |norm, old| {
+        self.update(p, via, |norm, old| {
             let new = set(norm, old, name, value, how)?;
             Ok((new.clone(), new))
         })
     }
 
-    pub fn remove_xattr(&self, p: &str, name: &str) -> Result<Inode, Errno> {
-        self.update(p, |norm, old| {
+    pub fn remove_xattr(&self, p: &str, name: &str, via: &dyn Through) -> Result<Inode, Errno> {
+        self.update(p, via, |norm, old| {
             let new = remove(norm, old, name)?;
             Ok((new.clone(), new))
         })
     }
 
-    pub fn get_xattr(&self, p: &str, name: &str) -> Result<Vec<u8>, Errno> {
-        let ino = self.stat(p)?;
+    pub fn get_xattr(&self, p: &str, name: &str, via: &dyn Through) -> Result<Vec<u8>, Errno> {
+        let ino = self.stat(p, via)?;
         let (norm, _) = self.key_of(p)?;
         get(&norm, &ino, name)
     }
 
-    pub fn list_xattr(&self, p: &str) -> Result<Vec<String>, Errno> {
-        let ino = self.stat(p)?;
+    pub fn list_xattr(&self, p: &str, via: &dyn Through) -> Result<Vec<String>, Errno> {
+        let ino = self.stat(p, via)?;
         Ok(ino.xattrs.into_iter().map(|x| x.name).collect())
     }
 }
@@ -161,7 +162,7 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
+    use crate::meta::NoBackend;
     use eddy_config::Config;
     use eddy_proto::RemoveKind;
 
@@ -263,26 +264,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = Config::default();
         {
-            let store = MetaStore::open(dir.path(), &config, Backend::new(&config), None).unwrap();
-            store.create("/f", entry(FileKind::File), true).unwrap();
+            let store = MetaStore::open(dir.path(), &config).unwrap();
             store
-                .set_xattr("/f", "user.k", b"v".to_vec(), XattrSet::Any)
+                .create("/f", entry(FileKind::File), true, &NoBackend)
                 .unwrap();
             store
-                .set_xattr("/f", "trusted.t", b"w".to_vec(), XattrSet::Any)
+                .set_xattr("/f", "user.k", b"v".to_vec(), XattrSet::Any, &NoBackend)
                 .unwrap();
-            assert_eq!(errno(store.get_xattr("/nope", "user.k")), libc::ENOENT);
+            store
+                .set_xattr("/f", "trusted.t", b"w".to_vec(), XattrSet::Any, &NoBackend)
+                .unwrap();
+            assert_eq!(
+                errno(store.get_xattr("/nope", "user.k", &NoBackend)),
+                libc::ENOENT
+            );
             store.persist().unwrap();
         }
-        let store = MetaStore::open(dir.path(), &config, Backend::new(&config), None).unwrap();
-        assert_eq!(store.get_xattr("/f", "user.k").unwrap(), b"v");
-        assert_eq!(store.list_xattr("/f").unwrap(), ["trusted.t", "user.k"]);
+        let store = MetaStore::open(dir.path(), &config).unwrap();
+        assert_eq!(store.get_xattr("/f", "user.k", &NoBackend).unwrap(), b"v");
+        assert_eq!(
+            store.list_xattr("/f", &NoBackend).unwrap(),
+            ["trusted.t", "user.k"]
+        );
         // The second half of a rename carries them: Insert of the record at the new path.
-        let moved = store.stat("/f").unwrap();
+        let moved = store.stat("/f", &NoBackend).unwrap();
         store.insert("/g", moved, false).unwrap();
-        store.remove("/f", RemoveKind::Any).unwrap();
-        assert_eq!(store.get_xattr("/g", "user.k").unwrap(), b"v");
-        store.remove_xattr("/g", "user.k").unwrap();
-        assert_eq!(store.list_xattr("/g").unwrap(), ["trusted.t"]);
+        store.remove("/f", RemoveKind::Any, &NoBackend).unwrap();
+        assert_eq!(store.get_xattr("/g", "user.k", &NoBackend).unwrap(), b"v");
+        store.remove_xattr("/g", "user.k", &NoBackend).unwrap();
+        assert_eq!(store.list_xattr("/g", &NoBackend).unwrap(), ["trusted.t"]);
     }
 }

@@ -6,7 +6,7 @@ use eddy_proto::{req, Errno, Inode, Reply, ReplyType, Request};
 
 impl Apply for req::Link {
     fn apply(self, st: &State) -> Result<Inode, Errno> {
-        st.meta.link(&self.path, st.settings.id)
+        st.meta.link(&self.path, st.settings.id, &st.tier)
     }
 }
 

@@ -1,5 +1,7 @@
 //! The backend tier: read-ahead and stage-in (prefetch), write-back (flush, finalise),
-//! pins, validation on open, and the write-through of renames.
+//! pins, validation on open, the write-through of renames and the finalisation of dirty
+//! files. The tier does the backend I/O; the records it reads and writes are the metadata
+//! store's (`st.meta`).
 
 use super::Apply;
 use crate::handler::State;
@@ -41,22 +43,26 @@ impl Apply for req::Rebind {
 
 impl Apply for req::Validate {
     fn apply(self, st: &State) -> Result<Revalidated, Errno> {
-        let (inode, dropped) = st.meta.validate(&self.path, self.for_write)?;
+        let (inode, dropped) = st.tier.validate(&st.meta, &self.path, self.for_write)?;
         Ok(Revalidated { inode, dropped })
     }
 }
 
 impl Apply for req::BackendRename {
     fn apply(self, st: &State) -> Result<(), Errno> {
-        st.meta.backend_rename(&self.from, &self.to)
+        st.tier.backend_rename(&st.meta, &self.from, &self.to)
     }
 }
 
 impl Apply for req::FinalizeDirty {
     fn apply(self, st: &State) -> Result<Flushed, Errno> {
-        let (files, more) =
-            st.meta
-                .finalize_dirty(&self.prefix, &self.skip, self.after.as_deref(), self.limit)?;
+        let (files, more) = st.tier.finalize_dirty(
+            &st.meta,
+            &self.prefix,
+            &self.skip,
+            self.after.as_deref(),
+            self.limit,
+        )?;
         Ok(Flushed { files, more })
     }
 }

@@ -1,17 +1,33 @@
-//! The cache side of the backend tier, for the chunks this daemon owns: which chunks of
-//! linked files it holds, which are dirty (not yet written back) or pinned, the least
-//! recently used order, and the operations on them — fetch on a miss, write-back, eviction.
+//! The backend tier (decision 0005): it owns the backend (`crate::backend`) and does every
+//! backend I/O; the metadata store and the chunk store hold its records and data.
+//!
+//! The namespace side, for the metadata entries this daemon owns: `import.rs` (stubs of
+//! backend entries, directory import, validation on open), `write_through.rs` (namespace
+//! changes made in the backend, and `Through`, by which the store's operations on a linked
+//! path reach the tier under the entry's key lock), `finalize.rs` (dirty files finalised at
+//! stage-out).
+//!
+//! The cache side (here), for the chunks this daemon owns: which chunks of linked files it
+//! holds, which are dirty (not yet written back) or pinned, the least recently used order,
+//! and the operations on them — fetch on a miss, write-back, eviction.
 //!
 //! State lives in memory and in the fjall keyspace `tier` (same journal as the metadata, so
 //! a Sync makes it durable with the data): `c<id><k>` → flags of a cached chunk, `f<id>` →
-//! the file's namespace path and the chunks written back and evicted. Every chunk operation
+//! the file's namespace path and the chunks written back and evicted, `d<path>` → the
+//! backend mtime a linked directory's children were imported at. Every chunk operation
 //! runs under the chunk's lock in the chunk store, so concurrent readers of a missing chunk
 //! cause one backend read, and a write racing a write-back is never marked clean.
 //! No coordination with other daemons: each one evicts and writes back its own chunks.
 
+mod finalize;
+mod import;
+mod write_through;
+
 use crate::backend::Backend;
 use crate::chunks::ChunkStore;
 use eddy_config::Config;
+use eddy_placement::Placement;
+use eddy_proto::path::PathLimits;
 use eddy_proto::sync::lock;
 use eddy_proto::{Backing, Errno, FileId, FileOutcome, Piece, TierStatus};
 use fjall::Keyspace;
@@ -72,8 +88,14 @@ pub struct Tier {
     root: PathBuf,
     /// Held by the thread evicting; others go on (or wait, past the capacity).
     evicting: Mutex<()>,
-    /// Time one write-back request may take before it replies with what it did.
+    /// Time one write-back or finalisation request may take before it replies with what
+    /// it did.
     flush_budget: Duration,
+    /// The deployment's daemons and this one's id: which children of a linked directory
+    /// this daemon imports.
+    members: Option<(Placement, u32)>,
+    /// The path limits names imported from the backend are checked against.
+    limits: PathLimits,
 }
 
 fn rec_err(what: &str, e: fjall::Error) -> Errno {
@@ -164,7 +186,18 @@ impl Tier {
             root: root.to_owned(),
             evicting: Mutex::new(()),
             flush_budget: Duration::from_millis(config.rpc_timeout_ms / 2),
+            members: None,
+            limits: PathLimits {
+                max_path: config.max_path_bytes,
+                max_name: config.max_name_bytes,
+            },
         })
+    }
+
+    /// The deployment's daemons and this daemon's id: needed to import the children of
+    /// linked directories (those this daemon owns).
+    pub fn with_members(self, members: Option<(Placement, u32)>) -> Tier {
+        Tier { members, ..self }
     }
 
     fn maps(&self) -> MutexGuard<'_, Maps> {
