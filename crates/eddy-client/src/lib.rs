@@ -316,10 +316,9 @@ impl Client {
 
     /// Publishes the size this client's writes to `f` reached, if any is pending.
     pub(crate) async fn publish_size(&self, f: &File) -> Result<(), Errno> {
-        let Some(gate) = self.0.sizes.gate(f.file_id()) else {
+        let Some(_held) = self.0.sizes.hold(f.file_id()).await else {
             return Ok(());
         };
-        let _held = gate.lock().await;
         match self.0.sizes.take(f.file_id(), false) {
             Some((_, size)) => self.send_size(f.file_id(), f.path(), size).await,
             None => Ok(()),
@@ -331,10 +330,9 @@ impl Client {
         let client = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let Some(gate) = client.0.sizes.gate(file_id) else {
+            let Some(_held) = client.0.sizes.hold(file_id).await else {
                 return;
             };
-            let _held = gate.lock().await;
             let Some((path, size)) = client.0.sizes.take(file_id, true) else {
                 return;
             };

@@ -252,19 +252,15 @@ impl Client {
         // starts meanwhile. A truncate then drops the sizes reached before it; any other change
         // first publishes them, so that the inode the owner replies with is the whole file
         // (a kernel takes that size as the file's).
-        let gate = match cur.kind {
-            FileKind::File => self.0.sizes.gate(cur.file_id),
+        let held = match cur.kind {
+            FileKind::File => self.0.sizes.hold(cur.file_id).await,
             _ => None,
-        };
-        let _held = match &gate {
-            Some(g) => Some(g.lock().await),
-            None => None,
         };
         let _dir_held = match cur.kind {
             FileKind::Dir => self.settle_dir_times(&p).await,
             _ => None,
         };
-        if attr.size.is_none() && gate.is_some() {
+        if attr.size.is_none() && held.is_some() {
             if let Some((_, size)) = self.0.sizes.take(cur.file_id, false) {
                 self.send_size(cur.file_id, &p, size).await?;
             }
@@ -311,7 +307,7 @@ impl Client {
         if i.kind == FileKind::Dir {
             return Ok(self.with_dir_times(&path::join(dir, &entry.name), i.clone()));
         }
-        if i.kind == FileKind::File && self.0.sizes.gate(i.file_id).is_some() {
+        if i.kind == FileKind::File && self.0.sizes.written(i.file_id) {
             return self.stat_raw(&path::join(dir, &entry.name)).await;
         }
         Ok(i.clone())
