@@ -342,3 +342,87 @@ impl Daemons {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_config::{Config, DaemonEntry};
+    use eddy_proto::req;
+
+    /// A deployment of `n` daemons at addresses where nothing listens (ports just freed), so
+    /// every call fails to connect: a daemon that cannot be reached, for real.
+    fn unreachable(n: u32, replicas: usize) -> Deployment {
+        let daemons = (1..=n)
+            .map(|id| {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .map(|a| a.port())
+                    .expect("a free local port");
+                DaemonEntry {
+                    id,
+                    host: "localhost".into(),
+                    addr: format!("127.0.0.1:{port}"),
+                    socket: None,
+                    root: "/nonexistent".into(),
+                }
+            })
+            .collect();
+        Deployment {
+            name: "rpc-test".into(),
+            secret: Deployment::new_secret(),
+            config: Config {
+                replicas,
+                ..Config::default()
+            },
+            daemons,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_daemon_is_marked_down_and_ranked_last() {
+        let d = Daemons::new(&unreachable(3, 2)).expect("valid deployment");
+        match d.try_call(1, req::Status).await {
+            Err(Failure::Unreachable(e)) => assert_eq!(e.errno, libc::EIO, "{e}"),
+            other => panic!("expected an unreachable daemon, got {other:?}"),
+        }
+        assert!(d.is_down(1) && !d.is_down(2));
+        assert_eq!(d.ranked(vec![1, 2, 3]), vec![2, 3, 1]);
+        assert_eq!(d.identity_holders(1), vec![2, 1]);
+        d.mark_up(1);
+        assert!(!d.is_down(1));
+        assert_eq!(d.rpc_counts().get("status"), Some(&1));
+        assert_eq!(d.replicas(), 2);
+    }
+
+    #[tokio::test]
+    async fn with_one_copy_nothing_is_marked_down() {
+        let d = Daemons::new(&unreachable(2, 1)).expect("valid deployment");
+        assert!(d.try_call(2, req::Status).await.is_err());
+        assert!(!d.is_down(2));
+        assert_eq!(d.chunk_owners(7, 0).len(), 1);
+        assert_eq!(d.identity_holders(2), vec![2]);
+    }
+
+    #[tokio::test]
+    async fn failover_and_fan_out_tell_unreachable_from_refused() {
+        let d = Daemons::new(&unreachable(3, 2)).expect("valid deployment");
+        match d.failover_to(&[1, 2], &req::Status.into()).await {
+            Err(Unanswered::Unreachable(e)) => assert_eq!(e.errno, libc::EIO, "{e}"),
+            other => panic!("expected no copy reached, got {other:?}"),
+        }
+        // A daemon the deployment does not list is an error answer, not a missing copy.
+        match d.failover_to(&[9], &req::Status.into()).await {
+            Err(Unanswered::Refused {
+                daemon: 9,
+                after_unreachable: false,
+                ..
+            }) => {}
+            other => panic!("expected a refusal by daemon 9, got {other:?}"),
+        }
+        let all = d.all(|| req::Status).await;
+        assert_eq!(all.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 2, 3]);
+        assert!(all.iter().all(|(_, r)| r.is_err()));
+        // Three daemons unreachable with two copies: more than a copy can make up for.
+        assert!(d.all_ok(|| req::Status).await.is_err());
+    }
+}
