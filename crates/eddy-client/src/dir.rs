@@ -29,8 +29,7 @@ pub struct DirReader {
 impl DirReader {
     pub(crate) fn new(client: Client, dir: String, after: Option<String>) -> DirReader {
         let streams = client
-            .0
-            .placement
+            .rpc()
             .ids()
             .iter()
             .map(|&daemon| Stream {
@@ -109,6 +108,7 @@ impl DirReader {
         if copies.len() > 1 {
             let owners = self
                 .client
+                .rpc()
                 .meta_owners(&eddy_proto::path::join(&self.dir, &name));
             copies.sort_by_key(|(d, _)| owners.iter().position(|o| o == d).unwrap_or(usize::MAX));
         }
@@ -161,7 +161,7 @@ impl DirReader {
                 limit,
             };
             let client = &self.client;
-            async move { client.try_call_as(s.daemon, req).await }
+            async move { client.rpc().try_call(s.daemon, req).await }
         });
         let replies = join_all(calls).await;
         for (i, r) in need.into_iter().zip(replies) {

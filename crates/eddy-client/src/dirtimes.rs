@@ -151,9 +151,11 @@ impl DirTimes {
         Some(time)
     }
 
-    /// The gate of `dir`, if this client has changed it.
-    pub fn gate(&self, dir: &str) -> Option<Arc<tokio::sync::Mutex<()>>> {
-        self.lock().0.get(dir).map(|e| Arc::clone(&e.gate))
+    /// Holds the gate of `dir`, if this client has changed it: a touch under way ends
+    /// first, and none starts while the guard lives.
+    pub async fn hold(&self, dir: &str) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let gate = self.lock().0.get(dir).map(|e| Arc::clone(&e.gate))?;
+        Some(gate.lock_owned().await)
     }
 
     /// Stops adding this client's changes to its stats of `dir`: its times were set.
@@ -308,10 +310,9 @@ impl Client {
         let dir = dir.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let Some(gate) = client.0.dirs.gate(&dir) else {
+            let Some(_held) = client.0.dirs.hold(&dir).await else {
                 return;
             };
-            let _held = gate.lock().await;
             if let Some(time) = client.0.dirs.take(&dir, true) {
                 client.send_touch(&dir, time).await;
             }
@@ -326,7 +327,7 @@ impl Client {
         &self,
         dir: &str,
     ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        let held = self.0.dirs.gate(dir)?.lock_owned().await;
+        let held = self.0.dirs.hold(dir).await?;
         if let Some(time) = self.0.dirs.take(dir, false) {
             self.send_touch(dir, time).await;
         }

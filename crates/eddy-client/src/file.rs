@@ -98,7 +98,7 @@ impl Client {
     fn batches(&self, f: &File, offset: u64, len: usize) -> Vec<layout::Batch> {
         let cfg = self.config();
         layout::batches(
-            &self.0.placement,
+            self.rpc().placement(),
             f.file_id(),
             offset,
             len,
@@ -377,6 +377,7 @@ impl Client {
             let pieces: Vec<Piece> = b.spans.iter().map(|s| s.piece).collect();
             async move {
                 let reply = self
+                    .rpc()
                     .call(
                         b.daemon,
                         req::Read {
@@ -438,7 +439,7 @@ impl Client {
         let mut by_daemon: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
         for k in from..want {
             by_daemon
-                .entry(self.0.placement.chunk_owner(f.file_id(), k))
+                .entry(self.rpc().placement().chunk_owner(f.file_id(), k))
                 .or_default()
                 .push(k);
         }
@@ -451,7 +452,7 @@ impl Client {
                 pin: false,
             };
             tokio::spawn(async move {
-                if let Err(e) = client.call(daemon, req).await {
+                if let Err(e) = client.rpc().call(daemon, req).await {
                     tracing::debug!("read-ahead failed (the read itself will fetch): {e}");
                 }
             });
@@ -509,7 +510,7 @@ impl Client {
                 backing: f.0.backing.clone(),
             });
             async move {
-                let (_, generation) = self.try_call(b.daemon, &req).await?;
+                let (_, generation) = self.rpc().send(b.daemon, &req).await?;
                 f.0.unsynced.note(b.daemon, generation);
                 Ok::<(), Failure>(())
             }
@@ -554,12 +555,12 @@ impl Client {
             data.keys().chain(meta.keys()).copied().collect();
         // With R copies: every owner of the file's metadata, and the copies that cannot be
         // reached are left out (up to R-1 of them: the others hold what they missed).
-        let meta_owners = self.meta_owners(f.path());
+        let meta_owners = self.rpc().meta_owners(f.path());
         let tolerated = meta_owners.len() - 1;
         targets.extend(meta_owners);
         let file_id = Some(f.file_id());
         let req = Request::Sync(req::Sync { file_id });
-        let syncs = targets.iter().map(|&d| self.try_call(d, &req));
+        let syncs = targets.iter().map(|&d| self.rpc().send(d, &req));
         let mut answered = std::collections::HashMap::new();
         let mut failed = None;
         let mut unreachable = Vec::new();
@@ -676,7 +677,7 @@ impl Client {
                 pieces: b.spans.iter().map(|s| s.piece).collect(),
             });
             async move {
-                let (_, generation) = self.try_call(b.daemon, &req).await?;
+                let (_, generation) = self.rpc().send(b.daemon, &req).await?;
                 f.0.unsynced.note(b.daemon, generation);
                 Ok::<(), Failure>(())
             }

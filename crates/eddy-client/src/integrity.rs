@@ -47,8 +47,8 @@ pub(crate) fn read_reply(
 }
 
 /// Whether a failed read was a daemon refusing to return damaged stored data.
-pub(crate) fn is_damage(f: &crate::conn::Failure) -> bool {
-    matches!(f, crate::conn::Failure::Daemon(e)
+pub(crate) fn is_damage(f: &eddy_rpc::Failure) -> bool {
+    matches!(f, eddy_rpc::Failure::Daemon(e)
         if e.errno == libc::EIO && e.msg.contains("checksum mismatch"))
 }
 

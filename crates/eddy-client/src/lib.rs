@@ -1,17 +1,22 @@
 //! eddy-client: the library every access path (FUSE mount, preload library, tools) uses to
 //! reach an Eddy deployment.
 //!
-//! It computes placement itself (no lookup RPC), keeps one multiplexed connection per daemon,
-//! splits reads and writes by chunk, groups them by daemon and sends all groups at once, and
-//! offers a POSIX-shaped API (open/pread/pwrite/stat/readdir/rename/...). Errors are `Errno`
-//! values with context; a dead daemon gives EIO within the RPC deadline, never a hang.
+//! It computes placement itself (no lookup RPC), splits reads and writes by chunk, groups
+//! them by daemon and sends all groups at once, and offers a POSIX-shaped API
+//! (open/pread/pwrite/stat/readdir/rename/...). Errors are `Errno` values with context; a
+//! dead daemon gives EIO within the RPC deadline, never a hang.
+//!
+//! The connections, the calls with their deadline, the down marks, the owners of an item and
+//! the fan-out are the rpc layer's (`eddy_rpc::Daemons`, `Client::rpc`); the client's own
+//! state is in subsystems that keep it behind their methods: the size cache (`size`),
+//! directory times (`dirtimes`), recent directories (`dircache`), renames under way
+//! (`rename::Renames`), what an fsync must reach (`unsynced`), the lock session (`locks`).
 //!
 //! It must not keep state that other clients need to see: everything shared lives on the
 //! daemons (the intents of directory renames too). The only client-side cache is the size
 //! each open file is known to have reached.
 
 mod access;
-mod conn;
 mod dir;
 mod dircache;
 mod dirtimes;
@@ -29,25 +34,21 @@ mod special;
 mod tier;
 mod unsynced;
 
-pub use conn::{wire_mode, Failure};
 pub use dir::DirReader;
 pub use eddy_proto::{
     DaemonStatus, DirEntry, Errno, FileId, FileKind, Inode, SetAttr, SetTime, Timespec, XattrSet,
 };
 pub use eddy_proto::{LockInfo, LockKind, LockRange};
+pub use eddy_rpc::{wire_mode, Daemons, Failure};
 pub use file::File;
 pub use locks::LockRequest;
 pub use perm::{Creds, Groups};
 pub use tier::FileResult;
 
-use conn::Link;
 use eddy_config::{Config, Deployment};
-use eddy_placement::Placement;
 use eddy_proto::path::{self, PathLimits};
 use eddy_proto::{req, typed_reply, Reply, Request, Rpc};
-use futures::future::join_all;
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Aggregated statfs over all daemons.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -62,25 +63,44 @@ pub struct FsStats {
 
 struct Inner {
     dep: Deployment,
+    /// The connections to the daemons, the down marks, the placement and the request
+    /// counters (eddy-rpc); it tells `Watch` of every answer and reconnection.
+    rpc: Daemons,
     sizes: size::SizeCache,
     /// Times of directories this client changed, not yet published to their owners.
     dirs: dirtimes::DirTimes,
-    placement: Placement,
-    links: HashMap<u32, Link>,
     limits: PathLimits,
     /// Random identity of this client in lock owners: two clients never share an owner.
-    lock_session: u128,
+    locks: locks::LockSession,
     /// Directory renames under way here or left unfinished (decision 0010).
     renames: rename::Renames,
     /// Directories looked up recently (see `dircache`).
     dircache: dircache::DirCache,
-    /// Requests sent, by kind (`Client::rpc_counts`).
-    rpcs: [std::sync::atomic::AtomicU64; eddy_proto::OP_NAMES.len()],
     /// Daemons holding this client's changes other than file data not yet synced (an
     /// fsync reaches them; decision 0015).
-    unsynced: unsynced::Unsynced,
-    /// Daemons found unreachable lately (with replicas > 1; see `replica`).
-    down: replica::Down,
+    unsynced: Arc<unsynced::Unsynced>,
+}
+
+/// What the client learns of every call through its rpc layer: a change other than a write
+/// is noted for the next fsync (decision 0015), and a connection re-established to a daemon
+/// makes it complete unfinished renames (cut off there, or completable now; decision 0010).
+struct Watch {
+    unsynced: Arc<unsynced::Unsynced>,
+    client: Weak<Inner>,
+}
+
+impl eddy_rpc::Observer for Watch {
+    fn answered(&self, daemon: u32, req: &Request, generation: u64) {
+        if req.op().props().changes() {
+            self.unsynced.note(daemon, generation);
+        }
+    }
+
+    fn reconnected(&self, _daemon: u32) {
+        if let Some(inner) = self.client.upgrade() {
+            Client(inner).complete_unfinished_renames_later();
+        }
+    }
 }
 
 /// A connection to a deployment. Cloning shares the connections.
@@ -102,18 +122,7 @@ impl Client {
     /// Prepares the links without contacting any daemon: for tools (status, stop) that must
     /// work while some daemons are down.
     pub fn new(dep: Deployment) -> Result<Client, Errno> {
-        dep.validate().map_err(|e| Errno::einval(e.to_string()))?;
-        let secret = Arc::new(
-            dep.secret_bytes()
-                .map_err(|e| Errno::einval(e.to_string()))?,
-        );
-        let placement = Placement::new(dep.daemons.iter().map(|d| d.id).collect())
-            .ok_or_else(|| Errno::einval("deployment lists no daemons"))?;
-        let links = dep
-            .daemons
-            .iter()
-            .map(|d| (d.id, Link::new(d.clone(), secret.clone(), &dep.config)))
-            .collect();
+        let rpc = Daemons::new(&dep)?;
         let limits = PathLimits {
             max_path: dep.config.max_path_bytes,
             max_name: dep.config.max_name_bytes,
@@ -123,20 +132,21 @@ impl Client {
         let dirs = dirtimes::DirTimes::new(std::time::Duration::from_millis(
             dep.config.dir_time_update_ms,
         ));
-        Ok(Client(Arc::new(Inner {
+        let dircache =
+            dircache::DirCache::new(std::time::Duration::from_millis(dep.config.dir_cache_ms));
+        let unsynced = Arc::new(unsynced::Unsynced::default());
+        Ok(Client(Arc::new_cyclic(|me| Inner {
+            rpc: rpc.observed(Box::new(Watch {
+                unsynced: unsynced.clone(),
+                client: me.clone(),
+            })),
             sizes,
             dirs,
-            placement,
-            links,
             limits,
-            lock_session: rand::random::<u128>(),
+            locks: locks::LockSession::new(),
             renames: rename::Renames::default(),
-            dircache: dircache::DirCache::new(std::time::Duration::from_millis(
-                dep.config.dir_cache_ms,
-            )),
-            rpcs: std::array::from_fn(|_| Default::default()),
-            unsynced: Default::default(),
-            down: replica::Down::new(std::time::Duration::from_millis(dep.config.down_hold_ms)),
+            dircache,
+            unsynced,
             dep,
         })))
     }
@@ -149,15 +159,15 @@ impl Client {
         &self.0.dep
     }
 
+    /// The rpc layer: the connections to the daemons, shared by this client's clones.
+    pub fn rpc(&self) -> &Daemons {
+        &self.0.rpc
+    }
+
     /// Requests this client (and its clones) sent so far, by kind (`Request::op_name`): what
     /// an operation costs in round trips.
     pub fn rpc_counts(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        eddy_proto::OP_NAMES
-            .iter()
-            .zip(&self.0.rpcs)
-            .map(|(&name, n)| (name, n.load(std::sync::atomic::Ordering::Relaxed)))
-            .filter(|&(_, n)| n > 0)
-            .collect()
+        self.rpc().rpc_counts()
     }
 
     /// A directory on the way to an entry: from the cache of recent directories, else asked
@@ -177,75 +187,6 @@ impl Client {
         path::normalize(p, self.0.limits)
     }
 
-    /// Sends a request to one daemon; its reply, typed.
-    pub(crate) async fn call<R: Rpc>(&self, daemon: u32, req: R) -> Result<R::Reply, Errno> {
-        typed_reply::<R>(self.call_raw(daemon, &req.into()).await?)
-    }
-
-    /// Sends a request (as it travels) to one daemon; its reply as it came.
-    pub(crate) async fn call_raw(&self, daemon: u32, req: &Request) -> Result<Reply, Errno> {
-        self.call_tracked(daemon, req).await.map(|(reply, _)| reply)
-    }
-
-    /// Sends a request; returns the reply and the generation of the connection that carried
-    /// it. A change other than a write is noted for the next fsync (decision 0015).
-    pub(crate) async fn call_tracked(
-        &self,
-        daemon: u32,
-        req: &Request,
-    ) -> Result<(Reply, u64), Errno> {
-        self.try_call(daemon, req)
-            .await
-            .map_err(Failure::into_errno)
-    }
-
-    /// `call`, telling an error answer apart from a daemon that cannot be reached.
-    pub(crate) async fn try_call_as<R: Rpc>(
-        &self,
-        daemon: u32,
-        req: R,
-    ) -> Result<R::Reply, Failure> {
-        let (reply, _) = self.try_call(daemon, &req.into()).await?;
-        typed_reply::<R>(reply).map_err(Failure::Daemon)
-    }
-
-    /// `call_tracked`, telling an error answer apart from a daemon that cannot be reached.
-    pub(crate) async fn try_call(
-        &self,
-        daemon: u32,
-        req: &Request,
-    ) -> Result<(Reply, u64), Failure> {
-        self.0.rpcs[req.op() as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match self.0.links.get(&daemon) {
-            Some(link) => {
-                let reply = link.call_classified(req).await;
-                if let Ok((_, generation)) = &reply {
-                    if req.op().props().changes() {
-                        self.0.unsynced.note(daemon, *generation);
-                    }
-                }
-                self.note_outcome(daemon, &reply);
-                // The daemon restarted or the connection broke: renames may have been cut
-                // off there, or may be completed now.
-                if link.take_reconnected() {
-                    self.complete_unfinished_renames_later();
-                }
-                reply
-            }
-            None => Err(Failure::Daemon(Errno::eio(format!(
-                "daemon {daemon} is not part of this deployment"
-            )))),
-        }
-    }
-
-    /// Closes the connection to a daemon that did not answer (the next request opens a new
-    /// one); the daemon then drops what this connection held.
-    pub(crate) async fn drop_connection(&self, daemon: u32) {
-        if let Some(link) = self.0.links.get(&daemon) {
-            link.reset().await;
-        }
-    }
-
     /// Sends a metadata request to the owner of `path` (the path is only hashed, not kept).
     /// A path naming a file with several names is answered with where its identity record is
     /// (decision 0009): the request goes on there.
@@ -255,61 +196,15 @@ impl Client {
 
     /// `meta` for a request as it travels, answered with the reply as it came.
     async fn meta_raw(&self, path: &str, req: Request) -> Result<Reply, Errno> {
-        let owners = self.meta_owners(path);
+        let owners = self.rpc().meta_owners(path);
         let reply = match owners.as_slice() {
-            [owner] => self.call_raw(*owner, &req).await?,
+            [owner] => self.rpc().call_raw(*owner, &req).await?,
             _ => self.failover(&owners, &req).await?,
         };
         match reply {
             Reply::Shared { daemon, file_id } => self.on_identity_raw(daemon, file_id, &req).await,
             reply => Ok(reply),
         }
-    }
-
-    /// Sends a request built per daemon to every daemon at once; results in id order.
-    pub(crate) async fn all<R: Rpc, F: Fn() -> R>(
-        &self,
-        make: F,
-    ) -> Vec<(u32, Result<R::Reply, Errno>)> {
-        self.all_classified(make)
-            .await
-            .into_iter()
-            .map(|(id, r)| (id, r.map_err(Failure::into_errno)))
-            .collect()
-    }
-
-    async fn all_classified<R: Rpc, F: Fn() -> R>(
-        &self,
-        make: F,
-    ) -> Vec<(u32, Result<R::Reply, Failure>)> {
-        let ids = self.0.placement.ids().to_vec();
-        let futs = ids.iter().map(|&id| {
-            let req = make().into();
-            async move {
-                let (reply, _) = self.try_call(id, &req).await?;
-                typed_reply::<R>(reply).map_err(Failure::Daemon)
-            }
-        });
-        ids.iter().copied().zip(join_all(futs).await).collect()
-    }
-
-    /// Like `all`, but the first error wins. With R copies, up to R-1 daemons that cannot be
-    /// reached are left out (what they hold has a copy on the others).
-    pub(crate) async fn all_ok<R: Rpc, F: Fn() -> R>(
-        &self,
-        make: F,
-    ) -> Result<Vec<R::Reply>, Errno> {
-        let results = self.all_classified(make).await;
-        let unreachable = results
-            .iter()
-            .filter(|(_, r)| matches!(r, Err(Failure::Unreachable(_))))
-            .count();
-        let tolerated = unreachable < self.replicas();
-        results
-            .into_iter()
-            .filter(|(_, r)| !(tolerated && matches!(r, Err(Failure::Unreachable(_)))))
-            .map(|(_, r)| r.map_err(Failure::into_errno))
-            .collect()
     }
 
     /// Makes sure the root directory exists, and that every linked prefix is an entry of
@@ -421,10 +316,9 @@ impl Client {
 
     /// Publishes the size this client's writes to `f` reached, if any is pending.
     pub(crate) async fn publish_size(&self, f: &File) -> Result<(), Errno> {
-        let Some(gate) = self.0.sizes.gate(f.file_id()) else {
+        let Some(_held) = self.0.sizes.hold(f.file_id()).await else {
             return Ok(());
         };
-        let _held = gate.lock().await;
         match self.0.sizes.take(f.file_id(), false) {
             Some((_, size)) => self.send_size(f.file_id(), f.path(), size).await,
             None => Ok(()),
@@ -436,10 +330,9 @@ impl Client {
         let client = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let Some(gate) = client.0.sizes.gate(file_id) else {
+            let Some(_held) = client.0.sizes.hold(file_id).await else {
                 return;
             };
-            let _held = gate.lock().await;
             let Some((path, size)) = client.0.sizes.take(file_id, true) else {
                 return;
             };

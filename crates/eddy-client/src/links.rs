@@ -91,7 +91,8 @@ impl Client {
     ) -> Result<Reply, Errno> {
         let op = eddy_proto::encode(req)?;
         let req = req::OnIdentity { file_id, op };
-        self.failover_as(&self.identity_holders(daemon), req).await
+        self.failover_as(&self.rpc().identity_holders(daemon), req)
+            .await
     }
 
     /// What removing the name whose record was `removed` leaves to do: a shared file counts
@@ -107,7 +108,7 @@ impl Client {
     async fn drop_name(&self, daemon: u32, file_id: FileId) -> Result<(), Errno> {
         let req = req::DropName { file_id };
         let left = self
-            .failover_as(&self.identity_holders(daemon), req)
+            .failover_as(&self.rpc().identity_holders(daemon), req)
             .await?;
         if left.nlink == 0 {
             self.drop_file(&left).await?;

@@ -28,24 +28,44 @@ pub struct LockRequest {
     pub range: LockRange,
 }
 
+/// This client's identity in lock owners: random, so two clients never share an owner.
+pub(crate) struct LockSession(u128);
+
+impl LockSession {
+    pub fn new() -> LockSession {
+        LockSession(rand::random::<u128>())
+    }
+
+    pub fn id(&self) -> u128 {
+        self.0
+    }
+
+    /// The lock owner of the caller's owner number `owner` in this session.
+    pub fn owner(&self, owner: u64) -> LockOwner {
+        LockOwner {
+            session: self.0,
+            owner,
+        }
+    }
+}
+
 impl Client {
     /// This client's lock session (part of every lock owner it uses).
     pub fn lock_session(&self) -> u128 {
-        self.0.lock_session
+        self.0.locks.id()
     }
 
     fn lock_owner(&self, owner: u64) -> LockOwner {
-        LockOwner {
-            session: self.0.lock_session,
-            owner,
-        }
+        self.0.locks.owner(owner)
     }
 
     /// The daemon holding the lock table of a file.
     /// With R copies, the first of the chunk's owners not believed down (decision 0020: the
     /// locks held on a daemon that died are gone with it, as with one copy).
     fn lock_daemon(&self, file_id: FileId) -> u32 {
-        let owners = self.ranked(self.chunk_owners(file_id, LOCK_CHUNK));
+        let owners = self
+            .rpc()
+            .ranked(self.rpc().chunk_owners(file_id, LOCK_CHUNK));
         owners[0]
     }
 
@@ -69,7 +89,7 @@ impl Client {
             range: req.range,
             wait_ms,
         };
-        let reply = self.call(self.lock_daemon(file_id), r).await?;
+        let reply = self.rpc().call(self.lock_daemon(file_id), r).await?;
         Ok(reply == LockReply::Granted)
     }
 
@@ -99,7 +119,7 @@ impl Client {
             kind,
             range,
         };
-        self.call(self.lock_daemon(file_id), r).await
+        self.rpc().call(self.lock_daemon(file_id), r).await
     }
 
     /// Drops this client's locks of the file held by `owner` (a close: POSIX locks) and/or
@@ -113,10 +133,10 @@ impl Client {
         let file_id = f.file_id();
         let r = req::ReleaseLocks {
             file_id,
-            session: self.0.lock_session,
+            session: self.0.locks.id(),
             owner,
             handle,
         };
-        self.call(self.lock_daemon(file_id), r).await
+        self.rpc().call(self.lock_daemon(file_id), r).await
     }
 }

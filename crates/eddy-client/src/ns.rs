@@ -135,6 +135,7 @@ impl Client {
 
     pub(crate) async fn ensure_empty(&self, dir: &str) -> Result<(), Errno> {
         for r in self
+            .rpc()
             .all_ok(|| req::HasChildren {
                 dir: dir.to_string(),
             })
@@ -179,23 +180,23 @@ impl Client {
         let cs = self.config().chunk_size;
         let first = from / cs;
         let last = if to > from { (to - 1) / cs } else { first };
-        let ids = self.0.placement.ids();
+        let ids = self.rpc().placement().ids();
         let r = self.replicas();
         if last - first >= ids.len() as u64 && r == 1 {
-            return self.all_ok(make).await.map(|_| ());
+            return self.rpc().all_ok(make).await.map(|_| ());
         }
         let mut holders: Vec<u32> = if last - first >= ids.len() as u64 {
             ids.to_vec()
         } else {
             (first..=last)
-                .flat_map(|k| self.chunk_owners(file_id, k))
+                .flat_map(|k| self.rpc().chunk_owners(file_id, k))
                 .collect()
         };
         holders.sort_unstable();
         holders.dedup();
         let calls = holders.iter().map(|&id| {
             let req = make();
-            async move { self.try_call_as(id, req).await }
+            async move { self.rpc().try_call(id, req).await }
         });
         // With R copies, up to R-1 owners that cannot be reached are left out; the chunks
         // they own are hinted to an owner that took the change (decision 0021).
@@ -216,7 +217,7 @@ impl Client {
             return Ok(());
         }
         for k in first..=last {
-            for d in self.chunk_owners(file_id, k) {
+            for d in self.rpc().chunk_owners(file_id, k) {
                 if let Some(set) = missed.get_mut(&d) {
                     set.insert(k);
                 }
@@ -251,19 +252,15 @@ impl Client {
         // starts meanwhile. A truncate then drops the sizes reached before it; any other change
         // first publishes them, so that the inode the owner replies with is the whole file
         // (a kernel takes that size as the file's).
-        let gate = match cur.kind {
-            FileKind::File => self.0.sizes.gate(cur.file_id),
+        let held = match cur.kind {
+            FileKind::File => self.0.sizes.hold(cur.file_id).await,
             _ => None,
-        };
-        let _held = match &gate {
-            Some(g) => Some(g.lock().await),
-            None => None,
         };
         let _dir_held = match cur.kind {
             FileKind::Dir => self.settle_dir_times(&p).await,
             _ => None,
         };
-        if attr.size.is_none() && gate.is_some() {
+        if attr.size.is_none() && held.is_some() {
             if let Some((_, size)) = self.0.sizes.take(cur.file_id, false) {
                 self.send_size(cur.file_id, &p, size).await?;
             }
@@ -292,7 +289,7 @@ impl Client {
             block_size: 4096,
             ..FsStats::default()
         };
-        for d in self.all_ok(|| req::Status).await? {
+        for d in self.rpc().all_ok(|| req::Status).await? {
             s.total_bytes += d.fs_total_bytes;
             s.free_bytes += d.fs_free_bytes;
             s.avail_bytes += d.fs_avail_bytes;
@@ -310,7 +307,7 @@ impl Client {
         if i.kind == FileKind::Dir {
             return Ok(self.with_dir_times(&path::join(dir, &entry.name), i.clone()));
         }
-        if i.kind == FileKind::File && self.0.sizes.gate(i.file_id).is_some() {
+        if i.kind == FileKind::File && self.0.sizes.written(i.file_id) {
             return self.stat_raw(&path::join(dir, &entry.name)).await;
         }
         Ok(i.clone())
@@ -324,7 +321,7 @@ impl Client {
 
     /// Status of every daemon, in id order.
     pub async fn daemon_status(&self) -> Vec<(u32, Result<DaemonStatus, Errno>)> {
-        self.all(|| req::Status).await
+        self.rpc().all(|| req::Status).await
     }
 
     /// One page of a scrub on `daemon`: its stored blocks of up to `limit` chunks after
@@ -335,17 +332,18 @@ impl Client {
         after: Option<(FileId, u64)>,
         limit: u32,
     ) -> Result<eddy_proto::ScrubPage, Errno> {
-        self.call(daemon, req::Scrub { after, limit }).await
+        self.rpc().call(daemon, req::Scrub { after, limit }).await
     }
 
     /// Asks every daemon to stop.
     pub async fn shutdown_daemons(&self) -> Vec<(u32, Result<(), Errno>)> {
-        self.all(|| req::Shutdown).await
+        self.rpc().all(|| req::Shutdown).await
     }
 
     /// Makes every daemon's metadata and chunks durable.
     pub async fn sync_all(&self) -> Result<(), Errno> {
-        self.all_ok(|| req::Sync { file_id: None })
+        self.rpc()
+            .all_ok(|| req::Sync { file_id: None })
             .await
             .map(|_| ())
     }

@@ -45,6 +45,41 @@ impl Renames {
             from: from.to_string(),
         })
     }
+
+    /// Whether this client left the rename of `from` unfinished.
+    fn is_left(&self, from: &str) -> bool {
+        lock(&self.left).contains_key(from)
+    }
+
+    /// Takes the unfinished rename of `from` this client left, if any.
+    fn take_left(&self, from: &str) -> Option<RenameIntent> {
+        lock(&self.left).remove(from)
+    }
+
+    /// Notes a rename of this client that stopped half-way (a retry completes it).
+    fn leave(&self, it: RenameIntent) {
+        lock(&self.left).insert(it.from.clone(), it);
+    }
+
+    /// Asks for a round of completion (the running pass, or the next, goes round again).
+    fn ask_round(&self) {
+        self.again.store(true, Ordering::SeqCst);
+    }
+
+    /// The completion pass, unless one runs already (then it does the rounds asked for).
+    fn try_pass(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        self.pass.try_lock().ok()
+    }
+
+    /// Whether the running pass was asked for another round (and takes that request).
+    fn another_round(&self) -> bool {
+        self.again.swap(false, Ordering::SeqCst)
+    }
+
+    /// Whether a pass was asked for after the last round (the caller passes again).
+    fn asked_again(&self) -> bool {
+        self.again.load(Ordering::SeqCst)
+    }
 }
 
 /// A directory rename under way in this client.
@@ -221,11 +256,11 @@ impl Client {
     /// A retry of a directory rename this client left unfinished completes that one first;
     /// true when it was this very rename, which is then done.
     async fn retried(&self, from: &str, to: &str) -> Result<bool, Errno> {
-        if !lock(&self.0.renames.left).contains_key(from) {
+        if !self.0.renames.is_left(from) {
             return Ok(false);
         }
         let _active = self.0.renames.enter(from)?;
-        let Some(earlier) = lock(&self.0.renames.left).remove(from) else {
+        let Some(earlier) = self.0.renames.take_left(from) else {
             return Ok(false);
         };
         let claim = req::ClaimRenames {
@@ -235,7 +270,7 @@ impl Client {
         let claimed = match self.meta(from, claim).await {
             Ok(v) => v,
             Err(e) => {
-                lock(&self.0.renames.left).insert(from.to_string(), earlier);
+                self.0.renames.leave(earlier);
                 return Err(e);
             }
         };
@@ -326,7 +361,7 @@ impl Client {
     /// Gives up this client's hold on an unfinished rename, so that the next client to
     /// connect completes it (or a retry here); returns the error for the caller.
     async fn leave(&self, it: &RenameIntent, cause: Errno) -> Errno {
-        lock(&self.0.renames.left).insert(it.from.clone(), it.clone());
+        self.0.renames.leave(it.clone());
         self.release(it).await;
         Errno::eio(format!(
             "rename of {} to {} stopped half-way: {cause}; it is completed by the next client \
@@ -343,7 +378,8 @@ impl Client {
             from: it.from.clone(),
         };
         if self.meta(&it.from, req).await.is_err() {
-            self.drop_connection(self.0.placement.meta_owner(&it.from))
+            self.rpc()
+                .drop_connection(self.rpc().placement().meta_owner(&it.from))
                 .await;
         }
     }
@@ -354,18 +390,18 @@ impl Client {
     /// runs, that one goes round once more.
     pub(crate) async fn complete_unfinished_renames(&self) {
         let r = &self.0.renames;
-        r.again.store(true, Ordering::SeqCst);
+        r.ask_round();
         loop {
             {
-                let Ok(_pass) = r.pass.try_lock() else {
+                let Some(_pass) = r.try_pass() else {
                     return;
                 };
-                while r.again.swap(false, Ordering::SeqCst) {
+                while r.another_round() {
                     self.completion_round().await;
                 }
             }
             // Asked again between the last round and the end of the pass.
-            if !r.again.load(Ordering::SeqCst) {
+            if !r.asked_again() {
                 return;
             }
         }
@@ -382,11 +418,11 @@ impl Client {
     /// before the outer one moves what is left there.
     async fn completion_round(&self) {
         let limit = self.config().readdir_page.max(1);
-        let claims = self.0.placement.ids().iter().map(|&id| async move {
+        let claims = self.rpc().placement().ids().iter().map(|&id| async move {
             let mut out = Vec::new();
             loop {
                 let req = req::ClaimRenames { from: None, limit };
-                match self.call(id, req).await {
+                match self.rpc().call(id, req).await {
                     Ok(v) => {
                         let full = v.len() >= limit as usize;
                         out.extend(v);
@@ -411,11 +447,11 @@ impl Client {
             };
             match self.complete(&it, None).await {
                 Ok(()) => {
-                    lock(&self.0.renames.left).remove(&it.from);
+                    self.0.renames.take_left(&it.from);
                     tracing::info!(from = %it.from, to = %it.to, "completed an unfinished directory rename");
                 }
                 Err(Stop::Undone(e)) => {
-                    lock(&self.0.renames.left).remove(&it.from);
+                    self.0.renames.take_left(&it.from);
                     tracing::warn!(from = %it.from, to = %it.to, "undid an unfinished directory rename: the backend refused it: {e}");
                 }
                 Err(Stop::Left(e)) => {
@@ -443,12 +479,13 @@ impl Client {
 
     /// The daemons holding dirty chunks of files under `from` write them back under `to`.
     async fn rebind(&self, from: &str, to: &str) -> Result<(), Errno> {
-        self.all_ok(|| req::Rebind {
-            from: from.to_string(),
-            to: to.to_string(),
-        })
-        .await
-        .map(|_| ())
+        self.rpc()
+            .all_ok(|| req::Rebind {
+                from: from.to_string(),
+                to: to.to_string(),
+            })
+            .await
+            .map(|_| ())
     }
 
     /// Re-inserts every entry below `from` under `to`, then removes the old entries. Run
@@ -459,7 +496,7 @@ impl Client {
         self.0.dircache.forget_tree(to);
         let page = self.config().readdir_page;
         let mut old_paths = Vec::new();
-        for &id in self.0.placement.ids() {
+        for &id in self.rpc().placement().ids() {
             let mut after = None;
             loop {
                 let req = req::ListSubtree {
@@ -467,7 +504,7 @@ impl Client {
                     after: after.clone(),
                     limit: page,
                 };
-                let SubtreePage { entries, more } = self.call(id, req).await?;
+                let SubtreePage { entries, more } = self.rpc().call(id, req).await?;
                 let inserts = entries.iter().map(|e| {
                     let new_path = format!("{to}{}", &e.path[from.len()..]);
                     async move { self.insert_moved(&new_path, &e.inode).await }

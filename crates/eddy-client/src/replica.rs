@@ -1,132 +1,50 @@
 //! Copies on several daemons (decision 0020): with `replicas` R > 1 every metadata record
-//! and chunk lives on the first R owners of the placement order. This module holds what the
-//! fan-out needs in one place: which daemons hold an item (ranked, the ones believed down
-//! last), the marks of daemons found unreachable (kept `down_hold_ms`, so that later calls
-//! go to the next copy at once), and the failover of a request to the copies in turn.
+//! and chunk lives on the first R owners of the placement order. Which daemons hold an item
+//! (ranked, the ones believed down last), the down marks and the plain failover are the rpc
+//! layer's (`eddy_rpc::Daemons`); this module holds what the POSIX client adds: the
+//! refinement of an exclusive create that a lost copy may have applied, the writes to every
+//! copy (one payload, checksummed once) and their settlement with hints for the copies that
+//! missed them, and reads failing over to the next copy.
 //!
 //! A daemon answering with an error is an answer (EEXIST is EEXIST on every copy); a daemon
 //! that cannot be reached means "try the next copy". Reads fail over on EIO too (a copy
 //! with a damaged chunk answers EIO: the next copy may have it whole). With R = 1 nothing
 //! here is used: every call goes to the one owner, as it always did.
 
-use crate::conn::Failure;
 use crate::integrity;
 use crate::layout::{self, Batch, Span};
 use crate::{Client, Errno};
-use eddy_placement::{chunk_hash, path_hash};
 use eddy_proto::{req, typed_reply, Reply, Request, Rpc};
+use eddy_rpc::{Daemons, Failure, Unanswered};
 use futures::future::join_all;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-/// Daemons found unreachable, until when they are treated as down.
-pub(crate) struct Down {
-    until: Mutex<HashMap<u32, Instant>>,
-    hold: Duration,
-}
-
-impl Down {
-    pub fn new(hold: Duration) -> Down {
-        Down {
-            until: Mutex::new(HashMap::new()),
-            hold,
-        }
-    }
-
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Instant>> {
-        eddy_proto::sync::lock(&self.until)
-    }
-
-    pub fn is_down(&self, id: u32) -> bool {
-        let mut m = self.map();
-        match m.get(&id) {
-            Some(&t) if t > Instant::now() => true,
-            Some(_) => {
-                m.remove(&id);
-                false
-            }
-            None => false,
-        }
-    }
-
-    pub fn mark(&self, id: u32) {
-        self.map().insert(id, Instant::now() + self.hold);
-    }
-
-    pub fn clear(&self, id: u32) {
-        let mut m = self.map();
-        if !m.is_empty() {
-            m.remove(&id);
-        }
-    }
-}
 
 impl Client {
     /// Copies of everything (the deployment's `replicas`).
     pub fn replicas(&self) -> usize {
-        self.config().replicas.max(1)
+        self.rpc().replicas()
     }
 
     /// Whether this client found `daemon` unreachable lately (only tracked with R > 1).
     pub fn is_down(&self, daemon: u32) -> bool {
-        self.0.down.is_down(daemon)
+        self.rpc().is_down(daemon)
     }
 
     /// Forgets that `daemon` was found unreachable (it told the caller it is up again).
     pub fn mark_up(&self, daemon: u32) {
-        self.0.down.clear(daemon);
+        self.rpc().mark_up(daemon);
     }
 
     /// Sends one request to one daemon, telling an error answer apart from an unreachable
-    /// daemon: for peers (a daemon forwarding copies) and tools.
+    /// daemon: for tools.
     pub async fn call_daemon<R: Rpc>(&self, daemon: u32, req: R) -> Result<R::Reply, Failure> {
-        self.try_call_as(daemon, req).await
+        self.rpc().try_call(daemon, req).await
     }
 
     /// `call_daemon` for a request as it travels (kept by the caller, e.g. to be sent
     /// again), answered with the reply as it came.
     pub async fn call_daemon_raw(&self, daemon: u32, req: &Request) -> Result<Reply, Failure> {
-        self.try_call(daemon, req).await.map(|(r, _)| r)
-    }
-
-    /// `owners` with the daemons believed down moved to the end (order kept otherwise).
-    pub(crate) fn ranked(&self, mut owners: Vec<u32>) -> Vec<u32> {
-        if owners.len() > 1 {
-            owners.sort_by_key(|&d| self.0.down.is_down(d));
-        }
-        owners
-    }
-
-    /// The R owners of a path's metadata, the ones believed down last.
-    pub(crate) fn meta_owners(&self, path: &str) -> Vec<u32> {
-        let r = self.replicas();
-        if r == 1 {
-            return vec![self.0.placement.meta_owner(path)];
-        }
-        self.ranked(self.0.placement.owners(path_hash(path), r))
-    }
-
-    /// The R owners of chunk `k` of a file, in placement order.
-    pub(crate) fn chunk_owners(&self, file_id: u128, k: u64) -> Vec<u32> {
-        let r = self.replicas();
-        if r == 1 {
-            return vec![self.0.placement.chunk_owner(file_id, k)];
-        }
-        self.0.placement.owners(chunk_hash(file_id, k), r)
-    }
-
-    /// The daemons holding the identity record of a shared file that `daemon` holds: it,
-    /// then its R-1 successors in id order (the ring), the ones believed down last.
-    pub(crate) fn identity_holders(&self, daemon: u32) -> Vec<u32> {
-        let r = self.replicas();
-        if r == 1 {
-            return vec![daemon];
-        }
-        let ids = self.0.placement.ids();
-        let start = ids.iter().position(|&d| d == daemon).unwrap_or(0);
-        let ring = (0..r.min(ids.len())).map(|i| ids[(start + i) % ids.len()]);
-        self.ranked(ring.collect())
+        self.rpc().send(daemon, req).await.map(|(r, _)| r)
     }
 
     /// Sends `req` to the first of `targets` that can be reached; an answer (error or not)
@@ -139,20 +57,21 @@ impl Client {
         typed_reply::<R>(self.failover(targets, &req.into()).await?)
     }
 
-    /// `failover_as` for a request as it travels, answered with the reply as it came.
+    /// `failover_as` for a request as it travels, answered with the reply as it came: the
+    /// rpc layer's failover, except that an exclusive create refused with EEXIST by a copy
+    /// after another could not be reached is ours if the entry carries our file id.
     pub(crate) async fn failover(&self, targets: &[u32], req: &Request) -> Result<Reply, Errno> {
-        let mut last = None;
-        for &d in targets {
-            match self.try_call(d, req).await {
-                Ok((reply, _)) => return Ok(reply),
-                Err(Failure::Unreachable(e)) => last = Some(e),
-                Err(Failure::Daemon(e)) if last.is_some() && e.errno == libc::EEXIST => {
-                    return self.created_before(d, req).await.ok_or(e);
-                }
-                Err(Failure::Daemon(e)) => return Err(e),
+        match self.rpc().failover_to(targets, req).await {
+            Ok(reply) => Ok(reply),
+            Err(Unanswered::Refused {
+                daemon,
+                error,
+                after_unreachable: true,
+            }) if error.errno == libc::EEXIST => {
+                self.created_before(daemon, req).await.ok_or(error)
             }
+            Err(u) => Err(u.into_errno()),
         }
-        Err(last.unwrap_or_else(|| Errno::eio("no daemon to send the request to")))
     }
 
     /// An exclusive create that a copy lost on the way may have applied (and passed on)
@@ -167,29 +86,9 @@ impl Client {
             return None;
         };
         let stat = req::Stat { path: path.clone() };
-        match self.try_call_as(daemon, stat).await {
+        match self.rpc().try_call(daemon, stat).await {
             Ok(i) if i.file_id == inode.file_id => Some(Reply::Inode(i)),
             _ => None,
-        }
-    }
-
-    /// Notes the outcome of a call for the down marks (only with R > 1).
-    pub(crate) fn note_outcome<T>(&self, daemon: u32, r: &Result<T, Failure>) {
-        if self.replicas() == 1 {
-            return;
-        }
-        match r {
-            Err(Failure::Unreachable(_)) => self.0.down.mark(daemon),
-            _ => self.0.down.clear(daemon),
-        }
-    }
-
-    /// Whether a failed call to one copy should be tried on the next: unreachable, or (for
-    /// reads) EIO from the daemon.
-    pub(crate) fn worth_another_copy(f: &Failure, read: bool) -> bool {
-        match f {
-            Failure::Unreachable(_) => true,
-            Failure::Daemon(e) => read && e.errno == libc::EIO,
         }
     }
 }
@@ -201,11 +100,18 @@ impl Client {
         let cfg = self.config();
         let max = cfg.max_rpc_data_bytes as usize;
         if self.replicas() == 1 {
-            return layout::batches(&self.0.placement, file_id, offset, len, cfg.chunk_size, max);
+            return layout::batches(
+                self.rpc().placement(),
+                file_id,
+                offset,
+                len,
+                cfg.chunk_size,
+                max,
+            );
         }
         layout::batches_to(
             layout::pieces(offset, len, cfg.chunk_size),
-            |s| self.chunk_owners(file_id, s.piece.chunk),
+            |s| self.rpc().chunk_owners(file_id, s.piece.chunk),
             max,
         )
     }
@@ -295,7 +201,7 @@ impl Client {
         let mut chunks: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
         for b in batches.iter().filter(|b| missed.contains_key(&b.daemon)) {
             for s in &b.spans {
-                let owners = self.chunk_owners(file_id, s.piece.chunk);
+                let owners = self.rpc().chunk_owners(file_id, s.piece.chunk);
                 if owners.iter().all(|d| missed.contains_key(d)) {
                     let e = missed
                         .remove(&b.daemon)
@@ -323,7 +229,8 @@ impl Client {
         for (&target, chunks) in &missed {
             for &k in chunks {
                 let holder = self
-                    .ranked(self.chunk_owners(file_id, k))
+                    .rpc()
+                    .ranked(self.rpc().chunk_owners(file_id, k))
                     .into_iter()
                     .find(|d| !missed.contains_key(d));
                 if let Some(h) = holder {
@@ -343,7 +250,7 @@ impl Client {
                 file_id,
                 chunks,
             };
-            if let Err(e) = self.try_call_as(holder, req).await {
+            if let Err(e) = self.rpc().try_call(holder, req).await {
                 tracing::warn!(
                     holder,
                     target,
@@ -373,7 +280,8 @@ impl Client {
             .map(|s| {
                 (
                     s.buf_pos,
-                    self.ranked(self.chunk_owners(file_id, s.piece.chunk)),
+                    self.rpc()
+                        .ranked(self.rpc().chunk_owners(file_id, s.piece.chunk)),
                 )
             })
             .collect();
@@ -401,7 +309,7 @@ impl Client {
                     backing: backing.clone(),
                 };
                 async move {
-                    let reply = self.try_call_as(b.daemon, req).await?;
+                    let reply = self.rpc().try_call(b.daemon, req).await?;
                     // Damaged on the wire or on the daemon's disk: EIO, and the next copy.
                     integrity::read_reply(cfg, reply, &pieces, path, b.daemon)
                         .map_err(Failure::Daemon)
@@ -427,7 +335,7 @@ impl Client {
                     Err(f) => f,
                 };
                 let last = |f: Failure| integrity::read_error(f.into_errno(), path);
-                if !Client::worth_another_copy(&failure, true) {
+                if !Daemons::worth_another_copy(&failure, true) {
                     return Err(last(failure));
                 }
                 if integrity::is_damage(&failure) {
@@ -455,23 +363,5 @@ impl Client {
             self.hint_missed(file_id, damaged).await;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn marks_expire() {
-        let d = Down::new(Duration::from_millis(30));
-        assert!(!d.is_down(1));
-        d.mark(1);
-        assert!(d.is_down(1) && !d.is_down(2));
-        std::thread::sleep(Duration::from_millis(40));
-        assert!(!d.is_down(1));
-        d.mark(2);
-        d.clear(2);
-        assert!(!d.is_down(2));
     }
 }

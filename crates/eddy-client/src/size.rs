@@ -117,9 +117,16 @@ impl SizeCache {
         Some((e.path.clone(), size))
     }
 
-    /// The file's publication gate, if this client has written it.
-    pub fn gate(&self, file: FileId) -> Option<Arc<tokio::sync::Mutex<()>>> {
-        self.lock().get(&file).map(|e| Arc::clone(&e.gate))
+    /// Holds the file's publication gate, if this client has written it: a publication
+    /// under way ends first, and none starts while the guard lives.
+    pub async fn hold(&self, file: FileId) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let gate = self.lock().get(&file).map(|e| Arc::clone(&e.gate))?;
+        Some(gate.lock_owned().await)
+    }
+
+    /// Whether this client has written the file (and not forgotten it since).
+    pub fn written(&self, file: FileId) -> bool {
+        self.lock().contains_key(&file)
     }
 
     /// Ends the publication of `size`: acknowledged by the owner, or failed, in which case it

@@ -123,7 +123,7 @@ impl Client {
         let mut by_daemon: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for k in 0..chunks {
             by_daemon
-                .entry(self.0.placement.chunk_owner(f.file_id(), k))
+                .entry(self.rpc().placement().chunk_owner(f.file_id(), k))
                 .or_default()
                 .push(k);
         }
@@ -136,7 +136,7 @@ impl Client {
                         backing: backing.clone(),
                         pin,
                     };
-                    self.call(daemon, req)
+                    self.rpc().call(daemon, req)
                 })
                 .collect::<Vec<_>>()
         });
@@ -234,13 +234,13 @@ impl Client {
         M: Fn(Option<C>) -> R,
         N: Fn(&[FileOutcome], Option<C>) -> Option<C>,
     {
-        let per_daemon = self.0.placement.ids().iter().map(|&id| {
+        let per_daemon = self.rpc().placement().ids().iter().map(|&id| {
             let (make, next) = (&make, &next);
             async move {
                 let mut out = Vec::new();
                 let mut cursor = None;
                 loop {
-                    let Flushed { files, more } = self.call(id, make(cursor.clone())).await?;
+                    let Flushed { files, more } = self.rpc().call(id, make(cursor.clone())).await?;
                     cursor = next(&files, cursor);
                     report(&files, progress);
                     out.extend(files);
@@ -283,6 +283,7 @@ impl Client {
         let mut n = 0;
         for prefix in self.linked_prefixes(paths)? {
             for r in self
+                .rpc()
                 .all_ok(|| req::Unpin {
                     prefix: prefix.clone(),
                 })

@@ -1,6 +1,8 @@
 //! eddy-daemon: `eddyd`, the Eddy storage daemon, one per node. It keeps the metadata of the
 //! paths it owns in an embedded LSM store (fjall) and the chunks it owns as files under its
 //! root, and serves clients over TCP and a unix socket with the eddy-proto wire format.
+//! Its own calls to the other daemons (copies of metadata, repair, rejoin) go through the rpc
+//! layer (`eddy_rpc::Daemons`); it does not link the POSIX client.
 //!
 //! It must not: decide placement (clients do), check anything across daemons (parents,
 //! emptiness), panic or stop serving others because of one bad request or connection, or

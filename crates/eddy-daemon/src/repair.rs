@@ -14,10 +14,10 @@
 
 use crate::handler::State;
 use crate::hints::{Hints, Item};
-use eddy_client::Failure;
 use eddy_proto::repair::{digest, verdict, Digest, Verdict};
 use eddy_proto::sync::lock;
 use eddy_proto::{req, Errno};
+use eddy_rpc::{Daemons, Failure};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -91,7 +91,7 @@ impl State {
             },
             None => lock.lock().await,
         };
-        let Some(client) = replicator.client(true) else {
+        let Some(peers) = replicator.peers(true) else {
             return Err(Failure::Unreachable(Errno::eio(
                 "the other daemons are not known yet (no deployment file)",
             )));
@@ -118,11 +118,11 @@ impl State {
                 }
             }
             if !keys.is_empty() {
-                verified += self.push_keys(&client, target, keys).await?;
+                verified += self.push_keys(&peers, target, keys).await?;
             }
             let pushes = chunks
                 .into_iter()
-                .map(|(id, k)| self.push_chunk(&client, target, id, k));
+                .map(|(id, k)| self.push_chunk(&peers, target, id, k));
             for r in futures::future::join_all(pushes).await {
                 verified += u64::from(r?);
             }
@@ -132,7 +132,7 @@ impl State {
     /// Pushes metadata keys in one `Replicate`; returns how many verified.
     async fn push_keys(
         self: &Arc<Self>,
-        client: &eddy_client::Client,
+        peers: &Daemons,
         target: u32,
         keys: Vec<Vec<u8>>,
     ) -> Result<u64, Failure> {
@@ -144,7 +144,7 @@ impl State {
             .key_states(keys.clone())
             .map_err(Failure::Daemon)?;
         let req = req::Replicate { changes: states };
-        let theirs = client.call_daemon(target, req).await?;
+        let theirs = peers.try_call(target, req).await?;
         if theirs.len() != keys.len() {
             return Err(mismatched(target, "metadata", keys.len(), theirs.len()));
         }
@@ -165,7 +165,7 @@ impl State {
     /// Pushes one chunk whole (`PutChunk`); returns whether it verified.
     async fn push_chunk(
         self: &Arc<Self>,
-        client: &eddy_client::Client,
+        peers: &Daemons,
         target: u32,
         id: eddy_proto::FileId,
         k: u64,
@@ -203,7 +203,7 @@ impl State {
             sums,
             data: data.unwrap_or_default().into(),
         };
-        let theirs = match client.call_daemon(target, req).await?.as_slice() {
+        let theirs = match peers.try_call(target, req).await?.as_slice() {
             &[d] => d,
             other => return Err(mismatched(target, "chunk", 1, other.len())),
         };
@@ -274,8 +274,8 @@ impl State {
         }
         // The daemon asking is up again: changes go to it from now on, not only as hints
         // (a down mark from before its restart would hold them back a while).
-        if let Some(client) = self.replicator().and_then(|r| r.client(false)) {
-            client.mark_up(target);
+        if let Some(peers) = self.replicator().and_then(|r| r.peers(false)) {
+            peers.mark_up(target);
         }
         if full {
             let n = self
@@ -391,7 +391,7 @@ pub(crate) async fn rejoin(state: Arc<State>, full: bool) {
         .map(|&p| state.push_hints(p, Some(Instant::now() + budget)));
     futures::future::join_all(pushes).await;
     loop {
-        let Some(client) = replicator.client(true) else {
+        let Some(daemons) = replicator.peers(true) else {
             // The deployment file is not written yet (`eddy start` writes it once every
             // daemon listens): a round without progress.
             stalls += 1;
@@ -410,8 +410,8 @@ pub(crate) async fn rejoin(state: Arc<State>, full: bool) {
                 target: me,
                 full: to_scan.contains(&p),
             };
-            let client = client.clone();
-            async move { (p, client.call_daemon(p, req).await) }
+            let daemons = daemons.clone();
+            async move { (p, daemons.try_call(p, req).await) }
         });
         let (mut left, mut answered) = (0u64, 0usize);
         for (p, r) in futures::future::join_all(calls).await {

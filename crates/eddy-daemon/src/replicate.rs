@@ -10,14 +10,14 @@
 //! `--deployment`), read when first needed and again when it changed: `eddy start` writes
 //! it only once every daemon listens.
 
-use eddy_client::{Client, Failure};
 use eddy_config::Deployment;
 use eddy_placement::{path_hash, Placement};
 use eddy_proto::sync::lock;
 use eddy_proto::{req, KeyState, Request};
+use eddy_rpc::{Daemons, Failure};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 /// What a daemon needs to send copies of its changes to their other owners.
@@ -27,7 +27,7 @@ pub struct Replicator {
     placement: Placement,
     peers_file: PathBuf,
     /// The connections to the peers, and the modification time of the file they came from.
-    peers: Mutex<Option<(Client, Option<SystemTime>)>>,
+    peers: Mutex<Option<(Arc<Daemons>, Option<SystemTime>)>>,
 }
 
 impl Replicator {
@@ -119,9 +119,9 @@ impl Replicator {
         peers.as_ref().map(|(_, at)| *at)
     }
 
-    /// The connections to the peers: made from the deployment file when first needed, and
-    /// again when `fresh` and the file changed since.
-    pub fn client(&self, fresh: bool) -> Option<Client> {
+    /// The connections to the peers (eddy-rpc): made from the deployment file when first
+    /// needed, and again when `fresh` and the file changed since.
+    pub fn peers(&self, fresh: bool) -> Option<Arc<Daemons>> {
         let mut peers = lock(&self.peers);
         let now = self.file_time();
         if let Some((client, at)) = peers.as_ref() {
@@ -137,12 +137,13 @@ impl Replicator {
                 let c = &mut dep.config;
                 c.rpc_timeout_ms = (c.rpc_timeout_ms / 2).max(1);
                 c.connect_timeout_ms = c.connect_timeout_ms.min(c.rpc_timeout_ms);
-                Client::new(dep).map_err(|e| e.to_string())
+                Daemons::new(&dep).map_err(|e| e.to_string())
             });
         match loaded {
-            Ok(client) => {
-                *peers = Some((client.clone(), now));
-                Some(client)
+            Ok(daemons) => {
+                let daemons = Arc::new(daemons);
+                *peers = Some((daemons.clone(), now));
+                Some(daemons)
             }
             Err(e) => {
                 tracing::warn!(file = %self.peers_file.display(), "cannot read the other daemons: {e}");
@@ -163,25 +164,25 @@ impl Replicator {
         if by_target.is_empty() {
             return Vec::new();
         }
-        let Some(client) = self.client(false) else {
+        let Some(peers) = self.peers(false) else {
             return by_target.into_iter().collect();
         };
         let sends = by_target.into_iter().map(|(t, changes)| {
-            let client = client.clone();
+            let peers = peers.clone();
             async move {
-                if client.is_down(t) {
+                if peers.is_down(t) {
                     // Found unreachable lately: not waited for again until the mark expires.
                     return Some((t, changes));
                 }
                 let req = Request::Replicate(req::Replicate { changes });
-                let mut r = client.call_daemon_raw(t, &req).await;
+                let mut r = peers.send(t, &req).await.map(|(r, _)| r);
                 if matches!(r, Err(Failure::Unreachable(_))) {
                     // The daemon may have moved (the deployment file rewritten): once more
                     // with the file as it is now, only if it changed (else the change would
                     // wait twice on a daemon that is gone).
                     let before = self.loaded_at();
-                    if let Some(fresh) = self.client(true).filter(|_| self.loaded_at() != before) {
-                        r = fresh.call_daemon_raw(t, &req).await;
+                    if let Some(fresh) = self.peers(true).filter(|_| self.loaded_at() != before) {
+                        r = fresh.send(t, &req).await.map(|(r, _)| r);
                     }
                 }
                 let Request::Replicate(req::Replicate { changes }) = req else {

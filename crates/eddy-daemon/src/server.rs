@@ -380,7 +380,7 @@ async fn serve_connection<R, W>(
     let mut frames = FrameReader::new(r, HELLO_FRAME_MAX);
     let deadline = Duration::from_millis(state.settings.config.connect_timeout_ms);
     let pushed_out = Arc::clone(&place.pushed_out);
-    let mode = eddy_client::wire_mode(state.settings.config.wire, tcp);
+    let mode = eddy_rpc::wire_mode(state.settings.config.wire, tcp);
     let (sealer, opener) = tokio::select! {
         done = tokio::time::timeout(deadline, handshake(&state, &mut frames, &mut w, mode)) => match done {
             Ok(Ok(ends)) => ends,

@@ -1,0 +1,428 @@
+//! eddy-rpc: how anything reaches the daemons of a deployment, below the POSIX client.
+//!
+//! `Daemons` keeps one lazily (re)connected, authenticated, multiplexed connection per daemon
+//! (`conn.rs`: the handshake of decision 0017, the wire protection of decision 0022), sends a
+//! typed request (`eddy_proto::Rpc`) to one daemon within the RPC deadline and tells an error
+//! the daemon answered apart from a daemon that could not be reached (`Failure`). Above that
+//! it holds what calling the copies of an item needs (decision 0020): the placement and the
+//! replicas count (the owners of a path, of a chunk, of a shared file's identity record,
+//! ranked with the daemons believed down last), the down marks (kept only with R > 1), the
+//! plain failover to the copies in turn and the fan-out to every daemon. It counts the
+//! requests it sends, by kind.
+//!
+//! The POSIX client (`eddy-client`) builds on it, and so does the daemon for its calls to its
+//! peers (copies of metadata, repair, rejoin): the daemon does not link the client. What a
+//! layer above must learn of every call (the client notes changes for the next fsync and
+//! completes unfinished renames after a reconnection) it learns through an `Observer`.
+
+mod conn;
+mod down;
+
+pub use conn::{wire_mode, Failure};
+
+use conn::Link;
+use down::Down;
+use eddy_config::Deployment;
+use eddy_placement::{chunk_hash, path_hash, Placement};
+use eddy_proto::{typed_reply, Errno, Reply, Request, Rpc, OP_NAMES};
+use futures::future::join_all;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a layer above learns of the calls made through `Daemons`.
+pub trait Observer: Send + Sync {
+    /// `daemon` answered `req` (not with an error) on the connection of `generation` (the
+    /// daemon instances connected to so far; decision 0015).
+    fn answered(&self, daemon: u32, req: &Request, generation: u64);
+
+    /// A connection to `daemon` replaced an earlier one (the daemon restarted, or the
+    /// connection broke or was reset).
+    fn reconnected(&self, daemon: u32);
+}
+
+/// Why a failover (`Daemons::failover_to`) brought no reply.
+#[derive(Debug, Clone)]
+pub enum Unanswered {
+    /// `daemon` answered with an error; `after_unreachable`: an earlier target could not be
+    /// reached (the request may have been applied there before it was lost).
+    Refused {
+        daemon: u32,
+        error: Errno,
+        after_unreachable: bool,
+    },
+    /// No target could be reached (the last one's error), or there was none.
+    Unreachable(Errno),
+}
+
+impl Unanswered {
+    pub fn into_errno(self) -> Errno {
+        match self {
+            Unanswered::Refused { error, .. } | Unanswered::Unreachable(error) => error,
+        }
+    }
+}
+
+/// The daemons of a deployment as one caller sees them: a connection to each, the down
+/// marks, the placement and the request counters.
+pub struct Daemons {
+    links: HashMap<u32, Link>,
+    placement: Placement,
+    /// Copies of everything (the deployment's `replicas`, at least 1).
+    replicas: usize,
+    /// Daemons found unreachable lately (with replicas > 1).
+    down: Down,
+    /// Requests sent, by kind (`eddy_proto::Op` as index).
+    rpcs: [AtomicU64; OP_NAMES.len()],
+    observer: Option<Box<dyn Observer>>,
+}
+
+impl Daemons {
+    /// Prepares a link to every daemon of `dep` without contacting any: each connects on its
+    /// first call (Unix socket where the daemon's socket exists on this host, TCP otherwise),
+    /// with `dep`'s secret, deadlines and wire setting.
+    pub fn new(dep: &Deployment) -> Result<Daemons, Errno> {
+        dep.validate().map_err(|e| Errno::einval(e.to_string()))?;
+        let secret = Arc::new(
+            dep.secret_bytes()
+                .map_err(|e| Errno::einval(e.to_string()))?,
+        );
+        let placement = Placement::new(dep.daemons.iter().map(|d| d.id).collect())
+            .ok_or_else(|| Errno::einval("deployment lists no daemons"))?;
+        let links = dep
+            .daemons
+            .iter()
+            .map(|d| (d.id, Link::new(d.clone(), secret.clone(), &dep.config)))
+            .collect();
+        Ok(Daemons {
+            links,
+            placement,
+            replicas: dep.config.replicas.max(1),
+            down: Down::new(Duration::from_millis(dep.config.down_hold_ms)),
+            rpcs: std::array::from_fn(|_| Default::default()),
+            observer: None,
+        })
+    }
+
+    /// The same, telling `observer` of every answer and reconnection.
+    pub fn observed(mut self, observer: Box<dyn Observer>) -> Daemons {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The placement over the deployment's daemons.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// The deployment's daemon ids, in order.
+    pub fn ids(&self) -> &[u32] {
+        self.placement.ids()
+    }
+
+    /// Copies of everything (the deployment's `replicas`).
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Requests sent so far, by kind (`Request::op_name`): what an operation costs in round
+    /// trips.
+    pub fn rpc_counts(&self) -> BTreeMap<&'static str, u64> {
+        OP_NAMES
+            .iter()
+            .zip(&self.rpcs)
+            .map(|(&name, n)| (name, n.load(Ordering::Relaxed)))
+            .filter(|&(_, n)| n > 0)
+            .collect()
+    }
+
+    // ------------------------------------------------------------------ one daemon
+
+    /// Sends a request (as it travels) to one daemon; returns the reply and the generation of
+    /// the connection that carried it, or why it failed: an error the daemon answered, or a
+    /// daemon that could not be reached within the deadline (marked down with R > 1).
+    pub async fn send(&self, daemon: u32, req: &Request) -> Result<(Reply, u64), Failure> {
+        self.rpcs[req.op() as usize].fetch_add(1, Ordering::Relaxed);
+        let Some(link) = self.links.get(&daemon) else {
+            return Err(Failure::Daemon(Errno::eio(format!(
+                "daemon {daemon} is not part of this deployment"
+            ))));
+        };
+        let reply = link.call_classified(req).await;
+        if let (Some(o), Ok((_, generation))) = (&self.observer, &reply) {
+            o.answered(daemon, req, *generation);
+        }
+        self.note_outcome(daemon, &reply);
+        if let Some(o) = &self.observer {
+            if link.take_reconnected() {
+                o.reconnected(daemon);
+            }
+        }
+        reply
+    }
+
+    /// Sends a typed request to one daemon, telling an error answer apart from a daemon that
+    /// cannot be reached.
+    pub async fn try_call<R: Rpc>(&self, daemon: u32, req: R) -> Result<R::Reply, Failure> {
+        let (reply, _) = self.send(daemon, &req.into()).await?;
+        typed_reply::<R>(reply).map_err(Failure::Daemon)
+    }
+
+    /// Sends a typed request to one daemon; its reply, typed.
+    pub async fn call<R: Rpc>(&self, daemon: u32, req: R) -> Result<R::Reply, Errno> {
+        typed_reply::<R>(self.call_raw(daemon, &req.into()).await?)
+    }
+
+    /// `call` for a request as it travels, answered with the reply as it came.
+    pub async fn call_raw(&self, daemon: u32, req: &Request) -> Result<Reply, Errno> {
+        self.send(daemon, req)
+            .await
+            .map(|(reply, _)| reply)
+            .map_err(Failure::into_errno)
+    }
+
+    /// Closes the connection to a daemon that did not answer (the next request opens a new
+    /// one); the daemon then drops what this connection held.
+    pub async fn drop_connection(&self, daemon: u32) {
+        if let Some(link) = self.links.get(&daemon) {
+            link.reset().await;
+        }
+    }
+
+    /// True once after a connection to `daemon` replaced an earlier one. With an observer,
+    /// `send` takes it and tells the observer.
+    pub fn take_reconnected(&self, daemon: u32) -> bool {
+        self.links
+            .get(&daemon)
+            .is_some_and(|link| link.take_reconnected())
+    }
+
+    // ------------------------------------------------------------------ down marks
+
+    /// Whether `daemon` was found unreachable lately (only tracked with R > 1).
+    pub fn is_down(&self, daemon: u32) -> bool {
+        self.down.is_down(daemon)
+    }
+
+    /// Forgets that `daemon` was found unreachable (it told the caller it is up again).
+    pub fn mark_up(&self, daemon: u32) {
+        self.down.clear(daemon);
+    }
+
+    /// Notes the outcome of a call for the down marks (only with R > 1).
+    fn note_outcome<T>(&self, daemon: u32, r: &Result<T, Failure>) {
+        if self.replicas == 1 {
+            return;
+        }
+        match r {
+            Err(Failure::Unreachable(_)) => self.down.mark(daemon),
+            _ => self.down.clear(daemon),
+        }
+    }
+
+    // ------------------------------------------------------------------ owners
+
+    /// `owners` with the daemons believed down moved to the end (order kept otherwise).
+    pub fn ranked(&self, mut owners: Vec<u32>) -> Vec<u32> {
+        if owners.len() > 1 {
+            owners.sort_by_key(|&d| self.down.is_down(d));
+        }
+        owners
+    }
+
+    /// The R owners of a path's metadata, the ones believed down last.
+    pub fn meta_owners(&self, path: &str) -> Vec<u32> {
+        if self.replicas == 1 {
+            return vec![self.placement.meta_owner(path)];
+        }
+        self.ranked(self.placement.owners(path_hash(path), self.replicas))
+    }
+
+    /// The R owners of chunk `k` of a file, in placement order.
+    pub fn chunk_owners(&self, file_id: u128, k: u64) -> Vec<u32> {
+        if self.replicas == 1 {
+            return vec![self.placement.chunk_owner(file_id, k)];
+        }
+        self.placement.owners(chunk_hash(file_id, k), self.replicas)
+    }
+
+    /// The daemons holding the identity record of a shared file that `daemon` holds: it,
+    /// then its R-1 successors in id order (the ring), the ones believed down last.
+    pub fn identity_holders(&self, daemon: u32) -> Vec<u32> {
+        let r = self.replicas;
+        if r == 1 {
+            return vec![daemon];
+        }
+        let ids = self.placement.ids();
+        let start = ids.iter().position(|&d| d == daemon).unwrap_or(0);
+        let ring = (0..r.min(ids.len())).map(|i| ids[(start + i) % ids.len()]);
+        self.ranked(ring.collect())
+    }
+
+    /// Whether a failed call to one copy should be tried on the next: unreachable, or (for
+    /// reads) EIO from the daemon (a copy with a damaged chunk: the next may have it whole).
+    pub fn worth_another_copy(f: &Failure, read: bool) -> bool {
+        match f {
+            Failure::Unreachable(_) => true,
+            Failure::Daemon(e) => read && e.errno == libc::EIO,
+        }
+    }
+
+    // ------------------------------------------------------------------ several daemons
+
+    /// Sends `req` to the first of `targets` that can be reached; an answer (error or not)
+    /// from any of them is the result.
+    pub async fn failover(&self, targets: &[u32], req: &Request) -> Result<Reply, Errno> {
+        self.failover_to(targets, req)
+            .await
+            .map_err(Unanswered::into_errno)
+    }
+
+    /// `failover`, telling which daemon refused the request and whether an earlier target
+    /// could not be reached (for a caller that refines such an answer).
+    pub async fn failover_to(&self, targets: &[u32], req: &Request) -> Result<Reply, Unanswered> {
+        let mut last = None;
+        for &d in targets {
+            match self.send(d, req).await {
+                Ok((reply, _)) => return Ok(reply),
+                Err(Failure::Unreachable(e)) => last = Some(e),
+                Err(Failure::Daemon(error)) => {
+                    return Err(Unanswered::Refused {
+                        daemon: d,
+                        error,
+                        after_unreachable: last.is_some(),
+                    })
+                }
+            }
+        }
+        Err(Unanswered::Unreachable(last.unwrap_or_else(|| {
+            Errno::eio("no daemon to send the request to")
+        })))
+    }
+
+    /// Sends a request built per daemon to every daemon at once; results in id order.
+    pub async fn all<R: Rpc, F: Fn() -> R>(&self, make: F) -> Vec<(u32, Result<R::Reply, Errno>)> {
+        self.all_classified(make)
+            .await
+            .into_iter()
+            .map(|(id, r)| (id, r.map_err(Failure::into_errno)))
+            .collect()
+    }
+
+    /// `all`, telling error answers apart from daemons that cannot be reached.
+    pub async fn all_classified<R: Rpc, F: Fn() -> R>(
+        &self,
+        make: F,
+    ) -> Vec<(u32, Result<R::Reply, Failure>)> {
+        let ids = self.placement.ids();
+        let futs = ids.iter().map(|&id| {
+            let req = make().into();
+            async move {
+                let (reply, _) = self.send(id, &req).await?;
+                typed_reply::<R>(reply).map_err(Failure::Daemon)
+            }
+        });
+        ids.iter().copied().zip(join_all(futs).await).collect()
+    }
+
+    /// Like `all`, but the first error wins. With R copies, up to R-1 daemons that cannot be
+    /// reached are left out (what they hold has a copy on the others).
+    pub async fn all_ok<R: Rpc, F: Fn() -> R>(&self, make: F) -> Result<Vec<R::Reply>, Errno> {
+        let results = self.all_classified(make).await;
+        let unreachable = results
+            .iter()
+            .filter(|(_, r)| matches!(r, Err(Failure::Unreachable(_))))
+            .count();
+        let tolerated = unreachable < self.replicas;
+        results
+            .into_iter()
+            .filter(|(_, r)| !(tolerated && matches!(r, Err(Failure::Unreachable(_)))))
+            .map(|(_, r)| r.map_err(Failure::into_errno))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_config::{Config, DaemonEntry};
+    use eddy_proto::req;
+
+    /// A deployment of `n` daemons at addresses where nothing listens (ports just freed), so
+    /// every call fails to connect: a daemon that cannot be reached, for real.
+    fn unreachable(n: u32, replicas: usize) -> Deployment {
+        let daemons = (1..=n)
+            .map(|id| {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .map(|a| a.port())
+                    .expect("a free local port");
+                DaemonEntry {
+                    id,
+                    host: "localhost".into(),
+                    addr: format!("127.0.0.1:{port}"),
+                    socket: None,
+                    root: "/nonexistent".into(),
+                }
+            })
+            .collect();
+        Deployment {
+            name: "rpc-test".into(),
+            secret: Deployment::new_secret(),
+            config: Config {
+                replicas,
+                ..Config::default()
+            },
+            daemons,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_daemon_is_marked_down_and_ranked_last() {
+        let d = Daemons::new(&unreachable(3, 2)).expect("valid deployment");
+        match d.try_call(1, req::Status).await {
+            Err(Failure::Unreachable(e)) => assert_eq!(e.errno, libc::EIO, "{e}"),
+            other => panic!("expected an unreachable daemon, got {other:?}"),
+        }
+        assert!(d.is_down(1) && !d.is_down(2));
+        assert_eq!(d.ranked(vec![1, 2, 3]), vec![2, 3, 1]);
+        assert_eq!(d.identity_holders(1), vec![2, 1]);
+        d.mark_up(1);
+        assert!(!d.is_down(1));
+        assert_eq!(d.rpc_counts().get("status"), Some(&1));
+        assert_eq!(d.replicas(), 2);
+    }
+
+    #[tokio::test]
+    async fn with_one_copy_nothing_is_marked_down() {
+        let d = Daemons::new(&unreachable(2, 1)).expect("valid deployment");
+        assert!(d.try_call(2, req::Status).await.is_err());
+        assert!(!d.is_down(2));
+        assert_eq!(d.chunk_owners(7, 0).len(), 1);
+        assert_eq!(d.identity_holders(2), vec![2]);
+    }
+
+    #[tokio::test]
+    async fn failover_and_fan_out_tell_unreachable_from_refused() {
+        let d = Daemons::new(&unreachable(3, 2)).expect("valid deployment");
+        match d.failover_to(&[1, 2], &req::Status.into()).await {
+            Err(Unanswered::Unreachable(e)) => assert_eq!(e.errno, libc::EIO, "{e}"),
+            other => panic!("expected no copy reached, got {other:?}"),
+        }
+        // A daemon the deployment does not list is an error answer, not a missing copy.
+        match d.failover_to(&[9], &req::Status.into()).await {
+            Err(Unanswered::Refused {
+                daemon: 9,
+                after_unreachable: false,
+                ..
+            }) => {}
+            other => panic!("expected a refusal by daemon 9, got {other:?}"),
+        }
+        let all = d.all(|| req::Status).await;
+        assert_eq!(all.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 2, 3]);
+        assert!(all.iter().all(|(_, r)| r.is_err()));
+        // Three daemons unreachable with two copies: more than a copy can make up for.
+        assert!(d.all_ok(|| req::Status).await.is_err());
+    }
+}
