@@ -1,9 +1,8 @@
 //! A real mount over three real daemons (in this process, on loopback sockets), exercised
 //! through ordinary file system calls.
 
-// What the tests need beyond the build (FUSE, fusectl): shared with eddy-cli's tests.
-#[path = "../../eddy-cli/tests/common/require.rs"]
-mod require;
+// What the tests need beyond the build (FUSE, fusectl): shared with every crate's tests.
+use eddy_testkit::require;
 
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment};

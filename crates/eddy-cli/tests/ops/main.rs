@@ -1,0 +1,8 @@
+//! eddy-cli's integration tests, one binary (ops): each module was a test binary of its own
+//! (`tests/<name>.rs`), merged so that the whole stack is linked once, not once per file.
+//!
+//! Operating a deployment: `eddy start/stop/status`, the system map and the benchmarks.
+
+mod bench;
+mod deploy;
+mod sysmap;
