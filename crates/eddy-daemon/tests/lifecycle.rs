@@ -1,6 +1,9 @@
 //! Daemon life cycle and robustness: the ready file, the unix socket, clean and unclean
 //! restarts, refused handshakes and malformed input on one connection while others go on.
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 use eddy_testkit::require;
 
 use clap::Parser;

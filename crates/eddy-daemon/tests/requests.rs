@@ -1,5 +1,8 @@
 //! Every request type against a real daemon over a real TCP connection.
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 use eddy_proto::req;
 use eddy_proto::{DirPage, SubtreePage};
 use eddy_proto::{FileKind, Piece, RemoveKind, Reply, Request, SetAttr, SetTime, Timespec};

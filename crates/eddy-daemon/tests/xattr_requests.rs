@@ -1,6 +1,9 @@
 //! Extended-attribute and special-file requests against a real daemon over TCP: every bad
 //! request is an errno, and the daemon keeps serving the connection.
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 use eddy_proto::req;
 use eddy_proto::{FileKind, Reply, Request, XattrSet};
 use eddy_testkit::wire::*;

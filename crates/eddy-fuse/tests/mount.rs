@@ -1,6 +1,9 @@
 //! A real mount over three real daemons (in this process, on loopback sockets), exercised
 //! through ordinary file system calls.
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 // What the tests need beyond the build (FUSE, fusectl): shared with every crate's tests.
 use eddy_testkit::require;
 

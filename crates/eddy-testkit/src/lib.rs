@@ -12,7 +12,8 @@
 //! ([`workload`]), a GlusterFS volume ([`gluster`]), a private Slurm cluster ([`slurm`]) and
 //! a burst-buffer site without Slurm ([`bbsite`]).
 //!
-//! Test code: a failure panics with what went wrong.
+//! Test code: a failure panics with what went wrong, and `unwrap` is allowed here.
+#![allow(clippy::unwrap_used)]
 
 pub mod bbsite;
 pub mod cli;

@@ -5,6 +5,9 @@
 //! replication and repair, checksums, peer bounds, the handshake and wire modes, the whole-
 //! daemon fuzz storm and storage privacy.
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 mod checksums;
 mod crash_cycles;
 mod fault;

@@ -4,6 +4,9 @@
 //! The backend tier: staging to and from a backend directory or a GlusterFS volume, and its
 //! benchmark.
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 mod bench_tier;
 mod gluster_smoke;
 mod tier;
