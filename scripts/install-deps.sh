@@ -2,16 +2,16 @@
 # Installs what building and testing Eddy needs on a fresh Debian machine. Idempotent.
 set -euo pipefail
 
-# slurm-wlm and munge: crates/eddy-cli/tests/slurm.rs brings up a private Slurm cluster.
-# openmpi-bin: `eddy bench --mpi` launches its workers with mpirun (tested in tests/bench.rs).
-# libopenmpi-dev and gcc: tests/preload.rs builds C and MPI programs (mpicc) that run under
+# slurm-wlm and munge: crates/eddy-cli/tests/slurm/slurm.rs brings up a private Slurm cluster.
+# openmpi-bin: `eddy bench --mpi` launches its workers with mpirun (tested in tests/ops/bench.rs).
+# libopenmpi-dev and gcc: tests/posix/preload.rs builds C and MPI programs (mpicc) that run under
 # libeddy_preload.so.
 # glusterfs-server and glusterfs-client: crates/eddy-cli/tests/common/gluster.rs serves a real
 # network file system (a GlusterFS volume on this host) as a backend directory.
-# iproute2: tests/netns.rs puts daemons in network namespaces. util-linux: setpriv, for tests
+# iproute2: tests/faults/netns.rs puts daemons in network namespaces. util-linux: setpriv, for tests
 # that act as another user on a mount. rsync, attr (setfattr/getfattr), python3: tools the
 # tests drive the mount with.
-# python3-h5py: crates/eddy-cli/tests/locks.rs runs HDF5 on the mount (with /usr/bin/python3, the
+# python3-h5py: crates/eddy-cli/tests/posix/locks.rs runs HDF5 on the mount (with /usr/bin/python3, the
 # interpreter Debian's h5py is built for).
 # A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
@@ -71,7 +71,7 @@ if [ "$(printf '%s\n1.90.0\n' "$ver" | sort -V | head -1)" != "1.90.0" ]; then
 fi
 
 # pjdfstest, the public POSIX conformance suite (its Rust edition, from crates.io):
-# crates/eddy-cli/tests/posix_suite.rs runs it on a mount.
+# crates/eddy-cli/tests/posix/posix_suite.rs runs it on a mount.
 PJDFSTEST_VERSION=0.2.2
 if ! pjdfstest --version 2>/dev/null | grep -qx "pjdfstest $PJDFSTEST_VERSION"; then
   echo "installing: pjdfstest $PJDFSTEST_VERSION (cargo install)"

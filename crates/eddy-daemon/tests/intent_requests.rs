@@ -2,11 +2,12 @@
 //! an intent holds it; another connection finds it busy until the holder releases it or its
 //! connection closes; a restart of the daemon keeps the intents and frees them all.
 
-mod common;
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
 
-use common::*;
 use eddy_proto::req;
 use eddy_proto::{RenameIntent, Reply, Request};
+use eddy_testkit::wire::*;
 
 fn begin(from: &str, to: &str, dir_id: u128) -> Request {
     Request::BeginRename(req::BeginRename {

@@ -1,18 +1,18 @@
 //! Daemon life cycle and robustness: the ready file, the unix socket, clean and unclean
 //! restarts, refused handshakes and malformed input on one connection while others go on.
 
-mod common;
-// What the tests need beyond the build: shared with eddy-cli's tests.
-#[path = "../../eddy-cli/tests/common/require.rs"]
-mod require;
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
+use eddy_testkit::require;
 
 use clap::Parser;
-use common::*;
 use eddy_daemon::{read_ready, Daemon, DaemonArgs, DaemonError, DaemonSettings, SECRET_ENV};
 use eddy_proto::auth::{self, ClientHello, HelloResult, ServerHello};
 use eddy_proto::frame::{read_frame, write_frame};
 use eddy_proto::req;
 use eddy_proto::{decode_plain, encode, Piece, Reply, Request, PROTOCOL_VERSION};
+use eddy_testkit::wire::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -338,7 +338,7 @@ fn child_daemon() {
     let Ok(root) = std::env::var(CHILD_ROOT_ENV) else {
         return;
     };
-    // As `common::config`: the raw client of these tests writes frames in clear.
+    // As `eddy_testkit::wire::config`: the raw client of these tests writes frames in clear.
     let config = Path::new(&root).join("wire.toml");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(&config, "wire = \"clear\"\n").unwrap();

@@ -1,11 +1,12 @@
 //! Every request type against a real daemon over a real TCP connection.
 
-mod common;
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
 
-use common::*;
 use eddy_proto::req;
 use eddy_proto::{DirPage, SubtreePage};
 use eddy_proto::{FileKind, Piece, RemoveKind, Reply, Request, SetAttr, SetTime, Timespec};
+use eddy_testkit::wire::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_stat_remove_insert() {

@@ -1,11 +1,12 @@
 //! Extended-attribute and special-file requests against a real daemon over TCP: every bad
 //! request is an errno, and the daemon keeps serving the connection.
 
-mod common;
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
 
-use common::*;
 use eddy_proto::req;
 use eddy_proto::{FileKind, Reply, Request, XattrSet};
+use eddy_testkit::wire::*;
 
 fn set(path: &str, name: &str, value: &[u8], how: XattrSet) -> Request {
     Request::SetXattr(req::SetXattr {

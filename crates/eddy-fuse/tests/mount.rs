@@ -1,9 +1,11 @@
 //! A real mount over three real daemons (in this process, on loopback sockets), exercised
 //! through ordinary file system calls.
 
-// What the tests need beyond the build (FUSE, fusectl): shared with eddy-cli's tests.
-#[path = "../../eddy-cli/tests/common/require.rs"]
-mod require;
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
+// What the tests need beyond the build (FUSE, fusectl): shared with every crate's tests.
+use eddy_testkit::require;
 
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment};

@@ -2,6 +2,9 @@
 //! reproduces) and every kept input of the corpus. `make fuzz` runs the same targets under
 //! libFuzzer, a million inputs each.
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 use eddy_fuzz::inputs::{corpus, seeded};
 
 /// Seeded inputs per target in `make test`.

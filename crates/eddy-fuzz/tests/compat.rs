@@ -4,6 +4,9 @@
 //! entries of every kind. The encodings must decode to the same values and encode back to
 //! the same bytes: a request's variant order is its wire tag (`eddy_proto::request_table!`).
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 use arbitrary::{Arbitrary, Unstructured};
 use eddy_daemon::{DaemonSettings, Embedded};
 use eddy_proto::{decode, encode, req, Inode, ReadReply, Reply, Request, OP_NAMES};

@@ -1,0 +1,25 @@
+//! eddy-cli's integration tests, one binary (posix): each module was a test binary of its own
+//! (`tests/<name>.rs`), merged so that the whole stack is linked once, not once per file.
+//!
+//! The file system as programs see it: the library and the FUSE mount, their property tests,
+//! permissions, xattrs, links, locks, sharing, the POSIX suite, the LD_PRELOAD client, RPC
+//! counts, bad input and a full device.
+
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
+mod bad_input;
+mod client_ops;
+mod client_prop;
+mod full_device;
+mod hard_links;
+mod locks;
+mod mount_access;
+mod mount_ops;
+mod mount_prop;
+mod permissions;
+mod posix_suite;
+mod preload;
+mod rpc_counts;
+mod shared_file;
+mod special_xattr;

@@ -1,0 +1,132 @@
+//! What each metadata operation costs in requests, through the library, on three daemons:
+//! a create, stat, open, unlink and mkdir in a directory the client knows take one request
+//! on their critical path (a directory's time update may go alongside, never before or
+//! after). Printed as a table, asserted per operation.
+
+use eddy_client::{Client, Creds};
+use eddy_testkit::Cluster;
+use std::collections::BTreeMap;
+
+/// Requests an operation sent, by kind, leaving out directory-time updates (sent alongside
+/// the change, or deferred to a timer that may fire at any moment).
+async fn cost<T, F: std::future::Future<Output = T>>(
+    c: &Client,
+    op: F,
+) -> (T, BTreeMap<&'static str, u64>) {
+    let before = c.rpc_counts();
+    let out = op.await;
+    let after = c.rpc_counts();
+    let diff = after
+        .into_iter()
+        .filter(|(k, _)| *k != "touch_dir")
+        .filter_map(|(k, n)| {
+            let d = n - before.get(k).copied().unwrap_or(0);
+            (d > 0).then_some((k, d))
+        })
+        .collect();
+    (out, diff)
+}
+
+fn one(kind: &'static str) -> BTreeMap<&'static str, u64> {
+    BTreeMap::from([(kind, 1)])
+}
+
+#[test]
+fn metadata_operations_take_one_request() {
+    let cl = Cluster::start(3);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = rt.block_on(cl.client());
+    let me = Creds::root();
+    rt.block_on(async {
+        // The first operation in a directory looks it up once.
+        let (made, first) = cost(&c, c.mkdir("/d", 0o755, me)).await;
+        made.unwrap();
+        let mut table = vec![("mkdir /d (root not yet known)", first.clone())];
+        assert_eq!(first.get("stat"), Some(&1), "{first:?}");
+
+        let (f, create) = cost(&c, c.create("/d/f", 0o644, true, me)).await;
+        let f = f.unwrap();
+        c.close(&f).await.unwrap();
+        assert_eq!(create, one("create"), "create in a known directory");
+        table.push(("create /d/f", create));
+
+        let (st, stat) = cost(&c, c.stat("/d/f")).await;
+        st.unwrap();
+        assert_eq!(stat, one("stat"));
+        table.push(("stat /d/f", stat));
+
+        let (g, open) = cost(&c, c.open("/d/f", libc::O_RDONLY, 0, me)).await;
+        c.close(&g.unwrap()).await.unwrap();
+        assert_eq!(open, one("stat"), "open of an existing file");
+        table.push(("open /d/f", open));
+
+        let (e, mkdir) = cost(&c, c.mkdir("/d/e", 0o755, me)).await;
+        e.unwrap();
+        assert_eq!(
+            mkdir,
+            BTreeMap::from([("count_subdirs", 1), ("create", 1)]),
+            "mkdir: the entry and its parent's link count, at once"
+        );
+        table.push(("mkdir /d/e", mkdir));
+
+        let (u, unlink) = cost(&c, c.unlink("/d/f", me)).await;
+        u.unwrap();
+        assert_eq!(unlink, one("remove"), "unlink of a file with no data");
+        table.push(("unlink /d/f", unlink));
+
+        // A directory another client removes is noticed by this one when its entry expires;
+        // its own rmdir forgets it at once.
+        c.rmdir("/d/e", me).await.unwrap();
+        let (again, _) = cost(&c, c.create("/d/e/x", 0o644, true, me)).await;
+        assert_eq!(again.err().map(|e| e.errno), Some(libc::ENOENT));
+
+        for (op, counts) in table {
+            println!("{op:32} {counts:?}");
+        }
+    });
+}
+
+/// Requests the daemons have served, summed (the status requests of this call included).
+fn served(rt: &tokio::runtime::Runtime, c: &Client) -> u64 {
+    rt.block_on(c.daemon_status())
+        .into_iter()
+        .map(|(_, s)| s.unwrap().requests)
+        .sum()
+}
+
+/// Through the mount, a missing name is asked for once per negative TTL: the kernel keeps
+/// the answer. A create through the same mount replaces it at once; a file created through
+/// another mount appears when it expires.
+#[test]
+fn a_mount_remembers_missing_names() {
+    let m = eddy_testkit::Mounted::start(3);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = rt.block_on(m.cluster.client());
+    m.ok("mkdir d && ls d");
+    let overhead = served(&rt, &c).abs_diff(served(&rt, &c));
+    let before = served(&rt, &c);
+    for _ in 0..5 {
+        assert!(std::fs::metadata(m.path("d/missing")).is_err());
+    }
+    let asked = served(&rt, &c) - before - overhead;
+    assert_eq!(
+        asked, 1,
+        "five stats of a missing name reached the daemons {asked} times"
+    );
+    // The same mount creates it: seen at once.
+    std::fs::write(m.path("d/missing"), b"here").unwrap();
+    assert_eq!(std::fs::read(m.path("d/missing")).unwrap(), b"here");
+    // Another mount creates a name this one was told is missing: it appears within the
+    // negative TTL (1 s by default).
+    assert!(std::fs::metadata(m.path("d/later")).is_err());
+    let other = m.another_mount();
+    std::fs::write(other.path("d/later"), b"x").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::metadata(m.path("d/later")).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "d/later never appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

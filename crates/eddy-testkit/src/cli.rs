@@ -1,0 +1,64 @@
+//! Helpers for tests that drive the `eddy` binary as a user would.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// The `eddy` command, using this build's `eddyd` and ignoring the caller's `EDDY_STATE`.
+pub fn eddy_cmd() -> Command {
+    let mut c = Command::new(super::eddy_bin());
+    c.env("EDDY_DAEMON_BIN", super::eddyd_bin())
+        .env_remove("EDDY_STATE")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Runs `eddy ARGS` to completion.
+pub fn eddy(args: &[&str]) -> Output {
+    eddy_cmd().args(args).output().expect("run eddy")
+}
+
+/// A command's status and both outputs, for failure messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `eddy ARGS`, which must succeed.
+pub fn ok(args: &[&str]) -> Output {
+    let out = eddy(args);
+    assert!(
+        out.status.success(),
+        "eddy {args:?} failed:\n{}",
+        text(&out)
+    );
+    out
+}
+
+/// Runs `eddy ARGS`, which must fail; returns its stderr.
+pub fn fails(args: &[&str]) -> String {
+    let out = eddy(args);
+    assert!(
+        !out.status.success(),
+        "eddy {args:?} should fail:\n{}",
+        text(&out)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A path as an argument.
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// A TCP port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
