@@ -23,9 +23,12 @@ demo-slurm: build
 	bash scripts/demo-slurm.sh $(RELEASE)
 
 ## Every test: unit, property and integration tests (real daemons, real FUSE mounts, netns hosts).
+## One test at a time in each binary: an integration test brings a whole deployment (three or
+## more daemons, FUSE mounts, Slurm, GlusterFS), and two of them at once on a 2-core machine
+## starve each other's deadlines.
 test: deps
 	$(CARGO) build --bins
-	$(CARGO) test --workspace --no-fail-fast
+	$(CARGO) test --workspace --no-fail-fast -- --test-threads=1
 
 ## The fuzz targets (crates/eddy-fuzz) under libFuzzer, coverage-guided, a million inputs each,
 ## and the whole-daemon storm with a million frames (`make test` runs them bounded).

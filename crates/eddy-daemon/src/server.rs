@@ -180,6 +180,18 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
                 .checksums
                 .then(|| settings.config.checksum_block()),
         );
+        let recovered = chunks.recover_unsynced().map_err(|e| DaemonError::Meta {
+            path: root.join(CHUNKS_DIR),
+            message: format!(
+                "recomputing the checksums of files written since their last sync: {e}"
+            ),
+        })?;
+        if recovered > 0 {
+            tracing::info!(
+                files = recovered,
+                "checksums of files written since their last sync recomputed after an unclean stop"
+            );
+        }
         let tier = Tier::open(
             meta.tier_records(),
             Arc::clone(&backend),
