@@ -289,9 +289,16 @@ async fn supervise(
 
 async fn cleanup(state: &Arc<State>) -> Result<(), DaemonError> {
     let st = Arc::clone(state);
-    let persisted = tokio::task::spawn_blocking(move || st.meta.persist())
-        .await
-        .map_err(|e| DaemonError::Persist(e.to_string()))?;
+    // The requests drained: files with no write in flight need no checksums recomputed at
+    // the next start.
+    let persisted = tokio::task::spawn_blocking(move || {
+        if let Err(e) = st.chunks.settle_marks() {
+            tracing::warn!("the marks of files written since their last sync stay: {e}");
+        }
+        st.meta.persist()
+    })
+    .await
+    .map_err(|e| DaemonError::Persist(e.to_string()))?;
     let root = &state.settings.root;
     if let Err(e) = ready::remove_ready(root) {
         tracing::warn!(error = %e, "cannot remove the ready file");

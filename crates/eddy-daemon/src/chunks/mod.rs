@@ -658,10 +658,15 @@ impl ChunkStore {
 
     /// Makes everything under the chunk directory durable (syncfs of its file system).
     pub fn sync_all(&self) -> Result<(), Errno> {
+        let marks = self.marks_begun();
         let dir =
             File::open(&self.dir).map_err(|e| Errno::from_io(&e, "opening the chunk directory"))?;
         nix::unistd::syncfs(&dir)
-            .map_err(|e| Errno::new(e as i32, format!("syncing the chunk file system: {e}")))
+            .map_err(|e| Errno::new(e as i32, format!("syncing the chunk file system: {e}")))?;
+        for (id, begun) in marks {
+            self.synced(id, Some(begun))?;
+        }
+        Ok(())
     }
 
     /// The whole chunk as held here (verified, with checksums on), `None` when absent: what

@@ -4,7 +4,8 @@
 //! their bytes, and every later read of them would be EIO, although no sync had promised
 //! them. So, with checksums on, a file is marked in the chunk map's keyspace (a 17-byte key,
 //! apart from the 24-byte chunk records) before its first write since its last sync; a sync
-//! of the file clears the mark when no write ran meanwhile; and at open, the checksums of
+//! of the file (or of everything) clears the mark when no write ran meanwhile, as does a
+//! clean stop for files with no write in flight; and at open, the checksums of
 //! every file still marked (the daemon stopped uncleanly) are computed again from its data,
 //! then the mark goes. Blocks a sync made durable are not changed by that: their data and
 //! checksums were synced together and no write touched them since.
@@ -96,6 +97,30 @@ impl ChunkStore {
         Ok(())
     }
 
+    /// The marked files and how many writes of each had begun (read before a sync of
+    /// everything).
+    pub(super) fn marks_begun(&self) -> Vec<(FileId, u64)> {
+        lock(&self.unsynced)
+            .iter()
+            .map(|(&id, p)| (id, p.begun))
+            .collect()
+    }
+
+    /// At a clean stop, once the requests drained: the marks of files with no write in
+    /// flight go (each write stored its data and its checksums; only a write cut in the
+    /// middle leaves them apart).
+    pub fn settle_marks(&self) -> Result<(), Errno> {
+        let settled: Vec<FileId> = lock(&self.unsynced)
+            .iter()
+            .filter(|(_, p)| p.in_flight == 0)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in settled {
+            self.synced(id, self.writes_begun(id))?;
+        }
+        Ok(())
+    }
+
     /// A removed file's mark goes with it.
     pub(super) fn unmark(&self, id: FileId) -> Result<(), Errno> {
         lock(&self.unsynced).remove(&id);
@@ -177,5 +202,14 @@ mod tests {
         // The mark went with the recovery.
         let f = reopen(f);
         assert_eq!(f.store.recover_unsynced().unwrap(), 0);
+        // A sync of everything, or a clean stop, settles the marks of files not being
+        // written: nothing is recomputed at the next open.
+        f.store.write(3, &piece, &[5u8; CS as usize]).unwrap();
+        f.store.sync_all().unwrap();
+        f.store.write(4, &piece, &[6u8; CS as usize]).unwrap();
+        f.store.settle_marks().unwrap();
+        let f = reopen(f);
+        assert_eq!(f.store.recover_unsynced().unwrap(), 0);
+        assert_eq!(f.store.read(4, &piece).unwrap(), vec![6u8; CS as usize]);
     }
 }
