@@ -180,18 +180,6 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
                 .checksums
                 .then(|| settings.config.checksum_block()),
         );
-        let recovered = chunks.recover_unsynced().map_err(|e| DaemonError::Meta {
-            path: root.join(CHUNKS_DIR),
-            message: format!(
-                "recomputing the checksums of files written since their last sync: {e}"
-            ),
-        })?;
-        if recovered > 0 {
-            tracing::info!(
-                files = recovered,
-                "checksums of files written since their last sync recomputed after an unclean stop"
-            );
-        }
         let tier = Tier::open(
             meta.tier_records(),
             Arc::clone(&backend),
@@ -289,16 +277,9 @@ async fn supervise(
 
 async fn cleanup(state: &Arc<State>) -> Result<(), DaemonError> {
     let st = Arc::clone(state);
-    // The requests drained: files with no write in flight need no checksums recomputed at
-    // the next start.
-    let persisted = tokio::task::spawn_blocking(move || {
-        if let Err(e) = st.chunks.settle_marks() {
-            tracing::warn!("the marks of files written since their last sync stay: {e}");
-        }
-        st.meta.persist()
-    })
-    .await
-    .map_err(|e| DaemonError::Persist(e.to_string()))?;
+    let persisted = tokio::task::spawn_blocking(move || st.meta.persist())
+        .await
+        .map_err(|e| DaemonError::Persist(e.to_string()))?;
     let root = &state.settings.root;
     if let Err(e) = ready::remove_ready(root) {
         tracing::warn!(error = %e, "cannot remove the ready file");

@@ -43,10 +43,6 @@ impl ChunkStore {
             let (key, value) = guard
                 .into_inner()
                 .map_err(|e| Errno::eio(format!("reading the chunk map: {e}")))?;
-            if let Some(id) = super::unsynced::marked(&key) {
-                lock(&self.marked_at_open).push(id);
-                continue;
-            }
             let (Ok(id), Ok(k), Ok(len)) = (
                 <[u8; 16]>::try_from(key.get(..16).unwrap_or_default()),
                 <[u8; 8]>::try_from(key.get(16..).unwrap_or_default()),

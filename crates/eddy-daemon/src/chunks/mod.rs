@@ -25,9 +25,7 @@
 //! layout marker, `map.rs` the chunk map (slots, the records, the usage counters and the
 //! capacity), `cache.rs` the cache of open data files, `sums.rs` the checksum files and
 //! verified reads, `scrub.rs` the scrub, `io.rs` positioned reads, hole punching and
-//! directory syncs, `unsynced.rs` the marks of files written since their last sync (their
-//! checksums recomputed after a crash); this file holds the store itself and its reads and
-//! writes.
+//! directory syncs; this file holds the store itself and its reads and writes.
 
 mod cache;
 #[cfg(test)]
@@ -37,7 +35,6 @@ mod layout;
 mod map;
 mod scrub;
 mod sums;
-mod unsynced;
 
 use crate::locks::StripedLocks;
 use crate::DaemonError;
@@ -89,9 +86,6 @@ pub struct ChunkStore {
     /// Blocks found bad (each once) and writes refused for a corrupted payload.
     checksum_errors: AtomicU64,
     corrupt_payloads: AtomicU64,
-    /// Files written since their last sync (`unsynced.rs`), and those found marked at open.
-    unsynced: Mutex<HashMap<FileId, unsynced::Pending>>,
-    marked_at_open: Mutex<Vec<FileId>>,
 }
 
 /// Bytes read and the checksums of their block-aligned segments.
@@ -130,8 +124,6 @@ impl ChunkStore {
             bad: Mutex::default(),
             checksum_errors: AtomicU64::new(0),
             corrupt_payloads: AtomicU64::new(0),
-            unsynced: Mutex::default(),
-            marked_at_open: Mutex::default(),
         }
         .checksums(Some(DEFAULT_BLOCK.min(chunk_size)));
         store.load().map_err(|e| DaemonError::Meta {
@@ -350,7 +342,6 @@ impl ChunkStore {
             if *gone {
                 continue; // removed meanwhile: the next round makes a new slot
             }
-            let _writing = self.begin_write(id)?;
             let file = self.data_file(id, &slot, true)?;
             let old = lock(&slot.chunks).get(&p.chunk).copied();
             let new_sums = match (self.block, &file) {
@@ -514,8 +505,6 @@ impl ChunkStore {
         let Some(slot) = self.slot(id) else {
             return Ok(());
         };
-        // A cut block's data and checksum change apart, as a write's do.
-        let _writing = self.begin_write(id)?;
         let listed: Vec<(u64, u64)> = lock(&slot.chunks).iter().map(|(k, l)| (*k, *l)).collect();
         for (k, _) in listed {
             let start = k.saturating_mul(self.chunk_size);
@@ -614,7 +603,6 @@ impl ChunkStore {
             }
         }
         self.forget_bad(id, None);
-        self.unmark(id)?;
         let listed: Vec<u64> = lock(&slot.chunks).keys().copied().collect();
         for k in listed {
             self.record(&slot, id, k, None)?;
@@ -641,12 +629,10 @@ impl ChunkStore {
         let Some(f) = self.data_file(id, &slot, false)? else {
             return Ok(());
         };
-        let begun = self.writes_begun(id);
         f.data.sync_data().map_err(|e| file_err(&e, id))?;
         if let Some(sf) = &f.sums {
             sf.sync_data().map_err(|e| file_err(&e, id))?;
         }
-        self.synced(id, begun)?;
         if slot.fresh.swap(false, Ordering::AcqRel) {
             if let Err(e) = sync_dir(&self.dir.join(subdir_of(id))) {
                 slot.fresh.store(true, Ordering::Release);
@@ -658,15 +644,10 @@ impl ChunkStore {
 
     /// Makes everything under the chunk directory durable (syncfs of its file system).
     pub fn sync_all(&self) -> Result<(), Errno> {
-        let marks = self.marks_begun();
         let dir =
             File::open(&self.dir).map_err(|e| Errno::from_io(&e, "opening the chunk directory"))?;
         nix::unistd::syncfs(&dir)
-            .map_err(|e| Errno::new(e as i32, format!("syncing the chunk file system: {e}")))?;
-        for (id, begun) in marks {
-            self.synced(id, Some(begun))?;
-        }
-        Ok(())
+            .map_err(|e| Errno::new(e as i32, format!("syncing the chunk file system: {e}")))
     }
 
     /// The whole chunk as held here (verified, with checksums on), `None` when absent: what
