@@ -508,7 +508,7 @@ async fn admit_frame<R: AsyncRead + Unpin>(
 /// Bytes a request's reply may carry beyond its own frame: a read's data.
 fn reply_bytes(req: &Request) -> u64 {
     match req {
-        Request::Read(r) => r.pieces.iter().map(|p| u64::from(p.len)).sum(),
+        Request::Read(r) => eddy_proto::Piece::total(&r.pieces),
         _ => 0,
     }
 }

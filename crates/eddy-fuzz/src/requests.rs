@@ -146,7 +146,7 @@ impl Requests {
         };
         let op = req.op_name();
         let read_len: Option<u64> = match &req {
-            Request::Read(r) => Some(r.pieces.iter().map(|p| u64::from(p.len)).sum()),
+            Request::Read(r) => Some(Piece::total(&r.pieces)),
             _ => None,
         };
         let shown = shorten(format!("{req:?}"));

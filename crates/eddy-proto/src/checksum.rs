@@ -155,7 +155,7 @@ pub fn verify(
     block: u64,
 ) -> Result<Option<Mismatch>, Errno> {
     let want = count(pieces, block);
-    let bytes: u64 = pieces.iter().map(|p| u64::from(p.len)).sum();
+    let bytes = Piece::total(pieces);
     if sums.len() != want || bytes != data.len() as u64 {
         return Err(Errno::new(
             libc::EPROTO,

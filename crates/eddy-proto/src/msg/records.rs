@@ -381,6 +381,13 @@ pub struct Piece {
     pub len: u32,
 }
 
+impl Piece {
+    /// The bytes of pieces, together.
+    pub fn total(pieces: &[Piece]) -> u64 {
+        pieces.iter().map(|p| u64::from(p.len)).sum()
+    }
+}
+
 /// What a data request on a file under a linked prefix tells the chunk's daemon.
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -238,10 +238,9 @@ impl Request {
         if !self.op().props().grows() {
             return None;
         }
-        let pieces = |p: &[Piece]| p.iter().map(|p| u64::from(p.len)).sum();
         Some(match self {
-            Request::Write(w) => pieces(&w.pieces),
-            Request::Allocate(a) => pieces(&a.pieces),
+            Request::Write(w) => Piece::total(&w.pieces),
+            Request::Allocate(a) => Piece::total(&a.pieces),
             Request::PutChunk(c) => c.data.len() as u64,
             _ => 0,
         })
