@@ -129,8 +129,17 @@ impl Client {
         if self.retried(&from, &to).await? {
             return Ok(());
         }
-        let linked = self.same_tier(&from, &to)?;
+        // A linked file moving to one of Eddy's hidden names (the mount's file unlinked while
+        // open) leaves the backend tier (`detach`); anything else crossing a tier is EXDEV.
+        let detaching = self.detaches(&from, &to);
+        let linked = !detaching && self.same_tier(&from, &to)?;
         let src = self.stat_norm(&from).await?;
+        if detaching && src.kind == FileKind::Dir {
+            return Err(Errno::new(
+                libc::EXDEV,
+                format!("{to}: a hidden name of Eddy's own is not for a directory"),
+            ));
+        }
         self.check_parent(&to, creds).await?;
         let dst = match self.stat_norm(&to).await {
             Ok(i) => Some(i),
@@ -161,6 +170,8 @@ impl Client {
         let moving = async {
             if src.kind == FileKind::Dir {
                 self.rename_dir(&from, &to, src.clone()).await
+            } else if detaching {
+                self.detach(&from, &to, &src).await
             } else {
                 self.rename_entry(&from, &to, &src, linked).await
             }
@@ -202,6 +213,34 @@ impl Client {
         self.meta(to, insert(to, moved, true)).await?;
         self.meta(from, remove_any(from)).await?;
         if linked {
+            self.rebind(from, to).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves a linked file to one of Eddy's hidden names (`eddy_config::HIDDEN_ORPHAN`),
+    /// which the backend never sees: the file's data is fetched whole and pinned (its backend
+    /// copy is about to go), the new entry is written without tier state, the old one is
+    /// removed (the backend copy with it, as an unlink does), and then the daemons forget
+    /// the file's tier records, so that nothing of it is written back or evicted. A crash
+    /// before the last step leaves the hidden entry (as any crash of the mount does) and
+    /// dirty chunks a later stage-out writes back under the old name; never a hidden name.
+    /// A name of a file with other names keeps the data where those names are.
+    async fn detach(&self, from: &str, to: &str, src: &Inode) -> Result<(), Errno> {
+        let alone = src.shared.is_none();
+        if alone {
+            self.stage_in_file(from, true).await?;
+        }
+        let mut moved = src.clone();
+        moved.ctime = Timespec::now();
+        moved.tier = None;
+        self.meta(to, insert(to, moved, true)).await?;
+        let unlink = req::Remove {
+            path: from.to_string(),
+            kind: RemoveKind::NotDir,
+        };
+        self.meta(from, unlink).await?;
+        if alone {
             self.rebind(from, to).await?;
         }
         Ok(())
@@ -460,6 +499,17 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// Whether `to` is one of Eddy's hidden names in a directory of the linked prefix that
+    /// `from` lies under.
+    fn detaches(&self, from: &str, to: &str) -> bool {
+        let cfg = self.config();
+        let hidden = path::split(to).is_some_and(|(_, name)| eddy_config::is_hidden_orphan(name));
+        let parent = path::split(to).map(|(dir, _)| dir);
+        hidden
+            && cfg.link_for(from).is_some()
+            && cfg.link_for(from) == parent.and_then(|d| cfg.link_for(d))
     }
 
     /// Whether a rename (or a link) stays within one linked prefix (true) or within the

@@ -111,7 +111,7 @@ impl Client {
     }
 
     /// Fetches every chunk of one linked file on the daemons that own them, all at once.
-    async fn stage_in_file(&self, path: &str, pin: bool) -> Result<u64, Errno> {
+    pub(crate) async fn stage_in_file(&self, path: &str, pin: bool) -> Result<u64, Errno> {
         let f = self
             .open(path, libc::O_RDONLY, 0, crate::Creds::root())
             .await?;

@@ -298,6 +298,16 @@ impl std::str::FromStr for Wire {
     }
 }
 
+/// Prefix of the hidden name a file unlinked through the mount while open lives on under
+/// until its last close (as on NFS). Names with it are Eddy's own: left out of listings, and
+/// under a linked prefix never written to the backend nor imported from it.
+pub const HIDDEN_ORPHAN: &str = ".eddy-unlinked-";
+
+/// Whether a name is one of Eddy's hidden names for files unlinked while open.
+pub fn is_hidden_orphan(name: &str) -> bool {
+    name.starts_with(HIDDEN_ORPHAN)
+}
+
 /// A namespace prefix linked to a backend directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -364,11 +374,14 @@ impl Link {
         Ok(())
     }
 
-    /// Whether the normalised path `path` lies at or under this link's prefix.
+    /// Whether the normalised path `path` lies at or under this link's prefix. A path with
+    /// a hidden name of Eddy's own (`is_hidden_orphan`) is not covered: it stays in Eddy and
+    /// never reaches the backend.
     pub fn covers(&self, path: &str) -> bool {
-        self.prefix == "/"
+        let under = self.prefix == "/"
             || path == self.prefix
-            || (path.starts_with(&self.prefix) && path.as_bytes()[self.prefix.len()] == b'/')
+            || (path.starts_with(&self.prefix) && path.as_bytes()[self.prefix.len()] == b'/');
+        under && !path.split('/').any(is_hidden_orphan)
     }
 
     /// The backend path of a normalised namespace path this link covers.
@@ -667,6 +680,9 @@ mod tests {
         let root = Link::parse("/=/pfs").unwrap();
         assert_eq!(root.prefix, "/");
         assert!(root.covers("/x"));
+        // Eddy's hidden names, and whatever lies below one, are never the backend's.
+        assert!(!l.covers("/in/a/.eddy-unlinked-00ff") && !root.covers("/.eddy-unlinked-1/x"));
+        assert!(l.covers("/in/a/eddy-unlinked-00ff") && l.covers("/in/.eddy-unlinke"));
         assert_eq!(root.backend_path("/x/y"), PathBuf::from("/pfs/x/y"));
         assert_eq!(root.backend_path("/"), PathBuf::from("/pfs"));
         assert!(Link::parse("in=/pfs").is_err());

@@ -606,8 +606,24 @@ impl Tier {
         Ok(changed.len() as u64)
     }
 
-    /// A linked entry moved from `from` to `to`: the records of files under it follow.
+    /// A linked entry moved from `from` to `to`: the records of files under it follow. When
+    /// `to` is not linked (a hidden name of Eddy's own, `eddy_config::HIDDEN_ORPHAN`), the
+    /// files leave the tier: their records are forgotten and their chunks stay in the chunk
+    /// store as scratch data, never written back nor evicted.
     pub fn rebind(&self, from: &str, to: &str) -> Result<(), Errno> {
+        if self.backend.link_for(to).is_none() {
+            let leaving: Vec<FileId> = self
+                .maps()
+                .files
+                .iter()
+                .filter(|(_, f)| under(&f.path, from))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in leaving {
+                self.forget(id)?;
+            }
+            return Ok(());
+        }
         let moved: Vec<(FileId, FileRec)> = {
             let mut maps = self.maps();
             let mut out = Vec::new();

@@ -3,13 +3,7 @@
 
 use super::*;
 
-/// Prefix of the hidden name a file unlinked while open lives on under.
-pub(super) const HIDDEN_ORPHAN: &str = ".eddy-unlinked-";
-
-/// Whether a directory entry is a file unlinked while open (left out of listings).
-pub(crate) fn is_hidden_orphan(name: &str) -> bool {
-    name.starts_with(HIDDEN_ORPHAN)
-}
+pub(crate) use eddy_config::{is_hidden_orphan, HIDDEN_ORPHAN};
 
 impl EddyFs {
     pub(super) fn do_rename(

@@ -298,5 +298,6 @@ fn set_mtime(p: &Path, sec: u64, nsec: u32) {
 mod cache;
 mod command;
 mod failures;
+mod hidden;
 mod reads;
 mod writes;
