@@ -165,7 +165,7 @@ pub fn data_out(site: &Site, job: u32, say: Say) -> Result<()> {
         return Ok(());
     }
     let paths: Vec<PathBuf> = rec.request.stage_out.iter().map(PathBuf::from).collect();
-    let report = eddy_deploy::stage::stage_out(&jd.state(), &paths)?;
+    let report = eddy_deploy::stage::stage_out(&jd.state(), &paths, false)?;
     for line in report.lines("staged out", "nothing to stage out: no dirty data") {
         say.out(&line);
     }

@@ -223,6 +223,11 @@ pub struct StageOutArgs {
     /// instead of one line per file.
     #[arg(long)]
     pub json: bool,
+    /// Write this deployment's copy of a file over a backend copy that another writer
+    /// changed since this deployment took it (a conflict, shown by `eddy status`); without
+    /// it such files are not written back and the command fails naming them.
+    #[arg(long)]
+    pub overwrite: bool,
     /// Linked prefixes or trees under them to write back (default: every linked prefix).
     #[arg(value_name = "PATH")]
     pub paths: Vec<PathBuf>,

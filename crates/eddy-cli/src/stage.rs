@@ -17,7 +17,7 @@ pub fn stage_in(args: StageInArgs) -> Result<()> {
 
 pub fn stage_out(args: StageOutArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
-    let report = stage::stage_out(&state, &args.paths)?;
+    let report = stage::stage_out(&state, &args.paths, args.overwrite)?;
     print(
         &report,
         "staged out",

@@ -271,6 +271,7 @@ fn print_table(report: &Report) {
     }
     if !report.links.is_empty() {
         print_tier_table(&report.daemons);
+        print_conflicts(&report.daemons);
     }
 }
 
@@ -304,6 +305,31 @@ fn print_tier_table(rows: &[DaemonRow]) {
             t.evictions,
             watermarks(t),
         );
+    }
+}
+
+/// The dirty files whose backend copy another writer changed (decision 0030), if any.
+fn print_conflicts(rows: &[DaemonRow]) {
+    let tiers = || rows.iter().filter_map(|r| r.tier.as_ref());
+    let count: u64 = tiers().map(|t| t.conflicts).sum();
+    if count == 0 {
+        return;
+    }
+    let (files, them) = if count == 1 {
+        ("file", "it")
+    } else {
+        ("files", "them")
+    };
+    outln!(
+        "conflicts: {count} {files} changed in the backend by another writer while this deployment holds unsaved changes; a stage-out does not write {them} (`eddy stage-out --overwrite` does):"
+    );
+    let mut listed = 0;
+    for p in tiers().flat_map(|t| &t.conflict_paths) {
+        outln!("  {p}");
+        listed += 1;
+    }
+    if (listed as u64) < count {
+        outln!("  ... and {} more", count - listed as u64);
     }
 }
 

@@ -175,14 +175,39 @@ impl Client {
     /// dirty chunks (pwrite + fsync into the backend file), in parallel; then the metadata
     /// owners finalise the files (create, size, mode, times). One result per file is
     /// returned; `progress` sees each daemon's part of a file as it ends (bytes add up).
+    ///
+    /// A dirty file whose backend copy changed since this deployment took it (another writer,
+    /// on another cache: decision 0030) is not written back: its result is the conflict
+    /// (EBUSY), and its chunks are held back until a stage-out `with overwrite` lets this
+    /// copy win.
     pub async fn stage_out(
         &self,
         paths: &[String],
         progress: &(dyn Fn(&FileResult) + Sync),
     ) -> Result<Vec<FileResult>, Errno> {
+        self.stage_out_with(paths, false, progress).await
+    }
+
+    /// `stage_out`; with `overwrite`, the files in conflict with their backend copy are
+    /// written over it.
+    pub async fn stage_out_with(
+        &self,
+        paths: &[String],
+        overwrite: bool,
+        progress: &(dyn Fn(&FileResult) + Sync),
+    ) -> Result<Vec<FileResult>, Errno> {
         let prefixes = self.linked_prefixes(paths)?;
         let mut merged: BTreeMap<String, FileResult> = BTreeMap::new();
         let mut failed: HashSet<FileId> = HashSet::new();
+        for prefix in &prefixes {
+            for o in self.check_backend(prefix, overwrite).await? {
+                if o.error.is_some() {
+                    failed.insert(o.file_id);
+                    report(std::slice::from_ref(&o), progress);
+                    merge(&mut merged, o);
+                }
+            }
+        }
         for prefix in &prefixes {
             let outcomes = self
                 .paged_everywhere(
@@ -255,6 +280,67 @@ impl Client {
             all.extend(r?);
         }
         Ok(all)
+    }
+
+    /// The metadata owners check their dirty files under `prefix` against the backend
+    /// (decision 0030), and the daemons holding their chunks hold back those in conflict
+    /// (EBUSY; with `overwrite`, let go of every file that passed). Returns the outcomes of
+    /// the check.
+    async fn check_backend(
+        &self,
+        prefix: &str,
+        overwrite: bool,
+    ) -> Result<Vec<FileOutcome>, Errno> {
+        // What eviction wrote back already changed the backend copy by this deployment's
+        // hand: not a conflict.
+        let mut ours: Vec<FileId> = Vec::new();
+        for written in self
+            .rpc()
+            .all_ok(|| req::WrittenBack {
+                prefix: prefix.to_string(),
+            })
+            .await?
+        {
+            ours.extend(written.files.iter().map(|f| f.file_id));
+        }
+        ours.sort_unstable();
+        ours.dedup();
+        let checked = self
+            .paged_everywhere(
+                |after| req::CheckBackend {
+                    prefix: prefix.to_string(),
+                    after,
+                    limit: FLUSH_PAGE,
+                    overwrite,
+                    ours: ours.clone(),
+                },
+                |files, after| files.last().map(|f| f.path.clone()).or(after),
+                &|_| {},
+            )
+            .await?;
+        let conflict = |o: &&FileOutcome| o.error.as_ref().is_some_and(|e| e.errno == libc::EBUSY);
+        let conflicts: Vec<&FileOutcome> = checked.iter().filter(conflict).collect();
+        let clear: Vec<&FileOutcome> = checked.iter().filter(|o| o.error.is_none()).collect();
+        let hold = |files: Vec<&FileOutcome>, hold: bool| {
+            let files: Vec<FileId> = files.iter().map(|o| o.file_id).collect();
+            async move {
+                if files.is_empty() {
+                    return Ok(());
+                }
+                self.rpc()
+                    .all_ok(|| req::HoldBack {
+                        files: files.clone(),
+                        hold,
+                    })
+                    .await
+                    .map(|_| ())
+            }
+        };
+        hold(conflicts, true).await?;
+        if overwrite {
+            hold(clear, false).await?;
+        }
+        Ok(checked)
     }
 
     /// The metadata owners finalise the written-back files under `prefix` (all but `skip`).

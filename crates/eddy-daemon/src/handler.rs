@@ -222,7 +222,11 @@ impl State {
             fs_files_free: vfs.files_free() as u64,
             chunk_bytes,
             chunks,
-            tier: self.tier.status(&self.chunks),
+            tier: {
+                let mut t = self.tier.status(&self.chunks);
+                (t.conflict_paths, t.conflicts) = self.tier.conflicts(&self.meta);
+                t
+            },
             entries: self.meta.entries(),
             uptime_s: self.started.elapsed().as_secs(),
             requests: self.requests.load(Ordering::Relaxed),

@@ -36,10 +36,11 @@ pub fn stage_in(state: &StateDir, paths: &[PathBuf], pin: bool) -> Result<Report
 }
 
 /// Writes the dirty data under `paths` (every linked prefix when empty) of the deployment in
-/// `state` back to the backend; returns once it is durable there.
-pub fn stage_out(state: &StateDir, paths: &[PathBuf]) -> Result<Report> {
+/// `state` back to the backend; returns once it is durable there. Files in conflict with
+/// their backend copy (another writer) fail, or with `overwrite` are written over it.
+pub fn stage_out(state: &StateDir, paths: &[PathBuf], overwrite: bool) -> Result<Report> {
     let (paths, rt, client) = linked(state, paths)?;
-    Ok(write_back(&rt, &client, &paths, "stage-out"))
+    Ok(write_back(&rt, &client, &paths, overwrite, "stage-out"))
 }
 
 /// Pins released by `unpin`.
@@ -70,10 +71,16 @@ pub fn unpin(state: &StateDir, paths: &[PathBuf]) -> Result<Unpinned> {
 /// with a progress bar labelled `label`. A failure of the whole operation (a daemon
 /// unreachable) is the report's `error`, with the files that ended before it. The client
 /// must be used in `rt` only (its connections live there).
-pub fn write_back(rt: &Runtime, client: &Client, paths: &[String], label: &str) -> Report {
+pub fn write_back(
+    rt: &Runtime,
+    client: &Client,
+    paths: &[String],
+    overwrite: bool,
+    label: &str,
+) -> Report {
     let bar = Bar::new(label);
     let start = Instant::now();
-    let result = rt.block_on(client.stage_out(paths, &|r| bar.part_ended(r)));
+    let result = rt.block_on(client.stage_out_with(paths, overwrite, &|r| bar.part_ended(r)));
     bar.finish();
     match result {
         Ok(files) => Report::new(files, start.elapsed(), None),

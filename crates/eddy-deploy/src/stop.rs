@@ -89,7 +89,7 @@ pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped>
 fn flush(state: &StateDir, dep: &Deployment, after_unmount: bool, say: Say) -> Result<()> {
     let rt = crate::runtime()?;
     let client = stage::client(dep.clone())?;
-    let report = stage::write_back(&rt, &client, &[], "write-back");
+    let report = stage::write_back(&rt, &client, &[], false, "write-back");
     if report.error.is_none() && report.failed == 0 {
         if !report.files.is_empty() {
             say.out(&format!("eddy: {}", report.summary("wrote back")));

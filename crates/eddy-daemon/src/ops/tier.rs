@@ -66,3 +66,33 @@ impl Apply for req::FinalizeDirty {
         Ok(Flushed { files, more })
     }
 }
+
+impl Apply for req::CheckBackend {
+    fn apply(self, st: &State) -> Result<Flushed, Errno> {
+        let (files, more) = st.tier.check_dirty(
+            &st.meta,
+            &self.prefix,
+            self.after.as_deref(),
+            self.limit,
+            (self.overwrite, &self.ours),
+        )?;
+        Ok(Flushed { files, more })
+    }
+}
+
+impl Apply for req::WrittenBack {
+    fn apply(self, st: &State) -> Result<Flushed, Errno> {
+        let limits = st.meta.limits();
+        let prefix = normalize(&self.prefix, limits)?;
+        Ok(Flushed {
+            files: st.tier.written_back(&prefix),
+            more: false,
+        })
+    }
+}
+
+impl Apply for req::HoldBack {
+    fn apply(self, st: &State) -> Result<u64, Errno> {
+        st.tier.hold_back(&self.files, self.hold)
+    }
+}

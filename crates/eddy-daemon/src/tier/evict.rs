@@ -71,13 +71,16 @@ impl Tier {
     /// back first; only with `write_back`), until the use is at most `target`. Returns the
     /// chunks evicted.
     fn evict_to(&self, chunks: &ChunkStore, target: u64, write_back: bool) -> Result<u64, Errno> {
-        let mut candidates: Vec<(bool, u64, FileId, u64)> = self
-            .maps()
+        let maps = self.maps();
+        let mut candidates: Vec<(bool, u64, FileId, u64)> = maps
             .chunks
             .iter()
-            .filter(|(_, c)| !c.pinned && (write_back || !c.dirty))
+            .filter(|((id, _), c)| {
+                !c.pinned && (!c.dirty || (write_back && !maps.held_back.contains(id)))
+            })
             .map(|((id, k), c)| (c.dirty, c.last_use, *id, *k))
             .collect();
+        drop(maps);
         candidates.sort_unstable();
         let mut evicted = 0u64;
         let mut last_err = None;
@@ -99,7 +102,7 @@ impl Tier {
     }
 
     /// Evicts one chunk, writing it back first if dirty (only with `write_back`); false if
-    /// it is pinned, gone, or dirty without `write_back`.
+    /// it is pinned, gone, or dirty without `write_back` or held back.
     fn evict_chunk(
         &self,
         chunks: &ChunkStore,
@@ -110,7 +113,9 @@ impl Tier {
         let (dirty, path) = {
             let maps = self.maps();
             match (maps.chunks.get(&(id, k)), maps.files.get(&id)) {
-                (Some(c), Some(f)) if !c.pinned && (write_back || !c.dirty) => {
+                (Some(c), Some(f))
+                    if !c.pinned && (!c.dirty || (write_back && !maps.held_back.contains(&id))) =>
+                {
                     (c.dirty, f.path.clone())
                 }
                 _ => return Ok(false),
@@ -119,6 +124,7 @@ impl Tier {
         if dirty {
             let no_limit = Instant::now() + Duration::from_secs(3600);
             self.flush_file(chunks, id, &path, Some(k), no_limit)?;
+            self.written_back_by_eviction(id)?;
         }
         let _guard = chunks.lock(id, k);
         let rec = {

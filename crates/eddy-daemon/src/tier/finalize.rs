@@ -23,6 +23,29 @@ impl Tier {
         after: Option<&str>,
         limit: u32,
     ) -> Result<(Vec<FileOutcome>, bool), Errno> {
+        let (todo, mut more) = self.dirty_files(meta, prefix, skip, after, limit)?;
+        let deadline = std::time::Instant::now() + self.flush_budget;
+        let mut outcomes = Vec::new();
+        for p in todo {
+            if std::time::Instant::now() >= deadline {
+                more = true;
+                break;
+            }
+            outcomes.push(self.finalize_one(meta, &p));
+        }
+        Ok((outcomes, more))
+    }
+
+    /// The paths of the dirty files of `meta` under `prefix` (all but `skip`), after the
+    /// path `after`, at most `limit`, and whether more remain.
+    pub(super) fn dirty_files(
+        &self,
+        meta: &MetaStore,
+        prefix: &str,
+        skip: &[FileId],
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<String>, bool), Errno> {
         let (norm, _) = meta.key_of(prefix)?;
         let mut todo: Vec<String> = Vec::new();
         let mut more = false;
@@ -57,16 +80,7 @@ impl Tier {
                 break;
             }
         }
-        let deadline = std::time::Instant::now() + self.flush_budget;
-        let mut outcomes = Vec::new();
-        for p in todo {
-            if std::time::Instant::now() >= deadline {
-                more = true;
-                break;
-            }
-            outcomes.push(self.finalize_one(meta, &p));
-        }
-        Ok((outcomes, more))
+        Ok((todo, more))
     }
 
     /// Creates, sizes and stamps the backend copy of one dirty file, then records it clean.
@@ -85,6 +99,7 @@ impl Tier {
                 return Ok(());
             };
             out.file_id = ino.file_id;
+            self.refuse_conflict(p, ino.file_id)?;
             let bp = self
                 .linked(p)
                 .ok_or_else(|| Errno::einval(format!("{p} is not linked")))?;
@@ -97,7 +112,8 @@ impl Tier {
                 backend_size: seen.stat.size,
                 dirty: false,
             });
-            meta.put(&key, &ino, true)
+            meta.put(&key, &ino, true)?;
+            self.settled(ino.file_id)
         })();
         out.error = result.err();
         out

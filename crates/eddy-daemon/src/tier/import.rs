@@ -224,6 +224,9 @@ impl Tier {
                 }
                 Some(_) => {}
             }
+        } else {
+            let now = self.backend.entry(&bp)?;
+            self.note_if_moved(&norm, &ino, now.as_ref())?;
         }
         if for_write {
             if let Some(t) = ino.tier.as_mut() {

@@ -14,11 +14,14 @@
 //! State lives in memory and in the fjall keyspace `tier` (same journal as the metadata, so
 //! a Sync makes it durable with the data): `c<id><k>` → flags of a cached chunk, `f<id>` →
 //! the file's namespace path and the chunks written back and evicted, `d<path>` → the
-//! backend mtime a linked directory's children were imported at. Every chunk operation
+//! backend mtime a linked directory's children were imported at; `x<id>`, `w<id>` and
+//! `h<id>`: a file in conflict with its backend copy, being written back, held back
+//! (`conflicts.rs`). Every chunk operation
 //! runs under the chunk's lock in the chunk store, so concurrent readers of a missing chunk
 //! cause one backend read, and a write racing a write-back is never marked clean.
 //! No coordination with other daemons: each one evicts and writes back its own chunks.
 
+mod conflicts;
 mod evict;
 mod finalize;
 mod import;
@@ -32,7 +35,7 @@ use eddy_proto::path::PathLimits;
 use eddy_proto::sync::lock;
 use eddy_proto::{Backing, Errno, FileId, FileOutcome, Piece, TierStatus};
 use fjall::Keyspace;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,6 +73,10 @@ struct FileRec {
 struct Maps {
     chunks: HashMap<(FileId, u64), Chunk>,
     files: HashMap<FileId, FileRec>,
+    /// Files whose dirty chunks are not written back (in conflict with their backend copy).
+    held_back: HashSet<FileId>,
+    /// Files with dirty chunks written back by eviction since their last stage-out.
+    evicted_dirty: HashSet<FileId>,
 }
 
 /// The tier's state on one daemon.
@@ -140,6 +147,17 @@ impl Tier {
             };
             let rec: FileRec = bincode::deserialize(&value).unwrap_or_default();
             maps.files.insert(FileId::from_be_bytes(id_bytes), rec);
+        }
+        for (tag, set) in [
+            (conflicts::HELD, &mut maps.held_back),
+            (conflicts::EVICTED, &mut maps.evicted_dirty),
+        ] {
+            for guard in records.prefix([tag]) {
+                let (key, _) = guard.into_inner().map_err(|e| rec_err("load", e))?;
+                if let Ok(id) = <[u8; 16]>::try_from(&key[1..]) {
+                    set.insert(FileId::from_be_bytes(id));
+                }
+            }
         }
         let mut stale = Vec::new();
         let mut clock = 0u64;
@@ -467,6 +485,7 @@ impl Tier {
                 .iter()
                 .filter(|(id, f)| {
                     after.is_none_or(|a| **id > a)
+                        && !maps.held_back.contains(id)
                         && under(&f.path, prefix)
                         && f.held
                             .iter()
@@ -487,6 +506,10 @@ impl Tier {
             }
             let (bytes, complete, error) = match self.flush_file(chunks, id, &path, None, deadline)
             {
+                Ok((b, true)) => match self.written_back_whole(id) {
+                    Ok(()) => (b, true, None),
+                    Err(e) => (b, true, Some(e)),
+                },
                 Ok((b, complete)) => (b, complete, None),
                 Err(e) => (0, true, Some(e)),
             };
@@ -643,6 +666,10 @@ impl Tier {
 
     /// The file's chunks are gone (unlink, new generation): forget them.
     pub fn forget(&self, id: FileId) -> Result<(), Errno> {
+        if self.maps().held_back.contains(&id) {
+            self.hold_back(&[id], false)?;
+        }
+        self.written_back_whole(id)?;
         let held = {
             let mut maps = self.maps();
             let Some(f) = maps.files.remove(&id) else {
@@ -696,7 +723,7 @@ impl Tier {
         self.save_file(id, &rec)
     }
 
-    /// The tier's figures for status.
+    /// The tier's figures for status (without the conflicts: `conflicts`).
     pub fn status(&self, chunks: &ChunkStore) -> TierStatus {
         let (cap, _) = self.capacity(chunks);
         let mut s = TierStatus {
@@ -707,6 +734,7 @@ impl Tier {
             capacity_bytes: cap,
             high_watermark_bytes: cap / 100 * self.high_pct,
             low_watermark_bytes: cap / 100 * self.low_pct,
+            held_back: self.maps().held_back.len() as u64,
             ..TierStatus::default()
         };
         for c in self.maps().chunks.values() {

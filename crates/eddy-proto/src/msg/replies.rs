@@ -66,6 +66,12 @@ pub struct TierStatus {
     pub capacity_bytes: u64,
     pub high_watermark_bytes: u64,
     pub low_watermark_bytes: u64,
+    /// Dirty files whose backend copy another writer changed (decision 0030), on the
+    /// metadata owner: their number and the first paths.
+    pub conflicts: u64,
+    pub conflict_paths: Vec<String>,
+    /// Files whose dirty chunks here are held back from write-back (in conflict).
+    pub held_back: u64,
 }
 
 /// The outcome for one file of a flush or finalisation on one daemon.

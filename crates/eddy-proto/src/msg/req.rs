@@ -551,3 +551,44 @@ pub struct RepairFor {
 pub struct Repair {
     pub full: bool,
 }
+
+/// Checks this daemon's dirty entries under `prefix` against their backend copies before a
+/// stage-out writes them back (decision 0030): a backend copy that changed since this
+/// deployment took it (another writer, on another cache) is a conflict, reported as the
+/// file's error and kept until resolved; with `overwrite`, the copy here wins and the
+/// conflict is cleared. After the path `after`, at most `limit`. Replies `Flushed`: one
+/// outcome per dirty file checked.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckBackend {
+    #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+    pub prefix: String,
+    #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::opt_path))]
+    pub after: Option<String>,
+    pub limit: u32,
+    pub overwrite: bool,
+    /// Files this deployment's daemons wrote back in part by eviction since their last
+    /// stage-out (`WrittenBack`): their backend copy changed by this deployment's hand.
+    pub ours: Vec<FileId>,
+}
+
+/// The files under `prefix` whose dirty chunks this daemon wrote back by eviction since
+/// their last stage-out (decision 0030). Replies `Flushed` (one outcome per file, the bytes
+/// it wrote back that way).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrittenBack {
+    #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+    pub prefix: String,
+}
+
+/// Holds back (`hold`) or lets go again the write-back of this daemon's dirty chunks of
+/// `files` (files in conflict with their backend copy, decision 0030): held back, they are
+/// neither written back by a stage-out nor by eviction. Replies `Count`: the files held
+/// back here now.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldBack {
+    pub files: Vec<FileId>,
+    pub hold: bool,
+}

@@ -300,4 +300,5 @@ mod command;
 mod failures;
 mod hidden;
 mod reads;
+mod two_writers;
 mod writes;
