@@ -50,6 +50,11 @@ print("getcwd-4096", "ok" if r else errno.errorcode.get(ctypes.get_errno()))
 big = ctypes.create_string_buffer(64 * 1024)
 r = libc.getcwd(big, 64 * 1024)
 print("getcwd-64k", "ok" if r else errno.errorcode.get(ctypes.get_errno()), r is not None and len(r) - len(base))
+libc.realpath.restype = ctypes.c_char_p
+r = libc.realpath(b".", None)
+print("realpath-allocated", "ok" if r else errno.errorcode.get(ctypes.get_errno()), r is not None and len(r) - len(base))
+r = libc.realpath(b".", ctypes.create_string_buffer(4096))
+print("realpath-buffer", "ok" if r else errno.errorcode.get(ctypes.get_errno()))
 
 
 def create(name, data):
