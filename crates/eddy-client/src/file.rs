@@ -251,10 +251,12 @@ impl Client {
             }
             perm::check(&inode, creds, want, &p)?;
         }
+        // O_TRUNC of an existing file truncates it even when it looks empty (another client's
+        // unpublished writes may have grown it, and Linux moves its mtime and ctime anyway).
         if inode.kind == FileKind::File
             && flags & libc::O_TRUNC != 0
             && acc != libc::O_RDONLY
-            && inode.size > 0
+            && !created
         {
             let attr = SetAttr {
                 size: Some(0),

@@ -74,9 +74,19 @@ impl Client {
         creds: Creds,
     ) -> Result<Inode, Errno> {
         let p = self.norm(linkpath)?;
-        if target.is_empty() || target.contains('\0') || target.len() > self.0.limits.max_path {
+        if target.is_empty() || target.contains('\0') {
             return Err(Errno::einval(
-                "symlink target must be non-empty, NUL-free and within the path limit",
+                "symlink target must be non-empty and NUL-free",
+            ));
+        }
+        if target.len() > eddy_proto::path::MAX_SYMLINK_TARGET {
+            return Err(Errno::new(
+                libc::ENAMETOOLONG,
+                format!(
+                    "symlink target of {} bytes exceeds {} bytes",
+                    target.len(),
+                    eddy_proto::path::MAX_SYMLINK_TARGET
+                ),
             ));
         }
         let inode = new_inode(FileKind::Symlink, 0o777, creds, Some(target.to_string()));

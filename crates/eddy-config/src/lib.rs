@@ -33,6 +33,10 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// The largest `max_path_bytes` accepted: 60 KiB, below the 64 KiB a metadata store key can
+/// hold (fjall), leaving room for the bytes some keys add to a path (hints, directory marks).
+pub const MAX_PATH_BYTES_LIMIT: usize = 60 * 1024;
+
 /// Every tunable of a deployment. Defaults are documented per field; a TOML file may set any
 /// subset of them (missing fields take the default).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,7 +140,13 @@ pub struct Config {
     /// kernel sends to Eddy for a sequential reader get (the kernel's default for FUSE is
     /// 128). 0 leaves the kernel's value. Default 1 024.
     pub fuse_read_ahead_kb: u32,
-    /// Longest accepted path, in bytes (ENAMETOOLONG beyond). Default 4096.
+    /// Longest accepted path from the namespace root, in bytes (ENAMETOOLONG beyond). The
+    /// kernel bounds the path string of one call (PATH_MAX, 4096), not the depth of a tree:
+    /// a program that works in a deep directory with relative names reaches paths from the
+    /// root of any length, through the mount and the preload library alike. This bound is
+    /// the stores' (a path is a metadata key, and fjall keys hold at most 64 KiB), at most
+    /// `MAX_PATH_BYTES_LIMIT` (60 KiB). Symbolic link targets stay within 4095 bytes, as
+    /// Linux's. Default 32 768.
     pub max_path_bytes: usize,
     /// Longest accepted path component, in bytes (ENAMETOOLONG beyond). Default 255.
     pub max_name_bytes: usize,
@@ -429,7 +439,7 @@ impl Default for Config {
             fuse_attr_ttl_ms: 1_000,
             fuse_negative_ttl_ms: 1_000,
             fuse_read_ahead_kb: 1024,
-            max_path_bytes: 4096,
+            max_path_bytes: 32 * 1024,
             max_name_bytes: 255,
             port: 7750,
             start_timeout_s: 60,
@@ -469,6 +479,14 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "max_rpc_data_bytes {} must be at least 1 MiB below max_frame_bytes {}",
                 self.max_rpc_data_bytes, self.max_frame_bytes
+            )));
+        }
+        if self.max_path_bytes < 4096 || self.max_path_bytes > MAX_PATH_BYTES_LIMIT {
+            return Err(ConfigError::Invalid(format!(
+                "max_path_bytes {} must be between 4096 and {MAX_PATH_BYTES_LIMIT}: a path is a \
+                 metadata key (with a few bytes more in some records), and the store's keys \
+                 hold at most 64 KiB",
+                self.max_path_bytes
             )));
         }
         if self.chunk_size > u64::from(self.max_rpc_data_bytes) {
@@ -619,6 +637,23 @@ mod tests {
         let c = Config::default();
         c.validate().unwrap();
         assert_eq!(c.chunk_size, 512 * 1024);
+    }
+
+    #[test]
+    fn the_path_limit_stays_within_what_the_stores_hold() {
+        assert_eq!(Config::default().max_path_bytes, 32 * 1024);
+        for (bytes, ok) in [
+            (4096, true),
+            (MAX_PATH_BYTES_LIMIT, true),
+            (4095, false),
+            (65536, false),
+        ] {
+            let c = Config {
+                max_path_bytes: bytes,
+                ..Config::default()
+            };
+            assert_eq!(c.validate().is_ok(), ok, "{bytes}");
+        }
     }
 
     #[test]

@@ -574,7 +574,8 @@ fn resolve_time(t: SetTime, now: Timespec) -> Timespec {
     }
 }
 
-/// Applies attribute changes; ctime becomes `now` if anything was asked to change. A chown
+/// Applies attribute changes; ctime becomes `now` if anything was asked to change, and so does
+/// mtime with a new size unless the request sets it. A chown
 /// or chgrp of anything but a directory clears the set-id bits (set-group-ID only with group
 /// execute), whoever asks, as Linux does, unless the same request sets the mode (the kernel
 /// sends the mode it computed with the owner).
@@ -596,8 +597,12 @@ fn apply_attr(mut ino: Inode, attr: &SetAttr, now: Timespec) -> Inode {
     if let Some(t) = attr.atime {
         ino.atime = resolve_time(t, now);
     }
-    if let Some(t) = attr.mtime {
-        ino.mtime = resolve_time(t, now);
+    match attr.mtime {
+        Some(t) => ino.mtime = resolve_time(t, now),
+        // A truncate (`truncate`, `ftruncate`, `O_TRUNC`) moves the mtime too, even to the
+        // size the file had, as Linux does; the kernel sends a FUSE setattr with the size only.
+        None if attr.size.is_some() => ino.mtime = now,
+        None => {}
     }
     if *attr != SetAttr::default() {
         ino.ctime = now;
@@ -633,6 +638,28 @@ mod tests {
     }
 
     #[test]
+    fn a_truncate_moves_mtime_unless_the_request_sets_it() {
+        let now = Timespec { sec: 100, nsec: 1 };
+        let same_size = SetAttr {
+            size: Some(3),
+            ..Default::default()
+        };
+        let ino = apply_attr(file(3), &same_size, now);
+        assert_eq!((ino.mtime, ino.ctime, ino.atime), (now, now, file(3).atime));
+        let given = SetAttr {
+            size: Some(0),
+            mtime: Some(SetTime::At(Timespec { sec: 5, nsec: 0 })),
+            ..Default::default()
+        };
+        assert_eq!(apply_attr(file(3), &given, now).mtime.sec, 5);
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        assert_eq!(apply_attr(file(3), &chmod, now).mtime, file(3).mtime);
+    }
+
+    #[test]
     fn chown_clears_setid_bits_of_files_only() {
         let now = Timespec { sec: 100, nsec: 1 };
         let chown = SetAttr {
@@ -657,6 +684,46 @@ mod tests {
         assert_eq!(apply_attr(setid, &both, now).mode, 0o4755);
         let dir = Inode::new(FileKind::Dir, 8, 0o2775, 1, 1);
         assert_eq!(apply_attr(dir, &chown, now).mode, 0o2775);
+    }
+
+    /// The longest path a configuration may allow is a key the store holds, in the entries
+    /// and in the hints that name it (`hint_key` adds 5 bytes); one byte more: ENAMETOOLONG.
+    #[test]
+    fn the_longest_allowed_path_fits_the_stores_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            max_path_bytes: eddy_config::MAX_PATH_BYTES_LIMIT,
+            ..Config::default()
+        };
+        let store = MetaStore::open(dir.path(), &config).unwrap();
+        let mut p = String::new();
+        while p.len() + 256 < config.max_path_bytes {
+            p.push('/');
+            p.push_str(&"x".repeat(255));
+        }
+        let last = config.max_path_bytes - p.len() - 1;
+        p.push('/');
+        p.push_str(&"y".repeat(last));
+        assert_eq!(p.len(), config.max_path_bytes);
+        store.create(&p, file(0), true, &NoBackend).unwrap();
+        assert_eq!(store.stat(&p, &NoBackend).unwrap().kind, FileKind::File);
+        let key = path::meta_key(&p);
+        let hints = crate::hints::Hints::open(store.hint_records().unwrap()).unwrap();
+        hints
+            .add(u32::MAX, [crate::hints::Item::Key(key.clone())])
+            .unwrap();
+        assert_eq!(
+            hints.page(u32::MAX, None, 1).unwrap(),
+            vec![crate::hints::Item::Key(key)]
+        );
+        let over = format!("{p}z");
+        assert_eq!(
+            store
+                .create(&over, file(0), true, &NoBackend)
+                .unwrap_err()
+                .errno,
+            libc::ENAMETOOLONG
+        );
     }
 
     #[test]

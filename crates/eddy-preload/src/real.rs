@@ -187,8 +187,13 @@ real! {
     setxattr(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, flags: c_int) -> c_int = -1;
     lsetxattr(path: *const c_char, name: *const c_char, v: *const c_void, n: size_t, flags: c_int) -> c_int = -1;
     fsetxattr(fd: c_int, name: *const c_char, v: *const c_void, n: size_t, flags: c_int) -> c_int = -1;
+    removexattr(path: *const c_char, name: *const c_char) -> c_int = -1;
+    lremovexattr(path: *const c_char, name: *const c_char) -> c_int = -1;
+    fremovexattr(fd: c_int, name: *const c_char) -> c_int = -1;
     mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int = -1;
     mknodat(dirfd: c_int, path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int = -1;
+    mkfifo(path: *const c_char, mode: mode_t) -> c_int = -1;
+    mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int = -1;
     umask(mask: mode_t) -> mode_t = 0o022;
     socket(domain: c_int, ty: c_int, proto: c_int) -> c_int = -1;
     epoll_create1(flags: c_int) -> c_int = -1;

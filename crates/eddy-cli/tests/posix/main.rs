@@ -11,6 +11,7 @@
 mod bad_input;
 mod client_ops;
 mod client_prop;
+mod deep_paths;
 mod full_device;
 mod hard_links;
 mod locks;
@@ -21,5 +22,7 @@ mod permissions;
 mod posix_suite;
 mod preload;
 mod rpc_counts;
+mod script_runs;
 mod shared_file;
 mod special_xattr;
+mod times;

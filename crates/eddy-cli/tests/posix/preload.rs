@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 
 const PREFIX: &str = "/eddy";
 
-fn preload_so() -> PathBuf {
+pub(crate) fn preload_so() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("test binary directory");
     for dir in [deps, deps.parent().unwrap_or(deps)] {

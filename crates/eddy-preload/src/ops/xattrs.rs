@@ -195,6 +195,48 @@ pub unsafe extern "C" fn fsetxattr(
     )
 }
 
+pub(super) fn removexattr_ours(p: String, name: *const c_char) -> R<c_int> {
+    // SAFETY: the caller's string.
+    let name = unsafe { cstr(name) }?.to_string();
+    let cr = creds();
+    run(move |c| async move { c.removexattr(&p, &name, cr).await })?;
+    Ok(0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn removexattr(path: *const c_char, name: *const c_char) -> c_int {
+    at!(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| {
+            let q =
+                follow_path(p)?.map_err(|_| Errno::new(libc::EOPNOTSUPP, "link leaves Eddy"))?;
+            removexattr_ours(q, name)
+        },
+        |rp| real::removexattr(rp, name)
+    )
+}
+#[no_mangle]
+pub unsafe extern "C" fn lremovexattr(path: *const c_char, name: *const c_char) -> c_int {
+    at!(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| removexattr_ours(p, name),
+        |rp| real::lremovexattr(rp, name)
+    )
+}
+#[no_mangle]
+pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
+    on_fd!(
+        fd,
+        -1,
+        |o| removexattr_ours(o.path.clone(), name),
+        real::fremovexattr(fd, name)
+    )
+}
+
 pub(super) fn mknod_ours(p: String, mode: mode_t, dev: libc::dev_t) -> R<c_int> {
     let kind = match mode & libc::S_IFMT {
         0 | libc::S_IFREG => {
@@ -240,6 +282,28 @@ pub unsafe extern "C" fn mknodat(
     at!(dirfd, path, -1, |p| mknod_ours(p, mode, dev), |rp| {
         real::mknodat(dirfd, rp, mode, dev)
     })
+}
+
+// glibc's mkfifo and mkfifoat call its mknodat internally, where no interposer sees them.
+#[no_mangle]
+pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
+    at!(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| mknod_ours(p, libc::S_IFIFO | (mode & 0o7777), 0),
+        |rp| real::mkfifo(rp, mode)
+    )
+}
+#[no_mangle]
+pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    at!(
+        dirfd,
+        path,
+        -1,
+        |p| mknod_ours(p, libc::S_IFIFO | (mode & 0o7777), 0),
+        |rp| real::mkfifoat(dirfd, rp, mode)
+    )
 }
 
 #[no_mangle]

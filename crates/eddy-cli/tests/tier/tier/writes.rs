@@ -246,3 +246,40 @@ async fn fsynced_dirty_data_survives_kill_9_and_reaches_the_backend() {
     }
     assert_eq!(total(&c, |t| t.dirty_bytes).await, 0);
 }
+
+/// A linked prefix's backend path is a kernel path, which the kernel bounds at PATH_MAX
+/// (4096 bytes) whatever the depth Eddy allows: a change written through to a backend path
+/// past it gives ENAMETOOLONG naming the backend path, at once (never EIO, never a hang),
+/// while unlinked paths of the same depth work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_paths_past_path_max_give_enametoolong() {
+    let backend = tempfile::tempdir().unwrap();
+    let b = backend.path();
+    let cl = Cluster::start_with(3, linked(&[("/l", b)]));
+    let c = cl.client().await;
+    let me = Creds::root();
+    let name = "n".repeat(250);
+    let (mut linked_dir, mut scratch) = ("/l".to_string(), "/s".to_string());
+    c.mkdir(&scratch, 0o755, me).await.unwrap();
+    let backend_len = |p: &str| b.as_os_str().len() + p.len() - "/l".len();
+    loop {
+        let next = format!("{linked_dir}/{name}");
+        if backend_len(&next) > 4095 {
+            let e = c.mkdir(&next, 0o755, me).await.unwrap_err();
+            assert_eq!(e.errno, libc::ENAMETOOLONG, "{e:?}");
+            assert!(e.msg.contains("backend"), "{e:?}");
+            break;
+        }
+        c.mkdir(&next, 0o755, me).await.unwrap();
+        linked_dir = next;
+        scratch = format!("{scratch}/{name}");
+        c.mkdir(&scratch, 0o755, me).await.unwrap();
+    }
+    // The same depth and more outside the linked prefix.
+    for _ in 0..4 {
+        scratch = format!("{scratch}/{name}");
+        c.mkdir(&scratch, 0o755, me).await.unwrap();
+    }
+    assert!(scratch.len() > 4096);
+    assert_eq!(c.stat(&scratch).await.unwrap().kind, FileKind::Dir);
+}
