@@ -116,6 +116,7 @@ fn finalize_backend_file(bp: &Path, ino: &Inode) -> std::io::Result<BackendEntry
         .open(bp)?;
     f.set_len(ino.size)?;
     f.set_permissions(std::fs::Permissions::from_mode(ino.mode))?;
+    super::xattrs::finalize(&f, bp, &ino.xattrs)?;
     let meta = f.metadata()?;
     {
         use std::os::unix::fs::MetadataExt;

@@ -54,6 +54,16 @@ pub(super) fn stub(e: &BackendEntry) -> Option<Inode> {
     })
 }
 
+/// The stub of the backend entry at `bp` with its extended attributes (decision 0029), if
+/// it exists and is of a kind Eddy holds. Runs on a backend thread.
+fn import_stub(bp: &std::path::Path) -> std::io::Result<Option<Inode>> {
+    let Some(mut inode) = read_entry(bp)?.as_ref().and_then(stub) else {
+        return Ok(None);
+    };
+    inode.xattrs = super::xattrs::read(bp, inode.kind);
+    Ok(Some(inode))
+}
+
 /// The tier's record of the backend mtime a linked directory was imported at.
 fn dir_marker_key(norm: &str) -> Vec<u8> {
     [b"d".as_slice(), norm.as_bytes()].concat()
@@ -70,7 +80,8 @@ impl Tier {
         let Some(bp) = self.linked(norm) else {
             return Ok(None);
         };
-        Ok(self.backend.entry(&bp)?.as_ref().and_then(stub))
+        let p = bp.clone();
+        self.backend.run("lstat", &bp, move || import_stub(&p))
     }
 
     /// Makes sure the children of the linked directory `dir` that this daemon owns are in
@@ -166,12 +177,12 @@ impl Tier {
         let entries = self.backend.run("lstat", &first_bp, move || {
             let mut out = Vec::with_capacity(targets.len());
             for (p, b) in targets {
-                out.push((p, read_entry(&b)?));
+                out.push((p, import_stub(&b)?));
             }
             Ok(out)
         })?;
         for (p, e) in entries {
-            let Some(inode) = e.as_ref().and_then(stub) else {
+            let Some(inode) = e else {
                 continue;
             };
             let key = path::meta_key(&p);
@@ -212,12 +223,17 @@ impl Tier {
                 Some(e)
                     if (e.stat.mtime, e.stat.size) != (tier.backend_mtime, tier.backend_size) =>
                 {
+                    let p = bp.clone();
+                    let xattrs = self.backend.run("getxattr", &bp, move || {
+                        Ok(super::xattrs::read(&p, FileKind::File))
+                    })?;
                     if let Some(fresh) = stub(&e) {
                         dropped = Some((ino.file_id, ino.size));
                         ino = Inode {
                             mode: ino.mode,
                             uid: ino.uid,
                             gid: ino.gid,
+                            xattrs,
                             ..fresh
                         };
                     }

@@ -23,6 +23,7 @@ mod evict;
 mod finalize;
 mod import;
 mod write_through;
+mod xattrs;
 
 use crate::backend::Backend;
 use crate::chunks::ChunkStore;

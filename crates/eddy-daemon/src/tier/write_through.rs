@@ -169,6 +169,23 @@ impl Through for Tier {
         }
         Ok(())
     }
+
+    /// setxattr and removexattr of the backend copy, if it exists (decision 0029).
+    fn xattr(
+        &self,
+        norm: &str,
+        kind: FileKind,
+        name: &str,
+        value: Option<&[u8]>,
+    ) -> Result<(), Errno> {
+        let Some(bp) = Tier::linked(self, norm) else {
+            return Ok(());
+        };
+        let (p, name, value) = (bp.clone(), name.to_string(), value.map(<[u8]>::to_vec));
+        self.backend.run("setxattr", &bp, move || {
+            super::xattrs::write_through(&p, kind, &name, value.as_deref())
+        })
+    }
 }
 
 impl Tier {

@@ -300,3 +300,4 @@ mod command;
 mod failures;
 mod reads;
 mod writes;
+mod xattrs;
