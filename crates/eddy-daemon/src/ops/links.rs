@@ -12,7 +12,11 @@ impl Apply for req::Link {
 
 impl Apply for req::DropName {
     fn apply(self, st: &State) -> Result<Inode, Errno> {
-        st.meta.drop_name(self.file_id)
+        let left = st.meta.drop_name(self.file_id)?;
+        if left.nlink == 0 {
+            st.tier.forget_names(self.file_id)?;
+        }
+        Ok(left)
     }
 }
 
@@ -44,5 +48,19 @@ impl Apply for req::OnIdentity {
                 other.op_name()
             ))),
         }
+    }
+}
+
+/// The backend half of a link under a linked prefix (decision 0029).
+impl Apply for req::BackendLink {
+    fn apply(self, st: &State) -> Result<(), Errno> {
+        st.tier
+            .backend_link(&st.meta, self.file_id, &self.from, &self.to)
+    }
+}
+
+impl Apply for req::LinkedNames {
+    fn apply(self, st: &State) -> Result<Vec<String>, Errno> {
+        st.tier.linked_names(self.file_id)
     }
 }

@@ -208,6 +208,17 @@ impl Tier {
             .get_or_import(&norm, &key, self)?
             .ok_or_else(|| Errno::enoent(&norm))?;
         let mut ino = meta.not_a_name(&norm, &key, ino)?;
+        if path::is_identity_key(&key) {
+            // A linked file with several names (decision 0029): an open for writing marks
+            // its identity dirty; the backend copy is not compared (it has no one name).
+            if let (Some(t), true) = (ino.tier.as_mut(), for_write) {
+                if !t.dirty {
+                    t.dirty = true;
+                    meta.put(&key, &ino, true)?;
+                }
+            }
+            return Ok((ino, None));
+        }
         let (Some(tier), FileKind::File, Some(bp)) = (ino.tier, ino.kind, self.linked(&norm))
         else {
             return Ok((ino, None));

@@ -22,6 +22,7 @@
 mod evict;
 mod finalize;
 mod import;
+mod links;
 mod write_through;
 mod xattrs;
 
@@ -623,7 +624,7 @@ impl Tier {
         for (id, rec) in &moved {
             self.save_file(*id, rec)?;
         }
-        Ok(())
+        self.rebind_names(from, to)
     }
 
     /// The file's chunks are gone (unlink, new generation): forget them.

@@ -298,6 +298,7 @@ fn set_mtime(p: &Path, sec: u64, nsec: u32) {
 mod cache;
 mod command;
 mod failures;
+mod links;
 mod reads;
 mod writes;
 mod xattrs;
