@@ -42,7 +42,7 @@ fn as_in_fixtures(bytes: &mut [u8]) {
     let index = (u64::from(v) * OLD_OPS) >> 32;
     let now = OP_NAMES.len() as u64;
     // The smallest choice that today's count scales to the same index.
-    let w = u32::try_from(((index << 32) + now - 1) / now).unwrap();
+    let w = u32::try_from((index << 32).div_ceil(now)).unwrap();
     let bytes4 = [w.to_le_bytes(), w.to_be_bytes()]
         .into_iter()
         .find(|b| u32::arbitrary(&mut Unstructured::new(b)).unwrap() == w)

@@ -26,6 +26,11 @@ impl Apply for req::DropName {
 impl Apply for req::OnIdentity {
     fn apply(self, st: &State) -> Result<Reply, Errno> {
         let op: Request = eddy_proto::decode(&self.op, self.op.len() as u64)?;
+        // Under a linked prefix: the identity of a backend file with several names is made
+        // here on first use, and the name is one to write back through (decision 0029).
+        if let Some(name) = op.path() {
+            st.tier.identity_of_name(&st.meta, self.file_id, name)?;
+        }
         let path = eddy_proto::path::identity_path(self.file_id);
         fn run<R: Apply>(st: &State, r: R) -> Result<Reply, Errno> {
             r.apply(st).map(ReplyType::into_reply)

@@ -56,11 +56,22 @@ pub(super) fn stub(e: &BackendEntry) -> Option<Inode> {
 
 /// The stub of the backend entry at `bp` with its extended attributes (decision 0029), if
 /// it exists and is of a kind Eddy holds. Runs on a backend thread.
-fn import_stub(bp: &std::path::Path) -> std::io::Result<Option<Inode>> {
-    let Some(mut inode) = read_entry(bp)?.as_ref().and_then(stub) else {
+/// A backend file with several names gets the file id its (st_dev, st_ino) gives and the
+/// backend's link count, for `Tier::share` to make it a name of one Eddy file.
+pub(super) fn import_stub(bp: &std::path::Path) -> std::io::Result<Option<Inode>> {
+    let Some(entry) = read_entry(bp)? else {
+        return Ok(None);
+    };
+    let Some(mut inode) = stub(&entry) else {
         return Ok(None);
     };
     inode.xattrs = super::xattrs::read(bp, inode.kind);
+    if inode.kind == FileKind::File && entry.stat.nlink > 1 {
+        inode.file_id = super::links::backend_file_id(entry.stat.dev, entry.stat.ino);
+        inode.nlink = u32::try_from(entry.stat.nlink)
+            .unwrap_or(u32::MAX)
+            .min(crate::meta::LINK_MAX);
+    }
     Ok(Some(inode))
 }
 
@@ -81,7 +92,8 @@ impl Tier {
             return Ok(None);
         };
         let p = bp.clone();
-        self.backend.run("lstat", &bp, move || import_stub(&p))
+        let inode = self.backend.run("lstat", &bp, move || import_stub(&p))?;
+        Ok(inode.map(|i| self.share(i)))
     }
 
     /// Makes sure the children of the linked directory `dir` that this daemon owns are in
@@ -182,7 +194,7 @@ impl Tier {
             Ok(out)
         })?;
         for (p, e) in entries {
-            let Some(inode) = e else {
+            let Some(inode) = e.map(|i| self.share(i)) else {
                 continue;
             };
             let key = path::meta_key(&p);

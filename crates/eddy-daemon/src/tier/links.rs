@@ -8,7 +8,7 @@
 use super::{rec_err, under, Tier};
 use crate::meta::MetaStore;
 use eddy_proto::path;
-use eddy_proto::{Errno, FileId, FileKind};
+use eddy_proto::{Errno, FileId, FileKind, Inode};
 use std::os::unix::fs::MetadataExt;
 
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -160,5 +160,101 @@ impl Tier {
         self.records
             .remove(names_key(id))
             .map_err(|e| rec_err("remove", e))
+    }
+}
+
+/// The file id of a backend file with several names: the same from any of its names, on
+/// any daemon (decision 0029).
+pub(super) fn backend_file_id(dev: u64, ino: u64) -> FileId {
+    let mut bytes = Vec::with_capacity(32);
+    bytes.extend_from_slice(b"eddy backend file\0");
+    bytes.extend_from_slice(&dev.to_be_bytes());
+    bytes.extend_from_slice(&ino.to_be_bytes());
+    xxhash_rust::xxh3::xxh3_128(&bytes)
+}
+
+impl Tier {
+    /// An imported stub of a backend file with several names (`import_stub`) becomes a name
+    /// of one Eddy file, whose identity record lives on the daemon placement gives its
+    /// identity path and is made there when a request first reaches it
+    /// (`identity_of_name`). Without the deployment's members: a file of its own.
+    pub(super) fn share(&self, mut inode: Inode) -> Inode {
+        if inode.kind != FileKind::File || inode.nlink <= 1 {
+            return inode;
+        }
+        match &self.members {
+            Some((placement, _)) => {
+                inode.shared = Some(placement.meta_owner(&path::identity_path(inode.file_id)));
+            }
+            None => {
+                inode.file_id = rand::random::<u128>();
+                inode.nlink = 1;
+            }
+        }
+        inode
+    }
+
+    /// A request on the identity record of the file `id` came through its name `name`: an
+    /// identity of a backend file with several names not held yet is made from the backend
+    /// (if `name` is still a name of that backend file), and `name` is recorded as one its
+    /// data may be written back through. Nothing for a name that is not linked.
+    pub fn identity_of_name(&self, meta: &MetaStore, id: FileId, name: &str) -> Result<(), Errno> {
+        let Ok((norm, _)) = meta.key_of(name) else {
+            return Ok(());
+        };
+        let Some(bp) = self.linked(&norm) else {
+            return Ok(());
+        };
+        let key = path::identity_key(id);
+        let _guard = meta.lock(&key);
+        if meta.get(&key)?.is_none() {
+            let Some((_, me)) = &self.members else {
+                return Ok(());
+            };
+            let p = bp.clone();
+            let found = self.backend.run("lstat", &bp, move || {
+                let Some(inode) = super::import::import_stub(&p)? else {
+                    return Ok(None);
+                };
+                let m = std::fs::symlink_metadata(&p)?;
+                Ok(Some((inode, m.dev(), m.ino())))
+            })?;
+            let Some((inode, dev, ino)) = found.filter(|(i, _, _)| i.file_id == id) else {
+                return Ok(()); // not that file any more: the request meets no identity (ENOENT)
+            };
+            let identity = Inode {
+                shared: Some(*me),
+                ..inode
+            };
+            meta.put(&key, &identity, false)?;
+            let names = Names {
+                dev,
+                ino,
+                paths: vec![norm],
+            };
+            return self.save_names(id, &names);
+        }
+        if let Some(mut names) = self.names(id)? {
+            if !names.paths.contains(&norm) {
+                names.paths.push(norm);
+                self.save_names(id, &names)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Tier {
+    /// The backend path a change of the entry `norm` is written through to: its own, or for
+    /// the identity record of a linked file with several names, that of one of its names
+    /// checked in the backend (none: the change reaches the backend at stage-out).
+    pub(super) fn through_path(&self, norm: &str) -> Result<Option<std::path::PathBuf>, Errno> {
+        let Some(id) = path::parse_identity(norm) else {
+            return Ok(self.linked(norm));
+        };
+        Ok(self
+            .linked_names(id)?
+            .first()
+            .and_then(|name| self.linked(name)))
     }
 }

@@ -128,7 +128,7 @@ impl Through for Tier {
 
     /// chmod, chown, truncate and utimens of the backend copy, if it was written back.
     fn set_attr(&self, norm: &str, attr: &SetAttr, new: &mut Inode) -> Result<(), Errno> {
-        let Some(bp) = Tier::linked(self, norm) else {
+        let Some(bp) = self.through_path(norm)? else {
             return Ok(());
         };
         let p = bp.clone();
@@ -178,7 +178,7 @@ impl Through for Tier {
         name: &str,
         value: Option<&[u8]>,
     ) -> Result<(), Errno> {
-        let Some(bp) = Tier::linked(self, norm) else {
+        let Some(bp) = self.through_path(norm)? else {
             return Ok(());
         };
         let (p, name, value) = (bp.clone(), name.to_string(), value.map(<[u8]>::to_vec));
