@@ -14,14 +14,9 @@ impl Client {
     pub async fn link(&self, old: &str, new: &str, creds: Creds) -> Result<Inode, Errno> {
         let old = self.norm(old)?;
         let new = self.norm(new)?;
-        if self.same_tier(&old, &new)? {
-            return Err(Errno::new(
-                libc::EOPNOTSUPP,
-                format!(
-                    "{old}: hard links under a linked prefix (the backend tier) are not supported"
-                ),
-            ));
-        }
+        // Under one linked prefix the link is made in the backend too (decision 0029);
+        // between a linked prefix and the rest, EXDEV.
+        let linked = self.same_tier(&old, &new)?;
         let src = self.stat_as(&old, creds).await?;
         if src.kind == FileKind::Dir {
             return Err(Errno::new(
@@ -41,6 +36,16 @@ impl Client {
             ));
         }
         self.check_parent(&new, creds).await?;
+        if linked {
+            // A backend entry at the new name is imported now, so the insert meets it (EEXIST).
+            match self.stat_raw(&new).await {
+                Ok(_) => {
+                    return Err(Errno::new(libc::EEXIST, format!("{new}: file exists")));
+                }
+                Err(e) if e.errno == libc::ENOENT => {}
+                Err(e) => return Err(e),
+            }
+        }
         // The count first, then the name: a failure in between leaves the count one too
         // high (the file outlives its last name), never one too low.
         let req = req::Link { path: old.clone() };
@@ -64,6 +69,30 @@ impl Client {
                 tracing::warn!(%old, %new, "link failed and its count stays one too high: {undo}");
             }
             return Err(e);
+        }
+        if linked {
+            // The backend's link after the name: a refusal takes the name out again.
+            let req = req::BackendLink {
+                file_id: file.file_id,
+                from: old.clone(),
+                to: new.clone(),
+            };
+            let holders = self.rpc().identity_holders(daemon);
+            if let Err(e) = self.failover_as(&holders, req).await {
+                let removed = self.meta(
+                    &new,
+                    req::Remove {
+                        path: new.clone(),
+                        kind: eddy_proto::RemoveKind::NotDir,
+                    },
+                );
+                if let Err(undo) = removed.await {
+                    tracing::warn!(%old, %new, "backend link failed and the new name stays: {undo}");
+                } else if let Err(undo) = self.drop_name(daemon, file.file_id).await {
+                    tracing::warn!(%old, %new, "link failed and its count stays one too high: {undo}");
+                }
+                return Err(e);
+            }
         }
         match self.merge_pending(file, epoch) {
             (file, true) => Ok(file),
@@ -95,17 +124,44 @@ impl Client {
             .await
     }
 
-    /// What removing the name whose record was `removed` leaves to do: a shared file counts
-    /// one name less and loses its data with the last one; any other file loses its data.
-    pub(crate) async fn release_name(&self, removed: &Inode) -> Result<(), Errno> {
-        match removed.shared {
-            Some(daemon) => self.drop_name(daemon, removed.file_id).await,
-            None => self.drop_file(removed).await,
+    /// What removing the name `name` whose record was `removed` leaves to do: a shared file
+    /// counts one name less and loses its data with the last one; any other file loses its
+    /// data. Under a linked prefix, the dirty data of a shared file that keeps other names
+    /// is written back through one of them from now on (decision 0029); `None` when the
+    /// name now names another file (a rename over it).
+    pub(crate) async fn release_name(
+        &self,
+        name: Option<&str>,
+        removed: &Inode,
+    ) -> Result<(), Errno> {
+        let Some(daemon) = removed.shared else {
+            return self.drop_file(removed).await;
+        };
+        let left = self.drop_name_left(daemon, removed.file_id).await?;
+        let Some(name) = name else {
+            return Ok(());
+        };
+        if left > 0 && self.config().link_for(name).is_some() {
+            let req = req::LinkedNames {
+                file_id: removed.file_id,
+            };
+            let names = self
+                .failover_as(&self.rpc().identity_holders(daemon), req)
+                .await?;
+            if let Some(other) = names.iter().find(|n| n.as_str() != name) {
+                self.rebind(name, other).await?;
+            }
         }
+        Ok(())
     }
 
     /// Counts one name less of a shared file; at zero its data goes.
     async fn drop_name(&self, daemon: u32, file_id: FileId) -> Result<(), Errno> {
+        self.drop_name_left(daemon, file_id).await.map(|_| ())
+    }
+
+    /// `drop_name`, answering the names left.
+    async fn drop_name_left(&self, daemon: u32, file_id: FileId) -> Result<u32, Errno> {
         let req = req::DropName { file_id };
         let left = self
             .failover_as(&self.rpc().identity_holders(daemon), req)
@@ -113,7 +169,7 @@ impl Client {
         if left.nlink == 0 {
             self.drop_file(&left).await?;
         }
-        Ok(())
+        Ok(left.nlink)
     }
 
     /// Drops the data of a file that lost its last name.

@@ -116,7 +116,7 @@ impl Client {
             Err(e) if e.errno == libc::ENOENT => return Err(self.refine_enoent(&p, e).await),
             Err(e) => return Err(e),
         };
-        self.release_name(&removed).await
+        self.release_name(Some(&p), &removed).await
     }
 
     pub async fn rmdir(&self, path: &str, creds: Creds) -> Result<(), Errno> {

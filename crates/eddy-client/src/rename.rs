@@ -190,7 +190,8 @@ impl Client {
         }
         if let Some(d) = dst {
             if d.kind != FileKind::Dir && d.file_id != src.file_id {
-                self.release_name(&d).await?;
+                // Its name now names the moved file: no write-back is rebound to it.
+                self.release_name(None, &d).await?;
             }
         }
         Ok(())
@@ -528,7 +529,7 @@ impl Client {
     }
 
     /// The daemons holding dirty chunks of files under `from` write them back under `to`.
-    async fn rebind(&self, from: &str, to: &str) -> Result<(), Errno> {
+    pub(crate) async fn rebind(&self, from: &str, to: &str) -> Result<(), Errno> {
         self.rpc()
             .all_ok(|| req::Rebind {
                 from: from.to_string(),

@@ -37,6 +37,9 @@ pub struct BackendStat {
     pub rdev: u64,
     /// Link count (for a directory: 2 and its subdirectories).
     pub nlink: u64,
+    /// The backend's device and inode numbers: names of one backend file share them.
+    pub dev: u64,
+    pub ino: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +87,8 @@ impl BackendStat {
             ctime: ts(m.ctime(), m.ctime_nsec()),
             rdev: m.rdev(),
             nlink: m.nlink(),
+            dev: m.dev(),
+            ino: m.ino(),
         }
     }
 }

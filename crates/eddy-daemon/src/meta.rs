@@ -19,7 +19,7 @@ mod stamp;
 mod through;
 mod xattr;
 
-pub use links::ESHARED;
+pub use links::{ESHARED, LINK_MAX};
 #[cfg(test)]
 pub use through::NoBackend;
 pub use through::Through;

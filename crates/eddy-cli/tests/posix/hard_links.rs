@@ -165,9 +165,31 @@ async fn link_errors_as_posix_says() {
     assert_eq!(errno(c.link("/f", "/taken", root).await), libc::EEXIST);
     assert_eq!(c.stat("/f").await.unwrap().nlink, 1);
     assert_eq!(errno(c.link("/f", "/pfs/f", root).await), libc::EXDEV);
+    // Under one linked prefix: a link there and in the backend (decision 0029).
     assert_eq!(
-        errno(c.link("/pfs/in_pfs", "/pfs/again", root).await),
-        libc::EOPNOTSUPP
+        c.link("/pfs/in_pfs", "/pfs/again", root)
+            .await
+            .unwrap()
+            .nlink,
+        2
+    );
+    {
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = (
+            std::fs::metadata(backend.path().join("in_pfs")).unwrap(),
+            std::fs::metadata(backend.path().join("again")).unwrap(),
+        );
+        assert_eq!(
+            (a.ino(), a.nlink()),
+            (b.ino(), 2),
+            "one backend file, two names"
+        );
+    }
+    // A new name the backend has already: EEXIST.
+    std::fs::write(backend.path().join("there"), b"t").unwrap();
+    assert_eq!(
+        errno(c.link("/pfs/in_pfs", "/pfs/there", root).await),
+        libc::EEXIST
     );
     // Symlinks and special files take more names like files.
     c.symlink("/f", "/sym", root).await.unwrap();

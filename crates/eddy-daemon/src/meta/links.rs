@@ -56,7 +56,7 @@ impl MetaStore {
 
     /// Counts one more name of the file at `p` (see `Request::Link`); `me` is this daemon's
     /// id, recorded in the names of a file whose identity record it creates. A linked path
-    /// (`via`) cannot have another name.
+    /// is imported through `via` first.
     pub fn link(&self, p: &str, me: u32, via: &dyn super::Through) -> Result<Inode, Errno> {
         let (norm, key) = self.key_of(p)?;
         let _guard = self.locks.lock(&key);
@@ -85,15 +85,9 @@ impl MetaStore {
             self.put(&key, &ino, true)?;
             return Ok(ino);
         }
+        // Under a linked prefix the client makes the link in the backend next (decision
+        // 0029, `Request::BackendLink`).
         let ino = self.not_a_name(&norm, &key, ino)?;
-        if ino.tier.is_some() || via.linked(&norm) {
-            return Err(Errno::new(
-                libc::EOPNOTSUPP,
-                format!(
-                    "{norm}: hard links under a linked prefix (the backend tier) are not supported"
-                ),
-            ));
-        }
         let identity = Inode {
             nlink: 2,
             shared: Some(me),

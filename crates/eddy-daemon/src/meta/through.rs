@@ -26,6 +26,18 @@ pub trait Through: Sync {
     /// Write-through of an attribute change; `new` is the entry after the change, whose
     /// record of the backend copy is refreshed.
     fn set_attr(&self, norm: &str, attr: &SetAttr, new: &mut Inode) -> Result<(), Errno>;
+
+    /// Write-through of a set (`Some`) or removal (`None`) of the extended attribute `name`
+    /// of an entry of `kind`.
+    fn xattr(
+        &self,
+        _norm: &str,
+        _kind: FileKind,
+        _name: &str,
+        _value: Option<&[u8]>,
+    ) -> Result<(), Errno> {
+        Ok(())
+    }
 }
 
 /// The store alone: no path is linked.

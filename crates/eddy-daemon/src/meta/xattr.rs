@@ -136,6 +136,12 @@ impl MetaStore {
     ) -> Result<Inode, Errno> {
         self.update(p, via, |norm, old| {
             let new = set(norm, old, name, value, how)?;
+            let value = new
+                .xattrs
+                .iter()
+                .find(|x| x.name == name)
+                .map(|x| &x.value[..]);
+            via.xattr(norm, new.kind, name, value)?;
             Ok((new.clone(), new))
         })
     }
@@ -143,6 +149,7 @@ impl MetaStore {
     pub fn remove_xattr(&self, p: &str, name: &str, via: &dyn Through) -> Result<Inode, Errno> {
         self.update(p, via, |norm, old| {
             let new = remove(norm, old, name)?;
+            via.xattr(norm, new.kind, name, None)?;
             Ok((new.clone(), new))
         })
     }

@@ -12,7 +12,11 @@ impl Apply for req::Link {
 
 impl Apply for req::DropName {
     fn apply(self, st: &State) -> Result<Inode, Errno> {
-        st.meta.drop_name(self.file_id)
+        let left = st.meta.drop_name(self.file_id)?;
+        if left.nlink == 0 {
+            st.tier.forget_names(self.file_id)?;
+        }
+        Ok(left)
     }
 }
 
@@ -22,6 +26,11 @@ impl Apply for req::DropName {
 impl Apply for req::OnIdentity {
     fn apply(self, st: &State) -> Result<Reply, Errno> {
         let op: Request = eddy_proto::decode(&self.op, self.op.len() as u64)?;
+        // Under a linked prefix: the identity of a backend file with several names is made
+        // here on first use, and the name is one to write back through (decision 0029).
+        if let Some(name) = op.path() {
+            st.tier.identity_of_name(&st.meta, self.file_id, name)?;
+        }
         let path = eddy_proto::path::identity_path(self.file_id);
         fn run<R: Apply>(st: &State, r: R) -> Result<Reply, Errno> {
             r.apply(st).map(ReplyType::into_reply)
@@ -44,5 +53,19 @@ impl Apply for req::OnIdentity {
                 other.op_name()
             ))),
         }
+    }
+}
+
+/// The backend half of a link under a linked prefix (decision 0029).
+impl Apply for req::BackendLink {
+    fn apply(self, st: &State) -> Result<(), Errno> {
+        st.tier
+            .backend_link(&st.meta, self.file_id, &self.from, &self.to)
+    }
+}
+
+impl Apply for req::LinkedNames {
+    fn apply(self, st: &State) -> Result<Vec<String>, Errno> {
+        st.tier.linked_names(self.file_id)
     }
 }

@@ -23,15 +23,37 @@ impl Tier {
         after: Option<&str>,
         limit: u32,
     ) -> Result<(Vec<FileOutcome>, bool), Errno> {
+        let (norm, _) = meta.key_of(prefix)?;
         let (todo, mut more) = self.dirty_files(meta, prefix, skip, after, limit)?;
-        let deadline = std::time::Instant::now() + self.flush_budget;
+        // Linked files with several names, whose identity records this daemon holds: on
+        // the first page, all of them (few), each through one of its names under `prefix`,
+        // so that the cursor (the last path) stays one of the scan's.
         let mut outcomes = Vec::new();
+        if after.is_none() {
+            let mut dirty = Vec::new();
+            meta.scan(&[0xFF], None, |_, inode| {
+                if inode.kind == FileKind::File
+                    && inode.tier.is_some_and(|t| t.dirty)
+                    && !skip.contains(&inode.file_id)
+                {
+                    dirty.push(inode.file_id);
+                }
+                Ok(true)
+            })?;
+            for id in dirty {
+                let names = self.linked_names(id)?;
+                if let Some(name) = names.iter().find(|p| path::is_within(p, &norm)) {
+                    outcomes.push(self.finalize_one(meta, path::identity_key(id), name));
+                }
+            }
+        }
+        let deadline = std::time::Instant::now() + self.flush_budget;
         for p in todo {
             if std::time::Instant::now() >= deadline {
                 more = true;
                 break;
             }
-            outcomes.push(self.finalize_one(meta, &p));
+            outcomes.push(self.finalize_one(meta, path::meta_key(&p), &p));
         }
         Ok((outcomes, more))
     }
@@ -50,8 +72,10 @@ impl Tier {
         let mut todo: Vec<String> = Vec::new();
         let mut more = false;
         let mut visit = |key: &[u8], inode: Inode| {
+            // A name of a linked file is finalised through its identity record (below).
             if inode.kind != FileKind::File
                 || !inode.tier.is_some_and(|t| t.dirty)
+                || inode.shared.is_some()
                 || skip.contains(&inode.file_id)
             {
                 return Ok(true);
@@ -83,9 +107,9 @@ impl Tier {
         Ok((todo, more))
     }
 
-    /// Creates, sizes and stamps the backend copy of one dirty file, then records it clean.
-    fn finalize_one(&self, meta: &MetaStore, p: &str) -> FileOutcome {
-        let key = path::meta_key(p);
+    /// Creates, sizes and stamps the backend copy at `p` of one dirty file (its record under
+    /// `key`: its name's, or its identity's), then records it clean.
+    fn finalize_one(&self, meta: &MetaStore, key: Vec<u8>, p: &str) -> FileOutcome {
         let _guard = meta.lock(&key);
         let mut out = FileOutcome {
             path: p.to_string(),
@@ -132,6 +156,7 @@ fn finalize_backend_file(bp: &Path, ino: &Inode) -> std::io::Result<BackendEntry
         .open(bp)?;
     f.set_len(ino.size)?;
     f.set_permissions(std::fs::Permissions::from_mode(ino.mode))?;
+    super::xattrs::finalize(&f, bp, &ino.xattrs)?;
     let meta = f.metadata()?;
     {
         use std::os::unix::fs::MetadataExt;

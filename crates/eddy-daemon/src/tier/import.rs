@@ -54,6 +54,27 @@ pub(super) fn stub(e: &BackendEntry) -> Option<Inode> {
     })
 }
 
+/// The stub of the backend entry at `bp` with its extended attributes (decision 0029), if
+/// it exists and is of a kind Eddy holds. Runs on a backend thread.
+/// A backend file with several names gets the file id its (st_dev, st_ino) gives and the
+/// backend's link count, for `Tier::share` to make it a name of one Eddy file.
+pub(super) fn import_stub(bp: &std::path::Path) -> std::io::Result<Option<Inode>> {
+    let Some(entry) = read_entry(bp)? else {
+        return Ok(None);
+    };
+    let Some(mut inode) = stub(&entry) else {
+        return Ok(None);
+    };
+    inode.xattrs = super::xattrs::read(bp, inode.kind);
+    if inode.kind == FileKind::File && entry.stat.nlink > 1 {
+        inode.file_id = super::links::backend_file_id(entry.stat.dev, entry.stat.ino);
+        inode.nlink = u32::try_from(entry.stat.nlink)
+            .unwrap_or(u32::MAX)
+            .min(crate::meta::LINK_MAX);
+    }
+    Ok(Some(inode))
+}
+
 /// The tier's record of the backend mtime a linked directory was imported at.
 fn dir_marker_key(norm: &str) -> Vec<u8> {
     [b"d".as_slice(), norm.as_bytes()].concat()
@@ -70,7 +91,9 @@ impl Tier {
         let Some(bp) = self.linked(norm) else {
             return Ok(None);
         };
-        Ok(self.backend.entry(&bp)?.as_ref().and_then(stub))
+        let p = bp.clone();
+        let inode = self.backend.run("lstat", &bp, move || import_stub(&p))?;
+        Ok(inode.map(|i| self.share(i)))
     }
 
     /// Makes sure the children of the linked directory `dir` that this daemon owns are in
@@ -166,12 +189,12 @@ impl Tier {
         let entries = self.backend.run("lstat", &first_bp, move || {
             let mut out = Vec::with_capacity(targets.len());
             for (p, b) in targets {
-                out.push((p, read_entry(&b)?));
+                out.push((p, import_stub(&b)?));
             }
             Ok(out)
         })?;
         for (p, e) in entries {
-            let Some(inode) = e.as_ref().and_then(stub) else {
+            let Some(inode) = e.map(|i| self.share(i)) else {
                 continue;
             };
             let key = path::meta_key(&p);
@@ -197,6 +220,17 @@ impl Tier {
             .get_or_import(&norm, &key, self)?
             .ok_or_else(|| Errno::enoent(&norm))?;
         let mut ino = meta.not_a_name(&norm, &key, ino)?;
+        if path::is_identity_key(&key) {
+            // A linked file with several names (decision 0029): an open for writing marks
+            // its identity dirty; the backend copy is not compared (it has no one name).
+            if let (Some(t), true) = (ino.tier.as_mut(), for_write) {
+                if !t.dirty {
+                    t.dirty = true;
+                    meta.put(&key, &ino, true)?;
+                }
+            }
+            return Ok((ino, None));
+        }
         let (Some(tier), FileKind::File, Some(bp)) = (ino.tier, ino.kind, self.linked(&norm))
         else {
             return Ok((ino, None));
@@ -212,12 +246,17 @@ impl Tier {
                 Some(e)
                     if (e.stat.mtime, e.stat.size) != (tier.backend_mtime, tier.backend_size) =>
                 {
+                    let p = bp.clone();
+                    let xattrs = self.backend.run("getxattr", &bp, move || {
+                        Ok(super::xattrs::read(&p, FileKind::File))
+                    })?;
                     if let Some(fresh) = stub(&e) {
                         dropped = Some((ino.file_id, ino.size));
                         ino = Inode {
                             mode: ino.mode,
                             uid: ino.uid,
                             gid: ino.gid,
+                            xattrs,
                             ..fresh
                         };
                     }

@@ -25,7 +25,9 @@ mod conflicts;
 mod evict;
 mod finalize;
 mod import;
+mod links;
 mod write_through;
+mod xattrs;
 
 use crate::backend::Backend;
 use crate::chunks::ChunkStore;
@@ -661,7 +663,7 @@ impl Tier {
         for (id, rec) in &moved {
             self.save_file(*id, rec)?;
         }
-        Ok(())
+        self.rebind_names(from, to)
     }
 
     /// The file's chunks are gone (unlink, new generation): forget them.

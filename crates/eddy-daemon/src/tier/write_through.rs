@@ -128,7 +128,7 @@ impl Through for Tier {
 
     /// chmod, chown, truncate and utimens of the backend copy, if it was written back.
     fn set_attr(&self, norm: &str, attr: &SetAttr, new: &mut Inode) -> Result<(), Errno> {
-        let Some(bp) = Tier::linked(self, norm) else {
+        let Some(bp) = self.through_path(norm)? else {
             return Ok(());
         };
         let p = bp.clone();
@@ -168,6 +168,23 @@ impl Through for Tier {
             t.backend_size = e.stat.size;
         }
         Ok(())
+    }
+
+    /// setxattr and removexattr of the backend copy, if it exists (decision 0029).
+    fn xattr(
+        &self,
+        norm: &str,
+        kind: FileKind,
+        name: &str,
+        value: Option<&[u8]>,
+    ) -> Result<(), Errno> {
+        let Some(bp) = self.through_path(norm)? else {
+            return Ok(());
+        };
+        let (p, name, value) = (bp.clone(), name.to_string(), value.map(<[u8]>::to_vec));
+        self.backend.run("setxattr", &bp, move || {
+            super::xattrs::write_through(&p, kind, &name, value.as_deref())
+        })
     }
 }
 

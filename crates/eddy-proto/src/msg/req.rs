@@ -552,6 +552,29 @@ pub struct Repair {
     pub full: bool,
 }
 
+/// Makes `to` another name of the linked file `file_id` in the backend (link(2); the
+/// backend file is created empty at `from` first if it was never written back), and
+/// records both names with the identity record this daemon holds, for its write-back
+/// (decision 0029). Sent to the identity's daemon after the new name was inserted. Replies
+/// `Ok`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendLink {
+    pub file_id: FileId,
+    #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+    pub from: String,
+    #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+    pub to: String,
+}
+
+/// The names of the linked file `file_id` (whose identity record this daemon holds) that
+/// still name its backend file, checked in the backend (decision 0029). Replies the names.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkedNames {
+    pub file_id: FileId,
+}
+
 /// Checks this daemon's dirty entries under `prefix` against their backend copies before a
 /// stage-out writes them back (decision 0030): a backend copy that changed since this
 /// deployment took it (another writer, on another cache) is a conflict, reported as the

@@ -130,6 +130,8 @@ macro_rules! request_table {
             PutChunk "put_chunk" {} -> Vec<$crate::repair::Digest>, store, CHANGES | STORAGE | GROWS | REJOINING;
             RepairFor "repair_for" {} -> u64, conn, CHANGES | REJOINING;
             Repair "repair" {} -> (), conn, CHANGES | REJOINING;
+            BackendLink "backend_link" {} -> (), store, CHANGES | STORAGE;
+            LinkedNames "linked_names" {} -> Vec<String>, store, STORAGE;
             CheckBackend "check_backend" {} -> Flushed, store, CHANGES | STORAGE;
             HoldBack "hold_back" {} -> u64, store, CHANGES | STORAGE;
             WrittenBack "written_back" {} -> Flushed, store, 0;

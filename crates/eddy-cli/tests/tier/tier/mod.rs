@@ -299,6 +299,8 @@ mod cache;
 mod command;
 mod failures;
 mod hidden;
+mod links;
 mod reads;
 mod two_writers;
 mod writes;
+mod xattrs;
