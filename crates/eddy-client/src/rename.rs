@@ -171,7 +171,9 @@ impl Client {
             if src.kind == FileKind::Dir {
                 self.rename_dir(&from, &to, src.clone()).await
             } else if detaching {
-                self.detach(&from, &to, &src).await
+                // Boxed: the rare path's future (a whole stage-in) would otherwise enlarge
+                // every rename's, on the caller's stack in a debug build.
+                Box::pin(self.detach(&from, &to, &src)).await
             } else {
                 self.rename_entry(&from, &to, &src, linked).await
             }
