@@ -551,3 +551,21 @@ pub struct RepairFor {
 pub struct Repair {
     pub full: bool,
 }
+
+// ---- advisory locks across a restart of their daemon (decision 0028) ----
+
+/// Takes back a lock this client held before the file's lock daemon restarted: accepted
+/// only in the daemon's grace period after a restart (`lock_grace_ms`), when no lock taken
+/// back meanwhile conflicts with it. Replies `Bool`: true when it is held again, false when
+/// it is lost (no grace period, or a conflict).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReclaimLock {
+    pub file_id: FileId,
+    pub owner: LockOwner,
+    pub handle: u64,
+    pub pid: u32,
+    /// Read or Write (an Unlock takes nothing back: false).
+    pub kind: LockKind,
+    pub range: LockRange,
+}

@@ -111,9 +111,9 @@ macro_rules! request_table {
             GetXattr "getxattr" { path } -> Bytes, store, BACKEND;
             ListXattr "listxattr" { path } -> Vec<String>, store, BACKEND;
             RemoveXattr "removexattr" { path } -> Inode, store, CHANGES | BACKEND;
-            Lock "lock" {} -> LockReply, conn, 0;
-            TestLock "test_lock" {} -> Option<LockInfo>, conn, 0;
-            ReleaseLocks "release_locks" {} -> (), conn, 0;
+            Lock "lock" {} -> LockReply, conn, REJOINING;
+            TestLock "test_lock" {} -> Option<LockInfo>, conn, REJOINING;
+            ReleaseLocks "release_locks" {} -> (), conn, REJOINING;
             Status "status" {} -> DaemonStatus, store, STORAGE | REJOINING;
             Shutdown "shutdown" {} -> (), conn, REJOINING;
             BeginRename "begin_rename" {} -> Vec<RenameIntent>, conn, CHANGES;
@@ -130,6 +130,7 @@ macro_rules! request_table {
             PutChunk "put_chunk" {} -> Vec<$crate::repair::Digest>, store, CHANGES | STORAGE | GROWS | REJOINING;
             RepairFor "repair_for" {} -> u64, conn, CHANGES | REJOINING;
             Repair "repair" {} -> (), conn, CHANGES | REJOINING;
+            ReclaimLock "reclaim_lock" {} -> bool, conn, REJOINING;
         }
     };
 }
