@@ -37,12 +37,33 @@ fn lines(name: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Kinds of requests at e37b04a: the first lines of `request_table!` (later ones are
+/// appended after them, with new wire tags).
+const OPS_AT_E37B04A: usize = 48;
+
+/// The seeded input with its first four bytes (the `u32` from which `arbitrary` picks the
+/// variant: index = tag × count >> 32) changed so that today's list of requests, longer by
+/// the requests appended since, picks the same variant as the list of e37b04a did; the
+/// fields are drawn from the same bytes after them.
+fn same_variant_today(mut bytes: Vec<u8>) -> Vec<u8> {
+    let (old, now) = (OPS_AT_E37B04A as u64, OP_NAMES.len() as u64);
+    let Some(head) = bytes.get(..4) else {
+        return bytes;
+    };
+    let tag = u64::from(u32::from_le_bytes(head.try_into().unwrap()));
+    let index = (tag * old) >> 32;
+    let picks = (index << 32).div_ceil(now);
+    assert_eq!((picks * now) >> 32, index);
+    bytes[..4].copy_from_slice(&u32::try_from(picks).unwrap().to_le_bytes());
+    bytes
+}
+
 #[test]
 fn requests_encoded_by_the_old_code_decode_to_the_same_requests() {
     let mut ops = BTreeSet::new();
     for l in lines("requests.txt") {
         let (seed, len, op, hex_bytes) = (&l[0], &l[1], &l[2], &l[3]);
-        let bytes = seed_bytes(seed.parse().unwrap(), len.parse().unwrap());
+        let bytes = same_variant_today(seed_bytes(seed.parse().unwrap(), len.parse().unwrap()));
         let now = Request::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
         let old = hex::decode(hex_bytes).unwrap();
         assert_eq!(now.op_name(), op, "seed {seed}: another kind of request");
@@ -61,9 +82,12 @@ fn requests_encoded_by_the_old_code_decode_to_the_same_requests() {
         ops.insert(op.clone());
     }
     assert_eq!(
-        ops.len(),
-        OP_NAMES.len(),
-        "every kind of request is covered"
+        ops,
+        OP_NAMES[..OPS_AT_E37B04A]
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<BTreeSet<_>>(),
+        "every kind of request of e37b04a is covered"
     );
 }
 
