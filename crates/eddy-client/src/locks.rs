@@ -32,6 +32,23 @@ const WAIT_SLICE: Duration = Duration::from_millis(500);
 /// grace period.
 const RETRY: Duration = Duration::from_millis(100);
 
+/// How long the deadlock coordinator keeps a wait that is not recorded again (a waiter
+/// records it again after every slice of its wait).
+const WAIT_TTL_MS: u32 = 3_000;
+
+/// The file id whose lock chunk's owner is the deployment's deadlock coordinator.
+const COORDINATOR_KEY: FileId = 0;
+
+/// One wait for a lock, as the deadlock coordinator knows it (decision 0028): made by
+/// `Client::waiting`, checked after every blocked slice (`Client::check_deadlock`), ended by
+/// `Client::stop_waiting`.
+#[derive(Debug)]
+pub struct Waiting {
+    wait: u64,
+    /// The waiting owner, once its wait is recorded.
+    recorded: Option<LockOwner>,
+}
+
 /// One lock or unlock request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockRequest {
@@ -328,14 +345,119 @@ impl Client {
     }
 
     /// F_SETLK (`wait` false: EAGAIN on conflict) or F_SETLKW (`wait` true: asks again until
-    /// granted; dropping the future stops waiting).
+    /// granted, EDEADLK when the wait would close a cycle of owners; dropping the future
+    /// stops waiting).
     pub async fn lock(&self, f: &File, req: &LockRequest, wait: bool) -> Result<(), Errno> {
         if !wait {
             self.lock_once(f, req, Duration::ZERO).await?;
             return Ok(());
         }
-        while !self.lock_once(f, req, WAIT_SLICE).await? {}
-        Ok(())
+        let mut waiting = self.waiting();
+        let out = loop {
+            match self.lock_once(f, req, WAIT_SLICE).await {
+                Ok(true) => break Ok(()),
+                Ok(false) => {}
+                Err(e) => break Err(e),
+            }
+            match self.check_deadlock(f, req, &mut waiting).await {
+                Ok(true) => break Ok(()),
+                Ok(false) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.stop_waiting(&waiting).await;
+        out
+    }
+
+    /// A new wait for a lock (see `Waiting`).
+    pub fn waiting(&self) -> Waiting {
+        Waiting {
+            wait: rand::random(),
+            recorded: None,
+        }
+    }
+
+    /// The deployment's deadlock coordinator: the first owner of one fixed lock chunk.
+    fn coordinator(&self) -> u32 {
+        self.rpc()
+            .placement()
+            .chunk_owner(COORDINATOR_KEY, LOCK_CHUNK)
+    }
+
+    /// After a blocked slice of a wait: asks the file's lock daemon which owners hold the
+    /// conflicting locks and records at the coordinator that this owner waits for them.
+    /// EDEADLK when that would close a cycle (some holder waits, through any chain, for
+    /// this owner) and one more attempt still finds the range held; `Ok(true)` when that
+    /// attempt got the lock. A coordinator or lock daemon that does not answer leaves the
+    /// wait undetected (`Ok(false)`: wait on).
+    pub async fn check_deadlock(
+        &self,
+        f: &File,
+        req: &LockRequest,
+        w: &mut Waiting,
+    ) -> Result<bool, Errno> {
+        let file_id = f.file_id();
+        let owner = self.lock_owner(req.owner);
+        let ask = req::LockHolders {
+            file_id,
+            owner,
+            kind: req.kind,
+            range: req.range,
+        };
+        let Ok(holders) = self.lock_call(file_id, ask, false, |_, r| r.clone()).await else {
+            return Ok(false);
+        };
+        if holders.is_empty() {
+            return Ok(false);
+        }
+        let r = req::WaitsFor {
+            waiter: owner,
+            wait: w.wait,
+            holders,
+            ttl_ms: WAIT_TTL_MS,
+        };
+        match self.rpc().call(self.coordinator(), r).await {
+            Ok(false) => {
+                w.recorded = Some(owner);
+                Ok(false)
+            }
+            Ok(true) => {
+                w.recorded = None;
+                // A holder may have let go since it was named: one more attempt first.
+                match self.lock_once(f, req, Duration::ZERO).await {
+                    Ok(granted) => Ok(granted),
+                    Err(e) if e.errno == libc::EAGAIN => Err(Errno::new(
+                        libc::EDEADLK,
+                        format!(
+                            "waiting for bytes {}..={} of {} would deadlock: a holder waits for this lock owner",
+                            req.range.start,
+                            req.range.end,
+                            f.path()
+                        ),
+                    )),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => {
+                tracing::debug!("deadlock coordinator: {e}");
+                Ok(false)
+            }
+        }
+    }
+
+    /// Ends a wait at the coordinator (granted, failed or given up); a wait never ended
+    /// there expires.
+    pub async fn stop_waiting(&self, w: &Waiting) {
+        let Some(waiter) = w.recorded else {
+            return;
+        };
+        let r = req::WaitsFor {
+            waiter,
+            wait: w.wait,
+            holders: Vec::new(),
+            ttl_ms: 0,
+        };
+        let _ = self.rpc().call(self.coordinator(), r).await;
     }
 
     /// F_GETLK: the lock of another owner that would stop `owner` taking `kind` over `range`

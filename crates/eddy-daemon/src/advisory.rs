@@ -243,6 +243,28 @@ impl LockTable {
             .map(Held::info)
     }
 
+    /// The owners of the locks conflicting with `kind` over `range` for `owner`, each once.
+    pub fn holders(
+        &self,
+        file_id: FileId,
+        owner: LockOwner,
+        kind: LockKind,
+        range: LockRange,
+    ) -> Vec<LockOwner> {
+        let mut out: Vec<LockOwner> = Vec::new();
+        if kind == LockKind::Unlock {
+            return out;
+        }
+        if let Some(locks) = self.tables().files.get(&file_id) {
+            for h in locks.iter().filter(|h| conflicts(h, owner, kind, range)) {
+                if !out.contains(&h.owner) {
+                    out.push(h.owner);
+                }
+            }
+        }
+        out
+    }
+
     /// Drops the file's locks of `owner` (in `session`) and those taken through `handle`.
     pub fn release(
         &self,

@@ -4,7 +4,7 @@
 use super::Serve;
 use crate::advisory::{bad_range, ConnId, LockAsk};
 use crate::handler::State;
-use eddy_proto::{req, Errno, LockInfo, LockKind, LockReply};
+use eddy_proto::{req, Errno, LockInfo, LockKind, LockOwner, LockReply};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,5 +80,29 @@ impl Serve for req::ReclaimLock {
             kind: self.kind,
             range: self.range,
         })
+    }
+}
+
+/// The owners a blocked waiter waits for (decision 0028).
+impl Serve for req::LockHolders {
+    async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<Vec<LockOwner>, Errno> {
+        bad_range(self.range)?;
+        Ok(st
+            .file_locks
+            .holders(self.file_id, self.owner, self.kind, self.range))
+    }
+}
+
+/// This daemon as the deadlock coordinator: records a wait, or finds the cycle it would
+/// close (decision 0028). The record lasts `ttl_ms`, at most the RPC deadline.
+impl Serve for req::WaitsFor {
+    async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<bool, Errno> {
+        let ttl = u64::from(self.ttl_ms).min(st.settings.config.rpc_timeout_ms);
+        st.lock_waits.wait(
+            self.waiter,
+            self.wait,
+            self.holders,
+            Duration::from_millis(ttl),
+        )
     }
 }

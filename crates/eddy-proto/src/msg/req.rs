@@ -569,3 +569,29 @@ pub struct ReclaimLock {
     pub kind: LockKind,
     pub range: LockRange,
 }
+
+/// The owners of the locks that stop `owner` taking `kind` over `range` of the file (each
+/// once), sent to the file's lock daemon by a waiter before it records what it waits for
+/// (`WaitsFor`). Replies `LockOwners`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockHolders {
+    pub file_id: FileId,
+    pub owner: LockOwner,
+    pub kind: LockKind,
+    pub range: LockRange,
+}
+
+/// Records, at the deployment's deadlock coordinator, that `waiter` (in its wait `wait`)
+/// waits for every owner of `holders`, for `ttl_ms` unless recorded again; empty `holders`
+/// ends the wait. Replies `Bool`: true when the wait would close a cycle of owners each
+/// waiting for the next (a deadlock: then it is not recorded, and the waiter gets
+/// EDEADLK).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitsFor {
+    pub waiter: LockOwner,
+    pub wait: u64,
+    pub holders: Vec<LockOwner>,
+    pub ttl_ms: u32,
+}

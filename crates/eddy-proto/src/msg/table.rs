@@ -5,7 +5,7 @@
 //! the frame's payload).
 
 use super::codec::{decode, unexpected_payload};
-use super::records::{Inode, LockInfo, Piece, RenameIntent};
+use super::records::{Inode, LockInfo, LockOwner, Piece, RenameIntent};
 use super::replies::*;
 use super::req::*;
 use crate::frame::{Frame, OutFrame};
@@ -131,6 +131,8 @@ macro_rules! request_table {
             RepairFor "repair_for" {} -> u64, conn, CHANGES | REJOINING;
             Repair "repair" {} -> (), conn, CHANGES | REJOINING;
             ReclaimLock "reclaim_lock" {} -> bool, conn, REJOINING;
+            LockHolders "lock_holders" {} -> Vec<LockOwner>, conn, REJOINING;
+            WaitsFor "waits_for" {} -> bool, conn, REJOINING;
         }
     };
 }
