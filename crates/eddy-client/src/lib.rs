@@ -41,7 +41,7 @@ pub use eddy_proto::{
 pub use eddy_proto::{LockInfo, LockKind, LockRange};
 pub use eddy_rpc::{wire_mode, Daemons, Failure};
 pub use file::File;
-pub use locks::LockRequest;
+pub use locks::{LockRequest, Waiting};
 pub use perm::{Creds, Groups};
 pub use tier::FileResult;
 

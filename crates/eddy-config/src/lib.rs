@@ -72,6 +72,12 @@ pub struct Config {
     /// the next owner at once instead of each trying the dead one first. Only used with
     /// `replicas` > 1. Default 2 000.
     pub down_hold_ms: u64,
+    /// The grace period of a daemon restarted on its root (killed, crashed or stopped), in
+    /// milliseconds: for this long after its start it grants no new advisory lock (nor
+    /// answers F_GETLK; clients wait and ask again) while the clients that held locks on it
+    /// before take them back (decision 0028). 0: no grace period (locks held before a
+    /// restart are lost). Default 5 000.
+    pub lock_grace_ms: u64,
     /// How often a daemon's repair loop pushes the hints it holds (items another owner
     /// missed while it could not be reached) to their targets, in milliseconds; a target
     /// that cannot be reached is tried again next round (decision 0021). Only used with
@@ -421,6 +427,7 @@ impl Default for Config {
             wire: Wire::Auto,
             replicas: 1,
             down_hold_ms: 2_000,
+            lock_grace_ms: 5_000,
             repair_interval_ms: 1_000,
             repair_batch_items: 64,
             connect_timeout_ms: 3_000,

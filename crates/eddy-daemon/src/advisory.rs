@@ -4,17 +4,18 @@
 //! lock requests never hold an RPC longer than they were told to: they wait for a change of
 //! the table, then reply "still blocked" and the client asks again (decision 0008).
 
+use eddy_proto::lockset::{self, overlaps, RangeLock};
 use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileId, LockInfo, LockKind, LockOwner, LockRange};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// Identity of a client connection, unique for the daemon's lifetime.
 pub type ConnId = u64;
 
-/// One held lock: a range of one kind for one owner.
+/// One held lock: a range of one kind for one owner (Unlock only as a request to `apply`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Held {
     owner: LockOwner,
@@ -36,8 +37,19 @@ impl Held {
     }
 }
 
-fn overlaps(a: LockRange, b: LockRange) -> bool {
-    a.start <= b.end && b.start <= a.end
+impl RangeLock for Held {
+    fn same_owner(&self, other: &Held) -> bool {
+        self.owner == other.owner
+    }
+    fn kind(&self) -> LockKind {
+        self.kind
+    }
+    fn range(&self) -> LockRange {
+        self.range
+    }
+    fn with_range(self, range: LockRange) -> Held {
+        Held { range, ..self }
+    }
 }
 
 /// Whether a held lock stops `owner` from taking `kind` over `range`.
@@ -54,6 +66,9 @@ struct Tables {
     /// nothing.
     conns: HashSet<ConnId>,
     next_conn: ConnId,
+    /// The end of the grace period after a restart (decision 0028): until then only locks
+    /// held before the restart are taken (back), by `reclaim`.
+    grace_until: Option<Instant>,
 }
 
 /// What a lock attempt needs to know.
@@ -79,6 +94,61 @@ pub struct LockTable {
 impl LockTable {
     fn tables(&self) -> MutexGuard<'_, Tables> {
         lock(&self.inner)
+    }
+
+    /// Opens the grace period of a daemon that restarted on its root: for `len`, new lock
+    /// requests (and F_GETLK) are refused with ENOLCK, which clients take as "ask again",
+    /// while the clients that held locks before the restart take them back (`reclaim`).
+    pub fn start_grace(&self, len: Duration) {
+        self.tables().grace_until = Instant::now().checked_add(len);
+    }
+
+    /// ENOLCK while the grace period after a restart lasts: the lock table is not complete
+    /// yet (holders are still taking their locks back), so no new lock is granted and no
+    /// F_GETLK answered; clients ask again until it ends (decision 0028).
+    pub fn check_grace(&self) -> Result<(), Errno> {
+        match self.grace_left() {
+            Some(left) => Err(Errno::new(
+                libc::ENOLCK,
+                format!(
+                    "the lock daemon restarted: locks held before are being taken back for {} ms more; ask again",
+                    left.as_millis()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// What is left of the grace period, if it lasts.
+    fn grace_left(&self) -> Option<Duration> {
+        let mut t = self.tables();
+        let until = t.grace_until?;
+        let left = until.checked_duration_since(Instant::now());
+        if left.is_none() {
+            t.grace_until = None;
+        }
+        left.filter(|l| !l.is_zero())
+    }
+
+    /// Takes back a lock held before a restart: only in the grace period, and only when no
+    /// lock taken back meanwhile conflicts (`Ok(false)`: the lock is lost).
+    pub fn reclaim(&self, ask: &LockAsk) -> Result<bool, Errno> {
+        if ask.kind == LockKind::Unlock || self.grace_left().is_none() {
+            return Ok(false);
+        }
+        let mut t = self.tables();
+        if !t.conns.contains(&ask.conn) {
+            return Err(Errno::eio("the connection of this lock request has closed"));
+        }
+        let locks = t.files.entry(ask.file_id).or_default();
+        if locks
+            .iter()
+            .any(|h| conflicts(h, ask.owner, ask.kind, ask.range))
+        {
+            return Ok(false);
+        }
+        apply(locks, ask);
+        Ok(true)
     }
 
     /// Registers a new connection and returns its id.
@@ -173,6 +243,28 @@ impl LockTable {
             .map(Held::info)
     }
 
+    /// The owners of the locks conflicting with `kind` over `range` for `owner`, each once.
+    pub fn holders(
+        &self,
+        file_id: FileId,
+        owner: LockOwner,
+        kind: LockKind,
+        range: LockRange,
+    ) -> Vec<LockOwner> {
+        let mut out: Vec<LockOwner> = Vec::new();
+        if kind == LockKind::Unlock {
+            return out;
+        }
+        if let Some(locks) = self.tables().files.get(&file_id) {
+            for h in locks.iter().filter(|h| conflicts(h, owner, kind, range)) {
+                if !out.contains(&h.owner) {
+                    out.push(h.owner);
+                }
+            }
+        }
+        out
+    }
+
     /// Drops the file's locks of `owner` (in `session`) and those taken through `handle`.
     pub fn release(
         &self,
@@ -222,67 +314,20 @@ fn retain_locks(t: &mut Tables, keep: impl Fn(&Held) -> bool) -> usize {
     dropped
 }
 
-/// Applies a granted request to the file's locks: the owner's locks over the range are cut
-/// out (split where they stick out), the new one put in and merged with the owner's adjacent
-/// or overlapping locks of the same kind. Returns whether anything was released or downgraded
-/// (waiters may proceed).
+/// Applies a granted request to the file's locks (`eddy_proto::lockset::apply`). Returns
+/// whether anything was released or downgraded (waiters may proceed).
 fn apply(locks: &mut Vec<Held>, ask: &LockAsk) -> bool {
-    let r = ask.range;
-    let mut released = false;
-    let mut out = Vec::with_capacity(locks.len() + 2);
-    for h in locks.drain(..) {
-        if h.owner != ask.owner || !overlaps(h.range, r) {
-            out.push(h);
-            continue;
-        }
-        if ask.kind == LockKind::Unlock || (h.kind == LockKind::Write && ask.kind == LockKind::Read)
-        {
-            released = true;
-        }
-        if h.range.start < r.start {
-            out.push(Held {
-                range: LockRange {
-                    start: h.range.start,
-                    end: r.start - 1,
-                },
-                ..h
-            });
-        }
-        if h.range.end > r.end {
-            out.push(Held {
-                range: LockRange {
-                    start: r.end + 1,
-                    end: h.range.end,
-                },
-                ..h
-            });
-        }
-    }
-    if ask.kind != LockKind::Unlock {
-        let mut new = Held {
+    lockset::apply(
+        locks,
+        Held {
             owner: ask.owner,
             conn: ask.conn,
             handle: ask.handle,
             pid: ask.pid,
             kind: ask.kind,
-            range: r,
-        };
-        // Merge with the owner's adjacent locks of the same kind.
-        out.retain(|h| {
-            let adjacent = h.range.end.checked_add(1) == Some(new.range.start)
-                || new.range.end.checked_add(1) == Some(h.range.start);
-            if h.owner == new.owner && h.kind == new.kind && adjacent {
-                new.range.start = new.range.start.min(h.range.start);
-                new.range.end = new.range.end.max(h.range.end);
-                false
-            } else {
-                true
-            }
-        });
-        out.push(new);
-    }
-    *locks = out;
-    released
+            range: ask.range,
+        },
+    )
 }
 
 /// A range that ends before it starts is EINVAL.
@@ -412,6 +457,36 @@ mod tests {
         assert!(granted(&t, a));
         a.owner.session = 2;
         assert!(!granted(&t, a));
+    }
+
+    #[test]
+    fn in_the_grace_period_only_reclaims_are_granted() {
+        let t = LockTable::default();
+        let c = t.open_conn();
+        assert!(
+            !t.reclaim(&ask(c, 1, Write, 0, 9)).unwrap(),
+            "no grace period"
+        );
+        t.start_grace(Duration::from_secs(60));
+        assert_eq!(t.check_grace().unwrap_err().errno, libc::ENOLCK);
+        assert!(t.reclaim(&ask(c, 1, Write, 0, 9)).unwrap());
+        assert!(t.reclaim(&ask(c, 2, Read, 10, 19)).unwrap());
+        assert!(
+            !t.reclaim(&ask(c, 3, Read, 5, 5)).unwrap(),
+            "conflicts with a lock taken back"
+        );
+        assert!(!t.reclaim(&ask(c, 3, Unlock, 0, 0)).unwrap());
+        assert_eq!(ranges(&t), vec![(1, Write, 0, 9), (2, Read, 10, 19)]);
+        t.start_grace(Duration::ZERO);
+        assert!(t.check_grace().is_ok());
+        assert!(
+            !t.reclaim(&ask(c, 4, Read, 100, 100)).unwrap(),
+            "grace over"
+        );
+        assert!(
+            !granted(&t, ask(c, 3, Write, 0, 0)),
+            "the reclaimed lock holds"
+        );
     }
 
     #[tokio::test]

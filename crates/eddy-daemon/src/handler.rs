@@ -25,6 +25,9 @@ pub struct State {
     pub tier: Tier,
     /// Advisory file locks of the files whose lock owner this daemon is.
     pub file_locks: crate::advisory::LockTable,
+    /// The waits-for graph, when clients take this daemon for their deadlock coordinator
+    /// (decision 0028).
+    pub lock_waits: crate::deadlock::WaitGraph,
     io_permits: Semaphore,
     /// The reserve kept on the metadata device.
     room: crate::room::Room,
@@ -77,6 +80,7 @@ impl State {
             backend,
             tier,
             file_locks: Default::default(),
+            lock_waits: Default::default(),
             io_permits: Semaphore::new(io_threads),
             requests: AtomicU64::new(0),
             started: Instant::now(),

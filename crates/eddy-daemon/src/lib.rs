@@ -31,6 +31,7 @@ mod advisory;
 mod args;
 mod backend;
 mod chunks;
+mod deadlock;
 mod embedded;
 mod error;
 mod gate;

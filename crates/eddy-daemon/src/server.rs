@@ -66,10 +66,21 @@ impl Daemon {
         })?;
         // A store used before, with copies elsewhere: what it missed comes first.
         let mut settings = settings;
-        if settings.config.replicas > 1 && root.join(META_DIR).exists() {
+        let restarted = root.join(META_DIR).exists();
+        if settings.config.replicas > 1 && restarted {
             settings.rejoin = true;
         }
+        let grace = Duration::from_millis(settings.config.lock_grace_ms);
         let state = open_state(settings).await?;
+        // A store used before: this daemon may have held locks whose holders are still
+        // there; they take them back before anyone gets a new one (decision 0028).
+        if restarted && !grace.is_zero() {
+            state.file_locks.start_grace(grace);
+            tracing::info!(
+                grace_ms = grace.as_millis() as u64,
+                "restarted: locks held before are taken back first"
+            );
+        }
         let tcp = TcpListener::bind(state.settings.listen)
             .await
             .map_err(|source| DaemonError::Listen {

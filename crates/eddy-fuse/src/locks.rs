@@ -110,7 +110,8 @@ pub(crate) fn invalidate(slot: &OnceLock<Notifier>, ino: INodeNo) {
     }
 }
 
-/// Waits for a lock in slices until it is granted, fails, or the waiter is interrupted.
+/// Waits for a lock in slices until it is granted, fails (EDEADLK when the wait would close
+/// a cycle of owners), or the waiter is interrupted.
 pub(crate) async fn wait_for_lock(
     client: Client,
     file: File,
@@ -118,19 +119,32 @@ pub(crate) async fn wait_for_lock(
     tid: u32,
     granted: impl FnOnce(),
 ) -> Result<(), Errno> {
-    loop {
-        if client.lock_once(&file, &req, WAIT_SLICE).await? {
-            granted();
-            return Ok(());
+    let mut waiting = client.waiting();
+    let out = loop {
+        match client.lock_once(&file, &req, WAIT_SLICE).await {
+            Ok(true) => break Ok(true),
+            Ok(false) => {}
+            Err(e) => break Err(e),
         }
         if interrupted(tid) {
             debug!(tid, path = file.path(), "lock wait interrupted by a signal");
-            return Err(Errno::new(
+            break Err(Errno::new(
                 libc::EINTR,
                 "interrupted while waiting for a lock",
             ));
         }
+        // A wait that would close a cycle of owners across nodes: EDEADLK (decision 0028).
+        match client.check_deadlock(&file, &req, &mut waiting).await {
+            Ok(true) => break Ok(true),
+            Ok(false) => {}
+            Err(e) => break Err(e),
+        }
+    };
+    client.stop_waiting(&waiting).await;
+    if matches!(out, Ok(true)) {
+        granted();
     }
+    out.map(|_| ())
 }
 
 impl EddyFs {

@@ -27,6 +27,7 @@ pub mod frame;
 #[cfg(feature = "arbitrary")]
 pub mod fuzzing;
 pub mod keepalive;
+pub mod lockset;
 pub mod msg;
 pub mod path;
 pub mod repair;

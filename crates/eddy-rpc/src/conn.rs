@@ -138,6 +138,25 @@ impl Out {
     }
 }
 
+/// Tells when a connection is dead; holds none of it open.
+pub struct Closed {
+    ended: Arc<Notify>,
+    dead: Arc<AtomicBool>,
+}
+
+impl Closed {
+    /// Returns once the connection is dead (at once if it is).
+    pub async fn wait(self) {
+        let ended = self.ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if self.dead.load(Ordering::Acquire) {
+            return;
+        }
+        ended.await;
+    }
+}
+
 /// A live connection: its sending side and the channel of reply slots to its reader.
 pub(crate) struct Conn {
     out: Arc<Out>,
@@ -145,6 +164,8 @@ pub(crate) struct Conn {
     max_frame: u32,
     next_id: AtomicU64,
     dead: Arc<AtomicBool>,
+    /// Woken when the reader ends (the connection is dead then).
+    ended: Arc<Notify>,
     /// Set to why the connection is given up: the reader then fails every pending call.
     kill: Arc<watch::Sender<Option<String>>>,
 }
@@ -160,6 +181,14 @@ impl Drop for Conn {
 impl Conn {
     fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
+    }
+
+    /// What tells when this connection is dead, without holding it open.
+    fn closed_signal(&self) -> Closed {
+        Closed {
+            ended: self.ended.clone(),
+            dead: self.dead.clone(),
+        }
     }
 
     fn kill(&self, why: &str) {
@@ -251,6 +280,7 @@ async fn reader<R: AsyncRead + Unpin>(
     limit: u64,
     mut registrations: mpsc::UnboundedReceiver<Registration>,
     dead: Arc<AtomicBool>,
+    ended: Arc<Notify>,
     mut kill: watch::Receiver<Option<String>>,
 ) {
     let mut pending: HashMap<u64, oneshot::Sender<Outcome>> = HashMap::new();
@@ -297,6 +327,7 @@ async fn reader<R: AsyncRead + Unpin>(
     for (_, tx) in pending.drain() {
         let _ = tx.send(Err(why.clone()));
     }
+    ended.notify_waiters();
 }
 
 /// TCP keepalive and a user timeout on a connection to a daemon, so that a daemon cut off
@@ -442,6 +473,12 @@ impl Link {
             self.reconnected.store(true, Ordering::Release);
         }
         Ok(conn)
+    }
+
+    /// What tells when the current connection is dead (`None` when there is none): what a
+    /// caller that must act when it is lost waits for.
+    pub fn closed_signal(&self) -> Option<Closed> {
+        read(&self.conn).as_ref().map(|c| c.closed_signal())
     }
 
     /// True once after a connection replaced an earlier one (the daemon restarted, or the
@@ -621,6 +658,7 @@ impl Conn {
         sealer: Option<Sealer>,
     ) -> Conn {
         let dead = Arc::new(AtomicBool::new(false));
+        let ended = Arc::new(Notify::new());
         let (kill, kill_rx) = watch::channel(None);
         let kill = Arc::new(kill);
         let (register, registrations) = mpsc::unbounded_channel();
@@ -638,6 +676,7 @@ impl Conn {
             u64::from(max_frame),
             registrations,
             dead.clone(),
+            ended.clone(),
             kill_rx,
         ));
         tokio::spawn(writer(out.clone(), dead.clone(), kill.clone()));
@@ -647,6 +686,7 @@ impl Conn {
             max_frame,
             next_id: AtomicU64::new(1),
             dead,
+            ended,
             kill,
         }
     }

@@ -18,7 +18,7 @@
 mod conn;
 mod down;
 
-pub use conn::{wire_mode, Failure};
+pub use conn::{wire_mode, Closed, Failure};
 
 use conn::Link;
 use down::Down;
@@ -188,6 +188,13 @@ impl Daemons {
         if let Some(link) = self.links.get(&daemon) {
             link.reset().await;
         }
+    }
+
+    /// What tells when the current connection to `daemon` is dead (`None` when there is
+    /// none); it holds nothing of the connection: the client takes its locks back when it
+    /// is lost (decision 0028).
+    pub fn closed_signal(&self, daemon: u32) -> Option<Closed> {
+        self.links.get(&daemon).and_then(Link::closed_signal)
     }
 
     /// True once after a connection to `daemon` replaced an earlier one. With an observer,

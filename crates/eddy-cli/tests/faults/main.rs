@@ -13,6 +13,7 @@ mod crash_cycles;
 mod fault;
 mod fuzz_daemon;
 mod handshake;
+mod lock_restart;
 mod netns;
 mod peer_bounds;
 mod rename_crash;

@@ -4,11 +4,12 @@
 use super::Serve;
 use crate::advisory::{bad_range, ConnId, LockAsk};
 use crate::handler::State;
-use eddy_proto::{req, Errno, LockInfo, LockKind, LockReply};
+use eddy_proto::{req, Errno, LockInfo, LockKind, LockOwner, LockReply};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A conflict is EAGAIN without a wait; with one, the daemon waits up to `wait_ms` (capped
+/// In the grace period after a restart, ENOLCK for anything but an unlock: ask again
+/// (decision 0028). A conflict is EAGAIN without a wait; with one, the daemon waits up to `wait_ms` (capped
 /// at half the RPC deadline) and then replies `Blocked`: the client asks again.
 impl Serve for req::Lock {
     async fn serve(self, st: &Arc<State>, conn: ConnId) -> Result<LockReply, Errno> {
@@ -23,6 +24,9 @@ impl Serve for req::Lock {
             range: self.range,
         };
         let locks = &st.file_locks;
+        if self.kind != LockKind::Unlock {
+            locks.check_grace()?;
+        }
         if self.wait_ms == 0 || self.kind == LockKind::Unlock {
             return match locks.try_lock(&ask)? {
                 Ok(()) => Ok(LockReply::Granted),
@@ -44,9 +48,11 @@ impl Serve for req::Lock {
     }
 }
 
+/// In the grace period, ENOLCK: the table is not complete yet.
 impl Serve for req::TestLock {
     async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<Option<LockInfo>, Errno> {
         bad_range(self.range)?;
+        st.file_locks.check_grace()?;
         Ok(st
             .file_locks
             .test(self.file_id, self.owner, self.kind, self.range))
@@ -58,5 +64,45 @@ impl Serve for req::ReleaseLocks {
         st.file_locks
             .release(self.file_id, self.session, self.owner, self.handle);
         Ok(())
+    }
+}
+
+/// A lock held before this daemon restarted, taken back in its grace period (decision 0028).
+impl Serve for req::ReclaimLock {
+    async fn serve(self, st: &Arc<State>, conn: ConnId) -> Result<bool, Errno> {
+        bad_range(self.range)?;
+        st.file_locks.reclaim(&LockAsk {
+            file_id: self.file_id,
+            owner: self.owner,
+            conn,
+            handle: self.handle,
+            pid: self.pid,
+            kind: self.kind,
+            range: self.range,
+        })
+    }
+}
+
+/// The owners a blocked waiter waits for (decision 0028).
+impl Serve for req::LockHolders {
+    async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<Vec<LockOwner>, Errno> {
+        bad_range(self.range)?;
+        Ok(st
+            .file_locks
+            .holders(self.file_id, self.owner, self.kind, self.range))
+    }
+}
+
+/// This daemon as the deadlock coordinator: records a wait, or finds the cycle it would
+/// close (decision 0028). The record lasts `ttl_ms`, at most the RPC deadline.
+impl Serve for req::WaitsFor {
+    async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<bool, Errno> {
+        let ttl = u64::from(self.ttl_ms).min(st.settings.config.rpc_timeout_ms);
+        st.lock_waits.wait(
+            self.waiter,
+            self.wait,
+            self.holders,
+            Duration::from_millis(ttl),
+        )
     }
 }

@@ -133,6 +133,8 @@ pub enum Reply {
     /// What the daemon holds now of the items a repair push or a copy sent it, in their
     /// order (decision 0021).
     Digests(Vec<crate::repair::Digest>),
+    /// The owners holding locks that conflict with a request (`LockHolders`, decision 0028).
+    LockOwners(Vec<LockOwner>),
 }
 
 impl Reply {
@@ -236,6 +238,7 @@ variant_replies! {
     Vec<RenameIntent> => Renames,
     ScrubPage => Scrubbed,
     Vec<crate::repair::Digest> => Digests,
+    Vec<LockOwner> => LockOwners,
 }
 
 impl ReplyType for () {

@@ -615,3 +615,47 @@ pub struct HoldBack {
     pub files: Vec<FileId>,
     pub hold: bool,
 }
+
+// ---- advisory locks across a restart of their daemon (decision 0028) ----
+
+/// Takes back a lock this client held before the file's lock daemon restarted: accepted
+/// only in the daemon's grace period after a restart (`lock_grace_ms`), when no lock taken
+/// back meanwhile conflicts with it. Replies `Bool`: true when it is held again, false when
+/// it is lost (no grace period, or a conflict).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReclaimLock {
+    pub file_id: FileId,
+    pub owner: LockOwner,
+    pub handle: u64,
+    pub pid: u32,
+    /// Read or Write (an Unlock takes nothing back: false).
+    pub kind: LockKind,
+    pub range: LockRange,
+}
+
+/// The owners of the locks that stop `owner` taking `kind` over `range` of the file (each
+/// once), sent to the file's lock daemon by a waiter before it records what it waits for
+/// (`WaitsFor`). Replies `LockOwners`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockHolders {
+    pub file_id: FileId,
+    pub owner: LockOwner,
+    pub kind: LockKind,
+    pub range: LockRange,
+}
+
+/// Records, at the deployment's deadlock coordinator, that `waiter` (in its wait `wait`)
+/// waits for every owner of `holders`, for `ttl_ms` unless recorded again; empty `holders`
+/// ends the wait. Replies `Bool`: true when the wait would close a cycle of owners each
+/// waiting for the next (a deadlock: then it is not recorded, and the waiter gets
+/// EDEADLK).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitsFor {
+    pub waiter: LockOwner,
+    pub wait: u64,
+    pub holders: Vec<LockOwner>,
+    pub ttl_ms: u32,
+}

@@ -5,7 +5,7 @@
 //! the frame's payload).
 
 use super::codec::{decode, unexpected_payload};
-use super::records::{Inode, LockInfo, Piece, RenameIntent};
+use super::records::{Inode, LockInfo, LockOwner, Piece, RenameIntent};
 use super::replies::*;
 use super::req::*;
 use crate::frame::{Frame, OutFrame};
@@ -111,9 +111,9 @@ macro_rules! request_table {
             GetXattr "getxattr" { path } -> Bytes, store, BACKEND;
             ListXattr "listxattr" { path } -> Vec<String>, store, BACKEND;
             RemoveXattr "removexattr" { path } -> Inode, store, CHANGES | BACKEND;
-            Lock "lock" {} -> LockReply, conn, 0;
-            TestLock "test_lock" {} -> Option<LockInfo>, conn, 0;
-            ReleaseLocks "release_locks" {} -> (), conn, 0;
+            Lock "lock" {} -> LockReply, conn, REJOINING;
+            TestLock "test_lock" {} -> Option<LockInfo>, conn, REJOINING;
+            ReleaseLocks "release_locks" {} -> (), conn, REJOINING;
             Status "status" {} -> DaemonStatus, store, STORAGE | REJOINING;
             Shutdown "shutdown" {} -> (), conn, REJOINING;
             BeginRename "begin_rename" {} -> Vec<RenameIntent>, conn, CHANGES;
@@ -135,6 +135,9 @@ macro_rules! request_table {
             CheckBackend "check_backend" {} -> Flushed, store, CHANGES | STORAGE;
             HoldBack "hold_back" {} -> u64, store, CHANGES | STORAGE;
             WrittenBack "written_back" {} -> Flushed, store, 0;
+            ReclaimLock "reclaim_lock" {} -> bool, conn, REJOINING;
+            LockHolders "lock_holders" {} -> Vec<LockOwner>, conn, REJOINING;
+            WaitsFor "waits_for" {} -> bool, conn, REJOINING;
         }
     };
 }
