@@ -19,6 +19,7 @@ pub mod bbsite;
 pub mod cli;
 pub mod gluster;
 pub mod model;
+pub mod python;
 pub mod raw;
 pub mod require;
 pub mod slurm;

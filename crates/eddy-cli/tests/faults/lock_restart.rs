@@ -4,60 +4,9 @@
 //! of a 3-daemon deployment; these tests need FUSE and python3 with sqlite3.
 
 use eddy_config::Config;
+use eddy_testkit::python::{finish, py, py_spawn, wait_line};
 use eddy_testkit::{test_config, Mounted};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
-
-const PYTHON: &str = "/usr/bin/python3";
-
-/// Runs a python3 script with `args`; panics with its stderr when it fails.
-fn py(script: &str, args: &[&Path]) -> String {
-    let out = Command::new(PYTHON)
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("python3 is required");
-    assert!(
-        out.status.success(),
-        "python3 failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Starts a python3 script with piped stdout.
-fn py_spawn(script: &str, args: &[&Path]) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(PYTHON)
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 is required");
-    let out = BufReader::new(child.stdout.take().expect("stdout"));
-    (child, out)
-}
-
-/// Reads lines until one equals `want`; panics if the output ends first.
-fn wait_line(out: &mut BufReader<ChildStdout>, want: &str) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).expect("read child output");
-        assert!(n > 0, "the child ended before printing {want:?}");
-        if line.trim() == want {
-            return;
-        }
-    }
-}
-
-fn finish(mut child: Child) {
-    let st = child.wait().expect("wait");
-    assert!(st.success(), "child failed: {st}");
-}
 
 /// The daemon holding the lock table of the file at `rel` (the first owner of its lock
 /// chunk), found through a library client.

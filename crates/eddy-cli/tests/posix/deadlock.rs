@@ -3,12 +3,11 @@
 //! the cycle gets EDEADLK, the other gets its lock once the first gives up: never both hang.
 //! The same against a local tmpfs file shows Linux's own answer. Needs FUSE and python3.
 
+use eddy_testkit::python::PYTHON;
 use eddy_testkit::{test_config, Mounted};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-
-const PYTHON: &str = "/usr/bin/python3";
 
 /// Holds an exclusive lock of bytes 0..10 of argv[1], prints "holds", waits for a line on
 /// stdin, then asks for bytes 0..10 of argv[2] with F_SETLKW and prints "ok" or

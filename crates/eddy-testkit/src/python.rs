@@ -1,0 +1,58 @@
+//! Python scripts as tests run them: `python3 -c SCRIPT ARGS...`, to completion (`py`) or in
+//! the background with their output read line by line (`py_spawn`, `wait_line`, `finish`).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+/// The interpreter (Debian's; `.ci/run` installs it).
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// Runs a python3 script with `args`; panics with its stderr when it fails.
+pub fn py(script: &str, args: &[&Path]) -> String {
+    let out = Command::new(PYTHON)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 is required");
+    assert!(
+        out.status.success(),
+        "python3 failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts a python3 script with piped stdout.
+pub fn py_spawn(script: &str, args: &[&Path]) -> (Child, BufReader<ChildStdout>) {
+    let mut child = Command::new(PYTHON)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 is required");
+    let out = BufReader::new(child.stdout.take().expect("stdout"));
+    (child, out)
+}
+
+/// Reads lines until one equals `want`; panics if the output ends first.
+pub fn wait_line(out: &mut BufReader<ChildStdout>, want: &str) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = out.read_line(&mut line).expect("read child output");
+        assert!(n > 0, "the child ended before printing {want:?}");
+        if line.trim() == want {
+            return;
+        }
+    }
+}
+
+/// Waits for a child; panics unless it succeeded.
+pub fn finish(mut child: Child) {
+    let st = child.wait().expect("wait");
+    assert!(st.success(), "child failed: {st}");
+}
