@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
-/// The interpreter (Debian's; `.ci/run` installs it).
+/// Debian's interpreter, for which python3-h5py is built (scripts/install-deps.sh).
 pub const PYTHON: &str = "/usr/bin/python3";
 
 /// Runs a python3 script with `args`; panics with its stderr when it fails.

@@ -9,8 +9,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Debian's interpreter, for which python3-h5py is built (scripts/install-deps.sh).
-
 fn mounted() -> Mounted {
     Mounted::start_with(3, test_config())
 }
