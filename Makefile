@@ -28,6 +28,7 @@ demo-slurm: build
 ## starve each other's deadlines.
 test: deps
 	$(CARGO) build --bins
+	$(CARGO) build -p eddy-preload
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=1
 
 ## The fuzz targets (crates/eddy-fuzz) under libFuzzer, coverage-guided, a million inputs each,
