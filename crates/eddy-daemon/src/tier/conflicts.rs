@@ -70,11 +70,11 @@ impl Tier {
     }
 
     /// A file in conflict is not finalised (whoever asks).
-    pub(super) fn refuse_conflict(&self, p: &str, id: FileId) -> Result<(), Errno> {
+    pub(super) fn refuse_conflict(&self, id: FileId) -> Result<(), Errno> {
         if self.has_mark(CONFLICT, id)? {
             return Err(Errno::new(
                 libc::EBUSY,
-                format!("{p}: in conflict with its backend copy (another writer); not finalised"),
+                "in conflict with its backend copy (another writer); not finalised",
             ));
         }
         Ok(())
@@ -172,7 +172,7 @@ impl Tier {
             return Err(Errno::new(
                 libc::EBUSY,
                 format!(
-                    "{p}: its backend copy {} changed since this deployment took it (another writer, on another cache); not written back, so that neither copy is lost: `eddy stage-out --overwrite` writes this one over it",
+                    "its backend copy {} changed since this deployment took it (another writer, on another cache); not written back, so that neither copy is lost: `eddy stage-out --overwrite` writes this one over it",
                     bp.display()
                 ),
             ));

@@ -123,7 +123,7 @@ impl Tier {
                 return Ok(());
             };
             out.file_id = ino.file_id;
-            self.refuse_conflict(p, ino.file_id)?;
+            self.refuse_conflict(ino.file_id)?;
             let bp = self
                 .linked(p)
                 .ok_or_else(|| Errno::einval(format!("{p} is not linked")))?;
