@@ -22,6 +22,7 @@ use crate::backend::BackendEntry;
 use crate::meta::MetaStore;
 use eddy_proto::path;
 use eddy_proto::{Errno, FileId, FileKind, FileOutcome, Inode, TierState};
+use std::collections::HashSet;
 
 /// The conflicts listed per daemon by `eddy status` (their count is not bounded).
 const LISTED: usize = 32;
@@ -125,6 +126,7 @@ impl Tier {
         (overwrite, ours): (bool, &[FileId]),
     ) -> Result<(Vec<FileOutcome>, bool), Errno> {
         let (todo, mut more) = self.dirty_files(meta, prefix, &[], after, limit)?;
+        let ours: HashSet<FileId> = ours.iter().copied().collect();
         let deadline = std::time::Instant::now() + self.flush_budget;
         let mut outcomes = Vec::new();
         for p in todo {
@@ -139,7 +141,7 @@ impl Tier {
                 error: None,
                 complete: true,
             };
-            if let Err(e) = self.check_one(meta, &p, (overwrite, ours), &mut out) {
+            if let Err(e) = self.check_one(meta, &p, (overwrite, &ours), &mut out) {
                 out.error = Some(e);
             }
             outcomes.push(out);
@@ -151,7 +153,7 @@ impl Tier {
         &self,
         meta: &MetaStore,
         p: &str,
-        (overwrite, ours): (bool, &[FileId]),
+        (overwrite, ours): (bool, &HashSet<FileId>),
         out: &mut FileOutcome,
     ) -> Result<(), Errno> {
         let key = path::meta_key(p);
