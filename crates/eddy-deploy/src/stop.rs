@@ -171,6 +171,17 @@ fn refusal(state_dir: &Path, report: &Report, left: &DirtyLeft, after_unmount: b
          `eddy stop --state {state}` again, or run `eddy stop --state {state} --discard` to \
          stop and throw the data that is not written back away."
     ));
+    // Refused because another writer changed the backend copy (decision 0030).
+    let conflicts = report
+        .failures()
+        .any(|f| f.error.as_deref().is_some_and(|e| e.ends_with("(EBUSY)")));
+    if conflicts {
+        s.push_str(&format!(
+            "\nFiles another writer changed in the backend are kept, not written over theirs: \
+             copy them out of the mount, or run `eddy stage-out --state {state} --overwrite` \
+             to write this deployment's copies over the backend's, then stop again."
+        ));
+    }
     s
 }
 
@@ -291,6 +302,39 @@ mod tests {
             msg.contains("`eddy stop --state /tmp/st --discard`"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn refusal_of_a_file_another_writer_changed_says_how_to_overwrite() {
+        let conflict = "its backend copy /pfs/out changed since this deployment took it \
+                        (another writer, on another cache); not written back (EBUSY)";
+        let r = report(
+            vec![FileResult {
+                path: "/out".into(),
+                bytes: 0,
+                error: Some(conflict.into()),
+            }],
+            None,
+        );
+        let left = DirtyLeft {
+            bytes: 10,
+            unreachable: vec![],
+        };
+        let msg = refusal(Path::new("/tmp/st"), &r, &left, false);
+        assert!(
+            msg.contains("`eddy stage-out --state /tmp/st --overwrite`"),
+            "{msg}"
+        );
+        let plain = report(
+            vec![FileResult {
+                path: "/in".into(),
+                bytes: 0,
+                error: Some("/pfs/in: read-only file system (EROFS)".into()),
+            }],
+            None,
+        );
+        let msg = refusal(Path::new("/tmp/st"), &plain, &left, false);
+        assert!(!msg.contains("--overwrite"), "{msg}");
     }
 
     #[test]
