@@ -15,6 +15,84 @@ use std::time::Duration;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// The longest path handed to the kernel in one call (PATH_MAX counts the NUL).
+const KERNEL_PATH: usize = libc::PATH_MAX as usize - 1;
+/// How much of a long path one hop of `reach` opens.
+const HOP: usize = 3072;
+
+/// A backend path the kernel takes in one call, however long the path it stands for: for a
+/// path past PATH_MAX, `/proc/self/fd/N/rest`, where N is a directory descriptor (`O_PATH`)
+/// of an ancestor, opened hop by hop, each relative to the last. The descriptors live as long
+/// as the `Reach`: use its path within the backend operation that made it. Resolution is
+/// the kernel's own, component by component, as for the path itself (symlinks included).
+pub struct Reach {
+    _dirs: Vec<std::os::fd::OwnedFd>,
+    path: PathBuf,
+}
+
+impl Reach {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A `Reach` of `p`, or `None` when one of its directories does not exist (ENOENT or
+/// ENOTDIR on the way, as the operation itself would have met): for the operations that take
+/// a missing entry as an answer.
+pub fn reach_existing(p: &Path) -> std::io::Result<Option<Reach>> {
+    match reach(p) {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A `Reach` of `p`: `p` itself when it fits in PATH_MAX.
+pub fn reach(p: &Path) -> std::io::Result<Reach> {
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = p.as_os_str().as_bytes();
+    if bytes.len() <= KERNEL_PATH {
+        return Ok(Reach {
+            _dirs: Vec::new(),
+            path: p.to_owned(),
+        });
+    }
+    let mut dirs: Vec<std::os::fd::OwnedFd> = Vec::new();
+    let mut rest = bytes;
+    loop {
+        let via = dirs
+            .last()
+            .map(|d| format!("/proc/self/fd/{}/", d.as_raw_fd()));
+        if via.as_ref().map_or(0, String::len) + rest.len() <= KERNEL_PATH {
+            let mut path = via.unwrap_or_default().into_bytes();
+            path.extend_from_slice(rest);
+            return Ok(Reach {
+                _dirs: dirs,
+                path: PathBuf::from(std::ffi::OsStr::from_bytes(&path)),
+            });
+        }
+        // The next hop: the longest run of whole components within HOP bytes.
+        let cut = rest[..HOP.min(rest.len())]
+            .iter()
+            .rposition(|&b| b == b'/')
+            .filter(|&i| i > 0)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
+        let hop = std::ffi::OsStr::from_bytes(&rest[..cut]);
+        let flags = nix::fcntl::OFlag::O_PATH
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_CLOEXEC;
+        let mode = nix::sys::stat::Mode::empty();
+        let fd = match dirs.last() {
+            Some(d) => nix::fcntl::openat(d.as_fd(), hop, flags, mode),
+            None => nix::fcntl::openat(nix::fcntl::AT_FDCWD, hop, flags, mode),
+        }
+        .map_err(std::io::Error::from)?;
+        dirs.push(fd);
+        rest = &rest[cut + 1..];
+    }
+}
+
 /// The linked prefixes and the threads that reach their backends.
 pub struct Backend {
     links: Vec<Link>,
@@ -102,6 +180,10 @@ pub struct BackendEntry {
 
 /// lstat (and readlink for a symlink) of a backend path; `None` if it does not exist.
 pub fn read_entry(p: &Path) -> std::io::Result<Option<BackendEntry>> {
+    let Some(reached) = reach_existing(p)? else {
+        return Ok(None);
+    };
+    let p = reached.path();
     let m = match std::fs::symlink_metadata(p) {
         Ok(m) => m,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
@@ -226,7 +308,7 @@ impl Backend {
     /// lstat of a backend path and, for a symlink, its target; `None` if it does not exist.
     pub fn entry(&self, path: &Path) -> Result<Option<BackendEntry>, Errno> {
         let p = path.to_owned();
-        self.run("lstat", path, move || read_entry(&p))
+        self.run("lstat", path, move || read_entry(reach(&p)?.path()))
     }
 
     /// Reads up to `len` bytes at `offset` of a backend file; short at its end, empty if the
@@ -235,7 +317,10 @@ impl Backend {
         let p = path.to_owned();
         self.run("read", path, move || {
             use std::os::unix::fs::FileExt;
-            let f = match std::fs::File::open(&p) {
+            let Some(reached) = reach_existing(&p)? else {
+                return Ok(Vec::new());
+            };
+            let f = match std::fs::File::open(reached.path()) {
                 Ok(f) => f,
                 Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
                 Err(e) => return Err(e),
@@ -267,7 +352,7 @@ impl Backend {
                 .create(true)
                 .truncate(false)
                 .mode(0o600)
-                .open(&p)
+                .open(reach(&p)?.path())
                 .map(Arc::new)
         })
     }
@@ -291,5 +376,47 @@ impl Backend {
     pub fn sync(&self, file: &Arc<std::fs::File>, path: &Path) -> Result<(), Errno> {
         let f = Arc::clone(file);
         self.run("fsync", path, move || f.sync_all())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_past_path_max_is_reached_hop_by_hop() {
+        let top = tempfile::tempdir().unwrap();
+        let short = top.path().join("a");
+        assert_eq!(reach(&short).unwrap().path(), short.as_path());
+        let name = "d".repeat(200);
+        let mut deep = top.path().to_path_buf();
+        while deep.as_os_str().len() < 9000 {
+            deep.push(&name);
+            std::fs::create_dir(reach(&deep).unwrap().path()).unwrap();
+        }
+        let file = deep.join("f");
+        let r = reach(&file).unwrap();
+        assert!(
+            r.path().starts_with("/proc/self/fd"),
+            "{}",
+            r.path().display()
+        );
+        assert!(r.path().as_os_str().len() < 4096);
+        std::fs::write(r.path(), b"deep").unwrap();
+        drop(r);
+        let e = read_entry(&file).unwrap().unwrap();
+        assert_eq!(e.stat.size, 4);
+        assert!(read_entry(&deep.join("missing")).unwrap().is_none());
+        // A directory missing on the way: the entry is missing, as the kernel would say.
+        let mut lost = top.path().join("nope");
+        while lost.as_os_str().len() < 9000 {
+            lost.push(&name);
+        }
+        assert!(reach_existing(&lost).unwrap().is_none());
+        assert!(read_entry(&lost).unwrap().is_none());
+        // A name longer than a hop cannot be cut: ENAMETOOLONG, as the kernel says.
+        let odd = top.path().join("x".repeat(5000));
+        let err = reach(&odd).err().unwrap();
+        assert_eq!(err.raw_os_error(), Some(libc::ENAMETOOLONG));
     }
 }

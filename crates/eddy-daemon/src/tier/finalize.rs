@@ -153,7 +153,7 @@ fn finalize_backend_file(bp: &Path, ino: &Inode) -> std::io::Result<BackendEntry
         .create(true)
         .truncate(false)
         .mode(ino.mode)
-        .open(bp)?;
+        .open(crate::backend::reach(bp)?.path())?;
     f.set_len(ino.size)?;
     f.set_permissions(std::fs::Permissions::from_mode(ino.mode))?;
     super::xattrs::finalize(&f, bp, &ino.xattrs)?;

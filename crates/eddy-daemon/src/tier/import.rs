@@ -125,7 +125,7 @@ impl Tier {
         let listed = bp.clone();
         let names: Vec<String> = self.backend.run("readdir", &bp, move || {
             let mut out = Vec::new();
-            for e in std::fs::read_dir(&listed)? {
+            for e in std::fs::read_dir(crate::backend::reach(&listed)?.path())? {
                 if let Ok(name) = e?.file_name().into_string() {
                     out.push(name);
                 }

@@ -73,18 +73,20 @@ impl Tier {
         let (f, t) = (bf.clone(), bt);
         let seen = self.backend.run("link", &bf, move || {
             use std::os::unix::fs::OpenOptionsExt;
+            let (reached_f, reached_t) = (crate::backend::reach(&f)?, crate::backend::reach(&t)?);
+            let (f, t) = (reached_f.path(), reached_t.path());
             match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW)
-                .open(&f)
+                .open(f)
             {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 other => drop(other?),
             }
-            std::fs::hard_link(&f, &t)?;
-            std::fs::symlink_metadata(&t)
+            std::fs::hard_link(f, t)?;
+            std::fs::symlink_metadata(t)
         })?;
         let mut names = self.names(id)?.unwrap_or_default();
         if (names.dev, names.ino) != (seen.dev(), seen.ino()) {
@@ -113,13 +115,16 @@ impl Tier {
                 continue;
             };
             let q = bp.clone();
-            let m =
-                self.backend
-                    .run("lstat", &bp, move || match std::fs::symlink_metadata(&q) {
-                        Ok(m) => Ok(Some((m.dev(), m.ino()))),
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                        Err(e) => Err(e),
-                    })?;
+            let m = self.backend.run("lstat", &bp, move || {
+                let Some(reached) = crate::backend::reach_existing(&q)? else {
+                    return Ok(None);
+                };
+                match std::fs::symlink_metadata(reached.path()) {
+                    Ok(m) => Ok(Some((m.dev(), m.ino()))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })?;
             if m == Some((names.dev, names.ino)) {
                 out.push(p.clone());
             }
@@ -216,7 +221,7 @@ impl Tier {
                 let Some(inode) = super::import::import_stub(&p)? else {
                     return Ok(None);
                 };
-                let m = std::fs::symlink_metadata(&p)?;
+                let m = std::fs::symlink_metadata(crate::backend::reach(&p)?.path())?;
                 Ok(Some((inode, m.dev(), m.ino())))
             })?;
             let Some((inode, dev, ino)) = found.filter(|(i, _, _)| i.file_id == id) else {

@@ -85,20 +85,22 @@ impl Through for Tier {
         }
         let p = bp.clone();
         let made = self.backend.run("create", &bp, move || {
+            let reached = crate::backend::reach(&p)?;
+            let p = reached.path();
             match kind {
                 FileKind::Dir => {
                     use std::os::unix::fs::PermissionsExt;
-                    match std::fs::create_dir(&p) {
+                    match std::fs::create_dir(p) {
                         Err(e) if e.kind() == ErrorKind::AlreadyExists && p.is_dir() => {}
                         other => other?,
                     }
                     // The mode as asked, not as the daemon's umask would cut it.
-                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
+                    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))?;
                 }
-                FileKind::Symlink => std::os::unix::fs::symlink(target.unwrap_or_default(), &p)?,
-                special => make_node(&p, special, mode, rdev)?,
+                FileKind::Symlink => std::os::unix::fs::symlink(target.unwrap_or_default(), p)?,
+                special => make_node(p, special, mode, rdev)?,
             }
-            read_entry(&p)
+            read_entry(p)
         })?;
         inode.tier = Some(match made {
             Some(e) => TierState {
@@ -118,10 +120,14 @@ impl Through for Tier {
         };
         let p = bp.clone();
         self.backend.run("remove", &bp, move || {
+            let Some(reached) = crate::backend::reach_existing(&p)? else {
+                return Ok(());
+            };
+            let p = reached.path();
             ignore_missing(if kind == FileKind::Dir {
-                std::fs::remove_dir(&p)
+                std::fs::remove_dir(p)
             } else {
-                std::fs::remove_file(&p)
+                std::fs::remove_file(p)
             })
         })
     }
@@ -135,20 +141,24 @@ impl Through for Tier {
         let (attr, kind) = (attr.clone(), new.kind);
         let (atime, mtime) = (new.atime, new.mtime);
         let seen = self.backend.run("setattr", &bp, move || {
-            if std::fs::symlink_metadata(&p).is_err() {
+            let Some(reached) = crate::backend::reach_existing(&p)? else {
+                return Ok(None); // never written back: stage-out sets everything
+            };
+            let p = reached.path();
+            if std::fs::symlink_metadata(p).is_err() {
                 return Ok(None); // never written back: stage-out sets everything
             }
             if let (Some(mode), false) = (attr.mode, kind == FileKind::Symlink) {
                 use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))?;
             }
             if attr.uid.is_some() || attr.gid.is_some() {
-                std::os::unix::fs::lchown(&p, attr.uid, attr.gid)?;
+                std::os::unix::fs::lchown(p, attr.uid, attr.gid)?;
             }
             if let Some(size) = attr.size {
                 std::fs::OpenOptions::new()
                     .write(true)
-                    .open(&p)?
+                    .open(p)?
                     .set_len(size)?;
             }
             // Times of special files are kept in Eddy only (opening a FIFO to set them would
@@ -159,9 +169,9 @@ impl Through for Tier {
                 let times = std::fs::FileTimes::new()
                     .set_accessed(system_time(atime))
                     .set_modified(system_time(mtime));
-                std::fs::File::open(&p)?.set_times(times)?;
+                std::fs::File::open(p)?.set_times(times)?;
             }
-            read_entry(&p)
+            read_entry(p)
         })?;
         if let (Some(e), Some(t)) = (seen, new.tier.as_mut()) {
             t.backend_mtime = e.stat.mtime;
@@ -183,7 +193,9 @@ impl Through for Tier {
         };
         let (p, name, value) = (bp.clone(), name.to_string(), value.map(<[u8]>::to_vec));
         self.backend.run("setxattr", &bp, move || {
-            super::xattrs::write_through(&p, kind, &name, value.as_deref())
+            let reached = crate::backend::reach(&p)?;
+            let p = reached.path();
+            super::xattrs::write_through(p, kind, &name, value.as_deref())
         })
     }
 }
@@ -204,19 +216,26 @@ impl Tier {
         // a missing source then means the backend renamed it already.
         let resuming = meta.renaming(&from, &to);
         let (f, t) = (bf.clone(), bt);
-        self.backend
-            .run("rename", &bf, move || match std::fs::rename(&f, &t) {
+        self.backend.run("rename", &bf, move || {
+            let reached_t = crate::backend::reach(&t)?;
+            let t = reached_t.path();
+            let renamed = match crate::backend::reach_existing(&f)? {
+                Some(reached_f) => std::fs::rename(reached_f.path(), t),
+                None => Err(std::io::Error::from(ErrorKind::NotFound)),
+            };
+            match renamed {
                 Err(e) if e.kind() == ErrorKind::NotFound && resuming => Ok(()),
                 // The source was never written back: what it replaces must go from the backend
                 // too, or its bytes would show through the new file's holes after stage-out.
-                Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::symlink_metadata(&t) {
-                    Ok(m) if m.is_dir() => ignore_missing(std::fs::remove_dir(&t)),
-                    Ok(_) => ignore_missing(std::fs::remove_file(&t)),
+                Err(e) if e.kind() == ErrorKind::NotFound => match std::fs::symlink_metadata(t) {
+                    Ok(m) if m.is_dir() => ignore_missing(std::fs::remove_dir(t)),
+                    Ok(_) => ignore_missing(std::fs::remove_file(t)),
                     Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
                     Err(e) => Err(e),
                 },
                 other => other,
-            })
+            }
+        })
     }
 }
 

@@ -31,6 +31,10 @@ fn carried(kind: FileKind) -> bool {
 /// blocking; `None` if it does not exist or is no longer a file or directory.
 fn open_entry(p: &Path) -> std::io::Result<Option<OwnedFd>> {
     use std::os::unix::ffi::OsStrExt;
+    let Some(reached) = crate::backend::reach_existing(p)? else {
+        return Ok(None);
+    };
+    let p = reached.path();
     let c =
         CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::from(ErrorKind::InvalidInput))?;
     let flags =

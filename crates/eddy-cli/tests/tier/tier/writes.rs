@@ -247,39 +247,98 @@ async fn fsynced_dirty_data_survives_kill_9_and_reaches_the_backend() {
     assert_eq!(total(&c, |t| t.dirty_bytes).await, 0);
 }
 
-/// A linked prefix's backend path is a kernel path, which the kernel bounds at PATH_MAX
-/// (4096 bytes) whatever the depth Eddy allows: a change written through to a backend path
-/// past it gives ENAMETOOLONG naming the backend path, at once (never EIO, never a hang),
-/// while unlinked paths of the same depth work.
+/// A linked prefix's backend path may pass the kernel's PATH_MAX (4096 bytes) as the
+/// namespace path may: the daemons reach such backend paths hop by hop through directory
+/// descriptors. A tree built through the library to 6 KiB of backend path is made in the
+/// backend (mkdir, create, write, rename, link, chmod, setxattr, stage-out), and a tree as
+/// deep made in the backend directly is imported with its bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn backend_paths_past_path_max_give_enametoolong() {
+async fn backend_paths_past_path_max_work() {
     let backend = tempfile::tempdir().unwrap();
     let b = backend.path();
     let cl = Cluster::start_with(3, linked(&[("/l", b)]));
     let c = cl.client().await;
     let me = Creds::root();
     let name = "n".repeat(250);
-    let (mut linked_dir, mut scratch) = ("/l".to_string(), "/s".to_string());
-    c.mkdir(&scratch, 0o755, me).await.unwrap();
-    let backend_len = |p: &str| b.as_os_str().len() + p.len() - "/l".len();
-    loop {
-        let next = format!("{linked_dir}/{name}");
-        if backend_len(&next) > 4095 {
-            let e = c.mkdir(&next, 0o755, me).await.unwrap_err();
-            assert_eq!(e.errno, libc::ENAMETOOLONG, "{e:?}");
-            assert!(e.msg.contains("backend"), "{e:?}");
-            break;
-        }
-        c.mkdir(&next, 0o755, me).await.unwrap();
-        linked_dir = next;
-        scratch = format!("{scratch}/{name}");
-        c.mkdir(&scratch, 0o755, me).await.unwrap();
+    let mut dir = "/l".to_string();
+    let mut parts: Vec<String> = Vec::new();
+    while b.as_os_str().len() + dir.len() < 6 * 1024 {
+        dir = format!("{dir}/{name}");
+        parts.push(name.clone());
+        c.mkdir(&dir, 0o750, me).await.unwrap();
     }
-    // The same depth and more outside the linked prefix.
-    for _ in 0..4 {
-        scratch = format!("{scratch}/{name}");
-        c.mkdir(&scratch, 0o755, me).await.unwrap();
-    }
-    assert!(scratch.len() > 4096);
-    assert_eq!(c.stat(&scratch).await.unwrap().kind, FileKind::Dir);
+    let data = random_bytes(200 * KIB);
+    write_all(&c, &format!("{dir}/f"), &data, false).await;
+    c.rename(&format!("{dir}/f"), &format!("{dir}/g"), me)
+        .await
+        .unwrap();
+    c.link(&format!("{dir}/g"), &format!("{dir}/h"), me)
+        .await
+        .unwrap();
+    c.setattr(
+        &format!("{dir}/g"),
+        SetAttr {
+            mode: Some(0o640),
+            ..SetAttr::default()
+        },
+        me,
+    )
+    .await
+    .unwrap();
+    c.setxattr(
+        &format!("{dir}/g"),
+        "user.deep",
+        b"yes",
+        eddy_client::XattrSet::Any,
+        me,
+    )
+    .await
+    .unwrap();
+    all_ok(&c.stage_out(&[], &|_| {}).await.unwrap());
+
+    // What the backend holds there, read by a program that walks down with chdir.
+    let walk = r#"
+import os, sys
+os.chdir(sys.argv[1])
+for p in sys.argv[2:]:
+    os.chdir(p)
+g, h = os.lstat("g"), os.lstat("h")
+print(len(os.getcwd()), oct(g.st_mode & 0o7777), g.st_ino == h.st_ino, g.st_nlink,
+      os.getxattr("g", "user.deep").decode(), open("g", "rb").read().hex())
+with open("deep-from-backend", "wb") as f:
+    f.write(b"made in the backend")
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(walk).arg(b).args(&parts);
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    assert!(fields[0].parse::<usize>().unwrap() > 6000, "{text}");
+    assert_eq!(&fields[1..5], ["0o640", "True", "2", "yes"], "{text}");
+    assert!(fields[5] == data.iter().map(|x| format!("{x:02x}")).collect::<String>());
+
+    // Made in the backend directly, read through Eddy (imported on first touch).
+    let f = c
+        .open(&format!("{dir}/deep-from-backend"), libc::O_RDONLY, 0, me)
+        .await
+        .unwrap();
+    assert_eq!(c.pread(&f, 0, 100).await.unwrap(), b"made in the backend");
+    c.close(&f).await.unwrap();
+    c.unlink(&format!("{dir}/h"), me).await.unwrap();
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg("import os, sys\nos.chdir(sys.argv[1])\nfor p in sys.argv[2:]: os.chdir(p)\nprint(sorted(os.listdir('.')))")
+        .arg(b)
+        .args(&parts)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "['deep-from-backend', 'g']"
+    );
 }
