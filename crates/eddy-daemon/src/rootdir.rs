@@ -111,19 +111,8 @@ fn walk(dir: &Path, owner: &RootOwner) -> Result<OwnedFd, String> {
             // A missing directory is made (0755, so the daemon's user can pass) in the
             // directory just checked, as `create_dir_all` would; then looked at as any other.
             Err(NixErrno::ENOENT) => {
-                match mkdirat(cur, name.as_os_str(), Mode::from_bits_truncate(0o755)) {
-                    // 0755 whatever the umask (eddyd's is 077).
-                    Ok(()) => openat(
-                        cur,
-                        name.as_os_str(),
-                        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    )
-                    .and_then(|d| fchmod(&d, Mode::from_bits_truncate(0o755)))
-                    .map_err(|e| format!("cannot make {}: {e}", here.display()))?,
-                    Err(NixErrno::EEXIST) => {}
-                    Err(e) => return Err(format!("cannot make {}: {e}", here.display())),
-                }
+                make_passable_dir(cur, &name)
+                    .map_err(|e| format!("cannot make {}: {e}", here.display()))?;
                 fstatat(cur, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
             }
             other => other,
@@ -387,6 +376,46 @@ fn check_root(
     Ok(())
 }
 
+/// Makes the directory `name` in `dir`, mode 0755 whatever the umask (eddyd's is 077), and
+/// never seen otherwise: it is made under a name of its own, given its mode, then renamed
+/// into place unless another process made `name` meanwhile (several daemons of a host
+/// starting at once, whose users could not pass a directory caught at 0700).
+fn make_passable_dir(dir: &OwnedFd, name: &std::ffi::OsStr) -> Result<(), NixErrno> {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp = OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".eddy-mkdir-{}-{n}", std::process::id()));
+    mkdirat(dir, tmp.as_os_str(), Mode::from_bits_truncate(0o700))?;
+    let placed = openat(
+        dir,
+        tmp.as_os_str(),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .and_then(|d| fchmod(&d, Mode::from_bits_truncate(0o755)))
+    .and_then(|()| {
+        nix::fcntl::renameat2(
+            dir,
+            tmp.as_os_str(),
+            dir,
+            name,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )
+    });
+    match placed {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ =
+                nix::unistd::unlinkat(dir, tmp.as_os_str(), nix::unistd::UnlinkatFlags::RemoveDir);
+            match e {
+                NixErrno::EEXIST => Ok(()),
+                e => Err(e),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,6 +488,35 @@ mod tests {
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
         prepare(&root, me(), MARK).unwrap();
         assert_eq!(mode(&root), 0o700);
+    }
+
+    #[test]
+    fn a_parent_made_by_several_at_once_is_never_seen_unpassable() {
+        use std::os::unix::fs::PermissionsExt;
+        let top = tempfile::tempdir().unwrap();
+        let dir: OwnedFd = std::fs::File::open(top.path()).unwrap().into();
+        let dir = std::sync::Arc::new(dir);
+        let name = std::ffi::OsString::from("io1");
+        let seen_closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                let (dir, name, seen) = (dir.clone(), name.clone(), seen_closed.clone());
+                let path = top.path().join("io1");
+                s.spawn(move || {
+                    make_passable_dir(&dir, &name).unwrap();
+                    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+                    if mode & 0o777 != 0o755 {
+                        seen.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert!(!seen_closed.load(std::sync::atomic::Ordering::Relaxed));
+        let names: Vec<_> = std::fs::read_dir(top.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("io1")]);
     }
 
     #[test]
