@@ -3,6 +3,12 @@
 #[allow(unused_imports)]
 use super::*;
 
+/// The Eddy path a call that follows symbolic links reaches from `p`; a link that leads out
+/// of Eddy is EOPNOTSUPP.
+fn followed(p: String) -> R<String> {
+    follow_path(p)?.map_err(|_| Errno::new(libc::EOPNOTSUPP, "link leaves Eddy"))
+}
+
 pub(super) fn getxattr_ours(
     p: String,
     name: *const c_char,
@@ -12,11 +18,7 @@ pub(super) fn getxattr_ours(
 ) -> R<ssize_t> {
     // SAFETY: the caller's string.
     let name = unsafe { cstr(name) }?.to_string();
-    let p = if follow_links {
-        follow_path(p)?.map_err(|_| Errno::new(libc::EOPNOTSUPP, "link leaves Eddy"))?
-    } else {
-        p
-    };
+    let p = if follow_links { followed(p)? } else { p };
     let cr = creds();
     let val = run(move |c| async move { c.getxattr(&p, &name, cr).await })?;
     copy_out(&val, v.cast(), n)
@@ -116,11 +118,7 @@ pub unsafe extern "C" fn listxattr(path: *const c_char, list: *mut c_char, n: si
         libc::AT_FDCWD,
         path,
         -1,
-        |p| {
-            let q =
-                follow_path(p)?.map_err(|_| Errno::new(libc::EOPNOTSUPP, "link leaves Eddy"))?;
-            listxattr_ours(q, list, n)
-        },
+        |p| listxattr_ours(followed(p)?, list, n),
         |rp| real::listxattr(rp, list, n)
     )
 }
@@ -155,11 +153,7 @@ pub unsafe extern "C" fn setxattr(
         libc::AT_FDCWD,
         path,
         -1,
-        |p| {
-            let q =
-                follow_path(p)?.map_err(|_| Errno::new(libc::EOPNOTSUPP, "link leaves Eddy"))?;
-            setxattr_ours(q, name, v, n, flags)
-        },
+        |p| setxattr_ours(followed(p)?, name, v, n, flags),
         |rp| real::setxattr(rp, name, v, n, flags)
     )
 }
@@ -209,11 +203,7 @@ pub unsafe extern "C" fn removexattr(path: *const c_char, name: *const c_char) -
         libc::AT_FDCWD,
         path,
         -1,
-        |p| {
-            let q =
-                follow_path(p)?.map_err(|_| Errno::new(libc::EOPNOTSUPP, "link leaves Eddy"))?;
-            removexattr_ours(q, name)
-        },
+        |p| removexattr_ours(followed(p)?, name),
         |rp| real::removexattr(rp, name)
     )
 }
