@@ -508,11 +508,11 @@ impl Client {
     /// `from` lies under.
     fn detaches(&self, from: &str, to: &str) -> bool {
         let cfg = self.config();
-        let hidden = path::split(to).is_some_and(|(_, name)| eddy_config::is_hidden_orphan(name));
-        let parent = path::split(to).map(|(dir, _)| dir);
-        hidden
-            && cfg.link_for(from).is_some()
-            && cfg.link_for(from) == parent.and_then(|d| cfg.link_for(d))
+        let Some((parent, name)) = path::split(to) else {
+            return false;
+        };
+        let link = cfg.link_for(from);
+        eddy_config::is_hidden_orphan(name) && link.is_some() && link == cfg.link_for(parent)
     }
 
     /// Whether a rename (or a link) stays within one linked prefix (true) or within the

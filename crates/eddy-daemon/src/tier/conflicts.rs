@@ -231,20 +231,42 @@ impl Tier {
         (listed, count)
     }
 
-    /// Eviction wrote back dirty chunks of `id` (outside a stage-out, without the check).
-    pub(super) fn written_back_by_eviction(&self, id: FileId) -> Result<(), Errno> {
-        if self.maps().evicted_dirty.insert(id) {
-            self.set_mark(EVICTED, id, &[])?;
+    /// Sets (`on`) or clears the flag `tag` (`HELD` or `EVICTED`) of `id`: its record, then
+    /// the set in memory the records are loaded into.
+    fn flag(&self, tag: u8, id: FileId, on: bool) -> Result<(), Errno> {
+        fn set_of(maps: &mut super::Maps, tag: u8) -> &mut HashSet<FileId> {
+            if tag == HELD {
+                &mut maps.held_back
+            } else {
+                &mut maps.evicted_dirty
+            }
+        }
+        if set_of(&mut self.maps(), tag).contains(&id) == on {
+            return Ok(());
+        }
+        if on {
+            self.set_mark(tag, id, &[])?;
+        } else {
+            self.clear_mark(tag, id)?;
+        }
+        let mut maps = self.maps();
+        let set = set_of(&mut maps, tag);
+        if on {
+            set.insert(id);
+        } else {
+            set.remove(&id);
         }
         Ok(())
     }
 
+    /// Eviction wrote back dirty chunks of `id` (outside a stage-out, without the check).
+    pub(super) fn written_back_by_eviction(&self, id: FileId) -> Result<(), Errno> {
+        self.flag(EVICTED, id, true)
+    }
+
     /// A stage-out wrote back every dirty chunk of `id` here (or the file is gone).
     pub(super) fn written_back_whole(&self, id: FileId) -> Result<(), Errno> {
-        if self.maps().evicted_dirty.remove(&id) {
-            self.clear_mark(EVICTED, id)?;
-        }
-        Ok(())
+        self.flag(EVICTED, id, false)
     }
 
     /// The files under `prefix` whose dirty chunks eviction wrote back here since their last
@@ -270,13 +292,7 @@ impl Tier {
     /// how many files are held back here now.
     pub fn hold_back(&self, files: &[FileId], hold: bool) -> Result<u64, Errno> {
         for &id in files {
-            if hold {
-                self.set_mark(HELD, id, &[])?;
-                self.maps().held_back.insert(id);
-            } else {
-                self.clear_mark(HELD, id)?;
-                self.maps().held_back.remove(&id);
-            }
+            self.flag(HELD, id, hold)?;
         }
         Ok(self.maps().held_back.len() as u64)
     }

@@ -668,9 +668,7 @@ impl Tier {
 
     /// The file's chunks are gone (unlink, new generation): forget them.
     pub fn forget(&self, id: FileId) -> Result<(), Errno> {
-        if self.maps().held_back.contains(&id) {
-            self.hold_back(&[id], false)?;
-        }
+        self.hold_back(&[id], false)?;
         self.written_back_whole(id)?;
         let held = {
             let mut maps = self.maps();
