@@ -191,6 +191,10 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
                 .checksums
                 .then(|| settings.config.checksum_block()),
         );
+        chunks.recover_torn().map_err(|e| DaemonError::Meta {
+            path: root.join(CHUNKS_DIR),
+            message: format!("finishing the changes a stopped daemon left: {e}"),
+        })?;
         let tier = Tier::open(
             meta.tier_records(),
             Arc::clone(&backend),

@@ -19,18 +19,21 @@
 //! stands for the zeros a hole of the data file reads as. Written with the data under the
 //! chunk's lock, synced with it; every read verifies the blocks it touches (a mismatch seen
 //! without the chunk's lock is checked again under it: a write may be between its data and
-//! its checksum), and a block found bad is remembered (`corrupt`) and counted once.
+//! its checksum), and a block found bad is remembered (`corrupt`) and counted once. A change
+//! of data and checksums is announced in the journal of changes in flight first, so that a
+//! daemon killed between the two finds and re-checksums those blocks at its next start.
 //!
 //! The store is cut along these lines: `layout.rs` where data and sum files live and the
 //! layout marker, `map.rs` the chunk map (slots, the records, the usage counters and the
 //! capacity), `cache.rs` the cache of open data files, `sums.rs` the checksum files and
-//! verified reads, `scrub.rs` the scrub, `io.rs` positioned reads, hole punching and
-//! directory syncs; this file holds the store itself and its reads and writes.
+//! verified reads, `journal.rs` the changes in flight, `scrub.rs` the scrub, `io.rs`
+//! positioned reads, hole punching and directory syncs; this file holds the store itself and its reads and writes.
 
 mod cache;
 #[cfg(test)]
 mod fixture;
 mod io;
+mod journal;
 mod layout;
 mod map;
 mod scrub;
@@ -44,6 +47,7 @@ use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileId, Piece};
 use fjall::Keyspace;
 use io::{file_err, io_err, pread_full, pread_uninit, punch, sync_dir};
+use journal::{Change, Journal};
 use layout::{prepare_layout, subdir_of, sum_path};
 use map::{Slot, SHARDS};
 use std::collections::{BTreeSet, HashMap};
@@ -86,6 +90,10 @@ pub struct ChunkStore {
     /// Blocks found bad (each once) and writes refused for a corrupted payload.
     checksum_errors: AtomicU64,
     corrupt_payloads: AtomicU64,
+    /// Block changes in flight (`journal.rs`), and those a killed daemon left, until
+    /// `recover_torn` deals with them.
+    journal: Journal,
+    left: Mutex<Vec<Change>>,
 }
 
 /// Bytes read and the checksums of their block-aligned segments.
@@ -107,6 +115,10 @@ impl ChunkStore {
         };
         crate::rootdir::private_dir(dir).map_err(root_err)?;
         prepare_layout(dir)?;
+        let (journal, left) = Journal::open(dir).map_err(|e| DaemonError::Meta {
+            path: dir.to_owned(),
+            message: e.to_string(),
+        })?;
         let store = ChunkStore {
             dir: dir.to_owned(),
             chunk_size,
@@ -124,6 +136,8 @@ impl ChunkStore {
             bad: Mutex::default(),
             checksum_errors: AtomicU64::new(0),
             corrupt_payloads: AtomicU64::new(0),
+            journal,
+            left: Mutex::new(left),
         }
         .checksums(Some(DEFAULT_BLOCK.min(chunk_size)));
         store.load().map_err(|e| DaemonError::Meta {
@@ -304,12 +318,15 @@ impl ChunkStore {
             return Ok(0);
         };
         if let Some(f) = self.data_file(id, &slot, false)? {
-            punch(&f.data, k * self.chunk_size, len).map_err(|e| io_err(&e, id, k))?;
-            if let (Some(block), Some(sf)) = (self.block, &f.sums) {
-                let per_chunk = self.chunk_size / block;
-                punch(sf, self.sum_at(k, 0), per_chunk * SUM_BYTES)
-                    .map_err(|e| io_err(&e, id, k))?;
-            }
+            let per_chunk = self.chunk_size / self.block.unwrap_or(self.chunk_size);
+            self.journaled(&f, self.change(id, k, 0, per_chunk), || {
+                punch(&f.data, k * self.chunk_size, len).map_err(|e| io_err(&e, id, k))?;
+                if let Some(sf) = &f.sums {
+                    punch(sf, self.sum_at(k, 0), per_chunk * SUM_BYTES)
+                        .map_err(|e| io_err(&e, id, k))?;
+                }
+                Ok(())
+            })?;
         }
         self.record(&slot, id, k, None)?;
         self.forget_bad(id, Some(k));
@@ -361,23 +378,28 @@ impl ChunkStore {
             let written = file
                 .ok_or_else(|| Errno::eio("data file vanished"))
                 .and_then(|f| {
-                    f.data.write_all_at(bytes, at).map_err(|e| {
-                        // Bytes of a partial write past the old length read as zeros again.
-                        let from = p.chunk * self.chunk_size + old.unwrap_or(0);
-                        if at + bytes.len() as u64 > from {
-                            let _ = punch(&f.data, from, at + bytes.len() as u64 - from);
+                    let block = self.block.unwrap_or(self.chunk_size);
+                    let first = u64::from(p.offset) / block;
+                    let change = self.change(id, p.chunk, first, new_sums.len() as u64);
+                    self.journaled(&f, change, || {
+                        f.data.write_all_at(bytes, at).map_err(|e| {
+                            // Bytes of a partial write past the old length read as zeros
+                            // again.
+                            let from = p.chunk * self.chunk_size + old.unwrap_or(0);
+                            if at + bytes.len() as u64 > from {
+                                let _ = punch(&f.data, from, at + bytes.len() as u64 - from);
+                            }
+                            io_err(&e, id, p.chunk)
+                        })?;
+                        if !new_sums.is_empty() {
+                            self.store_sums(&f, id, p.chunk, first, &new_sums)?;
+                            let mut bad = lock(&self.bad);
+                            for b in 0..new_sums.len() as u64 {
+                                bad.remove(&(id, p.chunk, (first + b) * block));
+                            }
                         }
-                        io_err(&e, id, p.chunk)
-                    })?;
-                    if let (Some(block), false) = (self.block, new_sums.is_empty()) {
-                        let first = u64::from(p.offset) / block;
-                        self.store_sums(&f, id, p.chunk, first, &new_sums)?;
-                        let mut bad = lock(&self.bad);
-                        for b in 0..new_sums.len() as u64 {
-                            bad.remove(&(id, p.chunk, (first + b) * block));
-                        }
-                    }
-                    Ok(())
+                        Ok(())
+                    })
                 });
             if let Err(e) = written {
                 if old != Some(new_len) {
@@ -527,17 +549,33 @@ impl ChunkStore {
             .unwrap_or(0)
             .max(size);
         if let Some(f) = self.data_file(id, &slot, false)? {
-            let len = f.data.metadata().map_err(|e| file_err(&e, id))?.len();
-            if len > keep {
-                f.data.set_len(keep).map_err(|e| file_err(&e, id))?;
-            }
-            if let (Some(block), Some(sf)) = (self.block, &f.sums) {
-                let keep_sums = keep.div_ceil(block) * SUM_BYTES;
-                let len = sf.metadata().map_err(|e| file_err(&e, id))?.len();
-                if len > keep_sums {
-                    sf.set_len(keep_sums).map_err(|e| file_err(&e, id))?;
+            let block = self.block.unwrap_or(self.chunk_size);
+            // The blocks from the one `keep` falls in to the end of the sum file.
+            let (from, sums_len) = match &f.sums {
+                Some(sf) => (
+                    keep / block,
+                    sf.metadata().map_err(|e| file_err(&e, id))?.len() / SUM_BYTES,
+                ),
+                None => (0, 0),
+            };
+            let change = Change {
+                id,
+                first: from,
+                blocks: sums_len.saturating_sub(from),
+            };
+            self.journaled(&f, change, || {
+                let len = f.data.metadata().map_err(|e| file_err(&e, id))?.len();
+                if len > keep {
+                    f.data.set_len(keep).map_err(|e| file_err(&e, id))?;
                 }
-            }
+                if let Some(sf) = &f.sums {
+                    let keep_sums = keep.div_ceil(block) * SUM_BYTES;
+                    if sums_len * SUM_BYTES > keep_sums {
+                        sf.set_len(keep_sums).map_err(|e| file_err(&e, id))?;
+                    }
+                }
+                Ok(())
+            })?;
         }
         drop(gone);
         Ok(())
@@ -567,19 +605,23 @@ impl ChunkStore {
                 }
                 _ => None,
             };
-            punch(&f.data, k * self.chunk_size + keep, len - keep)
-                .map_err(|e| io_err(&e, id, k))?;
-            if let (Some(block), Some(sf)) = (self.block, &f.sums) {
-                let from = keep.div_ceil(block);
-                let per_chunk = self.chunk_size / block;
-                if from < per_chunk {
-                    punch(sf, self.sum_at(k, from), (per_chunk - from) * SUM_BYTES)
-                        .map_err(|e| io_err(&e, id, k))?;
+            let block = self.block.unwrap_or(self.chunk_size);
+            let (cut, per_chunk) = (keep / block, self.chunk_size / block);
+            self.journaled(&f, self.change(id, k, cut, per_chunk - cut), || {
+                punch(&f.data, k * self.chunk_size + keep, len - keep)
+                    .map_err(|e| io_err(&e, id, k))?;
+                if let Some(sf) = &f.sums {
+                    let from = keep.div_ceil(block);
+                    if from < per_chunk {
+                        punch(sf, self.sum_at(k, from), (per_chunk - from) * SUM_BYTES)
+                            .map_err(|e| io_err(&e, id, k))?;
+                    }
+                    if let Some((b, sum)) = tail {
+                        self.store_sums(&f, id, k, b, &[sum])?;
+                    }
                 }
-                if let Some((b, sum)) = tail {
-                    self.store_sums(&f, id, k, b, &[sum])?;
-                }
-            }
+                Ok(())
+            })?;
         }
         self.record(slot, id, k, Some(keep))
     }
