@@ -14,6 +14,7 @@
 //! - `keepalive`: TCP keepalive and user timeout, so both ends notice a peer gone silent;
 //! - `path`: path normalisation and the metadata key layout;
 //! - `repair`: the digests a repair push is verified with (decision 0021);
+//! - `stats`: what a daemon counts of the I/O it serves (the `Stats` reply);
 //! - `sync`: `lock`, the poison-tolerant mutex lock every crate uses;
 //! - `Errno`: errors as errno values with a short context message;
 //! - `fuzzing` (feature `arbitrary`): generators of request fields for the fuzzer.
@@ -31,6 +32,7 @@ pub mod lockset;
 pub mod msg;
 pub mod path;
 pub mod repair;
+pub mod stats;
 pub mod sync;
 pub mod wire;
 

@@ -1,0 +1,223 @@
+//! What a daemon counts of the I/O it serves, as the `Stats` request returns it: per
+//! operation kind, per client and per file, errors by errno, the backend's share, and a
+//! time series of one-second samples. The daemon keeps these always (counting is cheap:
+//! atomics and a few small maps); `eddy stats`, the Prometheus endpoint and the job profile
+//! at a deployment's end (eddy-history) are all built from this one snapshot.
+//!
+//! Histograms have power-of-two buckets: bucket 0 counts the value 0, bucket i ≥ 1 counts
+//! values in [2^(i-1), 2^i), the last bucket everything above. Request sizes are in bytes,
+//! latencies in microseconds.
+
+use serde::{Deserialize, Serialize};
+
+/// Buckets of a histogram (`Histogram::counts`): bucket 63 holds values ≥ 2^62.
+pub const BUCKETS: usize = 64;
+
+/// A histogram of power-of-two buckets (see the module's header). `counts` may be shorter
+/// than `BUCKETS` (trailing empty buckets are dropped on the wire); missing buckets are 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Histogram {
+    pub counts: Vec<u64>,
+}
+
+impl Histogram {
+    /// The bucket value `v` falls in.
+    pub fn bucket(v: u64) -> usize {
+        (64 - v.leading_zeros() as usize).min(BUCKETS - 1)
+    }
+
+    /// The smallest value past bucket `i` (its upper bound, exclusive): 1, 2, 4, ...
+    pub fn upper(i: usize) -> u64 {
+        if i >= 63 {
+            u64::MAX
+        } else {
+            1u64 << i
+        }
+    }
+
+    pub fn record(&mut self, v: u64) {
+        let b = Self::bucket(v);
+        if self.counts.len() <= b {
+            self.counts.resize(b + 1, 0);
+        }
+        self.counts[b] += 1;
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn merge(&mut self, other: &Histogram) {
+        if self.counts.len() < other.counts.len() {
+            self.counts.resize(other.counts.len(), 0);
+        }
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The upper bound of the bucket holding quantile `q` (0..=1) of the values; 0 when
+    /// empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        let total = self.total();
+        if total == 0 {
+            return 0;
+        }
+        let want = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Self::upper(i);
+            }
+        }
+        Self::upper(self.counts.len().saturating_sub(1))
+    }
+}
+
+/// Who a client is: the host and process it runs in, and its MPI rank when it knows it
+/// (`Identify`). `key` is a hash of the three, the same on every daemon, by which clients
+/// are named in `FileAccess`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ClientId {
+    pub host: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+}
+
+/// One kind of operation on one daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpStats {
+    /// The request's op name (`Op::name`).
+    pub op: String,
+    /// A metadata operation (not `STORAGE` in `request_table!`).
+    pub metadata: bool,
+    pub count: u64,
+    /// Answered with an error.
+    pub errors: u64,
+    /// Bytes carried (written for a write, read for a read; 0 for others).
+    pub bytes: u64,
+    /// Bytes per request.
+    pub sizes: Histogram,
+    /// Microseconds from the request's frame decoded to its handler starting (waiting for a
+    /// slot of the connection or an I/O permit).
+    pub queue_us: Histogram,
+    /// Microseconds in the handler.
+    pub service_us: Histogram,
+}
+
+/// One client on one daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientStats {
+    pub client: ClientId,
+    pub key: u64,
+    pub ops: u64,
+    pub metadata_ops: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    pub errors: u64,
+    /// Unix time (ms) of its first and last request here.
+    pub first_ms: u64,
+    pub last_ms: u64,
+}
+
+/// The distinct clients of a file on one daemon, bounded: at most `FILE_CLIENTS` keys, then
+/// `many`.
+pub const FILE_CLIENTS: usize = 4;
+
+/// Who read and wrote one file's data on one daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileAccess {
+    pub file_id: u128,
+    pub writers: Vec<u64>,
+    pub many_writers: bool,
+    pub readers: Vec<u64>,
+    pub many_readers: bool,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+}
+
+/// One sample of the time series: what happened in `seconds` seconds from `t_ms`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Unix time (ms) of the sample's start.
+    pub t_ms: u64,
+    /// Its width: 1 s, more once downsampled.
+    pub seconds: u32,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    /// Requests (all kinds) and metadata requests.
+    pub ops: u64,
+    pub metadata_ops: u64,
+    /// Most requests queued or in flight at once during the sample, and their mean
+    /// (over the sample, sampled at each request's arrival).
+    pub queue_max: u32,
+    pub queue_mean: f32,
+    /// Mean number of metadata requests waiting (queued, not yet served) at arrival: what
+    /// DFRA's W_metadata test compares.
+    pub metadata_queue_mean: f32,
+}
+
+/// The backend tier's share of the I/O.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendStats {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+}
+
+/// Everything one daemon counted since it started: the `Stats` reply.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonStats {
+    pub daemon: u32,
+    pub host: String,
+    /// The job the deployment serves (Slurm job id), or the deployment's name.
+    pub job: String,
+    /// Unix time (ms) the counting started and of this snapshot.
+    pub started_ms: u64,
+    pub now_ms: u64,
+    /// False when counting was switched off (only to measure what it costs).
+    pub counting: bool,
+    pub ops: Vec<OpStats>,
+    pub clients: Vec<ClientStats>,
+    pub files: Vec<FileAccess>,
+    /// Files no longer tracked one by one (past the bound).
+    pub files_untracked: u64,
+    /// Requests now waiting for a slot or permit, and now in a handler.
+    pub queued: u64,
+    pub in_flight: u64,
+    /// Errors by errno: (errno, count).
+    pub errors: Vec<(i32, u64)>,
+    pub backend: BackendStats,
+    /// One-second samples, oldest first; older ones merged into wider samples beyond a
+    /// bound.
+    pub series: Vec<Sample>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_of_two_and_quantiles_their_bounds() {
+        assert_eq!(Histogram::bucket(0), 0);
+        assert_eq!(Histogram::bucket(1), 1);
+        assert_eq!(Histogram::bucket(4095), 12);
+        assert_eq!(Histogram::bucket(4096), 13);
+        assert_eq!(Histogram::bucket(u64::MAX), 63);
+        let mut h = Histogram::default();
+        for v in [10, 10, 10, 5000] {
+            h.record(v);
+        }
+        assert_eq!(h.total(), 4);
+        assert_eq!(h.quantile(0.5), 16);
+        assert_eq!(h.quantile(0.99), 8192);
+        let mut g = Histogram::default();
+        g.record(1);
+        g.merge(&h);
+        assert_eq!(g.total(), 5);
+        assert_eq!(Histogram::default().quantile(0.5), 0);
+    }
+}
