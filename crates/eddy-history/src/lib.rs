@@ -6,6 +6,7 @@
 //!   the time series; each field named after the DFRA test it feeds. Built from the daemons'
 //!   counters (`eddy_proto::stats`) at a deployment's end, or from a Darshan log.
 
+pub mod darshan;
 pub mod profile;
 
 pub use profile::{DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};
