@@ -13,9 +13,10 @@ set -euo pipefail
 # tests drive the mount with.
 # python3-h5py: crates/eddy-cli/tests/posix/locks.rs runs HDF5 on the mount (with /usr/bin/python3, the
 # interpreter Debian's h5py is built for).
+# python3-venv: the PyDarshan venv below (crates/eddy-history/tests/darshan.rs).
 # A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
-  slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py)
+  slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py python3-venv)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -76,4 +77,17 @@ PJDFSTEST_VERSION=0.2.2
 if ! pjdfstest --version 2>/dev/null | grep -qx "pjdfstest $PJDFSTEST_VERSION"; then
   echo "installing: pjdfstest $PJDFSTEST_VERSION (cargo install)"
   cargo install --locked --quiet pjdfstest --version "$PJDFSTEST_VERSION"
+fi
+
+# PyDarshan (the `darshan` package from PyPI, which bundles libdarshan-util): `eddy history
+# import` reads Darshan logs with it, and crates/eddy-history/tests/darshan.rs imports the
+# logs it ships. Debian 12 refuses system-wide pip, so it lives in a venv of its own, the
+# interpreter Eddy runs unless EDDY_PYDARSHAN names another.
+PYDARSHAN_VENV=/opt/eddy/pydarshan-venv
+PYDARSHAN_VERSION=3.5.0
+if ! "$PYDARSHAN_VENV/bin/python" -c "import darshan, sys; sys.exit(darshan.__version__ != '$PYDARSHAN_VERSION')" 2>/dev/null; then
+  echo "installing: darshan $PYDARSHAN_VERSION (pip, in $PYDARSHAN_VENV)"
+  $SUDO mkdir -p "$(dirname "$PYDARSHAN_VENV")"
+  $SUDO python3 -m venv "$PYDARSHAN_VENV"
+  $SUDO "$PYDARSHAN_VENV/bin/pip" install --quiet --disable-pip-version-check "darshan==$PYDARSHAN_VERSION"
 fi

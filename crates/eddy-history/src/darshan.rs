@@ -15,10 +15,10 @@
 //!   independent, collective, split and non-blocking ones); metadata = POSIX_OPENS, _STATS,
 //!   _SEEKS, _FSYNCS, _FDSYNCS, _RENAME_SOURCES; STDIO_OPENS, _FDOPENS, _SEEKS, _FLUSHES;
 //!   MPIIO_INDEP_OPENS, _COLL_OPENS, _SYNCS.
-//! - Request sizes: each Darshan bin (≤100, ≤1K, ≤10K, ≤100K, ≤1M, ≤4M, ≤10M, ≤100M, ≤1G,
-//!   >1G; bounds inclusive) goes whole into the power-of-two bucket of its largest value
-//!   (a request of exactly the bound, the common case, lands in its true bucket; others are
-//!   overstated by at most the bin's width).
+//! - Request sizes: each Darshan bin (≤100, ≤1K, ≤10K, ≤100K, ≤1M, ≤4M, ≤10M, ≤100M, ≤1G
+//!   and over 1G; bounds inclusive) goes whole into the power-of-two bucket of its largest
+//!   value (a request of exactly the bound, the common case, lands in its true bucket;
+//!   others are overstated by at most the bin's width).
 //! - Rates: mean = amount / job run time; peak = amount / I/O time, the I/O time being
 //!   libdarshan-util's "time by slowest rank" summed over the layers counted (capped at the
 //!   run time); with a DXT trace, also at least the busiest second of the trace.

@@ -5,6 +5,8 @@
 //! log, and `ior_hdf5_example.darshan` matches values checked by hand. Needs the PyDarshan
 //! venv of `scripts/install-deps.sh` (or `EDDY_PYDARSHAN`): without it the tests fail.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -204,7 +206,7 @@ fn ior_hdf5_example_by_hand() {
 fn a_file_that_is_not_a_darshan_log_is_an_error_naming_it() {
     let python = python();
     let not_a_log = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-    let err = read_facts_with(&python, &[not_a_log.clone()]).unwrap_err();
+    let err = read_facts_with(&python, std::slice::from_ref(&not_a_log)).unwrap_err();
     let msg = format!("{err:#}");
     assert!(msg.contains(&not_a_log.display().to_string()), "{msg}");
     let missing = Path::new(env!("CARGO_MANIFEST_DIR")).join("no-such.darshan");
