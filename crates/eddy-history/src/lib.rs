@@ -5,7 +5,14 @@
 //!   metadata rate and queue, I/O mode, nodes that did I/O, request sizes, load per daemon,
 //!   the time series; each field named after the DFRA test it feeds. Built from the daemons'
 //!   counters (`eddy_proto::stats`) at a deployment's end, or from a Darshan log.
+//! - `db`: the history database, SQLite (a path) or PostgreSQL (a URL), one schema with
+//!   numbered migrations: put, get, list with filters, the runs of one application.
+//! - `plot`: a profile's PNG (bandwidth and IOPS per daemon over time, request sizes,
+//!   metadata operations).
 
+pub mod db;
+pub mod plot;
 pub mod profile;
 
+pub use db::{App, DbSpec, Filter, HistoryDb, HistoryError};
 pub use profile::{DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};
