@@ -124,16 +124,28 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, p: &JobProfile) -> Dr
     let root = root.titled(&title(p), (FONT, 24)).map_err(de)?;
     let rows = root.split_evenly((3, 2));
     let daemons = daemons_of(&p.series);
-    series_panel(&rows[0], p, &daemons, "read bandwidth per daemon (MiB/s)", |s| {
-        s.read_bps / MIB
-    })?;
-    series_panel(&rows[1], p, &daemons, "write bandwidth per daemon (MiB/s)", |s| {
-        s.write_bps / MIB
-    })?;
+    series_panel(
+        &rows[0],
+        p,
+        &daemons,
+        "read bandwidth per daemon (MiB/s)",
+        |s| s.read_bps / MIB,
+    )?;
+    series_panel(
+        &rows[1],
+        p,
+        &daemons,
+        "write bandwidth per daemon (MiB/s)",
+        |s| s.write_bps / MIB,
+    )?;
     series_panel(&rows[2], p, &daemons, "IOPS per daemon", |s| s.iops)?;
-    series_panel(&rows[3], p, &daemons, "metadata operations per daemon (/s)", |s| {
-        s.metadata_ops_per_s
-    })?;
+    series_panel(
+        &rows[3],
+        p,
+        &daemons,
+        "metadata operations per daemon (/s)",
+        |s| s.metadata_ops_per_s,
+    )?;
     sizes_panel(&rows[4], &p.request_sizes)?;
     summary_panel(&rows[5], p)
 }
@@ -147,12 +159,19 @@ fn daemons_of(series: &[SeriesPoint]) -> Vec<u32> {
 }
 
 /// A panel with nothing to show says so.
-fn empty<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, caption: &str, why: &str) -> DrawResult {
+fn empty<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    caption: &str,
+    why: &str,
+) -> DrawResult {
     let area = area.titled(caption, (FONT, 18)).map_err(de)?;
     let (w, h) = area.dim_in_pixel();
     area.draw(&Text::new(
         why.to_string(),
-        (i32::try_from(w / 3).unwrap_or(0), i32::try_from(h / 2).unwrap_or(0)),
+        (
+            i32::try_from(w / 3).unwrap_or(0),
+            i32::try_from(h / 2).unwrap_or(0),
+        ),
         (FONT, 16).into_font().color(&RGBColor(0x60, 0x60, 0x60)),
     ))
     .map_err(de)
@@ -236,7 +255,7 @@ fn size_label(bucket: usize) -> String {
 
 /// Requests per power-of-two size bucket, as bars.
 fn sizes_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, sizes: &[u64]) -> DrawResult {
-    let caption = "request sizes (requests per size, up to)";
+    let caption = "request sizes (requests per power-of-two size)";
     let used: Vec<usize> = (0..sizes.len()).filter(|&i| sizes[i] > 0).collect();
     let (Some(&first), Some(&last)) = (used.first(), used.last()) else {
         return empty(area, caption, "no requests counted");

@@ -234,7 +234,11 @@ fn select_sql(filter: &Filter, ph: fn(usize) -> String) -> (String, Vec<Val>) {
         eq("job_id", Val::Text(Some(j.clone())), &mut conds);
     }
     if let Some(app) = &filter.app {
-        eq("job_name", Val::Text(Some(app.job_name.clone())), &mut conds);
+        eq(
+            "job_name",
+            Val::Text(Some(app.job_name.clone())),
+            &mut conds,
+        );
         match &app.script_hash {
             Some(h) => eq("script_hash", Val::Text(Some(h.clone())), &mut conds),
             None => conds.push("script_hash IS NULL".into()),
@@ -396,7 +400,10 @@ impl HistoryDb {
             Inner::Sqlite(c) => sqlite::select(c, &filter.sql(sqlite::ph), &filter.vals())?,
             Inner::Postgres(c) => postgres::select(c, &filter.sql(postgres::ph), &filter.vals())?,
         };
-        rows.into_iter().next().map(|(k, j)| decode(k, &j)).transpose()
+        rows.into_iter()
+            .next()
+            .map(|(k, j)| decode(k, &j))
+            .transpose()
     }
 
     /// The profiles `filter` selects, newest first.
@@ -416,7 +423,11 @@ impl HistoryDb {
 
     /// The previous runs of one application (the same job name and script hash; a `None`
     /// hash matches profiles without one), newest first: the history DFRA decides from.
-    pub fn runs_of(&mut self, job_name: &str, script_hash: Option<&str>) -> Result<Vec<JobProfile>> {
+    pub fn runs_of(
+        &mut self,
+        job_name: &str,
+        script_hash: Option<&str>,
+    ) -> Result<Vec<JobProfile>> {
         self.list(&Filter {
             app: Some(App {
                 job_name: job_name.to_string(),

@@ -60,9 +60,9 @@ pub(super) fn open(url: &str, target: u32) -> Result<(Client, String)> {
         source,
     })?;
     let name = display(&config);
-    let mut client = config
-        .connect(NoTls)
-        .map_err(err(format!("cannot connect to the history database {name}")))?;
+    let mut client = config.connect(NoTls).map_err(err(format!(
+        "cannot connect to the history database {name}"
+    )))?;
     migrate(&mut client, target).map_err(|e| match e {
         HistoryError::Postgres { what, source } => HistoryError::Postgres {
             what: format!("{name}: {what}"),
@@ -139,7 +139,11 @@ pub(super) fn put(client: &mut Client, key: &str, vals: &[Val]) -> Result<()> {
 }
 
 /// Runs a `SELECT key, profile` query.
-pub(super) fn select(client: &mut Client, sql: &str, vals: &[Val]) -> Result<Vec<(String, String)>> {
+pub(super) fn select(
+    client: &mut Client,
+    sql: &str,
+    vals: &[Val],
+) -> Result<Vec<(String, String)>> {
     let rows = client
         .query(sql, &params(vals))
         .map_err(err("cannot query the profiles"))?;

@@ -138,12 +138,18 @@ pub(super) fn put(conn: &mut Connection, key: &str, vals: &[Val]) -> Result<()> 
 }
 
 /// Runs a `SELECT key, profile` query.
-pub(super) fn select(conn: &mut Connection, sql: &str, vals: &[Val]) -> Result<Vec<(String, String)>> {
+pub(super) fn select(
+    conn: &mut Connection,
+    sql: &str,
+    vals: &[Val],
+) -> Result<Vec<(String, String)>> {
     let mut stmt = conn
         .prepare(sql)
         .map_err(err("cannot query the profiles"))?;
     let rows = stmt
-        .query_map(params_from_iter(vals.iter()), |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_map(params_from_iter(vals.iter()), |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .map_err(err("cannot query the profiles"))?;
     rows.collect::<rusqlite::Result<Vec<_>>>()
         .map_err(err("cannot read the profiles"))

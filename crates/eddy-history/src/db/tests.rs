@@ -145,8 +145,14 @@ fn migrations_suite(spec: &str) {
     let mut v1 = HistoryDb::open_at(spec, 1).unwrap();
     assert_eq!(v1.schema_version().unwrap(), 1);
     let v1_indexes = v1.index_names().unwrap();
-    assert!(v1_indexes.iter().any(|n| n == "profiles_start"), "{v1_indexes:?}");
-    assert!(!v1_indexes.iter().any(|n| n == "profiles_app"), "{v1_indexes:?}");
+    assert!(
+        v1_indexes.iter().any(|n| n == "profiles_start"),
+        "{v1_indexes:?}"
+    );
+    assert!(
+        !v1_indexes.iter().any(|n| n == "profiles_app"),
+        "{v1_indexes:?}"
+    );
     let old = runs();
     v1.put(&old[0]).unwrap();
     drop(v1);
@@ -156,7 +162,12 @@ fn migrations_suite(spec: &str) {
     let applied = db.applied_migrations().unwrap();
     assert_eq!(applied.iter().map(|a| a.0).collect::<Vec<_>>(), [1, 2]);
     let indexes = db.index_names().unwrap();
-    for ix in ["profiles_start", "profiles_app", "profiles_user", "profiles_job_id"] {
+    for ix in [
+        "profiles_start",
+        "profiles_app",
+        "profiles_user",
+        "profiles_job_id",
+    ] {
         assert!(indexes.iter().any(|n| n == ix), "{ix} missing: {indexes:?}");
     }
     assert_eq!(db.get(&old[0].key).unwrap().as_ref(), Some(&old[0]));
@@ -209,7 +220,10 @@ fn specs() {
         DbSpec::parse("/var/lib/eddy/history.db").unwrap(),
         DbSpec::Sqlite("/var/lib/eddy/history.db".into())
     );
-    for url in ["postgres://u:p@db:5433/h", "postgresql:///h?host=/run/postgresql"] {
+    for url in [
+        "postgres://u:p@db:5433/h",
+        "postgresql:///h?host=/run/postgresql",
+    ] {
         assert_eq!(DbSpec::parse(url).unwrap(), DbSpec::Postgres(url.into()));
     }
     assert!(DbSpec::parse("mysql://db/h").is_err());
@@ -232,7 +246,9 @@ fn postgres_profiles_over_tcp_with_password() {
     let server = PgServer::start();
     profiles_suite(&server.tcp_url());
     // A wrong password is refused, and the message does not show the URL's password.
-    let bad = server.tcp_url().replace(eddy_testkit::postgres::PASSWORD, "wrong-password");
+    let bad = server
+        .tcp_url()
+        .replace(eddy_testkit::postgres::PASSWORD, "wrong-password");
     let err = HistoryDb::open(&bad).unwrap_err().to_string();
     assert!(err.contains("cannot connect"), "{err}");
     assert!(!err.contains("wrong-password"), "{err}");
