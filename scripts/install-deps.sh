@@ -14,9 +14,12 @@ set -euo pipefail
 # python3-h5py: crates/eddy-cli/tests/posix/locks.rs runs HDF5 on the mount (with /usr/bin/python3, the
 # interpreter Debian's h5py is built for).
 # python3-venv: the PyDarshan venv below (crates/eddy-history/tests/darshan.rs).
+# postgresql: the I/O history's PostgreSQL tests (crates/eddy-history/src/db/tests.rs,
+# crates/eddy-cli/tests/ops/history.rs) start a private server from its binaries
+# (/usr/lib/postgresql/<version>/bin) as the postgres system user the package makes.
 # A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
-  slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py python3-venv)
+  slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py python3-venv postgresql)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

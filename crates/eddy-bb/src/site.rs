@@ -53,6 +53,10 @@ pub struct Site {
     pub node_command_timeout_s: u64,
     /// The dedicated I/O nodes of pool mode.
     pub pool: Option<Pool>,
+    /// The I/O history database every job's profile is stored in at teardown (as the
+    /// config's `history_db`: an absolute path for SQLite, a `postgres://` URL for
+    /// PostgreSQL; decision 0033). Unset: the `config` file's `history_db`, else none.
+    pub history_db: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -125,6 +129,7 @@ impl Default for Site {
             node_command_timeout_s: 60,
             node_local_capacity: None,
             pool: None,
+            history_db: None,
         }
     }
 }
@@ -155,6 +160,9 @@ impl Site {
         self.max_capacity()?;
         if !self.launcher.split_whitespace().any(|w| w == "{cmd}") {
             bail!("launcher {:?} has no {{cmd}} word", self.launcher);
+        }
+        if let Some(db) = &self.history_db {
+            eddy_config::check_history_db(db).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         if let Some(c) = &self.node_local_capacity {
             parse_bytes(c).map_err(|e| anyhow::anyhow!("node_local_capacity: {e}"))?;
@@ -200,6 +208,19 @@ impl Site {
             ),
             (Some(m), _) | (None, Some(m)) => Ok(m),
             (None, None) => Ok(self.default_mode),
+        }
+    }
+
+    /// The history database jobs' profiles go to: `history_db`, else the `config` file's.
+    pub fn history_db(&self) -> Result<Option<String>> {
+        if let Some(db) = &self.history_db {
+            return Ok(Some(db.clone()));
+        }
+        match &self.config {
+            Some(path) => Ok(eddy_config::Config::load(path)
+                .with_context(|| format!("the site's config {}", path.display()))?
+                .history_db),
+            None => Ok(None),
         }
     }
 
@@ -415,6 +436,31 @@ mod tests {
         ] {
             s.resolve(&parse(example, "EDDY").unwrap()).unwrap();
         }
+    }
+
+    #[test]
+    fn history_db_from_the_site_or_its_config() {
+        assert_eq!(site("").history_db().unwrap(), None);
+        let s = site("history_db = \"postgres://eddy@db/history\"\n");
+        assert_eq!(
+            s.history_db().unwrap().as_deref(),
+            Some("postgres://eddy@db/history")
+        );
+        for bad in [
+            "history_db = \"rel/h.db\"\n",
+            "history_db = \"mysql://x/h\"\n",
+        ] {
+            let s: Site = toml::from_str(bad).unwrap();
+            assert!(s.validate().is_err(), "{bad}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("eddy.toml");
+        std::fs::write(&config, "history_db = \"/var/lib/eddy/history.db\"\n").unwrap();
+        let s = site(&format!("config = {:?}\n", config.display().to_string()));
+        assert_eq!(
+            s.history_db().unwrap().as_deref(),
+            Some("/var/lib/eddy/history.db")
+        );
     }
 
     #[test]

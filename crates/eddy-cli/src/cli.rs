@@ -50,6 +50,9 @@ pub enum Command {
     /// Describe this node (cores, memory, network, storage with measured bandwidth) as JSON,
     /// optionally into a shared inventory database; `eddy sysmap show` reads it back.
     Sysmap(crate::sysmap::SysmapArgs),
+    /// The I/O history of the jobs Eddy served: list, show, export (JSON) and plot job
+    /// profiles from the history database (`history_db`, or --db).
+    History(crate::history::HistoryArgs),
 }
 
 /// Where the deployment's state lives.

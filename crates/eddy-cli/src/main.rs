@@ -20,6 +20,7 @@ macro_rules! errln {
 mod bb;
 mod cli;
 mod debug;
+mod history;
 mod mount;
 mod repair;
 mod scrub;
@@ -68,6 +69,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Debug(cmd) => debug::debug(cmd),
         Command::Bb(args) => bb::bb(args),
         Command::Sysmap(args) => sysmap::sysmap(args),
+        Command::History(args) => history::history(args),
     }
 }
 

@@ -202,6 +202,12 @@ pub struct Config {
     /// written back by stage-out, eviction and stop. The rest of the namespace is scratch.
     /// TOML: `[[links]]` tables with `prefix = "/data"` and `backend = "/pfs/run7"`.
     pub links: Vec<Link>,
+    /// The I/O history database (decision 0033): an absolute path names an SQLite file
+    /// (made 0600), a `postgres://` or `postgresql://` URL a PostgreSQL database (for a site
+    /// whose login nodes share one history; `?host=/dir` for a unix socket). A deployment's
+    /// job profile is stored there when it ends, and `eddy history` reads it (its default
+    /// `--db`). Default unset: no history is kept.
+    pub history_db: Option<String>,
 }
 
 /// Permission bits (at most 0o7777), written in TOML as an octal string such as `"0755"`
@@ -461,6 +467,7 @@ impl Default for Config {
             root_gid: None,
             root_mode: FileMode(0o700),
             links: Vec::new(),
+            history_db: None,
         }
     }
 }
@@ -531,6 +538,9 @@ impl Config {
                 "repair_interval_ms and repair_batch_items must be positive".into(),
             ));
         }
+        if let Some(db) = &self.history_db {
+            check_history_db(db)?;
+        }
         self.validate_tier()
     }
 
@@ -598,6 +608,29 @@ impl Config {
     }
 }
 
+/// Checks a `history_db` setting: a `postgres://`/`postgresql://` URL, or an absolute path
+/// (the setting is read by processes with different working directories); another scheme
+/// or an empty value is refused. eddy-history opens it.
+pub fn check_history_db(spec: &str) -> Result<(), ConfigError> {
+    let spec = spec.trim();
+    if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+        return Ok(());
+    }
+    if let Some((scheme, _)) = spec.split_once("://") {
+        return Err(ConfigError::Invalid(format!(
+            "history_db {scheme}:// is not known: give an absolute path (SQLite) or a \
+             postgres:// URL (PostgreSQL)"
+        )));
+    }
+    if !Path::new(spec).is_absolute() {
+        return Err(ConfigError::Invalid(format!(
+            "history_db {spec:?} must be an absolute path (SQLite) or a postgres:// URL \
+             (PostgreSQL)"
+        )));
+    }
+    Ok(())
+}
+
 /// A byte count: a number (fractions allowed) with an optional binary suffix K, M, G or T
 /// (also KiB, MiB, ..., or with a B: KB, MB, ...).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
@@ -660,6 +693,23 @@ mod tests {
                 ..Config::default()
             };
             assert_eq!(c.validate().is_ok(), ok, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn history_db_is_an_absolute_path_or_a_postgres_url() {
+        assert_eq!(Config::default().history_db, None);
+        for (spec, ok) in [
+            ("/var/lib/eddy/history.db", true),
+            ("postgres://eddy:pw@db.site:5432/history", true),
+            ("postgresql:///history?host=/run/postgresql", true),
+            ("history.db", false),
+            ("", false),
+            ("mysql://db/history", false),
+        ] {
+            let c: Config = toml::from_str(&format!("history_db = {spec:?}\n")).unwrap();
+            assert_eq!(c.history_db.as_deref(), Some(spec));
+            assert_eq!(c.validate().is_ok(), ok, "{spec}");
         }
     }
 

@@ -5,8 +5,16 @@
 //!   metadata rate and queue, I/O mode, nodes that did I/O, request sizes, load per daemon,
 //!   the time series; each field named after the DFRA test it feeds. Built from the daemons'
 //!   counters (`eddy_proto::stats`) at a deployment's end, or from a Darshan log.
+//! - `darshan`: Darshan logs read with PyDarshan, made into profiles (`eddy history import`).
+//! - `db`: the history database, SQLite (a path) or PostgreSQL (a URL), one schema with
+//!   numbered migrations: put, get, list with filters, the runs of one application.
+//! - `plot`: a profile's PNG (bandwidth and IOPS per daemon over time, request sizes,
+//!   metadata operations).
 
 pub mod darshan;
+pub mod db;
+pub mod plot;
 pub mod profile;
 
+pub use db::{App, DbSpec, Filter, HistoryDb, HistoryError};
 pub use profile::{DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};

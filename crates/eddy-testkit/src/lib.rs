@@ -9,8 +9,9 @@
 //! `eddy` command as a user runs it ([`cli`]), raw frames on a blocking connection ([`raw`])
 //! and an asynchronous wire client that matches replies by id ([`wire`]), the in-memory
 //! model of the property tests ([`model`]), the write workload of the replication tests
-//! ([`workload`]), a GlusterFS volume ([`gluster`]), a private Slurm cluster ([`slurm`]) and
-//! a burst-buffer site without Slurm ([`bbsite`]).
+//! ([`workload`]), a GlusterFS volume ([`gluster`]), a private Slurm cluster ([`slurm`]),
+//! a burst-buffer site without Slurm ([`bbsite`]), a private PostgreSQL server
+//! ([`postgres`]) and job profiles for the I/O history ([`profiles`]).
 //!
 //! Test code: a failure panics with what went wrong, and `unwrap` is allowed here.
 #![allow(clippy::unwrap_used)]
@@ -19,6 +20,8 @@ pub mod bbsite;
 pub mod cli;
 pub mod gluster;
 pub mod model;
+pub mod postgres;
+pub mod profiles;
 pub mod python;
 pub mod raw;
 pub mod require;
