@@ -216,3 +216,58 @@ fn stats_job_tells_a_shared_file_n_1() {
     assert_eq!(p.io_processes, 3);
     assert_eq!(p.written_bytes, total);
 }
+
+/// Stops the deployment in a state directory when the test ends, whatever happened.
+struct StopGuard(std::path::PathBuf);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        let _ = eddy_testkit::cli::eddy(&["stop", "--state", s(&self.0)]);
+    }
+}
+
+/// `eddy start` records the job (Slurm's id and name from the environment, the script's
+/// SHA-256, the user, the start); the daemons name it in their counters and the profile
+/// carries it.
+#[test]
+fn the_job_started_is_what_stats_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let script = dir.path().join("job.sh");
+    std::fs::write(&script, b"#!/bin/sh\nsrun ./app\n").unwrap();
+    let _guard = StopGuard(root.clone());
+    let out = eddy_testkit::cli::eddy_cmd()
+        .args([
+            "start",
+            "--local",
+            "3",
+            "--root",
+            s(&root),
+            "--script",
+            s(&script),
+        ])
+        .env("SLURM_JOB_ID", "4242")
+        .env("SLURM_JOB_NAME", "app")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", eddy_testkit::cli::text(&out));
+    let dep = eddy_config::Deployment::load(&root.join("deployment.toml")).unwrap();
+    assert_eq!(dep.job.id.as_deref(), Some("4242"));
+    assert_eq!(dep.job.name.as_deref(), Some("app"));
+    let hash = eddy_config::JobInfo::script_hash(b"#!/bin/sh\nsrun ./app\n");
+    assert_eq!(dep.job.script_hash.as_deref(), Some(hash.as_str()));
+    assert!(dep.job.start_ms > 0 && !dep.job.user.is_empty());
+
+    let out = ok(&["stats", "--state", s(&root), "--json"]);
+    let stats: Vec<DaemonStats> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats.len(), 3);
+    assert!(stats.iter().all(|d| d.job == "4242"));
+    let out = ok(&["stats", "--state", s(&root), "--job", "--json"]);
+    let p: JobProfile = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(p.key, "4242");
+    assert_eq!(p.job_name.as_deref(), Some("app"));
+    assert_eq!(p.script_hash, Some(hash));
+    assert_eq!(p.user, dep.job.user);
+    assert_eq!(p.start, dep.job.start_ms as f64 / 1e3);
+    assert_eq!(p.io_mode, IoMode::None);
+}
