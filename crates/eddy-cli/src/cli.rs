@@ -19,6 +19,9 @@ pub enum Command {
     Stop(StopArgs),
     /// Show every daemon of the deployment: address, up/down, storage, entries, uptime.
     Status(StatusArgs),
+    /// Show the I/O the daemons serve, per daemon and per client (rates over the last
+    /// second, queue, latency), or the job's I/O profile so far (--job).
+    Stats(StatsArgs),
     /// Verify every stored block of every daemon against its checksum (while I/O goes on);
     /// exits non-zero when damaged data is found.
     Scrub(ScrubArgs),
@@ -124,6 +127,10 @@ pub struct StartArgs {
     /// Name of the deployment (default: the Slurm job id, else "eddy").
     #[arg(long)]
     pub name: Option<String>,
+    /// The job script: its SHA-256 is recorded with the job (with the Slurm job name, what
+    /// identifies "the same application" across runs in the I/O history).
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
     /// TCP port remote daemons listen on (default: the configuration's `port`).
     #[arg(long, value_name = "PORT", conflicts_with = "local")]
     pub listen_port: Option<u16>,
@@ -141,6 +148,21 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Print JSON: the daemons' raw snapshots (an array), or with --job the profile.
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh every second until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// The job's I/O profile so far (volume, I/O mode, nodes, bandwidth, IOPS, metadata).
+    #[arg(long)]
+    pub job: bool,
 }
 
 #[derive(Debug, Args)]

@@ -9,7 +9,7 @@
 mod deployment;
 pub mod ready;
 
-pub use deployment::{write_private, DaemonEntry, Deployment};
+pub use deployment::{write_private, DaemonEntry, Deployment, JobInfo};
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -197,6 +197,19 @@ pub struct Config {
     /// namespace on a mount every user can reach (`allow_other`); a job that shares its
     /// files with other users sets e.g. `"0755"`. Default 0700.
     pub root_mode: FileMode,
+    /// Whether daemons count the I/O they serve (per op, client and file, the one-second
+    /// series; `eddy stats`, decision 0032). Counting is always on in service: the switch
+    /// exists only to measure what counting costs (`eddy bench` with it on and off).
+    /// Default true.
+    pub stats_counting: bool,
+    /// Files whose distinct writers and readers a daemon tracks one by one (decision 0032);
+    /// data requests on further files are counted but not attributed (`files_untracked`).
+    /// Bounds the daemon's memory for counting. Default 65 536.
+    pub stats_max_files: usize,
+    /// One-second samples a daemon keeps of its time series; when full, the older half is
+    /// merged pairwise into wider samples, so the whole deployment's life is kept at a
+    /// coarser resolution the older it is. At least 16. Default 3 600.
+    pub stats_series_max: usize,
     /// Namespace prefixes linked to backend directories (the parallel file system). Entries
     /// under a prefix are imported from the backend on first touch, fetched chunk by chunk,
     /// written back by stage-out, eviction and stop. The rest of the namespace is scratch.
@@ -466,6 +479,9 @@ impl Default for Config {
             root_uid: None,
             root_gid: None,
             root_mode: FileMode(0o700),
+            stats_counting: true,
+            stats_max_files: 65_536,
+            stats_series_max: 3_600,
             links: Vec::new(),
             history_db: None,
         }
@@ -532,6 +548,12 @@ impl Config {
         }
         if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
+        }
+        if self.stats_series_max < 16 {
+            return Err(ConfigError::Invalid(format!(
+                "stats_series_max {} must be at least 16 (samples of the time series kept)",
+                self.stats_series_max
+            )));
         }
         if self.repair_interval_ms == 0 || self.repair_batch_items == 0 {
             return Err(ConfigError::Invalid(
@@ -842,6 +864,7 @@ mod tests {
         let path = dir.path().join("deployment.toml");
         let dep = Deployment {
             name: "job1".into(),
+            job: Default::default(),
             secret: Deployment::new_secret(),
             config: Config::default(),
             daemons: vec![
@@ -871,6 +894,7 @@ mod tests {
     fn unordered_ids_are_rejected() {
         let dep = Deployment {
             name: "x".into(),
+            job: Default::default(),
             secret: Deployment::new_secret(),
             config: Config::default(),
             daemons: vec![
@@ -891,5 +915,41 @@ mod tests {
             ],
         };
         assert!(dep.validate().is_err());
+    }
+
+    #[test]
+    fn a_deployment_file_without_a_job_loads_and_the_job_names_the_counters() {
+        let text = r#"
+name = "old"
+secret = "0102"
+[[daemons]]
+id = 0
+host = "h"
+addr = "127.0.0.1:7000"
+root = "/r"
+"#;
+        let dep: Deployment = toml::from_str(text).unwrap();
+        assert_eq!(dep.job, JobInfo::default());
+        assert_eq!(dep.job.label(&dep.name), "old");
+        let job = JobInfo {
+            id: Some("77".into()),
+            ..JobInfo::default()
+        };
+        assert_eq!(job.label("old"), "77");
+        assert_eq!(
+            JobInfo::script_hash(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(JobInfo::user_name(0), "root");
+    }
+
+    #[test]
+    fn a_tiny_series_bound_is_refused() {
+        let c = Config {
+            stats_series_max: 4,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+        assert!(Config::default().stats_counting);
     }
 }

@@ -69,6 +69,10 @@ pub struct DaemonArgs {
     /// user's ids before it opens the store or a socket. For deployments made for one job.
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// The job the deployment serves (its Slurm job id, else the deployment's name), as the
+    /// daemon's counters name it (`eddy stats`, decision 0032). Default: --deployment's.
+    #[arg(long)]
+    pub job: Option<String>,
 }
 
 /// Everything a daemon needs to run, resolved from `DaemonArgs` (or built directly by tests).
@@ -91,6 +95,8 @@ pub struct DaemonSettings {
     pub rejoin: bool,
     /// A full resync while rejoining (see `DaemonArgs::full`).
     pub full: bool,
+    /// The job its counters name (see `DaemonArgs::job`); empty when unknown.
+    pub job: String,
 }
 
 impl DaemonSettings {
@@ -109,6 +115,7 @@ impl DaemonSettings {
             peers: None,
             rejoin: false,
             full: false,
+            job: String::new(),
         }
     }
 
@@ -159,6 +166,11 @@ impl DaemonSettings {
             peers: args.peers.clone().or_else(|| args.deployment.clone()),
             rejoin: args.rejoin,
             full: args.full,
+            job: args
+                .job
+                .clone()
+                .or_else(|| deployment.as_ref().map(|d| d.job.label(&d.name)))
+                .unwrap_or_default(),
         })
     }
 }
@@ -312,6 +324,7 @@ mod tests {
         let dep_path = dir.path().join("deployment.toml");
         let dep = Deployment {
             name: "job".into(),
+            job: Default::default(),
             secret: "0102".into(),
             config: Config {
                 chunk_size: 1 << 20,

@@ -46,6 +46,7 @@ mod replicate;
 mod room;
 mod rootdir;
 mod server;
+pub mod stats;
 mod tier;
 
 pub use args::{system_host_name, DaemonArgs, DaemonSettings, SECRET_ENV, SOCKET_FILE};

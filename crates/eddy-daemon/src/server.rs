@@ -117,6 +117,7 @@ impl Daemon {
             "eddyd ready"
         );
         let supervisor = tokio::spawn(supervise(Arc::clone(&state), tcp, unix));
+        tokio::spawn(crate::stats::sampler(Arc::clone(&state)));
         if state.repair().is_some() {
             tokio::spawn(crate::repair::repair_loop(Arc::clone(&state)));
             if state.repair().is_some_and(|r| r.is_rejoining()) {
@@ -427,6 +428,8 @@ async fn serve_connection<R, W>(
     let budget = connection_budget(&state.settings.config);
     let bytes = Arc::new(Semaphore::new(budget as usize));
     let conn = state.file_locks.open_conn();
+    // Its client, once it identifies (decision 0032).
+    let counted = Arc::new(crate::stats::ConnStats::default());
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     tokio::spawn(write_loop(w, rx, sealer, peer.clone(), alive.clone()));
     let mut stop = state.shutdown.subscribe();
@@ -467,7 +470,10 @@ async fn serve_connection<R, W>(
                 // Checked by the branch's condition.
                 let Some(p) = permit.take() else { continue };
                 let held = Held { _request: p, bytes: held };
-                running.push(run_request(&state, conn, id, req, tx.clone(), held, (Arc::clone(&bytes), budget)));
+                // Queued from now until its handler starts.
+                let ctx = state.stats.arrive(&counted, req.op());
+                let run = run_request(&state, conn, id, req, tx.clone(), held, (Arc::clone(&bytes), budget));
+                running.push(crate::stats::REQUEST.scope(ctx, run));
             }
         }
     }
@@ -548,7 +554,9 @@ async fn run_request(
             Err(_) => return,
         }
     }
+    let carried = crate::stats::carried(&req);
     let resp = state.serve(conn, req).await;
+    let _ = crate::stats::REQUEST.try_with(|r| state.stats.finish(r, carried, &resp));
     let Some(frame) = reply_frame(id, &resp, state.settings.config.max_frame_bytes) else {
         return;
     };

@@ -10,11 +10,14 @@
 //!   numbered migrations: put, get, list with filters, the runs of one application.
 //! - `plot`: a profile's PNG (bandwidth and IOPS per daemon over time, request sizes,
 //!   metadata operations).
+//! - `build`: the profile from the daemons' counters (`profile_from_stats`).
 
+pub mod build;
 pub mod darshan;
 pub mod db;
 pub mod plot;
 pub mod profile;
 
+pub use build::{profile_from_stats, JobMeta};
 pub use db::{App, DbSpec, Filter, HistoryDb, HistoryError};
 pub use profile::{DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};
