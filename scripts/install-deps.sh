@@ -13,9 +13,12 @@ set -euo pipefail
 # tests drive the mount with.
 # python3-h5py: crates/eddy-cli/tests/posix/locks.rs runs HDF5 on the mount (with /usr/bin/python3, the
 # interpreter Debian's h5py is built for).
+# prometheus: crates/eddy-cli/tests/ops/metrics.rs starts its own Prometheus server (the package
+# may also start a system service; the test never uses it) that scrapes the daemons' /metrics.
 # A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
-  slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py)
+  slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py
+  prometheus)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

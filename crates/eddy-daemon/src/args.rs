@@ -69,6 +69,11 @@ pub struct DaemonArgs {
     /// user's ids before it opens the store or a socket. For deployments made for one job.
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// Serve `GET /metrics` for Prometheus on this IP:PORT (port 0: any free one, told in
+    /// the ready file); overrides the config's `metrics_addr`. A daemon that cannot bind it
+    /// does not start.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics: Option<String>,
 }
 
 /// Everything a daemon needs to run, resolved from `DaemonArgs` (or built directly by tests).
@@ -91,11 +96,15 @@ pub struct DaemonSettings {
     pub rejoin: bool,
     /// A full resync while rejoining (see `DaemonArgs::full`).
     pub full: bool,
+    /// Where to serve `/metrics` (`DaemonArgs::metrics`, else the config's `metrics_addr`);
+    /// `None`: no endpoint.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl DaemonSettings {
     /// Settings for a daemon on `root` listening on `listen`, with the default socket,
-    /// id 0, the system host name and the given secret and config.
+    /// id 0, the system host name and the given secret and config; no metrics endpoint
+    /// (set `metrics` for one).
     pub fn new(root: &Path, listen: SocketAddr, secret: Vec<u8>, config: Config) -> DaemonSettings {
         DaemonSettings {
             root: root.to_owned(),
@@ -109,6 +118,7 @@ impl DaemonSettings {
             peers: None,
             rejoin: false,
             full: false,
+            metrics: None,
         }
     }
 
@@ -142,6 +152,12 @@ impl DaemonSettings {
                     .into(),
             ));
         }
+        let metrics = args
+            .metrics
+            .as_deref()
+            .or(config.metrics_addr.as_deref())
+            .map(eddy_config::metrics_socket_addr)
+            .transpose()?;
         let socket = match args.socket.as_deref() {
             Some("none") => None,
             Some(p) => Some(PathBuf::from(p)),
@@ -159,6 +175,7 @@ impl DaemonSettings {
             peers: args.peers.clone().or_else(|| args.deployment.clone()),
             rejoin: args.rejoin,
             full: args.full,
+            metrics,
         })
     }
 }
@@ -277,6 +294,7 @@ mod tests {
         assert_eq!(st.config.port, 9000);
         assert_eq!(st.listen.port(), 9000);
         assert_eq!(st.socket, None);
+        assert_eq!(st.metrics, None);
         assert_eq!(st.config.rpc_timeout_ms, Config::default().rpc_timeout_ms);
     }
 
@@ -324,6 +342,7 @@ mod tests {
                 addr: "127.0.0.1:7001".into(),
                 socket: None,
                 root: "/r".into(),
+                metrics: None,
             }],
         };
         dep.save(&dep_path).unwrap();

@@ -39,6 +39,7 @@ mod handler;
 mod hints;
 mod locks;
 mod meta;
+mod metrics;
 mod ops;
 mod privilege;
 mod repair;
@@ -56,6 +57,7 @@ pub use error::DaemonError;
 pub use eddy_config::ready::{
     parse_announcement, read_ready, ready_path, ReadyInfo, READY_FILE, READY_LINE,
 };
+pub use metrics::{encode as encode_metrics, METRICS_PATH};
 pub use server::{Daemon, CHUNKS_DIR, META_DIR};
 
 /// Name of the keyspace holding the hints (decision 0021).

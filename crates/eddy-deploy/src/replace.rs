@@ -89,7 +89,8 @@ pub fn replace(state: &StateDir, id: u32, keep_root: bool) -> Result<Replaced> {
         members,
         user: user.as_deref(),
     };
-    let mut argv = launch.args(root, id, &entry.addr);
+    // Metrics where the dead one served them (scrape configs name that address).
+    let mut argv = launch.args(root, id, &entry.addr, entry.metrics.as_deref());
     argv.push("--rejoin".into());
     // A fresh root has nothing: every peer sends everything it owns.
     if empty {

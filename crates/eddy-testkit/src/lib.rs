@@ -135,6 +135,7 @@ impl Cluster {
                 addr: "127.0.0.1:0".into(),
                 socket: Some(root.join("eddyd.sock")),
                 root,
+                metrics: None,
             });
         }
         // Written once before start so daemons read secret and config from it.
