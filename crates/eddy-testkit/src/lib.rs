@@ -9,8 +9,9 @@
 //! `eddy` command as a user runs it ([`cli`]), raw frames on a blocking connection ([`raw`])
 //! and an asynchronous wire client that matches replies by id ([`wire`]), the in-memory
 //! model of the property tests ([`model`]), the write workload of the replication tests
-//! ([`workload`]), a GlusterFS volume ([`gluster`]), a private Slurm cluster ([`slurm`]) and
-//! a burst-buffer site without Slurm ([`bbsite`]).
+//! ([`workload`]), a GlusterFS volume ([`gluster`]), a private Slurm cluster ([`slurm`]), a
+//! burst-buffer site without Slurm ([`bbsite`]) and a private Prometheus server
+//! ([`prometheus`]).
 //!
 //! Test code: a failure panics with what went wrong, and `unwrap` is allowed here.
 #![allow(clippy::unwrap_used)]
@@ -19,6 +20,7 @@ pub mod bbsite;
 pub mod cli;
 pub mod gluster;
 pub mod model;
+pub mod prometheus;
 pub mod python;
 pub mod raw;
 pub mod require;
