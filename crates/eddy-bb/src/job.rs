@@ -25,6 +25,10 @@ pub struct JobRecord {
     /// Nodes where the namespace is mounted (or was being mounted).
     #[serde(default)]
     pub mounted: Vec<String>,
+    /// SHA-256 of the job script (hex), read at setup: the job's identity in the I/O
+    /// history (decision 0032).
+    #[serde(default)]
+    pub script_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -73,6 +73,9 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
             pool_nodes: r.pool_nodes,
             daemons: Vec::new(),
             mounted: Vec::new(),
+            script_hash: std::fs::read(script)
+                .ok()
+                .map(|text| eddy_config::JobInfo::script_hash(&text)),
         }
     };
     jd.save(&rec)?;
@@ -521,6 +524,13 @@ fn start_daemons(
             name: format!("job{}", rec.job),
             placement,
             daemon_user: Some(rec.uid.to_string()),
+            job: eddy_config::JobInfo {
+                id: Some(rec.job.to_string()),
+                name: None,
+                user: eddy_config::JobInfo::user_name(rec.uid),
+                script_hash: rec.script_hash.clone(),
+                start_ms: 0,
+            },
         };
         let dep = eddy_deploy::start(&plan)?;
         say.out(&format!(

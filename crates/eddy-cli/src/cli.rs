@@ -121,6 +121,10 @@ pub struct StartArgs {
     /// Name of the deployment (default: the Slurm job id, else "eddy").
     #[arg(long)]
     pub name: Option<String>,
+    /// The job script: its SHA-256 is recorded with the job (with the Slurm job name, what
+    /// identifies "the same application" across runs in the I/O history).
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
     /// TCP port remote daemons listen on (default: the configuration's `port`).
     #[arg(long, value_name = "PORT", conflicts_with = "local")]
     pub listen_port: Option<u16>,

@@ -23,12 +23,19 @@ pub fn start(args: StartArgs) -> Result<()> {
         .clone()
         .or_else(|| std::env::var("SLURM_JOB_ID").ok())
         .unwrap_or_else(|| "eddy".to_string());
+    let mut job = eddy_config::JobInfo::from_env();
+    if let Some(script) = &args.script {
+        let text = std::fs::read(script)
+            .with_context(|| format!("cannot read the job script {}", script.display()))?;
+        job.script_hash = Some(eddy_config::JobInfo::script_hash(&text));
+    }
     let plan = Plan {
         state,
         config,
         name,
         placement,
         daemon_user: args.daemon_user.clone(),
+        job,
     };
     let dep = eddy_deploy::start(&plan)?;
     outln!(

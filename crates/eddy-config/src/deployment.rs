@@ -38,6 +38,64 @@ pub struct Deployment {
     pub config: Config,
     /// The daemons, ordered by id.
     pub daemons: Vec<DaemonEntry>,
+    /// The job the deployment serves (decision 0032); empty in files written before it was
+    /// recorded.
+    #[serde(default)]
+    pub job: JobInfo,
+}
+
+/// Who a deployment serves: what its counters and its job profile are named by (decision
+/// 0032). Filled by `eddy start` (from Slurm's environment) and the burst buffer (from the
+/// job's record).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobInfo {
+    /// The Slurm job id (`SLURM_JOB_ID`), when there is one.
+    pub id: Option<String>,
+    /// The Slurm job name (`SLURM_JOB_NAME`).
+    pub name: Option<String>,
+    /// The user who started the deployment (name, else uid).
+    pub user: String,
+    /// SHA-256 (hex) of the job script, when known (the burst buffer; `eddy start
+    /// --script`): with the name, what identifies "the same application" across runs.
+    pub script_hash: Option<String>,
+    /// When the deployment started, unix milliseconds (0: unknown).
+    pub start_ms: u64,
+}
+
+impl JobInfo {
+    /// The job as the daemons' counters name it: the Slurm job id, else the deployment's
+    /// name.
+    pub fn label(&self, deployment: &str) -> String {
+        self.id.clone().unwrap_or_else(|| deployment.to_string())
+    }
+
+    /// The SHA-256 of a job script, hex.
+    pub fn script_hash(script: &[u8]) -> String {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(script))
+    }
+
+    /// The name of user `uid`, else the uid as text.
+    pub fn user_name(uid: u32) -> String {
+        nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map_or_else(|| uid.to_string(), |u| u.name)
+    }
+
+    /// The job of a deployment started by this process: Slurm's job id and name from the
+    /// environment (`SLURM_JOB_ID`, `SLURM_JOB_NAME`), the calling user.
+    pub fn from_env() -> JobInfo {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        JobInfo {
+            id: var("SLURM_JOB_ID"),
+            name: var("SLURM_JOB_NAME"),
+            user: JobInfo::user_name(nix::unistd::getuid().as_raw()),
+            script_hash: None,
+            start_ms: 0,
+        }
+    }
 }
 
 impl Deployment {

@@ -9,7 +9,7 @@
 mod deployment;
 pub mod ready;
 
-pub use deployment::{write_private, DaemonEntry, Deployment};
+pub use deployment::{write_private, DaemonEntry, Deployment, JobInfo};
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -197,6 +197,19 @@ pub struct Config {
     /// namespace on a mount every user can reach (`allow_other`); a job that shares its
     /// files with other users sets e.g. `"0755"`. Default 0700.
     pub root_mode: FileMode,
+    /// Whether daemons count the I/O they serve (per op, client and file, the one-second
+    /// series; `eddy stats`, decision 0032). Counting is always on in service: the switch
+    /// exists only to measure what counting costs (`eddy bench` with it on and off).
+    /// Default true.
+    pub stats_counting: bool,
+    /// Files whose distinct writers and readers a daemon tracks one by one (decision 0032);
+    /// data requests on further files are counted but not attributed (`files_untracked`).
+    /// Bounds the daemon's memory for counting. Default 65 536.
+    pub stats_max_files: usize,
+    /// One-second samples a daemon keeps of its time series; when full, the older half is
+    /// merged pairwise into wider samples, so the whole deployment's life is kept at a
+    /// coarser resolution the older it is. At least 16. Default 3 600.
+    pub stats_series_max: usize,
     /// Namespace prefixes linked to backend directories (the parallel file system). Entries
     /// under a prefix are imported from the backend on first touch, fetched chunk by chunk,
     /// written back by stage-out, eviction and stop. The rest of the namespace is scratch.
@@ -214,6 +227,10 @@ pub struct Config {
     /// Longest a metrics connection may last, from accept to the reply written (a slow
     /// scraper is cut off), in milliseconds. Default 5 000.
     pub metrics_timeout_ms: u64,
+    /// Clients a daemon's metrics name one by one (`eddy_client_*` series): the first to
+    /// arrive; the later ones are summed in one series with `client_host="_others"`, so
+    /// that a job of many processes cannot flood Prometheus with series. Default 64.
+    pub metrics_max_clients: usize,
 }
 
 /// A `metrics_addr` (or `--metrics`) value as a socket address: `IP:PORT` (IPv6 in
@@ -502,10 +519,14 @@ impl Default for Config {
             root_uid: None,
             root_gid: None,
             root_mode: FileMode(0o700),
+            stats_counting: true,
+            stats_max_files: 65_536,
+            stats_series_max: 3_600,
             links: Vec::new(),
             metrics_addr: None,
             metrics_max_connections: 8,
             metrics_timeout_ms: 5_000,
+            metrics_max_clients: 64,
         }
     }
 }
@@ -570,6 +591,12 @@ impl Config {
         }
         if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
+        }
+        if self.stats_series_max < 16 {
+            return Err(ConfigError::Invalid(format!(
+                "stats_series_max {} must be at least 16 (samples of the time series kept)",
+                self.stats_series_max
+            )));
         }
         if self.repair_interval_ms == 0 || self.repair_batch_items == 0 {
             return Err(ConfigError::Invalid(
@@ -877,6 +904,7 @@ mod tests {
         let path = dir.path().join("deployment.toml");
         let dep = Deployment {
             name: "job1".into(),
+            job: Default::default(),
             secret: Deployment::new_secret(),
             config: Config::default(),
             daemons: vec![
@@ -908,6 +936,7 @@ mod tests {
     fn unordered_ids_are_rejected() {
         let dep = Deployment {
             name: "x".into(),
+            job: Default::default(),
             secret: Deployment::new_secret(),
             config: Config::default(),
             daemons: vec![

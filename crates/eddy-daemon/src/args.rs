@@ -74,6 +74,10 @@ pub struct DaemonArgs {
     /// does not start.
     #[arg(long, value_name = "IP:PORT")]
     pub metrics: Option<String>,
+    /// The job the deployment serves (its Slurm job id, else the deployment's name), as the
+    /// daemon's counters name it (`eddy stats`, decision 0032). Default: --deployment's.
+    #[arg(long)]
+    pub job: Option<String>,
 }
 
 /// Everything a daemon needs to run, resolved from `DaemonArgs` (or built directly by tests).
@@ -99,6 +103,8 @@ pub struct DaemonSettings {
     /// Where to serve `/metrics` (`DaemonArgs::metrics`, else the config's `metrics_addr`);
     /// `None`: no endpoint.
     pub metrics: Option<SocketAddr>,
+    /// The job its counters name (see `DaemonArgs::job`); empty when unknown.
+    pub job: String,
 }
 
 impl DaemonSettings {
@@ -119,6 +125,7 @@ impl DaemonSettings {
             rejoin: false,
             full: false,
             metrics: None,
+            job: String::new(),
         }
     }
 
@@ -176,6 +183,11 @@ impl DaemonSettings {
             rejoin: args.rejoin,
             full: args.full,
             metrics,
+            job: args
+                .job
+                .clone()
+                .or_else(|| deployment.as_ref().map(|d| d.job.label(&d.name)))
+                .unwrap_or_default(),
         })
     }
 }
@@ -330,6 +342,7 @@ mod tests {
         let dep_path = dir.path().join("deployment.toml");
         let dep = Deployment {
             name: "job".into(),
+            job: Default::default(),
             secret: "0102".into(),
             config: Config {
                 chunk_size: 1 << 20,

@@ -95,6 +95,8 @@ pub fn reach(p: &Path) -> std::io::Result<Reach> {
 
 /// The linked prefixes and the threads that reach their backends.
 pub struct Backend {
+    /// What the tier read from and wrote to the backend (decision 0032).
+    pub io: crate::stats::BackendCounters,
     links: Vec<Link>,
     jobs: Mutex<mpsc::Sender<Job>>,
     deadline: Duration,
@@ -242,6 +244,7 @@ impl Backend {
             }
         }
         Arc::new(Backend {
+            io: crate::stats::BackendCounters::new(config.stats_counting),
             links: config.links.clone(),
             jobs: Mutex::new(tx),
             deadline: config.backend_deadline(),
@@ -338,6 +341,7 @@ impl Backend {
             buf.truncate(done);
             Ok(buf)
         })
+        .inspect(|buf| self.io.read(buf.len() as u64))
         .map_err(|e| Errno::eio(e.msg))
     }
 
@@ -366,10 +370,12 @@ impl Backend {
         data: Vec<u8>,
     ) -> Result<(), Errno> {
         let f = Arc::clone(file);
+        let len = data.len() as u64;
         self.run("write", path, move || {
             use std::os::unix::fs::FileExt;
             f.write_all_at(&data, offset)
         })
+        .inspect(|_| self.io.wrote(len))
     }
 
     /// fsync of an open backend file.

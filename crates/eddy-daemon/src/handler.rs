@@ -41,6 +41,8 @@ pub struct State {
     replicator: Option<crate::replicate::Replicator>,
     /// Hints, the repair loop and rejoining (replicas > 1; decision 0021).
     repair: Option<crate::repair::Repair>,
+    /// What this daemon counts of the I/O it serves (decision 0032).
+    pub stats: crate::stats::Stats,
 }
 
 /// Rounds of eviction a request that found no room waits for at most (`with_room`).
@@ -70,7 +72,10 @@ impl State {
             (Some(_), Some(h)) => Some(crate::repair::Repair::new(h, settings.rejoin)),
             _ => None,
         };
+        let stats =
+            crate::stats::Stats::new(&settings.config, settings.id, &settings.host, &settings.job);
         State {
+            stats,
             replicator,
             repair,
             room,
@@ -156,6 +161,8 @@ impl State {
             .acquire()
             .await
             .map_err(|_| Errno::eio("the daemon is stopping"))?;
+        // The permit is held: the request's queue wait ends here.
+        self.stats.started();
         let st = Arc::clone(self);
         tokio::task::spawn_blocking(move || f(&st))
             .await
@@ -204,6 +211,12 @@ impl State {
             }
         }
         result
+    }
+
+    /// What this daemon counted of the I/O it served so far (the `Stats` reply; the
+    /// Prometheus endpoint reads it too). Touches no storage.
+    pub fn snapshot(&self) -> eddy_proto::stats::DaemonStats {
+        self.stats.snapshot(&self.backend)
     }
 
     /// What `Status` replies: storage use, the tier's figures, integrity and repair counters.

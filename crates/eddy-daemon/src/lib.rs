@@ -47,6 +47,7 @@ mod replicate;
 mod room;
 mod rootdir;
 mod server;
+pub mod stats;
 mod tier;
 
 pub use args::{system_host_name, DaemonArgs, DaemonSettings, SECRET_ENV, SOCKET_FILE};
@@ -57,7 +58,6 @@ pub use error::DaemonError;
 pub use eddy_config::ready::{
     parse_announcement, read_ready, ready_path, ReadyInfo, READY_FILE, READY_LINE,
 };
-pub use metrics::{encode as encode_metrics, METRICS_PATH};
 pub use server::{Daemon, CHUNKS_DIR, META_DIR};
 
 /// Name of the keyspace holding the hints (decision 0021).

@@ -17,8 +17,10 @@
 //! the histograms `eddy_request_size_bytes{op}`, `eddy_queue_wait_seconds{op}` and
 //! `eddy_service_seconds{op}`, the gauges `eddy_requests_queued` and
 //! `eddy_requests_in_flight`, per client `eddy_client_{operations,metadata_operations,errors,
-//! bytes_read,bytes_written}_total{client_host,client_pid,client_rank}` (only the clients the
-//! snapshot lists, which the counting bounds; no rank: the label is empty, i.e. absent),
+//! bytes_read,bytes_written}_total{client_host,client_pid,client_rank}` (no rank: the label
+//! is empty, i.e. absent; at most `metrics_max_clients` clients one by one, the first to
+//! arrive, a set that does not change once full, and the later ones summed in one series
+//! with `client_host="_others"`, so each series stays monotonic and their number bounded),
 //! `eddy_errors_total{errno}` (the errno's name), `eddy_backend_bytes_read_total`,
 //! `eddy_backend_bytes_written_total`, `eddy_backend_operations_total{dir="read"|"write"}`,
 //! `eddy_start_time_seconds` and `eddy_counting` (0 only while counting is switched off to
@@ -28,9 +30,10 @@
 //! [2^(i-1), 2^i)), so `le` is the largest integer a bucket holds, 2^i − 1 (bytes, or
 //! microseconds converted to seconds): exact, not rounded. Every second power is exposed
 //! (`le` = 0, 3, 15, 63, …), then `+Inf`; merging neighbours keeps the cumulative counts
-//! exact. The counting keeps no exact sum of latencies or sizes, so `_sum` is an estimate:
-//! each value counted at its bucket's midpoint (between 25 % under and 50 % over the true
-//! value); `_count` is exact. The exact byte totals are the `eddy_bytes_*_total` counters.
+//! exact. Request sizes are counted for the requests that carry data (read, write,
+//! put_chunk), and their `_sum` is exact (the op's bytes). The counting keeps no sum of
+//! latencies, so the latency histograms' `_sum` is an estimate: each value counted at its
+//! bucket's midpoint (between 25 % under and 50 % over the true value); `_count` is exact.
 
 use crate::DaemonError;
 use bytes::Bytes;
@@ -76,6 +79,8 @@ pub type Snapshot = Arc<dyn Fn() -> DaemonStats + Send + Sync>;
 pub struct Bounds {
     pub max_connections: usize,
     pub timeout: Duration,
+    /// Clients named one by one (`metrics_max_clients`).
+    pub max_clients: usize,
 }
 
 impl Bounds {
@@ -83,6 +88,7 @@ impl Bounds {
         Bounds {
             max_connections: config.metrics_max_connections,
             timeout: Duration::from_millis(config.metrics_timeout_ms),
+            max_clients: config.metrics_max_clients,
         }
     }
 }
@@ -125,7 +131,7 @@ pub async fn serve(
             tracing::debug!("metrics endpoint: too many connections, one closed");
             continue;
         };
-        tokio::spawn(connection(stream, slot, bounds.timeout, Arc::clone(&snapshot)));
+        tokio::spawn(connection(stream, slot, bounds, Arc::clone(&snapshot)));
     }
 }
 
@@ -133,12 +139,13 @@ pub async fn serve(
 async fn connection(
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
-    timeout: Duration,
+    bounds: Bounds,
     snapshot: Snapshot,
 ) {
+    let timeout = bounds.timeout;
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let snapshot = Arc::clone(&snapshot);
-        async move { Ok::<_, Infallible>(respond(&req, snapshot).await) }
+        async move { Ok::<_, Infallible>(respond(&req, snapshot, bounds.max_clients).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(false)
@@ -153,7 +160,11 @@ async fn connection(
     }
 }
 
-async fn respond(req: &Request<Incoming>, snapshot: Snapshot) -> Response<Full<Bytes>> {
+async fn respond(
+    req: &Request<Incoming>,
+    snapshot: Snapshot,
+    max_clients: usize,
+) -> Response<Full<Bytes>> {
     if req.uri().path() != METRICS_PATH {
         return plain(StatusCode::NOT_FOUND, "not found: the metrics are at /metrics\n");
     }
@@ -164,7 +175,7 @@ async fn respond(req: &Request<Incoming>, snapshot: Snapshot) -> Response<Full<B
         return r;
     }
     // Off the runtime's threads: the snapshot reads the counters' maps.
-    let text = tokio::task::spawn_blocking(move || encode(snapshot())).await;
+    let text = tokio::task::spawn_blocking(move || encode(snapshot(), max_clients)).await;
     match text {
         Ok(Ok(text)) => {
             let mut r = Response::new(Full::new(Bytes::from(text)));
@@ -191,13 +202,46 @@ fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     r
 }
 
-/// The snapshot in the Prometheus text exposition format.
-pub fn encode(stats: DaemonStats) -> Result<String, std::fmt::Error> {
+/// The snapshot in the Prometheus text exposition format, naming at most `max_clients`
+/// clients one by one.
+pub fn encode(stats: DaemonStats, max_clients: usize) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(StatsCollector(stats)));
+    registry.register_collector(Box::new(StatsCollector(bounded_clients(stats, max_clients))));
     let mut text = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?;
     Ok(text)
+}
+
+/// The value of `client_host` of the series summing the clients past `metrics_max_clients`.
+pub const OTHER_CLIENTS: &str = "_others";
+
+/// `stats` with at most `max` clients: the first to arrive (by their first request, then
+/// by who they are), and one more summing the others (see the module's header).
+fn bounded_clients(mut stats: DaemonStats, max: usize) -> DaemonStats {
+    if stats.clients.len() <= max {
+        return stats;
+    }
+    stats
+        .clients
+        .sort_by(|a, b| (a.first_ms, &a.client).cmp(&(b.first_ms, &b.client)));
+    let rest = stats.clients.split_off(max);
+    let mut others = eddy_proto::stats::ClientStats {
+        client: eddy_proto::stats::ClientId {
+            host: OTHER_CLIENTS.into(),
+            pid: 0,
+            rank: None,
+        },
+        ..Default::default()
+    };
+    for c in rest {
+        others.ops += c.ops;
+        others.metadata_ops += c.metadata_ops;
+        others.read_bytes += c.read_bytes;
+        others.written_bytes += c.written_bytes;
+        others.errors += c.errors;
+    }
+    stats.clients.push(others);
+    stats
 }
 
 /// One snapshot, encoded as the metric families of the module's header.
@@ -228,7 +272,14 @@ impl StatsCollector {
     fn client_labels(&self, c: &eddy_proto::stats::ClientId) -> Labels {
         self.with(&[
             ("client_host", c.host.clone()),
-            ("client_pid", c.pid.to_string()),
+            (
+                "client_pid",
+                if c.host == OTHER_CLIENTS {
+                    String::new()
+                } else {
+                    c.pid.to_string()
+                },
+            ),
             ("client_rank", c.rank.map(|r| r.to_string()).unwrap_or_default()),
         ])
     }
@@ -256,7 +307,8 @@ fn family(
     Ok(())
 }
 
-/// Writes one histogram family: `rows` are (labels, histogram); a bucket's integer bound
+/// Writes one histogram family: `rows` are (labels, histogram, its exact sum when known, in
+/// the histogram's unit); a bucket's integer bound
 /// divided by `per_unit` is its `le` (1 for bytes, 1e6 for microseconds to seconds: a
 /// division, so that `le` prints as the shortest decimal, 0.065535 rather than
 /// 0.06553499999999999).
@@ -264,7 +316,7 @@ fn histograms(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    rows: Vec<(Labels, &Histogram)>,
+    rows: Vec<(Labels, &Histogram, Option<u64>)>,
     top: usize,
     per_unit: f64,
 ) -> std::fmt::Result {
@@ -272,8 +324,9 @@ fn histograms(
         return Ok(());
     }
     let mut metric = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
-    for (labels, h) in rows {
-        let (buckets, sum, count) = exposed_buckets(h, top, per_unit);
+    for (labels, h, exact) in rows {
+        let (buckets, estimate, count) = exposed_buckets(h, top, per_unit);
+        let sum = exact.map_or(estimate, |v| v as f64 / per_unit);
         metric
             .encode_family(&labels)?
             .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
@@ -372,18 +425,26 @@ impl Collector for StatsCollector {
             Counter,
             ops(&|o| (o.bytes > 0 && writes(&o.op)).then_some(o.bytes)),
         )?;
-        let hist = |f: fn(&eddy_proto::stats::OpStats) -> &Histogram| -> Vec<(Labels, &Histogram)> {
+        type Rows<'a> = Vec<(Labels, &'a Histogram, Option<u64>)>;
+        let hist = |f: fn(&eddy_proto::stats::OpStats) -> &Histogram| -> Rows {
             s.ops
                 .iter()
                 .filter(|o| o.count > 0)
-                .map(|o| (self.op_labels(&o.op), f(o)))
+                .map(|o| (self.op_labels(&o.op), f(o), None))
                 .collect()
         };
+        // Sizes are counted for the requests that carry data; their sum is the op's bytes.
+        let sizes: Rows = s
+            .ops
+            .iter()
+            .filter(|o| o.sizes.total() > 0)
+            .map(|o| (self.op_labels(&o.op), &o.sizes, Some(o.bytes)))
+            .collect();
         histograms(
             &mut enc,
             "eddy_request_size_bytes",
-            "Bytes per request, by operation (_sum estimated from the buckets).",
-            hist(|o| &o.sizes),
+            "Bytes per request carrying data, by operation.",
+            sizes,
             SIZE_TOP,
             1.0,
         )?;

@@ -132,6 +132,7 @@ impl Daemon {
             ));
         }
         let supervisor = tokio::spawn(supervise(Arc::clone(&state), tcp, unix));
+        tokio::spawn(crate::stats::sampler(Arc::clone(&state)));
         if state.repair().is_some() {
             tokio::spawn(crate::repair::repair_loop(Arc::clone(&state)));
             if state.repair().is_some_and(|r| r.is_rejoining()) {
@@ -177,15 +178,8 @@ impl Daemon {
 
 /// What a scrape of the metrics endpoint reads: the daemon's counters at that moment.
 fn snapshot_of(state: &Arc<State>) -> crate::metrics::Snapshot {
-    // TODO(metrics): `State::snapshot` from branch `stats` (the counting core); until it
-    // is merged the endpoint serves the daemon's identity with no counts.
-    let (daemon, host) = (state.settings.id, state.settings.host.clone());
-    Arc::new(move || eddy_proto::stats::DaemonStats {
-        daemon,
-        host: host.clone(),
-        counting: true,
-        ..Default::default()
-    })
+    let state = Arc::clone(state);
+    Arc::new(move || state.snapshot())
 }
 
 /// Opens the stores under the root (metadata, chunks, the backend tier).
@@ -455,6 +449,8 @@ async fn serve_connection<R, W>(
     let budget = connection_budget(&state.settings.config);
     let bytes = Arc::new(Semaphore::new(budget as usize));
     let conn = state.file_locks.open_conn();
+    // Its client, once it identifies (decision 0032).
+    let counted = Arc::new(crate::stats::ConnStats::default());
     let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
     tokio::spawn(write_loop(w, rx, sealer, peer.clone(), alive.clone()));
     let mut stop = state.shutdown.subscribe();
@@ -495,7 +491,10 @@ async fn serve_connection<R, W>(
                 // Checked by the branch's condition.
                 let Some(p) = permit.take() else { continue };
                 let held = Held { _request: p, bytes: held };
-                running.push(run_request(&state, conn, id, req, tx.clone(), held, (Arc::clone(&bytes), budget)));
+                // Queued from now until its handler starts.
+                let ctx = state.stats.arrive(&counted, req.op());
+                let run = run_request(&state, conn, id, req, tx.clone(), held, (Arc::clone(&bytes), budget));
+                running.push(crate::stats::REQUEST.scope(ctx, run));
             }
         }
     }
@@ -576,7 +575,9 @@ async fn run_request(
             Err(_) => return,
         }
     }
+    let carried = crate::stats::carried(&req);
     let resp = state.serve(conn, req).await;
+    let _ = crate::stats::REQUEST.try_with(|r| state.stats.finish(r, carried, &resp));
     let Some(frame) = reply_frame(id, &resp, state.settings.config.max_frame_bytes) else {
         return;
     };

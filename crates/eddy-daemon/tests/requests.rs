@@ -585,3 +585,84 @@ async fn link_and_requests_on_identity_records() {
     // The daemon still serves.
     assert_eq!(c.inode(on(11, &stat("/f"))).await.size, 99);
 }
+
+/// What a daemon counts (decision 0032): a connection that identified has its requests
+/// counted under its client (ops, bytes, the file's writer and reader), errors by errno,
+/// per op kind; an unidentified one under the unknown client; `Stats` answers it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identify_and_stats_count_what_was_served() {
+    use eddy_proto::stats::{ClientId, DaemonStats};
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    let me = ClientId {
+        host: "node7".into(),
+        pid: 4242,
+        rank: Some(3),
+    };
+    let identify = Request::Identify(req::Identify { client: me.clone() });
+    assert!(matches!(c.ok(identify).await, Reply::Ok));
+    let fid = 0x5151_u128;
+    c.inode(create("/f", file(fid))).await;
+    let piece = Piece {
+        chunk: 0,
+        offset: 0,
+        len: 3000,
+    };
+    let write = Request::Write(req::Write {
+        sums: Vec::new(),
+        file_id: fid,
+        pieces: vec![piece],
+        data: vec![7u8; 3000].into(),
+        backing: None,
+    });
+    c.ok(write).await;
+    let read = Request::Read(req::Read {
+        file_id: fid,
+        pieces: vec![Piece { len: 1000, ..piece }],
+        backing: None,
+    });
+    assert_eq!(c.data(read).await.len(), 1000);
+    assert_eq!(c.errno(stat("/missing")).await, libc::ENOENT);
+    // Another connection, not identified.
+    let mut anon = connect(d.local_addr()).await;
+    anon.inode(stat("/f")).await;
+
+    let s: DaemonStats = match c.ok(Request::Stats(req::Stats)).await {
+        Reply::Stats(s) => *s,
+        other => panic!("{other:?}"),
+    };
+    assert!(s.counting);
+    let op = |name: &str| s.ops.iter().find(|o| o.op == name).unwrap().clone();
+    assert_eq!(op("write").bytes, 3000);
+    assert_eq!(op("write").count, 1);
+    assert_eq!(op("write").sizes.total(), 1);
+    assert!(!op("write").metadata);
+    assert_eq!(op("read").bytes, 1000);
+    assert_eq!(op("stat").count, 2);
+    assert_eq!(op("stat").errors, 1);
+    assert!(op("stat").metadata);
+    assert_eq!(op("stat").service_us.total(), 2);
+    assert_eq!(op("stat").queue_us.total(), 2);
+    assert_eq!(s.errors, vec![(libc::ENOENT, 1)]);
+    let mine = s.clients.iter().find(|x| x.client == me).unwrap();
+    assert_eq!(mine.ops, 4);
+    assert_eq!(mine.metadata_ops, 2);
+    assert_eq!(mine.written_bytes, 3000);
+    assert_eq!(mine.read_bytes, 1000);
+    assert_eq!(mine.errors, 1);
+    assert!(mine.first_ms > 0 && mine.last_ms >= mine.first_ms);
+    let unknown = s.clients.iter().find(|x| x.client != me).unwrap();
+    assert_eq!(unknown.ops, 1);
+    assert_eq!(s.clients.len(), 2);
+    assert_eq!(s.files.len(), 1);
+    let f = &s.files[0];
+    assert_eq!(f.file_id, fid);
+    assert_eq!(f.writers, vec![mine.key]);
+    assert_eq!(f.readers, vec![mine.key]);
+    assert_eq!((f.written_bytes, f.read_bytes), (3000, 1000));
+    // The Stats request itself is not yet counted, nothing waits now.
+    assert_eq!((s.queued, s.in_flight), (0, 1));
+    d.shutdown();
+    d.wait().await.unwrap();
+}

@@ -31,6 +31,8 @@ pub struct DaemonLaunch<'a> {
     pub members: u32,
     /// User the daemons run as (`eddyd --user`), if not the caller.
     pub user: Option<&'a str>,
+    /// The job the daemons' counters name (`eddyd --job`; decision 0032).
+    pub job: &'a str,
 }
 
 impl DaemonLaunch<'_> {
@@ -63,6 +65,9 @@ impl DaemonLaunch<'_> {
         ];
         if let Some(user) = self.user {
             args.extend(["--user".into(), user.into()]);
+        }
+        if !self.job.is_empty() {
+            args.extend(["--job".into(), self.job.into()]);
         }
         if let Some(metrics) = metrics {
             args.extend(["--metrics".into(), metrics.into()]);

@@ -84,10 +84,12 @@ pub fn replace(state: &StateDir, id: u32, keep_root: bool) -> Result<Replaced> {
     // The daemon makes its root itself (as the user it runs as, when there is one).
     let user = state.daemon_user()?;
     let members = dep.daemons.len() as u32;
+    let job = dep.job.label(&dep.name);
     let launch = DaemonLaunch {
         state,
         members,
         user: user.as_deref(),
+        job: &job,
     };
     // Metrics where the dead one served them (scrape configs name that address).
     let mut argv = launch.args(root, id, &entry.addr, entry.metrics.as_deref());

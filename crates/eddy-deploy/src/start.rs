@@ -31,6 +31,9 @@ pub struct Plan {
     pub placement: Placement,
     /// User the daemons run as (`eddyd --user`, a name or uid), if not the caller.
     pub daemon_user: Option<String>,
+    /// The job it serves (recorded in the deployment file; the daemons' counters name it;
+    /// decision 0032). A `start_ms` of 0 is set to the start's time.
+    pub job: eddy_config::JobInfo,
 }
 
 /// Where the daemons of a plan run; made by `Placement::local` or `Placement::remote`, which
@@ -159,6 +162,13 @@ pub fn start(plan: &Plan) -> Result<Deployment> {
         secret: Deployment::new_secret(),
         daemons,
         daemon_user: plan.daemon_user.clone(),
+        job: eddy_config::JobInfo {
+            start_ms: match plan.job.start_ms {
+                0 => now_ms(),
+                t => t,
+            },
+            ..plan.job.clone()
+        },
     };
     run.state.write_secret(&run.secret)?;
     run.state.write_config(&run.config)?;
@@ -189,6 +199,7 @@ struct Run {
     daemons: u32,
     /// User the daemons run as (`eddyd --user`), if not the caller.
     daemon_user: Option<String>,
+    job: eddy_config::JobInfo,
 }
 
 impl Run {
@@ -198,8 +209,21 @@ impl Run {
             secret: self.secret.clone(),
             config: self.config.clone(),
             daemons,
+            job: self.job.clone(),
         }
     }
+
+    /// The job as the daemons' counters name it.
+    fn job_label(&self) -> String {
+        self.job.label(&self.name)
+    }
+}
+
+/// Unix time in milliseconds.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Processes spawned by a start in progress; all are killed if the start fails.
@@ -305,6 +329,7 @@ fn local_daemon_args(plan: &Run, root: &Path, id: u32) -> Result<Vec<OsString>> 
         state: &plan.state,
         members: plan.daemons,
         user: plan.daemon_user.as_deref(),
+        job: &plan.job_label(),
     }
     .args(root, id, "127.0.0.1:0", metrics.as_deref()))
 }
@@ -486,10 +511,12 @@ fn remote_daemon_cmd(
     host: &HostLine,
     port: u16,
 ) -> Result<Vec<OsString>> {
+    let job = plan.job_label();
     let launch = DaemonLaunch {
         state: &plan.state,
         members: plan.daemons,
         user: plan.daemon_user.as_deref(),
+        job: &job,
     };
     let metrics = metrics_listen(&plan.config, nth)?;
     let mut cmd: Vec<OsString> = vec![bin.into()];

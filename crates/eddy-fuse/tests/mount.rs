@@ -61,6 +61,7 @@ fn start(n: u32) -> Fixture {
     let secret = Deployment::new_secret();
     let mut dep = Deployment {
         name: "fuse-test".into(),
+        job: Default::default(),
         secret,
         config: config(),
         daemons: vec![],

@@ -79,6 +79,7 @@ impl Histogram {
 /// Who a client is: the host and process it runs in, and its MPI rank when it knows it
 /// (`Identify`). `key` is a hash of the three, the same on every daemon, by which clients
 /// are named in `FileAccess`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ClientId {
     pub host: String,
@@ -159,6 +160,10 @@ pub struct Sample {
     pub metadata_queue_mean: f32,
 }
 
+// The means of a sample are computed with guards against division by zero, so never NaN:
+// equality is total, as `Reply` (which carries a `DaemonStats`) requires.
+impl Eq for Sample {}
+
 /// The backend tier's share of the I/O.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendStats {
@@ -195,6 +200,8 @@ pub struct DaemonStats {
     /// bound.
     pub series: Vec<Sample>,
 }
+
+impl Eq for DaemonStats {}
 
 #[cfg(test)]
 mod tests {

@@ -70,6 +70,44 @@ pub fn wire_mode(wire: Wire, tcp: bool) -> Mode {
     }
 }
 
+/// Environment variables an MPI launcher or Slurm sets to the process's rank, in the order
+/// they are looked at.
+pub const RANK_VARS: [&str; 4] = [
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "PMIX_RANK",
+    "SLURM_PROCID",
+];
+
+/// Who this process is, as it identifies to every daemon it connects to (`Identify`): its
+/// host name, its pid (read each time: a forked child is another client) and its rank
+/// (`RANK_VARS`) when it has one.
+pub fn client_id() -> eddy_proto::stats::ClientId {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let host = HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".to_string())
+    });
+    let rank = RANK_VARS
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse::<u32>().ok());
+    eddy_proto::stats::ClientId {
+        host: host.clone(),
+        pid: std::process::id(),
+        rank,
+    }
+}
+
+/// Why a request was not sent: its frame could not be made (the connection is fine), or
+/// the connection is closed or broke.
+enum NotSent {
+    Refused(Errno),
+    Closed(String),
+}
+
 /// A reply slot, as a call hands it to the reader.
 type Registration = (u64, oneshot::Sender<Outcome>);
 
@@ -199,20 +237,32 @@ impl Conn {
     /// Sends a request and waits for its response (no deadline here: the caller sets it; a
     /// caller that gives up drops its slot, and the reply, if it ever comes, is dropped).
     async fn call(&self, req: &Request) -> Outcome {
+        match self.send(req) {
+            Ok(rx) => rx
+                .await
+                .unwrap_or_else(|_| Err("connection lost".to_string())),
+            Err(NotSent::Refused(e)) => Ok(Err(e)),
+            Err(NotSent::Closed(why)) => Err(why),
+        }
+    }
+
+    /// Sends a request now (its frame is queued in order before this returns) and returns
+    /// where its response will come; or why it could not be sent.
+    fn send(&self, req: &Request) -> Result<oneshot::Receiver<Outcome>, NotSent> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = match req.to_frame(id, self.max_frame) {
             Ok(f) => f,
             // Nothing was sent: this request fails, the connection is fine.
-            Err(e) => return Ok(Err(e)),
+            Err(e) => return Err(NotSent::Refused(e)),
         };
         let (reply, rx) = oneshot::channel();
         {
             let mut st = self.out.state();
             if let Some(why) = &st.closed {
-                return Err(why.clone());
+                return Err(NotSent::Closed(why.clone()));
             }
             if self.register.send((id, reply)).is_err() {
-                return Err("connection lost".to_string());
+                return Err(NotSent::Closed("connection lost".to_string()));
             }
             let idle = st.queue.is_empty();
             if let Err(e) = st.queue.push(frame) {
@@ -220,7 +270,7 @@ impl Conn {
                 st.closed = Some(why.clone());
                 drop(st);
                 self.kill(&why);
-                return Err(why);
+                return Err(NotSent::Closed(why));
             }
             if idle {
                 match st.queue.send_with(|b| self.out.half.try_write_vectored(b)) {
@@ -232,14 +282,13 @@ impl Conn {
                         st.closed = Some(why.clone());
                         drop(st);
                         self.kill(&why);
-                        return Err(why);
+                        return Err(NotSent::Closed(why));
                     }
                 }
             }
             // Otherwise the writer task was woken by whoever queued the first waiting frame.
         }
-        rx.await
-            .unwrap_or_else(|_| Err("connection lost".to_string()))
+        Ok(rx)
     }
 }
 
@@ -465,6 +514,7 @@ impl Link {
                 ))
             })??;
         let (conn, instance) = (Arc::new(conn.0), conn.1);
+        self.identify(&conn);
         *write(&self.conn) = Some(conn.clone());
         if self.instance.swap(instance, Ordering::AcqRel) != instance {
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -473,6 +523,32 @@ impl Link {
             self.reconnected.store(true, Ordering::Release);
         }
         Ok(conn)
+    }
+
+    /// Tells the daemon who this client is (`Identify`), first on a new connection, before
+    /// any other request can be queued on it; the reply is awaited in the background. A
+    /// failure is logged and the connection goes on: the daemon then counts its requests
+    /// under an unknown client (decision 0032).
+    fn identify(&self, conn: &Conn) {
+        let req = Request::Identify(eddy_proto::req::Identify {
+            client: client_id(),
+        });
+        let what = self.describe();
+        let failed = move |why: String| tracing::debug!("identify to {what} failed: {why}");
+        match conn.send(&req) {
+            Ok(rx) => {
+                tokio::spawn(async move {
+                    match rx.await {
+                        Ok(Ok(Ok(_))) => {}
+                        Ok(Ok(Err(e))) => failed(e.to_string()),
+                        Ok(Err(why)) => failed(why),
+                        Err(_) => failed("connection lost".to_string()),
+                    }
+                });
+            }
+            Err(NotSent::Refused(e)) => failed(e.to_string()),
+            Err(NotSent::Closed(why)) => failed(why),
+        }
     }
 
     /// What tells when the current connection is dead (`None` when there is none): what a

@@ -18,7 +18,7 @@
 mod conn;
 mod down;
 
-pub use conn::{wire_mode, Closed, Failure};
+pub use conn::{client_id, wire_mode, Closed, Failure, RANK_VARS};
 
 use conn::Link;
 use down::Down;
@@ -377,6 +377,7 @@ mod tests {
             .collect();
         Deployment {
             name: "rpc-test".into(),
+            job: Default::default(),
             secret: Deployment::new_secret(),
             config: Config {
                 replicas,

@@ -118,6 +118,7 @@ impl Cluster {
         let secret = Deployment::new_secret();
         let mut dep = Deployment {
             name: "test".into(),
+            job: Default::default(),
             secret,
             config,
             daemons: Vec::new(),

@@ -224,6 +224,7 @@ async fn one_copy_still_gives_eio_when_a_daemon_dies() {
 fn replicas_beyond_the_daemons_are_refused() {
     let dep = eddy_config::Deployment {
         name: "t".into(),
+        job: Default::default(),
         secret: eddy_config::Deployment::new_secret(),
         config: config(3),
         daemons: vec![eddy_config::DaemonEntry {

@@ -36,7 +36,7 @@ fn snapshot() -> DaemonStats {
         ops: vec![
             op("write", 3, 0, 3 * 4096, &[4096; 3], &[5, 900, 70_000]),
             op("read", 2, 1, 1000, &[1000, 0], &[3, 3]),
-            op("stat", 4, 2, 0, &[0; 4], &[1, 2, 1, 1]),
+            op("stat", 4, 2, 0, &[], &[1, 2, 1, 1]),
         ],
         clients: vec![
             ClientStats {
@@ -63,6 +63,7 @@ fn snapshot() -> DaemonStats {
                 key: 2,
                 ops: 3,
                 written_bytes: 3 * 4096,
+                first_ms: 5,
                 ..ClientStats::default()
             },
         ],
@@ -228,7 +229,7 @@ const DAEMON: (&str, &str) = ("daemon", "2");
 
 #[test]
 fn every_line_is_exposition_and_the_samples_are_the_snapshots() {
-    let text = encode(snapshot()).unwrap();
+    let text = encode(snapshot(), 64).unwrap();
     let samples = parse(&text);
     let get = |name: &str, more: &[(&str, &str)]| {
         let mut pairs = vec![JOB, DAEMON];
@@ -272,14 +273,18 @@ fn every_line_is_exposition_and_the_samples_are_the_snapshots() {
     let service = |le: &str| get("eddy_service_seconds_bucket", &[("op", "write"), ("le", le)]);
     assert_eq!(service("0.065535"), 2.0);
     assert_eq!(service("0.262143"), 3.0);
-    // Sums are estimates within the bounds the header states.
-    let sum = get("eddy_request_size_bytes_sum", &[("op", "write")]);
-    assert!((0.75 * 12288.0..=1.5 * 12288.0).contains(&sum), "{sum}");
+    // Sizes are counted for requests carrying data only, their sum exactly; latency sums
+    // are estimates within the bounds the header states.
+    assert_eq!(get("eddy_request_size_bytes_sum", &[("op", "write")]), 12288.0);
+    assert!(value(&samples, "eddy_request_size_bytes_count", &[JOB, DAEMON, ("op", "stat")]).is_none());
+    let sum = get("eddy_service_seconds_sum", &[("op", "write")]);
+    let exact = (5.0 + 900.0 + 70_000.0) / 1e6;
+    assert!((0.75 * exact..=1.5 * exact).contains(&sum), "{sum}");
 }
 
 #[test]
 fn histogram_buckets_are_cumulative_and_end_with_inf_equal_to_count() {
-    let text = encode(snapshot()).unwrap();
+    let text = encode(snapshot(), 64).unwrap();
     let samples = parse(&text);
     let mut series: BTreeMap<(String, BTreeMap<String, String>), Vec<(f64, f64)>> =
         BTreeMap::new();
@@ -304,7 +309,11 @@ fn histogram_buckets_are_cumulative_and_end_with_inf_equal_to_count() {
             "eddy_service_seconds_bucket"
         ])
     );
-    assert_eq!(series.len(), 9, "three histograms for each of the three ops");
+    assert_eq!(
+        series.len(),
+        8,
+        "latencies for each of the three ops, sizes for the two carrying data"
+    );
     for ((name, rest), buckets) in &series {
         for pair in buckets.windows(2) {
             assert!(pair[0].0 < pair[1].0, "{name} {rest:?}: le ascending");
@@ -321,7 +330,31 @@ fn histogram_buckets_are_cumulative_and_end_with_inf_equal_to_count() {
 
 #[test]
 fn an_empty_snapshot_still_encodes() {
-    let samples = parse(&encode(DaemonStats::default()).unwrap());
+    let samples = parse(&encode(DaemonStats::default(), 64).unwrap());
     assert!(samples.iter().any(|s| s.name == "eddy_requests_in_flight"));
     assert!(!samples.iter().any(|s| s.name == "eddy_operations_total"));
+}
+
+#[test]
+fn clients_past_the_bound_are_summed_in_one_series() {
+    let samples = parse(&encode(snapshot(), 1).unwrap());
+    let get = |name: &str, more: &[(&str, &str)]| {
+        let mut pairs = vec![JOB, DAEMON];
+        pairs.extend_from_slice(more);
+        value(&samples, name, &pairs)
+    };
+    // The first to arrive is named; the later one is in `_others`.
+    let c1 = [("client_host", "c1"), ("client_pid", "41"), ("client_rank", "0")];
+    assert_eq!(get("eddy_client_operations_total", &c1), Some(5.0));
+    let others = [
+        ("client_host", OTHER_CLIENTS),
+        ("client_pid", ""),
+        ("client_rank", ""),
+    ];
+    assert_eq!(get("eddy_client_bytes_written_total", &others), Some(12288.0));
+    let series = samples
+        .iter()
+        .filter(|s| s.name == "eddy_client_operations_total")
+        .count();
+    assert_eq!(series, 2);
 }

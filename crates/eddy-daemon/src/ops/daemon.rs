@@ -1,8 +1,10 @@
-//! The daemon itself: its status, and a clean stop.
+//! The daemon itself: its status, a clean stop, and what it counted (`Identify` names a
+//! connection's client, `Stats` returns the counters).
 
 use super::{Apply, Serve};
 use crate::advisory::ConnId;
 use crate::handler::State;
+use eddy_proto::stats::DaemonStats;
 use eddy_proto::{req, DaemonStatus, Errno};
 use std::sync::Arc;
 
@@ -18,5 +20,20 @@ impl Serve for req::Shutdown {
         tracing::info!("shutdown requested by a client");
         st.shutdown.send_replace(true);
         Ok(())
+    }
+}
+
+/// The connection's client says who it is: its requests are counted under it from now on.
+impl Serve for req::Identify {
+    async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<(), Errno> {
+        st.stats.identify(self.client);
+        Ok(())
+    }
+}
+
+/// What this daemon counted: answered from memory.
+impl Serve for req::Stats {
+    async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<DaemonStats, Errno> {
+        Ok(st.snapshot())
     }
 }

@@ -55,9 +55,10 @@ macro_rules! define_route {
     (@store $st:ident, $conn:ident, $r:ident) => {
         $st.run_store($r).await
     };
-    (@conn $st:ident, $conn:ident, $r:ident) => {
+    (@conn $st:ident, $conn:ident, $r:ident) => {{
+        $st.stats.started();
         Serve::serve($r, $st, $conn).await.map(ReplyType::into_reply)
-    };
+    }};
 }
 
 eddy_proto::request_table!(define_route);
@@ -73,6 +74,7 @@ impl State {
                 .await
                 .unwrap_or_else(|e| (Err(e), Vec::new()))
         } else {
+            self.stats.started();
             self.apply_captured(r)
         };
         self.replicate(changed).await;

@@ -135,6 +135,8 @@ pub enum Reply {
     Digests(Vec<crate::repair::Digest>),
     /// The owners holding locks that conflict with a request (`LockHolders`, decision 0028).
     LockOwners(Vec<LockOwner>),
+    /// What a daemon counted (`Stats`), boxed: it is large.
+    Stats(Box<crate::stats::DaemonStats>),
 }
 
 impl Reply {
@@ -239,6 +241,18 @@ variant_replies! {
     ScrubPage => Scrubbed,
     Vec<crate::repair::Digest> => Digests,
     Vec<LockOwner> => LockOwners,
+}
+
+impl ReplyType for crate::stats::DaemonStats {
+    fn into_reply(self) -> Reply {
+        Reply::Stats(Box::new(self))
+    }
+    fn from_reply(r: Reply) -> Result<Self, Box<Reply>> {
+        match r {
+            Reply::Stats(s) => Ok(*s),
+            other => Err(Box::new(other)),
+        }
+    }
 }
 
 impl ReplyType for () {

@@ -659,3 +659,21 @@ pub struct WaitsFor {
     pub holders: Vec<LockOwner>,
     pub ttl_ms: u32,
 }
+
+// ---- monitoring (eddy_proto::stats) ----
+
+/// Tells the daemon who the client of this connection is (host, pid, MPI rank when known):
+/// sent once per connection, first after the handshake, by every client (eddy-rpc's
+/// connection setup). The daemon counts this connection's requests under that client from
+/// then on. Replies `Ok`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identify {
+    pub client: crate::stats::ClientId,
+}
+
+/// Asks a daemon for what it counted of the I/O it served (`eddy stats`, the job profile).
+/// Answered from memory, without touching storage. Replies `Stats`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats;

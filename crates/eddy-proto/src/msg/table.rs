@@ -138,6 +138,8 @@ macro_rules! request_table {
             ReclaimLock "reclaim_lock" {} -> bool, conn, REJOINING;
             LockHolders "lock_holders" {} -> Vec<LockOwner>, conn, REJOINING;
             WaitsFor "waits_for" {} -> bool, conn, REJOINING;
+            Identify "identify" {} -> (), conn, REJOINING;
+            Stats "stats" {} -> $crate::stats::DaemonStats, conn, REJOINING;
         }
     };
 }
