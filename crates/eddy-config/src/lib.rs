@@ -771,7 +771,10 @@ mod tests {
             metrics_addr_of("0.0.0.0:9400", 2).unwrap().to_string(),
             "0.0.0.0:9402"
         );
-        assert_eq!(metrics_addr_of("[::1]:0", 5).unwrap().to_string(), "[::1]:0");
+        assert_eq!(
+            metrics_addr_of("[::1]:0", 5).unwrap().to_string(),
+            "[::1]:0"
+        );
         assert!(metrics_addr_of("127.0.0.1:65535", 1).is_err());
     }
 

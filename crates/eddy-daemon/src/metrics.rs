@@ -166,7 +166,10 @@ async fn respond(
     max_clients: usize,
 ) -> Response<Full<Bytes>> {
     if req.uri().path() != METRICS_PATH {
-        return plain(StatusCode::NOT_FOUND, "not found: the metrics are at /metrics\n");
+        return plain(
+            StatusCode::NOT_FOUND,
+            "not found: the metrics are at /metrics\n",
+        );
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
@@ -181,7 +184,9 @@ async fn respond(
             let mut r = Response::new(Full::new(Bytes::from(text)));
             r.headers_mut().insert(
                 CONTENT_TYPE,
-                HeaderValue::from_static(prometheus_client::encoding::prometheus_text::CONTENT_TYPE),
+                HeaderValue::from_static(
+                    prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+                ),
             );
             r
         }
@@ -206,7 +211,10 @@ fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
 /// clients one by one.
 pub fn encode(stats: DaemonStats, max_clients: usize) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(StatsCollector(bounded_clients(stats, max_clients))));
+    registry.register_collector(Box::new(StatsCollector(bounded_clients(
+        stats,
+        max_clients,
+    ))));
     let mut text = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?;
     Ok(text)
@@ -280,7 +288,10 @@ impl StatsCollector {
                     c.pid.to_string()
                 },
             ),
-            ("client_rank", c.rank.map(|r| r.to_string()).unwrap_or_default()),
+            (
+                "client_rank",
+                c.rank.map(|r| r.to_string()).unwrap_or_default(),
+            ),
         ])
     }
 }

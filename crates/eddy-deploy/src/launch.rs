@@ -38,13 +38,7 @@ pub struct DaemonLaunch<'a> {
 impl DaemonLaunch<'_> {
     /// The arguments of daemon `id` on `root`, listening on `listen`, serving metrics on
     /// `metrics` (`eddyd --metrics`, see `metrics_listen`) if given.
-    pub fn args(
-        &self,
-        root: &Path,
-        id: u32,
-        listen: &str,
-        metrics: Option<&str>,
-    ) -> Vec<OsString> {
+    pub fn args(&self, root: &Path, id: u32, listen: &str, metrics: Option<&str>) -> Vec<OsString> {
         let members: Vec<String> = (0..self.members).map(|i| i.to_string()).collect();
         let mut args: Vec<OsString> = vec![
             "--root".into(),
@@ -336,18 +330,28 @@ mod tests {
             Some("0.0.0.0:9403".into())
         );
         assert!(metrics_listen(&config(Some("0.0.0.0:65535")), 1).is_err());
-        assert_eq!(metrics_reach("0.0.0.0:9401", "10.0.0.7:7750"), "10.0.0.7:9401");
+        assert_eq!(
+            metrics_reach("0.0.0.0:9401", "10.0.0.7:7750"),
+            "10.0.0.7:9401"
+        );
         assert_eq!(metrics_reach("[::]:9401", "[::1]:7750"), "[::1]:9401");
-        assert_eq!(metrics_reach("127.0.0.1:9401", "10.0.0.7:7750"), "127.0.0.1:9401");
+        assert_eq!(
+            metrics_reach("127.0.0.1:9401", "10.0.0.7:7750"),
+            "127.0.0.1:9401"
+        );
         let state = StateDir::new(Path::new("/s"));
         let launch = DaemonLaunch {
             state: &state,
             members: 3,
             user: None,
+            job: "",
         };
         let args = launch.args(Path::new("/r"), 1, "127.0.0.1:0", Some("127.0.0.1:9401"));
         let n = args.len();
-        assert_eq!(args[n - 2..], ["--metrics", "127.0.0.1:9401"].map(OsString::from));
+        assert_eq!(
+            args[n - 2..],
+            ["--metrics", "127.0.0.1:9401"].map(OsString::from)
+        );
     }
 
     #[test]

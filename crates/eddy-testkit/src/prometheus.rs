@@ -95,7 +95,10 @@ impl Prometheus {
         let deadline = Instant::now() + READY_BOUND;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("prometheus exited ({status}) at start:\n{}", self.log_text());
+                panic!(
+                    "prometheus exited ({status}) at start:\n{}",
+                    self.log_text()
+                );
             }
             if matches!(http_get(&format!("{}/-/ready", self.url())), Ok((200, _))) {
                 return;

@@ -52,7 +52,11 @@ fn metrics_addrs(state: &Path) -> Vec<String> {
     let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
     dep.daemons
         .iter()
-        .map(|d| d.metrics.clone().expect("a metrics address in the deployment"))
+        .map(|d| {
+            d.metrics
+                .clone()
+                .expect("a metrics address in the deployment")
+        })
         .collect()
 }
 
@@ -166,13 +170,17 @@ fn prometheus_scrapes_every_daemon_and_finds_the_workload() {
     prom.wait_for("sum(eddy_bytes_read_total)", SCRAPE_BOUND, |v| v >= written);
     // The request-size histogram: the chunk writes are above le=65535 and within
     // le=262143 (a bucket bound is the largest size it holds); the short one within 1023.
-    let bucket = |le: &str| format!("sum(eddy_request_size_bytes_bucket{{op=\"write\",le=\"{le}\"}})");
+    let bucket =
+        |le: &str| format!("sum(eddy_request_size_bytes_bucket{{op=\"write\",le=\"{le}\"}})");
     prom.wait_for(&bucket("+Inf"), SCRAPE_BOUND, |v| v >= writes);
     let small = prom.wait_for(&bucket("1023"), SCRAPE_BOUND, |v| v >= 1.0);
     let below_chunk = prom.wait_for(&bucket("65535"), SCRAPE_BOUND, |_| true);
     assert_eq!(small, below_chunk, "no write of a size in 1024..=65535");
     let chunks = prom.wait_for(&bucket("262143"), SCRAPE_BOUND, |_| true);
-    assert!(chunks - below_chunk >= WRITES as f64, "{chunks} - {below_chunk}");
+    assert!(
+        chunks - below_chunk >= WRITES as f64,
+        "{chunks} - {below_chunk}"
+    );
 }
 
 /// Reads from `stream` until the peer closes it; true if it did within the stream's read
@@ -231,7 +239,10 @@ fn the_endpoint_bounds_its_connections_and_cuts_slow_ones() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(refused, "a connection past metrics_max_connections was served");
+    assert!(
+        refused,
+        "a connection past metrics_max_connections was served"
+    );
     // The silent ones are cut (metrics_timeout_ms), and scrapes are served again.
     for c in &mut silent {
         assert!(closed_by_peer(c), "a silent scraper was not cut off");
@@ -276,4 +287,39 @@ fn a_start_whose_metrics_address_is_taken_or_invalid_fails_naming_it() {
         err.contains("--metrics") && err.contains("IP:PORT"),
         "{err}"
     );
+}
+
+#[test]
+fn daemons_sharing_a_host_count_up_from_its_port_and_record_a_reachable_address() {
+    // Three lines naming one host: launched as remote daemons are (here through `env`),
+    // they are daemons 0, 1 and 2 of that host.
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::write(&hosts, "h 127.0.0.1\nh 127.0.0.1\nh 127.0.0.1\n").unwrap();
+    let state = dir.path().join("state");
+    let _guard = StopGuard(state.clone());
+    let base = free_ports(3);
+    ok(&[
+        "start",
+        "--hosts",
+        s(&hosts),
+        "--launcher",
+        "env {cmd}",
+        "--root",
+        s(&dir.path().join("r{id}")),
+        "--state",
+        s(&state),
+        "--listen-port",
+        "0",
+        "--metrics",
+        &format!("0.0.0.0:{base}"),
+    ]);
+    // Bound on every address; recorded with the daemon's own IP, which scrapers reach.
+    let addrs = metrics_addrs(&state);
+    let want: Vec<String> = (0..3).map(|i| format!("127.0.0.1:{}", base + i)).collect();
+    assert_eq!(addrs, want);
+    for a in &addrs {
+        let (code, body) = http_get(&format!("http://{a}/metrics")).unwrap();
+        assert_eq!(code, 200, "{body}");
+    }
 }

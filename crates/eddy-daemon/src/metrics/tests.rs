@@ -242,18 +242,31 @@ fn every_line_is_exposition_and_the_samples_are_the_snapshots() {
     assert_eq!(get("eddy_bytes_written_total", &[("op", "write")]), 12288.0);
     assert_eq!(get("eddy_bytes_read_total", &[("op", "read")]), 1000.0);
     // A read's bytes are not written ones, and ops without bytes have no byte series.
-    assert!(value(&samples, "eddy_bytes_written_total", &[JOB, DAEMON, ("op", "read")]).is_none());
+    assert!(value(
+        &samples,
+        "eddy_bytes_written_total",
+        &[JOB, DAEMON, ("op", "read")]
+    )
+    .is_none());
     assert!(!samples
         .iter()
         .any(|s| s.name.starts_with("eddy_bytes_") && s.labels["op"] == "stat"));
     assert_eq!(get("eddy_requests_queued", &[]), 1.0);
     assert_eq!(get("eddy_requests_in_flight", &[]), 4.0);
-    let c1 = [("client_host", "c1"), ("client_pid", "41"), ("client_rank", "0")];
+    let c1 = [
+        ("client_host", "c1"),
+        ("client_pid", "41"),
+        ("client_rank", "0"),
+    ];
     assert_eq!(get("eddy_client_bytes_read_total", &c1), 1000.0);
     assert_eq!(get("eddy_client_metadata_operations_total", &c1), 4.0);
     assert_eq!(get("eddy_client_errors_total", &c1), 3.0);
     // No rank: the label is empty, which Prometheus reads as absent.
-    let c2 = [("client_host", "c2"), ("client_pid", "42"), ("client_rank", "")];
+    let c2 = [
+        ("client_host", "c2"),
+        ("client_pid", "42"),
+        ("client_rank", ""),
+    ];
     assert_eq!(get("eddy_client_bytes_written_total", &c2), 12288.0);
     assert_eq!(get("eddy_client_operations_total", &c2), 3.0);
     assert_eq!(get("eddy_errors_total", &[("errno", "ENOENT")]), 2.0);
@@ -261,22 +274,49 @@ fn every_line_is_exposition_and_the_samples_are_the_snapshots() {
     assert_eq!(get("eddy_errors_total", &[("errno", "4242")]), 1.0);
     assert_eq!(get("eddy_backend_bytes_read_total", &[]), 800.0);
     assert_eq!(get("eddy_backend_bytes_written_total", &[]), 900.0);
-    assert_eq!(get("eddy_backend_operations_total", &[("dir", "read")]), 6.0);
-    assert_eq!(get("eddy_backend_operations_total", &[("dir", "write")]), 7.0);
+    assert_eq!(
+        get("eddy_backend_operations_total", &[("dir", "read")]),
+        6.0
+    );
+    assert_eq!(
+        get("eddy_backend_operations_total", &[("dir", "write")]),
+        7.0
+    );
     assert_eq!(get("eddy_start_time_seconds", &[]), 1_700_000_000.5);
     assert_eq!(get("eddy_counting", &[]), 1.0);
     // The exact bounds: 4096-byte writes are above le=4095, within le=16383.
-    let size = |le: &str| get("eddy_request_size_bytes_bucket", &[("op", "write"), ("le", le)]);
+    let size = |le: &str| {
+        get(
+            "eddy_request_size_bytes_bucket",
+            &[("op", "write"), ("le", le)],
+        )
+    };
     assert_eq!((size("4095"), size("16383")), (0.0, 3.0));
-    assert_eq!(get("eddy_request_size_bytes_count", &[("op", "write")]), 3.0);
+    assert_eq!(
+        get("eddy_request_size_bytes_count", &[("op", "write")]),
+        3.0
+    );
     // 70 000 µs = 0.07 s: above (2^16 − 1) µs, within (2^18 − 1) µs.
-    let service = |le: &str| get("eddy_service_seconds_bucket", &[("op", "write"), ("le", le)]);
+    let service = |le: &str| {
+        get(
+            "eddy_service_seconds_bucket",
+            &[("op", "write"), ("le", le)],
+        )
+    };
     assert_eq!(service("0.065535"), 2.0);
     assert_eq!(service("0.262143"), 3.0);
     // Sizes are counted for requests carrying data only, their sum exactly; latency sums
     // are estimates within the bounds the header states.
-    assert_eq!(get("eddy_request_size_bytes_sum", &[("op", "write")]), 12288.0);
-    assert!(value(&samples, "eddy_request_size_bytes_count", &[JOB, DAEMON, ("op", "stat")]).is_none());
+    assert_eq!(
+        get("eddy_request_size_bytes_sum", &[("op", "write")]),
+        12288.0
+    );
+    assert!(value(
+        &samples,
+        "eddy_request_size_bytes_count",
+        &[JOB, DAEMON, ("op", "stat")]
+    )
+    .is_none());
     let sum = get("eddy_service_seconds_sum", &[("op", "write")]);
     let exact = (5.0 + 900.0 + 70_000.0) / 1e6;
     assert!((0.75 * exact..=1.5 * exact).contains(&sum), "{sum}");
@@ -286,8 +326,9 @@ fn every_line_is_exposition_and_the_samples_are_the_snapshots() {
 fn histogram_buckets_are_cumulative_and_end_with_inf_equal_to_count() {
     let text = encode(snapshot(), 64).unwrap();
     let samples = parse(&text);
-    let mut series: BTreeMap<(String, BTreeMap<String, String>), Vec<(f64, f64)>> =
-        BTreeMap::new();
+    // (name, labels but le) -> [(le, count)]
+    type Series = BTreeMap<(String, BTreeMap<String, String>), Vec<(f64, f64)>>;
+    let mut series = Series::new();
     for s in samples.iter().filter(|s| s.name.ends_with("_bucket")) {
         let mut rest = s.labels.clone();
         let le = rest.remove("le").expect("a bucket has le");
@@ -323,7 +364,10 @@ fn histogram_buckets_are_cumulative_and_end_with_inf_equal_to_count() {
         assert_eq!(last_le, f64::INFINITY, "{name} ends with +Inf");
         let family = name.strip_suffix("_bucket").unwrap();
         let pairs: Vec<(&str, &str)> = rest.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        assert_eq!(value(&samples, &format!("{family}_count"), &pairs), Some(last));
+        assert_eq!(
+            value(&samples, &format!("{family}_count"), &pairs),
+            Some(last)
+        );
         assert!(value(&samples, &format!("{family}_sum"), &pairs).is_some());
     }
 }
@@ -344,14 +388,21 @@ fn clients_past_the_bound_are_summed_in_one_series() {
         value(&samples, name, &pairs)
     };
     // The first to arrive is named; the later one is in `_others`.
-    let c1 = [("client_host", "c1"), ("client_pid", "41"), ("client_rank", "0")];
+    let c1 = [
+        ("client_host", "c1"),
+        ("client_pid", "41"),
+        ("client_rank", "0"),
+    ];
     assert_eq!(get("eddy_client_operations_total", &c1), Some(5.0));
     let others = [
         ("client_host", OTHER_CLIENTS),
         ("client_pid", ""),
         ("client_rank", ""),
     ];
-    assert_eq!(get("eddy_client_bytes_written_total", &others), Some(12288.0));
+    assert_eq!(
+        get("eddy_client_bytes_written_total", &others),
+        Some(12288.0)
+    );
     let series = samples
         .iter()
         .filter(|s| s.name == "eddy_client_operations_total")
