@@ -19,6 +19,9 @@ pub enum Command {
     Stop(StopArgs),
     /// Show every daemon of the deployment: address, up/down, storage, entries, uptime.
     Status(StatusArgs),
+    /// Show the I/O the daemons serve, per daemon and per client (rates over the last
+    /// second, queue, latency), or the job's I/O profile so far (--job).
+    Stats(StatsArgs),
     /// Verify every stored block of every daemon against its checksum (while I/O goes on);
     /// exits non-zero when damaged data is found.
     Scrub(ScrubArgs),
@@ -148,6 +151,21 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Print JSON: the daemons' raw snapshots (an array), or with --job the profile.
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh every second until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// The job's I/O profile so far (volume, I/O mode, nodes, bandwidth, IOPS, metadata).
+    #[arg(long)]
+    pub job: bool,
 }
 
 #[derive(Debug, Args)]

@@ -25,6 +25,7 @@ mod repair;
 mod scrub;
 mod stage;
 mod start;
+mod stats;
 mod status;
 mod stop;
 mod sysmap;
@@ -56,6 +57,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Start(args) => start::start(args),
         Command::Stop(args) => stop::stop(args),
         Command::Status(args) => status::status(args),
+        Command::Stats(args) => stats::stats(args),
         Command::Scrub(args) => scrub::scrub(args),
         Command::Repair(args) => repair::repair(args),
         Command::Replace(args) => repair::replace(args),

@@ -334,6 +334,11 @@ impl Client {
         self.rpc().all(|| req::Status).await
     }
 
+    /// What every daemon counted of the I/O it served (`Request::Stats`, decision 0032).
+    pub async fn daemon_stats(&self) -> Vec<(u32, Result<eddy_proto::stats::DaemonStats, Errno>)> {
+        self.rpc().all(|| req::Stats).await
+    }
+
     /// One page of a scrub on `daemon`: its stored blocks of up to `limit` chunks after
     /// `after` verified (`Request::Scrub`).
     pub async fn scrub_page(

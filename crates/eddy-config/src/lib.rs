@@ -963,4 +963,40 @@ mod tests {
         };
         assert!(dep.validate().is_err());
     }
+
+    #[test]
+    fn a_deployment_file_without_a_job_loads_and_the_job_names_the_counters() {
+        let text = r#"
+name = "old"
+secret = "0102"
+[[daemons]]
+id = 0
+host = "h"
+addr = "127.0.0.1:7000"
+root = "/r"
+"#;
+        let dep: Deployment = toml::from_str(text).unwrap();
+        assert_eq!(dep.job, JobInfo::default());
+        assert_eq!(dep.job.label(&dep.name), "old");
+        let job = JobInfo {
+            id: Some("77".into()),
+            ..JobInfo::default()
+        };
+        assert_eq!(job.label("old"), "77");
+        assert_eq!(
+            JobInfo::script_hash(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(JobInfo::user_name(0), "root");
+    }
+
+    #[test]
+    fn a_tiny_series_bound_is_refused() {
+        let c = Config {
+            stats_series_max: 4,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+        assert!(Config::default().stats_counting);
+    }
 }

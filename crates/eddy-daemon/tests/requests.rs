@@ -666,3 +666,31 @@ async fn identify_and_stats_count_what_was_served() {
     d.shutdown();
     d.wait().await.unwrap();
 }
+
+/// With `stats_counting = false` (only to measure what counting costs) nothing is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counting_switched_off_counts_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let settings = eddy_daemon::DaemonSettings::new(
+        root.path(),
+        "127.0.0.1:0".parse().unwrap(),
+        SECRET.to_vec(),
+        eddy_config::Config {
+            stats_counting: false,
+            ..config(4096)
+        },
+    );
+    let d = eddy_daemon::Daemon::start(settings).await.unwrap();
+    let mut c = connect(d.local_addr()).await;
+    c.inode(create("/f", file(3))).await;
+    assert_eq!(c.errno(stat("/g")).await, libc::ENOENT);
+    let Reply::Stats(s) = c.ok(Request::Stats(req::Stats)).await else {
+        panic!("not a Stats reply")
+    };
+    assert!(!s.counting);
+    assert!(s.ops.is_empty() && s.clients.is_empty() && s.errors.is_empty());
+    assert!(s.series.is_empty());
+    assert_eq!((s.queued, s.in_flight), (0, 0));
+    d.shutdown();
+    d.wait().await.unwrap();
+}

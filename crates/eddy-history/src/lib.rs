@@ -6,6 +6,10 @@
 //!   the time series; each field named after the DFRA test it feeds. Built from the daemons'
 //!   counters (`eddy_proto::stats`) at a deployment's end, or from a Darshan log.
 
+//! - `build`: the profile from the daemons' counters (`profile_from_stats`).
+
+pub mod build;
 pub mod profile;
 
+pub use build::{profile_from_stats, JobMeta};
 pub use profile::{DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};

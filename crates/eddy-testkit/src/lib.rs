@@ -75,6 +75,23 @@ fn program_of_build(name: &str) -> String {
     path.to_str().expect("utf-8 target directory").to_string()
 }
 
+/// `libeddy_preload.so` of this build: built by `cargo test` of eddy-cli (a dev-dependency
+/// of it), next to the test binary (target/<profile>/deps) or one directory up.
+pub fn preload_so() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("test binary directory");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        let so = dir.join("libeddy_preload.so");
+        if so.is_file() {
+            return so;
+        }
+    }
+    panic!(
+        "libeddy_preload.so is not next to {} (build it with `cargo build -p eddy-preload`)",
+        exe.display()
+    );
+}
+
 /// A small chunk size so that tests cross chunk and daemon boundaries with little data.
 pub fn test_config() -> Config {
     Config {

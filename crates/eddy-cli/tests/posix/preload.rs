@@ -14,18 +14,7 @@ use std::process::{Command, Output};
 const PREFIX: &str = "/eddy";
 
 pub(crate) fn preload_so() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("test binary directory");
-    for dir in [deps, deps.parent().unwrap_or(deps)] {
-        let so = dir.join("libeddy_preload.so");
-        if so.is_file() {
-            return so;
-        }
-    }
-    panic!(
-        "libeddy_preload.so is not next to {} (build it with `cargo build -p eddy-preload`)",
-        exe.display()
-    );
+    eddy_testkit::preload_so()
 }
 
 struct Pre {

@@ -442,9 +442,11 @@ impl Stats {
             })
             .filter(|o| o.count > 0)
             .collect();
+        // Clients that only identified (a monitoring tool asking `Stats`) are left out.
         let mut clients: Vec<ClientStats> = eddy_proto::sync::lock(&self.clients)
             .values()
             .map(|c| c.snapshot())
+            .filter(|c| c.ops > 0)
             .collect();
         let unknown = self.unknown.snapshot();
         if unknown.ops > 0 {

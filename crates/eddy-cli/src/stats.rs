@@ -1,0 +1,334 @@
+//! `eddy stats`: what the daemons of a deployment count of the I/O they serve (decision
+//! 0032), as a top-like view: per daemon and per client, the rates of bytes, operations and
+//! metadata operations over the last second (from two snapshots a second apart), the queue
+//! now and the service latency (p50/p99 of the interval). `--watch` refreshes every second
+//! until interrupted; `--json` prints the raw snapshots (`DaemonStats` of every daemon);
+//! `--job` the job's profile so far (eddy-history's `JobProfile`).
+
+use crate::cli::StatsArgs;
+use anyhow::{bail, Result};
+use eddy_client::Client;
+use eddy_config::Deployment;
+use eddy_deploy::{human_bytes, StateDir};
+use eddy_history::{profile_from_stats, JobMeta, JobProfile};
+use eddy_proto::stats::{DaemonStats, Histogram};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The pause between the two snapshots rates are computed from, and between frames.
+const INTERVAL: Duration = Duration::from_secs(1);
+
+pub fn stats(args: StatsArgs) -> Result<()> {
+    let state = StateDir::from_arg(args.state.state.as_deref())?;
+    let dep = state.load_deployment()?;
+    let client = Client::new(dep.clone())
+        .map_err(|e| anyhow::anyhow!("the deployment file is not usable: {e}"))?;
+    let rt = eddy_deploy::runtime()?;
+    rt.block_on(async {
+        if !args.watch {
+            return once(&client, &dep, &args).await;
+        }
+        let mut before = snapshots(&client).await?;
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+                _ = tokio::time::sleep(INTERVAL) => {}
+            }
+            let now = snapshots(&client).await?;
+            if !args.json {
+                // Clear the screen, cursor home.
+                outln!("\x1b[2J\x1b[H{}", name_line(&dep));
+            }
+            show(&dep, &args, &before, &now)?;
+            before = now;
+        }
+    })
+}
+
+/// One frame: the snapshots (JSON: one; the table: two, a second apart).
+async fn once(client: &Client, dep: &Deployment, args: &StatsArgs) -> Result<()> {
+    if args.json {
+        let now = snapshots(client).await?;
+        return show(dep, args, &[], &now);
+    }
+    let before = snapshots(client).await?;
+    tokio::time::sleep(INTERVAL).await;
+    let now = snapshots(client).await?;
+    outln!("{}", name_line(dep));
+    show(dep, args, &before, &now)
+}
+
+fn name_line(dep: &Deployment) -> String {
+    format!(
+        "deployment {:?}, job {}",
+        dep.name,
+        dep.job.label(&dep.name)
+    )
+}
+
+/// Prints one frame from the snapshots `before` (empty: none) and `now`.
+fn show(
+    dep: &Deployment,
+    args: &StatsArgs,
+    before: &[DaemonStats],
+    now: &[DaemonStats],
+) -> Result<()> {
+    match (args.job, args.json) {
+        (true, true) => outln!("{}", serde_json::to_string(&job_profile(dep, now))?),
+        (true, false) => print_profile(&job_profile(dep, now)),
+        (false, true) => outln!("{}", serde_json::to_string(now)?),
+        (false, false) => print_tables(before, now),
+    }
+    Ok(())
+}
+
+/// Every daemon's snapshot; daemons that do not answer are named on stderr and left out.
+async fn snapshots(client: &Client) -> Result<Vec<DaemonStats>> {
+    let mut out = Vec::new();
+    for (id, r) in client.daemon_stats().await {
+        match r {
+            Ok(s) => out.push(s),
+            Err(e) => errln!("eddy: daemon {id} gave no statistics: {e}"),
+        }
+    }
+    if out.is_empty() {
+        bail!("no daemon of the deployment answered (is it running? try `eddy status`)");
+    }
+    out.sort_by_key(|s| s.daemon);
+    Ok(out)
+}
+
+/// What the profile needs beyond the counters: the job from the deployment file.
+pub fn job_meta(dep: &Deployment) -> JobMeta {
+    let start_s = dep.job.start_ms / 1000;
+    JobMeta {
+        key: dep
+            .job
+            .id
+            .clone()
+            .unwrap_or_else(|| format!("{}@{start_s}", dep.name)),
+        job_id: dep.job.id.clone(),
+        job_name: dep.job.name.clone(),
+        user: dep.job.user.clone(),
+        script_hash: dep.job.script_hash.clone(),
+        start: dep.job.start_ms as f64 / 1e3,
+    }
+}
+
+fn job_profile(dep: &Deployment, now: &[DaemonStats]) -> JobProfile {
+    profile_from_stats(now, &job_meta(dep))
+}
+
+/// Counters of one row (a daemon, or a client over every daemon).
+#[derive(Default, Clone)]
+struct Row {
+    read: u64,
+    written: u64,
+    ops: u64,
+    metadata_ops: u64,
+    service: Histogram,
+}
+
+impl Row {
+    fn of_daemon(s: &DaemonStats) -> Row {
+        let mut r = Row::default();
+        for o in &s.ops {
+            match o.op.as_str() {
+                "read" => r.read += o.bytes,
+                "write" => r.written += o.bytes,
+                _ => {}
+            }
+            if o.op != "stats" && o.op != "identify" {
+                r.ops += o.count;
+                r.service.merge(&o.service_us);
+            }
+            if o.metadata {
+                r.metadata_ops += o.count;
+            }
+        }
+        r
+    }
+
+    /// The growth from `before` to `self` (a daemon that restarted: from zero).
+    fn since(&self, before: Option<&Row>) -> Row {
+        let Some(b) = before else { return self.clone() };
+        if self.ops < b.ops {
+            return self.clone();
+        }
+        let mut service = Histogram::default();
+        for (i, c) in self.service.counts.iter().enumerate() {
+            let old = b.service.counts.get(i).copied().unwrap_or(0);
+            service.counts.push(c.saturating_sub(old));
+        }
+        Row {
+            read: self.read.saturating_sub(b.read),
+            written: self.written.saturating_sub(b.written),
+            ops: self.ops - b.ops,
+            metadata_ops: self.metadata_ops.saturating_sub(b.metadata_ops),
+            service,
+        }
+    }
+}
+
+fn rate(v: u64, secs: f64) -> f64 {
+    v as f64 / secs.max(0.001)
+}
+
+fn latency(h: &Histogram, q: f64) -> String {
+    match h.total() {
+        0 => "-".into(),
+        _ => format!("{}µs", h.quantile(q)),
+    }
+}
+
+fn print_tables(before: &[DaemonStats], now: &[DaemonStats]) {
+    outln!(
+        "{:>6} {:<16} {:>11} {:>11} {:>9} {:>9} {:>6} {:>6} {:>9} {:>9}",
+        "DAEMON",
+        "HOST",
+        "READ/s",
+        "WRITE/s",
+        "OPS/s",
+        "META/s",
+        "QUEUE",
+        "INFL",
+        "P50",
+        "P99"
+    );
+    for s in now {
+        let old = before.iter().find(|b| b.daemon == s.daemon);
+        let secs = old.map_or((s.now_ms.saturating_sub(s.started_ms)) as f64 / 1e3, |b| {
+            (s.now_ms.saturating_sub(b.now_ms)) as f64 / 1e3
+        });
+        let d = Row::of_daemon(s).since(old.map(Row::of_daemon).as_ref());
+        outln!(
+            "{:>6} {:<16} {:>11} {:>11} {:>9.1} {:>9.1} {:>6} {:>6} {:>9} {:>9}",
+            s.daemon,
+            s.host,
+            human_bytes(rate(d.read, secs) as u64),
+            human_bytes(rate(d.written, secs) as u64),
+            rate(d.ops, secs),
+            rate(d.metadata_ops, secs),
+            s.queued,
+            s.in_flight,
+            latency(&d.service, 0.5),
+            latency(&d.service, 0.99)
+        );
+        if !s.counting {
+            outln!("       (counting is switched off on this daemon: stats_counting = false)");
+        }
+    }
+    let secs = interval_secs(before, now);
+    let (old, new) = (clients(before), clients(now));
+    outln!("");
+    outln!(
+        "{:<32} {:>11} {:>11} {:>9} {:>9} {:>12} {:>12}",
+        "CLIENT",
+        "READ/s",
+        "WRITE/s",
+        "OPS/s",
+        "META/s",
+        "READ",
+        "WRITTEN"
+    );
+    for (name, row) in &new {
+        let d = row.since(old.get(name));
+        outln!(
+            "{:<32} {:>11} {:>11} {:>9.1} {:>9.1} {:>12} {:>12}",
+            name,
+            human_bytes(rate(d.read, secs) as u64),
+            human_bytes(rate(d.written, secs) as u64),
+            rate(d.ops, secs),
+            rate(d.metadata_ops, secs),
+            human_bytes(row.read),
+            human_bytes(row.written)
+        );
+    }
+}
+
+/// Seconds between the two sets of snapshots (their mean per daemon).
+fn interval_secs(before: &[DaemonStats], now: &[DaemonStats]) -> f64 {
+    let spans: Vec<f64> = now
+        .iter()
+        .filter_map(|s| {
+            let b = before.iter().find(|b| b.daemon == s.daemon)?;
+            Some(s.now_ms.saturating_sub(b.now_ms) as f64 / 1e3)
+        })
+        .collect();
+    match spans.len() {
+        0 => INTERVAL.as_secs_f64(),
+        n => spans.iter().sum::<f64>() / n as f64,
+    }
+}
+
+/// The clients over every daemon, by name (`host:pid`, `[rank]` when known).
+fn clients(snaps: &[DaemonStats]) -> BTreeMap<String, Row> {
+    let mut out: BTreeMap<String, Row> = BTreeMap::new();
+    for c in snaps.iter().flat_map(|s| &s.clients) {
+        let name = match (&c.client.host, c.client.rank) {
+            (h, _) if h.is_empty() => "(not identified)".to_string(),
+            (h, Some(r)) => format!("{h}:{}[{r}]", c.client.pid),
+            (h, None) => format!("{h}:{}", c.client.pid),
+        };
+        let r = out.entry(name).or_default();
+        r.read += c.read_bytes;
+        r.written += c.written_bytes;
+        r.ops += c.ops;
+        r.metadata_ops += c.metadata_ops;
+    }
+    out
+}
+
+fn print_profile(p: &JobProfile) {
+    let mode = serde_json::to_value(p.io_mode)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    outln!(
+        "job {} (user {}), {:.0} s so far",
+        p.key,
+        p.user,
+        p.seconds()
+    );
+    outln!(
+        "volume: {} read, {} written; {} data ops, {} metadata ops",
+        human_bytes(p.read_bytes),
+        human_bytes(p.written_bytes),
+        p.data_ops,
+        p.metadata_ops
+    );
+    outln!(
+        "I/O mode {mode}: {} files ({} shared), {} processes on {} nodes did I/O",
+        p.files,
+        p.shared_files,
+        p.io_processes,
+        p.io_nodes.unwrap_or(0)
+    );
+    outln!(
+        "bandwidth: peak {}/s, mean {}/s; per node: peak {}/s, mean {}/s",
+        human_bytes(p.peak_bandwidth as u64),
+        human_bytes(p.mean_bandwidth as u64),
+        human_bytes(p.peak_node_bandwidth as u64),
+        human_bytes(p.mean_node_bandwidth as u64)
+    );
+    outln!(
+        "IOPS: peak {:.0}, mean {:.1}; metadata ops/s: peak {:.0}, mean {:.1}; metadata queue {}",
+        p.peak_iops,
+        p.mean_iops,
+        p.peak_metadata_rate,
+        p.mean_metadata_rate,
+        p.mean_metadata_queue
+            .map_or_else(|| "-".to_string(), |q| format!("{q:.2}"))
+    );
+    for d in &p.daemons {
+        outln!(
+            "  daemon {} ({}): {} read, {} written, {} ops ({} metadata)",
+            d.daemon,
+            d.host,
+            human_bytes(d.read_bytes),
+            human_bytes(d.written_bytes),
+            d.ops,
+            d.metadata_ops
+        );
+    }
+}
