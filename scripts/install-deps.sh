@@ -17,9 +17,12 @@ set -euo pipefail
 # postgresql: the I/O history's PostgreSQL tests (crates/eddy-history/src/db/tests.rs,
 # crates/eddy-cli/tests/ops/history.rs) start a private server from its binaries
 # (/usr/lib/postgresql/<version>/bin) as the postgres system user the package makes.
+# prometheus: crates/eddy-cli/tests/ops/metrics.rs starts its own Prometheus server (the package
+# may also start a system service; the test never uses it) that scrapes the daemons' /metrics.
 # A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
-  slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py python3-venv postgresql)
+  slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py python3-venv postgresql
+  prometheus)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

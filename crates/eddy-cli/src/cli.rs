@@ -139,6 +139,12 @@ pub struct StartArgs {
     /// one user's job, so that the backend sees that user's rights.
     #[arg(long, value_name = "USER")]
     pub daemon_user: Option<String>,
+    /// Each daemon serves `GET /metrics` for Prometheus: daemon i of a host on IP:PORT+i
+    /// (port 0: any free ports; the addresses are in `eddy status`). Sets the
+    /// configuration's `metrics_addr`. Use 0.0.0.0:PORT when the daemons run on several
+    /// hosts.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -97,14 +97,18 @@ fn start_state_dir(args: &StartArgs) -> Result<StateDir> {
     Ok(StateDir::new(&args.root))
 }
 
-/// The --config file (or defaults) with --chunk-size, --wire, --replicas, --backend and
-/// --link applied, validated (`eddy_deploy::start::configure`).
+/// The --config file (or defaults) with --metrics, --chunk-size, --wire, --replicas,
+/// --backend and --link applied, validated (`eddy_deploy::start::configure`).
 fn start_config(args: &StartArgs) -> Result<Config> {
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(path) => Config::load(path)
             .with_context(|| format!("fix the configuration file {}", path.display()))?,
         None => Config::default(),
     };
+    if let Some(addr) = &args.metrics {
+        eddy_config::metrics_socket_addr(addr).context("--metrics")?;
+        config.metrics_addr = Some(addr.clone());
+    }
     let mut links = Vec::new();
     if let Some(dir) = &args.backend {
         links.push(Link {

@@ -16,6 +16,8 @@ struct DaemonRow {
     id: u32,
     host: String,
     addr: String,
+    /// Where it serves `/metrics` for Prometheus (`eddy start --metrics`), if it does.
+    metrics: Option<String>,
     up: bool,
     /// Why the daemon is considered down.
     error: Option<String>,
@@ -184,6 +186,7 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
         id: d.id,
         host: d.host.clone(),
         addr: d.addr.clone(),
+        metrics: d.metrics.clone(),
         up: result.is_ok(),
         error: None,
         storage_used_bytes: None,
@@ -269,9 +272,22 @@ fn print_table(report: &Report) {
             outln!("      daemon {} is down: {e}", r.id);
         }
     }
+    print_metrics(&report.daemons);
     if !report.links.is_empty() {
         print_tier_table(&report.daemons);
         print_conflicts(&report.daemons);
+    }
+}
+
+/// Where the daemons serve `/metrics`, when they do (`eddy start --metrics`).
+fn print_metrics(rows: &[DaemonRow]) {
+    if rows.iter().all(|r| r.metrics.is_none()) {
+        return;
+    }
+    outln!("metrics (Prometheus)");
+    for r in rows {
+        let at = r.metrics.as_deref().map(|m| format!("http://{m}/metrics"));
+        outln!("{:>4}  {}", r.id, at.as_deref().unwrap_or("-"));
     }
 }
 

@@ -19,6 +19,10 @@ pub struct DaemonEntry {
     pub socket: Option<PathBuf>,
     /// Storage root directory of the daemon (on its host).
     pub root: PathBuf,
+    /// Where it serves `/metrics` for Prometheus, `ip:port` as scrapers reach it (the
+    /// address it bound, the daemon's own IP in place of an unspecified one), if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// The hosts file of a deployment: written by `eddy start`, read by clients and tools.

@@ -221,6 +221,52 @@ pub struct Config {
     /// job profile is stored there when it ends, and `eddy history` reads it (its default
     /// `--db`). Default unset: no history is kept.
     pub history_db: Option<String>,
+    /// Where each daemon serves its counters for Prometheus (`GET /metrics`, the text
+    /// exposition format), as `IP:PORT`; unset (the default): no endpoint. Daemon *i* of a
+    /// host listens on PORT + *i* (`eddy start --metrics` sets it); port 0: any free port,
+    /// recorded in the deployment file. Use the unspecified address (`0.0.0.0:9400`) when
+    /// the daemons run on several hosts. Default unset.
+    pub metrics_addr: Option<String>,
+    /// Scrapes a daemon's metrics endpoint serves at once; more connections are closed as
+    /// they come. Default 8.
+    pub metrics_max_connections: usize,
+    /// Longest a metrics connection may last, from accept to the reply written (a slow
+    /// scraper is cut off), in milliseconds. Default 5 000.
+    pub metrics_timeout_ms: u64,
+    /// Clients a daemon's metrics name one by one (`eddy_client_*` series): the first to
+    /// arrive; the later ones are summed in one series with `client_host="_others"`, so
+    /// that a job of many processes cannot flood Prometheus with series. Default 64.
+    pub metrics_max_clients: usize,
+}
+
+/// A `metrics_addr` (or `--metrics`) value as a socket address: `IP:PORT` (IPv6 in
+/// brackets); a host name is refused, since the daemon binds it.
+pub fn metrics_socket_addr(text: &str) -> Result<std::net::SocketAddr, ConfigError> {
+    text.trim().parse().map_err(|e| {
+        ConfigError::Invalid(format!(
+            "metrics_addr {text:?} is not an IP:PORT address ({e}); e.g. 0.0.0.0:9400 or \
+             127.0.0.1:9400"
+        ))
+    })
+}
+
+/// The metrics address of the `nth` daemon (counted from 0) of a host, from the configured
+/// `metrics_addr`: its port plus `nth`; port 0 (any free port) stays 0.
+pub fn metrics_addr_of(base: &str, nth: u32) -> Result<std::net::SocketAddr, ConfigError> {
+    let mut addr = metrics_socket_addr(base)?;
+    if addr.port() != 0 {
+        let port = u16::try_from(u32::from(addr.port()) + nth)
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "metrics_addr {base:?}: daemon {nth} of a host would listen past port 65535; \
+                     choose a lower port"
+                ))
+            })?;
+        addr.set_port(port);
+    }
+    Ok(addr)
 }
 
 /// Permission bits (at most 0o7777), written in TOML as an octal string such as `"0755"`
@@ -484,6 +530,10 @@ impl Default for Config {
             stats_series_max: 3_600,
             links: Vec::new(),
             history_db: None,
+            metrics_addr: None,
+            metrics_max_connections: 8,
+            metrics_timeout_ms: 5_000,
+            metrics_max_clients: 64,
         }
     }
 }
@@ -563,7 +613,21 @@ impl Config {
         if let Some(db) = &self.history_db {
             check_history_db(db)?;
         }
+        self.validate_metrics()?;
         self.validate_tier()
+    }
+
+    /// `metrics_addr` is an `IP:PORT` address; the endpoint's bounds are positive.
+    fn validate_metrics(&self) -> Result<(), ConfigError> {
+        if let Some(addr) = &self.metrics_addr {
+            metrics_socket_addr(addr)?;
+        }
+        if self.metrics_max_connections == 0 || self.metrics_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "metrics_max_connections and metrics_timeout_ms must be positive".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The bytes one stored checksum covers: `checksum_block_bytes`, or the whole chunk when
@@ -736,6 +800,35 @@ mod tests {
     }
 
     #[test]
+    fn metrics_addr_is_off_by_default_and_an_ip_and_port() {
+        assert_eq!(Config::default().metrics_addr, None);
+        let c: Config = toml::from_str("metrics_addr = \"127.0.0.1:9400\"\n").unwrap();
+        c.validate().unwrap();
+        for bad in ["localhost:9400", "127.0.0.1", "9400", "[::1]:99999"] {
+            let c = Config {
+                metrics_addr: Some(bad.into()),
+                ..Config::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("metrics_addr") && err.contains(bad), "{err}");
+        }
+        let c = Config {
+            metrics_max_connections: 0,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+        assert_eq!(
+            metrics_addr_of("0.0.0.0:9400", 2).unwrap().to_string(),
+            "0.0.0.0:9402"
+        );
+        assert_eq!(
+            metrics_addr_of("[::1]:0", 5).unwrap().to_string(),
+            "[::1]:0"
+        );
+        assert!(metrics_addr_of("127.0.0.1:65535", 1).is_err());
+    }
+
+    #[test]
     fn partial_toml_takes_defaults() {
         let c: Config = toml::from_str("chunk_size = 1048576\n").unwrap();
         assert_eq!(c.chunk_size, 1 << 20);
@@ -874,6 +967,7 @@ mod tests {
                     addr: "127.0.0.1:1".into(),
                     socket: None,
                     root: "/r0".into(),
+                    metrics: None,
                 },
                 DaemonEntry {
                     id: 1,
@@ -881,6 +975,7 @@ mod tests {
                     addr: "127.0.0.1:2".into(),
                     socket: Some("/s".into()),
                     root: "/r1".into(),
+                    metrics: None,
                 },
             ],
         };
@@ -904,6 +999,7 @@ mod tests {
                     addr: "x:1".into(),
                     socket: None,
                     root: "/".into(),
+                    metrics: None,
                 },
                 DaemonEntry {
                     id: 1,
@@ -911,6 +1007,7 @@ mod tests {
                     addr: "x:2".into(),
                     socket: None,
                     root: "/".into(),
+                    metrics: None,
                 },
             ],
         };

@@ -21,6 +21,9 @@ pub struct ReadyInfo {
     /// Unix socket path, if any.
     pub socket: Option<String>,
     pub host: String,
+    /// Address of the metrics endpoint actually bound, `ip:port`, if it serves one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// Path of the ready file of a root.

@@ -69,6 +69,11 @@ pub struct DaemonArgs {
     /// user's ids before it opens the store or a socket. For deployments made for one job.
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// Serve `GET /metrics` for Prometheus on this IP:PORT (port 0: any free one, told in
+    /// the ready file); overrides the config's `metrics_addr`. A daemon that cannot bind it
+    /// does not start.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics: Option<String>,
     /// The job the deployment serves (its Slurm job id, else the deployment's name), as the
     /// daemon's counters name it (`eddy stats`, decision 0032). Default: --deployment's.
     #[arg(long)]
@@ -95,13 +100,17 @@ pub struct DaemonSettings {
     pub rejoin: bool,
     /// A full resync while rejoining (see `DaemonArgs::full`).
     pub full: bool,
+    /// Where to serve `/metrics` (`DaemonArgs::metrics`, else the config's `metrics_addr`);
+    /// `None`: no endpoint.
+    pub metrics: Option<SocketAddr>,
     /// The job its counters name (see `DaemonArgs::job`); empty when unknown.
     pub job: String,
 }
 
 impl DaemonSettings {
     /// Settings for a daemon on `root` listening on `listen`, with the default socket,
-    /// id 0, the system host name and the given secret and config.
+    /// id 0, the system host name and the given secret and config; no metrics endpoint
+    /// (set `metrics` for one).
     pub fn new(root: &Path, listen: SocketAddr, secret: Vec<u8>, config: Config) -> DaemonSettings {
         DaemonSettings {
             root: root.to_owned(),
@@ -115,6 +124,7 @@ impl DaemonSettings {
             peers: None,
             rejoin: false,
             full: false,
+            metrics: None,
             job: String::new(),
         }
     }
@@ -149,6 +159,12 @@ impl DaemonSettings {
                     .into(),
             ));
         }
+        let metrics = args
+            .metrics
+            .as_deref()
+            .or(config.metrics_addr.as_deref())
+            .map(eddy_config::metrics_socket_addr)
+            .transpose()?;
         let socket = match args.socket.as_deref() {
             Some("none") => None,
             Some(p) => Some(PathBuf::from(p)),
@@ -166,6 +182,7 @@ impl DaemonSettings {
             peers: args.peers.clone().or_else(|| args.deployment.clone()),
             rejoin: args.rejoin,
             full: args.full,
+            metrics,
             job: args
                 .job
                 .clone()
@@ -289,6 +306,7 @@ mod tests {
         assert_eq!(st.config.port, 9000);
         assert_eq!(st.listen.port(), 9000);
         assert_eq!(st.socket, None);
+        assert_eq!(st.metrics, None);
         assert_eq!(st.config.rpc_timeout_ms, Config::default().rpc_timeout_ms);
     }
 
@@ -337,6 +355,7 @@ mod tests {
                 addr: "127.0.0.1:7001".into(),
                 socket: None,
                 root: "/r".into(),
+                metrics: None,
             }],
         };
         dep.save(&dep_path).unwrap();

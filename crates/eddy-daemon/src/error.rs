@@ -36,6 +36,11 @@ pub enum DaemonError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("cannot serve metrics on {addr}: {source}; pick another address with --metrics (or metrics_addr; port 0 = any free port) or stop the process using it")]
+    Metrics {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("cannot bind the unix socket {path}: {message}")]
     Socket { path: PathBuf, message: String },
     #[error("cannot write the ready file {path}: {source}")]

@@ -39,6 +39,7 @@ mod handler;
 mod hints;
 mod locks;
 mod meta;
+mod metrics;
 mod ops;
 mod privilege;
 mod repair;

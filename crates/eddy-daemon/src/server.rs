@@ -91,6 +91,11 @@ impl Daemon {
             addr: state.settings.listen.to_string(),
             source,
         })?;
+        // A daemon asked for metrics that cannot serve them does not start.
+        let metrics = match state.settings.metrics {
+            Some(at) => Some(crate::metrics::bind(at).await?),
+            None => None,
+        };
         let socket = state.settings.socket.clone();
         let unix = socket.as_deref().map(bind_unix).transpose()?;
         let info = ReadyInfo {
@@ -99,6 +104,7 @@ impl Daemon {
             addr: addr.to_string(),
             socket: socket.as_ref().map(|p| p.display().to_string()),
             host: state.settings.host.clone(),
+            metrics: metrics.as_ref().map(|(_, bound)| bound.to_string()),
         };
         ready::write_ready(&root, &info).map_err(|source| DaemonError::Ready {
             path: ready::ready_path(&root),
@@ -112,10 +118,19 @@ impl Daemon {
             id = info.id,
             addr = %addr,
             socket = ?info.socket,
+            metrics = ?info.metrics,
             root = %root.display(),
             chunk_size = state.settings.config.chunk_size,
             "eddyd ready"
         );
+        if let Some((listener, _)) = metrics {
+            tokio::spawn(crate::metrics::serve(
+                listener,
+                crate::metrics::Bounds::from_config(&state.settings.config),
+                snapshot_of(&state),
+                state.shutdown.subscribe(),
+            ));
+        }
         let supervisor = tokio::spawn(supervise(Arc::clone(&state), tcp, unix));
         tokio::spawn(crate::stats::sampler(Arc::clone(&state)));
         if state.repair().is_some() {
@@ -159,6 +174,12 @@ impl Daemon {
             .await
             .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?
     }
+}
+
+/// What a scrape of the metrics endpoint reads: the daemon's counters at that moment.
+fn snapshot_of(state: &Arc<State>) -> crate::metrics::Snapshot {
+    let state = Arc::clone(state);
+    Arc::new(move || state.snapshot())
 }
 
 /// Opens the stores under the root (metadata, chunks, the backend tier).

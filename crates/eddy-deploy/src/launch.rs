@@ -5,6 +5,7 @@
 
 use crate::state::StateDir;
 use anyhow::{bail, Context, Result};
+use eddy_config::Config;
 use std::ffi::OsString;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::Path;
@@ -35,8 +36,9 @@ pub struct DaemonLaunch<'a> {
 }
 
 impl DaemonLaunch<'_> {
-    /// The arguments of daemon `id` on `root`, listening on `listen`.
-    pub fn args(&self, root: &Path, id: u32, listen: &str) -> Vec<OsString> {
+    /// The arguments of daemon `id` on `root`, listening on `listen`, serving metrics on
+    /// `metrics` (`eddyd --metrics`, see `metrics_listen`) if given.
+    pub fn args(&self, root: &Path, id: u32, listen: &str, metrics: Option<&str>) -> Vec<OsString> {
         let members: Vec<String> = (0..self.members).map(|i| i.to_string()).collect();
         let mut args: Vec<OsString> = vec![
             "--root".into(),
@@ -61,8 +63,41 @@ impl DaemonLaunch<'_> {
         if !self.job.is_empty() {
             args.extend(["--job".into(), self.job.into()]);
         }
+        if let Some(metrics) = metrics {
+            args.extend(["--metrics".into(), metrics.into()]);
+        }
         args
     }
+}
+
+/// Where the `nth` daemon (from 0) of a host serves metrics: the config's `metrics_addr`
+/// with its port plus `nth` (`eddy start --metrics HOST:PORT`); `None` when unset.
+pub fn metrics_listen(config: &Config, nth: u32) -> Result<Option<String>> {
+    config
+        .metrics_addr
+        .as_deref()
+        .map(|base| {
+            eddy_config::metrics_addr_of(base, nth)
+                .map(|a| a.to_string())
+                .context("cannot place the daemons' metrics endpoints")
+        })
+        .transpose()
+}
+
+/// The address scrapers reach a daemon's metrics at, from the one it bound (`bound`): an
+/// unspecified IP (`0.0.0.0`, `::`) is replaced by the IP of the daemon's own address
+/// (`addr`, `ip:port`).
+pub fn metrics_reach(bound: &str, addr: &str) -> String {
+    let (Ok(mut bound_at), Ok(addr)) = (
+        bound.parse::<std::net::SocketAddr>(),
+        addr.parse::<std::net::SocketAddr>(),
+    ) else {
+        return bound.to_string();
+    };
+    if bound_at.ip().is_unspecified() && !addr.ip().is_unspecified() {
+        bound_at.set_ip(addr.ip());
+    }
+    bound_at.to_string()
 }
 
 /// Parses a hosts file: `name [address]` per line, `#` starts a comment.
@@ -281,6 +316,42 @@ mod tests {
         );
         assert_eq!(fill("/tmp/{host}/{id}", "n1", 3), "/tmp/n1/3");
         assert_eq!(listen_addr("::1", 7), "[::1]:7");
+    }
+
+    #[test]
+    fn metrics_ports_count_up_per_host_and_unspecified_ips_become_the_daemons() {
+        let config = |addr: Option<&str>| Config {
+            metrics_addr: addr.map(str::to_string),
+            ..Config::default()
+        };
+        assert_eq!(metrics_listen(&config(None), 3).unwrap(), None);
+        assert_eq!(
+            metrics_listen(&config(Some("0.0.0.0:9400")), 3).unwrap(),
+            Some("0.0.0.0:9403".into())
+        );
+        assert!(metrics_listen(&config(Some("0.0.0.0:65535")), 1).is_err());
+        assert_eq!(
+            metrics_reach("0.0.0.0:9401", "10.0.0.7:7750"),
+            "10.0.0.7:9401"
+        );
+        assert_eq!(metrics_reach("[::]:9401", "[::1]:7750"), "[::1]:9401");
+        assert_eq!(
+            metrics_reach("127.0.0.1:9401", "10.0.0.7:7750"),
+            "127.0.0.1:9401"
+        );
+        let state = StateDir::new(Path::new("/s"));
+        let launch = DaemonLaunch {
+            state: &state,
+            members: 3,
+            user: None,
+            job: "",
+        };
+        let args = launch.args(Path::new("/r"), 1, "127.0.0.1:0", Some("127.0.0.1:9401"));
+        let n = args.len();
+        assert_eq!(
+            args[n - 2..],
+            ["--metrics", "127.0.0.1:9401"].map(OsString::from)
+        );
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub fn replace(state: &StateDir, id: u32, keep_root: bool) -> Result<Replaced> {
     if entry.socket.is_none() {
         bail!(
             "daemon {} runs on another host ({}): start `eddyd --root {} --id {} --listen {} \
-             --secret-file {} --config {} --peers {} --rejoin --full` there",
+             --secret-file {} --config {} --peers {} --rejoin --full{}` there",
             id,
             entry.host,
             root.display(),
@@ -78,7 +78,12 @@ pub fn replace(state: &StateDir, id: u32, keep_root: bool) -> Result<Replaced> {
             entry.addr,
             state.secret_path().display(),
             state.config_path().display(),
-            state.deployment_path().display()
+            state.deployment_path().display(),
+            entry
+                .metrics
+                .as_deref()
+                .map(|m| format!(" --metrics {m}"))
+                .unwrap_or_default()
         );
     }
     // The daemon makes its root itself (as the user it runs as, when there is one).
@@ -91,7 +96,8 @@ pub fn replace(state: &StateDir, id: u32, keep_root: bool) -> Result<Replaced> {
         user: user.as_deref(),
         job: &job,
     };
-    let mut argv = launch.args(root, id, &entry.addr);
+    // Metrics where the dead one served them (scrape configs name that address).
+    let mut argv = launch.args(root, id, &entry.addr, entry.metrics.as_deref());
     argv.push("--rejoin".into());
     // A fresh root has nothing: every peer sends everything it owns.
     if empty {

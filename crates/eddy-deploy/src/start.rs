@@ -3,7 +3,10 @@
 //! output) and serves, then record the processes and write the deployment file in the state
 //! directory. A start that fails leaves nothing running.
 
-use crate::launch::{fill, launcher_argv, listen_addr, resolve_host, DaemonLaunch, HostLine};
+use crate::launch::{
+    fill, launcher_argv, listen_addr, metrics_listen, metrics_reach, resolve_host, DaemonLaunch,
+    HostLine,
+};
 use crate::mounts::LOG_TAIL_LINES;
 use crate::procs::{self, log_tail, POLL_INTERVAL};
 use crate::state::{absolute, RecordedProcess, StateDir};
@@ -303,7 +306,7 @@ fn spawn_and_wait_local(
         let droot = root.join(format!("d{id}"));
         create_daemon_root(&droot)?;
         remove_stale(&eddy_config::ready::ready_path(&droot))?;
-        let args = local_daemon_args(plan, &droot, id);
+        let args = local_daemon_args(plan, &droot, id)?;
         let child = procs::spawn_detached(&bin, &args, &plan.state.daemon_log(id))?;
         spawned.push(format!("daemon-{id}"), child);
         roots.push(droot);
@@ -319,14 +322,16 @@ fn spawn_and_wait_local(
     Ok(dep)
 }
 
-fn local_daemon_args(plan: &Run, root: &Path, id: u32) -> Vec<OsString> {
-    DaemonLaunch {
+/// Daemon `id` of this host: metrics (if asked for) on the configured port plus `id`.
+fn local_daemon_args(plan: &Run, root: &Path, id: u32) -> Result<Vec<OsString>> {
+    let metrics = metrics_listen(&plan.config, id)?;
+    Ok(DaemonLaunch {
         state: &plan.state,
         members: plan.daemons,
         user: plan.daemon_user.as_deref(),
         job: &plan.job_label(),
     }
-    .args(root, id, "127.0.0.1:0")
+    .args(root, id, "127.0.0.1:0", metrics.as_deref()))
 }
 
 fn remove_stale(path: &Path) -> Result<()> {
@@ -422,6 +427,7 @@ fn ready_entry(info: eddy_config::ready::ReadyInfo, root: &Path) -> DaemonEntry 
     DaemonEntry {
         id: info.id,
         host: info.host,
+        metrics: info.metrics.map(|m| metrics_reach(&m, &info.addr)),
         addr: info.addr,
         socket: info.socket.map(PathBuf::from),
         root: root.to_owned(),
@@ -496,14 +502,15 @@ async fn probe(dep: Deployment) -> Result<(), String> {
 
 // ---------------------------------------------------------------- remote daemons
 
+/// The command of daemon `id`, the `nth` (from 0) on its host.
 fn remote_daemon_cmd(
     plan: &Run,
     bin: &Path,
     root: &Path,
-    id: u32,
+    (id, nth): (u32, u32),
     host: &HostLine,
     port: u16,
-) -> Vec<OsString> {
+) -> Result<Vec<OsString>> {
     let job = plan.job_label();
     let launch = DaemonLaunch {
         state: &plan.state,
@@ -511,11 +518,17 @@ fn remote_daemon_cmd(
         user: plan.daemon_user.as_deref(),
         job: &job,
     };
+    let metrics = metrics_listen(&plan.config, nth)?;
     let mut cmd: Vec<OsString> = vec![bin.into()];
-    cmd.extend(launch.args(root, id, &listen_addr(&host.address, port)));
+    cmd.extend(launch.args(
+        root,
+        id,
+        &listen_addr(&host.address, port),
+        metrics.as_deref(),
+    ));
     cmd.extend(["--host".into(), host.name.clone().into()]);
     cmd.extend(["--socket".into(), "none".into()]);
-    cmd
+    Ok(cmd)
 }
 
 fn start_remote(
@@ -544,7 +557,9 @@ fn launch_remote(
     for (i, host) in hosts.iter().enumerate() {
         let id = to_id(i)?;
         let droot = PathBuf::from(fill(&root_template, &host.name, id));
-        let cmd = remote_daemon_cmd(plan, &bin, &droot, id, host, port);
+        // Daemons sharing a host count up from its metrics port.
+        let nth = to_id(hosts[..i].iter().filter(|h| h.name == host.name).count())?;
+        let cmd = remote_daemon_cmd(plan, &bin, &droot, (id, nth), host, port)?;
         let argv = launcher_argv(launcher, &host.name, id, &cmd)?;
         let (program, rest) = argv.split_first().context("empty launcher template")?;
         let child = procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;

@@ -83,6 +83,7 @@ fn start(n: u32) -> Fixture {
             addr: d.local_addr().to_string(),
             socket: d.socket_path().map(Path::to_owned),
             root,
+            metrics: None,
         });
         daemons.push(d);
     }

@@ -371,6 +371,7 @@ mod tests {
                     addr: format!("127.0.0.1:{port}"),
                     socket: None,
                     root: "/nonexistent".into(),
+                    metrics: None,
                 }
             })
             .collect();

@@ -62,3 +62,18 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The first of `n` consecutive TCP ports on 127.0.0.1 nobody listens on right now.
+pub fn free_ports(n: u16) -> u16 {
+    for _ in 0..100 {
+        let first = free_port();
+        if first.checked_add(n).is_none() {
+            continue;
+        }
+        let free = (1..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", first + i)).is_ok());
+        if free {
+            return first;
+        }
+    }
+    panic!("found no {n} consecutive free ports on 127.0.0.1");
+}

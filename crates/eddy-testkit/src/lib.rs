@@ -11,7 +11,8 @@
 //! model of the property tests ([`model`]), the write workload of the replication tests
 //! ([`workload`]), a GlusterFS volume ([`gluster`]), a private Slurm cluster ([`slurm`]),
 //! a burst-buffer site without Slurm ([`bbsite`]), a private PostgreSQL server
-//! ([`postgres`]) and job profiles for the I/O history ([`profiles`]).
+//! ([`postgres`]), job profiles for the I/O history ([`profiles`]) and a private Prometheus
+//! server ([`prometheus`]).
 //!
 //! Test code: a failure panics with what went wrong, and `unwrap` is allowed here.
 #![allow(clippy::unwrap_used)]
@@ -22,6 +23,7 @@ pub mod gluster;
 pub mod model;
 pub mod postgres;
 pub mod profiles;
+pub mod prometheus;
 pub mod python;
 pub mod raw;
 pub mod require;
@@ -156,6 +158,7 @@ impl Cluster {
                 addr: "127.0.0.1:0".into(),
                 socket: Some(root.join("eddyd.sock")),
                 root,
+                metrics: None,
             });
         }
         // Written once before start so daemons read secret and config from it.

@@ -233,6 +233,7 @@ fn replicas_beyond_the_daemons_are_refused() {
             addr: "127.0.0.1:1".into(),
             socket: None,
             root: "/nonexistent".into(),
+            metrics: None,
         }],
     };
     let e = dep.validate().unwrap_err().to_string();

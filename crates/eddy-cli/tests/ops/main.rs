@@ -1,8 +1,8 @@
 //! eddy-cli's integration tests, one binary (ops): each module was a test binary of its own
 //! (`tests/<name>.rs`), merged so that the whole stack is linked once, not once per file.
 //!
-//! Operating a deployment: `eddy start/stop/status/stats`, the system map, the benchmarks and
-//! the I/O history.
+//! Operating a deployment: `eddy start/stop/status/stats`, the Prometheus endpoint, the
+//! system map, the benchmarks and the I/O history.
 
 // Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
 #![allow(clippy::unwrap_used)]
@@ -10,5 +10,6 @@
 mod bench;
 mod deploy;
 mod history;
+mod metrics;
 mod stats;
 mod sysmap;
