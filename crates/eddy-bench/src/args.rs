@@ -91,6 +91,16 @@ pub struct SuiteArgs {
     /// every later setting is also compared with the first (decision 0022).
     #[arg(long, value_name = "MODES", value_delimiter = ',')]
     pub wire: Vec<String>,
+    /// Measure Eddy once per configuration, each as `NAME=FILE` (`NAME=` alone: the
+    /// defaults), e.g. `--variant on= --variant off=nocount.toml`: a deployment each, labelled
+    /// `eddy[NAME]` etc., every later one compared with the first (not with --wire).
+    #[arg(long, value_name = "NAME=FILE", conflicts_with = "wire")]
+    pub variant: Vec<String>,
+    /// Rounds of the whole suite (each variant, or wire setting, once per round, the order
+    /// reversed every other round; raw storage once per round): each figure is the median of
+    /// the rounds, so that small differences stand out of the noise of single runs.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub rounds: u32,
     #[command(flatten)]
     pub work: WorkloadOpts,
     #[command(flatten)]

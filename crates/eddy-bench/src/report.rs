@@ -101,7 +101,7 @@ impl Score {
         let bw: Vec<f64> = phases
             .iter()
             .filter(|p| p.kind == Kind::Bw)
-            .map(|p| p.bytes as f64 / GIB / p.seconds.max(1e-9))
+            .map(|p| p.mib_s * MIB / GIB)
             .collect();
         let md: Vec<f64> = phases
             .iter()
@@ -345,6 +345,65 @@ pub fn scale_table(runs: &[Report]) -> String {
     s
 }
 
+/// The runs of several rounds of the same runs (`eddy bench suite --rounds`) as one: per
+/// label (in the first round's order) and phase, the median of the rounds' figures (each
+/// figure on its own: bandwidth, IOPS, time, latencies); the score from those medians. One
+/// round is returned as it is.
+pub fn median_of_rounds(rounds: &[Vec<Report>]) -> Vec<Report> {
+    let Some((first, rest)) = rounds.split_first() else {
+        return Vec::new();
+    };
+    if rest.is_empty() {
+        return first.clone();
+    }
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    };
+    first
+        .iter()
+        .map(|base| {
+            let same: Vec<&Report> = rounds
+                .iter()
+                .filter_map(|r| r.iter().find(|x| x.label == base.label))
+                .collect();
+            let phases: Vec<PhaseResult> = base
+                .phases
+                .iter()
+                .map(|p| {
+                    let of: Vec<&PhaseResult> = same
+                        .iter()
+                        .filter_map(|r| r.phases.iter().find(|q| q.phase == p.phase))
+                        .collect();
+                    let pick =
+                        |f: fn(&PhaseResult) -> f64| median(of.iter().map(|q| f(q)).collect());
+                    let opt = |f: fn(&PhaseResult) -> Option<f64>| {
+                        let v: Vec<f64> = of.iter().filter_map(|q| f(q)).collect();
+                        (!v.is_empty()).then(|| median(v))
+                    };
+                    PhaseResult {
+                        seconds: pick(|q| q.seconds),
+                        mib_s: pick(|q| q.mib_s),
+                        kiops: pick(|q| q.kiops),
+                        p50_us: opt(|q| q.p50_us),
+                        p99_us: opt(|q| q.p99_us),
+                        ..p.clone()
+                    }
+                })
+                .collect();
+            Report {
+                score: Score::of(&phases),
+                phases,
+                ..base.clone()
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +474,26 @@ mod tests {
             score: Score::of(&phases),
             phases,
         }
+    }
+
+    #[test]
+    fn rounds_become_the_median_of_each_figure() {
+        let rounds: Vec<Vec<Report>> = [1.0, 3.0, 2.0]
+            .iter()
+            .map(|k| vec![report("raw", 1.0), report("eddy", *k)])
+            .collect();
+        let m = median_of_rounds(&rounds);
+        assert_eq!(
+            m.iter().map(|r| r.label.as_str()).collect::<Vec<_>>(),
+            ["raw", "eddy"]
+        );
+        assert_eq!(m[0], rounds[0][0], "the same figures every round");
+        let two = report("eddy", 2.0);
+        for (p, want) in m[1].phases.iter().zip(&two.phases) {
+            assert!((p.primary() - want.primary()).abs() < 1e-9, "{p:?}");
+        }
+        assert_eq!(m[1].score, two.score);
+        assert_eq!(median_of_rounds(&rounds[..1]), rounds[0]);
     }
 
     #[test]

@@ -60,36 +60,52 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
             false => None,
         },
     };
-    // One deployment per wire setting asked for (none: one with the configuration's).
-    let settings: Vec<Option<&str>> = if a.wire.is_empty() {
-        vec![None]
-    } else {
-        a.wire.iter().map(|w| Some(w.as_str())).collect()
-    };
-    let mut runs: Vec<Report> = Vec::new();
-    for (i, wire) in settings.iter().enumerate() {
-        let mut extra = extra.clone();
-        if let Some(w) = wire {
-            extra.extend(["--wire".into(), (*w).into()]);
-        }
-        if i > 0 {
-            // The previous deployment's storage goes; the next starts afresh.
-            std::fs::remove_dir_all(&root)
-                .with_context(|| format!("cannot remove {}", root.display()))?;
-        }
-        let mut deployment = Deployment::start(&exe, a.daemons, &root, &mount, &state, &extra)?;
-        let result = measure(&a, &targets, i == 0);
-        let stopped = deployment.stop();
-        let mut these = result?;
-        stopped?;
-        drop(deployment);
-        if let Some(w) = wire {
-            for r in these.iter_mut().filter(|r| r.label != LABEL_RAW) {
-                r.label = format!("{}[{w}]", r.label);
-            }
-        }
-        runs.extend(these);
+    let variants = variants(&a, &extra)?;
+    if a.rounds == 0 {
+        bail!("--rounds must be at least 1");
     }
+    let mut rounds: Vec<Vec<Report>> = Vec::new();
+    for round in 0..a.rounds {
+        // Every other round in reverse, so that neither variant always runs on a warmer
+        // machine.
+        let mut order: Vec<&Variant> = variants.iter().collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        let mut runs: Vec<Report> = Vec::new();
+        for (i, v) in order.into_iter().enumerate() {
+            if a.rounds > 1 {
+                note!("eddy bench suite: round {} of {}", round + 1, a.rounds);
+            }
+            if root.exists() {
+                // The previous deployment's storage goes; the next starts afresh.
+                std::fs::remove_dir_all(&root)
+                    .with_context(|| format!("cannot remove {}", root.display()))?;
+            }
+            let mut deployment =
+                Deployment::start(&exe, a.daemons, &root, &mount, &state, &v.extra)?;
+            let result = measure(&a, &targets, i == 0);
+            let stopped = deployment.stop();
+            let mut these = result?;
+            stopped?;
+            drop(deployment);
+            if let Some(name) = &v.name {
+                for r in these.iter_mut().filter(|r| r.label != LABEL_RAW) {
+                    r.label = format!("{}[{name}]", r.label);
+                }
+            }
+            runs.extend(these);
+        }
+        // Raw first, then the variants in the order they were given.
+        runs.sort_by_key(|r| {
+            (r.label != LABEL_RAW)
+                .then(|| variants.iter().position(|v| v.labels(&r.label)))
+                .flatten()
+                .map_or(0, |p| p + 1)
+        });
+        rounds.push(runs);
+    }
+    let runs = report::median_of_rounds(&rounds);
     print_suite(&a, &runs);
     let title = if a.no_client {
         "eddy bench suite: Eddy mount vs raw storage"
@@ -97,6 +113,74 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         "eddy bench suite: Eddy mount and client library vs raw storage"
     };
     crate::write_outputs(&a.out, runs, title)
+}
+
+/// One deployment the suite measures: its name in labels (none: a single deployment) and
+/// what `eddy start` is given beyond the suite's own arguments.
+struct Variant {
+    name: Option<String>,
+    extra: Vec<std::ffi::OsString>,
+}
+
+impl Variant {
+    /// Whether `label` is a run of this variant (`eddy[NAME]`, `eddy-lib[NAME]`, ...).
+    fn labels(&self, label: &str) -> bool {
+        match &self.name {
+            Some(n) => label.ends_with(&format!("[{n}]")),
+            None => true,
+        }
+    }
+}
+
+/// The deployments asked for: one per --wire setting or --variant, else one with the
+/// configuration's settings (`extra`: --config and --replicas).
+fn variants(a: &SuiteArgs, extra: &[std::ffi::OsString]) -> anyhow::Result<Vec<Variant>> {
+    if !a.wire.is_empty() {
+        return Ok(a
+            .wire
+            .iter()
+            .map(|w| Variant {
+                name: Some(w.clone()),
+                extra: [extra, &["--wire".into(), w.into()]].concat(),
+            })
+            .collect());
+    }
+    if a.variant.is_empty() {
+        return Ok(vec![Variant {
+            name: None,
+            extra: extra.to_vec(),
+        }]);
+    }
+    let mut out: Vec<Variant> = Vec::new();
+    for v in &a.variant {
+        let Some((name, file)) = v.split_once('=') else {
+            bail!("--variant {v:?}: expected NAME=FILE (NAME= for the defaults)");
+        };
+        if name.is_empty() || name.contains(['[', ']']) {
+            bail!("--variant {v:?}: the name must be non-empty, without brackets");
+        }
+        if out.iter().any(|o| o.name.as_deref() == Some(name)) {
+            bail!("--variant {name:?} is given twice");
+        }
+        // The variant's file replaces --config; --replicas stays.
+        let mut extra: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(r) = a.replicas {
+            extra.extend(["--replicas".into(), r.to_string().into()]);
+        }
+        if !file.is_empty() {
+            if !Path::new(file).is_file() {
+                bail!("--variant {name}: no configuration file {file}");
+            }
+            extra.extend(["--config".into(), file.into()]);
+        } else if let Some(c) = &a.config {
+            extra.extend(["--config".into(), c.into()]);
+        }
+        out.push(Variant {
+            name: Some(name.to_string()),
+            extra,
+        });
+    }
+    Ok(out)
 }
 
 /// What the suite measures on one deployment.
@@ -159,9 +243,15 @@ fn print_suite(a: &SuiteArgs, runs: &[Report]) {
     if let [raw, eddy @ ..] = runs {
         let others: Vec<&Report> = eddy.iter().collect();
         text.push_str(&report::ratios_table(raw, &others));
-        // With several wire settings: each way in (mount, library, preload) under every
-        // later setting against the same way in under the first.
-        if let Some(first) = a.wire.first() {
+        // With several wire settings or variants: each way in (mount, library, preload)
+        // under every later one against the same way in under the first.
+        let first = a.wire.first().cloned().or_else(|| {
+            a.variant
+                .first()
+                .and_then(|v| v.split_once('='))
+                .map(|(n, _)| n.to_string())
+        });
+        if let Some(first) = first {
             for base in eddy
                 .iter()
                 .filter(|r| r.label.ends_with(&format!("[{first}]")))

@@ -352,17 +352,16 @@ fn suite_measures_eddy_and_raw_in_one_run() {
     assert_eq!(left, ["suite.json", "suite.png"]);
 }
 
-/// Runs `eddy bench suite` with `flag` on ior-easy and mdtest-easy at the tiny scale; its
+/// Runs `eddy bench suite` with `flags` on ior-easy and mdtest-easy at the tiny scale; its
 /// table and the JSON of its runs.
-fn small_suite(flag: &str) -> (String, serde_json::Value) {
+fn small_suite(flags: &[&str]) -> (String, serde_json::Value) {
     // The suite mounts Eddy itself.
     eddy_testkit::require::fuse();
     let storage = tempfile::tempdir().unwrap();
     let json = storage.path().join("suite.json");
-    let out = ok(&[
-        "bench",
-        "suite",
-        flag,
+    let mut args = vec!["bench", "suite"];
+    args.extend_from_slice(flags);
+    args.extend([
         "--storage",
         s(storage.path()),
         "--scale",
@@ -372,6 +371,7 @@ fn small_suite(flag: &str) -> (String, serde_json::Value) {
         "--json",
         s(&json),
     ]);
+    let out = ok(&args);
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         load(&json),
@@ -389,7 +389,7 @@ fn run_labels(v: &serde_json::Value) -> Vec<&str> {
 
 #[test]
 fn suite_without_the_library_run() {
-    let (table, v) = small_suite("--no-client");
+    let (table, v) = small_suite(&["--no-client"]);
     assert!(
         table.contains("eddy vs raw") && !table.contains("eddy-lib"),
         "{table}"
@@ -401,7 +401,7 @@ fn suite_without_the_library_run() {
 /// libeddy_preload.so (no FUSE, no library calls of their own), verified like the others.
 #[test]
 fn suite_with_the_preload_run() {
-    let (table, v) = small_suite("--preload");
+    let (table, v) = small_suite(&["--preload"]);
     assert!(
         table.contains("eddy, eddy-lib, eddy-preload vs raw"),
         "{table}"
@@ -418,7 +418,7 @@ fn suite_with_the_preload_run() {
 /// compared with raw and, under mac and sealed, with itself under clear.
 #[test]
 fn suite_under_each_wire_setting() {
-    let (table, v) = small_suite("--wire=clear,mac,sealed");
+    let (table, v) = small_suite(&["--wire=clear,mac,sealed"]);
     assert_eq!(
         run_labels(&v),
         [
@@ -443,6 +443,33 @@ fn suite_under_each_wire_setting() {
             "a run without ior-easy: {run}"
         );
     }
+}
+
+/// `--variant NAME=FILE` and `--rounds N`: one deployment per configuration each round (here
+/// counting on, and off as only a cost measurement turns it), each figure the median of the
+/// rounds, every way in under `off` compared with itself under `on`.
+#[test]
+fn suite_of_config_variants_over_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let off = dir.path().join("nocount.toml");
+    fs::write(&off, "stats_counting = false\n").unwrap();
+    let variant = format!("--variant=off={}", s(&off));
+    let (table, v) = small_suite(&["--variant=on=", &variant, "--rounds", "2"]);
+    assert_eq!(
+        run_labels(&v),
+        [
+            "raw",
+            "eddy[on]",
+            "eddy-lib[on]",
+            "eddy[off]",
+            "eddy-lib[off]"
+        ]
+    );
+    for header in ["eddy[off] vs eddy[on]", "eddy-lib[off] vs eddy-lib[on]"] {
+        assert!(table.contains(header), "no {header:?} in\n{table}");
+    }
+    let err = fails(&["bench", "suite", "--variant", "nofile", "--scale", TINY]);
+    assert!(err.contains("NAME=FILE"), "{err}");
 }
 
 #[test]
