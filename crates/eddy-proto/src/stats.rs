@@ -203,6 +203,35 @@ pub struct DaemonStats {
 
 impl Eq for DaemonStats {}
 
+/// The directory under a daemon's root where it persists its snapshots (`PersistedStats`).
+pub const PERSIST_DIR: &str = "stats";
+
+/// A daemon's snapshot as it persists it (`ROOT/stats/<instance hex>.json`, decision 0032):
+/// every `stats_persist_ms` and at a clean stop, so that the job profile of a deployment
+/// whose daemons were killed can still be made. One file per daemon process (`instance`):
+/// a restarted daemon starts counting from zero in a file of its own, and the profile adds
+/// the instances up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PersistedStats {
+    /// Which deployment the snapshot belongs to: `deployment_tag` of its secret.
+    pub deployment: String,
+    /// The daemon process (`ServerHello::instance`).
+    pub instance: u64,
+    pub stats: DaemonStats,
+}
+
+/// A deployment's name for its persisted snapshots: a one-way hash of its secret (unique per
+/// start of a deployment, and saying nothing of the secret), hex.
+pub fn deployment_tag(secret: &[u8]) -> String {
+    let key = blake3::derive_key("eddy persisted statistics deployment tag v1", secret);
+    key[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The file a daemon process persists its snapshot to, relative to its root.
+pub fn persist_file(instance: u64) -> std::path::PathBuf {
+    std::path::Path::new(PERSIST_DIR).join(format!("{instance:016x}.json"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
