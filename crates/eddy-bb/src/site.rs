@@ -224,6 +224,20 @@ impl Site {
         }
     }
 
+    /// Where the teardown stores a job's profile: `history_db()`, else the SQLite file
+    /// `history.db` in the (root-owned) `state_dir`, beside the jobs' directories.
+    pub fn profile_db(&self) -> Result<String> {
+        Ok(match self.history_db()? {
+            Some(db) => db,
+            None => self.default_history_db().display().to_string(),
+        })
+    }
+
+    /// The site's default history: `STATE_DIR/history.db`.
+    pub fn default_history_db(&self) -> PathBuf {
+        self.state_dir.join("history.db")
+    }
+
     /// The pools Slurm knows: node-local, and the I/O-node pool if the site has one.
     pub fn pool_names(&self) -> Vec<String> {
         let mut names = vec![NODE_LOCAL_POOL.to_string()];
