@@ -55,7 +55,8 @@ pub struct Site {
     pub pool: Option<Pool>,
     /// The I/O history database every job's profile is stored in at teardown (as the
     /// config's `history_db`: an absolute path for SQLite, a `postgres://` URL for
-    /// PostgreSQL; decision 0033). Unset: the `config` file's `history_db`, else none.
+    /// PostgreSQL; decision 0033). Unset: the `config` file's `history_db`, else
+    /// `STATE_DIR/history.db` (`profile_db`).
     pub history_db: Option<String>,
 }
 

@@ -112,13 +112,17 @@ pub fn record_end(
                 say.err(&format!("eddy: warning: job profile: {e:#}"));
             }
         }
-        Err(e) => say.err(&format!("eddy: warning: job profile: cannot encode it: {e}")),
+        Err(e) => say.err(&format!(
+            "eddy: warning: job profile: cannot encode it: {e}"
+        )),
     }
     let spec = match target {
         HistoryTarget::Site(db) => Some(db.clone()),
-        HistoryTarget::User => dep.config.history_db.clone().or_else(|| {
-            eddy_history::user_default_db().map(|p| p.display().to_string())
-        }),
+        HistoryTarget::User => dep
+            .config
+            .history_db
+            .clone()
+            .or_else(|| eddy_history::user_default_db().map(|p| p.display().to_string())),
     };
     let Some(spec) = spec else {
         say.err(&format!(
@@ -203,10 +207,7 @@ fn ask_daemons(dep: &Deployment) -> Vec<(u32, Result<DaemonStats, String>)> {
                 .into_iter()
                 .map(|(id, r)| (id, r.map_err(|e| e.to_string())))
                 .collect(),
-            Err(_) => failed(format!(
-                "no answer within {} ms",
-                bound.as_millis()
-            )),
+            Err(_) => failed(format!("no answer within {} ms", bound.as_millis())),
         }
     })
 }
@@ -226,7 +227,9 @@ fn read_persisted(dep: &Deployment, say: Say) -> Vec<PersistedStats> {
         for file in persisted_files(&d.root) {
             let read = std::fs::read(&file)
                 .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<PersistedStats>(&b).map_err(|e| e.to_string()));
+                .and_then(|b| {
+                    serde_json::from_slice::<PersistedStats>(&b).map_err(|e| e.to_string())
+                });
             match read {
                 Ok(p) if p.deployment == tag && p.stats.daemon == d.id => out.push(p),
                 Ok(_) => {} // another deployment's, or another daemon's
@@ -391,8 +394,12 @@ mod tests {
 
     #[test]
     fn a_killed_deployment_is_made_of_its_snapshots() {
-        let (stats, warnings) =
-            gather(&dep(2), Vec::new(), vec![kept(0, 1), kept(1, 2)], Ending::Killed);
+        let (stats, warnings) = gather(
+            &dep(2),
+            Vec::new(),
+            vec![kept(0, 1), kept(1, 2)],
+            Ending::Killed,
+        );
         assert_eq!(stats.len(), 2);
         assert!(warnings.is_empty(), "{warnings:?}");
     }

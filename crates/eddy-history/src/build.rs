@@ -229,8 +229,18 @@ fn add_instance(m: &mut DaemonStats, s: &DaemonStats) {
                         *many = true;
                     }
                 };
-                union(&mut x.writers, &mut x.many_writers, &f.writers, f.many_writers);
-                union(&mut x.readers, &mut x.many_readers, &f.readers, f.many_readers);
+                union(
+                    &mut x.writers,
+                    &mut x.many_writers,
+                    &f.writers,
+                    f.many_writers,
+                );
+                union(
+                    &mut x.readers,
+                    &mut x.many_readers,
+                    &f.readers,
+                    f.many_readers,
+                );
                 x.read_bytes += f.read_bytes;
                 x.written_bytes += f.written_bytes;
             }
@@ -629,7 +639,11 @@ mod tests {
     fn the_processes_of_a_restarted_daemon_add_up() {
         // Daemon 0 ran twice (killed, restarted: each process counts from zero); daemon 1
         // once.
-        let mut first = daemon(0, vec![client("n0", 1, 7, 0, 400)], vec![file(1, &[7], 400)]);
+        let mut first = daemon(
+            0,
+            vec![client("n0", 1, 7, 0, 400)],
+            vec![file(1, &[7], 400)],
+        );
         first.now_ms = 1_004_000;
         first.errors = vec![(5, 1)];
         first.backend.written_bytes = 10;
@@ -645,7 +659,11 @@ mod tests {
         for s in &mut second.series {
             s.t_ms += 5_000;
         }
-        let other = daemon(1, vec![client("n0", 1, 7, 0, 300)], vec![file(1, &[7], 300)]);
+        let other = daemon(
+            1,
+            vec![client("n0", 1, 7, 0, 300)],
+            vec![file(1, &[7], 300)],
+        );
         let merged = merge_instances(&[second.clone(), other.clone(), first.clone()]);
         assert_eq!(merged.len(), 2);
         let d0 = &merged[0];

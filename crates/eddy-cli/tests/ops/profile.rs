@@ -6,6 +6,8 @@
 //!   it; `profile.json` is in the state directory;
 //! - every daemon killed with SIGKILL after it persisted its counters: the next `eddy start`
 //!   on the same state stores the killed job's profile with the workload's bytes;
+//! - one daemon killed and started again on its root (`eddy replace --keep-root`) between
+//!   two workloads: the profile has both, each byte once;
 //! - no `history_db` anywhere: the profile goes to the per-user default, where
 //!   `eddy history list` finds it with no setup.
 
@@ -59,7 +61,11 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     let out = c.output().expect("run eddy");
-    assert!(out.status.success(), "eddy {args:?} failed:\n{}", text(&out));
+    assert!(
+        out.status.success(),
+        "eddy {args:?} failed:\n{}",
+        text(&out)
+    );
     out
 }
 
@@ -100,7 +106,13 @@ fn start(dir: &Path, config: &Path, job: &str, name: &str, env: &[(&str, &str)])
 
 /// Three processes through the preload library, each writing and reading EACH bytes.
 fn workload(state: &Path) {
-    let children: Vec<_> = (0..3)
+    workload_ranks(state, 0..3);
+}
+
+/// Processes `ranks` through the preload library, each writing and reading EACH bytes to a
+/// file of its own.
+fn workload_ranks(state: &Path, ranks: std::ops::Range<u32>) {
+    let children: Vec<_> = ranks
         .map(|rank| {
             Command::new(PYTHON)
                 .arg("-c")
@@ -122,10 +134,7 @@ fn workload(state: &Path) {
 }
 
 fn show(db: &Path, job: &str, env: &[(&str, &str)]) -> JobProfile {
-    let out = run(
-        &["history", "show", job, "--json", "--db", s(db)],
-        env,
-    );
+    let out = run(&["history", "show", job, "--json", "--db", s(db)], env);
     serde_json::from_slice(&out.stdout).expect("eddy history show --json prints a profile")
 }
 
@@ -141,7 +150,11 @@ fn mode_of(p: &Path) -> u32 {
 fn persisted(dep: &Deployment) -> Vec<PersistedStats> {
     dep.daemons
         .iter()
-        .flat_map(|d| std::fs::read_dir(d.root.join(PERSIST_DIR)).into_iter().flatten())
+        .flat_map(|d| {
+            std::fs::read_dir(d.root.join(PERSIST_DIR))
+                .into_iter()
+                .flatten()
+        })
         .flatten()
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
         .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
@@ -231,51 +244,19 @@ fn a_killed_deployments_profile_is_stored_at_the_next_start() {
     let dep = Deployment::load(&state.join("deployment.toml")).unwrap();
     workload(&state);
 
-    // Wait until the persisted snapshots hold the whole workload (one file per daemon).
-    let began = Instant::now();
-    loop {
-        let snaps = persisted(&dep);
-        if snaps.len() == 3
-            && op_bytes(&snaps, "write") == TOTAL
-            && op_bytes(&snaps, "read") == TOTAL
-        {
-            for p in &snaps {
-                assert_eq!(p.stats.job, "5151");
-            }
-            break;
-        }
-        assert!(
-            began.elapsed() < GUARD,
-            "the daemons never persisted the workload: {} files, {} written",
-            snaps.len(),
-            op_bytes(&snaps, "write")
-        );
-        std::thread::sleep(Duration::from_millis(100));
+    for p in &wait_persisted(&dep) {
+        assert_eq!(p.stats.job, "5151");
     }
-    for f in dep
-        .daemons
-        .iter()
-        .flat_map(|d| std::fs::read_dir(d.root.join(PERSIST_DIR)).unwrap().flatten())
-    {
+    for f in dep.daemons.iter().flat_map(|d| {
+        std::fs::read_dir(d.root.join(PERSIST_DIR))
+            .unwrap()
+            .flatten()
+    }) {
         assert_eq!(mode_of(&f.path()), 0o600, "{}", f.path().display());
     }
 
     // kill -9 every daemon: no clean stop, no last snapshot.
-    let pids = std::fs::read_to_string(state.join("pids")).unwrap();
-    let daemons: Vec<i32> = pids
-        .lines()
-        .filter(|l| l.starts_with("daemon-"))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(daemons.len(), 3, "{pids}");
-    for pid in &daemons {
-        assert_eq!(unsafe { libc::kill(*pid, libc::SIGKILL) }, 0);
-    }
-    let began = Instant::now();
-    while daemons.iter().any(|p| running(*p)) {
-        assert!(began.elapsed() < GUARD, "killed daemons still run");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    kill_daemons(&state, &[0, 1, 2]);
     // What the killed daemons left: their last snapshots.
     let last_ms = persisted(&dep)
         .iter()
@@ -287,8 +268,10 @@ fn a_killed_deployments_profile_is_stored_at_the_next_start() {
     let out = start(dir.path(), &cfg, "5152", "lammps", &[]);
     let said = stdout(&out);
     assert!(
-        said.contains(&format!("eddy: job profile 5151 stored in {}", db.display()))
-            && said.contains("without `eddy stop`"),
+        said.contains(&format!(
+            "eddy: job profile 5151 stored in {}",
+            db.display()
+        )) && said.contains("without `eddy stop`"),
         "{}",
         text(&out)
     );
@@ -311,11 +294,90 @@ fn a_killed_deployments_profile_is_stored_at_the_next_start() {
     assert_eq!(show(&db, "5151", &[]).written_bytes, TOTAL);
 }
 
+/// Waits until the daemons' persisted snapshots hold the whole first workload (one file
+/// per daemon); returns them.
+fn wait_persisted(dep: &Deployment) -> Vec<PersistedStats> {
+    let began = Instant::now();
+    loop {
+        let snaps = persisted(dep);
+        if snaps.len() == 3
+            && op_bytes(&snaps, "write") == TOTAL
+            && op_bytes(&snaps, "read") == TOTAL
+        {
+            return snaps;
+        }
+        assert!(
+            began.elapsed() < GUARD,
+            "the daemons never persisted the workload: {} files, {} written",
+            snaps.len(),
+            op_bytes(&snaps, "write")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `kill -9` of the daemons `ids` recorded in `state`; returns once they are gone.
+fn kill_daemons(state: &Path, ids: &[u32]) {
+    let pids = std::fs::read_to_string(state.join("pids")).unwrap();
+    let daemons: Vec<i32> = ids
+        .iter()
+        .map(|id| {
+            let line = pids
+                .lines()
+                .find(|l| l.starts_with(&format!("daemon-{id} ")))
+                .unwrap_or_else(|| panic!("no daemon-{id} in {pids}"));
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        })
+        .collect();
+    for pid in &daemons {
+        assert_eq!(unsafe { libc::kill(*pid, libc::SIGKILL) }, 0);
+    }
+    let began = Instant::now();
+    while daemons.iter().any(|p| running(*p)) {
+        assert!(began.elapsed() < GUARD, "killed daemons still run");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_restarted_daemons_earlier_counts_are_kept_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("history.db");
+    let cfg = config(dir.path(), Some(&db));
+    let state = dir.path().join("root");
+    let _guard = StopGuard(state.clone());
+    start(dir.path(), &cfg, "6161", "restarted", &[]);
+    let dep = Deployment::load(&state.join("deployment.toml")).unwrap();
+    workload(&state);
+    wait_persisted(&dep);
+    // Daemon 1 dies and is started again on its root: a new process, counting from zero.
+    kill_daemons(&state, &[1]);
+    run(&["replace", "1", "--keep-root", "--state", s(&state)], &[]);
+    workload_ranks(&state, 3..6);
+    let out = run(&["stop", "--state", s(&state)], &[]);
+    assert!(
+        stdout(&out).contains("eddy: job profile 6161 stored"),
+        "{}",
+        text(&out)
+    );
+    let p = show(&db, "6161", &[]);
+    // Both workloads, each byte once: daemon 1's first process from its persisted
+    // snapshot, its second from its answer.
+    assert_eq!(p.written_bytes, 2 * TOTAL);
+    assert_eq!(p.read_bytes, 2 * TOTAL);
+    assert_eq!(p.daemons.len(), 3);
+    assert_eq!(p.io_processes, 6);
+    assert_eq!(p.files, 6);
+}
+
 /// Whether `pid` runs (not gone, not a zombie).
 fn running(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
-            let state = stat.rsplit(')').next().and_then(|r| r.split_whitespace().next());
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next());
             !matches!(state, Some("Z") | Some("X"))
         }
         Err(_) => false,

@@ -123,12 +123,10 @@ pub fn user_default_db() -> Option<PathBuf> {
 }
 
 fn user_default_db_from(xdg_data_home: Option<PathBuf>, home: Option<PathBuf>) -> Option<PathBuf> {
-    let data = xdg_data_home
-        .filter(|d| d.is_absolute())
-        .or_else(|| {
-            home.filter(|h| h.is_absolute())
-                .map(|h| h.join(".local").join("share"))
-        })?;
+    let data = xdg_data_home.filter(|d| d.is_absolute()).or_else(|| {
+        home.filter(|h| h.is_absolute())
+            .map(|h| h.join(".local").join("share"))
+    })?;
     Some(data.join("eddy").join("history.db"))
 }
 
