@@ -237,6 +237,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_deployment_tag_names_one_secret_and_hides_it() {
+        let a = deployment_tag(&[1; 32]);
+        assert_eq!(a, deployment_tag(&[1; 32]));
+        assert_ne!(a, deployment_tag(&[2; 32]));
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(!a.contains(&"01".repeat(4)));
+        assert_eq!(
+            persist_file(0xab),
+            std::path::Path::new("stats/00000000000000ab.json")
+        );
+    }
+
+    #[test]
     fn buckets_are_powers_of_two_and_quantiles_their_bounds() {
         assert_eq!(Histogram::bucket(0), 0);
         assert_eq!(Histogram::bucket(1), 1);
