@@ -10,6 +10,7 @@ use crate::site::Site;
 use anyhow::{anyhow, bail, Context, Result};
 use eddy_config::Config;
 use eddy_deploy::launch::{fill, parse_hosts, HostLine};
+use eddy_deploy::profile::HistoryTarget;
 use eddy_deploy::secure::DirFd;
 use eddy_deploy::start::{configure, Overrides};
 use eddy_deploy::{human_bytes, Placement, Plan, Say, StateDir, StopOptions};
@@ -258,7 +259,13 @@ pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
                 "eddy: job {job} cancelled in a hurry: nothing is staged out"
             ));
         }
-        let stopped = eddy_deploy::stop(&state, StopOptions { discard: true }, say);
+        // The profile goes to the site's history only (root-owned settings; the job's own
+        // configuration and files are not followed).
+        let options = StopOptions {
+            discard: true,
+            history: HistoryTarget::Site(site.profile_db()?),
+        };
+        let stopped = eddy_deploy::stop(&state, options, say);
         if let Err(e) = stopped {
             problems.push(format!("stopping the daemons: {e:#}"));
         }

@@ -55,7 +55,8 @@ pub struct Site {
     pub pool: Option<Pool>,
     /// The I/O history database every job's profile is stored in at teardown (as the
     /// config's `history_db`: an absolute path for SQLite, a `postgres://` URL for
-    /// PostgreSQL; decision 0033). Unset: the `config` file's `history_db`, else none.
+    /// PostgreSQL; decision 0033). Unset: the `config` file's `history_db`, else
+    /// `STATE_DIR/history.db` (`profile_db`).
     pub history_db: Option<String>,
 }
 
@@ -222,6 +223,20 @@ impl Site {
                 .history_db),
             None => Ok(None),
         }
+    }
+
+    /// Where the teardown stores a job's profile: `history_db()`, else the SQLite file
+    /// `history.db` in the (root-owned) `state_dir`, beside the jobs' directories.
+    pub fn profile_db(&self) -> Result<String> {
+        Ok(match self.history_db()? {
+            Some(db) => db,
+            None => self.default_history_db().display().to_string(),
+        })
+    }
+
+    /// The site's default history: `STATE_DIR/history.db`.
+    pub fn default_history_db(&self) -> PathBuf {
+        self.state_dir.join("history.db")
     }
 
     /// The pools Slurm knows: node-local, and the I/O-node pool if the site has one.

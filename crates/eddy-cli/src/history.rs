@@ -7,7 +7,9 @@
 //! - `eddy history plot JOB --out F.png`: the profile's plot.
 //!
 //! Each takes `--db SPEC` (a path for SQLite, a `postgres://` URL for PostgreSQL), by default
-//! the `history_db` of the `--config` file, else of the burst-buffer site settings.
+//! the `history_db` of the `--config` file, else of the burst-buffer site settings, else the
+//! per-user default where `eddy stop` stores profiles when nothing names a database
+//! (`$XDG_DATA_HOME/eddy/history.db`, else `~/.local/share/eddy/history.db`).
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -86,7 +88,8 @@ pub enum HistoryCommand {
 #[derive(Debug, Args)]
 pub struct DbArgs {
     /// The history database: a path (SQLite) or a postgres:// URL (PostgreSQL). Default: the
-    /// `history_db` of the --config file, else of the burst-buffer site settings.
+    /// `history_db` of the --config file, else of the burst-buffer site settings, else
+    /// $XDG_DATA_HOME/eddy/history.db (else ~/.local/share/eddy/history.db).
     #[arg(long, value_name = "SPEC")]
     pub db: Option<String>,
     /// A configuration file (as `eddy start --config`) whose `history_db` is the default.
@@ -171,10 +174,14 @@ fn spec(args: &DbArgs) -> Result<String> {
     if let Some(db) = site.history_db()? {
         return Ok(db);
     }
+    // Where `eddy stop` stores a profile when nothing names a database.
+    if let Some(db) = eddy_history::user_default_db() {
+        return Ok(db.display().to_string());
+    }
     bail!(
         "no history database: give --db FILE (SQLite) or --db postgres://USER@HOST/DB \
          (PostgreSQL), or set history_db in the --config file or in the burst-buffer site \
-         settings ({})",
+         settings ({}), or set HOME for the default",
         args.site
             .as_deref()
             .map_or(eddy_bb::site::DEFAULT_SITE.to_string(), |p| p

@@ -5,12 +5,14 @@ use crate::cli::StartArgs;
 use anyhow::{bail, Context, Result};
 use eddy_config::{Config, Link};
 use eddy_deploy::launch::{read_hosts_file, slurm_hosts, SRUN_LAUNCHER, SSH_LAUNCHER};
-use eddy_deploy::start::{configure, refuse_running, start_bound, Overrides};
+use eddy_deploy::start::{configure, end_dead, refuse_running, start_bound, Overrides};
 use eddy_deploy::{Placement, Plan, StateDir};
 use std::path::Path;
 
 pub fn start(args: StartArgs) -> Result<()> {
     let state = start_state_dir(&args)?;
+    // A deployment killed here before: its profile goes to the history, then it is ended.
+    end_dead(&state, crate::say())?;
     refuse_running(&state)?;
     let config = start_config(&args)?;
     let placement = placement(&args, &config)?;

@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use eddy_client::Client;
 use eddy_config::Deployment;
 use eddy_deploy::{human_bytes, StateDir};
-use eddy_history::{profile_from_stats, JobMeta, JobProfile};
+use eddy_history::{profile_from_stats, JobProfile};
 use eddy_proto::stats::{DaemonStats, Histogram};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -98,25 +98,8 @@ async fn snapshots(client: &Client) -> Result<Vec<DaemonStats>> {
     Ok(out)
 }
 
-/// What the profile needs beyond the counters: the job from the deployment file.
-pub fn job_meta(dep: &Deployment) -> JobMeta {
-    let start_s = dep.job.start_ms / 1000;
-    JobMeta {
-        key: dep
-            .job
-            .id
-            .clone()
-            .unwrap_or_else(|| format!("{}@{start_s}", dep.name)),
-        job_id: dep.job.id.clone(),
-        job_name: dep.job.name.clone(),
-        user: dep.job.user.clone(),
-        script_hash: dep.job.script_hash.clone(),
-        start: dep.job.start_ms as f64 / 1e3,
-    }
-}
-
 fn job_profile(dep: &Deployment, now: &[DaemonStats]) -> JobProfile {
-    profile_from_stats(now, &job_meta(dep))
+    profile_from_stats(now, &eddy_deploy::profile::job_meta(dep))
 }
 
 /// Counters of one row (a daemon, or a client over every daemon).

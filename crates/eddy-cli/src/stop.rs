@@ -8,6 +8,7 @@ pub fn stop(args: StopArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
     let options = StopOptions {
         discard: args.discard,
+        ..StopOptions::default()
     };
     eddy_deploy::stop(&state, options, crate::say())?;
     Ok(())

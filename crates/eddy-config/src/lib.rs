@@ -210,6 +210,11 @@ pub struct Config {
     /// merged pairwise into wider samples, so the whole deployment's life is kept at a
     /// coarser resolution the older it is. At least 16. Default 3 600.
     pub stats_series_max: usize,
+    /// How often, in milliseconds, a daemon writes its counters' snapshot to
+    /// `ROOT/stats/<instance>.json` (and once more at a clean stop), so that a deployment
+    /// killed without `eddy stop` still leaves its job profile (made at the next `eddy start`
+    /// or `eddy stop` on its state). 0: never. Default 10 000.
+    pub stats_persist_ms: u64,
     /// Namespace prefixes linked to backend directories (the parallel file system). Entries
     /// under a prefix are imported from the backend on first touch, fetched chunk by chunk,
     /// written back by stage-out, eviction and stop. The rest of the namespace is scratch.
@@ -528,6 +533,7 @@ impl Default for Config {
             stats_counting: true,
             stats_max_files: 65_536,
             stats_series_max: 3_600,
+            stats_persist_ms: 10_000,
             links: Vec::new(),
             history_db: None,
             metrics_addr: None,

@@ -133,6 +133,7 @@ impl Daemon {
         }
         let supervisor = tokio::spawn(supervise(Arc::clone(&state), tcp, unix));
         tokio::spawn(crate::stats::sampler(Arc::clone(&state)));
+        tokio::spawn(crate::stats::persister(Arc::clone(&state)));
         if state.repair().is_some() {
             tokio::spawn(crate::repair::repair_loop(Arc::clone(&state)));
             if state.repair().is_some_and(|r| r.is_rejoining()) {
@@ -313,6 +314,8 @@ async fn supervise(
 }
 
 async fn cleanup(state: &Arc<State>) -> Result<(), DaemonError> {
+    // The counters' last word, for a profile made after this stop (decision 0032).
+    crate::stats::persist_now(state).await;
     let st = Arc::clone(state);
     let persisted = tokio::task::spawn_blocking(move || st.meta.persist())
         .await

@@ -3,7 +3,8 @@
 //! hosts, configuration, state directory, the user the daemons run as); [`start()`] launches
 //! the daemons (`launch`: their command lines and launchers), waits until every one is
 //! ready and serves, and records them in the state directory ([`StateDir`]); [`replace`]
-//! starts one again; [`stop()`] writes back, unmounts and stops; [`stage`] moves data
+//! starts one again; [`stop()`] writes back, unmounts, leaves the job profile in the I/O
+//! history (`profile`) and stops; [`stage`] moves data
 //! between the backend and the cache. `procs` spawns and stops processes without ever
 //! signalling a reused pid; `secure` does root's file work where users may be watching;
 //! `mounts` reads the FUSE mounts of this host and `mount` starts the one that serves a
@@ -17,6 +18,7 @@ pub mod launch;
 pub mod mount;
 pub mod mounts;
 pub mod procs;
+pub mod profile;
 pub mod replace;
 pub mod secure;
 pub mod stage;

@@ -10,6 +10,7 @@ use crate::launch::{
 use crate::mounts::LOG_TAIL_LINES;
 use crate::procs::{self, log_tail, POLL_INTERVAL};
 use crate::state::{absolute, RecordedProcess, StateDir};
+use crate::Say;
 use anyhow::{bail, Context, Result};
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment, Link, Wire};
@@ -125,6 +126,53 @@ pub fn configure(mut config: Config, overrides: Overrides) -> Result<Config> {
         }
     }
     Ok(config)
+}
+
+/// Ends the deployment recorded in `state` if it is dead: none of the processes this host
+/// started for it runs and none of its daemons answers (killed with `kill -9`, its node
+/// crashed, the host rebooted). Its job profile is made from the snapshots its daemons
+/// persisted (`profile::record_end`, as killed), its stale mounts are unmounted and it is
+/// marked stopped, so that a new deployment can start in `state`. A live deployment (or
+/// none) is left alone; returns whether one was ended.
+pub fn end_dead(state: &StateDir, say: Say) -> Result<bool> {
+    if !state.has_deployment() {
+        return Ok(false);
+    }
+    let dep = state.load_deployment()?;
+    if state.read_pids()?.iter().any(procs::is_running) || any_daemon_answers(&dep) {
+        return Ok(false);
+    }
+    say.err(&format!(
+        "eddy: the deployment {:?} in {} did not stop cleanly (its daemons are gone); ending it",
+        dep.name,
+        state.dir().display()
+    ));
+    crate::profile::record_end(
+        state,
+        &dep,
+        &crate::profile::HistoryTarget::User,
+        crate::profile::Ending::Killed,
+        say,
+    );
+    for p in crate::stop::unmount_all(state) {
+        say.err(&format!("eddy: warning: {p}"));
+    }
+    state.mark_stopped()?;
+    crate::profile::remove_persisted(&dep);
+    Ok(true)
+}
+
+/// Whether any daemon of `dep` answers a status request (within the RPC deadline).
+fn any_daemon_answers(dep: &Deployment) -> bool {
+    let Ok(rt) = crate::runtime() else {
+        return false;
+    };
+    let Ok(client) = eddy_client::Client::new(dep.clone()) else {
+        return false;
+    };
+    rt.block_on(client.daemon_status())
+        .iter()
+        .any(|(_, r)| r.is_ok())
 }
 
 /// Fails if a deployment runs in `state` already.

@@ -7,7 +7,11 @@
 //! - `config.toml`: the configuration the daemons were started with;
 //! - `pids`: processes started on this host (`label pid start-time` per line);
 //! - `mounts`: mount points served by `eddy mount` for this deployment, one per line;
-//! - `daemon-<id>.log`, `mount.log`: output of the daemons (or their launchers) and mounts.
+//! - `daemon-<id>.log`, `mount.log`: output of the daemons (or their launchers) and mounts;
+//! - `profile.json`: the job profile the deployment's end made (`profile.rs`, mode 0600).
+//!
+//! The daemons' own files are in their roots; `ROOT/stats/` holds the snapshots of their
+//! counters that a killed deployment's profile is made from.
 
 use anyhow::{bail, Context, Result};
 use eddy_config::Deployment;

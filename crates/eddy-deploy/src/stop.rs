@@ -2,7 +2,10 @@
 //! unmount, stop the daemons, wait for local processes, mark the state stopped. Idempotent:
 //! with nothing running it says so and succeeds. If the write-back fails, nothing is stopped
 //! and the error says what is not written back; `discard` stops without writing back.
+//! Between the unmount and the daemons' shutdown the job profile is made and stored in the
+//! I/O history (`profile.rs`; never a reason for the stop to fail).
 
+use crate::profile::{self, Ending, HistoryTarget};
 use crate::stage::{self, Report};
 use crate::state::StateDir;
 use crate::{human_bytes, Say};
@@ -17,11 +20,14 @@ use tokio::runtime::Runtime;
 const LISTED_UNFLUSHED: usize = 100;
 
 /// How `stop` treats the dirty data of linked prefixes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct StopOptions {
     /// Stop even though dirty data is not written back: no write-back is attempted and that
     /// data is lost.
     pub discard: bool,
+    /// Where the job profile goes (the deployment's `history_db` or the user's default; a
+    /// site's database for the burst buffer).
+    pub history: HistoryTarget,
 }
 
 /// What `stop` found.
@@ -60,6 +66,7 @@ pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped>
             return Err(e);
         }
     }
+    let profile = profile::record_end(state, &dep, &options.history, Ending::Stopped, say);
     problems.extend(shutdown_daemons(&dep));
     // A daemon that acknowledged shutdown is given one RPC timeout to exit before signals.
     let grace = Duration::from_millis(dep.config.rpc_timeout_ms);
@@ -70,6 +77,10 @@ pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped>
             .map(|p| format!("{p} did not exit after shutdown and was signalled")),
     );
     state.mark_stopped()?;
+    if profile.is_some() && options.history == HistoryTarget::User {
+        // Counted in the profile: the daemons' persisted snapshots go.
+        profile::remove_persisted(&dep);
+    }
     for p in &problems {
         say.err(&format!("eddy: warning: {p}"));
     }
@@ -211,7 +222,7 @@ fn warn_discarded(dep: &Deployment, say: Say) {
 }
 
 /// Unmounts every recorded mount that is still mounted; returns what failed.
-fn unmount_all(state: &StateDir) -> Vec<String> {
+pub(crate) fn unmount_all(state: &StateDir) -> Vec<String> {
     let mounts = match state.mounts() {
         Ok(m) => m,
         Err(e) => return vec![format!("cannot list the mounts: {e:#}")],

@@ -12,6 +12,10 @@
 //!   of its clients, at least 1 s); its peak is the sum of its clients' own means (each
 //!   client's bytes over its own span), i.e. the rate had they all run at once at their
 //!   mean rate: a lower bound of the true peak.
+//! - **Restarted daemons**: snapshots of one daemon id from several processes (a daemon
+//!   restarted by `eddy replace`, each process counting from zero; `merge_instances`) are
+//!   added up into one before anything else: counters summed, client and file sets merged,
+//!   the series interleaved by time.
 //! - **Job-wide rates** come from the one-second series summed over daemons by second (a
 //!   downsampled sample is spread evenly over its seconds); means are over the seconds
 //!   with any request.
@@ -57,8 +61,11 @@ struct File {
     bytes: u64,
 }
 
-/// The job's profile so far, from every daemon's counters.
+/// The job's profile so far, from every daemon's counters (several snapshots of one daemon
+/// id, from its successive processes, are added up first).
 pub fn profile_from_stats(stats: &[DaemonStats], job: &JobMeta) -> JobProfile {
+    let merged = merge_instances(stats);
+    let stats = merged.as_slice();
     let start = if job.start > 0.0 {
         job.start
     } else {
@@ -146,6 +153,113 @@ pub fn profile_from_stats(stats: &[DaemonStats], job: &JobMeta) -> JobProfile {
         daemons,
         series: series(stats, start),
     }
+}
+
+/// One snapshot per daemon id, sorted by id: the snapshots of the successive processes of a
+/// daemon (each counting from zero) added up.
+pub fn merge_instances(stats: &[DaemonStats]) -> Vec<DaemonStats> {
+    let mut by_id: BTreeMap<u32, DaemonStats> = BTreeMap::new();
+    for s in stats {
+        match by_id.get_mut(&s.daemon) {
+            None => {
+                by_id.insert(s.daemon, s.clone());
+            }
+            Some(m) => add_instance(m, s),
+        }
+    }
+    by_id.into_values().collect()
+}
+
+/// Adds the counters of another process of the same daemon to `m`.
+fn add_instance(m: &mut DaemonStats, s: &DaemonStats) {
+    let later = s.now_ms > m.now_ms;
+    m.started_ms = m.started_ms.min(s.started_ms);
+    m.now_ms = m.now_ms.max(s.now_ms);
+    m.counting |= s.counting;
+    if later {
+        // The gauges are the latest process's.
+        m.queued = s.queued;
+        m.in_flight = s.in_flight;
+        m.host.clone_from(&s.host);
+    }
+    for o in &s.ops {
+        match m.ops.iter_mut().find(|x| x.op == o.op) {
+            None => m.ops.push(o.clone()),
+            Some(x) => {
+                x.count += o.count;
+                x.errors += o.errors;
+                x.bytes += o.bytes;
+                x.sizes.merge(&o.sizes);
+                x.queue_us.merge(&o.queue_us);
+                x.service_us.merge(&o.service_us);
+            }
+        }
+    }
+    for c in &s.clients {
+        match m.clients.iter_mut().find(|x| x.key == c.key) {
+            None => m.clients.push(c.clone()),
+            Some(x) => {
+                x.ops += c.ops;
+                x.metadata_ops += c.metadata_ops;
+                x.read_bytes += c.read_bytes;
+                x.written_bytes += c.written_bytes;
+                x.errors += c.errors;
+                x.first_ms = match (x.first_ms, c.first_ms) {
+                    (0, t) | (t, 0) => t,
+                    (a, b) => a.min(b),
+                };
+                x.last_ms = x.last_ms.max(c.last_ms);
+            }
+        }
+    }
+    for f in &s.files {
+        match m.files.iter_mut().find(|x| x.file_id == f.file_id) {
+            None => m.files.push(f.clone()),
+            Some(x) => {
+                let union = |a: &mut Vec<u64>, many: &mut bool, b: &[u64], b_many: bool| {
+                    for k in b {
+                        if !a.contains(k) {
+                            a.push(*k);
+                        }
+                    }
+                    *many |= b_many;
+                    a.sort_unstable();
+                    if a.len() > FILE_CLIENTS {
+                        a.truncate(FILE_CLIENTS);
+                        *many = true;
+                    }
+                };
+                union(
+                    &mut x.writers,
+                    &mut x.many_writers,
+                    &f.writers,
+                    f.many_writers,
+                );
+                union(
+                    &mut x.readers,
+                    &mut x.many_readers,
+                    &f.readers,
+                    f.many_readers,
+                );
+                x.read_bytes += f.read_bytes;
+                x.written_bytes += f.written_bytes;
+            }
+        }
+    }
+    m.files_untracked += s.files_untracked;
+    for (errno, n) in &s.errors {
+        match m.errors.iter_mut().find(|(e, _)| e == errno) {
+            None => m.errors.push((*errno, *n)),
+            Some((_, x)) => *x += n,
+        }
+    }
+    m.errors.sort_unstable();
+    m.backend.reads += s.backend.reads;
+    m.backend.writes += s.backend.writes;
+    m.backend.read_bytes += s.backend.read_bytes;
+    m.backend.written_bytes += s.backend.written_bytes;
+    m.series.extend(s.series.iter().cloned());
+    m.series.sort_by_key(|x| x.t_ms);
 }
 
 /// The clients by key, merged over daemons, and the hosts of every identified client.
@@ -519,6 +633,65 @@ mod tests {
         let p = profile_from_stats(&[daemon(0, Vec::new(), Vec::new())], &meta());
         assert_eq!(p.io_mode, IoMode::None);
         assert_eq!(p.peak_node_bandwidth, 0.0);
+    }
+
+    #[test]
+    fn the_processes_of_a_restarted_daemon_add_up() {
+        // Daemon 0 ran twice (killed, restarted: each process counts from zero); daemon 1
+        // once.
+        let mut first = daemon(
+            0,
+            vec![client("n0", 1, 7, 0, 400)],
+            vec![file(1, &[7], 400)],
+        );
+        first.now_ms = 1_004_000;
+        first.errors = vec![(5, 1)];
+        first.backend.written_bytes = 10;
+        let mut second = daemon(
+            0,
+            vec![client("n0", 1, 7, 0, 600), client("n1", 2, 8, 0, 100)],
+            vec![file(1, &[8], 600), file(2, &[8], 100)],
+        );
+        second.started_ms = 1_005_000;
+        second.now_ms = 1_020_000;
+        second.errors = vec![(5, 2), (28, 1)];
+        second.backend.written_bytes = 5;
+        for s in &mut second.series {
+            s.t_ms += 5_000;
+        }
+        let other = daemon(
+            1,
+            vec![client("n0", 1, 7, 0, 300)],
+            vec![file(1, &[7], 300)],
+        );
+        let merged = merge_instances(&[second.clone(), other.clone(), first.clone()]);
+        assert_eq!(merged.len(), 2);
+        let d0 = &merged[0];
+        assert_eq!(d0.daemon, 0);
+        assert_eq!((d0.started_ms, d0.now_ms), (1_000_000, 1_020_000));
+        let write = d0.ops.iter().find(|o| o.op == WRITE_OP).unwrap();
+        assert_eq!(write.bytes, 400 + 700);
+        assert_eq!(write.count, 8);
+        assert_eq!(write.sizes.total(), 8);
+        let c7 = d0.clients.iter().find(|c| c.key == 7).unwrap();
+        assert_eq!(c7.written_bytes, 1_000);
+        assert_eq!(d0.clients.len(), 2);
+        let f1 = d0.files.iter().find(|f| f.file_id == 1).unwrap();
+        assert_eq!(f1.writers, vec![7, 8]);
+        assert_eq!(f1.written_bytes, 1_000);
+        assert_eq!(d0.errors, vec![(5, 3), (28, 1)]);
+        assert_eq!(d0.backend.written_bytes, 15);
+        assert_eq!(d0.series.len(), 8);
+        assert!(d0.series.windows(2).all(|w| w[0].t_ms <= w[1].t_ms));
+        // The profile counts each byte once and names each daemon once.
+        let p = profile_from_stats(&[first, other, second], &meta());
+        assert_eq!(p.written_bytes, 1_100 + 300);
+        assert_eq!(p.daemons.len(), 2);
+        assert_eq!(p.daemons[0].written_bytes, 1_100);
+        assert_eq!((p.start, p.end), (1_000.0, 1_020.0));
+        // One process alone is left as it is.
+        let one = daemon(3, Vec::new(), Vec::new());
+        assert_eq!(merge_instances(std::slice::from_ref(&one)), vec![one]);
     }
 
     #[test]

@@ -18,6 +18,6 @@ pub mod db;
 pub mod plot;
 pub mod profile;
 
-pub use build::{profile_from_stats, JobMeta};
-pub use db::{App, DbSpec, Filter, HistoryDb, HistoryError};
+pub use build::{merge_instances, profile_from_stats, JobMeta};
+pub use db::{user_default_db, App, DbSpec, Filter, HistoryDb, HistoryError};
 pub use profile::{DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};

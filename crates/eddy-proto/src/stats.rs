@@ -203,9 +203,52 @@ pub struct DaemonStats {
 
 impl Eq for DaemonStats {}
 
+/// The directory under a daemon's root where it persists its snapshots (`PersistedStats`).
+pub const PERSIST_DIR: &str = "stats";
+
+/// A daemon's snapshot as it persists it (`ROOT/stats/<instance hex>.json`, decision 0032):
+/// every `stats_persist_ms` and at a clean stop, so that the job profile of a deployment
+/// whose daemons were killed can still be made. One file per daemon process (`instance`):
+/// a restarted daemon starts counting from zero in a file of its own, and the profile adds
+/// the instances up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PersistedStats {
+    /// Which deployment the snapshot belongs to: `deployment_tag` of its secret.
+    pub deployment: String,
+    /// The daemon process (`ServerHello::instance`).
+    pub instance: u64,
+    pub stats: DaemonStats,
+}
+
+/// A deployment's name for its persisted snapshots: a one-way hash of its secret (unique per
+/// start of a deployment, and saying nothing of the secret), hex.
+pub fn deployment_tag(secret: &[u8]) -> String {
+    let key = blake3::derive_key("eddy persisted statistics deployment tag v1", secret);
+    key[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The file a daemon process persists its snapshot to, relative to its root.
+pub fn persist_file(instance: u64) -> std::path::PathBuf {
+    std::path::Path::new(PERSIST_DIR).join(format!("{instance:016x}.json"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deployment_tag_names_one_secret_and_hides_it() {
+        let a = deployment_tag(&[1; 32]);
+        assert_eq!(a, deployment_tag(&[1; 32]));
+        assert_ne!(a, deployment_tag(&[2; 32]));
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(!a.contains(&"01".repeat(4)));
+        assert_eq!(
+            persist_file(0xab),
+            std::path::Path::new("stats/00000000000000ab.json")
+        );
+    }
 
     #[test]
     fn buckets_are_powers_of_two_and_quantiles_their_bounds() {

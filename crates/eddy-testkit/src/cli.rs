@@ -4,12 +4,21 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 /// The `eddy` command, using this build's `eddyd` and ignoring the caller's `EDDY_STATE`.
+/// Its `XDG_DATA_HOME` is the build's `test-data-home` (see [`test_data_home`]), so that the
+/// profiles `eddy stop` stores in the per-user default history stay out of the real home.
 pub fn eddy_cmd() -> Command {
     let mut c = Command::new(super::eddy_bin());
     c.env("EDDY_DAEMON_BIN", super::eddyd_bin())
         .env_remove("EDDY_STATE")
+        .env("XDG_DATA_HOME", test_data_home())
         .stdin(Stdio::null());
     c
+}
+
+/// The `XDG_DATA_HOME` of the `eddy` commands tests run: `test-data-home` in this build's
+/// directory (the per-user default history lands in `eddy/history.db` there).
+pub fn test_data_home() -> std::path::PathBuf {
+    super::bin_dir().join("test-data-home")
 }
 
 /// Runs `eddy ARGS` to completion.

@@ -207,10 +207,19 @@ fn history_on_sqlite() {
     let via_site = stdout(&["history", "list", "--json", "--site", s(&site)]);
     assert_eq!(keys_of(&via_site).len(), 4);
 
-    // No database anywhere: an error that says how to name one.
+    // No database anywhere (nor a home for the per-user default, which
+    // `profile::history_without_a_database_goes_to_the_users_default` covers): an error that
+    // says how to name one.
     let empty = dir.path().join("empty.toml");
     std::fs::write(&empty, "").unwrap();
-    let err = fails(&["history", "list", "--site", s(&empty)]);
+    let out = eddy_testkit::cli::eddy_cmd()
+        .args(["history", "list", "--site", s(&empty)])
+        .env_remove("HOME")
+        .env_remove("XDG_DATA_HOME")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", eddy_testkit::cli::text(&out));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(
         err.contains("no history database") && err.contains("--db"),
         "{err}"

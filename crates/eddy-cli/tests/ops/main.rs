@@ -2,7 +2,7 @@
 //! (`tests/<name>.rs`), merged so that the whole stack is linked once, not once per file.
 //!
 //! Operating a deployment: `eddy start/stop/status/stats`, the Prometheus endpoint, the
-//! system map, the benchmarks and the I/O history.
+//! system map, the benchmarks, the I/O history and the job profile a deployment's end stores.
 
 // Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
 #![allow(clippy::unwrap_used)]
@@ -11,5 +11,6 @@ mod bench;
 mod deploy;
 mod history;
 mod metrics;
+mod profile;
 mod stats;
 mod sysmap;

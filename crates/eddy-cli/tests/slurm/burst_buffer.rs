@@ -40,6 +40,12 @@ struct Site {
 
 impl Site {
     fn new() -> Site {
+        Site::with(|_| String::new())
+    }
+
+    /// A site whose settings start with the top-level lines `extra` makes of the site's
+    /// directory.
+    fn with(extra: impl Fn(&Path) -> String) -> Site {
         let dir = tempfile::tempdir().unwrap();
         set_mode(dir.path(), 0o755);
         let site = Site { dir };
@@ -56,7 +62,7 @@ impl Site {
         set_mode(&site.path("out"), 0o1777);
         let p = |name: &str| site.path(name).display().to_string();
         let text = format!(
-            "state_dir = \"{jobs}\"\n\
+            "{extra}state_dir = \"{jobs}\"\n\
              mount = \"{mnt}/{{job}}\"\n\
              node_root = \"{nodes}/{{host}}/job-{{job}}\"\n\
              launcher = \"{{cmd}}\"\n\
@@ -66,6 +72,7 @@ impl Site {
              nodes = [\"io1 127.{net}.1.21\", \"io2 127.{net}.1.22\", \"io3 127.{net}.1.23\"]\n\
              root = \"{pool}/{{host}}/job-{{job}}\"\n\
              capacity = \"4GiB\"\n",
+            extra = extra(site.dir.path()),
             jobs = p("jobs"),
             mnt = p("mnt"),
             nodes = p("nodes"),
@@ -637,4 +644,52 @@ git log --oneline > "$R/git.log""#;
     assert_eq!(String::from_utf8_lossy(&h5.stdout).trim(), "12345.0");
     let log = std::fs::read_to_string(results.join("git.log")).unwrap();
     assert!(log.trim().ends_with("first"), "{log}");
+}
+
+/// The job's I/O profile lands in the site's history at teardown (issue 21): a node-local
+/// job on one node writes a known number of bytes through its mount; after the teardown the
+/// site's `history_db` (an SQLite file of the site's settings) holds the job's profile,
+/// keyed by its Slurm job id, with exactly those bytes written, its user and its daemon.
+#[test]
+fn a_jobs_profile_is_in_the_sites_history_after_teardown() {
+    const BYTES: u64 = 3 << 20;
+    let site = Site::with(|dir| format!("history_db = {:?}\n", dir.join("history.db")));
+    let cluster = site.cluster();
+    let script = site.script(
+        1,
+        &["capacity=1G pool=node-local"],
+        &format!(
+            "dd if=/dev/zero of=\"$EDDY_MOUNT/out.dat\" bs=1M count={} conv=fsync status=none",
+            BYTES >> 20
+        ),
+    );
+    let job = site.run_to_completion(&cluster, &script);
+    let db = site.path("history.db");
+    let meta = std::fs::metadata(&db).unwrap_or_else(|e| {
+        panic!(
+            "no history {}: {e}\n{}\n{}",
+            db.display(),
+            site.job_output(job),
+            cluster.logs()
+        )
+    });
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
+    // Found through the site settings' `history_db`, by the job id.
+    let out = eddy_testkit::cli::ok(&[
+        "history",
+        "show",
+        &job.to_string(),
+        "--json",
+        "--site",
+        eddy_testkit::cli::s(&site.path("bb.toml")),
+    ]);
+    let p: eddy_history::JobProfile = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(p.key, job.to_string());
+    assert_eq!(p.job_id.as_deref(), Some(job.to_string().as_str()));
+    assert_eq!(p.user, USER);
+    assert_eq!(p.written_bytes, BYTES, "{p:?}");
+    assert_eq!(p.daemons.len(), 1);
+    assert_eq!(p.daemons[0].written_bytes, BYTES);
+    assert_eq!(p.nodes.len(), 1, "{:?}", p.nodes);
+    assert!(p.end >= p.start && p.start > 0.0);
 }

@@ -18,10 +18,16 @@
 //! around each request's future): `started` marks the handler's start (inline, or on the
 //! blocking pool once the I/O permit is held), and `Identify` finds its connection there.
 //! With `stats_counting = false` nothing is counted.
+//!
+//! `persist.rs` writes the snapshot to the root every `stats_persist_ms` and at a clean
+//! stop, for the profile of a deployment whose daemons were killed.
 
 mod files;
 mod hist;
+mod persist;
 mod series;
+
+pub(crate) use persist::{persist_now, persister};
 
 use crate::backend::Backend;
 use eddy_proto::stats::{BackendStats, ClientId, ClientStats, DaemonStats, OpStats, Sample};

@@ -112,6 +112,24 @@ impl DbSpec {
     }
 }
 
+/// The per-user default history (an SQLite file), used when neither `--db` nor a
+/// configuration names one: `$XDG_DATA_HOME/eddy/history.db` (an absolute
+/// `XDG_DATA_HOME`), else `$HOME/.local/share/eddy/history.db`; `None` without either.
+pub fn user_default_db() -> Option<PathBuf> {
+    user_default_db_from(
+        std::env::var_os("XDG_DATA_HOME").map(PathBuf::from),
+        std::env::var_os("HOME").map(PathBuf::from),
+    )
+}
+
+fn user_default_db_from(xdg_data_home: Option<PathBuf>, home: Option<PathBuf>) -> Option<PathBuf> {
+    let data = xdg_data_home.filter(|d| d.is_absolute()).or_else(|| {
+        home.filter(|h| h.is_absolute())
+            .map(|h| h.join(".local").join("share"))
+    })?;
+    Some(data.join("eddy").join("history.db"))
+}
+
 /// Which profiles `list` returns; every set field must match. Newest (by start) first.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {

@@ -295,3 +295,23 @@ fn postgres_two_writers() {
         assert_eq!(mine.len(), 20, "{node}");
     }
 }
+
+#[test]
+fn the_user_default_follows_xdg_then_home() {
+    use super::user_default_db_from as d;
+    let p = PathBuf::from;
+    assert_eq!(
+        d(Some(p("/x/data")), Some(p("/home/u"))),
+        Some(p("/x/data/eddy/history.db"))
+    );
+    assert_eq!(
+        d(Some(p("rel")), Some(p("/home/u"))),
+        Some(p("/home/u/.local/share/eddy/history.db"))
+    );
+    assert_eq!(
+        d(None, Some(p("/home/u"))),
+        Some(p("/home/u/.local/share/eddy/history.db"))
+    );
+    assert_eq!(d(None, Some(p("home"))), None);
+    assert_eq!(d(None, None), None);
+}
