@@ -4,7 +4,9 @@
 # (copy, archive, search, verify) with scratch beside, writes results that are staged out and
 # checked in the backend; the deployment's status; then the benchmark figures of the mount and of
 # the client library beside the raw storage measured in the same run, and of the backend tier
-# beside the backend read and written directly. Everything is stopped and removed at the end.
+# beside the backend read and written directly; what the daemons counted of the job's I/O while
+# it ran (eddy stats) and, once stopped, the job's profile in the I/O history and its plot.
+# Everything is stopped and removed at the end, the plot aside.
 set -euo pipefail
 
 BIN=${1:-target/release}
@@ -14,6 +16,8 @@ STATE="$DIR/storage"
 MNT="$DIR/mnt"
 RAW="$DIR/raw"
 PFS="$DIR/pfs"
+DB="$DIR/history.db"
+PLOT="${EDDY_DEMO_OUT:-/tmp}/eddy-demo-profile.png"
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -31,8 +35,9 @@ cp -r "$SRC" "$PFS/inputs/doc"
 dd if=/dev/urandom of="$PFS/inputs/blob" bs=1M count=64 status=none
 echo "$(find "$PFS/inputs" -type f | wc -l) input files ($(du -sh "$PFS/inputs" | cut -f1))"
 
-step "start: 3 daemons on this host, /pfs linked to $PFS, mounted at $MNT"
-"$EDDY" start --local 3 --root "$STATE" --mount "$MNT" --link "/pfs=$PFS"
+step "start: 3 daemons on this host, /pfs linked to $PFS, mounted at $MNT, the I/O history in $DB"
+printf 'history_db = "%s"\n' "$DB" > "$DIR/eddy.toml"
+"$EDDY" start --local 3 --root "$STATE" --mount "$MNT" --link "/pfs=$PFS" --config "$DIR/eddy.toml"
 echo "listed before any data moved: $(ls "$MNT/pfs/inputs" | tr '\n' ' ')"
 
 step "stage-in: every daemon fetches its own chunks of the inputs, in parallel"
@@ -60,6 +65,10 @@ rm -rf "$MNT/untar" "$MNT/doc.tar" "$RAW/blob"
 step "status: cached, dirty and pinned bytes per daemon"
 "$EDDY" status --state "$STATE"
 
+step "stats: what each daemon served, per daemon and per client, and the job's profile so far"
+"$EDDY" stats --state "$STATE"
+"$EDDY" stats --state "$STATE" --job
+
 step "stage-out: the results go back to the parallel file system"
 "$EDDY" stage-out --state "$STATE" /pfs/results
 cmp "$MNT/pfs/results/doc.tar.gz" "$PFS/results/doc.tar.gz"
@@ -78,5 +87,12 @@ step "figures: the backend tier beside the backend read and written directly"
 mkdir -p "$DIR/tier"
 "$EDDY" bench tier --storage "$DIR/tier" --size 128MiB
 
-step "stop"
+step "stop: the daemons' counters become the job's profile in the I/O history"
 "$EDDY" stop --state "$STATE"
+
+step "the job's profile, from the history"
+"$EDDY" history list --db "$DB"
+JOB=$("$EDDY" history list --db "$DB" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["key"])')
+"$EDDY" history show "$JOB" --db "$DB"
+"$EDDY" history plot "$JOB" --db "$DB" --out "$PLOT"
+echo "the profile's plot (bandwidth and IOPS per daemon over time, request sizes, metadata ops): $PLOT"

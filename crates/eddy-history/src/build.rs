@@ -11,7 +11,9 @@
 //!   A node's mean is its clients' bytes over its active span (first to last request of any
 //!   of its clients, at least 1 s); its peak is the sum of its clients' own means (each
 //!   client's bytes over its own span), i.e. the rate had they all run at once at their
-//!   mean rate: a lower bound of the true peak.
+//!   mean rate, or the job's peak second shared evenly by the nodes that did I/O, whichever
+//!   is larger: both are lower bounds of the true peak (with one node, the job's peak is
+//!   the node's).
 //! - **Restarted daemons**: snapshots of one daemon id from several processes (a daemon
 //!   restarted by `eddy replace`, each process counting from zero; `merge_instances`) are
 //!   added up into one before anything else: counters summed, client and file sets merged,
@@ -85,8 +87,14 @@ pub fn profile_from_stats(stats: &[DaemonStats], job: &JobMeta) -> JobProfile {
     let files = merge_files(stats);
     let io_clients: Vec<&Client> = clients.values().filter(|c| c.bytes > 0).collect();
     let io_hosts: BTreeSet<&str> = io_clients.iter().map(|c| c.host.as_str()).collect();
-    let (peak_node_bandwidth, mean_node_bandwidth) = node_bandwidth(&io_clients);
+    let (client_bound, mean_node_bandwidth) = node_bandwidth(&io_clients);
     let rates = Rates::of(stats);
+    // The busiest node carried at least an even share of the job's busiest second.
+    let even_share = match io_hosts.len() {
+        0 => 0.0,
+        n => rates.peak_bytes / n as f64,
+    };
+    let peak_node_bandwidth = client_bound.max(even_share);
     let mut request_sizes = Histogram::default();
     let (mut read_bytes, mut written_bytes, mut data_ops, mut metadata_ops) = (0, 0, 0, 0);
     let mut daemons = Vec::new();
