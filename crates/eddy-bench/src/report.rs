@@ -404,6 +404,82 @@ pub fn median_of_rounds(rounds: &[Vec<Report>]) -> Vec<Report> {
         .collect()
 }
 
+/// With rounds of variants (`eddy bench suite --variant … --rounds N`, N ≥ 2): per way in
+/// (mount, library, preload) and later variant, per phase, the median over the rounds of the
+/// ratio to the first variant in the same round, with the rounds' lowest and highest. A
+/// round's two runs are measured minutes apart at most, so this ratio is less exposed to
+/// drift than the ratio of the medians; both are printed. Empty without rounds or variants.
+pub fn paired_ratios(rounds: &[Vec<Report>]) -> String {
+    let mut s = String::new();
+    let Some(first) = rounds.first() else {
+        return s;
+    };
+    if rounds.len() < 2 {
+        return s;
+    }
+    // Labels `way[variant]`: the first variant is the one of the first labelled run.
+    let split = |l: &str| -> Option<(String, String)> {
+        let (way, v) = l.strip_suffix(']')?.rsplit_once('[')?;
+        Some((way.to_string(), v.to_string()))
+    };
+    let Some((_, base)) = first.iter().find_map(|r| split(&r.label)) else {
+        return s;
+    };
+    for r in first {
+        let Some((way, variant)) = split(&r.label) else {
+            continue;
+        };
+        if variant == base {
+            continue;
+        }
+        let base_label = format!("{way}[{base}]");
+        let _ = writeln!(
+            s,
+            "\n{} / {} paired by round (median of {} rounds, lowest..highest)",
+            r.label,
+            base_label,
+            rounds.len()
+        );
+        for p in &r.phases {
+            let mut ratios: Vec<f64> = rounds
+                .iter()
+                .filter_map(|round| {
+                    let get = |l: &str| {
+                        round
+                            .iter()
+                            .find(|x| x.label == l)?
+                            .phases
+                            .iter()
+                            .find(|q| q.phase == p.phase)
+                            .map(PhaseResult::primary)
+                    };
+                    let (a, b) = (get(&r.label)?, get(&base_label)?);
+                    (b > 0.0).then(|| a / b)
+                })
+                .collect();
+            if ratios.is_empty() {
+                continue;
+            }
+            ratios.sort_by(f64::total_cmp);
+            let n = ratios.len();
+            let median = if n % 2 == 1 {
+                ratios[n / 2]
+            } else {
+                (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+            };
+            let _ = writeln!(
+                s,
+                "{:<20} {:>7.3}  ({:.2}..{:.2})",
+                p.phase.name(),
+                median,
+                ratios[0],
+                ratios[n - 1]
+            );
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -494,6 +570,18 @@ mod tests {
         }
         assert_eq!(m[1].score, two.score);
         assert_eq!(median_of_rounds(&rounds[..1]), rounds[0]);
+        // Paired: eddy[b] against eddy[a] of the same round.
+        let paired: Vec<Vec<Report>> = [(1.0, 2.0), (1.0, 1.0), (2.0, 1.0)]
+            .iter()
+            .map(|(a, b)| vec![report("eddy[a]", *a), report("eddy[b]", *b)])
+            .collect();
+        let text = paired_ratios(&paired);
+        assert!(
+            text.contains("eddy[b] / eddy[a] paired by round (median of 3 rounds"),
+            "{text}"
+        );
+        assert!(text.contains("1.000  (0.50..2.00)"), "{text}");
+        assert_eq!(paired_ratios(&paired[..1]), "");
     }
 
     #[test]

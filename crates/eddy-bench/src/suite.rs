@@ -106,7 +106,7 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         rounds.push(runs);
     }
     let runs = report::median_of_rounds(&rounds);
-    print_suite(&a, &runs);
+    print_suite(&a, &runs, &report::paired_ratios(&rounds));
     let title = if a.no_client {
         "eddy bench suite: Eddy mount vs raw storage"
     } else {
@@ -234,7 +234,7 @@ fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool) -> anyhow::Result<Vec<Rep
     }
 }
 
-fn print_suite(a: &SuiteArgs, runs: &[Report]) {
+fn print_suite(a: &SuiteArgs, runs: &[Report], paired: &str) {
     let mut text = String::new();
     for r in runs {
         text.push_str(&report::table(r));
@@ -274,6 +274,7 @@ fn print_suite(a: &SuiteArgs, runs: &[Report]) {
             }
         }
     }
+    text.push_str(paired);
     crate::human(a.out.json.as_deref(), &text);
 }
 

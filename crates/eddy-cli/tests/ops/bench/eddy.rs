@@ -465,7 +465,12 @@ fn suite_of_config_variants_over_rounds() {
             "eddy-lib[off]"
         ]
     );
-    for header in ["eddy[off] vs eddy[on]", "eddy-lib[off] vs eddy-lib[on]"] {
+    for header in [
+        "eddy[off] vs eddy[on]",
+        "eddy-lib[off] vs eddy-lib[on]",
+        "eddy[off] / eddy[on] paired by round (median of 2 rounds",
+        "eddy-lib[off] / eddy-lib[on] paired by round (median of 2 rounds",
+    ] {
         assert!(table.contains(header), "no {header:?} in\n{table}");
     }
     let err = fails(&["bench", "suite", "--variant", "nofile", "--scale", TINY]);
