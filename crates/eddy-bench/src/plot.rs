@@ -2,61 +2,23 @@
 //! phases in MiB/s and one for the others in kIOPS) and throughput against process count.
 //! The output format follows the file extension: `.svg` or `.png`.
 //!
-//! Text needs a TrueType font: `EDDY_BENCH_FONT`, else DejaVu Sans (Debian/Ubuntu package
-//! `fonts-dejavu-core`) or Liberation Sans at their usual paths.
+//! Text needs a TrueType font (eddy-plot: `EDDY_BENCH_FONT`, else DejaVu Sans or Liberation
+//! Sans).
 
 use crate::plan::{Kind, Phase};
 use crate::report::{ratio, Report};
 use anyhow::{anyhow, bail, Context};
+use eddy_plot::{bar_color, ensure_font, line_color, FONT};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
-const FONT_CANDIDATES: [&str; 5] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
-];
-const FONT: &str = "sans-serif";
 const WIDTH: u32 = 1100;
 const ROW_HEIGHT: u32 = 34;
 const PANEL_EXTRA: u32 = 110;
 
 fn plot_err<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow!("drawing failed: {e}")
-}
-
-/// Finds and registers a font once per process.
-fn ensure_font() -> anyhow::Result<()> {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let mut candidates: Vec<PathBuf> = Vec::new();
-        if let Some(p) = std::env::var_os("EDDY_BENCH_FONT") {
-            candidates.push(p.into());
-        }
-        candidates.extend(FONT_CANDIDATES.iter().map(PathBuf::from));
-        let Some((path, bytes)) = candidates
-            .iter()
-            .find_map(|p| Some((p, std::fs::read(p).ok()?)))
-        else {
-            return Err(
-                "no TrueType font found for the plot: install the package fonts-dejavu-core \
-                        (apt-get install fonts-dejavu-core) or set EDDY_BENCH_FONT to a .ttf file"
-                    .to_string(),
-            );
-        };
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        for style in [FontStyle::Normal, FontStyle::Bold] {
-            plotters::style::register_font(FONT, style, bytes)
-                .map_err(|_| format!("{} is not a usable TrueType font", path.display()))?;
-        }
-        Ok(())
-    })
-    .clone()
-    .map_err(|e| anyhow!(e))
 }
 
 enum Format {
@@ -84,7 +46,7 @@ fn render(
     draw: impl Fn(&DrawingArea<SVGBackend, Shift>) -> anyhow::Result<()>,
     draw_png: impl Fn(&DrawingArea<BitMapBackend, Shift>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    ensure_font()?;
+    ensure_font().map_err(|e| anyhow!(e))?;
     match format_of(path)? {
         Format::Svg => {
             let root = SVGBackend::new(path, size).into_drawing_area();
@@ -98,40 +60,6 @@ fn render(
         }
     }
     .with_context(|| format!("cannot write the plot {}", path.display()))
-}
-
-fn color(i: usize) -> RGBColor {
-    const COLORS: [RGBColor; 6] = [
-        RGBColor(0x4c, 0x72, 0xb0),
-        RGBColor(0xdd, 0x84, 0x52),
-        RGBColor(0x55, 0xa8, 0x68),
-        RGBColor(0xc4, 0x4e, 0x52),
-        RGBColor(0x81, 0x72, 0xb3),
-        RGBColor(0x93, 0x78, 0x60),
-    ];
-    COLORS[i % COLORS.len()]
-}
-
-/// Distinct, dark enough colours for up to 15 lines on white.
-fn line_color(i: usize) -> RGBColor {
-    const COLORS: [RGBColor; 15] = [
-        RGBColor(0x1f, 0x77, 0xb4),
-        RGBColor(0xd6, 0x27, 0x28),
-        RGBColor(0x2c, 0xa0, 0x2c),
-        RGBColor(0xff, 0x7f, 0x0e),
-        RGBColor(0x94, 0x67, 0xbd),
-        RGBColor(0x8c, 0x56, 0x4b),
-        RGBColor(0xe3, 0x77, 0xc2),
-        RGBColor(0x7f, 0x7f, 0x7f),
-        RGBColor(0xbc, 0xbd, 0x22),
-        RGBColor(0x17, 0xbe, 0xcf),
-        RGBColor(0x39, 0x3b, 0x79),
-        RGBColor(0x63, 0x79, 0x39),
-        RGBColor(0x8c, 0x6d, 0x31),
-        RGBColor(0x84, 0x3c, 0x39),
-        RGBColor(0x7b, 0x41, 0x73),
-    ];
-    COLORS[i % COLORS.len()]
 }
 
 /// Phases present in the first run, split into (bandwidth, other) panels.
@@ -248,7 +176,7 @@ fn bars<DB: DrawingBackend>(
     let n = runs.len() as f64;
     let band = 0.8 / n;
     for (ri, run) in runs.iter().enumerate() {
-        let c = color(ri);
+        let c = bar_color(ri);
         let rects = phases.iter().enumerate().filter_map(|(pi, p)| {
             let v = value(run, *p)?;
             let y0 = (k - 1 - pi) as f64 + 0.4 - band * (ri as f64 + 1.0);

@@ -23,7 +23,7 @@
 //!   with any request.
 
 use crate::profile::{DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};
-use eddy_proto::stats::{DaemonStats, Histogram, Sample, FILE_CLIENTS};
+use eddy_proto::stats::{DaemonStats, Histogram, FILE_CLIENTS};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Points per daemon the profile's series keeps at most.
@@ -406,7 +406,7 @@ fn series(stats: &[DaemonStats], start: f64) -> Vec<SeriesPoint> {
         let group = s.series.len().div_ceil(SERIES_POINTS).max(1);
         for g in s.series.chunks(group) {
             let Some(first) = g.first() else { continue };
-            let merged = g.iter().skip(1).fold(first.clone(), |a, b| merge(&a, b));
+            let merged = g.iter().skip(1).fold(first.clone(), |a, b| a.merge(b));
             let secs = f64::from(merged.seconds.max(1));
             out.push(SeriesPoint {
                 t: merged.t_ms as f64 / 1e3 - start,
@@ -423,37 +423,10 @@ fn series(stats: &[DaemonStats], start: f64) -> Vec<SeriesPoint> {
     out
 }
 
-/// Two consecutive samples as one (means weighted by the requests they were sampled over).
-fn merge(a: &Sample, b: &Sample) -> Sample {
-    let mean = |x: f32, wx: u64, y: f32, wy: u64| {
-        if wx + wy == 0 {
-            0.0
-        } else {
-            ((f64::from(x) * wx as f64 + f64::from(y) * wy as f64) / (wx + wy) as f64) as f32
-        }
-    };
-    Sample {
-        t_ms: a.t_ms.min(b.t_ms),
-        seconds: a.seconds + b.seconds,
-        read_bytes: a.read_bytes + b.read_bytes,
-        written_bytes: a.written_bytes + b.written_bytes,
-        ops: a.ops + b.ops,
-        metadata_ops: a.metadata_ops + b.metadata_ops,
-        queue_max: a.queue_max.max(b.queue_max),
-        queue_mean: mean(a.queue_mean, a.ops, b.queue_mean, b.ops),
-        metadata_queue_mean: mean(
-            a.metadata_queue_mean,
-            a.metadata_ops,
-            b.metadata_queue_mean,
-            b.metadata_ops,
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use eddy_proto::stats::{ClientId, ClientStats, FileAccess, OpStats};
+    use eddy_proto::stats::{ClientId, ClientStats, FileAccess, OpStats, Sample};
 
     fn client(host: &str, pid: u32, key: u64, read: u64, written: u64) -> ClientStats {
         ClientStats {

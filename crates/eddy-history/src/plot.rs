@@ -3,24 +3,15 @@
 //! histogram and a summary of the figures DFRA decides by, in one image, in the style of
 //! `eddy bench`'s plots (crates/eddy-bench/src/plot.rs). PNG, or SVG for a `.svg` path.
 //!
-//! Text needs a TrueType font, found as `eddy bench` finds it: `EDDY_BENCH_FONT`, else DejaVu
-//! Sans (Debian package `fonts-dejavu-core`) or Liberation Sans at their usual paths.
+//! Text needs a TrueType font, found as `eddy bench` finds it (eddy-plot).
 
 use crate::db::mode_name;
 use crate::profile::{JobProfile, SeriesPoint};
+use eddy_plot::{ensure_font, line_color, FONT};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
-const FONT_CANDIDATES: [&str; 5] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
-];
-const FONT: &str = "sans-serif";
 const WIDTH: u32 = 1200;
 const HEIGHT: u32 = 1100;
 const MIB: f64 = 1024.0 * 1024.0;
@@ -36,53 +27,6 @@ pub enum PlotError {
     Draw { path: PathBuf, message: String },
 }
 
-/// Finds and registers a font once per process.
-fn ensure_font() -> Result<(), PlotError> {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let mut candidates: Vec<PathBuf> = Vec::new();
-        if let Some(p) = std::env::var_os("EDDY_BENCH_FONT") {
-            candidates.push(p.into());
-        }
-        candidates.extend(FONT_CANDIDATES.iter().map(PathBuf::from));
-        let Some((path, bytes)) = candidates
-            .iter()
-            .find_map(|p| Some((p, std::fs::read(p).ok()?)))
-        else {
-            return Err(
-                "no TrueType font found for the plot: install the package fonts-dejavu-core \
-                 (apt-get install fonts-dejavu-core) or set EDDY_BENCH_FONT to a .ttf file"
-                    .to_string(),
-            );
-        };
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        for style in [FontStyle::Normal, FontStyle::Bold] {
-            plotters::style::register_font(FONT, style, bytes)
-                .map_err(|_| format!("{} is not a usable TrueType font", path.display()))?;
-        }
-        Ok(())
-    })
-    .clone()
-    .map_err(PlotError::Font)
-}
-
-/// Distinct, dark enough colours for lines on white (as `eddy bench`'s).
-fn line_color(i: usize) -> RGBColor {
-    const COLORS: [RGBColor; 10] = [
-        RGBColor(0x1f, 0x77, 0xb4),
-        RGBColor(0xd6, 0x27, 0x28),
-        RGBColor(0x2c, 0xa0, 0x2c),
-        RGBColor(0xff, 0x7f, 0x0e),
-        RGBColor(0x94, 0x67, 0xbd),
-        RGBColor(0x8c, 0x56, 0x4b),
-        RGBColor(0xe3, 0x77, 0xc2),
-        RGBColor(0x7f, 0x7f, 0x7f),
-        RGBColor(0xbc, 0xbd, 0x22),
-        RGBColor(0x17, 0xbe, 0xcf),
-    ];
-    COLORS[i % COLORS.len()]
-}
-
 type DrawResult = Result<(), String>;
 
 fn de<E: std::fmt::Display>(e: E) -> String {
@@ -91,7 +35,7 @@ fn de<E: std::fmt::Display>(e: E) -> String {
 
 /// Writes the plot of `profile` to `path` (`.png` or `.svg`).
 pub fn plot_profile(profile: &JobProfile, path: &Path) -> Result<(), PlotError> {
-    ensure_font()?;
+    ensure_font().map_err(PlotError::Font)?;
     let ext = path
         .extension()
         .and_then(|e| e.to_str())

@@ -164,6 +164,33 @@ pub struct Sample {
 // equality is total, as `Reply` (which carries a `DaemonStats`) requires.
 impl Eq for Sample {}
 
+impl Sample {
+    /// This sample and `other` (the next, or an earlier process's of the same second) as
+    /// one: sums, the larger maximum, means weighted by the requests each was sampled over.
+    pub fn merge(&self, other: &Sample) -> Sample {
+        let mean = |a: f32, wa: u64, b: f32, wb: u64| match wa + wb {
+            0 => 0.0,
+            w => ((f64::from(a) * wa as f64 + f64::from(b) * wb as f64) / w as f64) as f32,
+        };
+        Sample {
+            t_ms: self.t_ms.min(other.t_ms),
+            seconds: self.seconds + other.seconds,
+            read_bytes: self.read_bytes + other.read_bytes,
+            written_bytes: self.written_bytes + other.written_bytes,
+            ops: self.ops + other.ops,
+            metadata_ops: self.metadata_ops + other.metadata_ops,
+            queue_max: self.queue_max.max(other.queue_max),
+            queue_mean: mean(self.queue_mean, self.ops, other.queue_mean, other.ops),
+            metadata_queue_mean: mean(
+                self.metadata_queue_mean,
+                self.metadata_ops,
+                other.metadata_queue_mean,
+                other.metadata_ops,
+            ),
+        }
+    }
+}
+
 /// The backend tier's share of the I/O.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendStats {

@@ -35,7 +35,7 @@ impl Series {
         let mut merged = Vec::with_capacity(half.div_ceil(2));
         for pair in older.chunks(2) {
             merged.push(match pair {
-                [a, b] => merge(a, b),
+                [a, b] => a.merge(b),
                 [a] => a.clone(),
                 _ => continue,
             });
@@ -47,36 +47,6 @@ impl Series {
 
     pub fn to_vec(&self) -> Vec<Sample> {
         self.samples.iter().cloned().collect()
-    }
-}
-
-/// Weighted mean of two means (weights: the requests each was sampled over).
-fn mean(a: f32, wa: u64, b: f32, wb: u64) -> f32 {
-    let w = wa + wb;
-    if w == 0 {
-        0.0
-    } else {
-        ((f64::from(a) * wa as f64 + f64::from(b) * wb as f64) / w as f64) as f32
-    }
-}
-
-/// One sample covering `a` then `b`.
-pub(crate) fn merge(a: &Sample, b: &Sample) -> Sample {
-    Sample {
-        t_ms: a.t_ms.min(b.t_ms),
-        seconds: a.seconds + b.seconds,
-        read_bytes: a.read_bytes + b.read_bytes,
-        written_bytes: a.written_bytes + b.written_bytes,
-        ops: a.ops + b.ops,
-        metadata_ops: a.metadata_ops + b.metadata_ops,
-        queue_max: a.queue_max.max(b.queue_max),
-        queue_mean: mean(a.queue_mean, a.ops, b.queue_mean, b.ops),
-        metadata_queue_mean: mean(
-            a.metadata_queue_mean,
-            a.metadata_ops,
-            b.metadata_queue_mean,
-            b.metadata_ops,
-        ),
     }
 }
 
@@ -141,7 +111,7 @@ mod tests {
             t_ms: 1_000,
             ..Sample::default()
         };
-        let m = merge(&a, &b);
+        let m = a.merge(&b);
         assert_eq!(m.queue_mean, 3.0);
         assert_eq!(m.seconds, 2);
         assert_eq!(m.metadata_queue_mean, 0.0);
