@@ -271,3 +271,55 @@ fn the_job_started_is_what_stats_names() {
     assert_eq!(p.start, dep.job.start_ms as f64 / 1e3);
     assert_eq!(p.io_mode, IoMode::None);
 }
+
+/// `eddy stats --watch` draws a frame a second (the screen cleared before each) until it is
+/// interrupted, and then exits cleanly; while a workload runs, a frame shows its clients.
+#[test]
+fn watch_draws_frames_until_interrupted() {
+    use std::io::{BufRead, BufReader};
+    let cluster = Cluster::start(3);
+    run_workload(&cluster, "nn");
+    let mut child = eddy_testkit::cli::eddy_cmd()
+        .args(["stats", "--state", s(cluster.dir.path()), "--watch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn eddy stats --watch");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + GUARD;
+    let (mut frames, mut clients) = (0, false);
+    while frames < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .expect("eddy stats --watch drew two frames in time");
+        frames += usize::from(line.contains("\x1b[2J"));
+        clients |= line.starts_with("CLIENT");
+    }
+    assert!(clients, "a frame lists the clients");
+    // Ctrl-C: SIGINT to the process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let end = Instant::now() + GUARD;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            Instant::now() < end,
+            "eddy stats --watch did not stop on SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        status.success(),
+        "eddy stats --watch exits 0 on SIGINT: {status}"
+    );
+}
