@@ -56,6 +56,10 @@ pub enum Command {
     /// The I/O history of the jobs Eddy served: list, show, export (JSON) and plot job
     /// profiles from the history database (`history_db`, or --db).
     History(crate::history::HistoryArgs),
+    /// Walltime prediction: predict a job's runtime from past jobs (request, EASY++,
+    /// AdaBoost), or replay a trace (SWF, JSON, sacct text) through every predictor and
+    /// correction.
+    Walltime(crate::walltime::WalltimeArgs),
 }
 
 /// Where the deployment's state lives.

@@ -30,6 +30,7 @@ mod stats;
 mod status;
 mod stop;
 mod sysmap;
+mod walltime;
 
 use anyhow::Result;
 use clap::Parser;
@@ -72,6 +73,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bb(args) => bb::bb(args),
         Command::Sysmap(args) => sysmap::sysmap(args),
         Command::History(args) => history::history(args),
+        Command::Walltime(args) => walltime::walltime(args),
     }
 }
 
