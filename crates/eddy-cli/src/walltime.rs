@@ -95,7 +95,12 @@ pub struct ParamArgs {
 
 impl ParamArgs {
     fn params(&self) -> Params {
-        Params { rounds: self.rounds, depth: self.depth, min_train: self.min_train, ..Params::default() }
+        Params {
+            rounds: self.rounds,
+            depth: self.depth,
+            min_train: self.min_train,
+            ..Params::default()
+        }
     }
 }
 
@@ -110,7 +115,8 @@ fn read(path: &Path, format: &str) -> Result<Vec<Job>> {
     if format == "json" {
         return eddy_walltime::job::read_json(path);
     }
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     match format {
         "swf" => swf::parse(&text),
         _ => sacct::parse(&text),
@@ -119,11 +125,24 @@ fn read(path: &Path, format: &str) -> Result<Vec<Job>> {
 
 fn run_sacct(user: &str, since: &str) -> Result<Vec<Job>> {
     let out = Command::new("sacct")
-        .args(["--parsable2", "--noheader", "-o", sacct::FIELDS, "-S", since, "-u", user])
+        .args([
+            "--parsable2",
+            "--noheader",
+            "-o",
+            sacct::FIELDS,
+            "-S",
+            since,
+            "-u",
+            user,
+        ])
         .output()
         .context("running sacct (is Slurm's accounting installed?)")?;
     if !out.status.success() {
-        bail!("sacct failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "sacct failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     sacct::parse(&String::from_utf8_lossy(&out.stdout)).context("reading sacct's output")
 }
@@ -139,13 +158,26 @@ fn predict_cmd(a: PredictArgs) -> Result<()> {
         None => None,
     };
     let limit = sacct::parse_duration(&a.time).with_context(|| format!("--time {}", a.time))?;
-    let job = Job { id: "new".into(), user: a.user.clone(), cpus: a.cpus, mem_mb, limit, submit: 0, start: 0, end: 0, runtime: 0 };
+    let job = Job {
+        id: "new".into(),
+        user: a.user.clone(),
+        cpus: a.cpus,
+        mem_mb,
+        limit,
+        submit: 0,
+        start: 0,
+        end: 0,
+        runtime: 0,
+    };
     let p = predict(&history, &job, &a.params.params())?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&p)?);
         return Ok(());
     }
-    let show = |v: Option<u64>| v.map(hms).unwrap_or_else(|| "- (too little history)".into());
+    let show = |v: Option<u64>| {
+        v.map(hms)
+            .unwrap_or_else(|| "- (too little history)".into())
+    };
     outln!("history   {} finished jobs", history.len());
     outln!("request   {}", hms(p.request));
     outln!("easy++    {}", show(p.easy));
@@ -155,7 +187,13 @@ fn predict_cmd(a: PredictArgs) -> Result<()> {
 }
 
 fn replay_cmd(a: ReplayArgs) -> Result<()> {
-    let format = if a.swf { "swf" } else if a.json_records { "json" } else { "sacct" };
+    let format = if a.swf {
+        "swf"
+    } else if a.json_records {
+        "json"
+    } else {
+        "sacct"
+    };
     let jobs = read(&a.file, format)?;
     if jobs.is_empty() {
         bail!("{}: no finished jobs", a.file.display());
@@ -170,8 +208,21 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
 }
 
 fn print_table(e: &Evaluation) {
-    outln!("{} jobs; EASY++ predicted {}, AdaBoost {} (the others: their request)", e.jobs, e.easy_predicted, e.adaboost_predicted);
-    outln!("{:<10} {:<10} {:>10} {:>12} {:>10} {:>12}", "predictor", "correction", "within20%", "MAE", "under", "corrections");
+    outln!(
+        "{} jobs; EASY++ predicted {}, AdaBoost {} (the others: their request)",
+        e.jobs,
+        e.easy_predicted,
+        e.adaboost_predicted
+    );
+    outln!(
+        "{:<10} {:<10} {:>10} {:>12} {:>10} {:>12}",
+        "predictor",
+        "correction",
+        "within20%",
+        "MAE",
+        "under",
+        "corrections"
+    );
     for r in &e.rows {
         outln!(
             "{:<10} {:<10} {:>9.1}% {:>12} {:>9.1}% {:>12.2}",
@@ -188,5 +239,9 @@ fn print_table(e: &Evaluation) {
 /// Seconds as Slurm writes them: [D-]HH:MM:SS.
 fn hms(s: u64) -> String {
     let (d, h, m, sec) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
-    if d > 0 { format!("{d}-{h:02}:{m:02}:{sec:02}") } else { format!("{h:02}:{m:02}:{sec:02}") }
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{sec:02}")
+    } else {
+        format!("{h:02}:{m:02}:{sec:02}")
+    }
 }

@@ -21,9 +21,13 @@ impl AdaBoost {
     pub fn fit(x: &[Vec<f64>], y: &[f64], rounds: usize, depth: u16) -> Result<AdaBoost> {
         let n = x.len();
         if n == 0 || n != y.len() {
-            return Err(anyhow!("AdaBoost needs as many targets as rows, and at least one ({n} rows, {} targets)", y.len()));
+            return Err(anyhow!(
+                "AdaBoost needs as many targets as rows, and at least one ({n} rows, {} targets)",
+                y.len()
+            ));
         }
-        let matrix = DenseMatrix::from_2d_vec(&x.to_vec()).map_err(|e| anyhow!("feature matrix: {e}"))?;
+        let matrix =
+            DenseMatrix::from_2d_vec(&x.to_vec()).map_err(|e| anyhow!("feature matrix: {e}"))?;
         let targets = y.to_vec();
         let params = DecisionTreeRegressorParameters::default().with_max_depth(depth);
         let mut weights = vec![1.0 / n as f64; n];
@@ -31,7 +35,9 @@ impl AdaBoost {
         for _ in 0..rounds.max(1) {
             let tree = Tree::fit_with_weights(&matrix, &targets, &weights, params.clone())
                 .map_err(|e| anyhow!("fitting a tree: {e}"))?;
-            let pred = tree.predict(&matrix).map_err(|e| anyhow!("tree prediction: {e}"))?;
+            let pred = tree
+                .predict(&matrix)
+                .map_err(|e| anyhow!("tree prediction: {e}"))?;
             let errors: Vec<f64> = pred.iter().zip(y).map(|(p, t)| (p - t).abs()).collect();
             let max = errors.iter().cloned().fold(0.0, f64::max);
             if max <= 0.0 {
@@ -65,16 +71,23 @@ impl AdaBoost {
         if x.is_empty() {
             return Ok(Vec::new());
         }
-        let matrix = DenseMatrix::from_2d_vec(&x.to_vec()).map_err(|e| anyhow!("feature matrix: {e}"))?;
+        let matrix =
+            DenseMatrix::from_2d_vec(&x.to_vec()).map_err(|e| anyhow!("feature matrix: {e}"))?;
         let per_tree: Vec<Vec<f64>> = self
             .trees
             .iter()
-            .map(|(t, _)| t.predict(&matrix).map_err(|e| anyhow!("tree prediction: {e}")))
+            .map(|(t, _)| {
+                t.predict(&matrix)
+                    .map_err(|e| anyhow!("tree prediction: {e}"))
+            })
             .collect::<Result<_>>()?;
         Ok((0..x.len())
             .map(|row| {
-                let mut votes: Vec<(f64, f64)> =
-                    per_tree.iter().zip(&self.trees).map(|(p, (_, w))| (p[row], *w)).collect();
+                let mut votes: Vec<(f64, f64)> = per_tree
+                    .iter()
+                    .zip(&self.trees)
+                    .map(|(p, (_, w))| (p[row], *w))
+                    .collect();
                 weighted_median(&mut votes)
             })
             .collect())
@@ -101,7 +114,10 @@ mod tests {
 
     #[test]
     fn weighted_median_takes_the_heavy_side() {
-        assert_eq!(weighted_median(&mut [(1.0, 1.0), (5.0, 3.0), (9.0, 1.0)]), 5.0);
+        assert_eq!(
+            weighted_median(&mut [(1.0, 1.0), (5.0, 3.0), (9.0, 1.0)]),
+            5.0
+        );
         assert_eq!(weighted_median(&mut [(1.0, 3.0), (5.0, 1.0)]), 1.0);
     }
 
@@ -111,6 +127,9 @@ mod tests {
         let y: Vec<f64> = (0..40).map(|i| if i < 20 { 10.0 } else { 100.0 }).collect();
         let model = AdaBoost::fit(&x, &y, 10, 3).unwrap();
         let p = model.predict(&[vec![3.0], vec![35.0]]).unwrap();
-        assert!((p[0] - 10.0).abs() < 1.0 && (p[1] - 100.0).abs() < 1.0, "{p:?}");
+        assert!(
+            (p[0] - 10.0).abs() < 1.0 && (p[1] - 100.0).abs() < 1.0,
+            "{p:?}"
+        );
     }
 }

@@ -68,7 +68,10 @@ pub fn correct(method: Correction, prediction: u64, runtime: u64, cap: u64) -> C
         walltime = walltime.saturating_add(step).min(cap);
         corrections += 1;
     }
-    Corrected { walltime, corrections }
+    Corrected {
+        walltime,
+        corrections,
+    }
 }
 
 #[cfg(test)]
@@ -80,26 +83,77 @@ mod tests {
     #[test]
     fn simple_adds_an_hour_until_the_job_fits() {
         // The paper's Fig. 5: an 8-h job from a 2-h and from a 6-h head start.
-        assert_eq!(correct(Correction::Simple, 2 * H, 8 * H, 100 * H), Corrected { walltime: 9 * H, corrections: 7 });
-        assert_eq!(correct(Correction::Simple, 6 * H, 8 * H, 100 * H), Corrected { walltime: 9 * H, corrections: 3 });
+        assert_eq!(
+            correct(Correction::Simple, 2 * H, 8 * H, 100 * H),
+            Corrected {
+                walltime: 9 * H,
+                corrections: 7
+            }
+        );
+        assert_eq!(
+            correct(Correction::Simple, 6 * H, 8 * H, 100 * H),
+            Corrected {
+                walltime: 9 * H,
+                corrections: 3
+            }
+        );
         // Ends 30 s before its prediction: still running at the 60-s mark, one correction.
-        assert_eq!(correct(Correction::Simple, H, H - 30, 100 * H).corrections, 1);
+        assert_eq!(
+            correct(Correction::Simple, H, H - 30, 100 * H).corrections,
+            1
+        );
         // Ends 2 min before: none.
-        assert_eq!(correct(Correction::Simple, H, H - 2 * M, 100 * H), Corrected { walltime: H, corrections: 0 });
+        assert_eq!(
+            correct(Correction::Simple, H, H - 2 * M, 100 * H),
+            Corrected {
+                walltime: H,
+                corrections: 0
+            }
+        );
     }
 
     #[test]
     fn power_doubles_from_fifteen_minutes() {
         // 1 h + 15 + 30 + 60 + 120 min = 4 h 45 min ≥ 4 h.
-        assert_eq!(correct(Correction::Power, H, 4 * H, 100 * H), Corrected { walltime: H + 225 * M, corrections: 4 });
-        assert_eq!(correct(Correction::Power, 2 * H, 8 * H, 100 * H), Corrected { walltime: 2 * H + 465 * M, corrections: 5 });
+        assert_eq!(
+            correct(Correction::Power, H, 4 * H, 100 * H),
+            Corrected {
+                walltime: H + 225 * M,
+                corrections: 4
+            }
+        );
+        assert_eq!(
+            correct(Correction::Power, 2 * H, 8 * H, 100 * H),
+            Corrected {
+                walltime: 2 * H + 465 * M,
+                corrections: 5
+            }
+        );
     }
 
     #[test]
     fn never_past_the_request_or_seven_days() {
-        assert_eq!(correct(Correction::Simple, H, 10 * H, 3 * H), Corrected { walltime: 3 * H, corrections: 2 });
-        assert_eq!(correct(Correction::Power, H, 10 * H, 90 * M), Corrected { walltime: 90 * M, corrections: 2 });
-        assert_eq!(correct(Correction::None, 5 * H, 10 * H, 3 * H), Corrected { walltime: 3 * H, corrections: 0 });
+        assert_eq!(
+            correct(Correction::Simple, H, 10 * H, 3 * H),
+            Corrected {
+                walltime: 3 * H,
+                corrections: 2
+            }
+        );
+        assert_eq!(
+            correct(Correction::Power, H, 10 * H, 90 * M),
+            Corrected {
+                walltime: 90 * M,
+                corrections: 2
+            }
+        );
+        assert_eq!(
+            correct(Correction::None, 5 * H, 10 * H, 3 * H),
+            Corrected {
+                walltime: 3 * H,
+                corrections: 0
+            }
+        );
         // A 9-day job from a 1-day prediction: simple stops once past 7 days.
         let c = correct(Correction::Simple, 24 * H, 9 * 24 * H, 30 * 24 * H);
         assert_eq!(c.walltime, 7 * 24 * H + H);

@@ -30,5 +30,6 @@ pub struct Job {
 pub fn read_json(path: &Path) -> Result<Vec<Job>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing job records in {}", path.display()))
+    serde_json::from_str(&text)
+        .with_context(|| format!("parsing job records in {}", path.display()))
 }

@@ -19,6 +19,3 @@ pub use correct::{correct, Corrected, Correction};
 pub use job::Job;
 pub use predict::{predict, Params, Prediction, Predictor};
 pub use replay::{replay, Evaluation, Row};
-
-
-

@@ -28,7 +28,14 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Params { rounds: 30, depth: 6, min_train: 20, retrain_after: 10, max_train: 2000, no_limit: 7 * 86400 }
+        Params {
+            rounds: 30,
+            depth: 6,
+            min_train: 20,
+            retrain_after: 10,
+            max_train: 2000,
+            no_limit: 7 * 86400,
+        }
     }
 }
 
@@ -43,7 +50,11 @@ pub enum Predictor {
 }
 
 impl Predictor {
-    pub const ALL: [Predictor; 3] = [Predictor::Request, Predictor::EasyPlusPlus, Predictor::AdaBoost];
+    pub const ALL: [Predictor; 3] = [
+        Predictor::Request,
+        Predictor::EasyPlusPlus,
+        Predictor::AdaBoost,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -103,7 +114,9 @@ impl Regression {
         }
         let x: Vec<Vec<f64>> = jobs.iter().map(|j| features(j, users)).collect();
         let y: Vec<f64> = jobs.iter().map(|j| j.runtime as f64).collect();
-        Ok(Some(Regression { model: AdaBoost::fit(&x, &y, params.rounds, params.depth)? }))
+        Ok(Some(Regression {
+            model: AdaBoost::fit(&x, &y, params.rounds, params.depth)?,
+        }))
     }
 
     /// The predicted runtime of `job`, between 1 s and its cap.
@@ -152,7 +165,10 @@ pub fn predict(history: &[Job], job: &Job, params: &Params) -> Result<Prediction
             .unwrap_or(f64::INFINITY)
     };
     let mut used = Predictor::Request;
-    for (p, available) in [(Predictor::EasyPlusPlus, easy.is_some()), (Predictor::AdaBoost, adaboost.is_some())] {
+    for (p, available) in [
+        (Predictor::EasyPlusPlus, easy.is_some()),
+        (Predictor::AdaBoost, adaboost.is_some()),
+    ] {
         if available && mae(p) < mae(used) {
             used = p;
         }
@@ -162,7 +178,13 @@ pub fn predict(history: &[Job], job: &Job, params: &Params) -> Result<Prediction
         Predictor::EasyPlusPlus => easy.unwrap_or(request),
         Predictor::AdaBoost => adaboost.unwrap_or(request),
     };
-    Ok(Prediction { request, easy, adaboost, used, walltime })
+    Ok(Prediction {
+        request,
+        easy,
+        adaboost,
+        used,
+        walltime,
+    })
 }
 
 #[cfg(test)]
@@ -208,7 +230,9 @@ pub(crate) mod tests {
         let (train, test) = jobs.split_at(240);
         let train: Vec<&Job> = train.iter().collect();
         let mut users = Users::default();
-        let model = Regression::fit(&train, &mut users, &params).unwrap().unwrap();
+        let model = Regression::fit(&train, &mut users, &params)
+            .unwrap()
+            .unwrap();
         let mut mae_boost = 0.0;
         let mut mae_request = 0.0;
         for j in test {
@@ -216,13 +240,18 @@ pub(crate) mod tests {
             mae_boost += (p as f64 - j.runtime as f64).abs() / test.len() as f64;
             mae_request += (j.limit.unwrap() as f64 - j.runtime as f64).abs() / test.len() as f64;
         }
-        assert!(mae_boost < mae_request / 4.0, "adaboost MAE {mae_boost} vs request {mae_request}");
+        assert!(
+            mae_boost < mae_request / 4.0,
+            "adaboost MAE {mae_boost} vs request {mae_request}"
+        );
     }
 
     #[test]
     fn predict_from_a_history_prefers_the_accurate_predictor() {
         // One user whose runs repeat 600 s under a 2-h request: EASY++ is exact.
-        let history: Vec<Job> = (0..30).map(|i| job(i, "u", 7200, i64::from(i) * 1000, 600)).collect();
+        let history: Vec<Job> = (0..30)
+            .map(|i| job(i, "u", 7200, i64::from(i) * 1000, 600))
+            .collect();
         let p = predict(&history, &job(99, "u", 7200, 0, 0), &Params::default()).unwrap();
         assert_eq!(p.request, 7200);
         assert_eq!(p.easy, Some(600));
@@ -230,6 +259,9 @@ pub(crate) mod tests {
         assert_ne!(p.used, Predictor::Request);
         assert!(p.walltime <= 7200);
         let none = predict(&[], &job(1, "v", 3600, 0, 0), &Params::default()).unwrap();
-        assert_eq!((none.used, none.walltime, none.easy, none.adaboost), (Predictor::Request, 3600, None, None));
+        assert_eq!(
+            (none.used, none.walltime, none.easy, none.adaboost),
+            (Predictor::Request, 3600, None, None)
+        );
     }
 }

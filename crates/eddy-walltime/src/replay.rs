@@ -53,7 +53,10 @@ pub fn predictions(jobs: &[Job], params: &Params) -> Result<Vec<([u64; 3], bool,
         let job = &jobs[i];
         while next < by_end.len() && jobs[by_end[next]].end < job.submit {
             let done = &jobs[by_end[next]];
-            runtimes.entry(done.user.as_str()).or_default().push(done.runtime);
+            runtimes
+                .entry(done.user.as_str())
+                .or_default()
+                .push(done.runtime);
             finished.push(done);
             next += 1;
         }
@@ -65,12 +68,18 @@ pub fn predictions(jobs: &[Job], params: &Params) -> Result<Vec<([u64; 3], bool,
             trained_at = finished.len();
         }
         let request = cap(job, params);
-        let e = runtimes.get(job.user.as_str()).and_then(|r| easy(r, request));
+        let e = runtimes
+            .get(job.user.as_str())
+            .and_then(|r| easy(r, request));
         let a = match &model {
             Some(m) => Some(m.predict(job, &mut users, params)?),
             None => None,
         };
-        out[i] = ([request, e.unwrap_or(request), a.unwrap_or(request)], e.is_some(), a.is_some());
+        out[i] = (
+            [request, e.unwrap_or(request), a.unwrap_or(request)],
+            e.is_some(),
+            a.is_some(),
+        );
     }
     Ok(out)
 }
@@ -115,7 +124,11 @@ mod tests {
     use crate::predict::tests::job;
 
     fn row(e: &Evaluation, p: Predictor, c: Correction) -> Row {
-        e.rows.iter().find(|r| r.predictor == p && r.correction == c).unwrap().clone()
+        e.rows
+            .iter()
+            .find(|r| r.predictor == p && r.correction == c)
+            .unwrap()
+            .clone()
     }
 
     #[test]
@@ -130,7 +143,10 @@ mod tests {
             job(3, "a", 10_000, 5000, 2000),
             job(4, "a", 10_000, 8000, 5000),
         ];
-        let params = Params { min_train: 100, ..Params::default() };
+        let params = Params {
+            min_train: 100,
+            ..Params::default()
+        };
         let e = replay(&jobs, &params).unwrap();
         assert_eq!((e.jobs, e.easy_predicted, e.adaboost_predicted), (4, 2, 0));
 
@@ -148,21 +164,35 @@ mod tests {
         // more, 5600 (error 3600); job 4: 2500 → 6100 (error 1100), one correction each.
         let r = row(&e, Predictor::EasyPlusPlus, Correction::Simple);
         assert_eq!(r.mae, (9000.0 + 7000.0 + 3600.0 + 1100.0) / 4.0);
-        assert_eq!((r.underestimates, r.mean_corrections, r.within_20), (0.0, 0.5, 0.0));
+        assert_eq!(
+            (r.underestimates, r.mean_corrections, r.within_20),
+            (0.0, 0.5, 0.0)
+        );
 
         // Power: job 3: 2000 → 2900 (one); job 4: 2500 → 3400 → 5200 (two).
         let r = row(&e, Predictor::EasyPlusPlus, Correction::Power);
         assert_eq!(r.mae, (9000.0 + 7000.0 + 900.0 + 200.0) / 4.0);
-        assert_eq!((r.underestimates, r.mean_corrections, r.within_20), (0.0, 0.75, 0.25), "job 4 within 20 %");
+        assert_eq!(
+            (r.underestimates, r.mean_corrections, r.within_20),
+            (0.0, 0.75, 0.25),
+            "job 4 within 20 %"
+        );
 
         // AdaBoost without enough history falls back to the request.
-        assert_eq!(row(&e, Predictor::AdaBoost, Correction::Power).mae, 29000.0 / 4.0);
+        assert_eq!(
+            row(&e, Predictor::AdaBoost, Correction::Power).mae,
+            29000.0 / 4.0
+        );
     }
 
     #[test]
     fn no_future_leakage() {
         // Job 2 is submitted before job 1 ends: EASY++ cannot use job 1 for it.
-        let jobs = vec![job(0, "a", 9000, 0, 100), job(1, "a", 9000, 0, 100), job(2, "a", 9000, 50, 100)];
+        let jobs = vec![
+            job(0, "a", 9000, 0, 100),
+            job(1, "a", 9000, 0, 100),
+            job(2, "a", 9000, 50, 100),
+        ];
         let p = predictions(&jobs, &Params::default()).unwrap();
         assert!(!p[2].1);
         assert_eq!(p[2].0[1], 9000);

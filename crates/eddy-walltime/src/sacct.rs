@@ -16,7 +16,9 @@ pub fn parse(text: &str) -> Result<Vec<Job>> {
         if line.trim().is_empty() {
             continue;
         }
-        if let Some(job) = parse_line(line).with_context(|| format!("sacct line {}: {line:?}", n + 1))? {
+        if let Some(job) =
+            parse_line(line).with_context(|| format!("sacct line {}: {line:?}", n + 1))?
+        {
             jobs.push(job);
         }
     }
@@ -33,14 +35,20 @@ fn parse_line(line: &str) -> Result<Option<Job>> {
         return Ok(None); // a step of a job, not the job
     }
     let state = f[9].split_whitespace().next().unwrap_or("");
-    if matches!(state, "PENDING" | "RUNNING" | "REQUEUED" | "RESIZING" | "SUSPENDED") {
+    if matches!(
+        state,
+        "PENDING" | "RUNNING" | "REQUEUED" | "RESIZING" | "SUSPENDED"
+    ) {
         return Ok(None);
     }
     let (Some(start), Some(end)) = (parse_date(f[6])?, parse_date(f[7])?) else {
         return Ok(None);
     };
     let submit = parse_date(f[5])?.unwrap_or(start);
-    let cpus: u32 = f[2].trim().parse().with_context(|| format!("ReqCPUS {:?}", f[2]))?;
+    let cpus: u32 = f[2]
+        .trim()
+        .parse()
+        .with_context(|| format!("ReqCPUS {:?}", f[2]))?;
     let runtime = match parse_duration(f[8])? {
         Some(s) => s,
         None => u64::try_from(end - start).unwrap_or(0),
@@ -62,12 +70,19 @@ fn parse_line(line: &str) -> Result<Option<Job>> {
 /// fraction of a second; `None` for `UNLIMITED`, `Partition_Limit`, `INVALID` or empty.
 pub fn parse_duration(s: &str) -> Result<Option<u64>> {
     let s = s.trim();
-    if s.is_empty() || matches!(s, "UNLIMITED" | "Partition_Limit" | "INVALID" | "NONE" | "None") {
+    if s.is_empty()
+        || matches!(
+            s,
+            "UNLIMITED" | "Partition_Limit" | "INVALID" | "NONE" | "None"
+        )
+    {
         return Ok(None);
     }
     let num = |p: &str| -> Result<u64> {
         let whole = p.split('.').next().unwrap_or(p);
-        whole.parse::<u64>().with_context(|| format!("bad number {p:?} in duration {s:?}"))
+        whole
+            .parse::<u64>()
+            .with_context(|| format!("bad number {p:?} in duration {s:?}"))
     };
     let (days, rest) = match s.split_once('-') {
         Some((d, rest)) => (Some(num(d)?), rest),
@@ -105,12 +120,18 @@ pub fn parse_mem(s: &str, cpus: u32) -> Result<Option<f64>> {
         Some('T') => (&s[..s.len() - 1], 1024.0 * 1024.0),
         _ => (s, 1.0),
     };
-    let v: f64 = digits.parse().with_context(|| format!("bad memory {s:?}"))?;
+    let v: f64 = digits
+        .parse()
+        .with_context(|| format!("bad memory {s:?}"))?;
     if v <= 0.0 {
         return Ok(None);
     }
     let mb = v * scale;
-    Ok(Some(if per_cpu { mb * f64::from(cpus.max(1)) } else { mb }))
+    Ok(Some(if per_cpu {
+        mb * f64::from(cpus.max(1))
+    } else {
+        mb
+    }))
 }
 
 /// Seconds since the epoch of Slurm's `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences
@@ -120,13 +141,25 @@ pub fn parse_date(s: &str) -> Result<Option<i64>> {
     if s.is_empty() || matches!(s, "Unknown" | "None" | "N/A") {
         return Ok(None);
     }
-    let (date, time) = s.split_once('T').with_context(|| format!("bad date {s:?}"))?;
-    let d: Vec<i64> = date.split('-').map(|p| p.parse::<i64>()).collect::<Result<_, _>>().with_context(|| format!("bad date {s:?}"))?;
-    let t: Vec<i64> = time.split(':').map(|p| p.parse::<i64>()).collect::<Result<_, _>>().with_context(|| format!("bad time in {s:?}"))?;
+    let (date, time) = s
+        .split_once('T')
+        .with_context(|| format!("bad date {s:?}"))?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|p| p.parse::<i64>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("bad date {s:?}"))?;
+    let t: Vec<i64> = time
+        .split(':')
+        .map(|p| p.parse::<i64>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("bad time in {s:?}"))?;
     let ([y, mo, da], [h, mi, se]) = (d.as_slice(), t.as_slice()) else {
         bail!("bad date {s:?}");
     };
-    Ok(Some(days_from_civil(*y, *mo, *da) * 86400 + h * 3600 + mi * 60 + se))
+    Ok(Some(
+        days_from_civil(*y, *mo, *da) * 86400 + h * 3600 + mi * 60 + se,
+    ))
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).

@@ -16,7 +16,9 @@ pub fn parse(text: &str) -> Result<Vec<Job>> {
         if line.is_empty() || line.starts_with(';') {
             continue;
         }
-        if let Some(job) = parse_line(line).with_context(|| format!("SWF line {}: {line:?}", n + 1))? {
+        if let Some(job) =
+            parse_line(line).with_context(|| format!("SWF line {}: {line:?}", n + 1))?
+        {
             jobs.push(job);
         }
     }
@@ -51,7 +53,9 @@ fn parse_line(line: &str) -> Result<Option<Job>> {
             None => "unknown".to_string(),
         },
         cpus: procs as u32,
-        mem_mb: mem_kb_per_proc.filter(|m| *m > 0.0).map(|m| m * procs / 1024.0),
+        mem_mb: mem_kb_per_proc
+            .filter(|m| *m > 0.0)
+            .map(|m| m * procs / 1024.0),
         limit: known(f[8]).filter(|t| *t > 0.0).map(|t| t as u64),
         submit,
         start,
@@ -78,11 +82,18 @@ mod tests {
         let jobs = parse(text).unwrap();
         assert_eq!(jobs.len(), 3, "job 3 has no run time");
         let j = &jobs[0];
-        assert_eq!((j.user.as_str(), j.cpus, j.limit, j.runtime), ("u7", 4, Some(7200), 3600));
+        assert_eq!(
+            (j.user.as_str(), j.cpus, j.limit, j.runtime),
+            ("u7", 4, Some(7200), 3600)
+        );
         assert_eq!((j.submit, j.start, j.end), (0, 10, 3610));
         assert_eq!(j.mem_mb, Some(4.0));
         let j = &jobs[1];
-        assert_eq!((j.cpus, j.limit, j.start), (2, None, 100), "allocated procs, no limit, no wait");
+        assert_eq!(
+            (j.cpus, j.limit, j.start),
+            (2, None, 100),
+            "allocated procs, no limit, no wait"
+        );
         assert_eq!(j.mem_mb, Some(4.0), "used memory when none was requested");
         assert_eq!(jobs[2].user, "unknown");
         assert!(parse("1 2 3").is_err());

@@ -14,3 +14,4 @@ mod metrics;
 mod profile;
 mod stats;
 mod sysmap;
+mod walltime;
