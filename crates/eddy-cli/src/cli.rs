@@ -56,6 +56,9 @@ pub enum Command {
     /// The I/O history of the jobs Eddy served: list, show, export (JSON) and plot job
     /// profiles from the history database (`history_db`, or --db).
     History(crate::history::HistoryArgs),
+    /// The I/O-server allocation policy (DFRA): explain the servers a job would get on a
+    /// pool and why, or replay a history through the policy (the paper's Table 4).
+    Alloc(crate::alloc::AllocArgs),
 }
 
 /// Where the deployment's state lives.

@@ -17,6 +17,7 @@ macro_rules! errln {
     };
 }
 
+mod alloc;
 mod bb;
 mod cli;
 mod debug;
@@ -72,6 +73,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bb(args) => bb::bb(args),
         Command::Sysmap(args) => sysmap::sysmap(args),
         Command::History(args) => history::history(args),
+        Command::Alloc(args) => alloc::alloc(args),
     }
 }
 
