@@ -334,7 +334,7 @@ pub fn decide(
 /// its history (quiet now: no interference; more than its history: its live rates).
 fn clash_with(th: &Thresholds, policy: &Policy, n: &RunningJob, me_prone: bool) -> Option<String> {
     if let Some(l) = &n.live {
-        if th.quiet(&l, policy.quiet_ratio) {
+        if th.quiet(l, policy.quiet_ratio) {
             return None;
         }
     }
