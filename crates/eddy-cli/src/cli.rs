@@ -60,6 +60,9 @@ pub enum Command {
     /// AdaBoost), or replay a trace (SWF, JSON, sacct text) through every predictor and
     /// correction.
     Walltime(crate::walltime::WalltimeArgs),
+    /// The I/O-server allocation policy (DFRA): explain the servers a job would get on a
+    /// pool and why, or replay a history through the policy (the paper's Table 4).
+    Alloc(crate::alloc::AllocArgs),
 }
 
 /// Where the deployment's state lives.

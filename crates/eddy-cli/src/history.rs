@@ -190,7 +190,7 @@ fn spec(args: &DbArgs) -> Result<String> {
     )
 }
 
-fn open(args: &DbArgs) -> Result<HistoryDb> {
+pub(crate) fn open(args: &DbArgs) -> Result<HistoryDb> {
     let spec = spec(args)?;
     Ok(HistoryDb::open(&spec)?)
 }

@@ -17,6 +17,7 @@ macro_rules! errln {
     };
 }
 
+mod alloc;
 mod bb;
 mod cli;
 mod debug;
@@ -74,6 +75,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Sysmap(args) => sysmap::sysmap(args),
         Command::History(args) => history::history(args),
         Command::Walltime(args) => walltime::walltime(args),
+        Command::Alloc(args) => alloc::alloc(args),
     }
 }
 
