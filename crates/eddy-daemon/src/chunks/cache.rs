@@ -44,16 +44,7 @@ impl ChunkStore {
             return Ok(None);
         };
         let sums = match self.block {
-            Some(_) => Some(
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .mode(0o600)
-                    .open(sum_path(&path))
-                    .map_err(|e| Errno::from_io(&e, format!("checksums of file {id:032x}")))?,
-            ),
+            Some(_) => Some(open_sums(&path, id)?),
             None => None,
         };
         let file = Arc::new(Open { data, sums });
@@ -105,6 +96,19 @@ impl ChunkStore {
         };
         op(file.as_deref())
     }
+}
+
+/// Opens (made if missing, 0600) the sum file beside data file `path` of file `id`.
+pub(super) fn open_sums(path: &Path, id: FileId) -> Result<File, Errno> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(sum_path(path))
+        .map_err(|e| Errno::from_io(&e, format!("checksums of file {id:032x}")))
 }
 
 /// effort), then takes a share of it.

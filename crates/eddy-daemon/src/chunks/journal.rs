@@ -14,8 +14,8 @@
 //! number of blocks, and a CRC32C of those; a slot that does not check is ignored (it was
 //! being written when the daemon died, before the change it announced began).
 
+use super::cache::open_sums;
 use super::io::pread_full;
-use super::layout::sum_path;
 use super::sums::SUM_BYTES;
 use super::{ChunkStore, Open};
 use eddy_proto::checksum;
@@ -248,18 +248,9 @@ impl ChunkStore {
                     Err(e) if e.kind() == ErrorKind::NotFound => continue,
                     Err(e) => return Err(Errno::from_io(&e, format!("{}", path.display()))),
                 };
-                let sums = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(sum_path(&path))
-                    .map_err(|e| Errno::from_io(&e, format!("checksums of file {id:032x}")))?;
                 let f = Open {
                     data,
-                    sums: Some(sums),
+                    sums: Some(open_sums(&path, *id)?),
                 };
                 for c in changes {
                     self.resum(&f, c)?;
@@ -287,6 +278,7 @@ impl ChunkStore {
 mod tests {
     use super::*;
     use crate::chunks::fixture::*;
+    use crate::chunks::layout::sum_path;
 
     #[test]
     fn slots_decode_what_they_encode_and_refuse_a_torn_one() {
