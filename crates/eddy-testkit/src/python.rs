@@ -56,3 +56,33 @@ pub fn finish(mut child: Child) {
     let st = child.wait().expect("wait");
     assert!(st.success(), "child failed: {st}");
 }
+
+/// Runs `script` once per argument list, all at once, each a python3 process whose file
+/// calls under `prefix` go to the deployment of state directory `state` through
+/// libeddy_preload.so; process *i* gets `PMI_RANK=i` when `ranks` (an MPI rank, as a
+/// launcher sets it). Each must succeed and print `done`.
+pub fn preload_procs(state: &Path, prefix: &str, script: &str, procs: &[Vec<String>], ranks: bool) {
+    let children: Vec<Child> = procs
+        .iter()
+        .enumerate()
+        .map(|(i, args)| {
+            let mut cmd = Command::new(PYTHON);
+            cmd.arg("-c")
+                .arg(script)
+                .args(args)
+                .env("LD_PRELOAD", crate::preload_so())
+                .env("EDDY_PREFIX", prefix)
+                .env("EDDY_STATE", state)
+                .stdout(Stdio::piped());
+            if ranks {
+                cmd.env("PMI_RANK", i.to_string());
+            }
+            cmd.spawn().expect("python3")
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().expect("wait");
+        assert!(out.status.success(), "a workload process failed");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
+    }
+}

@@ -15,10 +15,10 @@ use eddy_config::Deployment;
 use eddy_history::JobProfile;
 use eddy_proto::stats::{PersistedStats, PERSIST_DIR};
 use eddy_testkit::cli::{eddy, eddy_cmd, s, text};
-use eddy_testkit::{preload_so, python::PYTHON};
+use eddy_testkit::python::preload_procs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const PREFIX: &str = "/eddy";
@@ -112,25 +112,10 @@ fn workload(state: &Path) {
 /// Processes `ranks` through the preload library, each writing and reading EACH bytes to a
 /// file of its own.
 fn workload_ranks(state: &Path, ranks: std::ops::Range<u32>) {
-    let children: Vec<_> = ranks
-        .map(|rank| {
-            Command::new(PYTHON)
-                .arg("-c")
-                .arg(WORKLOAD)
-                .args([PREFIX, &rank.to_string(), &EACH.to_string()])
-                .env("LD_PRELOAD", preload_so())
-                .env("EDDY_PREFIX", PREFIX)
-                .env("EDDY_STATE", state)
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("python3")
-        })
+    let procs: Vec<Vec<String>> = ranks
+        .map(|rank| vec![PREFIX.to_string(), rank.to_string(), EACH.to_string()])
         .collect();
-    for c in children {
-        let out = c.wait_with_output().expect("wait");
-        assert!(out.status.success(), "a workload process failed");
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
-    }
+    preload_procs(state, PREFIX, WORKLOAD, &procs, false);
 }
 
 fn show(db: &Path, job: &str, env: &[(&str, &str)]) -> JobProfile {

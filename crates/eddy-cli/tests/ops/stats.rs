@@ -7,8 +7,8 @@
 use eddy_history::{IoMode, JobProfile};
 use eddy_proto::stats::DaemonStats;
 use eddy_testkit::cli::{ok, s};
-use eddy_testkit::{preload_so, python::PYTHON, Cluster};
-use std::process::{Command, Stdio};
+use eddy_testkit::{python::preload_procs, Cluster};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const PREFIX: &str = "/eddy";
@@ -44,26 +44,17 @@ print("done")
 "#;
 
 fn run_workload(cluster: &Cluster, mode: &str) {
-    let children: Vec<_> = (0..3)
+    let procs: Vec<Vec<String>> = (0..3)
         .map(|rank| {
-            Command::new(PYTHON)
-                .arg("-c")
-                .arg(WORKLOAD)
-                .args([PREFIX, mode, &rank.to_string(), &EACH.to_string()])
-                .env("LD_PRELOAD", preload_so())
-                .env("EDDY_PREFIX", PREFIX)
-                .env("EDDY_STATE", cluster.dir.path())
-                .env("PMI_RANK", rank.to_string())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("python3")
+            vec![
+                PREFIX.into(),
+                mode.into(),
+                rank.to_string(),
+                EACH.to_string(),
+            ]
         })
         .collect();
-    for c in children {
-        let out = c.wait_with_output().expect("wait");
-        assert!(out.status.success(), "a workload process failed");
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
-    }
+    preload_procs(cluster.dir.path(), PREFIX, WORKLOAD, &procs, true);
 }
 
 fn stats_json(cluster: &Cluster) -> Vec<DaemonStats> {
