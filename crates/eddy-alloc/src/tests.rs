@@ -69,6 +69,7 @@ fn app(
         request_sizes: Vec::new(),
         daemons: Vec::new(),
         series: Vec::new(),
+        allocation: None,
     }
 }
 

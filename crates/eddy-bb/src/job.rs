@@ -29,6 +29,16 @@ pub struct JobRecord {
     /// history (decision 0032).
     #[serde(default)]
     pub script_hash: Option<String>,
+    /// The Slurm job's name and node count, asked at setup (pool mode): with the script
+    /// hash, what finds its history.
+    #[serde(default)]
+    pub job_name: Option<String>,
+    #[serde(default)]
+    pub nodes: Option<u32>,
+    /// Pool mode: the allocation policy's decision (which of the pool's nodes, by which rule,
+    /// why; decision 0038).
+    #[serde(default)]
+    pub decision: Option<eddy_alloc::Decision>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

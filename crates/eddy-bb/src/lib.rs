@@ -5,6 +5,7 @@
 //! stage and stop the job's deployment through eddy-deploy, and read the node inventory
 //! (eddy-sysmap) for the site's capacity.
 //!
+//! `alloc` decides a pool job's I/O nodes with the DFRA policy (eddy-alloc) at setup;
 //! `directives` parses a job script's `#EDDY` lines; `site` holds the site's settings and
 //! limits; `job` is root's record of a job; `nodes` asks Slurm for a job's nodes and runs
 //! commands on them through the site's launcher; `as_user` resolves paths as the job's user
@@ -15,6 +16,7 @@
 //! what was made where (teardown trusts nothing else); `state/`, the deployment's state
 //! directory (root's); `user/`, the job user's copy of the deployment file (EDDY_STATE).
 
+pub mod alloc;
 pub mod as_user;
 pub mod directives;
 pub mod job;

@@ -77,6 +77,9 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
             script_hash: std::fs::read(script)
                 .ok()
                 .map(|text| eddy_config::JobInfo::script_hash(&text)),
+            job_name: None,
+            nodes: None,
+            decision: None,
         }
     };
     jd.save(&rec)?;
@@ -85,7 +88,41 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
             .pool
             .as_ref()
             .context("mode=pool but the site has no [pool] any more")?;
-        let hosts = parse_hosts(&pool.nodes[..rec.pool_nodes as usize].join("\n"))?;
+        // The servers, decided once (a rerun keeps them: its daemons may be running), one
+        // job at a time (under the state directory's lock), so that jobs set up together
+        // each see the others' decisions.
+        if rec.decision.is_none() {
+            let all = std::fs::File::open(&site.state_dir)
+                .with_context(|| format!("cannot open {}", site.state_dir.display()))?;
+            lock_exclusive(&all, &site.state_dir)?;
+            let decision = crate::alloc::decide_for(site, pool, &mut rec)?;
+            let summary = crate::alloc::comment(&decision, pool);
+            rec.pool_nodes = u32::try_from(decision.servers.len()).unwrap_or(u32::MAX);
+            rec.decision = Some(decision);
+            jd.save(&rec)?;
+            drop(all);
+            if let Err(e) = crate::alloc::set_comment(job, &summary) {
+                say.err(&format!(
+                    "eddy: warning: the job's Comment does not say its allocation: {e:#}"
+                ));
+            }
+        }
+        let decision = rec.decision.as_ref().context("the job's decision is recorded")?;
+        for r in &decision.reasons {
+            say.out(&format!("eddy: allocation: {r}"));
+        }
+        let lines: Vec<String> = decision
+            .servers
+            .iter()
+            .filter_map(|id| pool.nodes.get(*id as usize).cloned())
+            .collect();
+        if lines.len() != decision.servers.len() {
+            bail!(
+                "the job's servers {:?} are not all in the site's [pool] any more",
+                decision.servers
+            );
+        }
+        let hosts = parse_hosts(&lines.join("\n"))?;
         start_daemons(site, &jd, &mut rec, &hosts, &pool.root, say)?;
     }
     Ok(())
@@ -264,6 +301,11 @@ pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
         let options = StopOptions {
             discard: true,
             history: HistoryTarget::Site(site.profile_db()?),
+            // The profile carries the allocation its servers were chosen by (decision 0038).
+            allocation: rec.as_ref().and_then(|r| {
+                let pool = site.pool.as_ref()?;
+                Some(crate::alloc::allocation(r.decision.as_ref()?, pool))
+            }),
         };
         let stopped = eddy_deploy::stop(&state, options, say);
         if let Err(e) = stopped {
@@ -533,7 +575,9 @@ fn start_daemons(
             daemon_user: Some(rec.uid.to_string()),
             job: eddy_config::JobInfo {
                 id: Some(rec.job.to_string()),
-                name: None,
+                // The Slurm job's name (pool mode asks it at setup): the history's key to
+                // the application, with the script hash.
+                name: rec.job_name.clone(),
                 user: eddy_config::JobInfo::user_name(rec.uid),
                 script_hash: rec.script_hash.clone(),
                 start_ms: 0,

@@ -58,6 +58,10 @@ pub struct Site {
     /// PostgreSQL; decision 0033). Unset: the `config` file's `history_db`, else
     /// `STATE_DIR/history.db` (`profile_db`).
     pub history_db: Option<String>,
+    /// The allocation policy of pool mode (`eddy_alloc::Policy`, the `[alloc]` table as
+    /// `eddy alloc --policy` reads it; decision 0038): which of the pool's nodes each job's
+    /// daemons start on.
+    pub alloc: eddy_alloc::Policy,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -72,6 +76,15 @@ pub struct Pool {
     pub root: String,
     /// Capacity of the pool when no inventory says it.
     pub capacity: Option<String>,
+    /// B_f: an I/O node's peak bandwidth, bytes per second (`2GiB`: 2 GiB/s), for the
+    /// allocation's scaling rule (F = ceil(B_f / B_c)); a node the inventory measured (the
+    /// storage holding `root`) has its own.
+    #[serde(default = "default_peak_bandwidth")]
+    pub peak_bandwidth: String,
+    /// The seconds of a running job's daemons' latest counters that make its live load (the
+    /// allocation's view of its neighbours).
+    #[serde(default = "default_live_window_s")]
+    pub live_window_s: u64,
 }
 
 /// Largest capacity a job may ask for unless the site says otherwise.
@@ -81,6 +94,15 @@ pub const DEFAULT_MAX_CAPACITY: &str = "1TiB";
 const UNLIMITED: u64 = 1 << 50;
 
 impl Pool {
+    /// B_f of a node the inventory does not measure, bytes/s.
+    pub fn peak_bandwidth(&self) -> Result<f64> {
+        match parse_bytes(&self.peak_bandwidth) {
+            Ok(b) if b > 0 => Ok(b as f64),
+            Ok(_) => bail!("[pool] peak_bandwidth = 0: give bytes per second, e.g. \"2GiB\""),
+            Err(e) => bail!("[pool] peak_bandwidth: {e}"),
+        }
+    }
+
     pub fn node_names(&self) -> Vec<String> {
         self.nodes
             .iter()
@@ -112,6 +134,15 @@ fn default_pool_name() -> String {
     "eddy".into()
 }
 
+/// An I/O node's peak bandwidth when the inventory does not measure it: an NVMe drive's.
+fn default_peak_bandwidth() -> String {
+    "2GiB".into()
+}
+
+fn default_live_window_s() -> u64 {
+    10
+}
+
 impl Default for Site {
     fn default() -> Site {
         Site {
@@ -131,6 +162,7 @@ impl Default for Site {
             node_local_capacity: None,
             pool: None,
             history_db: None,
+            alloc: eddy_alloc::Policy::default(),
         }
     }
 }
@@ -168,7 +200,12 @@ impl Site {
         if let Some(c) = &self.node_local_capacity {
             parse_bytes(c).map_err(|e| anyhow::anyhow!("node_local_capacity: {e}"))?;
         }
+        self.alloc.check().map_err(|e| anyhow::anyhow!("[alloc] {e}"))?;
         if let Some(pool) = &self.pool {
+            pool.peak_bandwidth()?;
+            if pool.live_window_s == 0 {
+                bail!("[pool] live_window_s = 0: give a number of seconds");
+            }
             if pool.name == NODE_LOCAL_POOL {
                 bail!("[pool] name {NODE_LOCAL_POOL:?} is the node-local pool's");
             }
@@ -374,6 +411,33 @@ impl Site {
             .collect())
     }
 
+    /// B_f of each of the pool's nodes, in the pool's order: what the inventory measured of
+    /// the storage holding the pool's `root` on that node (its write rate, else its read
+    /// rate), else the pool's `peak_bandwidth`.
+    pub fn pool_peaks(&self, pool: &Pool) -> Result<Vec<f64>> {
+        let default = pool.peak_bandwidth()?;
+        let names = pool.node_names();
+        let measured: Vec<eddy_sysmap::NodeRecord> = match &self.inventory {
+            // Every node it has (a pool node it lacks keeps the default).
+            Some(db) => eddy_sysmap::load(db, &[])?,
+            None => Vec::new(),
+        };
+        let prefix = fixed_prefix(&pool.root);
+        Ok(names
+            .iter()
+            .map(|n| {
+                measured
+                    .iter()
+                    .filter(|r| &r.node == n)
+                    .flat_map(|r| &r.storage)
+                    .filter(|st| st.path == prefix)
+                    .find_map(|st| st.write_mib_s.or(st.read_mib_s))
+                    .filter(|mib| mib.is_finite() && *mib > 0.0)
+                    .map_or(default, |mib| mib * f64::from(1u32 << 20))
+            })
+            .collect())
+    }
+
     /// The state directory of job `job`.
     pub fn job_dir(&self, job: u32) -> PathBuf {
         self.state_dir.join(job.to_string())
@@ -475,6 +539,57 @@ mod tests {
         assert_eq!(
             s.history_db().unwrap().as_deref(),
             Some("/var/lib/eddy/history.db")
+        );
+    }
+
+    #[test]
+    fn alloc_knobs_are_checked_by_name_and_pool_peaks_come_from_the_inventory() {
+        let err = |text: &str| {
+            toml::from_str::<Site>(text)
+                .map_err(anyhow::Error::from)
+                .and_then(|s| s.validate())
+                .unwrap_err()
+                .to_string()
+        };
+        let bad = err("[alloc]\nalpha = -1.0\n");
+        assert!(bad.contains("alloc.alpha = -1"), "{bad}");
+        let unknown = err("[alloc]\nv_min = 3\n");
+        assert!(unknown.contains("v_min"), "{unknown}");
+        let pool = "[pool]\nnodes = [\"io1\", \"io2 10.0.0.2\"]\nroot = \"/nvme/eddy/{job}\"\n";
+        let peak = err(&format!("{pool}capacity = \"1T\"\npeak_bandwidth = \"fast\"\n"));
+        assert!(peak.contains("[pool] peak_bandwidth"), "{peak}");
+        let s = site(&format!(
+            "[alloc]\nv_min_bytes = 1048576\nn_min = 2\n{pool}capacity = \"1T\"\n\
+             peak_bandwidth = \"1MiB\"\n"
+        ));
+        assert_eq!((s.alloc.v_min_bytes, s.alloc.n_min), (1 << 20, Some(2)));
+        let p = s.pool.clone().unwrap();
+        assert_eq!(s.pool_peaks(&p).unwrap(), [1048576.0; 2]);
+        // io2's storage under the pool's root measured at 300 MiB/s: its own B_f.
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inventory.db");
+        let rec = eddy_sysmap::NodeRecord {
+            node: "io2".into(),
+            collected_at: 1,
+            cores: 4,
+            mem_total_bytes: 1 << 30,
+            mem_available_bytes: 1 << 30,
+            interfaces: Vec::new(),
+            storage: vec![eddy_sysmap::Storage {
+                path: "/nvme/eddy".into(),
+                write_mib_s: Some(300.0),
+                read_mib_s: Some(900.0),
+                ..eddy_sysmap::Storage::default()
+            }],
+        };
+        eddy_sysmap::upsert(&db, &rec).unwrap();
+        let s = Site {
+            inventory: Some(db),
+            ..s
+        };
+        assert_eq!(
+            s.pool_peaks(&p).unwrap(),
+            [1048576.0, 300.0 * 1048576.0]
         );
     }
 

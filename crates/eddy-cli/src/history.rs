@@ -434,6 +434,24 @@ fn print_profile(p: &JobProfile) {
     for (k, v) in &lines {
         outln!("{:<width$}  {v}", format!("{k}:"), width = width + 1);
     }
+    if let Some(a) = &p.allocation {
+        // The burst buffer's allocation of this run (decision 0038).
+        outln!(
+            "{:<width$}  {} on server(s) {} ({})",
+            "allocation:",
+            a.rule,
+            a.servers
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            a.hosts.join(","),
+            width = width + 1
+        );
+        for r in &a.reasons {
+            outln!("  - {r}");
+        }
+    }
     if !p.daemons.is_empty() {
         outln!("");
         let rows: Vec<Vec<String>> = p

@@ -12,7 +12,7 @@
 use crate::state::StateDir;
 use crate::Say;
 use eddy_config::Deployment;
-use eddy_history::{profile_from_stats, HistoryDb, JobMeta, JobProfile};
+use eddy_history::{profile_from_stats, Allocation, HistoryDb, JobMeta, JobProfile};
 use eddy_proto::stats::{deployment_tag, DaemonStats, PersistedStats, PERSIST_DIR};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -68,12 +68,14 @@ pub fn profile_path(state: &StateDir) -> PathBuf {
     state.dir().join("profile.json")
 }
 
-/// Makes and stores the profile of `dep`, which is ending as `ending` says; returns it if
+/// Makes and stores the profile of `dep`, which is ending as `ending` says, with the
+/// allocation its servers were chosen by (the burst buffer's pool mode), if any; returns it if
 /// one was made. Never fails: what goes wrong is said through `say.err`.
 pub fn record_end(
     state: &StateDir,
     dep: &Deployment,
     target: &HistoryTarget,
+    allocation: Option<&Allocation>,
     ending: Ending,
     say: Say,
 ) -> Option<JobProfile> {
@@ -105,7 +107,8 @@ pub fn record_end(
         );
         return None;
     }
-    let profile = profile_from_stats(&stats, &job_meta(dep));
+    let mut profile = profile_from_stats(&stats, &job_meta(dep));
+    profile.allocation = allocation.cloned();
     match serde_json::to_vec_pretty(&profile) {
         Ok(text) => {
             if let Err(e) = crate::state::write_private(&profile_path(state), &text) {

@@ -151,6 +151,7 @@ pub fn end_dead(state: &StateDir, say: Say) -> Result<bool> {
         state,
         &dep,
         &crate::profile::HistoryTarget::User,
+        None,
         crate::profile::Ending::Killed,
         say,
     );

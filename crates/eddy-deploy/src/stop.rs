@@ -28,6 +28,9 @@ pub struct StopOptions {
     /// Where the job profile goes (the deployment's `history_db` or the user's default; a
     /// site's database for the burst buffer).
     pub history: HistoryTarget,
+    /// How the deployment's servers were allocated (the burst buffer's pool mode): recorded
+    /// in the profile.
+    pub allocation: Option<eddy_history::Allocation>,
 }
 
 /// What `stop` found.
@@ -66,7 +69,14 @@ pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped>
             return Err(e);
         }
     }
-    let profile = profile::record_end(state, &dep, &options.history, Ending::Stopped, say);
+    let profile = profile::record_end(
+        state,
+        &dep,
+        &options.history,
+        options.allocation.as_ref(),
+        Ending::Stopped,
+        say,
+    );
     problems.extend(shutdown_daemons(&dep));
     // A daemon that acknowledged shutdown is given one RPC timeout to exit before signals.
     let grace = Duration::from_millis(dep.config.rpc_timeout_ms);

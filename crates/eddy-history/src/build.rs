@@ -160,6 +160,7 @@ pub fn profile_from_stats(stats: &[DaemonStats], job: &JobMeta) -> JobProfile {
         request_sizes: request_sizes.counts,
         daemons,
         series: series(stats, start),
+        allocation: None,
     }
 }
 

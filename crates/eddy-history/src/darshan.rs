@@ -255,6 +255,7 @@ pub fn profile_from_facts(f: &DarshanFacts) -> JobProfile {
         request_sizes: request_sizes(&f.read_sizes, &f.write_sizes),
         daemons: Vec::new(),
         series,
+        allocation: None,
     }
 }
 

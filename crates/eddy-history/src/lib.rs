@@ -20,4 +20,4 @@ pub mod profile;
 
 pub use build::{merge_instances, profile_from_stats, JobMeta};
 pub use db::{user_default_db, App, DbSpec, Filter, HistoryDb, HistoryError};
-pub use profile::{DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};
+pub use profile::{Allocation, DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};

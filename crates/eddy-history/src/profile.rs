@@ -116,6 +116,21 @@ pub struct JobProfile {
     pub daemons: Vec<DaemonLoad>,
     /// The time series, downsampled (at most a few hundred points per daemon).
     pub series: Vec<SeriesPoint>,
+    /// How this run's I/O servers were allocated (the burst buffer's pool mode, decision
+    /// 0038); absent for other runs and for profiles stored before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Allocation>,
+}
+
+/// The allocation a run got: which rule of the policy decided, the servers (ids in the pool
+/// and their hosts) and the reasons with the numbers used (`eddy_alloc::Decision`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// `scaled`, `isolated` or `default`.
+    pub rule: String,
+    pub servers: Vec<u32>,
+    pub hosts: Vec<String>,
+    pub reasons: Vec<String>,
 }
 
 impl JobProfile {

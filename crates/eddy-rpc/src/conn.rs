@@ -79,17 +79,27 @@ pub const RANK_VARS: [&str; 4] = [
     "SLURM_PROCID",
 ];
 
+/// The variable Slurm sets in a job step to the name of the node it runs on.
+pub const NODE_VAR: &str = "SLURMD_NODENAME";
+
 /// Who this process is, as it identifies to every daemon it connects to (`Identify`): its
-/// host name, its pid (read each time: a forked child is another client) and its rank
-/// (`RANK_VARS`) when it has one.
+/// node (Slurm's name for it, `NODE_VAR`, in a job step: the node Slurm means, also where
+/// several slurmd "nodes" share a host; else the host name), its pid (read each time: a
+/// forked child is another client) and its rank (`RANK_VARS`) when it has one.
 pub fn client_id() -> eddy_proto::stats::ClientId {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let host = HOST.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
+        let slurm = std::env::var(NODE_VAR)
             .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "localhost".to_string())
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty());
+        slurm.unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "localhost".to_string())
+        })
     });
     let rank = RANK_VARS
         .iter()

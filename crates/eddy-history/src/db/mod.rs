@@ -39,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "filter_indexes",
         sql: include_str!("../../migrations/0002_filter_indexes.sql"),
     },
+    Migration {
+        version: 3,
+        name: "allocation",
+        sql: include_str!("../../migrations/0003_allocation.sql"),
+    },
 ];
 
 /// The schema version this program writes.
@@ -162,7 +167,7 @@ enum Val {
 }
 
 /// The columns written by `put`, in the order of `upsert_sql`'s placeholders.
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "key",
     "job_id",
     "job_name",
@@ -174,19 +179,30 @@ const COLUMNS: [&str; 11] = [
     "io_mode",
     "volume",
     "profile",
+    "alloc_rule",
 ];
 
-/// `INSERT ... ON CONFLICT (key) DO UPDATE`, which SQLite (3.24+) and PostgreSQL share;
-/// `ph(i)` writes the i-th (1-based) placeholder in the backend's syntax.
-fn upsert_sql(ph: fn(usize) -> String) -> String {
-    let cols = COLUMNS.join(", ");
-    let phs: Vec<String> = (1..=COLUMNS.len()).map(ph).collect();
-    let sets: Vec<String> = COLUMNS[1..]
+/// The columns a database at schema `version` has (`alloc_rule` came with migration 3): a
+/// database migrated to an older version only (the migrations' tests) is written without it.
+fn columns_at(version: u32) -> &'static [&'static str] {
+    if version >= 3 {
+        &COLUMNS
+    } else {
+        &COLUMNS[..11]
+    }
+}
+
+/// `INSERT ... ON CONFLICT (key) DO UPDATE` of `cols`, which SQLite (3.24+) and PostgreSQL
+/// share; `ph(i)` writes the i-th (1-based) placeholder in the backend's syntax.
+fn upsert_sql(cols: &[&str], ph: fn(usize) -> String) -> String {
+    let names = cols.join(", ");
+    let phs: Vec<String> = (1..=cols.len()).map(ph).collect();
+    let sets: Vec<String> = cols[1..]
         .iter()
         .map(|c| format!("{c} = excluded.{c}"))
         .collect();
     format!(
-        "INSERT INTO profiles ({cols}) VALUES ({}) ON CONFLICT (key) DO UPDATE SET {}",
+        "INSERT INTO profiles ({names}) VALUES ({}) ON CONFLICT (key) DO UPDATE SET {}",
         phs.join(", "),
         sets.join(", ")
     )
@@ -214,6 +230,7 @@ fn row_of(p: &JobProfile) -> Result<Vec<Val>> {
         Val::Text(Some(mode_name(p.io_mode).to_string())),
         Val::Int(i64::try_from(p.volume()).unwrap_or(i64::MAX)),
         Val::Text(Some(json)),
+        Val::Text(p.allocation.as_ref().map(|a| a.rule.clone())),
     ])
 }
 
@@ -314,6 +331,8 @@ pub struct HistoryDb {
     inner: Inner,
     /// What to call it in messages (a URL without its password).
     name: String,
+    /// The schema version it was migrated to (the columns `put` writes).
+    version: u32,
 }
 
 impl std::fmt::Debug for HistoryDb {
@@ -341,6 +360,7 @@ impl HistoryDb {
                 Ok(HistoryDb {
                     inner: Inner::Sqlite(conn),
                     name,
+                    version,
                 })
             }
             DbSpec::Postgres(url) => {
@@ -348,6 +368,7 @@ impl HistoryDb {
                 Ok(HistoryDb {
                     inner: Inner::Postgres(Box::new(client)),
                     name,
+                    version,
                 })
             }
         }
@@ -404,10 +425,12 @@ impl HistoryDb {
 
     /// Stores `profile`, replacing the one with the same key.
     pub fn put(&mut self, profile: &JobProfile) -> Result<()> {
-        let vals = row_of(profile)?;
+        let cols = columns_at(self.version);
+        let mut vals = row_of(profile)?;
+        vals.truncate(cols.len());
         match &mut self.inner {
-            Inner::Sqlite(c) => sqlite::put(c, &profile.key, &vals),
-            Inner::Postgres(c) => postgres::put(c, &profile.key, &vals),
+            Inner::Sqlite(c) => sqlite::put(c, &profile.key, cols, &vals),
+            Inner::Postgres(c) => postgres::put(c, &profile.key, cols, &vals),
         }
     }
 

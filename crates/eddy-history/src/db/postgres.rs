@@ -131,9 +131,9 @@ pub(super) fn applied(client: &mut Client) -> Result<Vec<(u32, f64)>> {
         .collect()
 }
 
-pub(super) fn put(client: &mut Client, key: &str, vals: &[Val]) -> Result<()> {
+pub(super) fn put(client: &mut Client, key: &str, cols: &[&str], vals: &[Val]) -> Result<()> {
     client
-        .execute(&super::upsert_sql(ph), &params(vals))
+        .execute(&super::upsert_sql(cols, ph), &params(vals))
         .map_err(err(format!("cannot store the profile {key}")))?;
     Ok(())
 }

@@ -131,8 +131,8 @@ pub(super) fn applied(conn: &mut Connection) -> Result<Vec<(u32, f64)>> {
         .map_err(err("cannot read the migrations"))
 }
 
-pub(super) fn put(conn: &mut Connection, key: &str, vals: &[Val]) -> Result<()> {
-    conn.execute(&super::upsert_sql(ph), params_from_iter(vals.iter()))
+pub(super) fn put(conn: &mut Connection, key: &str, cols: &[&str], vals: &[Val]) -> Result<()> {
+    conn.execute(&super::upsert_sql(cols, ph), params_from_iter(vals.iter()))
         .map_err(err(format!("cannot store the profile {key}")))?;
     Ok(())
 }

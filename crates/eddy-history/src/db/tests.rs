@@ -158,25 +158,42 @@ fn migrations_suite(spec: &str) {
     drop(v1);
 
     let mut db = HistoryDb::open(spec).unwrap();
-    assert_eq!(db.schema_version().unwrap(), 2);
+    assert_eq!(db.schema_version().unwrap(), 3);
     let applied = db.applied_migrations().unwrap();
-    assert_eq!(applied.iter().map(|a| a.0).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(applied.iter().map(|a| a.0).collect::<Vec<_>>(), [1, 2, 3]);
     let indexes = db.index_names().unwrap();
     for ix in [
         "profiles_start",
         "profiles_app",
         "profiles_user",
         "profiles_job_id",
+        "profiles_alloc_rule",
     ] {
         assert!(indexes.iter().any(|n| n == ix), "{ix} missing: {indexes:?}");
     }
-    assert_eq!(db.get(&old[0].key).unwrap().as_ref(), Some(&old[0]));
+    // A row stored before the allocation was recorded reads as it was, without one.
+    let read = db.get(&old[0].key).unwrap();
+    assert_eq!(read.as_ref(), Some(&old[0]));
+    assert_eq!(read.and_then(|p| p.allocation), None);
+    // A run with its allocation keeps it (migration 3).
+    let mut allocated = old[1].clone();
+    allocated.allocation = Some(crate::Allocation {
+        rule: "scaled".into(),
+        servers: vec![0, 2],
+        hosts: vec!["io1".into(), "io3".into()],
+        reasons: vec!["scaling: S = 2".into()],
+    });
+    db.put(&allocated).unwrap();
+    assert_eq!(db.get(&allocated.key).unwrap().as_ref(), Some(&allocated));
+    db.put(&old[1]).unwrap();
+    assert_eq!(db.get(&old[1].key).unwrap().as_ref(), Some(&old[1]));
+    db.put(&allocated).unwrap();
     drop(db);
 
     // Re-open: a no-op (the same records, with the times they were first applied).
     let mut db = HistoryDb::open(spec).unwrap();
     assert_eq!(db.applied_migrations().unwrap(), applied);
-    assert_eq!(db.list(&Filter::default()).unwrap().len(), 1);
+    assert_eq!(db.list(&Filter::default()).unwrap().len(), 2);
 }
 
 #[test]

@@ -1,0 +1,417 @@
+//! Pool mode's allocation at setup (decision 0038): which of the site's I/O nodes a job's
+//! daemons start on, decided by the DFRA policy (`eddy_alloc::decide`) from the job's history
+//! in the site's history database and the pool as it is now — the other pool jobs set up on
+//! it (their records under `state_dir`), each with what its own history expects of it and
+//! the live load its daemons report (`Stats`). The job's `nodes=` directive caps the servers.
+//! The decision is kept in the job's record, summed up in the Slurm job's Comment, and stored
+//! with the job's profile at teardown.
+//!
+//! `pool_view` (the servers and their jobs) and `cap` are pure; `gather` and `decide_for` do
+//! the I/O (Slurm, the history database, the neighbours' daemons).
+
+use crate::job::{JobDir, JobRecord};
+use crate::nodes::run_bounded;
+use crate::site::{Pool, Site};
+use anyhow::{bail, Context, Result};
+use eddy_alloc::pool::pick_history;
+use eddy_alloc::{decide, Decision, Job, Load, Policy, RunningJob, Server, Traits};
+use eddy_history::{Allocation, HistoryDb};
+use eddy_proto::stats::DaemonStats;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+/// Bound on one call of a Slurm tool from the allocation.
+const SLURM_BOUND: Duration = Duration::from_secs(30);
+/// Longest Slurm job comment the allocation writes (Slurm keeps more; a line stays readable).
+pub const COMMENT_MAX: usize = 240;
+
+/// Another pool job set up now, as the allocation sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neighbour {
+    pub job: u32,
+    pub name: Option<String>,
+    /// The pool nodes its daemons run on.
+    pub hosts: Vec<String>,
+    /// What its own history expects of it.
+    pub expected: Option<Traits>,
+    /// Its daemons' live load by host, or why they could not be asked.
+    pub live: Result<BTreeMap<String, Load>, String>,
+}
+
+impl Neighbour {
+    fn label(&self) -> String {
+        match &self.name {
+            Some(n) => format!("job {} ({n})", self.job),
+            None => format!("job {}", self.job),
+        }
+    }
+}
+
+/// The pool's servers (id = index in `[pool] nodes`) with the neighbours running on them, and
+/// a note for each neighbour whose daemons could not be asked (listed with its history only).
+pub fn pool_view(hosts: &[String], peaks: &[f64], neighbours: &[Neighbour]) -> (Vec<Server>, Vec<String>) {
+    let mut notes = Vec::new();
+    for n in neighbours {
+        if let Err(e) = &n.live {
+            notes.push(format!(
+                "neighbour {} cannot be reached ({e}): listed with its history only",
+                n.label()
+            ));
+        }
+    }
+    let servers = hosts
+        .iter()
+        .zip(peaks)
+        .enumerate()
+        .map(|(i, (host, peak))| {
+            let mut load = Load::default();
+            let jobs: Vec<RunningJob> = neighbours
+                .iter()
+                .filter(|n| n.hosts.contains(host))
+                .map(|n| {
+                    let live = n.live.as_ref().ok().map(|by_host| {
+                        by_host.get(host).copied().unwrap_or_default()
+                    });
+                    if let Some(l) = &live {
+                        load.bytes_per_s += l.bytes_per_s;
+                        load.iops += l.iops;
+                        load.metadata_rate += l.metadata_rate;
+                    }
+                    RunningJob {
+                        job: n.label(),
+                        expected: n.expected,
+                        live,
+                    }
+                })
+                .collect();
+            Server {
+                id: u32::try_from(i).unwrap_or(u32::MAX),
+                host: host.clone(),
+                peak_bandwidth: *peak,
+                load,
+                jobs,
+                healthy: true,
+                // The server-health probe of the inventory (another part of issue 22) fills
+                // this in when it is merged; until then no server is screened as anomalous.
+                recent_bandwidth: None,
+            }
+        })
+        .collect();
+    (servers, notes)
+}
+
+/// The job's `nodes=` directive as the most servers it may get: a decision with more is cut
+/// to its first `max`; either way the reasons say so.
+pub fn cap(decision: &mut Decision, max: Option<u32>) {
+    let Some(max) = max else {
+        return;
+    };
+    let n = decision.servers.len();
+    if n > max as usize {
+        decision.servers.truncate(max as usize);
+        decision.reasons.push(format!(
+            "nodes={max}: the job's directive allows at most {max} server(s), {n} decided: \
+             servers {:?}",
+            decision.servers
+        ));
+    } else {
+        decision.reasons.push(format!(
+            "nodes={max}: the job's directive allows at most {max} server(s); {n} decided"
+        ));
+    }
+}
+
+/// The load a daemon's counters show over their last `window_s` seconds.
+pub fn live_load(s: &DaemonStats, window_s: u64) -> Load {
+    let from = s.now_ms.saturating_sub(window_s.saturating_mul(1000));
+    let recent: Vec<_> = s.series.iter().filter(|x| x.t_ms >= from).collect();
+    let seconds: f64 = recent.iter().map(|x| f64::from(x.seconds.max(1))).sum();
+    if recent.is_empty() {
+        return Load::default();
+    }
+    let sum = |f: &dyn Fn(&eddy_proto::stats::Sample) -> u64| {
+        recent.iter().map(|x| f(x) as f64).sum::<f64>() / seconds
+    };
+    let queue = recent
+        .iter()
+        .map(|x| f64::from(x.metadata_queue_mean) * f64::from(x.seconds.max(1)))
+        .sum::<f64>()
+        / seconds;
+    Load {
+        bytes_per_s: sum(&|x| x.read_bytes.saturating_add(x.written_bytes)),
+        iops: sum(&|x| x.ops),
+        metadata_rate: sum(&|x| x.metadata_ops),
+        metadata_queue: Some(queue),
+    }
+}
+
+/// The allocation in the form the history keeps (with the servers' hosts).
+pub fn allocation(decision: &Decision, pool: &Pool) -> Allocation {
+    let names = pool.node_names();
+    Allocation {
+        rule: rule_name(decision),
+        servers: decision.servers.clone(),
+        hosts: hosts_of(decision, &names),
+        reasons: decision.reasons.clone(),
+    }
+}
+
+fn rule_name(decision: &Decision) -> String {
+    match decision.rule {
+        eddy_alloc::Rule::Scaled => "scaled",
+        eddy_alloc::Rule::Isolated => "isolated",
+        eddy_alloc::Rule::Default => "default",
+    }
+    .to_string()
+}
+
+/// The pool nodes a decision names.
+pub fn hosts_of(decision: &Decision, names: &[String]) -> Vec<String> {
+    decision
+        .servers
+        .iter()
+        .filter_map(|id| names.get(*id as usize).cloned())
+        .collect()
+}
+
+/// The one-line summary for the Slurm job's Comment, at most `COMMENT_MAX` bytes.
+pub fn comment(decision: &Decision, pool: &Pool) -> String {
+    let hosts = hosts_of(decision, &pool.node_names()).join(",");
+    let why = decision
+        .reasons
+        .iter()
+        .rev()
+        .find(|r| !r.starts_with("nodes="))
+        .or(decision.reasons.last())
+        .cloned()
+        .unwrap_or_default();
+    let mut line = format!(
+        "eddy alloc: {} {} server(s) {hosts}: {why}",
+        rule_name(decision),
+        decision.servers.len()
+    );
+    // Slurm's own words split at spaces or quotes differently; keep it one plain line.
+    line = line.replace(['\n', '"', '\''], " ");
+    if line.len() > COMMENT_MAX {
+        let mut end = COMMENT_MAX - 3;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+        line.push_str("...");
+    }
+    line
+}
+
+// ------------------------------------------------------------------ with I/O
+
+/// A Slurm job's name and node count, asked field by field (`squeue -o %j`, `%D`), never cut
+/// out of a record its user could forge words into (see `nodes`).
+pub fn slurm_job(job: u32) -> Result<(String, u32)> {
+    let ask = |field: &str| -> Result<String> {
+        let args: Vec<OsString> = ["-h", "-j", &job.to_string(), "-o", field]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        Ok(run_bounded(Path::new("squeue"), &args, SLURM_BOUND)?
+            .trim()
+            .to_string())
+    };
+    let name = ask("%j")?;
+    let nodes = ask("%D")?;
+    let nodes: u32 = nodes
+        .parse()
+        .with_context(|| format!("squeue gives job {job} {nodes:?} nodes, not a number"))?;
+    Ok((name, nodes))
+}
+
+/// Writes `text` as the Slurm job's Comment.
+pub fn set_comment(job: u32, text: &str) -> Result<()> {
+    let args: Vec<OsString> = vec![
+        "update".into(),
+        format!("JobId={job}").into(),
+        format!("Comment={text}").into(),
+    ];
+    run_bounded(Path::new("scontrol"), &args, SLURM_BOUND).map(|_| ())
+}
+
+/// The history of an application in the site's history database: its previous runs, the one
+/// DFRA decides from (None: no such run, or the database could not be read, said in `notes`).
+fn history_of(
+    db: &mut Option<HistoryDb>,
+    name: &str,
+    script_hash: Option<&str>,
+    nodes: u32,
+    notes: &mut Vec<String>,
+) -> Option<eddy_history::JobProfile> {
+    let db = db.as_mut()?;
+    match db.runs_of(name, script_hash) {
+        Ok(runs) => pick_history(&runs, nodes).cloned(),
+        Err(e) => {
+            notes.push(format!("the history of {name} cannot be read: {e}"));
+            None
+        }
+    }
+}
+
+/// The other pool jobs set up now (records under `state_dir` with daemons or a decision),
+/// with their history and their daemons' live load.
+fn neighbours(
+    site: &Site,
+    pool: &Pool,
+    job: u32,
+    db: &mut Option<HistoryDb>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Neighbour>> {
+    let entries = match std::fs::read_dir(&site.state_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).context(format!("cannot list {}", site.state_dir.display())),
+    };
+    let mut ids: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|id| *id != job)
+        .collect();
+    ids.sort_unstable();
+    let names = pool.node_names();
+    let mut out = Vec::new();
+    for id in ids {
+        let jd = JobDir::new(site, id);
+        let Ok(rec) = jd.load() else {
+            continue; // being set up or torn down: no record to read
+        };
+        if rec.mode != crate::directives::Mode::Pool {
+            continue;
+        }
+        let hosts: Vec<String> = if rec.daemons.is_empty() {
+            rec.decision
+                .as_ref()
+                .map(|d| hosts_of(d, &names))
+                .unwrap_or_default()
+        } else {
+            rec.daemons.iter().map(|d| d.host.clone()).collect()
+        };
+        if hosts.is_empty() {
+            continue;
+        }
+        let expected = rec.job_name.as_deref().and_then(|name| {
+            history_of(
+                db,
+                name,
+                rec.script_hash.as_deref(),
+                rec.nodes.unwrap_or(0),
+                notes,
+            )
+            .map(|p| Traits::of(&p))
+        });
+        out.push(Neighbour {
+            job: id,
+            name: rec.job_name.clone(),
+            hosts,
+            expected,
+            live: live_of(&jd, pool.live_window_s),
+        });
+    }
+    Ok(out)
+}
+
+/// What a neighbour's daemons report now, by host (as `eddy stats` asks them).
+fn live_of(jd: &JobDir, window_s: u64) -> Result<BTreeMap<String, Load>, String> {
+    let state = jd.state();
+    if !state.has_deployment() {
+        return Err("its daemons are not started yet".into());
+    }
+    let dep = state.load_deployment().map_err(|e| format!("{e:#}"))?;
+    let rt = eddy_deploy::runtime().map_err(|e| format!("{e:#}"))?;
+    let client = eddy_client::Client::new(dep.clone()).map_err(|e| e.to_string())?;
+    let bound = Duration::from_millis(dep.config.rpc_timeout_ms.saturating_mul(2));
+    let answers = rt
+        .block_on(async { tokio::time::timeout(bound, client.daemon_stats()).await })
+        .map_err(|_| format!("no answer within {} ms", bound.as_millis()))?;
+    let mut by_host = BTreeMap::new();
+    let mut failed = Vec::new();
+    for (id, answer) in answers {
+        let host = dep
+            .daemons
+            .iter()
+            .find(|d| d.id == id)
+            .map(|d| d.host.clone())
+            .unwrap_or_default();
+        match answer {
+            Ok(s) => {
+                let l = live_load(&s, window_s);
+                let e: &mut Load = by_host.entry(host).or_default();
+                e.bytes_per_s += l.bytes_per_s;
+                e.iops += l.iops;
+                e.metadata_rate += l.metadata_rate;
+                e.metadata_queue = match (e.metadata_queue, l.metadata_queue) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            Err(e) => failed.push(format!("daemon {id}: {e}")),
+        }
+    }
+    if by_host.is_empty() {
+        return Err(failed.join("; "));
+    }
+    Ok(by_host)
+}
+
+/// Decides job `rec`'s servers: its history and the pool now, through the site's policy,
+/// capped by its `nodes=`. Fills in the record's job name and node count (from Slurm).
+pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decision> {
+    let (name, nodes) = slurm_job(rec.job)?;
+    rec.job_name = Some(name.clone());
+    rec.nodes = Some(nodes);
+    let mut notes = Vec::new();
+    let mut db = match site
+        .profile_db()
+        .and_then(|spec| HistoryDb::open(&spec).map_err(anyhow::Error::from))
+    {
+        Ok(db) => Some(db),
+        Err(e) => {
+            notes.push(format!("the site's history cannot be opened: {e:#}"));
+            None
+        }
+    };
+    let history = history_of(&mut db, &name, rec.script_hash.as_deref(), nodes, &mut notes);
+    let found = neighbours(site, pool, rec.job, &mut db, &mut notes)?;
+    let (servers, unreachable) = pool_view(&pool.node_names(), &site.pool_peaks(pool)?, &found);
+    notes.extend(unreachable);
+    let job = Job {
+        user: Some(eddy_config::JobInfo::user_name(rec.uid)),
+        job_name: name,
+        script_hash: rec.script_hash.clone(),
+        nodes,
+        default_servers: Vec::new(),
+    };
+    let mut decision = decide_with(&site.alloc, &job, history.as_ref(), &servers, rec.request.nodes);
+    decision.reasons.splice(0..0, notes);
+    if decision.servers.is_empty() {
+        bail!(
+            "no I/O node of the pool can take the job: {}",
+            decision.reasons.join("; ")
+        );
+    }
+    Ok(decision)
+}
+
+/// `decide`, then the job's `nodes=` cap.
+pub fn decide_with(
+    policy: &Policy,
+    job: &Job,
+    history: Option<&eddy_history::JobProfile>,
+    servers: &[Server],
+    max: Option<u32>,
+) -> Decision {
+    let mut d = decide(policy, job, history, servers);
+    cap(&mut d, max);
+    d
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+//! The pool view without Slurm: neighbours on the pool's nodes, live load overriding what a
+//! neighbour's history expects, a neighbour that cannot be reached, the `nodes=` cap, and the
+//! Comment's bound.
+
+use super::*;
+use eddy_history::{IoMode, JobProfile};
+use eddy_testkit::profiles::{profile, Run};
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+fn hosts() -> Vec<String> {
+    ["io1", "io2", "io3"].map(String::from).to_vec()
+}
+
+/// What a history says of a job that writes hard, at `bw` bytes/s.
+fn traits(mode: IoMode, bw: f64) -> Traits {
+    Traits {
+        io_mode: mode,
+        peak_bandwidth: bw,
+        peak_iops: 10.0,
+        peak_metadata_rate: 1.0,
+        mean_metadata_queue: Some(0.1),
+    }
+}
+
+fn busy(bw: f64) -> Load {
+    Load {
+        bytes_per_s: bw,
+        iops: 100.0,
+        metadata_rate: 1.0,
+        metadata_queue: Some(0.0),
+    }
+}
+
+fn neighbour(job: u32, name: &str, host: &str, expected: Option<Traits>, live: Result<Load, String>) -> Neighbour {
+    Neighbour {
+        job,
+        name: Some(name.into()),
+        hosts: vec![host.into()],
+        expected,
+        live: live.map(|l| BTreeMap::from([(host.to_string(), l)])),
+    }
+}
+
+/// An N-1 job's history (interference-prone), too small to be scaled.
+fn n1_history() -> JobProfile {
+    let mut p: JobProfile = serde_json::from_value(profile(&Run {
+        key: "7",
+        job_id: Some("7"),
+        job_name: "shared",
+        user: "u",
+        script_hash: "h",
+        start: 1_790_000_000.0,
+        seconds: 10,
+        nodes: 2,
+        bytes_per_node: 1 << 20,
+        mode: "N-1",
+    }))
+    .unwrap();
+    p.io_mode = IoMode::N1;
+    p
+}
+
+fn job() -> Job {
+    Job {
+        user: Some("u".into()),
+        job_name: "shared".into(),
+        script_hash: Some("h".into()),
+        nodes: 2,
+        default_servers: Vec::new(),
+    }
+}
+
+#[test]
+fn neighbours_sit_on_their_servers_with_live_load_or_history_only() {
+    let quiet_now = neighbour(10, "a", "io1", Some(traits(IoMode::N1, 2.0 * GIB)), Ok(Load::default()));
+    let writing = neighbour(11, "b", "io2", None, Ok(busy(GIB)));
+    let gone = neighbour(12, "c", "io1", Some(traits(IoMode::NN, 2.0 * GIB)), Err("connection refused".into()));
+    let (servers, notes) = pool_view(&hosts(), &[GIB; 3], &[quiet_now, writing, gone]);
+    assert_eq!(servers.iter().map(|s| s.id).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(servers[0].host, "io1");
+    let on_io1: Vec<(&str, bool)> = servers[0]
+        .jobs
+        .iter()
+        .map(|j| (j.job.as_str(), j.live.is_some()))
+        .collect();
+    assert_eq!(on_io1, [("job 10 (a)", true), ("job 12 (c)", false)]);
+    assert_eq!(servers[1].jobs.len(), 1);
+    assert_eq!(servers[1].load.bytes_per_s, GIB);
+    assert!(servers[2].idle() && servers[2].recent_bandwidth.is_none());
+    assert_eq!(
+        notes,
+        ["neighbour job 12 (c) cannot be reached (connection refused): listed with its history \
+          only"]
+    );
+}
+
+/// The job is N-1 (prone); its default server io1 holds neighbour a, whose history says N-1
+/// at 2 GiB/s but whose daemons are quiet now, and neighbour c, unreachable, whose history
+/// says 2 GiB/s: c's history decides (isolated on the idle io3). With c quiet now too, live
+/// load overrides both histories: the default server.
+#[test]
+fn live_load_overrides_history_and_the_unreachable_count_by_history() {
+    let policy = Policy::default();
+    let h = n1_history();
+    let a = neighbour(10, "a", "io1", Some(traits(IoMode::N1, 2.0 * GIB)), Ok(Load::default()));
+    let b = neighbour(11, "b", "io2", None, Ok(busy(GIB)));
+    let c = neighbour(12, "c", "io1", Some(traits(IoMode::NN, 2.0 * GIB)), Err("timed out".into()));
+    let (servers, _) = pool_view(&hosts(), &[GIB; 3], &[a.clone(), b.clone(), c]);
+    let d = decide_with(&policy, &job(), Some(&h), &servers, None);
+    assert_eq!(d.rule, eddy_alloc::Rule::Isolated, "{:#?}", d.reasons);
+    assert_eq!(d.servers, [2], "{:#?}", d.reasons);
+    let text = d.reasons.join("\n");
+    assert!(text.contains("neighbour job 12 (c) would disturb it (history: high throughput"), "{text}");
+    assert!(!text.contains("job 10"), "a quiet neighbour is no clash: {text}");
+
+    let c_quiet = neighbour(12, "c", "io1", Some(traits(IoMode::NN, 2.0 * GIB)), Ok(Load::default()));
+    let (servers, notes) = pool_view(&hosts(), &[GIB; 3], &[a, b, c_quiet]);
+    assert!(notes.is_empty());
+    let d = decide_with(&policy, &job(), Some(&h), &servers, Some(3));
+    assert_eq!((d.rule, d.servers.clone()), (eddy_alloc::Rule::Default, vec![0]), "{:#?}", d.reasons);
+    assert!(d.reasons.last().unwrap().starts_with("nodes=3: the job's directive allows at most 3"));
+}
+
+#[test]
+fn nodes_caps_the_servers_and_the_comment_is_one_bounded_line() {
+    let pool: Pool = toml::from_str(
+        "nodes = [\"io1\", \"io2 10.0.0.2\", \"io3\"]\nroot = \"/n/{job}\"\ncapacity = \"1T\"\n",
+    )
+    .unwrap();
+    let mut d = Decision {
+        servers: vec![0, 1, 2],
+        rule: eddy_alloc::Rule::Scaled,
+        reasons: vec!["scaling: S = 3\nwith \"quotes\"".into()],
+        refused_at: None,
+        excluded: Vec::new(),
+    };
+    cap(&mut d, Some(2));
+    assert_eq!(d.servers, [0, 1]);
+    assert_eq!(
+        d.reasons[1],
+        "nodes=2: the job's directive allows at most 2 server(s), 3 decided: servers [0, 1]"
+    );
+    assert_eq!(
+        comment(&d, &pool),
+        "eddy alloc: scaled 2 server(s) io1,io2: scaling: S = 3 with  quotes "
+    );
+    let a = allocation(&d, &pool);
+    assert_eq!((a.rule.as_str(), a.hosts.clone()), ("scaled", vec!["io1".to_string(), "io2".to_string()]));
+    d.reasons = vec!["x".repeat(1000)];
+    let long = comment(&d, &pool);
+    assert!(long.len() <= COMMENT_MAX && long.ends_with("..."), "{}", long.len());
+}
+
+#[test]
+fn live_load_is_the_latest_window_of_counters() {
+    let sample = |t_ms: u64, bytes: u64| eddy_proto::stats::Sample {
+        t_ms,
+        seconds: 1,
+        written_bytes: bytes,
+        ops: 4,
+        metadata_ops: 2,
+        metadata_queue_mean: 3.0,
+        ..Default::default()
+    };
+    let s = DaemonStats {
+        now_ms: 100_000,
+        series: vec![sample(10_000, 1 << 30), sample(95_000, 100), sample(96_000, 300)],
+        ..DaemonStats::default()
+    };
+    let l = live_load(&s, 10);
+    assert_eq!((l.bytes_per_s, l.iops, l.metadata_rate), (200.0, 4.0, 2.0));
+    assert_eq!(l.metadata_queue, Some(3.0));
+    assert_eq!(live_load(&s, 1), Load::default());
+}
