@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod bb_phases;
+mod bb_pool;
 mod bb_security;
 mod burst_buffer;
 mod slurm;

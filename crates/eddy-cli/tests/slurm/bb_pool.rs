@@ -1,0 +1,168 @@
+//! Pool mode's allocation through the real private Slurm (issue 22, decision 0038): a pool
+//! job's I/O servers are the ones `eddy alloc explain` decides from the site's history; its
+//! profile lands in that history at teardown with the allocation; the next run of the same
+//! job (same name, same script) is allocated from that profile and gets more servers (the
+//! scaling rule), and the Slurm job's Comment and the history say so.
+//!
+//! The site's `[alloc]` knobs are small, so that a few MiB written from two nodes make a job
+//! eligible: V_min 1 MiB, N_min 2, and a server peak (B_f) of 1 KiB/s, so that F = 1 and
+//! S = N_A. The job's two steps (one per Slurm node) write through libeddy_preload.so, each a
+//! client of its own that names its node by SLURMD_NODENAME (the slurmd "nodes" share this
+//! host): N_A = 2.
+//!
+//! Needs root, FUSE and Slurm, like burst_buffer.
+
+use crate::burst_buffer::Site;
+use eddy_testkit::cli::s;
+use serde_json::Value;
+
+/// MiB each of the job's two steps writes.
+const MIB_EACH: u64 = 4;
+
+fn script(site: &Site) -> String {
+    format!(
+        "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -J ioapp\n#SBATCH -o {out}/slurm-%j.out\n\
+         #EDDY capacity=1G pool=io\nset -eu\n\
+         {eddy} status --json > {out}/status-$SLURM_JOB_ID.json\n\
+         srun -N 2 -n 2 env LD_PRELOAD={so} EDDY_PREFIX=/bb /usr/bin/python3 -c \
+         \"import os; open('/bb/out-' + os.environ['SLURM_PROCID'], 'wb').write(b'x' * ({mib} << 20))\"\n",
+        out = site.path("out").display(),
+        eddy = eddy_testkit::eddy_bin(),
+        so = eddy_testkit::preload_so().display(),
+        mib = MIB_EACH,
+    )
+}
+
+/// The hosts of the daemons the job saw at its start.
+fn daemon_hosts(site: &Site, job: u32) -> Vec<String> {
+    let file = site.path(&format!("out/status-{job}.json"));
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    status["daemons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["host"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The job's Comment, as Slurm keeps it (one field: `squeue -o %k`).
+fn comment(cluster: &eddy_testkit::slurm::SlurmCluster, job: u32) -> String {
+    let out = cluster
+        .command("squeue")
+        .args(["-h", "-t", "all", "-j", &job.to_string(), "-o", "%k"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// What `eddy alloc explain` decides for the job on the site's idle pool, from the site's
+/// history and its `[alloc]` table.
+fn explain(site: &Site, script_hash: Option<&str>) -> Value {
+    let pool: Vec<Value> = (0..3)
+        .map(|i| serde_json::json!({"id": i, "host": format!("io{}", i + 1), "peak_bandwidth": 1024.0}))
+        .collect();
+    let pool_file = site.path("pool.json");
+    std::fs::write(&pool_file, serde_json::to_vec(&pool).unwrap()).unwrap();
+    let settings = site.path("bb.toml");
+    let mut args = vec![
+        "alloc",
+        "explain",
+        "--job-name",
+        "ioapp",
+        "--nodes",
+        "2",
+        "--pool",
+        s(&pool_file),
+        "--policy",
+        s(&settings),
+        "--site",
+        s(&settings),
+        "--json",
+    ];
+    if let Some(h) = script_hash {
+        args.extend(["--script-hash", h]);
+    }
+    let out = eddy_testkit::cli::ok(&args);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn profile_of(site: &Site, job: u32) -> eddy_history::JobProfile {
+    let out = eddy_testkit::cli::ok(&[
+        "history",
+        "show",
+        &job.to_string(),
+        "--json",
+        "--site",
+        s(&site.path("bb.toml")),
+    ]);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn pool_jobs_are_allocated_from_their_history_through_slurm() {
+    let site = Site::with(|dir| format!("history_db = {:?}\n", dir.join("history.db")));
+    // The [pool] table is the file's last: its B_f, then the policy's table.
+    let settings = site.path("bb.toml");
+    let mut text = std::fs::read_to_string(&settings).unwrap();
+    text.push_str(
+        "peak_bandwidth = \"1KiB\"\n[alloc]\nv_min_bytes = 1048576\nn_min = 2\n\
+         server_peak_bandwidth = 1073741824.0\n",
+    );
+    std::fs::write(&settings, text).unwrap();
+    let cluster = site.cluster();
+    let names = |ids: &Value| -> Vec<String> {
+        ids.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| format!("io{}", i.as_u64().unwrap() + 1))
+            .collect()
+    };
+
+    // First run: no history, the default allocation (one server), as `eddy alloc` says.
+    let want = explain(&site, None);
+    assert_eq!(want["decision"]["rule"], "default", "{want}");
+    let job1 = site.run_to_completion(&cluster, &script(&site));
+    assert_eq!(daemon_hosts(&site, job1), names(&want["decision"]["servers"]));
+    let c1 = comment(&cluster, job1);
+    assert!(
+        c1.starts_with("eddy alloc: default 1 server(s) io1: no history of ioapp"),
+        "{c1}"
+    );
+    let p1 = profile_of(&site, job1);
+    assert_eq!(p1.job_name.as_deref(), Some("ioapp"));
+    assert_eq!(p1.written_bytes, 2 * (MIB_EACH << 20), "{p1:?}");
+    // Two steps on two Slurm nodes of one host: two nodes did I/O, by Slurm's names.
+    assert_eq!(p1.io_nodes, Some(2), "{:?}", p1.nodes);
+    let a1 = p1.allocation.clone().expect("the profile carries the allocation");
+    assert_eq!((a1.rule.as_str(), a1.hosts.clone()), ("default", vec!["io1".to_string()]));
+    assert!(a1.reasons.iter().any(|r| r.contains("no history")), "{a1:?}");
+
+    // Second run of the same job: allocated from the first run's profile, scaled to
+    // S = ceil(N_A 2 / F 1) = 2 servers.
+    let hash = p1.script_hash.clone().expect("the script's hash");
+    let want = explain(&site, Some(&hash));
+    assert_eq!(want["history"], job1.to_string(), "{want}");
+    assert_eq!(want["decision"]["rule"], "scaled", "{want}");
+    let job2 = site.run_to_completion(&cluster, &script(&site));
+    let hosts2 = daemon_hosts(&site, job2);
+    assert_eq!(hosts2, names(&want["decision"]["servers"]));
+    assert_eq!(hosts2, ["io1", "io2"]);
+    let c2 = comment(&cluster, job2);
+    assert!(c2.starts_with("eddy alloc: scaled 2 server(s) io1,io2: scaling:"), "{c2}");
+    let p2 = profile_of(&site, job2);
+    let a2 = p2.allocation.clone().expect("the profile carries the allocation");
+    assert_eq!((a2.rule.as_str(), a2.servers.clone()), ("scaled", vec![0, 1]));
+    assert!(
+        a2.reasons.iter().any(|r| r == &format!("history: run {job1} (start {:.0})", p1.start)),
+        "{a2:?}"
+    );
+    assert!(
+        a2.reasons.iter().any(|r| r.contains("S = ceil(N_A 2 / F 1) = 2")),
+        "{a2:?}"
+    );
+    // `eddy history show` prints it.
+    let shown = eddy_testkit::cli::ok(&["history", "show", &job2.to_string(), "--site", s(&settings)]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("scaled on server(s) 0,1 (io1,io2)"), "{shown}");
+}
