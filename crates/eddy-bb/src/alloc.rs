@@ -362,12 +362,24 @@ fn live_of(jd: &JobDir, window_s: u64) -> Result<BTreeMap<String, Load>, String>
 }
 
 /// Decides job `rec`'s servers: its history and the pool now, through the site's policy,
-/// capped by its `nodes=`. Fills in the record's job name and node count (from Slurm).
+/// capped by its `nodes=`. Fills in the record's job name and node count (from Slurm; when
+/// Slurm cannot be asked, the job is decided without history and the reasons say why).
 pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decision> {
-    let (name, nodes) = slurm_job(rec.job)?;
-    rec.job_name = Some(name.clone());
-    rec.nodes = Some(nodes);
     let mut notes = Vec::new();
+    // A Slurm that does not answer costs the job its history, not its burst buffer.
+    let (name, nodes) = match slurm_job(rec.job) {
+        Ok((name, nodes)) => {
+            rec.job_name = Some(name.clone());
+            rec.nodes = Some(nodes);
+            (name, nodes)
+        }
+        Err(e) => {
+            notes.push(format!(
+                "Slurm does not say the job's name and nodes ({e:#}): no history is looked up"
+            ));
+            (String::new(), 0)
+        }
+    };
     let mut db = match site
         .profile_db()
         .and_then(|spec| HistoryDb::open(&spec).map_err(anyhow::Error::from))
@@ -378,7 +390,11 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
             None
         }
     };
-    let history = history_of(&mut db, &name, rec.script_hash.as_deref(), nodes, &mut notes);
+    let history = if rec.job_name.is_some() {
+        history_of(&mut db, &name, rec.script_hash.as_deref(), nodes, &mut notes)
+    } else {
+        None
+    };
     let found = neighbours(site, pool, rec.job, &mut db, &mut notes)?;
     let (servers, unreachable) = pool_view(&pool.node_names(), &site.pool_peaks(pool)?, &found);
     notes.extend(unreachable);

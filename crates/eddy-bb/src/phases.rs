@@ -101,7 +101,12 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
             rec.decision = Some(decision);
             jd.save(&rec)?;
             drop(all);
-            if let Err(e) = crate::alloc::set_comment(job, &summary) {
+            // Slurm answered the allocation's questions: it is asked to keep the summary.
+            let asked = rec.job_name.is_some();
+            if let Err(e) = asked
+                .then(|| crate::alloc::set_comment(job, &summary))
+                .transpose()
+            {
                 say.err(&format!(
                     "eddy: warning: the job's Comment does not say its allocation: {e:#}"
                 ));
