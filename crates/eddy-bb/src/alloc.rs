@@ -51,7 +51,11 @@ impl Neighbour {
 
 /// The pool's servers (id = index in `[pool] nodes`) with the neighbours running on them, and
 /// a note for each neighbour whose daemons could not be asked (listed with its history only).
-pub fn pool_view(hosts: &[String], peaks: &[f64], neighbours: &[Neighbour]) -> (Vec<Server>, Vec<String>) {
+pub fn pool_view(
+    hosts: &[String],
+    peaks: &[f64],
+    neighbours: &[Neighbour],
+) -> (Vec<Server>, Vec<String>) {
     let mut notes = Vec::new();
     for n in neighbours {
         if let Err(e) = &n.live {
@@ -71,9 +75,11 @@ pub fn pool_view(hosts: &[String], peaks: &[f64], neighbours: &[Neighbour]) -> (
                 .iter()
                 .filter(|n| n.hosts.contains(host))
                 .map(|n| {
-                    let live = n.live.as_ref().ok().map(|by_host| {
-                        by_host.get(host).copied().unwrap_or_default()
-                    });
+                    let live = n
+                        .live
+                        .as_ref()
+                        .ok()
+                        .map(|by_host| by_host.get(host).copied().unwrap_or_default());
                     if let Some(l) = &live {
                         load.bytes_per_s += l.bytes_per_s;
                         load.iops += l.iops;
@@ -391,7 +397,13 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
         }
     };
     let history = if rec.job_name.is_some() {
-        history_of(&mut db, &name, rec.script_hash.as_deref(), nodes, &mut notes)
+        history_of(
+            &mut db,
+            &name,
+            rec.script_hash.as_deref(),
+            nodes,
+            &mut notes,
+        )
     } else {
         None
     };
@@ -405,7 +417,13 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
         nodes,
         default_servers: Vec::new(),
     };
-    let mut decision = decide_with(&site.alloc, &job, history.as_ref(), &servers, rec.request.nodes);
+    let mut decision = decide_with(
+        &site.alloc,
+        &job,
+        history.as_ref(),
+        &servers,
+        rec.request.nodes,
+    );
     decision.reasons.splice(0..0, notes);
     if decision.servers.is_empty() {
         bail!(

@@ -112,7 +112,10 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
                 ));
             }
         }
-        let decision = rec.decision.as_ref().context("the job's decision is recorded")?;
+        let decision = rec
+            .decision
+            .as_ref()
+            .context("the job's decision is recorded")?;
         for r in &decision.reasons {
             say.out(&format!("eddy: allocation: {r}"));
         }

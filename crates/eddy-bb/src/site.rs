@@ -200,7 +200,9 @@ impl Site {
         if let Some(c) = &self.node_local_capacity {
             parse_bytes(c).map_err(|e| anyhow::anyhow!("node_local_capacity: {e}"))?;
         }
-        self.alloc.check().map_err(|e| anyhow::anyhow!("[alloc] {e}"))?;
+        self.alloc
+            .check()
+            .map_err(|e| anyhow::anyhow!("[alloc] {e}"))?;
         if let Some(pool) = &self.pool {
             pool.peak_bandwidth()?;
             if pool.live_window_s == 0 {
@@ -556,7 +558,9 @@ mod tests {
         let unknown = err("[alloc]\nv_min = 3\n");
         assert!(unknown.contains("v_min"), "{unknown}");
         let pool = "[pool]\nnodes = [\"io1\", \"io2 10.0.0.2\"]\nroot = \"/nvme/eddy/{job}\"\n";
-        let peak = err(&format!("{pool}capacity = \"1T\"\npeak_bandwidth = \"fast\"\n"));
+        let peak = err(&format!(
+            "{pool}capacity = \"1T\"\npeak_bandwidth = \"fast\"\n"
+        ));
         assert!(peak.contains("[pool] peak_bandwidth"), "{peak}");
         let s = site(&format!(
             "[alloc]\nv_min_bytes = 1048576\nn_min = 2\n{pool}capacity = \"1T\"\n\
@@ -587,10 +591,7 @@ mod tests {
             inventory: Some(db),
             ..s
         };
-        assert_eq!(
-            s.pool_peaks(&p).unwrap(),
-            [1048576.0, 300.0 * 1048576.0]
-        );
+        assert_eq!(s.pool_peaks(&p).unwrap(), [1048576.0, 300.0 * 1048576.0]);
     }
 
     #[test]

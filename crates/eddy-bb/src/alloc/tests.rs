@@ -32,7 +32,13 @@ fn busy(bw: f64) -> Load {
     }
 }
 
-fn neighbour(job: u32, name: &str, host: &str, expected: Option<Traits>, live: Result<Load, String>) -> Neighbour {
+fn neighbour(
+    job: u32,
+    name: &str,
+    host: &str,
+    expected: Option<Traits>,
+    live: Result<Load, String>,
+) -> Neighbour {
     Neighbour {
         job,
         name: Some(name.into()),
@@ -73,9 +79,21 @@ fn job() -> Job {
 
 #[test]
 fn neighbours_sit_on_their_servers_with_live_load_or_history_only() {
-    let quiet_now = neighbour(10, "a", "io1", Some(traits(IoMode::N1, 2.0 * GIB)), Ok(Load::default()));
+    let quiet_now = neighbour(
+        10,
+        "a",
+        "io1",
+        Some(traits(IoMode::N1, 2.0 * GIB)),
+        Ok(Load::default()),
+    );
     let writing = neighbour(11, "b", "io2", None, Ok(busy(GIB)));
-    let gone = neighbour(12, "c", "io1", Some(traits(IoMode::NN, 2.0 * GIB)), Err("connection refused".into()));
+    let gone = neighbour(
+        12,
+        "c",
+        "io1",
+        Some(traits(IoMode::NN, 2.0 * GIB)),
+        Err("connection refused".into()),
+    );
     let (servers, notes) = pool_view(&hosts(), &[GIB; 3], &[quiet_now, writing, gone]);
     assert_eq!(servers.iter().map(|s| s.id).collect::<Vec<_>>(), [0, 1, 2]);
     assert_eq!(servers[0].host, "io1");
@@ -90,8 +108,10 @@ fn neighbours_sit_on_their_servers_with_live_load_or_history_only() {
     assert!(servers[2].idle() && servers[2].recent_bandwidth.is_none());
     assert_eq!(
         notes,
-        ["neighbour job 12 (c) cannot be reached (connection refused): listed with its history \
-          only"]
+        [
+            "neighbour job 12 (c) cannot be reached (connection refused): listed with its history \
+          only"
+        ]
     );
 }
 
@@ -103,23 +123,56 @@ fn neighbours_sit_on_their_servers_with_live_load_or_history_only() {
 fn live_load_overrides_history_and_the_unreachable_count_by_history() {
     let policy = Policy::default();
     let h = n1_history();
-    let a = neighbour(10, "a", "io1", Some(traits(IoMode::N1, 2.0 * GIB)), Ok(Load::default()));
+    let a = neighbour(
+        10,
+        "a",
+        "io1",
+        Some(traits(IoMode::N1, 2.0 * GIB)),
+        Ok(Load::default()),
+    );
     let b = neighbour(11, "b", "io2", None, Ok(busy(GIB)));
-    let c = neighbour(12, "c", "io1", Some(traits(IoMode::NN, 2.0 * GIB)), Err("timed out".into()));
+    let c = neighbour(
+        12,
+        "c",
+        "io1",
+        Some(traits(IoMode::NN, 2.0 * GIB)),
+        Err("timed out".into()),
+    );
     let (servers, _) = pool_view(&hosts(), &[GIB; 3], &[a.clone(), b.clone(), c]);
     let d = decide_with(&policy, &job(), Some(&h), &servers, None);
     assert_eq!(d.rule, eddy_alloc::Rule::Isolated, "{:#?}", d.reasons);
     assert_eq!(d.servers, [2], "{:#?}", d.reasons);
     let text = d.reasons.join("\n");
-    assert!(text.contains("neighbour job 12 (c) would disturb it (history: high throughput"), "{text}");
-    assert!(!text.contains("job 10"), "a quiet neighbour is no clash: {text}");
+    assert!(
+        text.contains("neighbour job 12 (c) would disturb it (history: high throughput"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("job 10"),
+        "a quiet neighbour is no clash: {text}"
+    );
 
-    let c_quiet = neighbour(12, "c", "io1", Some(traits(IoMode::NN, 2.0 * GIB)), Ok(Load::default()));
+    let c_quiet = neighbour(
+        12,
+        "c",
+        "io1",
+        Some(traits(IoMode::NN, 2.0 * GIB)),
+        Ok(Load::default()),
+    );
     let (servers, notes) = pool_view(&hosts(), &[GIB; 3], &[a, b, c_quiet]);
     assert!(notes.is_empty());
     let d = decide_with(&policy, &job(), Some(&h), &servers, Some(3));
-    assert_eq!((d.rule, d.servers.clone()), (eddy_alloc::Rule::Default, vec![0]), "{:#?}", d.reasons);
-    assert!(d.reasons.last().unwrap().starts_with("nodes=3: the job's directive allows at most 3"));
+    assert_eq!(
+        (d.rule, d.servers.clone()),
+        (eddy_alloc::Rule::Default, vec![0]),
+        "{:#?}",
+        d.reasons
+    );
+    assert!(d
+        .reasons
+        .last()
+        .unwrap()
+        .starts_with("nodes=3: the job's directive allows at most 3"));
 }
 
 #[test]
@@ -146,10 +199,17 @@ fn nodes_caps_the_servers_and_the_comment_is_one_bounded_line() {
         "eddy alloc: scaled 2 server(s) io1,io2: scaling: S = 3 with  quotes "
     );
     let a = allocation(&d, &pool);
-    assert_eq!((a.rule.as_str(), a.hosts.clone()), ("scaled", vec!["io1".to_string(), "io2".to_string()]));
+    assert_eq!(
+        (a.rule.as_str(), a.hosts.clone()),
+        ("scaled", vec!["io1".to_string(), "io2".to_string()])
+    );
     d.reasons = vec!["x".repeat(1000)];
     let long = comment(&d, &pool);
-    assert!(long.len() <= COMMENT_MAX && long.ends_with("..."), "{}", long.len());
+    assert!(
+        long.len() <= COMMENT_MAX && long.ends_with("..."),
+        "{}",
+        long.len()
+    );
 }
 
 #[test]
@@ -165,7 +225,11 @@ fn live_load_is_the_latest_window_of_counters() {
     };
     let s = DaemonStats {
         now_ms: 100_000,
-        series: vec![sample(10_000, 1 << 30), sample(95_000, 100), sample(96_000, 300)],
+        series: vec![
+            sample(10_000, 1 << 30),
+            sample(95_000, 100),
+            sample(96_000, 300),
+        ],
         ..DaemonStats::default()
     };
     let l = live_load(&s, 10);

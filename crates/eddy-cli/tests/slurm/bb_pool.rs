@@ -52,7 +52,11 @@ fn comment(cluster: &eddy_testkit::slurm::SlurmCluster, job: u32) -> String {
         .args(["-h", "-t", "all", "-j", &job.to_string(), "-o", "%k"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -123,7 +127,10 @@ fn pool_jobs_are_allocated_from_their_history_through_slurm() {
     let want = explain(&site, None);
     assert_eq!(want["decision"]["rule"], "default", "{want}");
     let job1 = site.run_to_completion(&cluster, &script(&site));
-    assert_eq!(daemon_hosts(&site, job1), names(&want["decision"]["servers"]));
+    assert_eq!(
+        daemon_hosts(&site, job1),
+        names(&want["decision"]["servers"])
+    );
     let c1 = comment(&cluster, job1);
     assert!(
         c1.starts_with("eddy alloc: default 1 server(s) io1: no history of ioapp"),
@@ -134,9 +141,18 @@ fn pool_jobs_are_allocated_from_their_history_through_slurm() {
     assert_eq!(p1.written_bytes, 2 * (MIB_EACH << 20), "{p1:?}");
     // Two steps on two Slurm nodes of one host: two nodes did I/O, by Slurm's names.
     assert_eq!(p1.io_nodes, Some(2), "{:?}", p1.nodes);
-    let a1 = p1.allocation.clone().expect("the profile carries the allocation");
-    assert_eq!((a1.rule.as_str(), a1.hosts.clone()), ("default", vec!["io1".to_string()]));
-    assert!(a1.reasons.iter().any(|r| r.contains("no history")), "{a1:?}");
+    let a1 = p1
+        .allocation
+        .clone()
+        .expect("the profile carries the allocation");
+    assert_eq!(
+        (a1.rule.as_str(), a1.hosts.clone()),
+        ("default", vec!["io1".to_string()])
+    );
+    assert!(
+        a1.reasons.iter().any(|r| r.contains("no history")),
+        "{a1:?}"
+    );
 
     // Second run of the same job: allocated from the first run's profile, scaled to
     // S = ceil(N_A 2 / F 1) = 2 servers.
@@ -149,20 +165,37 @@ fn pool_jobs_are_allocated_from_their_history_through_slurm() {
     assert_eq!(hosts2, names(&want["decision"]["servers"]));
     assert_eq!(hosts2, ["io1", "io2"]);
     let c2 = comment(&cluster, job2);
-    assert!(c2.starts_with("eddy alloc: scaled 2 server(s) io1,io2: scaling:"), "{c2}");
-    let p2 = profile_of(&site, job2);
-    let a2 = p2.allocation.clone().expect("the profile carries the allocation");
-    assert_eq!((a2.rule.as_str(), a2.servers.clone()), ("scaled", vec![0, 1]));
     assert!(
-        a2.reasons.iter().any(|r| r == &format!("history: run {job1} (start {:.0})", p1.start)),
+        c2.starts_with("eddy alloc: scaled 2 server(s) io1,io2: scaling:"),
+        "{c2}"
+    );
+    let p2 = profile_of(&site, job2);
+    let a2 = p2
+        .allocation
+        .clone()
+        .expect("the profile carries the allocation");
+    assert_eq!(
+        (a2.rule.as_str(), a2.servers.clone()),
+        ("scaled", vec![0, 1])
+    );
+    assert!(
+        a2.reasons
+            .iter()
+            .any(|r| r == &format!("history: run {job1} (start {:.0})", p1.start)),
         "{a2:?}"
     );
     assert!(
-        a2.reasons.iter().any(|r| r.contains("S = ceil(N_A 2 / F 1) = 2")),
+        a2.reasons
+            .iter()
+            .any(|r| r.contains("S = ceil(N_A 2 / F 1) = 2")),
         "{a2:?}"
     );
     // `eddy history show` prints it.
-    let shown = eddy_testkit::cli::ok(&["history", "show", &job2.to_string(), "--site", s(&settings)]);
+    let shown =
+        eddy_testkit::cli::ok(&["history", "show", &job2.to_string(), "--site", s(&settings)]);
     let shown = String::from_utf8_lossy(&shown.stdout);
-    assert!(shown.contains("scaled on server(s) 0,1 (io1,io2)"), "{shown}");
+    assert!(
+        shown.contains("scaled on server(s) 0,1 (io1,io2)"),
+        "{shown}"
+    );
 }
