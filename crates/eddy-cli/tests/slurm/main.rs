@@ -11,3 +11,4 @@ mod bb_phases;
 mod bb_security;
 mod burst_buffer;
 mod slurm;
+mod walltime;
