@@ -36,6 +36,11 @@ pub fn sacct_text(cluster: &SlurmCluster, user: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The finished jobs sacct lists of `user`, as eddy-walltime reads them.
+pub fn sacct_jobs(cluster: &SlurmCluster, user: &str) -> Vec<eddy_walltime::Job> {
+    eddy_walltime::sacct::parse(&sacct_text(cluster, user)).unwrap()
+}
+
 /// Runs one job per entry of `sleeps` (seconds) as `user`, one after another, each with
 /// `limit`; waits until sacct lists all of them finished. Their jobs as eddy-walltime reads
 /// sacct.
