@@ -512,7 +512,10 @@ mod tests {
 
     #[test]
     fn walltime_knobs_parse_and_bad_ones_are_refused() {
-        assert!(site("").walltime.is_none(), "no [walltime]: staging at once");
+        assert!(
+            site("").walltime.is_none(),
+            "no [walltime]: staging at once"
+        );
         let w = site("[walltime]\npredictor = \"easy++\"\ncorrection = \"power\"\nstage_in_rate = \"1GiB\"\n")
             .walltime
             .unwrap();

@@ -145,7 +145,11 @@ impl<'a> Predictions<'a> {
             };
             self.histories.insert(key.to_string(), jobs);
         }
-        Ok(self.histories.get(key).map(Vec::as_slice).unwrap_or_default())
+        Ok(self
+            .histories
+            .get(key)
+            .map(Vec::as_slice)
+            .unwrap_or_default())
     }
 
     /// The predicted runtime of a job of `q`'s user, cpus and limit; `None` when its
@@ -213,7 +217,12 @@ pub fn job_start(w: &WalltimeSite, job: u32) -> Result<Start> {
                     )));
                 };
                 let end = running_end(q.start.unwrap_or(now), p, q.limit, w.correction, now);
-                words.push(format!("job {} ({} nodes) ends in {} s", q.id, q.nodes, end - now));
+                words.push(format!(
+                    "job {} ({} nodes) ends in {} s",
+                    q.id,
+                    q.nodes,
+                    end - now
+                ));
                 running.push(Running {
                     nodes: q.nodes,
                     end,
@@ -308,19 +317,25 @@ pub fn wait_for_stage_in(
         Err(e) => format!("no estimate: {e:#}"),
         Ok((bytes, estimate)) => {
             rec.walltime.stage_in_estimate_s = Some(estimate);
-            say.out(&format!(
-                "eddy: job {job}: stage-in of {} estimated at {estimate} s ({}/s)",
-                human_bytes(bytes),
-                w.stage_in_rate
-            ));
+            note(
+                jd,
+                say,
+                &format!(
+                    "eddy: job {job}: stage-in of {} estimated at {estimate} s ({}/s)",
+                    human_bytes(bytes),
+                    w.stage_in_rate
+                ),
+            );
             wait_loop(w, jd, rec, estimate, say)?
         }
     };
     let began = now();
     rec.walltime.stage_in_began = Some(began);
-    say.out(&format!(
-        "eddy: job {job}: stage-in begins at {began} ({why})"
-    ));
+    note(
+        jd,
+        say,
+        &format!("eddy: job {job}: stage-in begins at {began} ({why})"),
+    );
     rec.walltime.stage_in_why = Some(why);
     jd.save(rec)
 }
@@ -351,12 +366,16 @@ fn wait_loop(
         jd.save(rec)?;
         let now = now();
         if last_said != Some(scheduled) {
-            say.out(&format!(
-                "eddy: job {job}: predicted start {t} (in {} s; {how}); stage-in scheduled at \
+            note(
+                jd,
+                say,
+                &format!(
+                    "eddy: job {job}: predicted start {t} (in {} s; {how}); stage-in scheduled at \
                  {scheduled} (in {} s)",
-                t - now,
-                scheduled - now
-            ));
+                    t - now,
+                    scheduled - now
+                ),
+            );
             last_said = Some(scheduled);
         }
         if now >= scheduled {
@@ -379,7 +398,10 @@ pub fn record_predicted_end(
     say: Say,
 ) -> Result<()> {
     let job = rec.job;
-    let text = slurm("squeue", &["-h", "-j", &job.to_string(), "-o", SQUEUE_FORMAT])?;
+    let text = slurm(
+        "squeue",
+        &["-h", "-j", &job.to_string(), "-o", SQUEUE_FORMAT],
+    )?;
     let Some(me) = parse_squeue(&text).into_iter().find(|q| q.id == job) else {
         bail!("squeue does not list job {job}");
     };
@@ -389,17 +411,39 @@ pub fn record_predicted_end(
             let end = start.saturating_add(i64::try_from(p).unwrap_or(i64::MAX));
             rec.walltime.predicted_end = Some(end);
             jd.save(rec)?;
-            say.out(&format!(
-                "eddy: job {job}: predicted end {end} (runtime {p} s from {start})"
-            ));
+            note(
+                jd,
+                say,
+                &format!("eddy: job {job}: predicted end {end} (runtime {p} s from {start})"),
+            );
         }
-        None => say.out(&format!(
-            "eddy: job {job}: no predicted end ({} has no history)",
-            me.user
-        )),
+        None => note(
+            jd,
+            say,
+            &format!(
+                "eddy: job {job}: no predicted end ({} has no history)",
+                me.user
+            ),
+        ),
     }
     Ok(())
 }
+
+/// Says `line` and appends it to the job's `walltime.log` (root's, 0600, in the job's
+/// directory: Slurm drops what a successful phase prints, so this is where a site reads
+/// the predictions until teardown removes the directory).
+fn note(jd: &JobDir, say: Say, line: &str) {
+    say.out(line);
+    let path = jd.dir.join(LOG);
+    let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.push_str(&format!("{} {line}\n", now()));
+    if let Err(e) = jd.write_private(LOG, text.as_bytes()) {
+        say.err(&format!("eddy: cannot write {}: {e:#}", path.display()));
+    }
+}
+
+/// The log of the job's predictions in its directory.
+pub const LOG: &str = "walltime.log";
 
 /// The site's `[walltime]`, if it times staging.
 pub fn settings(site: &Site) -> Option<&WalltimeSite> {

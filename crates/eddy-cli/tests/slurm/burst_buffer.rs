@@ -753,7 +753,9 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
             Some(USER),
         )
         .unwrap();
-    cluster.wait_state(blocker, &["RUNNING"], JOB_BOUND).unwrap();
+    cluster
+        .wait_state(blocker, &["RUNNING"], JOB_BOUND)
+        .unwrap();
     let blocker_start = start_of(&cluster, blocker);
     let pfs = site.pfs();
     let link = format!("link /data={}", pfs.join("run").display());
@@ -792,6 +794,13 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let rec = job_record(&site, job);
+    let log_path = site.path("jobs").join(job.to_string()).join("walltime.log");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(
+        std::fs::metadata(&log_path).unwrap().mode() & 0o777,
+        0o600,
+        "the site's log of predictions is root's alone"
+    );
     std::fs::write(&go, b"").unwrap();
     let w = &rec["walltime"];
     let int = |k: &str| w[k].as_integer().unwrap_or_else(|| panic!("no {k}: {rec}"));
@@ -811,9 +820,20 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
     assert_eq!(scheduled, predicted - estimate, "{rec}");
     assert!(began >= scheduled, "stage-in began before its time: {rec}");
     assert!(
-        w["stage_in_why"].as_str().unwrap().starts_with("its time came"),
+        w["stage_in_why"]
+            .as_str()
+            .unwrap()
+            .starts_with("its time came"),
         "{rec}"
     );
+    for words in [
+        "stage-in of 3.0 MiB estimated at 7 s",
+        &format!("predicted start {predicted}"),
+        &format!("stage-in begins at {began} (its time came"),
+        "predicted end",
+    ] {
+        assert!(log.contains(words), "{words:?} not in the log:\n{log}");
+    }
     let job_start = start_of(&cluster, job);
     let end = int("predicted_end");
     assert!(
@@ -831,10 +851,16 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
         if let Some(j) = jobs.iter().find(|j| j.id == blocker.to_string()) {
             break j.end;
         }
-        assert!(Instant::now() < deadline, "sacct lacks job {blocker}: {jobs:?}");
+        assert!(
+            Instant::now() < deadline,
+            "sacct lacks job {blocker}: {jobs:?}"
+        );
         std::thread::sleep(Duration::from_millis(500));
     };
-    assert!(began < blocker_end, "stage-in at {began}, nodes free at {blocker_end}: {rec}");
+    assert!(
+        began < blocker_end,
+        "stage-in at {began}, nodes free at {blocker_end}: {rec}"
+    );
     site.assert_gone(&cluster, job);
     let sum = std::fs::read_to_string(pfs.join("run/out/sum")).unwrap();
     let want = std::process::Command::new("sha256sum")

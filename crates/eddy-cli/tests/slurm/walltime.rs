@@ -32,7 +32,11 @@ pub fn sacct_text(cluster: &SlurmCluster, user: &str) -> String {
         .env("TZ", "UTC")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -113,12 +117,26 @@ fn predict_and_replay_from_real_sacct() {
     let out = cluster
         .command(eddy_testkit::eddy_bin())
         .args([
-            "walltime", "predict", "--sacct", "--user", USER, "--cpus", "1", "--time",
-            "10:00", "--min-train", "2", "--json",
+            "walltime",
+            "predict",
+            "--sacct",
+            "--user",
+            USER,
+            "--cpus",
+            "1",
+            "--time",
+            "10:00",
+            "--min-train",
+            "2",
+            "--json",
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let last_two = (jobs[1].runtime + jobs[2].runtime) / 2;
     assert_eq!(p["request"], 600, "{p}");
@@ -135,7 +153,11 @@ fn predict_and_replay_from_real_sacct() {
         .args(["--min-train", "2", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(e["jobs"], 3, "{e}");
     assert_eq!(e["rows"].as_array().map(Vec::len), Some(9), "{e}");
