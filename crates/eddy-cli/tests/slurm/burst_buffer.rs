@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 /// The job's user (Slurm gives root no burst buffer).
 const USER: &str = "nobody";
+/// A second user, without any history of jobs (uid 1 on Debian).
+const OTHER_USER: &str = "daemon";
 const NOBODY: u32 = 65534;
 /// Bound on a job going through its whole life, staging included.
 const JOB_BOUND: Duration = Duration::from_secs(120);
@@ -733,7 +735,8 @@ fn start_of(cluster: &SlurmCluster, job: u32) -> i64 {
 /// of the user's history (the mean of the two, far below the blocking job's limit); stage-in
 /// scheduled at predicted start − 7 s, and not begun before then, but before the blocking
 /// job ended (the data was staged while the job waited); a predicted end at pre_run. The
-/// job ran with its data.
+/// job ran with its data. Then a job of a user without history blocks the nodes: the next
+/// pool job stages at once, still pending, saying why.
 #[test]
 fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
     let site = Site::new();
@@ -868,4 +871,52 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
         .output()
         .unwrap();
     assert_eq!(sum.as_bytes(), want.stdout.as_slice());
+
+    // A neighbour without history (a user who never ran a job here) blocks both nodes: the
+    // next pool job's start cannot be predicted, so it stages at once, while still pending.
+    let stranger = cluster
+        .sbatch(
+            "#!/bin/bash\nsleep 600\n",
+            &["-N", "2", "-t", "20:00", "-o", "/dev/null"],
+            Some(OTHER_USER),
+        )
+        .unwrap();
+    cluster
+        .wait_state(stranger, &["RUNNING"], JOB_BOUND)
+        .unwrap();
+    let job2 = cluster
+        .sbatch(&script, &["-t", "10:00"], Some(USER))
+        .unwrap();
+    let deadline = Instant::now() + JOB_BOUND;
+    let rec2 = loop {
+        let path = site.path("jobs").join(job2.to_string()).join("job.toml");
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            let rec: toml::Value = toml::from_str(&text).unwrap();
+            if rec["walltime"].get("stage_in_began").is_some() {
+                break rec;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {job2}'s stage-in never began: {} {}\n{}",
+            cluster.job_state(job2),
+            cluster.job_reason(job2),
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(cluster.job_state(job2), "PENDING", "{rec2}");
+    let why = rec2["walltime"]["stage_in_why"].as_str().unwrap();
+    assert_eq!(
+        why,
+        format!("no prediction: running job {stranger} of {OTHER_USER} has no history"),
+        "{rec2}"
+    );
+    assert!(rec2["walltime"].get("predicted_start").is_none(), "{rec2}");
+    cluster.cancel(stranger, false).unwrap();
+    let state = cluster
+        .wait_state(job2, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
+        .unwrap();
+    assert_eq!(state, "COMPLETED", "{}", site.job_output(job2));
+    site.assert_gone(&cluster, job2);
 }
