@@ -190,6 +190,8 @@ pub enum Start {
     At(i64, String),
     /// No prediction (and why): stage at once.
     Unknown(String),
+    /// The job is no longer queued (cancelled while it waited).
+    Gone,
 }
 
 /// The predicted start of pending job `job` now: the running jobs' predicted ends, the
@@ -197,11 +199,11 @@ pub enum Start {
 pub fn job_start(w: &WalltimeSite, job: u32) -> Result<Start> {
     let queue = parse_squeue(&slurm(
         "squeue",
-        &["-h", "-t", "PD,R,CG", "-o", SQUEUE_FORMAT],
+        &["-h", "-t", "PD,CF,R,CG", "-o", SQUEUE_FORMAT],
     )?);
     let total = usable_nodes(&slurm("sinfo", &["-h", "-N", "-o", "%N %t"])?);
     let Some(me) = queue.iter().find(|q| q.id == job) else {
-        bail!("squeue does not list job {job}");
+        return Ok(Start::Gone);
     };
     let now = now();
     let mut predictions = Predictions::new(w);
@@ -209,7 +211,7 @@ pub fn job_start(w: &WalltimeSite, job: u32) -> Result<Start> {
     let mut words = Vec::new();
     for q in queue.iter().filter(|q| q.id != job) {
         match q.state.as_str() {
-            "RUNNING" => {
+            "RUNNING" | "CONFIGURING" => {
                 let Some(p) = predictions.runtime(q)? else {
                     return Ok(Start::Unknown(format!(
                         "running job {} of {} has no history",
@@ -358,6 +360,7 @@ fn wait_loop(
         };
         let (t, how) = match start {
             Start::Unknown(why) => return Ok(format!("no prediction: {why}")),
+            Start::Gone => bail!("job {job} left the queue while its stage-in waited"),
             Start::At(t, how) => (t, how),
         };
         let scheduled = t.saturating_sub(i64::try_from(estimate).unwrap_or(i64::MAX));
