@@ -19,10 +19,14 @@ set -euo pipefail
 # (/usr/lib/postgresql/<version>/bin) as the postgres system user the package makes.
 # prometheus: crates/eddy-cli/tests/ops/metrics.rs starts its own Prometheus server (the package
 # may also start a system service; the test never uses it) that scrapes the daemons' /metrics.
+# slurmdbd, mariadb-server and mariadb-client: the private Slurm's opt-in accounting
+# (eddy_testkit::slurm, `.accounting()`: a private MariaDB server and slurmdbd) for
+# crates/eddy-cli/tests/slurm/walltime.rs and burst_buffer.rs (staging timed by predicted
+# walltime), which read real `sacct` (package slurm-client, pulled in by slurm-wlm).
 # A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
   slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py python3-venv postgresql
-  prometheus)
+  prometheus slurmdbd mariadb-server mariadb-client)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

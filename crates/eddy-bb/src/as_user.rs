@@ -24,13 +24,39 @@ pub enum Seen {
 /// Resolves each of `paths` (links followed) as user `uid` with group `gid` and the user's
 /// supplementary groups would.
 pub fn resolve(uid: u32, gid: u32, paths: &[PathBuf]) -> Result<Vec<Seen>> {
+    ask(uid, gid, &[], paths)
+}
+
+/// The bytes of each of `paths` as user `uid` sees them: a file's size, or the sum of the
+/// regular files of a tree (links inside it not followed); `Unreachable` where the user
+/// cannot reach it.
+pub fn tree_bytes(uid: u32, gid: u32, paths: &[PathBuf]) -> Result<Vec<Sized>> {
+    ask(uid, gid, &["--bytes"], paths)
+}
+
+/// The size of one path as the user sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Sized {
+    Bytes(u64),
+    Unreachable(String),
+}
+
+/// Runs `eddy bb resolve-paths FLAGS -- PATHS` as the user; one answer per path.
+fn ask<T: serde::de::DeserializeOwned>(
+    uid: u32,
+    gid: u32,
+    flags: &[&str],
+    paths: &[PathBuf],
+) -> Result<Vec<T>> {
     if paths.is_empty() {
         return Ok(Vec::new());
     }
     let groups = groups_of(uid, gid)?;
     let exe = std::env::current_exe().context("cannot find the eddy program")?;
     let mut cmd = Command::new(&exe);
-    cmd.args(["bb", "resolve-paths", "--"])
+    cmd.args(["bb", "resolve-paths"])
+        .args(flags)
+        .arg("--")
         .args(paths)
         .stdin(Stdio::null())
         .env_clear()
@@ -50,7 +76,7 @@ pub fn resolve(uid: u32, gid: u32, paths: &[PathBuf]) -> Result<Vec<Seen>> {
     }
     let out = crate::nodes::output_bounded(cmd, BOUND)
         .with_context(|| format!("resolving paths as uid {uid}"))?;
-    let seen: Vec<Seen> = out
+    let seen: Vec<T> = out
         .lines()
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()
@@ -92,4 +118,41 @@ pub fn resolve_paths_here(paths: &[PathBuf]) -> Result<Vec<String>> {
             serde_json::to_string(&seen).context("cannot encode an answer")
         })
         .collect()
+}
+
+/// The answers of `eddy bb resolve-paths --bytes PATH...`: one JSON `Sized` per path.
+pub fn tree_bytes_here(paths: &[PathBuf]) -> Result<Vec<String>> {
+    paths
+        .iter()
+        .map(|p| {
+            let sized = match bytes_of(p) {
+                Ok(b) => Sized::Bytes(b),
+                Err(e) => Sized::Unreachable(e.to_string()),
+            };
+            serde_json::to_string(&sized).context("cannot encode an answer")
+        })
+        .collect()
+}
+
+/// A file's size, or the regular files' sizes summed over a tree (links followed at the top
+/// only, as the stage-in does).
+fn bytes_of(path: &std::path::Path) -> std::io::Result<u64> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_dir() {
+        return Ok(if meta.is_file() { meta.len() } else { 0 });
+    }
+    let mut total = 0u64;
+    let mut dirs = vec![path.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                dirs.push(entry.path());
+            } else if meta.is_file() {
+                total = total.saturating_add(meta.len());
+            }
+        }
+    }
+    Ok(total)
 }

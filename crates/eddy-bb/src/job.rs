@@ -39,6 +39,26 @@ pub struct JobRecord {
     /// why; decision 0038).
     #[serde(default)]
     pub decision: Option<eddy_alloc::Decision>,
+    /// The predicted times of the job (site's `[walltime]`, decision 0040).
+    #[serde(default)]
+    pub walltime: WalltimeRecord,
+}
+
+/// What the walltime prediction said and did, seconds since the epoch (UTC).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalltimeRecord {
+    /// The job's predicted start when its stage-in was timed (the last check).
+    pub predicted_start: Option<i64>,
+    /// Estimated seconds of its stage-in (its sources' bytes / the site's rate).
+    pub stage_in_estimate_s: Option<u64>,
+    /// When stage-in was to begin: predicted start − estimate.
+    pub stage_in_scheduled: Option<i64>,
+    /// When stage-in began.
+    pub stage_in_began: Option<i64>,
+    /// Why it began then, in words (its time came, no history, the wait bound...).
+    pub stage_in_why: Option<String>,
+    /// The job's predicted end (its start + its predicted runtime), computed in pre_run.
+    pub predicted_end: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

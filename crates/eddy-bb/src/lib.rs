@@ -10,7 +10,8 @@
 //! limits; `job` is root's record of a job; `nodes` asks Slurm for a job's nodes and runs
 //! commands on them through the site's launcher; `as_user` resolves paths as the job's user
 //! (a child of the `eddy` program that runs `eddy bb resolve-paths` after dropping to the
-//! user). Lines the phases report go to the caller's `eddy_deploy::Say`.
+//! user); `walltime` times a pool job's stage-in by its predicted start and records its
+//! predicted end (decision 0040). Lines the phases report go to the caller's `eddy_deploy::Say`.
 //!
 //! A job's files live in SITE.state_dir/<job id> (see `job`): `job.toml`, root's record of
 //! what was made where (teardown trusts nothing else); `state/`, the deployment's state
@@ -23,3 +24,4 @@ pub mod job;
 pub mod nodes;
 pub mod phases;
 pub mod site;
+pub mod walltime;

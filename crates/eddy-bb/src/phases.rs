@@ -80,6 +80,7 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
             job_name: None,
             nodes: None,
             decision: None,
+            walltime: Default::default(),
         }
     };
     jd.save(&rec)?;
@@ -137,12 +138,16 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
 }
 
 /// While pending: every stage-in source exists (else the job waits with a Reason saying
-/// which); pool mode stages in now.
+/// which); pool mode stages in now, or, with the site's `[walltime]`, at the job's predicted
+/// start minus the staging estimate (crate::walltime).
 pub fn data_in(site: &Site, job: u32, _script: &Path, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
-    let rec = jd.load()?;
+    let mut rec = jd.load()?;
     check_sources(&rec)?;
     if rec.mode == Mode::Pool {
+        if let Some(w) = crate::walltime::settings(site) {
+            crate::walltime::wait_for_stage_in(w, &jd, &mut rec, say)?;
+        }
         stage_in(&jd, &rec.request, say)?;
     }
     Ok(())
@@ -195,6 +200,12 @@ pub fn pre_run(site: &Site, job: u32, say: Say) -> Result<()> {
     .context("cannot mount the job's namespace on its nodes")?;
     if rec.mode == Mode::NodeLocal {
         stage_in(&jd, &rec.request, say)?;
+    }
+    if let Some(w) = crate::walltime::settings(site) {
+        // A prediction that cannot be made never holds the job.
+        if let Err(e) = crate::walltime::record_predicted_end(w, &jd, &mut rec, say) {
+            say.out(&format!("eddy: job {job}: no predicted end: {e:#}"));
+        }
     }
     Ok(())
 }

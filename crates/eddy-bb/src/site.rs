@@ -62,6 +62,49 @@ pub struct Site {
     /// `eddy alloc --policy` reads it; decision 0038): which of the pool's nodes each job's
     /// daemons start on.
     pub alloc: eddy_alloc::Policy,
+    /// Staging timed by predicted walltime (decision 0040); unset: pool jobs stage in at once.
+    pub walltime: Option<WalltimeSite>,
+}
+
+/// `[walltime]`: how a pool job's stage-in is timed by its predicted start, and how its
+/// predicted end is computed (eddy-bb's `walltime`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WalltimeSite {
+    /// The predictor of every job's runtime: `easy++`, `adaboost` or `request`; unset: the
+    /// one with the lowest error when the user's history is replayed (`eddy walltime predict`).
+    pub predictor: Option<eddy_walltime::Predictor>,
+    /// Correction of a running job past its prediction: `none`, `simple` or `power`.
+    pub correction: eddy_walltime::Correction,
+    /// The history: `sacct` (Slurm accounting of each user) or the path of a file of finished
+    /// jobs (a JSON array of job records, or an SWF trace by its `.swf` name).
+    pub source: String,
+    /// How far back `sacct` looks (its `-S`).
+    pub since: String,
+    /// The stage-in rate the estimate assumes, bytes per second (`500MiB`: per second).
+    pub stage_in_rate: String,
+    /// Most seconds a job's stage-in waits for its time (Slurm's StageInTimeout must be
+    /// longer than this plus the staging itself).
+    pub max_wait_s: u64,
+    /// Seconds between re-checks of the prediction while waiting.
+    pub recheck_s: u64,
+    /// Finished jobs the regression needs before it predicts.
+    pub min_train: usize,
+}
+
+impl Default for WalltimeSite {
+    fn default() -> WalltimeSite {
+        WalltimeSite {
+            predictor: None,
+            correction: eddy_walltime::Correction::None,
+            source: "sacct".into(),
+            since: "now-90days".into(),
+            stage_in_rate: "500MiB".into(),
+            max_wait_s: 3600,
+            recheck_s: 5,
+            min_train: eddy_walltime::Params::default().min_train,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -163,6 +206,7 @@ impl Default for Site {
             pool: None,
             history_db: None,
             alloc: eddy_alloc::Policy::default(),
+            walltime: None,
         }
     }
 }
@@ -203,6 +247,19 @@ impl Site {
         self.alloc
             .check()
             .map_err(|e| anyhow::anyhow!("[alloc] {e}"))?;
+        if let Some(w) = &self.walltime {
+            let rate = parse_bytes(&w.stage_in_rate)
+                .map_err(|e| anyhow::anyhow!("[walltime] stage_in_rate: {e}"))?;
+            if rate == 0 {
+                bail!("[walltime] stage_in_rate must be above 0");
+            }
+            if w.source != "sacct" && !Path::new(&w.source).is_absolute() {
+                bail!(
+                    "[walltime] source {:?} is neither `sacct` nor an absolute path",
+                    w.source
+                );
+            }
+        }
         if let Some(pool) = &self.pool {
             pool.peak_bandwidth()?;
             if pool.live_window_s == 0 {
@@ -517,6 +574,31 @@ mod tests {
         ] {
             s.resolve(&parse(example, "EDDY").unwrap()).unwrap();
         }
+    }
+
+    #[test]
+    fn walltime_knobs_parse_and_bad_ones_are_refused() {
+        assert!(
+            site("").walltime.is_none(),
+            "no [walltime]: staging at once"
+        );
+        let w = site("[walltime]\npredictor = \"easy++\"\ncorrection = \"power\"\nstage_in_rate = \"1GiB\"\n")
+            .walltime
+            .unwrap();
+        assert_eq!(w.predictor, Some(eddy_walltime::Predictor::EasyPlusPlus));
+        assert_eq!(w.correction, eddy_walltime::Correction::Power);
+        assert_eq!((w.source.as_str(), w.recheck_s), ("sacct", 5));
+        let d = site("[walltime]\n").walltime.unwrap();
+        assert_eq!((d.predictor, d.max_wait_s), (None, 3600));
+        for bad in [
+            "[walltime]\nstage_in_rate = \"fast\"\n",
+            "[walltime]\nstage_in_rate = \"0\"\n",
+            "[walltime]\nsource = \"history.json\"\n",
+        ] {
+            let s: Site = toml::from_str(bad).unwrap();
+            assert!(s.validate().is_err(), "{bad}");
+        }
+        assert!(toml::from_str::<Site>("[walltime]\npredictor = \"magic\"\n").is_err());
     }
 
     #[test]

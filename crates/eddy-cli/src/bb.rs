@@ -7,8 +7,8 @@ use eddy_bb::{as_user, phases, site};
 
 pub fn bb(args: BbArgs) -> Result<()> {
     // Run as the job's user, who need not be able to read the site's settings.
-    if let BbPhase::ResolvePaths { paths } = &args.phase {
-        return resolve_paths(paths);
+    if let BbPhase::ResolvePaths { paths, bytes } = &args.phase {
+        return resolve_paths(paths, *bytes);
     }
     let site = site::Site::load(args.site.as_deref())?;
     let say = crate::say();
@@ -55,7 +55,7 @@ pub fn bb(args: BbArgs) -> Result<()> {
             phases::teardown(&site, job, hurry, say)
         }
         BbPhase::Status { args: _ } => phases::status(&site, say),
-        BbPhase::ResolvePaths { paths } => resolve_paths(&paths),
+        BbPhase::ResolvePaths { paths, bytes } => resolve_paths(&paths, bytes),
         BbPhase::NodeMount { state, mount } => phases::node_mount(&state, &mount),
         BbPhase::NodeClean { mount, root } => {
             phases::node_clean(mount.as_deref(), root.as_deref(), say)
@@ -63,9 +63,14 @@ pub fn bb(args: BbArgs) -> Result<()> {
     }
 }
 
-/// `eddy bb resolve-paths`: the answers, one per line.
-fn resolve_paths(paths: &[std::path::PathBuf]) -> Result<()> {
-    for line in as_user::resolve_paths_here(paths)? {
+/// `eddy bb resolve-paths [--bytes]`: the answers, one per line.
+fn resolve_paths(paths: &[std::path::PathBuf], bytes: bool) -> Result<()> {
+    let lines = if bytes {
+        as_user::tree_bytes_here(paths)?
+    } else {
+        as_user::resolve_paths_here(paths)?
+    };
+    for line in lines {
         outln!("{line}");
     }
     Ok(())

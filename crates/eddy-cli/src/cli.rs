@@ -396,6 +396,9 @@ pub enum BbPhase {
     /// user): one JSON answer per line.
     #[command(hide = true)]
     ResolvePaths {
+        /// Answer each path's bytes (a tree's regular files summed) instead.
+        #[arg(long)]
+        bytes: bool,
         #[arg(last = true)]
         paths: Vec<PathBuf>,
     },

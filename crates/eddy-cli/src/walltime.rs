@@ -135,6 +135,8 @@ fn run_sacct(user: &str, since: &str) -> Result<Vec<Job>> {
             "-u",
             user,
         ])
+        // sacct prints local times; eddy-walltime reads them as UTC.
+        .env("TZ", "UTC")
         .output()
         .context("running sacct (is Slurm's accounting installed?)")?;
     if !out.status.success() {

@@ -9,6 +9,12 @@
 //! with a `burst_buffer.lua` and the text of a `burst_buffer.conf`, installed next to the
 //! private slurm.conf, where the plugin looks for them.
 //!
+//! With [`SlurmBuilder::accounting`] the cluster keeps real accounting: a private MariaDB
+//! server (its own data directory, a unix socket only, run as the `mysql` user) under a
+//! private slurmdbd (`slurmdbd.conf` 0600, StorageType=accounting_storage/mysql), the cluster
+//! registered with `sacctmgr`, and `AccountingStorageType=accounting_storage/slurmdbd` in
+//! slurm.conf, so that `sacct` knows the jobs that ran. Without it, no accounting.
+//!
 //! Every wait is bounded; a failure shows the tails of the daemons' logs. Dropping the cluster
 //! cancels its jobs and stops its daemons, whatever state the test left it in.
 
@@ -34,6 +40,17 @@ pub const TOOLS: [&str; 11] = [
     "scontrol",
     "runuser",
 ];
+/// What accounting needs besides [`TOOLS`].
+pub const ACCOUNTING_TOOLS: [&str; 6] = [
+    "mariadbd",
+    "mariadb-install-db",
+    "mariadb",
+    "slurmdbd",
+    "sacctmgr",
+    "sacct",
+];
+/// The system user the private MariaDB server runs as (the mariadb-server package makes it).
+const DB_USER: &str = "mysql";
 /// Bound on the cluster coming up (munge socket, then every node idle in sinfo).
 pub const BRING_UP: Duration = Duration::from_secs(30);
 /// Bound on each step of tearing the cluster down before signals get harsher.
@@ -43,6 +60,8 @@ const CLIENT_BOUND: Duration = Duration::from_secs(20);
 pub const POLL: Duration = Duration::from_millis(100);
 /// Lines of each log shown when something fails.
 const LOG_LINES: usize = 30;
+/// The cluster's name in slurm.conf (and in slurmdbd, with accounting).
+pub const CLUSTER: &str = "eddytest";
 /// The partition holding every node.
 pub const PARTITION: &str = "eddy";
 
@@ -55,6 +74,32 @@ pub fn find_tool(name: &str) -> Option<PathBuf> {
 pub fn require_slurm() {
     super::require::root("run slurmctld and slurmd as root (SlurmUser=root)");
     super::require::programs(&TOOLS, "slurm-wlm and munge");
+}
+
+/// Fails the test, naming what is missing, if the private cluster cannot keep accounting.
+pub fn require_accounting() {
+    require_slurm();
+    super::require::programs(
+        &ACCOUNTING_TOOLS,
+        "slurmdbd, slurm-client, mariadb-server and mariadb-client",
+    );
+    if nix_user_id(DB_USER).is_none() {
+        super::require::missing(&format!(
+            "the system user `{DB_USER}` is missing (Debian package mariadb-server makes it)"
+        ));
+    }
+}
+
+/// The uid and gid of a user of the password database.
+fn nix_user_id(name: &str) -> Option<(u32, u32)> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: getpwnam with a NUL-terminated name; the fields are copied at once.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, as getpwnam returned it.
+    Some(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
 }
 
 pub fn short_hostname() -> String {
@@ -209,6 +254,7 @@ pub fn loopback_net() -> u8 {
 pub struct SlurmBuilder {
     nodes: usize,
     burst_buffer: Option<(PathBuf, String)>,
+    accounting: bool,
 }
 
 impl SlurmBuilder {
@@ -224,6 +270,13 @@ impl SlurmBuilder {
     /// to `burst_buffer.conf`, both next to slurm.conf.
     pub fn burst_buffer(mut self, lua: &Path, conf: &str) -> SlurmBuilder {
         self.burst_buffer = Some((lua.to_path_buf(), conf.to_string()));
+        self
+    }
+
+    /// Real accounting: a private MariaDB and slurmdbd (see the module's header), so that
+    /// `sacct` of [`SlurmCluster::command`] knows the jobs.
+    pub fn accounting(mut self) -> SlurmBuilder {
+        self.accounting = true;
         self
     }
 
@@ -276,7 +329,11 @@ impl SlurmCluster {
         std::fs::create_dir(&jobs).unwrap();
         set_mode(&jobs, 0o1777);
         cluster.start_munge();
-        cluster.write_conf(b.burst_buffer.is_some());
+        let dbd_port = b.accounting.then(free_port);
+        cluster.write_conf(b.burst_buffer.is_some(), dbd_port);
+        if let Some(port) = dbd_port {
+            cluster.start_accounting(port);
+        }
         if let Some((lua, conf)) = &b.burst_buffer {
             std::fs::copy(lua, cluster.path("burst_buffer.lua"))
                 .unwrap_or_else(|e| panic!("cannot copy {}: {e}", lua.display()));
@@ -337,7 +394,126 @@ impl SlurmCluster {
         self.wait_for("the munge socket", |c| c.munge_socket().exists());
     }
 
-    fn write_conf(&self, burst_buffer: bool) {
+    fn db_socket(&self) -> PathBuf {
+        self.path("mysql-run/mysqld.sock")
+    }
+
+    /// MariaDB (initialised in `mysql/`, socket in `mysql-run/`, both the `mysql` user's,
+    /// 0700), then slurmdbd on `port` storing into it, then the cluster registered.
+    fn start_accounting(&mut self, port: u16) {
+        let (uid, gid) = nix_user_id(DB_USER).unwrap_or_else(|| {
+            super::require::missing(&format!("the system user `{DB_USER}` is missing"))
+        });
+        let data = self.path("mysql");
+        let run = self.path("mysql-run");
+        for d in [&data, &run] {
+            std::fs::create_dir(d).unwrap();
+            std::os::unix::fs::chown(d, Some(uid), Some(gid)).unwrap();
+            set_mode(d, 0o700);
+        }
+        let datadir = format!("--datadir={}", data.display());
+        let mut install = self.command("mariadb-install-db");
+        install.args([
+            "--no-defaults",
+            &format!("--user={DB_USER}"),
+            &datadir,
+            "--auth-root-authentication-method=socket",
+            "--skip-test-db",
+        ]);
+        let out = output_bounded(&mut install, BRING_UP);
+        let ok = out.as_ref().is_some_and(|o| o.status.success());
+        assert!(
+            ok,
+            "mariadb-install-db failed: {}",
+            out.map(|o| format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ))
+            .unwrap_or_else(|| format!("did not end in {BRING_UP:?}"))
+        );
+        let socket = format!("--socket={}", self.db_socket().display());
+        self.spawn(
+            "mariadbd",
+            &[
+                "--no-defaults".to_string(),
+                format!("--user={DB_USER}"),
+                datadir,
+                socket.clone(),
+                "--skip-networking".to_string(),
+                format!("--pid-file={}", run.join("mariadbd.pid").display()),
+                format!("--log-error={}", run.join("mariadbd.err").display()),
+            ],
+        );
+        self.wait_for("MariaDB answering on its socket", |c| {
+            let mut ping = c.command("mariadb");
+            ping.args(["--no-defaults", &socket, "-u", "root", "-e", "SELECT 1"]);
+            output_bounded(&mut ping, CLIENT_BOUND).is_some_and(|o| o.status.success())
+        });
+        let d = self.dir.path().display();
+        let dbd_conf = format!(
+            "AuthType=auth/munge\n\
+             AuthInfo=socket={munge}\n\
+             DbdHost=localhost\n\
+             DbdAddr=127.0.0.1\n\
+             DbdPort={port}\n\
+             SlurmUser=root\n\
+             PidFile={d}/slurmdbd.pid\n\
+             LogFile={d}/slurmdbd.log\n\
+             StorageType=accounting_storage/mysql\n\
+             StorageHost=localhost\n\
+             StorageUser=root\n\
+             StorageLoc=slurm_acct_db\n",
+            munge = self.munge_socket().display(),
+        );
+        let conf = self.path("slurmdbd.conf");
+        std::fs::write(&conf, dbd_conf).unwrap();
+        set_mode(&conf, 0o600);
+        // slurmdbd reads slurmdbd.conf next to SLURM_CONF; its MySQL client finds the
+        // private server's socket through MYSQL_UNIX_PORT.
+        let out = std::fs::File::create(self.path("slurmdbd.out")).unwrap();
+        let child = self
+            .command("slurmdbd")
+            .arg("-D")
+            .env("MYSQL_UNIX_PORT", self.db_socket())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start slurmdbd: {e}"));
+        self.daemons.push(("slurmdbd".to_string(), child));
+        self.register_cluster();
+    }
+
+    /// `sacctmgr -i add cluster CLUSTER`, retried (bounded) until slurmdbd answers.
+    fn register_cluster(&mut self) {
+        let deadline = Instant::now() + BRING_UP;
+        loop {
+            let said = match self.client("sacctmgr", &["-i", "add", "cluster", CLUSTER], None) {
+                Ok(o) => {
+                    let text = format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                    if o.status.success() || text.contains("already exists") {
+                        return;
+                    }
+                    text
+                }
+                Err(e) => e,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "cannot register cluster {CLUSTER} with slurmdbd in {BRING_UP:?}: {said}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn write_conf(&self, burst_buffer: bool, dbd_port: Option<u16>) {
         let d = self.dir.path().display();
         let host = short_hostname();
         let node_lines: String = if self.nodes.len() == 1 {
@@ -368,8 +544,19 @@ impl SlurmCluster {
         } else {
             ""
         };
+        // Clients reach slurmdbd with AccountingStoragePass as their munge socket.
+        let accounting = match dbd_port {
+            Some(port) => format!(
+                "AccountingStorageType=accounting_storage/slurmdbd\n\
+                 AccountingStorageHost=127.0.0.1\n\
+                 AccountingStoragePort={port}\n\
+                 AccountingStoragePass={socket}\n",
+                socket = self.munge_socket().display(),
+            ),
+            None => "AccountingStorageType=accounting_storage/none\n".to_string(),
+        };
         let conf = format!(
-            "ClusterName=eddytest\n\
+            "ClusterName={CLUSTER}\n\
              SlurmctldHost={host}(127.0.0.1)\n\
              SlurmUser=root\n\
              SlurmdUser=root\n\
@@ -387,7 +574,7 @@ impl SlurmCluster {
              ProctrackType=proctrack/linuxproc\n\
              TaskPlugin=task/none\n\
              JobAcctGatherType=jobacct_gather/none\n\
-             AccountingStorageType=accounting_storage/none\n\
+             {accounting}\
              SelectType=select/cons_tres\n\
              SelectTypeParameters=CR_CPU\n\
              MpiDefault=none\n\
@@ -579,6 +766,11 @@ impl SlurmCluster {
         for n in &self.nodes {
             names.push(format!("slurmd-{n}.out"));
             names.push(format!("slurmd-{n}.log"));
+        }
+        if self.path("slurmdbd.conf").exists() {
+            for n in ["mysql-run/mariadbd.err", "slurmdbd.out", "slurmdbd.log"] {
+                names.push(n.to_string());
+            }
         }
         let tails: Vec<String> = names.iter().map(|n| tail(&self.path(n))).collect();
         tails.join("\n")

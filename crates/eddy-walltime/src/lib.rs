@@ -5,7 +5,8 @@
 //! AdaBoost.R2 over smartcore's decision trees in `adaboost.rs`); `correct.rs` the
 //! corrections of underestimates (simple and power, as in the COARE walltime paper, §4.4);
 //! `replay.rs` the evaluation of every predictor and correction over a trace without
-//! looking into the future. Pure computation: it runs no command and prints nothing.
+//! looking into the future; `start.rs` a pending job's predicted start (first come, first
+//! served over the running and pending jobs' predictions, decision 0040). Pure computation: it runs no command and prints nothing.
 
 pub mod adaboost;
 pub mod correct;
@@ -13,6 +14,7 @@ pub mod job;
 pub mod predict;
 pub mod replay;
 pub mod sacct;
+pub mod start;
 pub mod swf;
 
 pub use correct::{correct, Corrected, Correction};

@@ -134,8 +134,9 @@ pub fn parse_mem(s: &str, cpus: u32) -> Result<Option<f64>> {
     }))
 }
 
-/// Seconds since the epoch of Slurm's `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences
-/// and order matter here); `None` for `Unknown`, `None` or empty.
+/// Seconds since the epoch of Slurm's `YYYY-MM-DDTHH:MM:SS`, taken as UTC: Slurm prints local
+/// time, so whoever runs `sacct`/`squeue` for this reader sets `TZ=UTC` (eddy does);
+/// `None` for `Unknown`, `None` or empty.
 pub fn parse_date(s: &str) -> Result<Option<i64>> {
     let s = s.trim();
     if s.is_empty() || matches!(s, "Unknown" | "None" | "N/A") {

@@ -12,3 +12,4 @@ mod bb_pool;
 mod bb_security;
 mod burst_buffer;
 mod slurm;
+mod walltime;
