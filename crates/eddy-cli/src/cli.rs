@@ -43,6 +43,9 @@ pub enum Command {
     StageOut(StageOutArgs),
     /// Release the pins `eddy stage-in --pin` put on cached data, so that it can be evicted.
     Unpin(UnpinArgs),
+    /// Early write-back: beside a running job, write its dirty data back to the backend
+    /// early enough that little is left at its predicted end (--end, Unix seconds).
+    Writeback(crate::writeback::WritebackArgs),
     /// Run IO500-shaped benchmarks on a directory.
     Bench(eddy_bench::BenchArgs),
     /// Low-level helpers that talk to the deployment through the client library.

@@ -32,6 +32,7 @@ mod status;
 mod stop;
 mod sysmap;
 mod walltime;
+mod writeback;
 
 use anyhow::Result;
 use clap::Parser;
@@ -76,6 +77,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::History(args) => history::history(args),
         Command::Walltime(args) => walltime::walltime(args),
         Command::Alloc(args) => alloc::alloc(args),
+        Command::Writeback(args) => writeback::writeback(args),
     }
 }
 

@@ -15,6 +15,8 @@ const STAGE_IN_FILES: usize = 16;
 const PREFETCH_CHUNKS: usize = 4;
 /// Files per flush or finalisation request.
 const FLUSH_PAGE: u32 = 64;
+/// Files an early write-back pass writes back at once (each on every daemon at once).
+const EARLY_FILES: usize = 4;
 
 /// What happened to one file.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -239,6 +241,64 @@ impl Client {
         for prefix in &prefixes {
             let outcomes = self.finalize_everywhere(prefix, &skip, progress).await?;
             for o in outcomes {
+                merge(&mut merged, o);
+            }
+        }
+        Ok(merged.into_values().collect())
+    }
+
+    /// Early write-back (decision 0041): the dirty data of the files under `paths` (all
+    /// linked prefixes when empty) goes to the backend while the job may still be writing,
+    /// and the files stay dirty, to be finalised by the stage-out at the job's end. The
+    /// files are checked against their backend copies as a stage-out checks them (decision
+    /// 0030): those in conflict are held back and reported (EBUSY), and only the files that
+    /// passed the check, which marks them as being written back by this deployment, have
+    /// their dirty chunks written back, one file at a time on every daemon at once. A chunk
+    /// written to after a pass read it stays dirty (the tier's chunk versions), so nothing
+    /// written meanwhile is marked clean. One result per file (bytes add up over daemons).
+    pub async fn write_back_early(
+        &self,
+        paths: &[String],
+        progress: &(dyn Fn(&FileResult) + Sync),
+    ) -> Result<Vec<FileResult>, Errno> {
+        let prefixes = self.linked_prefixes(paths)?;
+        let mut merged: BTreeMap<String, FileResult> = BTreeMap::new();
+        let mut passed: Vec<String> = Vec::new();
+        for prefix in &prefixes {
+            for o in self.check_backend(prefix, false).await? {
+                if o.error.is_some() {
+                    report(std::slice::from_ref(&o), progress);
+                    merge(&mut merged, o);
+                } else {
+                    passed.push(o.path);
+                }
+            }
+        }
+        let flushed: Vec<Result<Vec<FileOutcome>, Errno>> = stream::iter(passed)
+            .map(|file| async move {
+                self.paged_everywhere(
+                    |after| req::FlushDirty {
+                        prefix: file.clone(),
+                        after,
+                        limit: FLUSH_PAGE,
+                    },
+                    |files, after| {
+                        files
+                            .iter()
+                            .filter(|f| f.complete)
+                            .map(|f| f.file_id)
+                            .max()
+                            .or(after)
+                    },
+                    progress,
+                )
+                .await
+            })
+            .buffer_unordered(EARLY_FILES)
+            .collect()
+            .await;
+        for outcomes in flushed {
+            for o in outcomes? {
                 merge(&mut merged, o);
             }
         }

@@ -242,6 +242,13 @@ pub struct Config {
     /// arrive; the later ones are summed in one series with `client_host="_others"`, so
     /// that a job of many processes cannot flood Prometheus with series. Default 64.
     pub metrics_max_clients: usize,
+    /// Early write-back (`eddy writeback`, decision 0041): the write-back rate, in bytes per
+    /// second, assumed until its own passes have measured one; it decides when writing back
+    /// starts before the job's predicted end. Default 100 MiB/s.
+    pub writeback_rate_estimate: u64,
+    /// Early write-back: milliseconds between two looks at the dirty bytes (before writing
+    /// back starts) and between two passes that found nothing to write. Default 1 000.
+    pub writeback_pass_interval_ms: u64,
 }
 
 /// A `metrics_addr` (or `--metrics`) value as a socket address: `IP:PORT` (IPv6 in
@@ -540,6 +547,8 @@ impl Default for Config {
             metrics_max_connections: 8,
             metrics_timeout_ms: 5_000,
             metrics_max_clients: 64,
+            writeback_rate_estimate: 100 * 1024 * 1024,
+            writeback_pass_interval_ms: 1_000,
         }
     }
 }
@@ -604,6 +613,11 @@ impl Config {
         }
         if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
+        }
+        if self.writeback_rate_estimate == 0 || self.writeback_pass_interval_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "writeback_rate_estimate and writeback_pass_interval_ms must be positive".into(),
+            ));
         }
         if self.stats_series_max < 16 {
             return Err(ConfigError::Invalid(format!(

@@ -25,6 +25,7 @@ pub mod stage;
 pub mod start;
 pub mod state;
 pub mod stop;
+pub mod writeback;
 
 pub use launch::{DaemonLaunch, HostLine};
 pub use replace::{replace, Replaced};

@@ -106,7 +106,7 @@ fn linked(state: &StateDir, args: &[PathBuf]) -> Result<(Vec<String>, Runtime, C
     Ok((paths, rt, client))
 }
 
-fn require_links(dep: &Deployment, state: &StateDir) -> Result<()> {
+pub(crate) fn require_links(dep: &Deployment, state: &StateDir) -> Result<()> {
     if dep.config.links.is_empty() {
         bail!(
             "deployment {:?} (state {}) has no backend: nothing is linked; start it with \
