@@ -29,6 +29,10 @@ pub enum BenchCommand {
     /// stage-in and stage-out, each against its baseline (the backend read or written
     /// directly, a native Eddy file, `cp -r`) in the same run.
     Tier(TierArgs),
+    /// Measure early write-back (`eddy writeback`): the teardown stage-out of a job that
+    /// writes steadily into a linked prefix, without and with early write-back timed by the
+    /// job's end, in the same run, with the backend's raw write rate beside them.
+    Writeback(WritebackArgs),
     /// Internal: one rank of a run, started by the coordinator.
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -145,6 +149,45 @@ pub struct TierArgs {
     /// of its own where needed; a side's figure is its median time.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// Write the results as JSON to this file (`-` = stdout; the table then goes to stderr).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct WritebackArgs {
+    /// Directory for the daemons' storage and the mount point; default /var/tmp.
+    #[arg(long, value_name = "DIR")]
+    pub storage: Option<PathBuf>,
+    /// The backend directory (e.g. a GlusterFS mount point); the benchmark works in a fresh
+    /// sub-directory of it and removes it at the end. Default: a fresh directory under
+    /// --storage.
+    #[arg(long, value_name = "DIR")]
+    pub backend: Option<PathBuf>,
+    /// Bytes the job writes in each run (W; suffixes K, M, G: powers of 1024).
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_bytes)]
+    pub size: u64,
+    /// Seconds the job spreads its writes over (T); its predicted end is its start + T.
+    #[arg(long, value_name = "SECONDS", default_value_t = 20.0)]
+    pub seconds: f64,
+    /// Files the job writes, round-robin, 1 MiB at a time.
+    #[arg(long, default_value_t = 4)]
+    pub files: u32,
+    /// Number of local daemons.
+    #[arg(long, default_value_t = 3)]
+    pub daemons: u32,
+    /// Configuration file for the deployment (`eddy start --config`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Rounds, the two runs alternating which goes first; a run's figure is its median.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// `eddy writeback --margin`: seconds kept in hand.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    pub margin: f64,
+    /// A small, fast run (8 MiB over 3 s, 2 files, 1 round): checks that it works.
+    #[arg(long)]
+    pub quick: bool,
     /// Write the results as JSON to this file (`-` = stdout; the table then goes to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

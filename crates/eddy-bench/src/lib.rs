@@ -50,6 +50,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Compare(a) => cmd_compare(a),
         BenchCommand::Scale(a) => cmd_scale(a),
         BenchCommand::Tier(a) => tier::run(a),
+        BenchCommand::Writeback(a) => tier::writeback::run(a),
         BenchCommand::Worker(a) => worker::main(a),
     }
 }

@@ -18,6 +18,18 @@ pub(super) struct DataFile {
     size: u64,
 }
 
+impl DataFile {
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+    pub(super) fn key(&self) -> u64 {
+        self.key
+    }
+    pub(super) fn size(&self) -> u64 {
+        self.size
+    }
+}
+
 /// Relative paths and sizes of a set of files.
 pub(super) type FileSet = Vec<(String, u64)>;
 

@@ -35,6 +35,7 @@ mod files;
 mod host;
 mod phases;
 mod table;
+pub mod writeback;
 
 use crate::args::TierArgs;
 use crate::interrupt;

@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Runs `eddy ARGS` (this program); fails with its output if it fails. Returns its wall time.
-fn eddy(exe: &Path, args: &[OsString]) -> anyhow::Result<(Duration, Output)> {
+pub(super) fn eddy(exe: &Path, args: &[OsString]) -> anyhow::Result<(Duration, Output)> {
     let clock = Instant::now();
     let out = Command::new(exe)
         .args(args)
