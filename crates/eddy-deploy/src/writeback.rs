@@ -105,6 +105,7 @@ pub fn run(state: &StateDir, opts: Options, stop: &dyn Fn() -> bool, say: Say) -
     let mut rate = dep.config.writeback_rate_estimate as f64;
     let interval = Duration::from_millis(dep.config.writeback_pass_interval_ms);
     let rt = crate::runtime()?;
+    let daemons = dep.daemons.len();
     let client = client(dep)?;
     let mut out = Outcome {
         passes: Vec::new(),
@@ -113,7 +114,16 @@ pub fn run(state: &StateDir, opts: Options, stop: &dyn Fn() -> bool, say: Say) -
         rate,
         ended: Ended::PredictedEnd,
     };
-    dirty_bytes(&rt, &client).context("cannot watch the deployment")?;
+    let first = dirty_bytes(&rt, &client).context("cannot watch the deployment")?;
+    say.out(&format!(
+        "eddy writeback: watching {} daemons: {} dirty, the predicted end in {:.1} s, margin \
+         {:.1} s, {}/s assumed",
+        daemons,
+        human_bytes(first),
+        time_left(opts.end).unwrap_or_default().as_secs_f64(),
+        opts.margin.as_secs_f64(),
+        human_bytes(rate as u64)
+    ));
     loop {
         if stop() {
             out.ended = Ended::Signal;

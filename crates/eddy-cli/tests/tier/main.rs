@@ -8,5 +8,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod bench_tier;
+mod bench_writeback;
 mod gluster_smoke;
 mod tier;

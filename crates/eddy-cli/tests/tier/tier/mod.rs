@@ -302,5 +302,6 @@ mod hidden;
 mod links;
 mod reads;
 mod two_writers;
+mod writeback;
 mod writes;
 mod xattrs;
