@@ -104,11 +104,16 @@ impl Model {
     }
 }
 
-/// Keeps writing until `stop`: appends chunks to /out/grow.bin and rewrites the chunks of
-/// /out/rewrite.bin, both kept open across the passes, and now and then creates a new file
+/// Keeps writing until `stop`: rewrites the 4 chunks of /out/rewrite.bin and appends chunks
+/// to /out/grow.bin, both kept open across the passes, and now and then creates a new file
 /// /out/new-N.bin (whole). Every chunk write carries fresh random bytes.
-async fn writer(c: Client, stop: Arc<AtomicBool>) -> Model {
+async fn writer(c: Client, big: Vec<u8>, go: Arc<AtomicBool>, stop: Arc<AtomicBool>) -> Model {
     let mut m = Model::default();
+    m.put("/out/big.bin", 0, &big);
+    let big_file = c
+        .open("/out/big.bin", libc::O_RDWR, 0, Creds::root())
+        .await
+        .unwrap();
     let grow = c
         .create("/out/grow.bin", 0o644, false, Creds::root())
         .await
@@ -117,16 +122,40 @@ async fn writer(c: Client, stop: Arc<AtomicBool>) -> Model {
         .create("/out/rewrite.bin", 0o644, false, Creds::root())
         .await
         .unwrap();
-    let mut i = 0usize;
+    // Rewrites back to back (a pass's read, backend write and marking clean are often
+    // overtaken by one), an append every 8th, a new file every 64th.
+    while !go.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (mut i, mut appended) = (0usize, 0usize);
+    let mut next_big = 0usize;
     while !stop.load(Ordering::SeqCst) {
-        let data = random_bytes(CHUNK);
-        c.pwrite(&grow, (i * CHUNK) as u64, &data).await.unwrap();
-        m.put("/out/grow.bin", i * CHUNK, &data);
+        // Each chunk of big.bin twice more, in order, then never again: a second write that
+        // comes after a pass read the chunk and before it marked it clean must leave it
+        // dirty, since no later write would.
+        if next_big * CHUNK < big.len() {
+            for _ in 0..2 {
+                let data = random_bytes(CHUNK);
+                c.pwrite(&big_file, (next_big * CHUNK) as u64, &data)
+                    .await
+                    .unwrap();
+                m.put("/out/big.bin", next_big * CHUNK, &data);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            next_big += 1;
+        }
         let k = i % 4;
         let data = random_bytes(CHUNK);
         c.pwrite(&rewrite, (k * CHUNK) as u64, &data).await.unwrap();
         m.put("/out/rewrite.bin", k * CHUNK, &data);
-        if i % 10 == 9 {
+        if i % 8 == 0 {
+            let data = random_bytes(CHUNK);
+            let off = appended * CHUNK;
+            c.pwrite(&grow, off as u64, &data).await.unwrap();
+            m.put("/out/grow.bin", off, &data);
+            appended += 1;
+        }
+        if i % 64 == 63 {
             let path = format!("/out/new-{i}.bin");
             let data = random_bytes(CHUNK * 2 + 100);
             write_all(&c, &path, &data, false).await;
@@ -135,8 +164,8 @@ async fn writer(c: Client, stop: Arc<AtomicBool>) -> Model {
             m.put(&path, 2 * CHUNK, &data[2 * CHUNK..]);
         }
         i += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    c.close(&big_file).await.unwrap();
     c.close(&grow).await.unwrap();
     c.close(&rewrite).await.unwrap();
     m
@@ -155,19 +184,33 @@ fn backend_copy(b: &Path, path: &str) -> Vec<u8> {
 async fn early_passes_beside_a_writer_lose_nothing() {
     let backend = tempfile::tempdir().unwrap();
     let b = backend.path();
-    let cluster = Cluster::start_with(3, linked(&[("/out", b)]));
+    // Passes back to back, so that they often overlap the writes.
+    let config = Config {
+        writeback_pass_interval_ms: 20,
+        ..linked(&[("/out", b)])
+    };
+    let cluster = Cluster::start_with(3, config);
     let state = cluster.dir.path();
     let c = cluster.client().await;
     let before = random_bytes(MIB + 3 * CHUNK);
     write_all(&c, "/out/before.bin", &before, false).await;
+    let big = random_bytes(16 * MIB);
+    write_all(&c, "/out/big.bin", &big, false).await;
 
     // A huge margin: writing back starts at once and passes go on until the end.
     let (mut child, rx) = spawn_writeback(state, &["--end", &end_in(6), "--margin", "1000"]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let task = tokio::spawn(writer(cluster.client().await, stop.clone()));
+    let (go, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let task = tokio::spawn(writer(
+        cluster.client().await,
+        big,
+        go.clone(),
+        stop.clone(),
+    ));
     let mut lines = Vec::new();
     let first = tokio::task::block_in_place(|| {
         line_starting(&rx, "eddy writeback: watching 3 daemons", &mut lines);
+        // The first pass starts now: the writer goes at the same time.
+        go.store(true, Ordering::SeqCst);
         line_starting(&rx, "eddy writeback: pass 1:", &mut lines)
     });
     same(
