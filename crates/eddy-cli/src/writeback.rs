@@ -37,7 +37,10 @@ extern "C" fn on_signal(_: libc::c_int) {
 pub fn writeback(args: WritebackArgs) -> Result<()> {
     let end = writeback::parse_end(&args.end)?;
     if !args.margin.is_finite() || args.margin < 0.0 {
-        bail!("--margin {}: give a number of seconds, 0 or more", args.margin);
+        bail!(
+            "--margin {}: give a number of seconds, 0 or more",
+            args.margin
+        );
     }
     let state = StateDir::from_arg(args.state.state.as_deref())?;
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;

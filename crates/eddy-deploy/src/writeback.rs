@@ -190,9 +190,7 @@ pub fn run(state: &StateDir, opts: Options, stop: &dyn Fn() -> bool, say: Say) -
         Ended::Stopped => "the deployment stopped",
         Ended::Signal => "stopped by a signal",
     };
-    let left = out
-        .dirty_at_end
-        .map_or("unknown".to_string(), human_bytes);
+    let left = out.dirty_at_end.map_or("unknown".to_string(), human_bytes);
     say.out(&format!(
         "eddy writeback: {why}: {left} dirty; {} written back early in {} pass{}",
         human_bytes(written),
@@ -274,8 +272,18 @@ mod tests {
         let mib = 1024 * 1024;
         let m = Duration::from_secs(2);
         // 100 MiB at 10 MiB/s: 10 s, plus 2 s margin.
-        assert!(!due(100 * mib, 10.0 * mib as f64, m, Duration::from_secs(13)));
-        assert!(due(100 * mib, 10.0 * mib as f64, m, Duration::from_secs(12)));
+        assert!(!due(
+            100 * mib,
+            10.0 * mib as f64,
+            m,
+            Duration::from_secs(13)
+        ));
+        assert!(due(
+            100 * mib,
+            10.0 * mib as f64,
+            m,
+            Duration::from_secs(12)
+        ));
         assert!(due(0, 10.0, m, Duration::from_secs(2)));
         assert!(!due(0, 10.0, m, Duration::from_secs(3)));
     }
@@ -288,7 +296,11 @@ mod tests {
         assert!(err.contains("in the past"), "{err}");
         assert!(parse_end("-5").is_err());
         assert!(parse_end("NaN").is_err());
-        let later = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 60;
+        let later = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 60;
         assert!(parse_end(&later.to_string()).is_ok());
     }
 

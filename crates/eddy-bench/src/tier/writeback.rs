@@ -216,7 +216,12 @@ pub fn run(mut a: WritebackArgs) -> anyhow::Result<()> {
     let without = Run::new(&without, a.size);
     let with = Run::new(&with, a.size);
     let mut notes = Vec::new();
-    if with.job_rounds_s.iter().chain(&without.job_rounds_s).any(|s| *s > a.seconds * 1.1) {
+    if with
+        .job_rounds_s
+        .iter()
+        .chain(&without.job_rounds_s)
+        .any(|s| *s > a.seconds * 1.1)
+    {
         notes.push(format!(
             "the job's writes took longer than the {:.0} s asked in some rounds (the writes \
              could not keep up): its predicted end came before it ended",
@@ -268,7 +273,11 @@ fn measure(ctx: &Ctx, rounds: u32) -> anyhow::Result<Measured> {
     let (mut without, mut with, mut raw) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..rounds {
         interrupt::check()?;
-        let order = if r % 2 == 0 { [false, true] } else { [true, false] };
+        let order = if r % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
         for early in order {
             let once = one_run(ctx, &fs, r, early)?;
             if early {

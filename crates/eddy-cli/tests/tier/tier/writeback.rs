@@ -199,7 +199,10 @@ async fn early_passes_beside_a_writer_lose_nothing() {
 
     // A huge margin: writing back starts at once and passes go on until the end.
     let (mut child, rx) = spawn_writeback(state, &["--end", &end_in(6), "--margin", "1000"]);
-    let (go, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (go, stop) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let task = tokio::spawn(writer(
         cluster.client().await,
         big,
