@@ -1,7 +1,7 @@
 //! `eddy writeback` (decision 0041) beside a live deployment of 3 daemons linked to a backend
 //! directory: early passes while a writer keeps writing and rewriting lose nothing and mark
-//! nothing clean wrongly (the final stage-out makes the backend byte-identical); SIGTERM
-//! and a stopped deployment end it with exit 0; an unreachable daemon and a bad `--end` are
+//! nothing clean wrongly (the final stage-out makes the backend byte-identical); a file in
+//! conflict with its backend copy is left alone; SIGTERM and a stopped deployment end it with exit 0; an unreachable daemon and a bad `--end` are
 //! clear errors. Bytes and states are asserted, never times.
 
 use super::*;
@@ -320,4 +320,64 @@ fn an_unreachable_daemon_and_a_bad_end_are_errors() {
     let err = cli::fails(&["writeback", "--state", state, "--end", "12abc"]);
     assert!(err.contains("is not a time"), "{err}");
     drop(silent);
+}
+
+/// A dirty file whose backend copy another writer changed is left alone by the passes, as by
+/// a stage-out: the other writer's bytes stay in the backend, the pass reports the conflict,
+/// and the files beside it are written back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_in_conflict_is_left_alone() {
+    let backend = tempfile::tempdir().unwrap();
+    let b = backend.path();
+    std::fs::write(b.join("shared.bin"), random_bytes(3 * CHUNK)).unwrap();
+    let cluster = Cluster::start_with(3, linked(&[("/out", b)]));
+    let state = cluster.dir.path();
+    let c = cluster.client().await;
+    let ours = random_bytes(2 * CHUNK);
+    let f = c
+        .open("/out/shared.bin", libc::O_RDWR, 0, Creds::root())
+        .await
+        .unwrap();
+    c.pwrite(&f, 0, &ours).await.unwrap();
+    c.close(&f).await.unwrap();
+    let other = random_bytes(5 * CHUNK + 1);
+    std::fs::write(b.join("shared.bin"), &other).unwrap();
+    let mine = random_bytes(MIB);
+    write_all(&c, "/out/mine.bin", &mine, false).await;
+
+    let out = tokio::task::block_in_place(|| {
+        cli::ok(&[
+            "writeback",
+            "--state",
+            s(state),
+            "--end",
+            &end_in(3),
+            "--margin",
+            "1000",
+            "--json",
+        ])
+    });
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let passes = v["passes"].as_array().unwrap();
+    assert!(!passes.is_empty(), "{v}");
+    assert!(passes[0]["failed"].as_u64().unwrap() >= 1, "{v}");
+    assert_eq!(v["ended"], "PredictedEnd", "{v}");
+    same(
+        &backend_copy(b, "/out/shared.bin"),
+        &other,
+        "the other writer's copy",
+    );
+    same(
+        &backend_copy(b, "/out/mine.bin"),
+        &mine,
+        "mine.bin after the passes",
+    );
+    assert_eq!(total(&c, |t| t.conflicts).await, 1);
+    let err = cli::fails(&["stage-out", "--state", s(state)]);
+    assert!(err.contains("/out/shared.bin"), "{err}");
+    same(
+        &backend_copy(b, "/out/shared.bin"),
+        &other,
+        "after the stage-out",
+    );
 }
