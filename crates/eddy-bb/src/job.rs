@@ -59,6 +59,11 @@ pub struct WalltimeRecord {
     pub stage_in_why: Option<String>,
     /// The job's predicted end (its start + its predicted runtime), computed in pre_run.
     pub predicted_end: Option<i64>,
+    /// The early write-back (`eddy writeback --end PREDICTED_END`, decision 0041) started at
+    /// pre_run on this host: its pid and start time (/proc), so that data_out and teardown
+    /// stop it without signalling a reused pid.
+    pub writeback_pid: Option<u32>,
+    pub writeback_start_time: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

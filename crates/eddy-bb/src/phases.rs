@@ -206,6 +206,10 @@ pub fn pre_run(site: &Site, job: u32, say: Say) -> Result<()> {
         if let Err(e) = crate::walltime::record_predicted_end(w, &jd, &mut rec, say) {
             say.out(&format!("eddy: job {job}: no predicted end: {e:#}"));
         }
+        // Nor does an early write-back that cannot start.
+        if let Err(e) = crate::walltime::start_early_writeback(w, &jd, &mut rec, say) {
+            say.out(&format!("eddy: job {job}: no early write-back: {e:#}"));
+        }
     }
     Ok(())
 }
@@ -221,6 +225,8 @@ pub fn post_run(site: &Site, job: u32) -> Result<()> {
 pub fn data_out(site: &Site, job: u32, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
     let rec = jd.load()?;
+    // What the early write-back did not write is written here, once.
+    crate::walltime::stop_early_writeback(&jd, &rec, say);
     if rec.request.links.is_empty() || !jd.state().has_deployment() {
         return Ok(());
     }
@@ -304,6 +310,7 @@ pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
         }
     };
     if let Some(rec) = &rec {
+        crate::walltime::stop_early_writeback(&jd, rec, say);
         if let Err(e) = unmount_nodes(site, rec) {
             problems.push(format!("{e:#}"));
         }

@@ -90,6 +90,13 @@ pub struct WalltimeSite {
     pub recheck_s: u64,
     /// Finished jobs the regression needs before it predicts.
     pub min_train: usize,
+    /// Start `eddy writeback --end PREDICTED_END` beside a job with linked prefixes at
+    /// pre_run, so that at its predicted end little of its data is left to stage out
+    /// (decision 0041).
+    pub early_writeback: bool,
+    /// Seconds before the predicted end by which the early write-back aims to be done (its
+    /// `--margin`).
+    pub writeback_margin_s: u64,
 }
 
 impl Default for WalltimeSite {
@@ -103,6 +110,8 @@ impl Default for WalltimeSite {
             max_wait_s: 3600,
             recheck_s: 5,
             min_train: eddy_walltime::Params::default().min_train,
+            early_writeback: true,
+            writeback_margin_s: 30,
         }
     }
 }

@@ -448,6 +448,89 @@ fn note(jd: &JobDir, say: Say, line: &str) {
 /// The log of the job's predictions in its directory.
 pub const LOG: &str = "walltime.log";
 
+/// The log of the job's early write-back (`eddy writeback`'s output) in its directory.
+pub const WRITEBACK_LOG: &str = "writeback.log";
+
+/// pre_run: the early write-back (decision 0041) beside a job with linked prefixes until its
+/// predicted end: `eddy writeback --end PREDICTED_END` detached on this host (root's, as
+/// data_out's stage-out is; it reads only root's state directory), recorded so that data_out
+/// and teardown stop it. Nothing without a predicted end, or when the site turned it off.
+pub fn start_early_writeback(
+    w: &WalltimeSite,
+    jd: &JobDir,
+    rec: &mut JobRecord,
+    say: Say,
+) -> Result<()> {
+    let job = rec.job;
+    let Some(end) = rec.walltime.predicted_end else {
+        return Ok(());
+    };
+    if !w.early_writeback || rec.request.links.is_empty() || rec.walltime.writeback_pid.is_some() {
+        return Ok(());
+    }
+    if end <= now() {
+        note(
+            jd,
+            say,
+            &format!("eddy: job {job}: predicted end {end} has passed: no early write-back"),
+        );
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("cannot find the eddy program")?;
+    let args: Vec<std::ffi::OsString> = vec![
+        "writeback".into(),
+        "--state".into(),
+        jd.state().dir().into(),
+        "--end".into(),
+        end.to_string().into(),
+        "--margin".into(),
+        w.writeback_margin_s.to_string().into(),
+    ];
+    let child = eddy_deploy::procs::spawn_detached(&exe, &args, &jd.dir.join(WRITEBACK_LOG))?;
+    let p = eddy_deploy::procs::record("early write-back".into(), &child);
+    rec.walltime.writeback_pid = Some(p.pid);
+    rec.walltime.writeback_start_time = Some(p.start_time);
+    jd.save(rec)?;
+    note(
+        jd,
+        say,
+        &format!(
+            "eddy: job {job}: early write-back started (pid {}), to be done {} s before the \
+             predicted end {end}",
+            p.pid, w.writeback_margin_s
+        ),
+    );
+    Ok(())
+}
+
+/// data_out and teardown: the early write-back stopped (SIGTERM, SIGKILL past a grace; never
+/// a reused pid), and the last lines of its log noted.
+pub fn stop_early_writeback(jd: &JobDir, rec: &JobRecord, say: Say) {
+    let (Some(pid), Some(start_time)) = (
+        rec.walltime.writeback_pid,
+        rec.walltime.writeback_start_time,
+    ) else {
+        return;
+    };
+    let p = eddy_deploy::state::RecordedProcess {
+        label: "early write-back".into(),
+        pid,
+        start_time,
+    };
+    if eddy_deploy::procs::is_running(&p) {
+        eddy_deploy::procs::terminate(&[p], Duration::from_secs(10));
+    }
+    let text = std::fs::read_to_string(jd.dir.join(WRITEBACK_LOG)).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    for line in &lines[lines.len().saturating_sub(2)..] {
+        note(
+            jd,
+            say,
+            &format!("eddy: job {}: early write-back: {line}", rec.job),
+        );
+    }
+}
+
 /// The site's `[walltime]`, if it times staging.
 pub fn settings(site: &Site) -> Option<&WalltimeSite> {
     site.walltime.as_ref()

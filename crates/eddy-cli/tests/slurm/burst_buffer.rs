@@ -797,7 +797,36 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The early write-back, started at pre_run with the job's predicted end (EASY++ of 12 s
+    // after its start, within the site's 30 s margin: at once), writes the job's output to
+    // the backend while the job still runs; data_out is left with nothing of it.
+    let early = pfs.join("run/out/sum");
+    let deadline = Instant::now() + JOB_BOUND;
+    while std::fs::metadata(&early).map(|m| m.len()).unwrap_or(0) < 64 {
+        assert!(
+            Instant::now() < deadline,
+            "the early write-back did not write {} while job {job} ran: {}\n{}",
+            early.display(),
+            job_record(&site, job),
+            std::fs::read_to_string(
+                site.path("jobs")
+                    .join(job.to_string())
+                    .join("writeback.log")
+            )
+            .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        cluster.job_state(job),
+        "RUNNING",
+        "written back early, not at data_out"
+    );
     let rec = job_record(&site, job);
+    assert!(
+        rec["walltime"]["writeback_pid"].as_integer().is_some(),
+        "the early write-back is recorded: {rec}"
+    );
     let log_path = site.path("jobs").join(job.to_string()).join("walltime.log");
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert_eq!(
@@ -805,6 +834,7 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
         0o600,
         "the site's log of predictions is root's alone"
     );
+    assert!(log.contains("early write-back started"), "{log}");
     std::fs::write(&go, b"").unwrap();
     let w = &rec["walltime"];
     let int = |k: &str| w[k].as_integer().unwrap_or_else(|| panic!("no {k}: {rec}"));
