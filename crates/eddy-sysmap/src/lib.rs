@@ -6,6 +6,7 @@
 //! is the front end (its arguments and printing are eddy-cli's); this crate prints nothing.
 
 pub mod db;
+pub mod health;
 mod probe;
 
 pub use db::{capacity, load, upsert};
