@@ -275,10 +275,20 @@ pub struct LaunchOpts {
     /// Start each worker through this template instead (`{host}`, `{cmd}` words, as `eddy
     /// start --launcher`), e.g. `ip netns exec {host} {cmd}`: rank r runs on host
     /// r mod n of --worker-hosts, so that one job's ranks span those nodes.
-    #[arg(long, value_name = "TEMPLATE", requires = "worker_hosts", conflicts_with = "mpi")]
+    #[arg(
+        long,
+        value_name = "TEMPLATE",
+        requires = "worker_hosts",
+        conflicts_with = "mpi"
+    )]
     pub worker_launcher: Option<String>,
     /// The hosts of --worker-launcher, comma separated.
-    #[arg(long, value_name = "HOSTS", value_delimiter = ',', requires = "worker_launcher")]
+    #[arg(
+        long,
+        value_name = "HOSTS",
+        value_delimiter = ',',
+        requires = "worker_launcher"
+    )]
     pub worker_hosts: Vec<String>,
 }
 

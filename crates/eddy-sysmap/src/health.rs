@@ -278,12 +278,15 @@ fn send(addr: &str, bytes: u64, left: &dyn Fn() -> Result<Duration>) -> Result<f
     header.extend_from_slice(&bytes.to_be_bytes());
     s.set_write_timeout(Some(left()?))?;
     s.write_all(&header).context("sending the header")?;
-    let block: Vec<u8> = (0..1u32 << 16).map(|i| i.wrapping_mul(2654435761) as u8).collect();
+    let block: Vec<u8> = (0..1u32 << 16)
+        .map(|i| i.wrapping_mul(2654435761) as u8)
+        .collect();
     let mut sent = 0u64;
     while sent < bytes {
         let n = (bytes - sent).min(block.len() as u64) as usize;
         s.set_write_timeout(Some(left()?))?;
-        s.write_all(&block[..n]).context("sending the probe's bytes")?;
+        s.write_all(&block[..n])
+            .context("sending the probe's bytes")?;
         sent += n as u64;
     }
     s.set_read_timeout(Some(left()?))?;
@@ -381,7 +384,8 @@ fn receive(dir: &Path, conn: &mut TcpStream, max_bytes: u64, deadline: Instant) 
         if n == 0 {
             bail!("the prober closed after {got} of {len} bytes");
         }
-        file.write_all(&buf[..n]).context("writing the probe file")?;
+        file.write_all(&buf[..n])
+            .context("writing the probe file")?;
         got += n as u64;
     }
     file.sync_all().context("fsync of the probe file")?;

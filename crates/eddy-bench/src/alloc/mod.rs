@@ -364,7 +364,10 @@ pub fn run(a: AllocArgs) -> Result<()> {
     // Each rank gets the host name of its compute namespace (its own UTS namespace), so that
     // the daemons count nodes as a cluster's would.
     let uts = work.0.join("uts.sh");
-    std::fs::write(&uts, "#!/bin/sh\nhostname \"$1\" || exit 1\nshift\nexec \"$@\"\n")?;
+    std::fs::write(
+        &uts,
+        "#!/bin/sh\nhostname \"$1\" || exit 1\nshift\nexec \"$@\"\n",
+    )?;
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&uts, std::fs::Permissions::from_mode(0o700))?;
@@ -410,11 +413,19 @@ pub fn run(a: AllocArgs) -> Result<()> {
     policy.check().map_err(anyhow::Error::msg)?;
 
     // The pool: B_f of each server from a first probe.
-    let first = health::record(&inventory, &health::probe(&spec, &hosts), policy.anomaly_ratio)?;
+    let first = health::record(
+        &inventory,
+        &health::probe(&spec, &hosts),
+        policy.anomaly_ratio,
+    )?;
     let mut pool: Vec<Server> = Vec::new();
     for (i, h) in first.iter().enumerate() {
         let Some(bw) = h.bandwidth else {
-            bail!("server {} is down: {}", h.host, h.error.as_deref().unwrap_or("?"));
+            bail!(
+                "server {} is down: {}",
+                h.host,
+                h.error.as_deref().unwrap_or("?")
+            );
         };
         let mut s = Server::idle_of(i as u32, bw);
         s.host = h.host.clone();
@@ -497,7 +508,11 @@ pub fn run(a: AllocArgs) -> Result<()> {
     let slow = scaling.scaled.servers.first().copied().unwrap_or(0) as usize;
     let throttled_rate = net::scaled_rate(&a.server_rate, 0.1)?;
     net.limit_server(slow, &throttled_rate)?;
-    let health = health::record(&inventory, &health::probe(&spec, &hosts), policy.anomaly_ratio)?;
+    let health = health::record(
+        &inventory,
+        &health::probe(&spec, &hosts),
+        policy.anomaly_ratio,
+    )?;
     let mut screened_pool = pool.clone();
     health::fill(&mut screened_pool, &health);
     let screened = decide(&policy, &ja, Some(&history), &screened_pool);

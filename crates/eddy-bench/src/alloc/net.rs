@@ -92,7 +92,13 @@ impl Net {
         run("ip", &["-n", &br, "link", "set", "root", "up"])?;
         run(
             "ip",
-            &["addr", "add", &format!("{}/24", net.root_addr()), "dev", &root],
+            &[
+                "addr",
+                "add",
+                &format!("{}/24", net.root_addr()),
+                "dev",
+                &root,
+            ],
         )?;
         run("ip", &["link", "set", &root, "up"])?;
         Ok(net)
@@ -110,7 +116,15 @@ impl Net {
         run("ip", &["-n", &br, "link", "set", port, "up"])?;
         run(
             "ip",
-            &["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"],
+            &[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                "eth0",
+            ],
         )?;
         run("ip", &["-n", ns, "link", "set", "eth0", "up"])?;
         run("ip", &["-n", ns, "link", "set", "lo", "up"])
@@ -121,8 +135,8 @@ impl Net {
     fn limit(&self, ns: &str, port: &str, rate: &str) -> Result<()> {
         let tbf = |dev: &str| -> Vec<String> {
             [
-                "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst",
-                "64kb", "latency", "200ms",
+                "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", "64kb",
+                "latency", "200ms",
             ]
             .map(String::from)
             .to_vec()
@@ -195,5 +209,8 @@ pub fn rate_bytes(rate: &str) -> Result<f64> {
 
 /// A tc rate of `share` of `rate` (for the throttled server).
 pub fn scaled_rate(rate: &str, share: f64) -> Result<String> {
-    Ok(format!("{}bit", (rate_bytes(rate)? * 8.0 * share).round() as u64))
+    Ok(format!(
+        "{}bit",
+        (rate_bytes(rate)? * 8.0 * share).round() as u64
+    ))
 }
