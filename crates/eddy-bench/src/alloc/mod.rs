@@ -114,6 +114,10 @@ pub struct Screening {
     pub baseline_mib_s: f64,
     pub screened_mib_s: f64,
     pub unscreened_mib_s: f64,
+    /// The hosts `eddy status --inventory` flags as anomalous, for the screened and the
+    /// unscreened deployment.
+    pub status_flagged_screened: Vec<String>,
+    pub status_flagged_unscreened: Vec<String>,
     /// baseline / screened, baseline / unscreened.
     pub slowdown_screened: f64,
     pub slowdown_unscreened: f64,
@@ -150,6 +154,35 @@ impl Dep {
             );
         }
         Ok(())
+    }
+
+    /// The hosts of its daemons that `eddy status --inventory` flags as anomalous.
+    fn flagged(&self, inventory: &Path) -> Result<Vec<String>> {
+        let out = Command::new(eddy()?)
+            .args(["status", "--json", "--state"])
+            .arg(&self.state)
+            .arg("--inventory")
+            .arg(inventory)
+            .output()
+            .context("cannot run eddy status")?;
+        if !out.status.success() {
+            bail!(
+                "eddy status --state {}: {}",
+                self.state.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("eddy status --json")?;
+        Ok(v["daemons"]
+            .as_array()
+            .map(|d| {
+                d.iter()
+                    .filter(|d| d["host_health"]["anomalous"] == true)
+                    .filter_map(|d| d["host"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     /// Stops it and returns the profile it left.
@@ -519,9 +552,11 @@ pub fn run(a: AllocArgs) -> Result<()> {
     let unscreened = decide(&policy, &ja, Some(&history), &pool);
     let mut dep = bench.start("c-screened", &screened.servers)?;
     let screened_mib_s = bench.run(&dep, "c-screened", &job_a, &all)?;
+    let status_flagged_screened = dep.flagged(&inventory)?;
     dep.stop()?;
     let mut dep = bench.start("c-unscreened", &unscreened.servers)?;
     let unscreened_mib_s = bench.run(&dep, "c-unscreened", &job_a, &all)?;
+    let status_flagged_unscreened = dep.flagged(&inventory)?;
     dep.stop()?;
     let screening = Screening {
         throttled_host: net.server(slow),
@@ -532,6 +567,8 @@ pub fn run(a: AllocArgs) -> Result<()> {
         baseline_mib_s: scaled_mib_s,
         screened_mib_s,
         unscreened_mib_s,
+        status_flagged_screened,
+        status_flagged_unscreened,
         slowdown_screened: scaled_mib_s / screened_mib_s,
         slowdown_unscreened: scaled_mib_s / unscreened_mib_s,
     };

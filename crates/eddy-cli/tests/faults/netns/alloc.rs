@@ -75,6 +75,13 @@ fn bench_alloc_decides_scaling_isolation_and_screening_on_a_live_pool() {
         .contains(&slow_id.into()));
     assert!(ids(&c["unscreened"]).contains(&slow_id), "{c}");
     assert_eq!(ids(&c["screened"]).len(), ids(&c["unscreened"]).len());
+    // `eddy status --inventory` flags the daemon on the slow host, and only it.
+    assert_eq!(
+        c["status_flagged_unscreened"],
+        serde_json::json!([slow]),
+        "{c}"
+    );
+    assert_eq!(c["status_flagged_screened"], serde_json::json!([]), "{c}");
 
     // Every figure is a positive finite number.
     let figures = [
