@@ -96,6 +96,13 @@ impl Policy {
                 ));
             }
         }
+        if let Some(b) = self.compute_peak_bandwidth {
+            if !(b.is_finite() && b > 0.0) {
+                return Err(format!(
+                    "alloc.compute_peak_bandwidth = {b}: give a positive number of bytes/s"
+                ));
+            }
+        }
         if self.anomaly_ratio >= 1.0 {
             return Err(format!(
                 "alloc.anomaly_ratio = {}: give a share of the median below 1",
