@@ -8,8 +8,9 @@ set -euo pipefail
 # libeddy_preload.so.
 # glusterfs-server and glusterfs-client: crates/eddy-cli/tests/common/gluster.rs serves a real
 # network file system (a GlusterFS volume on this host) as a backend directory.
-# iproute2: tests/faults/netns.rs puts daemons in network namespaces. util-linux: setpriv, for tests
-# that act as another user on a mount. rsync, attr (setfattr/getfattr), python3: tools the
+# iproute2: tests/faults/netns.rs puts daemons in network namespaces; tests/faults/netns/alloc.rs
+# (eddy bench alloc) also limits links with its tc. util-linux: setpriv, for tests that act as
+# another user on a mount, and unshare, for bench alloc's compute nodes (a host name each). rsync, attr (setfattr/getfattr), python3: tools the
 # tests drive the mount with.
 # python3-h5py: crates/eddy-cli/tests/posix/locks.rs runs HDF5 on the mount (with /usr/bin/python3, the
 # interpreter Debian's h5py is built for).

@@ -235,7 +235,9 @@ pub fn decide(
         return decision(defaults, Rule::Default, reasons, Some(Test::History));
     };
     reasons.push(format!("history: run {} (start {:.0})", h.key, h.start));
-    let b_c = h.peak_node_bandwidth;
+    let b_c = policy
+        .compute_peak_bandwidth
+        .unwrap_or(h.peak_node_bandwidth);
     let f = if b_c > 0.0 && b_c.is_finite() {
         ((b_f / b_c).ceil() as u32).max(1)
     } else {

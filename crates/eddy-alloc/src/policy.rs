@@ -34,6 +34,10 @@ pub struct Policy {
     pub quiet_ratio: f64,
     /// D: servers of the default allocation.
     pub default_servers: u32,
+    /// B_c: a compute node's peak I/O bandwidth, bytes/s (its link, as the paper's F is a
+    /// hardware ratio). Unset: the history's `peak_node_bandwidth` (which a run on too few
+    /// servers bounds by theirs).
+    pub compute_peak_bandwidth: Option<f64>,
 }
 
 impl Default for Policy {
@@ -49,6 +53,7 @@ impl Default for Policy {
             anomaly_ratio: 0.5,
             quiet_ratio: 0.05,
             default_servers: 1,
+            compute_peak_bandwidth: None,
         }
     }
 }
@@ -88,6 +93,13 @@ impl Policy {
             if !(b.is_finite() && b > 0.0) {
                 return Err(format!(
                     "alloc.server_peak_bandwidth = {b}: give a positive number of bytes/s"
+                ));
+            }
+        }
+        if let Some(b) = self.compute_peak_bandwidth {
+            if !(b.is_finite() && b > 0.0) {
+                return Err(format!(
+                    "alloc.compute_peak_bandwidth = {b}: give a positive number of bytes/s"
                 ));
             }
         }

@@ -369,3 +369,33 @@ fn replay_gives_table_4() {
     assert!((r.mean_servers_per_job - 2.4).abs() < 1e-9);
     assert!((r.mean_servers_in_use - 10.0).abs() < 1e-9, "{r:?}");
 }
+
+#[test]
+fn the_policys_compute_peak_overrides_the_historys_b_c() {
+    // The history ran on one 2 GB/s server with 8 nodes: each node measured 250 MB/s, so
+    // F = 8 and S = 1. With B_c = the nodes' 1 GB/s links, F = 2 and S = 4.
+    let mut policy = Policy {
+        v_min_bytes: 1_000_000_000,
+        n_min: Some(2),
+        ..Policy::default()
+    };
+    let mut p = xcfd();
+    p.io_nodes = Some(8);
+    p.peak_node_bandwidth = 250.0 * MB;
+    let pool: Vec<Server> = (0..8).map(|i| Server::idle_of(i, 2.0 * GB)).collect();
+    let d = decide(&policy, &job(&p), Some(&p), &pool);
+    assert_eq!(d.servers, vec![0]);
+    policy.compute_peak_bandwidth = Some(1.0 * GB);
+    let d = decide(&policy, &job(&p), Some(&p), &pool);
+    assert_eq!(
+        (d.rule, d.servers.clone()),
+        (Rule::Scaled, vec![0, 1, 2, 3])
+    );
+    assert!(
+        d.reasons.iter().any(|r| r.contains("= 2, S = ")),
+        "{:#?}",
+        d.reasons
+    );
+    assert!(Policy::from_toml("[alloc]\ncompute_peak_bandwidth = 1e9\n").is_ok());
+    assert!(Policy::from_toml("[alloc]\ncompute_peak_bandwidth = -1.0\n").is_err());
+}

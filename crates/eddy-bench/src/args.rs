@@ -33,6 +33,10 @@ pub enum BenchCommand {
     /// writes steadily into a linked prefix, without and with early write-back timed by the
     /// job's end, in the same run, with the backend's raw write rate beside them.
     Writeback(WritebackArgs),
+    /// Measure DFRA's allocation on a live pool: I/O servers and compute nodes in network
+    /// namespaces, each server's link rate-limited with `tc`; scaling, isolation and anomaly
+    /// screening, each against its baseline in the same run (needs root; decision 0039).
+    Alloc(crate::alloc::AllocArgs),
     /// Internal: one rank of a run, started by the coordinator.
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -311,6 +315,37 @@ pub struct LaunchOpts {
     /// Extra argument for mpirun (repeatable), e.g. --mpirun-arg=--oversubscribe.
     #[arg(long = "mpirun-arg", allow_hyphen_values = true)]
     pub mpirun_args: Vec<String>,
+    /// Start each worker through this template instead (`{host}`, `{cmd}` words, as `eddy
+    /// start --launcher`), e.g. `ip netns exec {host} {cmd}`: rank r runs on host
+    /// r mod n of --worker-hosts, so that one job's ranks span those nodes.
+    #[arg(
+        long,
+        value_name = "TEMPLATE",
+        requires = "worker_hosts",
+        conflicts_with = "mpi"
+    )]
+    pub worker_launcher: Option<String>,
+    /// The hosts of --worker-launcher, comma separated.
+    #[arg(
+        long,
+        value_name = "HOSTS",
+        value_delimiter = ',',
+        requires = "worker_launcher"
+    )]
+    pub worker_hosts: Vec<String>,
+}
+
+impl LaunchOpts {
+    /// Workers started as local children, listening on loopback.
+    pub fn local() -> LaunchOpts {
+        LaunchOpts {
+            mpi: false,
+            listen: "127.0.0.1:0".into(),
+            mpirun_args: Vec::new(),
+            worker_launcher: None,
+            worker_hosts: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -20,6 +20,7 @@ macro_rules! note {
     };
 }
 
+mod alloc;
 pub mod args;
 mod coord;
 pub mod fs;
@@ -51,6 +52,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Scale(a) => cmd_scale(a),
         BenchCommand::Tier(a) => tier::run(a),
         BenchCommand::Writeback(a) => tier::writeback::run(a),
+        BenchCommand::Alloc(a) => alloc::run(a),
         BenchCommand::Worker(a) => worker::main(a),
     }
 }

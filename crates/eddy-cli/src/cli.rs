@@ -164,6 +164,10 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The node inventory with the pool servers' health probes (`eddy sysmap probe`): a
+    /// daemon on a host marked anomalous there is flagged.
+    #[arg(long, value_name = "FILE")]
+    pub inventory: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,9 @@
 //! metadata operations over the last second (from two snapshots a second apart), the queue
 //! now and the service latency (p50/p99 of the interval). `--watch` refreshes every second
 //! until interrupted; `--json` prints the raw snapshots (`DaemonStats` of every daemon);
-//! `--job` the job's profile so far (eddy-history's `JobProfile`).
+//! `--job` the job's profile so far (eddy-history's `JobProfile`). A daemon moving far less
+//! than its peers (below the allocation policy's `anomaly_ratio` × their median) while it
+//! has requests queued is flagged "slow" (decision 0039).
 
 use crate::cli::StatsArgs;
 use anyhow::{bail, Result};
@@ -178,6 +180,7 @@ fn print_tables(before: &[DaemonStats], now: &[DaemonStats]) {
         "P50",
         "P99"
     );
+    let mut rates: Vec<(f64, u64)> = Vec::new();
     for s in now {
         let old = before.iter().find(|b| b.daemon == s.daemon);
         let secs = old.map_or((s.now_ms.saturating_sub(s.started_ms)) as f64 / 1e3, |b| {
@@ -199,6 +202,20 @@ fn print_tables(before: &[DaemonStats], now: &[DaemonStats]) {
         );
         if !s.counting {
             outln!("       (counting is switched off on this daemon: stats_counting = false)");
+        }
+        rates.push((rate(d.read + d.written, secs), s.queued));
+    }
+    let ratio = eddy_alloc::Policy::default().anomaly_ratio;
+    for (s, (i, m)) in now.iter().zip(slow(&rates, ratio).into_iter().enumerate()) {
+        if let Some(median) = m {
+            outln!(
+                "daemon {} on {} is slow: {}/s with {} requests queued, its peers' median {}/s",
+                s.daemon,
+                s.host,
+                human_bytes(rates[i].0 as u64),
+                rates[i].1,
+                human_bytes(median as u64)
+            );
         }
     }
     let secs = interval_secs(before, now);
@@ -227,6 +244,33 @@ fn print_tables(before: &[DaemonStats], now: &[DaemonStats]) {
             human_bytes(row.written)
         );
     }
+}
+
+/// Which daemons are slow, given each one's (bytes/s, requests queued): below `ratio` × the
+/// median of its peers' bandwidth while it has requests queued (a daemon that idles is not
+/// slow, and peers that idle give no yardstick). `Some(peers' median)` for a slow one.
+fn slow(rates: &[(f64, u64)], ratio: f64) -> Vec<Option<f64>> {
+    (0..rates.len())
+        .map(|i| {
+            let (bw, queued) = rates[i];
+            let mut peers: Vec<f64> = (0..rates.len())
+                .filter(|&j| j != i)
+                .map(|j| rates[j].0)
+                .filter(|b| b.is_finite())
+                .collect();
+            if queued == 0 || peers.is_empty() {
+                return None;
+            }
+            peers.sort_by(f64::total_cmp);
+            let n = peers.len();
+            let median = if n % 2 == 1 {
+                peers[n / 2]
+            } else {
+                (peers[n / 2 - 1] + peers[n / 2]) / 2.0
+            };
+            (median > 0.0 && bw < ratio * median).then_some(median)
+        })
+        .collect()
 }
 
 /// Seconds between the two sets of snapshots (their mean per daemon).
@@ -313,5 +357,28 @@ fn print_profile(p: &JobProfile) {
             d.ops,
             d.metadata_ops
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slow;
+
+    #[test]
+    fn a_daemon_far_below_its_peers_with_requests_queued_is_slow() {
+        let mb = 1e6;
+        let rates = [
+            (100.0 * mb, 3),
+            (90.0 * mb, 0),
+            (110.0 * mb, 1),
+            (8.0 * mb, 12), // slow and queued: flagged
+            (5.0 * mb, 0),  // slow but idle: not flagged
+        ];
+        let got = slow(&rates, 0.5);
+        // Its peers: 5, 90, 100, 110 MB/s → median 95 MB/s.
+        assert_eq!(got[3], Some(95.0 * mb));
+        assert!(got.iter().enumerate().all(|(i, g)| g.is_some() == (i == 3)));
+        // All idle: nothing to compare with, nothing flagged.
+        assert!(slow(&[(0.0, 4), (0.0, 0)], 0.5).iter().all(Option::is_none));
     }
 }

@@ -1,5 +1,7 @@
 //! `eddy status`: one line (or JSON object) per daemon; fails if any daemon is down. With a
 //! backend linked, the links and a second table with each daemon's backend-tier figures.
+//! With `--inventory`, a daemon whose host the latest health probe marked anomalous is
+//! flagged (decision 0039).
 
 use crate::cli::StatusArgs;
 use anyhow::{bail, Result};
@@ -42,6 +44,8 @@ struct DaemonRow {
     /// The backend tier: cached, dirty and pinned bytes, bytes read from and written to the
     /// backend, fetches, evictions, capacity and watermarks (all zero when nothing is linked).
     tier: Option<TierStatus>,
+    /// Its host's latest health probe (`--inventory`), when the host was probed.
+    host_health: Option<eddy_sysmap::health::Health>,
 }
 
 #[derive(Debug, Serialize)]
@@ -118,7 +122,14 @@ fn under_replicated(rows: &[DaemonRow]) -> u64 {
 pub fn status(args: StatusArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
     let dep = state.load_deployment()?;
-    let rows = collect(&dep)?;
+    let mut rows = collect(&dep)?;
+    if let Some(db) = &args.inventory {
+        let hosts: Vec<String> = rows.iter().map(|r| r.host.clone()).collect();
+        let health = eddy_sysmap::health::latest(db, &hosts)?;
+        for r in &mut rows {
+            r.host_health = health.iter().find(|h| h.host == r.host).cloned();
+        }
+    }
     let down = rows.iter().filter(|r| !r.up).count();
     let replicas = dep.config.replicas;
     let report = Report {
@@ -202,6 +213,7 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
         hints_for: Vec::new(),
         rejoining: None,
         tier: None,
+        host_health: None,
     };
     match result {
         Ok(s) => {
@@ -271,12 +283,37 @@ fn print_table(report: &Report) {
         if let Some(e) = &r.error {
             outln!("      daemon {} is down: {e}", r.id);
         }
+        if let Some(line) = r.host_health.as_ref().and_then(anomaly_line) {
+            outln!("      daemon {} {line}", r.id);
+        }
     }
     print_metrics(&report.daemons);
     if !report.links.is_empty() {
         print_tier_table(&report.daemons);
         print_conflicts(&report.daemons);
     }
+}
+
+/// "on an anomalous host: ..." for a host the inventory marks anomalous.
+fn anomaly_line(h: &eddy_sysmap::health::Health) -> Option<String> {
+    if !h.anomalous {
+        return None;
+    }
+    let bw = |v: f64| format!("{}/s", human_bytes(v as u64));
+    Some(match (h.bandwidth, h.peer_median) {
+        (None, _) => format!(
+            "is on an anomalous host: {} was down at its last probe ({})",
+            h.host,
+            h.error.as_deref().unwrap_or("no answer")
+        ),
+        (Some(b), Some(m)) => format!(
+            "is on an anomalous host: {} probed at {} against its peers' median {}",
+            h.host,
+            bw(b),
+            bw(m)
+        ),
+        (Some(b), None) => format!("is on an anomalous host: {} probed at {}", h.host, bw(b)),
+    })
 }
 
 /// Where the daemons serve `/metrics`, when they do (`eddy start --metrics`).

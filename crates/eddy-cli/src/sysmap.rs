@@ -3,7 +3,10 @@
 //!
 //! - `eddy sysmap [--path DIR]... [--db FILE] [--bench-mib N] [--node NAME]`: collect;
 //! - `eddy sysmap show --db FILE [--node NAME]...`: the stored records;
-//! - `eddy sysmap capacity --db FILE --path DIR --node NAME...`: `capacity` as JSON.
+//! - `eddy sysmap capacity --db FILE --path DIR --node NAME...`: `capacity` as JSON;
+//! - `eddy sysmap probe --db FILE --hosts FILE --dir DIR`: probe the servers' bandwidth and
+//!   record their health (decision 0039); `eddy sysmap health --db FILE`: the stored health;
+//! - `eddy sysmap probe-serve`: the server side of a probe (started by the launcher).
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -50,6 +53,34 @@ pub enum SysmapCommand {
         #[arg(long, value_name = "NAME")]
         node: Vec<String>,
     },
+    /// Probe the servers' bandwidth end to end (in parallel, each bounded in time) and
+    /// record their health in the inventory: below --anomaly-ratio of the peers' median, or
+    /// down, is anomalous (excluded from allocations; re-admitted when a later probe is back).
+    Probe(ProbeArgs),
+    /// Print the servers' latest health (every one, or the named ones) as JSON.
+    Health {
+        /// The inventory database.
+        #[arg(long, value_name = "FILE")]
+        db: PathBuf,
+        /// Only this host; repeatable.
+        #[arg(long, value_name = "NAME")]
+        node: Vec<String>,
+    },
+    /// Internal: the server side of one probe (prints `LISTEN addr:port`, receives, writes
+    /// and fsyncs the bytes under --dir, answers, removes its file, exits).
+    #[command(hide = true)]
+    ProbeServe {
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: String,
+        /// The most bytes accepted.
+        #[arg(long, value_name = "BYTES")]
+        bytes: u64,
+        /// Seconds the whole probe may take.
+        #[arg(long, value_name = "SECS")]
+        bound: f64,
+    },
     /// Print, per node, the capacity and available bytes of the storage holding PATH.
     Capacity {
         /// The inventory database.
@@ -64,6 +95,68 @@ pub enum SysmapCommand {
     },
 }
 
+/// `eddy sysmap probe`: the servers' health.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The inventory database the results go into.
+    #[arg(long, value_name = "FILE")]
+    pub db: PathBuf,
+    /// The servers (`name [address]` per line, as `eddy start --hosts`).
+    #[arg(long, value_name = "FILE")]
+    pub hosts: PathBuf,
+    /// How a command is started on a server (`{host}`, `{cmd}`).
+    #[arg(long, value_name = "TEMPLATE", default_value = eddy_deploy::launch::SSH_LAUNCHER)]
+    pub launcher: String,
+    /// The storage directory probed on each server (`{host}` is filled in).
+    #[arg(long, value_name = "DIR")]
+    pub dir: String,
+    /// Bytes sent to each server (suffixes K, M, G).
+    #[arg(long, value_name = "BYTES", default_value = "8M", value_parser = eddy_config::parse_bytes)]
+    pub bytes: u64,
+    /// The longest one probe may take, seconds; past it the server is down.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub bound: f64,
+    /// A server below this share of its peers' median bandwidth is anomalous (the
+    /// allocation policy's `anomaly_ratio`).
+    #[arg(long, value_name = "SHARE", default_value_t = eddy_alloc::Policy::default().anomaly_ratio)]
+    pub anomaly_ratio: f64,
+}
+
+/// Runs `eddy sysmap probe`.
+fn probe(a: ProbeArgs) -> Result<()> {
+    use eddy_sysmap::health;
+    let hosts: Vec<health::Host> = eddy_deploy::launch::read_hosts_file(&a.hosts)?
+        .into_iter()
+        .map(|h| health::Host {
+            name: h.name,
+            address: h.address,
+        })
+        .collect();
+    if !(a.bound.is_finite() && a.bound > 0.0) {
+        anyhow::bail!("--bound {}: give a positive number of seconds", a.bound);
+    }
+    let spec = health::ProbeSpec {
+        launcher: &a.launcher,
+        program: std::env::current_exe()
+            .context("cannot find this program's path")?
+            .into(),
+        dir: &a.dir,
+        bytes: a.bytes,
+        bound: std::time::Duration::from_secs_f64(a.bound),
+    };
+    let probes = health::probe(&spec, &hosts);
+    print_json(&health::record(&a.db, &probes, a.anomaly_ratio)?)
+}
+
+/// Runs `eddy sysmap probe-serve`.
+fn probe_serve(dir: &std::path::Path, listen: &str, bytes: u64, bound: f64) -> Result<()> {
+    let l = std::net::TcpListener::bind(listen)
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let bound = std::time::Duration::from_secs_f64(bound.clamp(0.001, 3600.0));
+    eddy_sysmap::health::serve(dir, l, bytes, bound, &mut |line| outln!("{line}"))?;
+    Ok(())
+}
+
 /// Runs `eddy sysmap`.
 pub fn sysmap(args: SysmapArgs) -> Result<()> {
     match args.command {
@@ -76,6 +169,16 @@ pub fn sysmap(args: SysmapArgs) -> Result<()> {
             print_json(&record)
         }
         Some(SysmapCommand::Show { db, node }) => print_json(&load(&db, &node)?),
+        Some(SysmapCommand::Probe(a)) => probe(a),
+        Some(SysmapCommand::Health { db, node }) => {
+            print_json(&eddy_sysmap::health::latest(&db, &node)?)
+        }
+        Some(SysmapCommand::ProbeServe {
+            dir,
+            listen,
+            bytes,
+            bound,
+        }) => probe_serve(&dir, &listen, bytes, bound),
         Some(SysmapCommand::Capacity { db, path, node }) => {
             print_json(&capacity(&db, &node, &path)?)
         }

@@ -12,9 +12,11 @@
 //!             PRIMARY KEY (node, path))
 //! interfaces (node, name, mac, ipv4, ipv6, mtu, speed_mbps, up, operstate,
 //!             PRIMARY KEY (node, name))     -- ipv4, ipv6: JSON arrays of "addr/prefix"
+//! health     (host TEXT PRIMARY KEY, bandwidth REAL, measured_at INTEGER,
+//!             anomalous INTEGER, peer_median REAL, error TEXT)   -- version 2, health.rs
 //! ```
 //!
-//! A write replaces the node's rows in one `BEGIN IMMEDIATE` transaction (the schema is
+//! Version 1 files get the `health` table at their next write. A write replaces the node's rows in one `BEGIN IMMEDIATE` transaction (the schema is
 //! created in the same one when the file is new), so concurrent writers queue on SQLite's
 //! lock, each waiting up to [`BUSY_TIMEOUT`]. The rollback journal is kept: WAL needs shared
 //! memory, which nodes on a shared file system do not have.
@@ -28,7 +30,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 /// How long a writer or reader waits for another node's transaction.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -56,6 +58,19 @@ CREATE TABLE interfaces (
     PRIMARY KEY (node, name)
 );
 PRAGMA user_version = 1;
+";
+
+/// Version 2: the servers' latest health probes (health.rs).
+const SCHEMA_V2: &str = "
+CREATE TABLE health (
+    host TEXT PRIMARY KEY,
+    bandwidth REAL,
+    measured_at INTEGER NOT NULL,
+    anomalous INTEGER NOT NULL,
+    peer_median REAL,
+    error TEXT
+);
+PRAGMA user_version = 2;
 ";
 
 /// What [`capacity`] reports for one node.
@@ -89,22 +104,11 @@ pub fn upsert(db: &Path, rec: &NodeRecord) -> Result<()> {
             db.display()
         )
     };
-    let mut conn = Connection::open(db).with_context(ctx)?;
-    conn.busy_timeout(BUSY_TIMEOUT).with_context(ctx)?;
+    let mut conn = open_write(db).with_context(ctx)?;
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .with_context(ctx)?;
-    let version: i64 = tx
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .with_context(ctx)?;
-    match version {
-        0 => tx.execute_batch(SCHEMA).with_context(ctx)?,
-        SCHEMA_VERSION => {}
-        v => bail!(
-            "{}: schema version {v}, this eddy knows version {SCHEMA_VERSION}",
-            ctx()
-        ),
-    }
+    migrate(&tx).with_context(ctx)?;
     tx.execute("DELETE FROM storage WHERE node = ?1", [&rec.node])
         .with_context(ctx)?;
     tx.execute("DELETE FROM interfaces WHERE node = ?1", [&rec.node])
@@ -161,6 +165,99 @@ pub fn upsert(db: &Path, rec: &NodeRecord) -> Result<()> {
     tx.commit().with_context(ctx)
 }
 
+/// Opens (creating, 0600) the inventory for writing.
+fn open_write(db: &Path) -> Result<Connection> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !db.exists() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(db)
+            .with_context(|| format!("cannot create {}", db.display()))?;
+    }
+    let conn = Connection::open(db)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// Brings the schema (inside the caller's write transaction) to [`SCHEMA_VERSION`].
+fn migrate(tx: &rusqlite::Transaction) -> Result<()> {
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    match version {
+        0 => {
+            tx.execute_batch(SCHEMA)?;
+            tx.execute_batch(SCHEMA_V2)?;
+        }
+        1 => tx.execute_batch(SCHEMA_V2)?,
+        SCHEMA_VERSION => {}
+        v => bail!("schema version {v}, this eddy knows version {SCHEMA_VERSION}"),
+    }
+    Ok(())
+}
+
+/// Replaces the health rows of `rows`' hosts.
+pub fn health_store(db: &Path, rows: &[crate::health::Health]) -> Result<()> {
+    let ctx = || format!("cannot write health to the inventory {}", db.display());
+    let mut conn = open_write(db).with_context(ctx)?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .with_context(ctx)?;
+    migrate(&tx).with_context(ctx)?;
+    for h in rows {
+        tx.execute(
+            "INSERT OR REPLACE INTO health VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                h.host,
+                h.bandwidth,
+                sql_int(h.measured_at),
+                h.anomalous,
+                h.peer_median,
+                h.error
+            ],
+        )
+        .with_context(ctx)?;
+    }
+    tx.commit().with_context(ctx)
+}
+
+/// The latest health of `hosts` (all when empty), sorted by host; empty for a version 1
+/// inventory (no probe yet).
+pub fn health_latest(db: &Path, hosts: &[String]) -> Result<Vec<crate::health::Health>> {
+    let conn = open_read(db)?;
+    let ctx = || format!("cannot read health from the inventory {}", db.display());
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .with_context(ctx)?;
+    if version < 2 {
+        return Ok(Vec::new());
+    }
+    let mut q = conn
+        .prepare("SELECT host, bandwidth, measured_at, anomalous, peer_median, error FROM health ORDER BY host")
+        .with_context(ctx)?;
+    let rows = q
+        .query_map([], |r| {
+            Ok(crate::health::Health {
+                host: r.get(0)?,
+                bandwidth: r.get(1)?,
+                measured_at: from_sql(r.get(2)?),
+                anomalous: r.get(3)?,
+                peer_median: r.get(4)?,
+                error: r.get(5)?,
+            })
+        })
+        .with_context(ctx)?;
+    let mut out = Vec::new();
+    for r in rows {
+        let h = r.with_context(ctx)?;
+        if hosts.is_empty() || hosts.contains(&h.host) {
+            out.push(h);
+        }
+    }
+    Ok(out)
+}
+
 /// Opens an existing inventory for reading and checks its schema version.
 fn open_read(db: &Path) -> Result<Connection> {
     let conn = Connection::open_with_flags(
@@ -172,7 +269,7 @@ fn open_read(db: &Path) -> Result<Connection> {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .with_context(|| format!("cannot read the inventory {}", db.display()))?;
-    if version != SCHEMA_VERSION {
+    if !(1..=SCHEMA_VERSION).contains(&version) {
         bail!(
             "{} is not an inventory this eddy reads (schema version {version}, expected {SCHEMA_VERSION})",
             db.display()

@@ -4,8 +4,11 @@
 //! ([`upsert`]), which [`load`] reads back and [`capacity`] answers the Slurm integration's
 //! question from (how much storage each node has under a path). The `eddy sysmap` command
 //! is the front end (its arguments and printing are eddy-cli's); this crate prints nothing.
+//! [`health`] probes pool servers' bandwidth end to end and keeps their latest health (the
+//! anomaly screening of decision 0039) in the same database.
 
 pub mod db;
+pub mod health;
 mod probe;
 
 pub use db::{capacity, load, upsert};

@@ -1,6 +1,6 @@
 //! `eddy sysmap` on this machine: the real binary describing a temporary directory and
 //! /dev/shm, measuring them, writing the inventory database (twice, and from concurrent
-//! processes) and reading it back.
+//! processes) and reading it back; probing servers' health (decision 0039).
 
 use eddy_testkit::cli::{fails, ok, s, text};
 use serde_json::Value;
@@ -230,4 +230,79 @@ fn default_paths_and_concurrent_writers() {
     let all = json(&ok(&["sysmap", "show", "--db", s(&db)]));
     assert_eq!(all.as_array().unwrap().len(), 8, "{all:#}");
     assert!(Path::new(&db).exists());
+}
+
+/// `eddy sysmap probe` with a launcher that runs the server here (`{cmd}` alone): two hosts
+/// on loopback are measured and healthy; one whose address is not this machine's cannot
+/// start its server, is down and anomalous; all three land in the inventory, and `eddy
+/// sysmap health` reads them back.
+#[test]
+fn probe_records_health_and_a_down_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("inv.db");
+    let hosts = dir.path().join("hosts");
+    // 192.0.2.1: TEST-NET-1, never an address of this host.
+    std::fs::write(&hosts, "a 127.0.0.1\nb 127.0.0.1\ngone 192.0.2.1\n").unwrap();
+    let store = dir.path().join("{host}");
+    for h in ["a", "b", "gone"] {
+        std::fs::create_dir(dir.path().join(h)).unwrap();
+    }
+    let out = ok(&[
+        "sysmap",
+        "probe",
+        "--db",
+        s(&db),
+        "--hosts",
+        s(&hosts),
+        "--launcher",
+        "{cmd}",
+        "--dir",
+        s(&store),
+        "--bytes",
+        "1M",
+        "--bound",
+        "20",
+    ]);
+    let rows = json(&out);
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for r in &rows[..2] {
+        assert!(num(&r["bandwidth"]) > 0.0, "{r}");
+        assert_eq!(r["anomalous"], false, "{r}");
+    }
+    assert_eq!(rows[2]["host"], "gone");
+    assert!(rows[2]["bandwidth"].is_null());
+    assert_eq!(rows[2]["anomalous"], true);
+    assert!(
+        rows[2]["error"].as_str().unwrap().contains("192.0.2.1"),
+        "{}",
+        rows[2]
+    );
+    // The probes' files are gone; the inventory is private.
+    for h in ["a", "b", "gone"] {
+        assert_eq!(std::fs::read_dir(dir.path().join(h)).unwrap().count(), 0);
+    }
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&db).unwrap().permissions().mode() & 0o077,
+        0
+    );
+    let out = ok(&["sysmap", "health", "--db", s(&db), "--node", "gone"]);
+    let back = json(&out);
+    assert_eq!(back.as_array().unwrap().len(), 1);
+    assert_eq!(back[0]["anomalous"], true);
+    // A bound of nothing is refused.
+    let err = fails(&[
+        "sysmap",
+        "probe",
+        "--db",
+        s(&db),
+        "--hosts",
+        s(&hosts),
+        "--dir",
+        "/x",
+        "--bound",
+        "0",
+    ]);
+    assert!(err.contains("--bound"), "{err}");
 }

@@ -170,5 +170,6 @@ fn start_on_hosts(net: &mut Net, dir: &Path, extra: &[&str]) -> PathBuf {
     state
 }
 
+mod alloc;
 mod cut_off;
 mod hosts;
