@@ -15,6 +15,7 @@ use crate::site::{Pool, Site};
 use anyhow::{bail, Context, Result};
 use eddy_alloc::pool::pick_history;
 use eddy_alloc::{decide, Decision, Job, Load, Policy, RunningJob, Server, Traits};
+use eddy_deploy::launch::parse_hosts;
 use eddy_history::{Allocation, HistoryDb};
 use eddy_proto::stats::DaemonStats;
 use std::collections::BTreeMap;
@@ -99,8 +100,7 @@ pub fn pool_view(
                 load,
                 jobs,
                 healthy: true,
-                // The server-health probe of the inventory (another part of issue 22) fills
-                // this in when it is merged; until then no server is screened as anomalous.
+                // Filled in by `screen` (the health probe and the inventory's health).
                 recent_bandwidth: None,
             }
         })
@@ -408,8 +408,9 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
         None
     };
     let found = neighbours(site, pool, rec.job, &mut db, &mut notes)?;
-    let (servers, unreachable) = pool_view(&pool.node_names(), &site.pool_peaks(pool)?, &found);
+    let (mut servers, unreachable) = pool_view(&pool.node_names(), &site.pool_peaks(pool)?, &found);
     notes.extend(unreachable);
+    screen(site, pool, &mut servers, &mut notes);
     let job = Job {
         user: Some(eddy_config::JobInfo::user_name(rec.uid)),
         job_name: name,
@@ -432,6 +433,108 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
         );
     }
     Ok(decision)
+}
+
+/// The anomaly screening's input (decision 0039): the idle servers probed now (in parallel,
+/// each within `probe_bound_s`, through the site's launcher into the storage holding the
+/// pool's roots), assessed against their peers, stored in the inventory when the site has
+/// one; the busy servers by their latest stored health (a probe would measure their
+/// neighbours' load). A probe that cannot run is a note, never a failed setup.
+fn screen(site: &Site, pool: &Pool, servers: &mut [Server], notes: &mut Vec<String>) {
+    let ratio = site.alloc.anomaly_ratio;
+    let mut health = Vec::new();
+    if let Some(db) = site.inventory.as_deref().filter(|db| db.exists()) {
+        match eddy_sysmap::health::latest(db, &[]) {
+            Ok(rows) => health = rows,
+            Err(e) => notes.push(format!("the inventory's health cannot be read: {e:#}")),
+        }
+    }
+    let bytes = match pool.probe_bytes() {
+        Ok(b) => b,
+        Err(e) => {
+            notes.push(format!("{e:#}"));
+            0
+        }
+    };
+    let idle: Vec<eddy_sysmap::health::Host> = match parse_hosts(&pool.nodes.join("\n")) {
+        Ok(lines) => lines
+            .into_iter()
+            .filter(|h| servers.iter().any(|s| s.host == h.name && s.idle()))
+            .map(|h| eddy_sysmap::health::Host {
+                name: h.name,
+                address: h.address,
+            })
+            .collect(),
+        Err(e) => {
+            notes.push(format!(
+                "the pool's nodes cannot be read for the probe: {e:#}"
+            ));
+            Vec::new()
+        }
+    };
+    if bytes > 0 && !idle.is_empty() {
+        match site.eddy_program() {
+            Ok(program) => {
+                let spec = eddy_sysmap::health::ProbeSpec {
+                    launcher: &site.launcher,
+                    program: program.into(),
+                    dir: crate::site::fixed_prefix(&pool.root),
+                    bytes,
+                    bound: Duration::from_secs(pool.probe_bound_s),
+                };
+                let probes = eddy_sysmap::health::probe(&spec, &idle);
+                let each: Vec<String> = probes
+                    .iter()
+                    .map(|p| match p.bandwidth {
+                        Some(bw) => {
+                            format!("{} {}/s", p.host, eddy_deploy::human_bytes(bw as u64))
+                        }
+                        None => format!("{} down", p.host),
+                    })
+                    .collect();
+                notes.push(format!(
+                    "health probe: {} idle server(s) probed ({} each): {}",
+                    probes.len(),
+                    eddy_deploy::human_bytes(bytes),
+                    each.join(", ")
+                ));
+                let assessed = match site.inventory.as_deref() {
+                    Some(db) => {
+                        eddy_sysmap::health::record(db, &probes, ratio).unwrap_or_else(|e| {
+                            notes.push(format!("the probe's health is not stored: {e:#}"));
+                            eddy_sysmap::health::assess(&probes, &health, ratio, now_s())
+                        })
+                    }
+                    None => eddy_sysmap::health::assess(&probes, &health, ratio, now_s()),
+                };
+                health.retain(|h| !assessed.iter().any(|a| a.host == h.host));
+                health.extend(assessed);
+            }
+            Err(e) => notes.push(format!("no health probe: {e:#}")),
+        }
+    }
+    for h in health.iter().filter(|h| h.anomalous) {
+        if !servers.iter().any(|s| s.host == h.host) {
+            continue;
+        }
+        notes.push(match (h.bandwidth, &h.error) {
+            (None, Some(e)) => format!("health probe: {} is down ({e})", h.host),
+            (None, None) => format!("health probe: {} is down", h.host),
+            (Some(bw), _) => format!(
+                "health probe: {} measured {}/s, below {ratio} of its peers' median {}/s",
+                h.host,
+                eddy_deploy::human_bytes(bw as u64),
+                eddy_deploy::human_bytes(h.peer_median.unwrap_or(0.0) as u64)
+            ),
+        });
+    }
+    eddy_sysmap::health::fill(servers, &health);
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// `decide`, then the job's `nodes=` cap.

@@ -137,6 +137,15 @@ pub struct Pool {
     /// allocation's view of its neighbours).
     #[serde(default = "default_live_window_s")]
     pub live_window_s: u64,
+    /// Bytes of the health probe sent to each idle I/O node at every allocation (decision
+    /// 0039: end to end, through the network into the storage holding `root`); a node far
+    /// slower than its peers (`[alloc] anomaly_ratio` of their median) or unreachable is
+    /// excluded. `0`: no probe (the inventory's stored health is still used).
+    #[serde(default = "default_probe_bytes")]
+    pub probe_bytes: String,
+    /// The longest one probe may take, its start through the launcher included, seconds.
+    #[serde(default = "default_probe_bound_s")]
+    pub probe_bound_s: u64,
 }
 
 /// Largest capacity a job may ask for unless the site says otherwise.
@@ -153,6 +162,11 @@ impl Pool {
             Ok(_) => bail!("[pool] peak_bandwidth = 0: give bytes per second, e.g. \"2GiB\""),
             Err(e) => bail!("[pool] peak_bandwidth: {e}"),
         }
+    }
+
+    /// Bytes of the health probe (0: none).
+    pub fn probe_bytes(&self) -> Result<u64> {
+        parse_bytes(&self.probe_bytes).map_err(|e| anyhow::anyhow!("[pool] probe_bytes: {e}"))
     }
 
     pub fn node_names(&self) -> Vec<String> {
@@ -175,7 +189,7 @@ fn available(db: &Path, nodes: &[String], template: &str) -> Result<u64> {
 }
 
 /// The directories of a root template before its first placeholder.
-fn fixed_prefix(template: &str) -> &str {
+pub(crate) fn fixed_prefix(template: &str) -> &str {
     match template.find('{') {
         Some(i) => &template[..template[..i].rfind('/').unwrap_or(0).max(1)],
         None => template,
@@ -192,6 +206,14 @@ fn default_peak_bandwidth() -> String {
 }
 
 fn default_live_window_s() -> u64 {
+    10
+}
+
+fn default_probe_bytes() -> String {
+    "8MiB".into()
+}
+
+fn default_probe_bound_s() -> u64 {
     10
 }
 
@@ -271,6 +293,10 @@ impl Site {
         }
         if let Some(pool) = &self.pool {
             pool.peak_bandwidth()?;
+            pool.probe_bytes()?;
+            if pool.probe_bound_s == 0 {
+                bail!("[pool] probe_bound_s = 0: give a number of seconds");
+            }
             if pool.live_window_s == 0 {
                 bail!("[pool] live_window_s = 0: give a number of seconds");
             }

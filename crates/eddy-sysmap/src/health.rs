@@ -285,8 +285,16 @@ fn send(addr: &str, bytes: u64, left: &dyn Fn() -> Result<Duration>) -> Result<f
     while sent < bytes {
         let n = (bytes - sent).min(block.len() as u64) as usize;
         s.set_write_timeout(Some(left()?))?;
-        s.write_all(&block[..n])
-            .context("sending the probe's bytes")?;
+        if let Err(e) = s.write_all(&block[..n]) {
+            // A server that refused (its answer says why) closes before all bytes are in.
+            let mut answer = String::new();
+            s.set_read_timeout(Some(Duration::from_millis(200))).ok();
+            let _ = BufReader::new(&mut s).take(1000).read_line(&mut answer);
+            match answer.trim().strip_prefix("ERR ") {
+                Some(why) => bail!("the probe server refused: {why}"),
+                None => return Err(e).context("sending the probe's bytes"),
+            }
+        }
         sent += n as u64;
     }
     s.set_read_timeout(Some(left()?))?;
@@ -313,6 +321,13 @@ pub fn serve(
     say: &mut dyn FnMut(&str),
 ) -> Result<u64> {
     let deadline = Instant::now() + bound;
+    // A site's storage directory that is not made yet (the first job's daemon makes it) is
+    // measured through its nearest existing ancestor: the same storage, or the mount it
+    // will be made on. Nothing is created.
+    let dir = dir
+        .ancestors()
+        .find(|d| d.is_dir())
+        .with_context(|| format!("no directory of {} exists", dir.display()))?;
     let addr = listener.local_addr().context("listener address")?;
     say(&format!("LISTEN {addr}"));
     listener.set_nonblocking(true)?;

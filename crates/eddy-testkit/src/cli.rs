@@ -64,12 +64,29 @@ pub fn s(p: &Path) -> &str {
 }
 
 /// A TCP port nobody listens on right now.
+/// A TCP port nobody listens on right now, below the kernel's ephemeral range (32768 and
+/// up by default): a port the kernel hands out for `bind(:0)` may be handed again to an
+/// outgoing connection of another test before the server that was told it binds it (a
+/// slurmctld failing with "Address already in use"); ports below the range are taken only by
+/// servers that ask for them by number.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    // Spread by process, so that test binaries run at once start apart.
+    let seed = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+    for _ in 0..SPAN {
+        let k = NEXT.fetch_add(7_919, Ordering::Relaxed);
+        let port = LOW + (seed + k) % SPAN;
+        let port = u16::try_from(port).expect("below 32000");
+        let free = std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
+            && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free {
+            return port;
+        }
+    }
+    panic!("found no free TCP port in {LOW}..{}", LOW + SPAN);
 }
 
 /// The first of `n` consecutive TCP ports on 127.0.0.1 nobody listens on right now.

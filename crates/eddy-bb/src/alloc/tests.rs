@@ -237,3 +237,88 @@ fn live_load_is_the_latest_window_of_counters() {
     assert_eq!(l.metadata_queue, Some(3.0));
     assert_eq!(live_load(&s, 1), Load::default());
 }
+
+/// A site of three pool nodes with an inventory, from TOML as a site writes it.
+fn site_with_inventory(dir: &Path, probe_bytes: &str, launcher: &str) -> (Site, Pool) {
+    let text = format!(
+        "launcher = {launcher:?}\ninventory = {:?}\n[pool]\n\
+         nodes = [\"io1 127.0.0.1\", \"io2 127.0.0.1\", \"io3 192.0.2.1\"]\n\
+         root = \"{}/{{host}}/job-{{job}}\"\ncapacity = \"1GiB\"\nprobe_bytes = {probe_bytes:?}\n\
+         probe_bound_s = 2\n",
+        dir.join("inventory.db"),
+        dir.display()
+    );
+    let site: Site = toml::from_str(&text).unwrap();
+    let pool = site.pool.clone().unwrap();
+    (site, pool)
+}
+
+fn probe(host: &str, bw: Option<f64>) -> eddy_sysmap::health::Probe {
+    eddy_sysmap::health::Probe {
+        host: host.into(),
+        bandwidth: bw,
+        error: bw.is_none().then(|| "connection refused".to_string()),
+    }
+}
+
+#[test]
+fn the_inventorys_health_screens_servers_without_a_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let (site, pool) = site_with_inventory(dir.path(), "0", "{cmd}");
+    // Stored by an earlier probe: io2 at a tenth of its peers.
+    eddy_sysmap::health::record(
+        site.inventory.as_deref().unwrap(),
+        &[
+            probe("io1", Some(100e6)),
+            probe("io2", Some(10e6)),
+            probe("io3", Some(100e6)),
+        ],
+        0.5,
+    )
+    .unwrap();
+    let (mut servers, _) = pool_view(&hosts(), &[2.0 * GIB; 3], &[]);
+    let mut notes = Vec::new();
+    screen(&site, &pool, &mut servers, &mut notes);
+    assert_eq!(
+        servers
+            .iter()
+            .map(|s| s.recent_bandwidth)
+            .collect::<Vec<_>>(),
+        [Some(100e6), Some(10e6), Some(100e6)]
+    );
+    assert!(
+        notes.iter().any(|n| n.starts_with(
+            "health probe: io2 measured 9.5 MiB/s, below 0.5 of its peers' median 95.4 MiB/s"
+        )),
+        "{notes:?}"
+    );
+    assert!(!notes.iter().any(|n| n.contains("probed")), "{notes:?}");
+    // The decision leaves io2 out, even for a job of three servers.
+    let mut policy = Policy::default();
+    policy.default_servers = 3;
+    let d = decide_with(&policy, &job(), None, &servers, None);
+    assert_eq!(d.excluded, [1], "{d:?}");
+    assert!(!d.servers.contains(&1), "{d:?}");
+}
+
+#[test]
+fn a_probe_that_cannot_reach_a_server_marks_it_unhealthy_and_stores_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // A launcher whose command fails at once: every idle server is down, within the bound.
+    let (site, pool) = site_with_inventory(dir.path(), "1MiB", "false {cmd}");
+    let (mut servers, _) = pool_view(&hosts(), &[2.0 * GIB; 3], &[]);
+    let mut notes = Vec::new();
+    screen(&site, &pool, &mut servers, &mut notes);
+    assert!(servers.iter().all(|s| !s.healthy), "{servers:?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n == "health probe: 3 idle server(s) probed (1.0 MiB each): io1 down, io2 down, io3 down"),
+        "{notes:?}"
+    );
+    let stored = eddy_sysmap::health::latest(site.inventory.as_deref().unwrap(), &[]).unwrap();
+    assert_eq!(stored.len(), 3);
+    assert!(stored.iter().all(|h| h.anomalous && h.bandwidth.is_none()));
+    let d = decide_with(&Policy::default(), &job(), None, &servers, None);
+    assert!(d.servers.is_empty(), "{d:?}");
+}

@@ -106,13 +106,12 @@ fn profile_of(site: &Site, job: u32) -> eddy_history::JobProfile {
 #[test]
 fn pool_jobs_are_allocated_from_their_history_through_slurm() {
     let site = Site::with(|dir| format!("history_db = {:?}\n", dir.join("history.db")));
-    // The [pool] table is the file's last: its B_f, then the policy's table.
+    // The pool's B_f, and the policy's table (the file's last).
     let settings = site.path("bb.toml");
-    let mut text = std::fs::read_to_string(&settings).unwrap();
-    text.push_str(
-        "peak_bandwidth = \"1KiB\"\n[alloc]\nv_min_bytes = 1048576\nn_min = 2\n\
-         server_peak_bandwidth = 1073741824.0\n",
-    );
+    let mut text = std::fs::read_to_string(&settings)
+        .unwrap()
+        .replace("[alloc]\n", "peak_bandwidth = \"1KiB\"\n[alloc]\n");
+    text.push_str("v_min_bytes = 1048576\nn_min = 2\nserver_peak_bandwidth = 1073741824.0\n");
     std::fs::write(&settings, text).unwrap();
     let cluster = site.cluster();
     let names = |ids: &Value| -> Vec<String> {
@@ -151,6 +150,14 @@ fn pool_jobs_are_allocated_from_their_history_through_slurm() {
     );
     assert!(
         a1.reasons.iter().any(|r| r.contains("no history")),
+        "{a1:?}"
+    );
+    // The idle I/O nodes were probed through the site's launcher before the decision (the
+    // test's ratio is low: three "nodes" of one disk measure alike only roughly).
+    assert!(
+        a1.reasons
+            .iter()
+            .any(|r| r.starts_with("health probe: 3 idle server(s) probed (8.0 MiB each): io1 ")),
         "{a1:?}"
     );
 

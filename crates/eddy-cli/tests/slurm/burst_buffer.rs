@@ -73,7 +73,9 @@ impl Site {
              name = \"io\"\n\
              nodes = [\"io1 127.{net}.1.21\", \"io2 127.{net}.1.22\", \"io3 127.{net}.1.23\"]\n\
              root = \"{pool}/{{host}}/job-{{job}}\"\n\
-             capacity = \"4GiB\"\n",
+             capacity = \"4GiB\"\n\
+             [alloc]\n\
+             anomaly_ratio = 0.05\n",
             extra = extra(site.dir.path()),
             jobs = p("jobs"),
             mnt = p("mnt"),
