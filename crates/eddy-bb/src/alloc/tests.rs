@@ -294,8 +294,10 @@ fn the_inventorys_health_screens_servers_without_a_probe() {
     );
     assert!(!notes.iter().any(|n| n.contains("probed")), "{notes:?}");
     // The decision leaves io2 out, even for a job of three servers.
-    let mut policy = Policy::default();
-    policy.default_servers = 3;
+    let policy = Policy {
+        default_servers: 3,
+        ..Policy::default()
+    };
     let d = decide_with(&policy, &job(), None, &servers, None);
     assert_eq!(d.excluded, [1], "{d:?}");
     assert!(!d.servers.contains(&1), "{d:?}");
