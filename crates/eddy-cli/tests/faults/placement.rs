@@ -274,4 +274,40 @@ async fn a_second_copy_survives_the_home_and_a_dead_home_is_not_taken() {
         eddy_testkit::read_all(&a, "/after").await,
         pattern(12, 0, cs * 3)
     );
+    // Written while the home is down: the other copies take it and the home gets it back
+    // by repair once it is up again (the chunks it missed pushed to it, not elsewhere).
+    let f = a
+        .open("/twice", libc::O_RDWR, 0, Creds::root())
+        .await
+        .unwrap();
+    a.pwrite(&f, len as u64, &pattern(11, len as u64, len))
+        .await
+        .unwrap();
+    a.close(&f).await.unwrap();
+    // What the home holds once repaired: every chunk of its file, and its copies of the
+    // hashed file's chunks.
+    let p = Placement::new(vec![0, 1, 2]).unwrap();
+    let after = a.lookup("/after").await.unwrap().file_id;
+    let copies_of_after = (0..3u64)
+        .filter(|&k| p.chunk_owners(after, k, 2).contains(&1))
+        .count() as u64
+        * cs as u64;
+    let want = 2 * len as u64 + copies_of_after;
+    cl.restart(1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let held = a.rpc().call(1, req::Status).await.map(|st| st.chunk_bytes);
+        if held.as_ref().is_ok_and(|&h| h == want) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the home holds {held:?} bytes of chunks, not the {want} it should after repair"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        eddy_testkit::read_all(&b, "/twice").await,
+        pattern(11, 0, 2 * len)
+    );
 }
