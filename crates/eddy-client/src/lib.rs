@@ -24,6 +24,7 @@ mod file;
 mod integrity;
 mod layout;
 mod links;
+mod locality;
 mod locks;
 mod ns;
 mod perm;
@@ -79,6 +80,8 @@ struct Inner {
     /// Daemons holding this client's changes other than file data not yet synced (an
     /// fsync reaches them; decision 0015).
     unsynced: Arc<unsynced::Unsynced>,
+    /// The daemons of this client's host, for placement by locality (decision 0043).
+    local: locality::LocalView,
 }
 
 /// What the client learns of every call through its rpc layer: a change other than a write
@@ -135,6 +138,7 @@ impl Client {
         let dircache =
             dircache::DirCache::new(std::time::Duration::from_millis(dep.config.dir_cache_ms));
         let unsynced = Arc::new(unsynced::Unsynced::default());
+        let local = locality::LocalView::new(&dep, &locality::this_host(&dep.config));
         Ok(Client(Arc::new_cyclic(|me| Inner {
             rpc: rpc.observed(Box::new(Watch {
                 unsynced: unsynced.clone(),
@@ -147,6 +151,7 @@ impl Client {
             renames: rename::Renames::default(),
             dircache,
             unsynced,
+            local,
             dep,
         })))
     }
@@ -381,7 +386,8 @@ fn new_inode(kind: FileKind, mode: u32, creds: Creds, target: Option<String>) ->
     let now = Timespec::now();
     Inode {
         kind,
-        file_id: rand::random::<u128>(),
+        // Never one that reads as placed by locality; `place_new` makes those.
+        file_id: eddy_placement::hashed_file_id(rand::random::<u128>()),
         mode: mode & 0o7777,
         uid: creds.uid,
         gid: creds.gid,

@@ -59,12 +59,35 @@ impl Client {
     pub(crate) async fn create_entry(
         &self,
         p: &str,
-        inode: Inode,
+        mut inode: Inode,
         exclusive: bool,
         creds: Creds,
     ) -> Result<Inode, Errno> {
-        self.check_parent(p, creds).await?;
+        let dir = self.parent_dir(p, creds).await?;
+        if matches!(inode.kind, FileKind::File | FileKind::Dir) {
+            // The placement the parent asks (decision 0043): the parent as checked, else
+            // as recently seen, else looked up (once per `dir_cache_ms`).
+            let dir = match dir {
+                Some(d) => Some(d),
+                None => self.parent_for_placement(p).await,
+            };
+            self.place_new(dir.as_ref(), &mut inode).await;
+        }
         self.create_in_parent(p, inode, exclusive).await
+    }
+
+    /// The parent of `p` for its placement attribute, from the directory cache or its owner;
+    /// `None` if it cannot be looked up (the create then finds out why).
+    async fn parent_for_placement(&self, p: &str) -> Option<Inode> {
+        let (parent, _) = path::split(p)?;
+        if let Some(d) = self.0.dircache.get(parent) {
+            return Some(d);
+        }
+        let d = self.stat_norm(parent).await.ok()?;
+        if d.kind == FileKind::Dir {
+            self.0.dircache.put(parent, &d);
+        }
+        Some(d)
     }
 
     pub async fn symlink(

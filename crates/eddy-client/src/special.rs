@@ -94,7 +94,17 @@ impl Client {
             value: value.to_vec(),
             how,
         };
-        self.xattr_call(&p, req).await.map(|_| ())
+        self.xattr_call(&p, req).await?;
+        self.placement_changed(&p, name);
+        Ok(())
+    }
+
+    /// A directory's placement attribute changed here: this client's next create in it
+    /// must not go by the directory as cached (decision 0043).
+    fn placement_changed(&self, p: &str, name: &str) {
+        if name == eddy_config::PLACEMENT_XATTR {
+            self.0.dircache.forget_tree(p);
+        }
     }
 
     /// getxattr(2): the value, or ENODATA.
@@ -135,7 +145,9 @@ impl Client {
             path: p.clone(),
             name: name.to_string(),
         };
-        self.xattr_call(&p, req).await.map(|_| ())
+        self.xattr_call(&p, req).await?;
+        self.placement_changed(&p, name);
+        Ok(())
     }
 
     /// Sends an attribute request to the owner of `p`; ENOENT says which ancestor is missing.

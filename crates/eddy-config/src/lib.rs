@@ -249,6 +249,59 @@ pub struct Config {
     /// Early write-back: milliseconds between two looks at the dirty bytes (before writing
     /// back starts) and between two passes that found nothing to write. Default 1 000.
     pub writeback_pass_interval_ms: u64,
+    /// Where a new file's chunks go (decision 0043): `"hashed"` spreads them over the
+    /// daemons by hash; `"local"` puts them all on the daemon of the host that creates the
+    /// file (hashing when that daemon is down or full). A directory's `user.eddy.placement`
+    /// attribute overrides it for the files created in it. Default `"hashed"`.
+    pub placement: PlacementMode,
+    /// The host this client counts as for `placement = "local"`: its daemons are those of
+    /// the deployment whose `host` is this name. Unset: the node name a client identifies
+    /// with (Slurm's node name in a job step, else the host name). For tests that give one
+    /// machine's daemons several host names, and for sites whose host names differ from
+    /// the deployment's. Default unset.
+    pub placement_host: Option<String>,
+    /// How long, in milliseconds, a client trusts what it last learnt of its local daemon
+    /// (reachable, room for a chunk) when it places a new file by locality. Default 1 000.
+    pub placement_view_ms: u64,
+}
+
+/// The extended attribute of a directory that sets the placement of the files created in
+/// it (decision 0043): `hashed` or `local`.
+pub const PLACEMENT_XATTR: &str = "user.eddy.placement";
+
+/// The `placement` setting and the `user.eddy.placement` attribute's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementMode {
+    /// Chunk k of a file on `owner(hash(file id, k))`.
+    #[default]
+    Hashed,
+    /// Every chunk on the daemon of the host that created the file.
+    Local,
+}
+
+impl PlacementMode {
+    /// The mode an attribute value names (`hashed` or `local`, a trailing NUL or newline
+    /// allowed, as `setfattr` and `echo` leave them); anything else is `None`.
+    pub fn parse(value: &[u8]) -> Option<PlacementMode> {
+        let v = value
+            .strip_suffix(b"\0")
+            .or_else(|| value.strip_suffix(b"\n"))
+            .unwrap_or(value);
+        match v {
+            b"hashed" => Some(PlacementMode::Hashed),
+            b"local" => Some(PlacementMode::Local),
+            _ => None,
+        }
+    }
+
+    /// The attribute value of the mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementMode::Hashed => "hashed",
+            PlacementMode::Local => "local",
+        }
+    }
 }
 
 /// A `metrics_addr` (or `--metrics`) value as a socket address: `IP:PORT` (IPv6 in
@@ -549,6 +602,9 @@ impl Default for Config {
             metrics_max_clients: 64,
             writeback_rate_estimate: 100 * 1024 * 1024,
             writeback_pass_interval_ms: 1_000,
+            placement: PlacementMode::Hashed,
+            placement_host: None,
+            placement_view_ms: 1_000,
         }
     }
 }
@@ -783,6 +839,24 @@ mod tests {
         let c = Config::default();
         c.validate().unwrap();
         assert_eq!(c.chunk_size, 512 * 1024);
+    }
+
+    #[test]
+    fn placement_is_hashed_unless_set() {
+        assert_eq!(Config::default().placement, PlacementMode::Hashed);
+        let c: Config = toml::from_str("placement = \"local\"\nplacement_host = \"n1\"").unwrap();
+        assert_eq!(c.placement, PlacementMode::Local);
+        assert_eq!(c.placement_host.as_deref(), Some("n1"));
+        assert!(toml::from_str::<Config>("placement = \"near\"").is_err());
+        assert_eq!(PlacementMode::parse(b"local"), Some(PlacementMode::Local));
+        assert_eq!(
+            PlacementMode::parse(b"hashed\0"),
+            Some(PlacementMode::Hashed)
+        );
+        assert_eq!(PlacementMode::parse(b"local\n"), Some(PlacementMode::Local));
+        for bad in [&b""[..], b"Local", b"local ", b"striped", b"local\0\0"] {
+            assert_eq!(PlacementMode::parse(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

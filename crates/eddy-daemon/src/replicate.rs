@@ -101,7 +101,7 @@ impl Replicator {
     /// The other owners of chunk `k` of a file.
     pub fn chunk_targets(&self, file_id: eddy_proto::FileId, k: u64) -> Vec<u32> {
         self.placement
-            .owners(eddy_placement::chunk_hash(file_id, k), self.replicas)
+            .chunk_owners(file_id, k, self.replicas)
             .into_iter()
             .filter(|&d| d != self.me)
             .collect()

@@ -6,6 +6,13 @@
 //! process-randomised hash), and `owner` is rendezvous (highest-random-weight) hashing over
 //! the ordered list of daemon ids, so adding a daemon moves only ~1/N of the items and a
 //! ranked list of R distinct daemons is available for replication. This crate does no I/O.
+//!
+//! A file placed by locality (decision 0043) carries its home daemon in its file id: the top
+//! 48 bits are `LOCAL_TAG`, the next 16 the home's id, the low 64 random. Every chunk of such
+//! a file has the home as its first owner (the other R-1 copies by the usual ranking among
+//! the other daemons), so whoever knows the file id (client, peer, repair, the tier) finds the
+//! chunks without any other record. Ids made for hashed files never carry the tag
+//! (`hashed_file_id`).
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -15,6 +22,31 @@ pub const PATH_SEED: u64 = 0x4564_6479_5061_7468; // "EddyPath"
 pub const CHUNK_SEED: u64 = 0x4564_6479_4368_6e6b; // "EddyChnk"
 /// Seed of the rendezvous score.
 pub const OWNER_SEED: u64 = 0x4564_6479_4f77_6e72; // "EddyOwnr"
+
+/// The top 48 bits of a file id placed by locality ("EddyLo").
+pub const LOCAL_TAG: u64 = 0x4564_6479_4c6f;
+
+/// A file id for a file placed on daemon `home` (its chunks' first owner), from 64 random
+/// bits; `None` when the id does not fit the 16 bits the id keeps for it (hash the file).
+pub fn local_file_id(home: u32, random: u64) -> Option<u128> {
+    let home = u16::try_from(home).ok()?;
+    Some((u128::from(LOCAL_TAG) << 80) | (u128::from(home) << 64) | u128::from(random))
+}
+
+/// The home daemon a file id names, when the file was placed by locality.
+pub fn home_of(file_id: u128) -> Option<u32> {
+    ((file_id >> 80) as u64 == LOCAL_TAG).then_some(u32::from((file_id >> 64) as u16))
+}
+
+/// A random id made into a hashed file's id: one that happens to carry the local tag gets
+/// its top bit flipped (so it cannot be read as placed by locality).
+pub fn hashed_file_id(random: u128) -> u128 {
+    if home_of(random).is_some() {
+        random ^ (1u128 << 127)
+    } else {
+        random
+    }
+}
 
 /// Stable 64-bit hash of a normalised path.
 pub fn path_hash(path: &str) -> u64 {
@@ -86,9 +118,42 @@ impl Placement {
         self.owner(path_hash(path))
     }
 
-    /// Owner of chunk `index` of file `file_id`.
+    /// The home of a file placed by locality, if that daemon is in this placement (a home
+    /// that is not is ignored: the file is hashed).
+    pub fn home(&self, file_id: u128) -> Option<u32> {
+        home_of(file_id).filter(|h| self.ids.binary_search(h).is_ok())
+    }
+
+    /// Owner of chunk `index` of file `file_id`: its home for a file placed by locality,
+    /// else by hash.
     pub fn chunk_owner(&self, file_id: u128, index: u64) -> u32 {
-        self.owner(chunk_hash(file_id, index))
+        match self.home(file_id) {
+            Some(h) => h,
+            None => self.owner(chunk_hash(file_id, index)),
+        }
+    }
+
+    /// The `r` owners of chunk `index` of file `file_id` (or all daemons, if fewer), first
+    /// the primary: for a file placed by locality its home, then the others by their rank
+    /// for the chunk's hash; for a hashed file `owners(chunk_hash(..), r)`.
+    pub fn chunk_owners(&self, file_id: u128, index: u64, r: usize) -> Vec<u32> {
+        let hash = chunk_hash(file_id, index);
+        match self.home(file_id) {
+            None => self.owners(hash, r),
+            Some(h) => {
+                let mut out = Vec::with_capacity(r.min(self.ids.len()));
+                if r > 0 {
+                    out.push(h);
+                }
+                out.extend(
+                    self.owners(hash, self.ids.len())
+                        .into_iter()
+                        .filter(|&d| d != h)
+                        .take(r.saturating_sub(1)),
+                );
+                out
+            }
+        }
     }
 }
 
@@ -160,7 +225,53 @@ mod tests {
         assert!(Placement::new(vec![]).is_none());
     }
 
+    #[test]
+    fn local_ids_name_their_home() {
+        let id = local_file_id(3, 0xdead_beef).unwrap();
+        assert_eq!(home_of(id), Some(3));
+        assert_eq!(local_file_id(70_000, 1), None);
+        let p = Placement::new(vec![0, 1, 2, 3, 4]).unwrap();
+        for k in 0..50 {
+            assert_eq!(p.chunk_owner(id, k), 3);
+            let owners = p.chunk_owners(id, k, 2);
+            assert_eq!(owners[0], 3);
+            assert_ne!(owners[1], 3);
+        }
+        // A home outside the deployment: the file is hashed.
+        let gone = local_file_id(9, 7).unwrap();
+        assert_eq!(p.home(gone), None);
+        assert_eq!(p.chunk_owner(gone, 1), p.owner(chunk_hash(gone, 1)));
+        // A random id that carries the tag is made a hashed one.
+        assert_eq!(home_of(hashed_file_id(id)), None);
+    }
+
     proptest! {
+        #[test]
+        fn hashed_ids_place_as_before(raw: u128, k: u64, n in 1u32..20, r in 1usize..6) {
+            let id = hashed_file_id(raw);
+            prop_assert!(home_of(id).is_none());
+            let p = Placement::new((0..n).collect()).unwrap();
+            prop_assert_eq!(p.chunk_owner(id, k), p.owner(chunk_hash(id, k)));
+            prop_assert_eq!(p.chunk_owners(id, k, r), p.owners(chunk_hash(id, k), r));
+        }
+
+        #[test]
+        fn local_owners_are_distinct_and_start_at_home(home in 0u32..20, rnd: u64, k: u64, n in 1u32..20, r in 1usize..6) {
+            let p = Placement::new((0..n).collect()).unwrap();
+            let id = local_file_id(home, rnd).unwrap();
+            let list = p.chunk_owners(id, k, r);
+            prop_assert_eq!(list.len(), r.min(n as usize));
+            if home < n {
+                prop_assert_eq!(list[0], home);
+            } else {
+                prop_assert_eq!(&list, &p.owners(chunk_hash(id, k), r));
+            }
+            let mut sorted = list.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            prop_assert_eq!(sorted.len(), list.len());
+        }
+
         #[test]
         fn owners_are_distinct_and_start_with_owner(item: u64, n in 1u32..20, r in 1usize..25) {
             let p = Placement::new((0..n).collect()).unwrap();

@@ -23,7 +23,7 @@ pub use conn::{client_id, wire_mode, Closed, Failure, RANK_VARS};
 use conn::Link;
 use down::Down;
 use eddy_config::Deployment;
-use eddy_placement::{chunk_hash, path_hash, Placement};
+use eddy_placement::{path_hash, Placement};
 use eddy_proto::{typed_reply, Errno, Reply, Request, Rpc, OP_NAMES};
 use futures::future::join_all;
 use std::collections::{BTreeMap, HashMap};
@@ -246,12 +246,13 @@ impl Daemons {
         self.ranked(self.placement.owners(path_hash(path), self.replicas))
     }
 
-    /// The R owners of chunk `k` of a file, in placement order.
+    /// The R owners of chunk `k` of a file, in placement order (a file placed by locality:
+    /// its home first, decision 0043).
     pub fn chunk_owners(&self, file_id: u128, k: u64) -> Vec<u32> {
         if self.replicas == 1 {
             return vec![self.placement.chunk_owner(file_id, k)];
         }
-        self.placement.owners(chunk_hash(file_id, k), self.replicas)
+        self.placement.chunk_owners(file_id, k, self.replicas)
     }
 
     /// The daemons holding the identity record of a shared file that `daemon` holds: it,

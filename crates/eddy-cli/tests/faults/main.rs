@@ -16,6 +16,7 @@ mod handshake;
 mod lock_restart;
 mod netns;
 mod peer_bounds;
+mod placement;
 mod rename_crash;
 mod repair;
 mod replication;

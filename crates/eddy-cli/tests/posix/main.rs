@@ -20,6 +20,7 @@ mod mount_access;
 mod mount_ops;
 mod mount_prop;
 mod permissions;
+mod placement_mount;
 mod posix_suite;
 mod preload;
 mod rpc_counts;

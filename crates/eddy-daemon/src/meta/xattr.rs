@@ -45,6 +45,26 @@ fn enodata(norm: &str, name: &str) -> Errno {
 }
 
 /// Sets `name` to `value` in `ino` as `how` says.
+/// `user.eddy.placement` (decision 0043): a directory's, and `hashed` or `local` only
+/// (anything else is EINVAL, so a typo is not silently taken for the default).
+fn check_placement(norm: &str, ino: &Inode, name: &str, value: &[u8]) -> Result<(), Errno> {
+    if name != eddy_config::PLACEMENT_XATTR {
+        return Ok(());
+    }
+    if ino.kind != eddy_proto::FileKind::Dir {
+        return Err(Errno::einval(format!(
+            "{norm}: {name} is a directory's attribute (its files are placed by it)"
+        )));
+    }
+    if eddy_config::PlacementMode::parse(value).is_none() {
+        return Err(Errno::einval(format!(
+            "{norm}: {name} is \"hashed\" or \"local\", not {:?}",
+            String::from_utf8_lossy(value)
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn set(
     norm: &str,
     mut ino: Inode,
@@ -65,6 +85,7 @@ pub(crate) fn set(
             format!("{norm}: user.* attributes are for regular files and directories only"),
         ));
     }
+    check_placement(norm, &ino, name, &value)?;
     let at = ino.xattrs.binary_search_by(|x| x.name.as_str().cmp(name));
     let freed = match (&at, how) {
         (Ok(_), XattrSet::Create) => {

@@ -28,7 +28,7 @@ pub(super) fn stub(e: &BackendEntry) -> Option<Inode> {
     };
     Some(Inode {
         kind,
-        file_id: rand::random::<u128>(),
+        file_id: eddy_placement::hashed_file_id(rand::random::<u128>()),
         mode: e.stat.mode,
         uid: e.stat.uid,
         gid: e.stat.gid,

@@ -175,7 +175,7 @@ pub(super) fn backend_file_id(dev: u64, ino: u64) -> FileId {
     bytes.extend_from_slice(b"eddy backend file\0");
     bytes.extend_from_slice(&dev.to_be_bytes());
     bytes.extend_from_slice(&ino.to_be_bytes());
-    xxhash_rust::xxh3::xxh3_128(&bytes)
+    eddy_placement::hashed_file_id(xxhash_rust::xxh3::xxh3_128(&bytes))
 }
 
 impl Tier {
@@ -192,7 +192,7 @@ impl Tier {
                 inode.shared = Some(placement.meta_owner(&path::identity_path(inode.file_id)));
             }
             None => {
-                inode.file_id = rand::random::<u128>();
+                inode.file_id = eddy_placement::hashed_file_id(rand::random::<u128>());
                 inode.nlink = 1;
             }
         }

@@ -300,6 +300,7 @@ mod command;
 mod failures;
 mod hidden;
 mod links;
+mod locality;
 mod reads;
 mod two_writers;
 mod writeback;

@@ -1,0 +1,133 @@
+//! Placement by locality (decision 0043): which placement a new entry gets (its directory's
+//! `user.eddy.placement`, else the deployment's `placement`), and for a file placed `local`
+//! the daemon of this client's host that becomes its home, named in its file id
+//! (`eddy_placement::local_file_id`). A home that is down or full is not taken: the file is
+//! hashed. What the client last learnt of its local daemons is kept `placement_view_ms`.
+
+use crate::{Client, Inode};
+use eddy_config::{PlacementMode, PLACEMENT_XATTR};
+use eddy_proto::{req, FileKind, Xattr};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// What the client knows of the daemons of its own host: whether each can take a new file.
+pub(crate) struct LocalView {
+    /// The deployment's daemons on this client's host (ids).
+    here: Vec<u32>,
+    ttl: Duration,
+    /// Per daemon: when it was last asked, and whether it could take a file then.
+    seen: Mutex<HashMap<u32, (Instant, bool)>>,
+}
+
+impl LocalView {
+    /// The view of the daemons whose host is `host`.
+    pub fn new(dep: &eddy_config::Deployment, host: &str) -> LocalView {
+        LocalView {
+            here: dep
+                .daemons
+                .iter()
+                .filter(|d| d.host == host)
+                .map(|d| d.id)
+                .collect(),
+            ttl: Duration::from_millis(dep.config.placement_view_ms),
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn fresh(&self, id: u32) -> Option<bool> {
+        let seen = eddy_proto::sync::lock(&self.seen);
+        seen.get(&id)
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|&(_, ok)| ok)
+    }
+
+    fn note(&self, id: u32, ok: bool) {
+        eddy_proto::sync::lock(&self.seen).insert(id, (Instant::now(), ok));
+    }
+}
+
+/// The host a client counts as: `placement_host`, else the node name it identifies with.
+pub(crate) fn this_host(config: &eddy_config::Config) -> String {
+    config
+        .placement_host
+        .clone()
+        .unwrap_or_else(|| eddy_rpc::client_id().host)
+}
+
+/// The placement a directory asks of the entries created in it, if it says.
+pub(crate) fn dir_mode(dir: &Inode) -> Option<PlacementMode> {
+    dir.xattrs
+        .iter()
+        .find(|x| x.name == PLACEMENT_XATTR)
+        .and_then(|x| PlacementMode::parse(&x.value))
+}
+
+impl Client {
+    /// Gives a new entry the placement its directory asks (else the deployment's): a new
+    /// directory inherits the directory's attribute; a file placed `local` gets a file id
+    /// naming its home, when this host has a daemon that can take it.
+    pub(crate) async fn place_new(&self, dir: Option<&Inode>, inode: &mut Inode) {
+        let asked = dir.and_then(dir_mode);
+        match inode.kind {
+            FileKind::Dir => {
+                if let Some(mode) = asked {
+                    if !inode.xattrs.iter().any(|x| x.name == PLACEMENT_XATTR) {
+                        inode.xattrs.push(Xattr {
+                            name: PLACEMENT_XATTR.to_string(),
+                            value: mode.as_str().as_bytes().to_vec(),
+                        });
+                        inode.xattrs.sort_by(|a, b| a.name.cmp(&b.name));
+                    }
+                }
+            }
+            FileKind::File => {
+                let mode = asked.unwrap_or(self.config().placement);
+                if mode == PlacementMode::Local {
+                    let random = inode.file_id as u64;
+                    if let Some(home) = self.local_home(random).await {
+                        if let Some(id) = eddy_placement::local_file_id(home, random) {
+                            inode.file_id = id;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The daemon of this host a new file placed by locality goes to (with several, one by
+    /// hash of the file's random bits), if it is up and has room for a chunk; `None`: hash.
+    async fn local_home(&self, random: u64) -> Option<u32> {
+        let view = &self.0.local;
+        let home = eddy_placement::Placement::new(view.here.clone())?
+            .owner(eddy_placement::chunk_hash(u128::from(random), 0));
+        if self.rpc().is_down(home) {
+            return None;
+        }
+        if let Some(ok) = view.fresh(home) {
+            return ok.then_some(home);
+        }
+        let ok = match self.rpc().try_call(home, req::Status).await {
+            Ok(st) => {
+                let cs = self.config().chunk_size;
+                let cap = self.config().capacity_bytes;
+                let full =
+                    (cap > 0 && st.chunk_bytes.saturating_add(cs) > cap) || st.fs_avail_bytes < cs;
+                if full {
+                    tracing::debug!(home, "local daemon is full: new files are hashed");
+                }
+                !full
+            }
+            Err(e) => {
+                tracing::debug!(
+                    home,
+                    "local daemon unreachable, new files are hashed: {e:?}"
+                );
+                false
+            }
+        };
+        view.note(home, ok);
+        ok.then_some(home)
+    }
+}
