@@ -13,13 +13,13 @@
 use crate::args::{LaunchOpts, WorkloadOpts};
 use crate::coord::{run_plan, RunSpec};
 use crate::fs::{EddyFs, Fs, Target};
+use crate::net::{self, Net};
 use crate::plan::Plan;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
 use eddy_alloc::{decide, Decision, Job, Policy, RunningJob, Server};
 use eddy_history::JobProfile;
 use eddy_sysmap::health::{self, Health};
-use crate::net::{self, Net};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -139,7 +139,8 @@ impl Hosts {
     pub(crate) fn start_args(&self, root: &Path) -> Result<Vec<OsString>> {
         for n in self.names() {
             let r = root.join(&n);
-            std::fs::create_dir_all(&r).with_context(|| format!("cannot create {}", r.display()))?;
+            std::fs::create_dir_all(&r)
+                .with_context(|| format!("cannot create {}", r.display()))?;
         }
         Ok(vec![
             "--hosts".into(),

@@ -13,8 +13,8 @@ use crate::coord::{run_plan, RunSpec};
 use crate::fs::Target;
 use crate::plan::Plan;
 use crate::report::{self, Layout, Report};
-use hosts::Hosts;
 use anyhow::{bail, Context};
+use hosts::Hosts;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -56,9 +56,11 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
     note!(
         "eddy bench suite: storage {}, layout: {}",
         base.path().display(),
-        hosts.as_ref().map_or(Layout::ONE_HOST.to_string(), |h| Layout::hosts_name(
-            h.count() as u32
-        ))
+        hosts
+            .as_ref()
+            .map_or(Layout::ONE_HOST.to_string(), |h| Layout::hosts_name(
+                h.count() as u32
+            ))
     );
     let mut extra: Vec<std::ffi::OsString> = Vec::new();
     if let Some(file) = &a.config {
@@ -144,7 +146,9 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         rounds.push(runs);
     }
     let runs = report::median_of_rounds(&rounds);
-    let layout_name = layout.as_ref().map_or(Layout::ONE_HOST, |l| l.name.as_str());
+    let layout_name = layout
+        .as_ref()
+        .map_or(Layout::ONE_HOST, |l| l.name.as_str());
     print_suite(&a, &runs, &report::paired_ratios(&rounds), layout_name);
     let title = if a.no_client {
         "eddy bench suite: Eddy mount vs raw storage"

@@ -31,7 +31,11 @@ fn bench_suite_runs_in_the_netns_host_layout() {
         .env_remove("EDDY_STATE")
         .output()
         .unwrap();
-    assert!(out.status.success(), "eddy bench suite --hosts 3: {}", text(&out));
+    assert!(
+        out.status.success(),
+        "eddy bench suite --hosts 3: {}",
+        text(&out)
+    );
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("layout: 3 hosts (netns)"), "{table}");
     assert!(
@@ -65,8 +69,16 @@ fn bench_suite_runs_in_the_netns_host_layout() {
         .collect();
     for (i, ip) in ips.iter().enumerate() {
         assert!(!ip.is_loopback(), "{layout}");
-        assert_eq!(ip.octets()[3] as usize, i + 1, "daemon {i} is not host {i}: {layout}");
-        assert_eq!(ip.octets()[..3], ips[0].octets()[..3], "one network: {layout}");
+        assert_eq!(
+            ip.octets()[3] as usize,
+            i + 1,
+            "daemon {i} is not host {i}: {layout}"
+        );
+        assert_eq!(
+            ip.octets()[..3],
+            ips[0].octets()[..3],
+            "one network: {layout}"
+        );
     }
 
     // Every run measured every phase, verified (a failed verification fails the run), with
