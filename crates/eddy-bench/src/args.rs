@@ -76,6 +76,16 @@ pub struct SuiteArgs {
     /// Number of local daemons.
     #[arg(long, default_value_t = 3)]
     pub daemons: u32,
+    /// The netns host layout (decision 0042): N hosts, each a network namespace with one
+    /// daemon, a mount of its own and the ranks r with r mod N = its index, so that local and
+    /// remote mean what they mean on a cluster (needs root and iproute2; replaces --daemons).
+    /// Default: the single-host layout.
+    #[arg(long, value_name = "N", conflicts_with = "daemons")]
+    pub hosts: Option<u32>,
+    /// With --hosts: limit every host's link to this rate with `tc tbf`, both directions
+    /// (e.g. `10gbit`). Default: no limit.
+    #[arg(long, value_name = "RATE", requires = "hosts")]
+    pub link_rate: Option<String>,
     /// Copies of everything (`eddy start --replicas`); default: eddy start's (1).
     #[arg(long, value_name = "R")]
     pub replicas: Option<usize>,

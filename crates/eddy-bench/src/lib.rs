@@ -27,6 +27,7 @@ pub mod fs;
 mod hist;
 mod interrupt;
 mod msg;
+mod net;
 pub mod pattern;
 pub mod plan;
 mod plot;
@@ -87,12 +88,26 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
 
 /// Writes `--json` and `--plot` for a list of runs.
 fn write_outputs(out: &OutputOpts, runs: Vec<Report>, title: &str) -> anyhow::Result<()> {
+    write_outputs_in(out, runs, title, None)
+}
+
+/// `write_outputs` of runs made in `layout`: the plot's title and the JSON say which.
+fn write_outputs_in(
+    out: &OutputOpts,
+    runs: Vec<Report>,
+    title: &str,
+    layout: Option<report::Layout>,
+) -> anyhow::Result<()> {
     if let Some(p) = &out.plot {
-        plot::plot_runs(&runs, p, title)?;
+        let title = match &layout {
+            Some(l) => format!("{title} (layout: {})", l.name),
+            None => title.to_string(),
+        };
+        plot::plot_runs(&runs, p, &title)?;
         note!("plot written to {}", p.display());
     }
     if let Some(j) = &out.json {
-        ResultsFile::new(runs).save(j)?;
+        ResultsFile::new(runs).with_layout(layout).save(j)?;
     }
     Ok(())
 }

@@ -18,7 +18,39 @@ const GIB: f64 = 1024.0 * MIB;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResultsFile {
     pub format: String,
+    /// Where the runs ran (`eddy bench suite`): one host, or hosts in network namespaces.
+    /// Absent in files of `run` and `scale` and in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Layout>,
     pub runs: Vec<Report>,
+}
+
+/// The measurement layout of a suite (decision 0042): which "hosts" the daemons and the
+/// ranks ran on, so that "local" and "remote" can be read off the results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Layout {
+    /// What tables and plots say: `one host` or `N hosts (netns)`.
+    pub name: String,
+    /// Hosts: 1 for the single-host layout, else the network namespaces.
+    pub hosts: u32,
+    /// The network namespaces, host i's daemon and ranks r with r mod hosts = i in the i-th
+    /// (empty for one host).
+    pub namespaces: Vec<String>,
+    /// The daemons' addresses, as the deployment recorded them.
+    pub daemons: Vec<String>,
+    /// The tc rate of every host's link (`--link-rate`), if limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_rate: Option<String>,
+}
+
+impl Layout {
+    /// The single-host layout's name.
+    pub const ONE_HOST: &'static str = "one host";
+
+    /// The name of the layout of `hosts` network namespaces.
+    pub fn hosts_name(hosts: u32) -> String {
+        format!("{hosts} hosts (netns)")
+    }
 }
 
 /// One run of the workloads on one directory.
@@ -126,8 +158,14 @@ impl ResultsFile {
     pub fn new(runs: Vec<Report>) -> ResultsFile {
         ResultsFile {
             format: FORMAT.to_string(),
+            layout: None,
             runs,
         }
+    }
+
+    pub fn with_layout(mut self, layout: Option<Layout>) -> ResultsFile {
+        self.layout = layout;
+        self
     }
 
     pub fn load(path: &Path) -> anyhow::Result<ResultsFile> {

@@ -10,18 +10,16 @@
 //! c. screening (one server throttled to 10 %: probed, marked anomalous, avoided; and the
 //!    same-size allocation without screening).
 
-mod net;
-
 use crate::args::{LaunchOpts, WorkloadOpts};
 use crate::coord::{run_plan, RunSpec};
 use crate::fs::{EddyFs, Fs, Target};
+use crate::net::{self, Net};
 use crate::plan::Plan;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser};
 use eddy_alloc::{decide, Decision, Job, Policy, RunningJob, Server};
 use eddy_history::JobProfile;
 use eddy_sysmap::health::{self, Health};
-use net::Net;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -386,7 +384,7 @@ pub fn run(a: AllocArgs) -> Result<()> {
         .with_context(|| format!("cannot create a work directory in {}", base.display()))?
         .keep();
     let work = Work(work);
-    let net = Net::build(a.servers, a.computes)?;
+    let net = Net::build(net::ALLOC, a.servers, a.computes)?;
     for i in 0..a.servers {
         net.limit_server(i, &a.server_rate)?;
         std::fs::create_dir_all(work.0.join("roots").join(net.server(i)))?;

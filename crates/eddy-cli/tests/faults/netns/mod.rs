@@ -173,3 +173,4 @@ fn start_on_hosts(net: &mut Net, dir: &Path, extra: &[&str]) -> PathBuf {
 mod alloc;
 mod cut_off;
 mod hosts;
+mod suite_hosts;

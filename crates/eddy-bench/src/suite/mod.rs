@@ -3,13 +3,18 @@
 //! through the client library on the same deployment (`eddy:S`, unless --no-client) and on a
 //! raw directory on the same storage in the same run, prints them with ratios to raw, and
 //! always stops the deployment (`eddy stop --state S`) and removes what it created.
+//! With `--hosts N` the same runs are made in the netns host layout (hosts.rs); every table,
+//! plot and JSON file says which layout it is.
 
-use crate::args::SuiteArgs;
+mod hosts;
+
+use crate::args::{LaunchOpts, SuiteArgs};
 use crate::coord::{run_plan, RunSpec};
 use crate::fs::Target;
 use crate::plan::Plan;
-use crate::report::{self, Report};
+use crate::report::{self, Layout, Report};
 use anyhow::{bail, Context};
+use hosts::Hosts;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -31,14 +36,32 @@ const TMPFS: &str = "/dev/shm";
 pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
     let base = storage_dir(a.storage.as_deref())?;
     let root = base.path().join("root");
-    let mount = base.path().join("mnt");
     let state = base.path().join("state");
     let raw = base.path().join("raw");
-    for d in [&mount, &raw] {
-        std::fs::create_dir(d).with_context(|| format!("cannot create {}", d.display()))?;
-    }
+    std::fs::create_dir(&raw).with_context(|| format!("cannot create {}", raw.display()))?;
+    // Declared after `base`: the namespaces go before the storage does.
+    let hosts = match a.hosts {
+        Some(n) => Some(Hosts::build(&a, n, base.path())?),
+        None => None,
+    };
+    let mount = match &hosts {
+        Some(h) => h.shared_mount(),
+        None => {
+            let m = base.path().join("mnt");
+            std::fs::create_dir(&m).with_context(|| format!("cannot create {}", m.display()))?;
+            m
+        }
+    };
     let exe = std::env::current_exe().context("cannot find the eddy program's path")?;
-    note!("eddy bench suite: storage {}", base.path().display());
+    note!(
+        "eddy bench suite: storage {}, layout: {}",
+        base.path().display(),
+        hosts
+            .as_ref()
+            .map_or(Layout::ONE_HOST.to_string(), |h| Layout::hosts_name(
+                h.count() as u32
+            ))
+    );
     let mut extra: Vec<std::ffi::OsString> = Vec::new();
     if let Some(file) = &a.config {
         extra.extend(["--config".into(), file.into()]);
@@ -59,12 +82,15 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
             ),
             false => None,
         },
+        launch: hosts.as_ref().map_or(a.launch.clone(), Hosts::launch),
+        mount_launch: hosts.as_ref().map_or(a.launch.clone(), Hosts::mount_launch),
     };
     let variants = variants(&a, &extra)?;
     if a.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
     let mut rounds: Vec<Vec<Report>> = Vec::new();
+    let mut layout: Option<Layout> = None;
     for round in 0..a.rounds {
         // Every other round in reverse, so that neither variant always runs on a warmer
         // machine.
@@ -82,8 +108,22 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
                 std::fs::remove_dir_all(&root)
                     .with_context(|| format!("cannot remove {}", root.display()))?;
             }
-            let mut deployment =
-                Deployment::start(&exe, a.daemons, &root, &mount, &state, &v.extra)?;
+            let mut deployment = match &hosts {
+                None => Deployment::start(&exe, a.daemons, &root, &mount, &state, &v.extra)?,
+                Some(h) => Deployment::start_on_hosts(&exe, h, &root, &state, &v.extra)?,
+            };
+            if layout.is_none() {
+                layout = Some(match &hosts {
+                    Some(h) => h.layout(&state)?,
+                    None => Layout {
+                        name: Layout::ONE_HOST.to_string(),
+                        hosts: 1,
+                        namespaces: Vec::new(),
+                        daemons: hosts::daemon_addrs(&state)?,
+                        link_rate: None,
+                    },
+                });
+            }
             let result = measure(&a, &targets, i == 0);
             let stopped = deployment.stop();
             let mut these = result?;
@@ -106,13 +146,16 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         rounds.push(runs);
     }
     let runs = report::median_of_rounds(&rounds);
-    print_suite(&a, &runs, &report::paired_ratios(&rounds));
+    let layout_name = layout
+        .as_ref()
+        .map_or(Layout::ONE_HOST, |l| l.name.as_str());
+    print_suite(&a, &runs, &report::paired_ratios(&rounds), layout_name);
     let title = if a.no_client {
         "eddy bench suite: Eddy mount vs raw storage"
     } else {
         "eddy bench suite: Eddy mount and client library vs raw storage"
     };
-    crate::write_outputs(&a.out, runs, title)
+    crate::write_outputs_in(&a.out, runs, title, layout)
 }
 
 /// One deployment the suite measures: its name in labels (none: a single deployment) and
@@ -191,13 +234,17 @@ struct Targets {
     lib: Option<Target>,
     /// The same namespace through the preload library (with --preload).
     preload: Option<Target>,
+    /// How the ranks start: on this host, or spread over the hosts of the layout.
+    launch: LaunchOpts,
+    /// How the mount run's ranks start (in the hosts layout each sees its host's mount).
+    mount_launch: LaunchOpts,
 }
 
 /// Runs the workloads on Eddy (mount, library, preload) and, `with_raw`, on raw storage;
 /// returns [raw, eddy, eddy-lib, eddy-preload] (raw only `with_raw`, eddy-lib only without
 /// --no-client, eddy-preload only with --preload).
 fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool) -> anyhow::Result<Vec<Report>> {
-    let one = |target: &Target, label: &str| -> anyhow::Result<Report> {
+    let one = |target: &Target, label: &str, launch: &LaunchOpts| -> anyhow::Result<Report> {
         crate::interrupt::check()?;
         note!("eddy bench suite: {label} ({target})");
         let mut plan = Plan::new(target, &a.work, "all")?;
@@ -206,42 +253,43 @@ fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool) -> anyhow::Result<Vec<Rep
         }
         let spec = RunSpec {
             label: label.to_string(),
-            launch: &a.launch,
+            launch,
             keep: false,
         };
         run_plan(&plan, &spec).with_context(|| format!("benchmark on {label} ({target}) failed"))
     };
     let eddy = |first: Option<Report>| -> anyhow::Result<Vec<Report>> {
         let mut runs: Vec<Report> = first.into_iter().collect();
-        runs.push(one(&t.mount, LABEL_MOUNT)?);
+        runs.push(one(&t.mount, LABEL_MOUNT, &t.mount_launch)?);
         if let Some(lib) = &t.lib {
-            runs.push(one(lib, LABEL_LIB)?);
+            runs.push(one(lib, LABEL_LIB, &t.launch)?);
         }
         if let Some(preload) = &t.preload {
-            runs.push(one(preload, LABEL_PRELOAD)?);
+            runs.push(one(preload, LABEL_PRELOAD, &t.launch)?);
         }
         Ok(runs)
     };
     if !with_raw {
         eddy(None)
     } else if a.raw_first {
-        let raw = one(&t.raw, LABEL_RAW)?;
+        let raw = one(&t.raw, LABEL_RAW, &t.launch)?;
         eddy(Some(raw))
     } else {
         let mut runs = eddy(None)?;
-        runs.insert(0, one(&t.raw, LABEL_RAW)?);
+        runs.insert(0, one(&t.raw, LABEL_RAW, &t.launch)?);
         Ok(runs)
     }
 }
 
-fn print_suite(a: &SuiteArgs, runs: &[Report], paired: &str) {
-    let mut text = String::new();
+fn print_suite(a: &SuiteArgs, runs: &[Report], paired: &str, layout: &str) {
+    let mut text = format!("layout: {layout}\n\n");
     for r in runs {
         text.push_str(&report::table(r));
         text.push('\n');
     }
     if let [raw, eddy @ ..] = runs {
         let others: Vec<&Report> = eddy.iter().collect();
+        text.push_str(&format!("layout: {layout}\n"));
         text.push_str(&report::ratios_table(raw, &others));
         // With several wire settings or variants: each way in (mount, library, preload)
         // under every later one against the same way in under the first.
@@ -299,7 +347,8 @@ fn storage_dir(given: Option<&Path>) -> anyhow::Result<tempfile::TempDir> {
 pub(crate) struct Deployment {
     exe: PathBuf,
     state: PathBuf,
-    mount: PathBuf,
+    /// Its mount points (one; one per host in the hosts layout).
+    mounts: Vec<PathBuf>,
     running: bool,
 }
 
@@ -317,7 +366,7 @@ impl Deployment {
         let mut d = Deployment {
             exe: exe.into(),
             state: state.into(),
-            mount: mount.into(),
+            mounts: vec![mount.into()],
             running: true,
         };
         let out = Command::new(exe)
@@ -349,6 +398,49 @@ impl Deployment {
         Ok(d)
     }
 
+    /// The hosts layout: `eddy start --hosts` with daemon i in host i's namespace, then one
+    /// mount per host (hosts.rs).
+    fn start_on_hosts(
+        exe: &Path,
+        hosts: &Hosts,
+        root: &Path,
+        state: &Path,
+        extra: &[std::ffi::OsString],
+    ) -> anyhow::Result<Deployment> {
+        let mut d = Deployment {
+            exe: exe.into(),
+            state: state.into(),
+            mounts: Vec::new(),
+            running: true,
+        };
+        let out = Command::new(exe)
+            .arg("start")
+            .args(hosts.start_args(root)?)
+            .arg("--state")
+            .arg(state)
+            .args(extra)
+            .env_remove("EDDY_STATE")
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {} start", exe.display()))?;
+        if !out.status.success() {
+            let _ = d.stop();
+            bail!(
+                "eddy start --hosts failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // On failure `d` is dropped: stopped, which unmounts what was mounted.
+        d.mounts = (0..hosts.count()).map(|i| hosts.mount(i)).collect();
+        hosts.mount_all(exe, state)?;
+        for m in &d.mounts {
+            wait_mounted(m)?;
+        }
+        Ok(d)
+    }
+
     pub(crate) fn stop(&mut self) -> anyhow::Result<()> {
         if !self.running {
             return Ok(());
@@ -368,8 +460,8 @@ impl Deployment {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        if is_mountpoint(&self.mount) {
-            bail!("{} is still mounted after eddy stop", self.mount.display());
+        if let Some(m) = self.mounts.iter().find(|m| is_mountpoint(m)) {
+            bail!("{} is still mounted after eddy stop", m.display());
         }
         Ok(())
     }

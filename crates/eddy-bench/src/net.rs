@@ -1,7 +1,9 @@
-//! The live pool's network: a namespace per I/O server and per compute node, all plugged
-//! into one bridge (in a namespace of its own), plus a veth into this host's namespace for
-//! the coordinator and the `eddy` commands; `tc tbf` on each server's link, both directions.
-//! Everything is removed on drop (processes in the namespaces killed first).
+//! Namespaces as hosts, shared by `eddy bench alloc` (I/O servers and compute nodes) and
+//! `eddy bench suite --hosts` (hosts that run a daemon and ranks): a network namespace per
+//! node, all plugged into one bridge (in a namespace of its own), plus a veth into this
+//! host's namespace for the coordinator and the `eddy` commands; optionally `tc tbf` on a
+//! node's link, both directions. Everything is removed on drop (processes in the namespaces
+//! killed first), also when the command fails or is interrupted.
 
 use anyhow::{bail, Context, Result};
 use std::process::Command;
@@ -22,9 +24,33 @@ fn run(program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Which command builds the namespaces: its name in errors, the first letters of the
+/// namespace names and the second octet of the 10.x.y.0/24 network, so that a pool of
+/// `bench alloc` and a layout of `bench suite` in one process never share a name or subnet.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner {
+    pub command: &'static str,
+    pub tag: &'static str,
+    pub octet: u8,
+}
+
+/// `eddy bench alloc`'s pool.
+pub const ALLOC: Owner = Owner {
+    command: "eddy bench alloc",
+    tag: "ea",
+    octet: 215,
+};
+/// `eddy bench suite --hosts`'s layout.
+pub const SUITE: Owner = Owner {
+    command: "eddy bench suite --hosts",
+    tag: "eh",
+    octet: 216,
+};
+
 pub struct Net {
     pub prefix: String,
     pub subnet: u32,
+    octet: u8,
     created: Vec<String>,
     root_link: Option<String>,
 }
@@ -40,26 +66,36 @@ impl Net {
         format!("{}b", self.prefix)
     }
     pub fn server_addr(&self, i: usize) -> String {
-        format!("10.215.{}.{}", self.subnet, i + 1)
+        format!("10.{}.{}.{}", self.octet, self.subnet, i + 1)
     }
     fn compute_addr(&self, k: usize) -> String {
-        format!("10.215.{}.{}", self.subnet, k + 101)
+        format!("10.{}.{}.{}", self.octet, self.subnet, k + 101)
     }
     /// This host's address on the bridge.
     pub fn root_addr(&self) -> String {
-        format!("10.215.{}.254", self.subnet)
+        format!("10.{}.{}.254", self.octet, self.subnet)
     }
 
-    /// Builds the namespaces; fails naming what is missing (root, iproute2, tc, veth).
-    pub fn build(servers: usize, computes: usize) -> Result<Net> {
+    /// Every namespace it made (the bridge's last), for a caller that checks they are gone.
+    pub fn namespaces(&self) -> &[String] {
+        &self.created
+    }
+
+    /// Builds the namespaces (`servers` nodes named `{prefix}s{i}`, `computes` named
+    /// `{prefix}c{k}`); fails naming what is missing (root, iproute2, tc, veth).
+    pub fn build(owner: Owner, servers: usize, computes: usize) -> Result<Net> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            bail!("eddy bench alloc builds network namespaces and needs root");
+            bail!("{} builds network namespaces and needs root", owner.command);
         }
+        // Two builds in one process (tests) get names and subnets of their own.
+        static BUILT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = BUILT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let pid = std::process::id();
         let mut net = Net {
-            prefix: format!("ea{}", pid % 100_000),
-            subnet: 20 + pid % 200,
+            prefix: format!("{}{}n{n}", owner.tag, pid % 100_000),
+            subnet: 20 + (pid + 37 * n) % 200,
+            octet: owner.octet,
             created: Vec::new(),
             root_link: None,
         };
