@@ -6,8 +6,9 @@
 use crate::Job;
 use anyhow::{bail, Context, Result};
 
-/// The jobs of an SWF trace that ran: jobs whose run time or submit time is missing are
-/// left out. Requested processors fall back to allocated ones, requested memory to used
+/// The jobs of an SWF trace that ran: jobs whose run time or submit time is missing, or
+/// whose run time is 0 (they never ran: real logs such as UniLu-Gaia-2014-2 hold such
+/// records, and no walltime is within 20 % of nothing), are left out. Requested processors fall back to allocated ones, requested memory to used
 /// memory, a missing requested time is no limit. A malformed line is an error naming it.
 pub fn parse(text: &str) -> Result<Vec<Job>> {
     let mut jobs = Vec::new();
@@ -38,7 +39,7 @@ fn parse_line(line: &str) -> Result<Option<Job>> {
     // 6 average CPU time, 7 used memory, 8 requested processors, 9 requested time,
     // 10 requested memory, 11 status, 12 user, 13 group, 14 executable, 15 queue,
     // 16 partition, 17 preceding job, 18 think time.
-    let (Some(submit), Some(run)) = (known(f[1]), known(f[3])) else {
+    let (Some(submit), Some(run)) = (known(f[1]), known(f[3]).filter(|r| *r > 0.0)) else {
         return Ok(None);
     };
     let wait = known(f[2]).unwrap_or(0.0);
@@ -98,5 +99,29 @@ mod tests {
         assert_eq!(jobs[2].user, "unknown");
         assert!(parse("1 2 3").is_err());
         assert!(parse("1 0 10 x 4 -1 -1 4 7200 1024 1 7 1 -1 1 -1 -1 -1").is_err());
+    }
+
+    /// Lines as the UniLu-Gaia-2014-2 log writes them: a fractional CPU time, a failed job
+    /// (status 0) that ran, a job of run time 0 and one of none.
+    #[test]
+    fn real_log_lines_fractions_failed_and_zero_runs() {
+        let text = "\
+    6   339299      1 214651   24 358.00  2560   24 432000    -1  1   5   5   6  1 -1 -1 -1
+    7   340144      1 432006   24 720.00  2005   24 432000    -1  0   5   5   7  1 -1 -1 -1
+    9   340500      3      0    1     -1    -1    1   3600    -1  0   5   5   7  1 -1 -1 -1
+   10   340600     -1     -1    1     -1    -1    1   3600    -1  0   5   5   7  1 -1 -1 -1
+";
+        let jobs = parse(text).unwrap();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["6", "7"],
+            "run time 0 and missing run time are left out"
+        );
+        assert_eq!(
+            (jobs[1].runtime, jobs[1].limit),
+            (432_006, Some(432_000)),
+            "a failed job that ran past its limit is kept as it ran"
+        );
     }
 }
