@@ -29,8 +29,11 @@ impl Filesystem for EddyFs {
             Err(e) => return reply.error(failed("lookup", &e)),
         };
         // In a directory this mount made within the negative TTL, a name it has not made or
-        // seen is missing: the lookup before a create needs no round trip.
-        if let Some(left) = self.fresh.missing(&path) {
+        // seen is missing: the lookup before a create needs no round trip. A name or path
+        // too long is left to the client (ENAMETOOLONG, not ENOENT).
+        let cfg = self.client.config();
+        let valid = name.len() <= cfg.max_name_bytes && path.len() <= cfg.max_path_bytes;
+        if let Some(left) = self.fresh.missing(&path).filter(|_| valid) {
             let missing = file_attr(0, &dot_inode(), self.blksize);
             let ttl = left.min(self.negative_ttl);
             return reply.entry_with_ttls(&self.ttl, &ttl, &missing, GENERATION);
