@@ -141,6 +141,12 @@ pub struct Config {
     /// it at once; a file created on another node appears there when it expires. 0: never
     /// remembered. Default 1 000.
     pub fuse_negative_ttl_ms: u64,
+    /// Whether the mount answers the kernel's lookups in a directory it made itself from
+    /// what it knows, within `fuse_negative_ttl_ms` of the mkdir: a name this mount has not
+    /// made or seen there is missing (as a negative entry taken at the mkdir would say), so
+    /// the lookup the kernel sends before each create costs no round trip (decision 0044).
+    /// Default true.
+    pub fuse_fresh_dirs: bool,
     /// Kernel read-ahead of the mount in KiB, set (as root) through
     /// `/sys/class/bdi/MAJ:MIN/read_ahead_kb` once the mount is up: how large the reads the
     /// kernel sends to Eddy for a sequential reader get (the kernel's default for FUSE is
@@ -575,6 +581,7 @@ impl Default for Config {
             fuse_threads: 8,
             fuse_attr_ttl_ms: 1_000,
             fuse_negative_ttl_ms: 1_000,
+            fuse_fresh_dirs: true,
             fuse_read_ahead_kb: 1024,
             max_path_bytes: 32 * 1024,
             max_name_bytes: 255,

@@ -26,6 +26,7 @@
 
 mod attr;
 mod dir;
+mod fresh;
 mod fs;
 mod locks;
 mod table;
@@ -51,6 +52,9 @@ pub struct MountOptions {
     /// How long the kernel may remember that a name does not exist (config
     /// `fuse_negative_ttl_ms`).
     pub negative_ttl: Duration,
+    /// Answer lookups in directories this mount made within the negative TTL from what it
+    /// knows (config `fuse_fresh_dirs`).
+    pub fresh_dirs: bool,
     /// Kernel read-ahead of the mount in KiB, 0 for the kernel's (config `fuse_read_ahead_kb`).
     pub read_ahead_kb: u32,
 }
@@ -64,6 +68,7 @@ impl MountOptions {
             threads: config.fuse_threads,
             attr_ttl: Duration::from_millis(config.fuse_attr_ttl_ms),
             negative_ttl: Duration::from_millis(config.fuse_negative_ttl_ms),
+            fresh_dirs: config.fuse_fresh_dirs,
             read_ahead_kb: config.fuse_read_ahead_kb,
         }
     }
@@ -493,6 +498,7 @@ mod tests {
             threads: 3,
             attr_ttl: Duration::from_secs(1),
             negative_ttl: Duration::from_secs(1),
+            fresh_dirs: true,
             read_ahead_kb: 0,
         };
         let c = session_config(&opts);

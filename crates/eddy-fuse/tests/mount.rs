@@ -96,6 +96,7 @@ fn start(n: u32) -> Fixture {
         threads: 4,
         attr_ttl: Duration::from_millis(100),
         negative_ttl: Duration::from_millis(100),
+        fresh_dirs: true,
         read_ahead_kb: 2048,
     };
     let guard = spawn_mount(client, rt.handle().clone(), &mnt, opts).unwrap();

@@ -130,3 +130,72 @@ fn a_mount_remembers_missing_names() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// Through the mount, in a directory the mount made itself (within the negative TTL, here
+/// ten minutes), a missing name is known without asking: the lookup the kernel sends before
+/// each create costs no request (decision 0044). What another mount made there still counts
+/// where the contract says so: an O_EXCL create of it is EEXIST, an O_CREAT open opens it;
+/// names this mount made, renamed or saw in a listing are found when the kernel asks again.
+#[test]
+fn a_mount_knows_the_missing_names_of_a_directory_it_made() {
+    let mut config = eddy_testkit::test_config();
+    config.fuse_negative_ttl_ms = 600_000;
+    let m = eddy_testkit::Mounted::start_with(3, config);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = rt.block_on(m.cluster.client());
+    let other = m.another_mount();
+    m.ok("mkdir fresh");
+    std::fs::create_dir(other.path("old")).unwrap();
+    std::fs::write(other.path("fresh/theirs"), b"theirs").unwrap();
+    std::fs::write(other.path("fresh/kept"), b"kept").unwrap();
+
+    // Five missing names in each directory: asked for in the one another mount made only.
+    let overhead = served(&rt, &c).abs_diff(served(&rt, &c));
+    let asked = |dir: &str| {
+        let before = served(&rt, &c);
+        for i in 0..5 {
+            assert!(std::fs::metadata(m.path(&format!("{dir}/missing{i}"))).is_err());
+        }
+        (served(&rt, &c) - before).saturating_sub(overhead)
+    };
+    let (fresh, old) = (asked("fresh"), asked("old"));
+    assert!(old >= 5, "five lookups in old/ asked {old} times");
+    // At most a directory-time update of the mkdir lands meanwhile.
+    assert!(fresh < 5, "five lookups in fresh/ asked {fresh} times");
+
+    // Another mount's file: an exclusive create fails, a plain O_CREAT open opens it.
+    let excl = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(m.path("fresh/theirs"));
+    assert_eq!(
+        excl.err().and_then(|e| e.raw_os_error()),
+        Some(libc::EEXIST)
+    );
+    drop(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(m.path("fresh/kept"))
+            .unwrap(),
+    );
+    assert_eq!(std::fs::read(other.path("fresh/kept")).unwrap(), b"kept");
+
+    // This mount's own names, found again once the kernel has forgotten its entries.
+    std::fs::write(m.path("fresh/mine"), b"mine").unwrap();
+    std::fs::write(m.path("fresh/moving"), b"moving").unwrap();
+    std::fs::rename(m.path("fresh/moving"), m.path("fresh/moved")).unwrap();
+    std::fs::write("/proc/sys/vm/drop_caches", b"2").unwrap();
+    assert_eq!(std::fs::read(m.path("fresh/mine")).unwrap(), b"mine");
+    assert_eq!(std::fs::read(m.path("fresh/moved")).unwrap(), b"moving");
+    assert!(std::fs::metadata(m.path("fresh/moving")).is_err());
+
+    // A listing shows another mount's names; the kernel may look them up from then on.
+    let listed = m.ok("mkdir listed && ls listed");
+    assert_eq!(listed, "");
+    std::fs::write(other.path("listed/x"), b"x").unwrap();
+    let listed = m.ok("ls listed");
+    assert_eq!(listed.trim(), "x");
+    std::fs::write("/proc/sys/vm/drop_caches", b"2").unwrap();
+    assert_eq!(std::fs::read(m.path("listed/x")).unwrap(), b"x");
+}

@@ -7,6 +7,7 @@
 
 use crate::attr::{file_attr, is_noop, set_attr};
 use crate::dir::DirStream;
+use crate::fresh::FreshDirs;
 use crate::table::{join, parent_of, InodeTable};
 use crate::xcache::{cacheable, XattrCache};
 use crate::MountOptions;
@@ -107,6 +108,8 @@ pub(crate) struct EddyFs {
     xattrs: XattrCache,
     /// How long the kernel may remember that a name does not exist.
     negative_ttl: Duration,
+    /// Directories this mount made within the negative TTL, whose missing names it knows.
+    fresh: FreshDirs,
     locks: crate::locks::MountLocks,
 }
 
@@ -125,6 +128,7 @@ impl EddyFs {
             next_fh: AtomicU64::new(1),
             xattrs: XattrCache::new(opts.attr_ttl),
             negative_ttl: opts.negative_ttl,
+            fresh: FreshDirs::new(opts.negative_ttl, opts.fresh_dirs),
             locks: Default::default(),
         }
     }
@@ -157,6 +161,7 @@ impl EddyFs {
 
     /// Registers a kernel lookup of `path` and builds its attributes.
     fn entry(&self, path: &str, inode: &Inode) -> fuser::FileAttr {
+        self.fresh.seen(path);
         let ino = lock(&self.table).lookup_entry(path, shared_id(inode));
         self.xattrs.put(ino, &inode.xattrs);
         file_attr(ino, inode, self.blksize)

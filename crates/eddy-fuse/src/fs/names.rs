@@ -13,6 +13,8 @@ impl EddyFs {
         to: &str,
         flags: RenameFlags,
     ) -> Result<(), Errno> {
+        // Names and whole directories may move anywhere: forget which names are missing.
+        self.fresh.forget_all();
         if !RenameFlags::RENAME_NOREPLACE.contains(flags) {
             // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported: renameat2(2) says EINVAL.
             return Err(Errno::einval(format!(

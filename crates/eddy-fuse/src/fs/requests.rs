@@ -24,10 +24,23 @@ impl Filesystem for EddyFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let res = self.child(parent, name).and_then(|path| {
-            let inode = self.run(self.client.lookup(&path))?;
-            Ok(self.entry(&path, &inode))
-        });
+        let path = match self.child(parent, name) {
+            Ok(path) => path,
+            Err(e) => return reply.error(failed("lookup", &e)),
+        };
+        // In a directory this mount made within the negative TTL, a name it has not made or
+        // seen is missing: the lookup before a create needs no round trip. A name or path
+        // too long is left to the client (ENAMETOOLONG, not ENOENT).
+        let cfg = self.client.config();
+        let valid = name.len() <= cfg.max_name_bytes && path.len() <= cfg.max_path_bytes;
+        if let Some(left) = self.fresh.missing(&path).filter(|_| valid) {
+            let missing = file_attr(0, &dot_inode(), self.blksize);
+            let ttl = left.min(self.negative_ttl);
+            return reply.entry_with_ttls(&self.ttl, &ttl, &missing, GENERATION);
+        }
+        let res = self
+            .run(self.client.lookup(&path))
+            .map(|inode| self.entry(&path, &inode));
         match res {
             Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
             // A negative entry (node id 0): the kernel remembers the name is missing for the
@@ -158,8 +171,11 @@ impl Filesystem for EddyFs {
         reply: ReplyEntry,
     ) {
         let res = self.child(parent, name).and_then(|path| {
+            let started = std::time::Instant::now();
             let inode = self.run(self.client.mkdir(&path, mode & 0o7777, creds(req)))?;
-            Ok(self.entry(&path, &inode))
+            let attr = self.entry(&path, &inode);
+            self.fresh.made(&path, started);
+            Ok(attr)
         });
         match res {
             Ok(attr) => reply.entry(&self.ttl, &attr, GENERATION),
@@ -191,6 +207,7 @@ impl Filesystem for EddyFs {
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.child(parent, name).and_then(|path| {
             self.run(self.client.rmdir(&path, creds(req)))?;
+            self.fresh.forget(&path);
             lock(&self.table).remove(&path);
             Ok(())
         });
@@ -250,6 +267,7 @@ impl Filesystem for EddyFs {
         let res = self.path(ino).and_then(|old| {
             let new = self.child(newparent, newname)?;
             let inode = self.run(self.client.link(&old, &new, creds(req)))?;
+            self.fresh.seen(&new);
             // The new name is the same inode for the kernel: one page cache, one st_ino.
             lock(&self.table).link(ino.0, &new, inode.file_id);
             Ok(self.attr(ino, &inode))
@@ -389,6 +407,8 @@ impl Filesystem for EddyFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let res = self.path(ino).map(|path| {
+            // A listing shows names the kernel may look up later: no longer answered here.
+            self.fresh.forget(&path);
             let table = lock(&self.table);
             let parent = table.peek(parent_of(&path), None);
             DirStream::new(path, ino.0, parent)
