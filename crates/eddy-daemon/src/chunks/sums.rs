@@ -255,6 +255,19 @@ impl ChunkStore {
                 continue;
             }
             let b = so / block;
+            // A piece that replaces every byte the block holds (a short last block rewritten
+            // whole, or grown): the block is the piece's bytes and zeros after, so its
+            // checksum is fresh. Nothing of the old block is left to carry damage, and a
+            // block known to be damaged is repaired this way as by a whole-block write.
+            if so == b * block && so + sl >= held.min((b + 1) * block) {
+                let after = (b + 1) * block - (so + sl);
+                out.push(if after == 0 {
+                    new
+                } else {
+                    checksum::combine(new, checksum::zeros_crc(after), after)
+                });
+                continue;
+            }
             if lock(&self.bad).contains(&(id, p.chunk, b * block)) {
                 return Err(self.found_bad(id, p.chunk, b * block));
             }
@@ -422,6 +435,34 @@ mod tests {
             .unwrap();
         assert_eq!(f.store.read(4, &[p(0, 0, 4096)]).unwrap(), data);
         assert!(f.store.corrupt().is_empty());
+    }
+
+    #[test]
+    fn a_short_last_block_rewritten_whole_is_repaired() {
+        let f = open_blocks(tempfile::tempdir().unwrap(), Some(1024));
+        let data: Vec<u8> = (0..1500u32).map(|i| (i * 7) as u8).collect();
+        f.store.write(5, &[p(0, 0, 1500)], &data).unwrap();
+        // The short last block (1024..1500) damaged, and found damaged by a read ...
+        flip(&data_file(&f, 5), 1100);
+        assert!(f.store.read(5, &[p(0, 1024, 476)]).is_err());
+        // ... a write of part of what it holds is still refused; one of all of it repairs
+        // it, as a whole-block write does, and so does one that grows it.
+        assert!(f.store.write(5, &[p(0, 1024, 100)], &[1u8; 100]).is_err());
+        f.store.write(5, &[p(0, 1024, 476)], &[2u8; 476]).unwrap();
+        let mut want = data.clone();
+        want[1024..].fill(2);
+        assert_eq!(f.store.read(5, &[p(0, 0, 1500)]).unwrap(), want);
+        flip(&data_file(&f, 5), 1200);
+        assert!(f.store.read(5, &[p(0, 1024, 476)]).is_err());
+        f.store.write(5, &[p(0, 1024, 600)], &[3u8; 600]).unwrap();
+        want[1024..].fill(3);
+        want.resize(1624, 3);
+        assert_eq!(f.store.read(5, &[p(0, 0, 1624)]).unwrap(), want);
+        assert!(f.store.corrupt().is_empty());
+        // A write that starts inside the block still patches: damage before it stays seen.
+        flip(&data_file(&f, 5), 1030);
+        f.store.write(5, &[p(0, 1100, 524)], &[4u8; 524]).unwrap();
+        assert!(f.store.read(5, &[p(0, 1024, 10)]).is_err());
     }
 
     #[test]
