@@ -122,7 +122,8 @@ impl Thresholds {
     }
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
+/// The median of the finite values of `v` (None when there is none).
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
     if v.is_empty() {
         return None;

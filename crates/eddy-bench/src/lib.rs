@@ -58,6 +58,27 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
 }
 
+/// A command's human table and its `--json` document (a file, or `-`: stdout, the table then
+/// going to stderr).
+fn table_and_json<T: serde::Serialize>(
+    json: Option<&Path>,
+    table: &str,
+    value: &T,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    human(json, table);
+    if let Some(j) = json {
+        let text = serde_json::to_string_pretty(value).context("encoding results")?;
+        if j == Path::new("-") {
+            out(format_args!("{text}\n"));
+        } else {
+            std::fs::write(j, text + "\n")
+                .with_context(|| format!("cannot write {}", j.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Prints human output to stdout, or to stderr when the JSON goes to stdout.
 fn human(json: Option<&Path>, text: &str) {
     if json == Some(Path::new("-")) {

@@ -218,15 +218,7 @@ impl Client {
                         after,
                         limit: FLUSH_PAGE,
                     },
-                    // A file cut short by the daemon's time budget comes again next page.
-                    |files, after| {
-                        files
-                            .iter()
-                            .filter(|f| f.complete)
-                            .map(|f| f.file_id)
-                            .max()
-                            .or(after)
-                    },
+                    next_flush_page,
                     progress,
                 )
                 .await?;
@@ -282,14 +274,7 @@ impl Client {
                         after,
                         limit: FLUSH_PAGE,
                     },
-                    |files, after| {
-                        files
-                            .iter()
-                            .filter(|f| f.complete)
-                            .map(|f| f.file_id)
-                            .max()
-                            .or(after)
-                    },
+                    next_flush_page,
                     progress,
                 )
                 .await
@@ -464,4 +449,15 @@ fn merge(merged: &mut BTreeMap<String, FileResult>, o: FileOutcome) {
     if let (None, Some(e)) = (&r.error, o.error) {
         r.error = Some(e.to_string());
     }
+}
+
+/// Where the next page of a `FlushDirty` starts: after the last file written back whole (a
+/// file cut short by the daemon's time budget comes again next page).
+fn next_flush_page(files: &[FileOutcome], after: Option<FileId>) -> Option<FileId> {
+    files
+        .iter()
+        .filter(|f| f.complete)
+        .map(|f| f.file_id)
+        .max()
+        .or(after)
 }

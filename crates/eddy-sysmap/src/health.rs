@@ -17,6 +17,7 @@
 //! re-admitted.
 
 use anyhow::{bail, Context, Result};
+use eddy_alloc::decide::median;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -73,20 +74,6 @@ pub struct ProbeSpec<'a> {
     pub bytes: u64,
     /// The longest a probe may take, start of the server included.
     pub bound: Duration,
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// The rule: each probed host against the median of its peers' bandwidth (the other hosts

@@ -583,15 +583,7 @@ pub fn run(a: AllocArgs) -> Result<()> {
         isolation,
         screening,
     };
-    crate::human(a.json.as_deref(), &table(&summary));
-    if let Some(j) = &a.json {
-        let text = serde_json::to_string_pretty(&summary)?;
-        if j == Path::new("-") {
-            crate::out(format_args!("{text}\n"));
-        } else {
-            std::fs::write(j, text).with_context(|| format!("cannot write {}", j.display()))?;
-        }
-    }
+    crate::table_and_json(a.json.as_deref(), &table(&summary), &summary)?;
     drop(net);
     drop(work);
     Ok(())

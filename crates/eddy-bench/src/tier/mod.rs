@@ -46,7 +46,7 @@ use host::{check_room, cpu_busy_pct, fs_type, read_ahead_kb, PageCache};
 use phases::{measure, Ctx, Paths, Sets};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 use table::table;
 
@@ -376,17 +376,7 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
         phases,
         notes,
     };
-    crate::human(a.json.as_deref(), &table(&report));
-    if let Some(j) = &a.json {
-        let text = serde_json::to_string_pretty(&report).context("encoding results")?;
-        if j == Path::new("-") {
-            crate::out(format_args!("{text}\n"));
-        } else {
-            std::fs::write(j, text + "\n")
-                .with_context(|| format!("cannot write {}", j.display()))?;
-        }
-    }
-    Ok(())
+    crate::table_and_json(a.json.as_deref(), &table(&report), &report)
 }
 
 #[cfg(test)]

@@ -252,17 +252,7 @@ pub fn run(mut a: WritebackArgs) -> anyhow::Result<()> {
         raw_write_mib_s: a.size as f64 / MIB / raw_med.max(1e-9),
         notes,
     };
-    crate::human(a.json.as_deref(), &table(&report));
-    if let Some(j) = &a.json {
-        let text = serde_json::to_string_pretty(&report).context("encoding results")?;
-        if j == Path::new("-") {
-            crate::out(format_args!("{text}\n"));
-        } else {
-            std::fs::write(j, text + "\n")
-                .with_context(|| format!("cannot write {}", j.display()))?;
-        }
-    }
-    Ok(())
+    crate::table_and_json(a.json.as_deref(), &table(&report), &report)
 }
 
 type Measured = (Vec<Once>, Vec<Once>, Vec<Duration>);
