@@ -304,24 +304,6 @@ struct Workers {
     rx: Receiver<(u32, Event)>,
 }
 
-/// A launcher template's argv for `cmd` on `host`: split on whitespace, `{cmd}` replaced by
-/// the command's words, `{host}` filled in.
-pub fn launcher_argv(template: &str, host: &str, cmd: &[String]) -> anyhow::Result<Vec<String>> {
-    let words: Vec<&str> = template.split_whitespace().collect();
-    if !words.contains(&"{cmd}") {
-        bail!("launcher template {template:?} has no {{cmd}} word");
-    }
-    let mut argv = Vec::new();
-    for w in words {
-        if w == "{cmd}" {
-            argv.extend(cmd.iter().cloned());
-        } else {
-            argv.push(w.replace("{host}", host));
-        }
-    }
-    Ok(argv)
-}
-
 fn random_token() -> String {
     let bytes: [u8; 16] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -398,15 +380,25 @@ impl Workers {
             }
             for rank in 0..plan.procs {
                 let host = &launch.worker_hosts[rank as usize % launch.worker_hosts.len()];
-                let mut cmd = vec![exe.to_string_lossy().into_owned()];
-                cmd.extend(worker_args(Some(rank)));
-                let argv = launcher_argv(template, host, &cmd)?;
+                let mut cmd = vec![exe.as_os_str().to_owned()];
+                cmd.extend(
+                    worker_args(Some(rank))
+                        .into_iter()
+                        .map(std::ffi::OsString::from),
+                );
+                let argv = eddy_config::launcher::argv(template, host, 0, &cmd)
+                    .map_err(anyhow::Error::msg)?;
                 let child = Command::new(&argv[0])
                     .args(&argv[1..])
                     .envs(preload.iter().map(|(k, v)| (k, v)))
                     .stdin(Stdio::null())
                     .spawn()
-                    .with_context(|| format!("cannot start worker {rank} with {}", argv[0]))?;
+                    .with_context(|| {
+                        format!(
+                            "cannot start worker {rank} with {}",
+                            argv[0].to_string_lossy()
+                        )
+                    })?;
                 w.children.push(child);
             }
         } else {

@@ -7,6 +7,7 @@
 //! of the wire format.
 
 mod deployment;
+pub mod launcher;
 pub mod ready;
 
 pub use deployment::{write_private, DaemonEntry, Deployment, JobInfo};
@@ -145,7 +146,10 @@ pub struct Config {
     /// what it knows, within `fuse_negative_ttl_ms` of the mkdir: a name this mount has not
     /// made or seen there is missing (as a negative entry taken at the mkdir would say), so
     /// the lookup the kernel sends before each create costs no round trip (decision 0044).
-    /// Default true.
+    /// Default false: it is for directories filled through one mount only (a single-node
+    /// job). Across nodes it breaks close-to-open for that time: a file another node made
+    /// and closed in such a directory does not open here (an N-N job whose rank 0 made the
+    /// directory and reads its peers' files, as `ior -C` does, gets ENOENT).
     pub fuse_fresh_dirs: bool,
     /// Kernel read-ahead of the mount in KiB, set (as root) through
     /// `/sys/class/bdi/MAJ:MIN/read_ahead_kb` once the mount is up: how large the reads the
@@ -581,7 +585,7 @@ impl Default for Config {
             fuse_threads: 8,
             fuse_attr_ttl_ms: 1_000,
             fuse_negative_ttl_ms: 1_000,
-            fuse_fresh_dirs: true,
+            fuse_fresh_dirs: false,
             fuse_read_ahead_kb: 1024,
             max_path_bytes: 32 * 1024,
             max_name_bytes: 255,

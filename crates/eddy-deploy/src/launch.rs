@@ -176,64 +176,17 @@ pub fn resolve_host(host: HostLine) -> Result<HostLine> {
     })
 }
 
-/// Replaces `{host}` and `{id}` in a template string.
-pub fn fill(template: &str, host: &str, id: u32) -> String {
-    template
-        .replace("{host}", host)
-        .replace("{id}", &id.to_string())
-}
+pub use eddy_config::launcher::{fill, shell_quote};
 
-/// Launchers that hand their command to a shell on the other host, as one line of words
-/// joined by spaces: each word of `{cmd}` must be quoted for that shell.
-const REMOTE_SHELLS: &[&str] = &["ssh", "rsh", "pdsh", "clush", "mrsh"];
-
-/// The launcher command line: the template split on whitespace, `{cmd}` replaced by the
-/// daemon's arguments (as separate words; each quoted for the remote shell when the launcher
-/// is one of `REMOTE_SHELLS`, so that no word, a path of a user's among them, is read as
-/// shell syntax there) and `{host}`/`{id}` filled in.
+/// The launcher command line (`eddy_config::launcher::argv`: `{cmd}` replaced by the
+/// command's words, quoted for a remote shell, `{host}`/`{id}` filled in).
 pub fn launcher_argv(
     template: &str,
     host: &str,
     id: u32,
     cmd: &[OsString],
 ) -> Result<Vec<OsString>> {
-    let words: Vec<&str> = template.split_whitespace().collect();
-    if !words.contains(&"{cmd}") {
-        bail!("launcher template {template:?} has no {{cmd}} word (e.g. `ssh {{host}} {{cmd}}`)");
-    }
-    let remote_shell = words.first().is_some_and(|w| {
-        let name = Path::new(w).file_name().and_then(|n| n.to_str());
-        name.is_some_and(|n| REMOTE_SHELLS.contains(&n))
-    });
-    let mut argv = Vec::new();
-    for w in words {
-        if w == "{cmd}" {
-            if remote_shell {
-                argv.extend(cmd.iter().map(|c| shell_quote(c)));
-            } else {
-                argv.extend(cmd.iter().cloned());
-            }
-        } else {
-            argv.push(fill(w, host, id).into());
-        }
-    }
-    Ok(argv)
-}
-
-/// One word for a POSIX shell: in single quotes, each `'` written as `'\''`.
-pub fn shell_quote(word: &std::ffi::OsStr) -> OsString {
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    let mut out = Vec::with_capacity(word.len() + 2);
-    out.push(b'\'');
-    for &b in word.as_bytes() {
-        if b == b'\'' {
-            out.extend_from_slice(b"'\\''");
-        } else {
-            out.push(b);
-        }
-    }
-    out.push(b'\'');
-    OsString::from_vec(out)
+    eddy_config::launcher::argv(template, host, id, cmd).map_err(anyhow::Error::msg)
 }
 
 /// `address:port`, bracketing IPv6 literals.

@@ -146,24 +146,6 @@ pub fn probe(spec: &ProbeSpec, hosts: &[Host]) -> Vec<Probe> {
     })
 }
 
-/// The launcher's argv for `cmd` on `host` (the template split on whitespace; `{cmd}` is the
-/// command's words, `{host}` the host).
-fn launcher_argv(template: &str, host: &str, cmd: &[OsString]) -> Result<Vec<OsString>> {
-    let words: Vec<&str> = template.split_whitespace().collect();
-    if !words.contains(&"{cmd}") {
-        bail!("launcher template {template:?} has no {{cmd}} word");
-    }
-    let mut argv = Vec::new();
-    for w in words {
-        if w == "{cmd}" {
-            argv.extend(cmd.iter().cloned());
-        } else {
-            argv.push(w.replace("{host}", host).into());
-        }
-    }
-    Ok(argv)
-}
-
 /// Kills and reaps the server process when the probe ends, however it ends.
 struct Reap(std::process::Child);
 
@@ -198,7 +180,8 @@ fn probe_one(spec: &ProbeSpec, host: &Host) -> Result<f64> {
         "--bound".into(),
         format!("{:.3}", spec.bound.as_secs_f64()).into(),
     ];
-    let argv = launcher_argv(spec.launcher, &host.name, &cmd)?;
+    let argv = eddy_config::launcher::argv(spec.launcher, &host.name, 0, &cmd)
+        .map_err(anyhow::Error::msg)?;
     let (prog, args) = argv
         .split_first()
         .ok_or_else(|| anyhow::anyhow!("empty launcher"))?;

@@ -140,6 +140,7 @@ fn a_mount_remembers_missing_names() {
 fn a_mount_knows_the_missing_names_of_a_directory_it_made() {
     let mut config = eddy_testkit::test_config();
     config.fuse_negative_ttl_ms = 600_000;
+    config.fuse_fresh_dirs = true;
     let m = eddy_testkit::Mounted::start_with(3, config);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(m.cluster.client());
@@ -198,4 +199,19 @@ fn a_mount_knows_the_missing_names_of_a_directory_it_made() {
     assert_eq!(listed.trim(), "x");
     std::fs::write("/proc/sys/vm/drop_caches", b"2").unwrap();
     assert_eq!(std::fs::read(m.path("listed/x")).unwrap(), b"x");
+}
+
+/// By default a directory a mount made is not known whole: a file another mount creates and
+/// closes in it opens here at once (close-to-open across nodes; an N-N job's rank 0 reading
+/// its peers' files in a directory it made, as `ior -C` does).
+#[test]
+fn a_file_another_mount_made_in_a_directory_this_one_made_opens_at_once() {
+    let m = eddy_testkit::Mounted::start(3);
+    let other = m.another_mount();
+    m.ok("mkdir work");
+    std::fs::write(other.path("work/peer.0"), b"from the other node").unwrap();
+    assert_eq!(
+        std::fs::read(m.path("work/peer.0")).unwrap(),
+        b"from the other node"
+    );
 }
