@@ -8,7 +8,7 @@
 //! has requests queued is flagged "slow" (decision 0039).
 
 use crate::cli::StatsArgs;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use eddy_client::Client;
 use eddy_config::Deployment;
 use eddy_deploy::{human_bytes, StateDir};
@@ -30,10 +30,16 @@ pub fn stats(args: StatsArgs) -> Result<()> {
         if !args.watch {
             return once(&client, &dep, &args).await;
         }
+        // Registered once, before the first frame: a Ctrl-C that comes while a frame is
+        // fetched or drawn is kept for the next wait (a `ctrl_c()` future made anew each
+        // wait would miss it, and the process, its default handler replaced, would run on).
+        let mut interrupt =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                .context("cannot watch for Ctrl-C")?;
         let mut before = snapshots(&client).await?;
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => return Ok(()),
+                _ = interrupt.recv() => return Ok(()),
                 _ = tokio::time::sleep(INTERVAL) => {}
             }
             let now = snapshots(&client).await?;
