@@ -498,14 +498,15 @@ fn screen(site: &Site, pool: &Pool, servers: &mut [Server], notes: &mut Vec<Stri
                     eddy_deploy::human_bytes(bytes),
                     each.join(", ")
                 ));
+                let now = u64::try_from(crate::walltime::now()).unwrap_or(0);
                 let assessed = match site.inventory.as_deref() {
                     Some(db) => {
                         eddy_sysmap::health::record(db, &probes, ratio).unwrap_or_else(|e| {
                             notes.push(format!("the probe's health is not stored: {e:#}"));
-                            eddy_sysmap::health::assess(&probes, &health, ratio, now_s())
+                            eddy_sysmap::health::assess(&probes, &health, ratio, now)
                         })
                     }
-                    None => eddy_sysmap::health::assess(&probes, &health, ratio, now_s()),
+                    None => eddy_sysmap::health::assess(&probes, &health, ratio, now),
                 };
                 health.retain(|h| !assessed.iter().any(|a| a.host == h.host));
                 health.extend(assessed);
@@ -529,12 +530,6 @@ fn screen(site: &Site, pool: &Pool, servers: &mut [Server], notes: &mut Vec<Stri
         });
     }
     eddy_sysmap::health::fill(servers, &health);
-}
-
-fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// `decide`, then the job's `nodes=` cap.

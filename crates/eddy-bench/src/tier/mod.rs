@@ -59,6 +59,19 @@ const IO_BYTES: usize = 1 << 20;
 const SEGMENT: usize = 64 << 20;
 /// Default storage: a disk, so that dropping the page cache makes a read hit the device.
 const DEFAULT_STORAGE: &str = "/var/tmp";
+
+/// `--storage`, else /var/tmp (a disk whose page cache can be dropped), else the temporary
+/// directory.
+pub(super) fn storage_or_default(given: Option<&PathBuf>) -> PathBuf {
+    given.cloned().unwrap_or_else(|| {
+        let disk = PathBuf::from(DEFAULT_STORAGE);
+        if disk.is_dir() {
+            disk
+        } else {
+            std::env::temp_dir()
+        }
+    })
+}
 /// The linked prefix in the namespace and the transient directory beside it.
 const LINK_PREFIX: &str = "/tier";
 const SCRATCH: &str = "scratch";
@@ -213,14 +226,7 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
             a.files.max(a.tree_files)
         );
     }
-    let storage = a.storage.clone().unwrap_or_else(|| {
-        let disk = PathBuf::from(DEFAULT_STORAGE);
-        if disk.is_dir() {
-            disk
-        } else {
-            std::env::temp_dir()
-        }
-    });
+    let storage = storage_or_default(a.storage.as_ref());
     // Per round the backend holds 5 sets (cold, ram, tree, direct, out), the storage 4 in
     // the cache (cold, ram, tree, out) and the local copy; plus the native files.
     let per_set = a.size.saturating_mul(u64::from(a.rounds));

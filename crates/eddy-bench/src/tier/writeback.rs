@@ -35,7 +35,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Identifies the JSON format of `eddy bench writeback`.
 pub const FORMAT: &str = "eddy-bench-writeback/1";
-const DEFAULT_STORAGE: &str = "/var/tmp";
 /// The size, duration and files of `--quick`.
 const QUICK: (u64, f64, u32) = (8 << 20, 3.0, 2);
 
@@ -134,14 +133,7 @@ pub fn run(mut a: WritebackArgs) -> anyhow::Result<()> {
     if a.size < u64::from(a.files) {
         bail!("--size {} is smaller than --files {}", a.size, a.files);
     }
-    let storage = a.storage.clone().unwrap_or_else(|| {
-        let disk = PathBuf::from(DEFAULT_STORAGE);
-        if disk.is_dir() {
-            disk
-        } else {
-            std::env::temp_dir()
-        }
-    });
+    let storage = super::storage_or_default(a.storage.as_ref());
     // Per round the backend holds 3 copies (without, with, direct), the cache 2.
     let need = a.size.saturating_mul(u64::from(a.rounds));
     match &a.backend {
