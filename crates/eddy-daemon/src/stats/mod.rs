@@ -202,6 +202,10 @@ pub(crate) fn carried(req: &Request) -> Carried {
             bytes: 0,
             file: Some((r.file_id, false)),
         },
+        Request::DirectCommit(c) => Carried {
+            bytes: c.ranges.iter().map(|r| r.1).sum(),
+            file: Some((c.file_id, true)),
+        },
         Request::PutChunk(c) => Carried {
             bytes: c.data.len() as u64,
             file: None,
@@ -390,7 +394,7 @@ impl Stats {
             let n = c.count.load(Ordering::Relaxed);
             match op {
                 Op::Read => t.read_bytes += c.bytes.load(Ordering::Relaxed),
-                Op::Write => t.written_bytes += c.bytes.load(Ordering::Relaxed),
+                Op::Write | Op::DirectCommit => t.written_bytes += c.bytes.load(Ordering::Relaxed),
                 _ => {}
             }
             if matches!(op, Op::Identify | Op::Stats) {
