@@ -7,7 +7,9 @@
 //! truncate, and when `direct_batch_bytes` are pending.
 //!
 //! Taken per open file and daemon, for a file not under a linked prefix (those go through
-//! the daemon's tier), with one copy of each chunk (R = 1), with `direct_io` on. A lease is
+//! the daemon's tier), with `direct_io` on. With R copies, the copies on daemons of this
+//! host are written directly, the others by RPC as before (reads of R copies go through
+//! the daemons, with their failover). A lease is
 //! held by the connection it was granted on: once that connection is gone (the daemon
 //! restarted, the link was reset) the lease is void, what was written under it and not
 //! reported is written again through the daemon (read back from the descriptor, which
@@ -112,7 +114,6 @@ impl Client {
     fn direct_eligible(&self, f: &File, daemon: u32) -> bool {
         f.0.backing.is_none()
             && f.inode_kind() == FileKind::File
-            && self.replicas() == 1
             && self.0.direct.socket(daemon).is_some()
     }
 

@@ -259,3 +259,107 @@ async fn off_or_elsewhere_nothing_is_direct() {
     assert_eq!(counts.get("direct_open"), None, "{counts:?}");
     assert!(counts.get("write").copied().unwrap_or(0) > 0);
 }
+
+/// Bytes the daemons counted, by op: (write, direct_commit).
+async fn written_by_op(c: &Client) -> (u64, u64) {
+    let (mut rpc, mut direct) = (0, 0);
+    for (_, s) in c.rpc().all(|| eddy_proto::req::Stats).await {
+        for o in s.unwrap().ops {
+            match o.op.as_str() {
+                "write" => rpc += o.bytes,
+                "direct_commit" => direct += o.bytes,
+                _ => {}
+            }
+        }
+    }
+    (rpc, direct)
+}
+
+/// The mount and the preload library go through the client, so they write and read
+/// directly too: programs' files (dd, cp, a Python random-access writer) come out
+/// byte-identical, and the daemons counted every byte as reported, none as a Write.
+#[test]
+fn the_mount_and_the_preload_library_write_directly() {
+    let m = eddy_testkit::Mounted::start_with(3, local());
+    m.ok("dd if=/dev/urandom of=a bs=64k count=40 status=none && cp a b && cmp a b");
+    m.ok("python3 -c \"
+import os, random
+random.seed(3)
+fd = os.open('r', os.O_RDWR | os.O_CREAT, 0o644)
+model = bytearray(3_000_000)
+for i in range(200):
+    off = random.randrange(0, 2_900_000); n = random.randrange(1, 90_000)
+    b = os.urandom(n); os.pwrite(fd, b, off); model[off:off+n] = b
+    if i % 50 == 0: os.fsync(fd)
+end = max(i for i in range(len(model)) if model[i]) + 1 if any(model) else 0
+assert os.pread(fd, len(model), 0)[:end] == bytes(model[:end])
+os.close(fd)
+\"");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let far = rt.block_on(remote_client(&m.cluster));
+    let a = rt.block_on(read_all(&far, "/a"));
+    assert_eq!(a, std::fs::read(m.path("a")).unwrap());
+    let (rpc, direct) = rt.block_on(written_by_op(&far));
+    assert_eq!(rpc, 0, "the mount wrote through the daemons");
+    assert!(direct >= 2 * 40 * 65536, "{direct}");
+
+    // The preload library, on the same deployment.
+    let so = eddy_testkit::preload_so();
+    let scratch = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("dd if=/dev/urandom of=/eddy/p bs=64k count=20 status=none && cp /eddy/p /eddy/q && cmp /eddy/p /eddy/q && cp /eddy/p $TMP/real && cmp $TMP/real /eddy/q")
+        .env("LD_PRELOAD", &so)
+        .env("EDDY_PREFIX", "/eddy")
+        .env("EDDY_STATE", m.cluster.dir.path())
+        .env("TMP", scratch.path())
+        .current_dir(scratch.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        rt.block_on(read_all(&far, "/p")),
+        std::fs::read(scratch.path().join("real")).unwrap()
+    );
+    let (rpc, direct2) = rt.block_on(written_by_op(&far));
+    assert_eq!(rpc, 0, "the preload library wrote through the daemons");
+    assert!(direct2 >= direct + 2 * 20 * 65536, "{direct2}");
+}
+
+/// With two copies of each chunk, the copy on the client's host is written directly and
+/// the copy on another host by RPC: the file survives the loss of either side's daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_two_copies_the_local_copy_is_direct_and_the_other_goes_by_rpc() {
+    let mut cl = Cluster::start_with(
+        3,
+        Config {
+            replicas: 2,
+            ..local()
+        },
+    );
+    // This client sees daemon 0 on its host, daemons 1 and 2 on another.
+    let mut dep = cl.dep.clone();
+    for d in dep.daemons.iter_mut().skip(1) {
+        d.host = "far".into();
+    }
+    let c = Client::connect(dep).await.unwrap();
+    let me = Creds::root();
+    let f = c.open("/two", CREAT, 0o644, me).await.unwrap();
+    let data = pattern(12, 0, 64 * 1024 * 20 + 77);
+    c.pwrite(&f, 0, &data).await.unwrap();
+    c.fsync(&f).await.unwrap();
+    c.close(&f).await.unwrap();
+    assert_eq!(count(&c, "direct_open"), 1, "{:?}", c.rpc_counts());
+    assert!(count(&c, "write") > 0, "{:?}", c.rpc_counts());
+    cl.kill(0);
+    let far = remote_client(&cl).await;
+    assert_eq!(read_all(&far, "/two").await, data);
+    cl.restart(0);
+    cl.kill(1);
+    let far = remote_client(&cl).await;
+    assert_eq!(read_all(&far, "/two").await, data);
+}
