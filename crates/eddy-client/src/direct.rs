@@ -28,7 +28,8 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-/// The daemons of this client's host that may hand out descriptors: id → descriptor socket.
+/// The daemons of this client's host that may hand out descriptors: id → descriptor socket
+/// (in the daemon's root: a client of another user, which cannot reach it, never tries).
 pub(crate) struct Local {
     sockets: HashMap<u32, PathBuf>,
     /// Daemons that refused direct I/O (off there): not asked again.
@@ -42,11 +43,7 @@ impl Local {
                 .daemons
                 .iter()
                 .filter(|d| d.host == host)
-                .filter_map(|d| {
-                    d.socket
-                        .as_deref()
-                        .map(|s| (d.id, eddy_proto::fdpass::socket_path(s)))
-                })
+                .map(|d| (d.id, eddy_proto::fdpass::socket_path(&d.root)))
                 .collect(),
             false => HashMap::new(),
         };
@@ -93,6 +90,8 @@ struct Pending {
     ranges: Vec<(u64, u64)>,
     sums: BTreeMap<u64, u32>,
     bytes: u64,
+    /// Bytes read directly, told to the daemon's counters with the next report.
+    read: u64,
 }
 
 impl Pending {
@@ -268,7 +267,7 @@ impl Client {
         let cfg = self.config();
         let (cs, block) = (cfg.chunk_size, cfg.checksum_block());
         let zero = checksum::zeros_crc(block);
-        let pending = eddy_proto::sync::lock(&lease.pending);
+        let mut pending = eddy_proto::sync::lock(&lease.pending);
         let mut whole = Vec::new();
         for s in spans {
             let len = s.piece.len as u64;
@@ -313,6 +312,7 @@ impl Client {
                     .copy_from_slice(&whole[from..from + len as usize]);
             }
         }
+        pending.read += spans.iter().map(|s| u64::from(s.piece.len)).sum::<u64>();
         Ok(())
     }
 
@@ -340,7 +340,7 @@ impl Client {
     /// knows) has it written again through the daemon.
     async fn report(&self, f: &File, lease: &Lease, release: bool) -> Result<(), Errno> {
         let pending = std::mem::take(&mut *eddy_proto::sync::lock(&lease.pending));
-        if pending.ranges.is_empty() && !release {
+        if pending.ranges.is_empty() && pending.read == 0 && !release {
             return Ok(());
         }
         if lease.void() {
@@ -351,6 +351,7 @@ impl Client {
             lease: lease.number,
             ranges: pending.ranges.clone(),
             sums: pending.sums.iter().map(|(g, s)| (*g, *s)).collect(),
+            read_bytes: pending.read,
             release,
         });
         match self.rpc().send(lease.daemon, &req).await {

@@ -1,7 +1,7 @@
 //! Direct local I/O, the daemon's side (decision 0048): the leases it grants to clients of
 //! its host, the one-use tokens those redeem for descriptors, and the descriptor socket
-//! (`<socket>.fd`, beside the Unix socket, in the private root) that hands them over with
-//! SCM_RIGHTS.
+//! (`eddyd.fd` in the private root, served with or without a Unix socket for requests) that
+//! hands them over with SCM_RIGHTS.
 //!
 //! A lease is granted by `DirectOpen` on an authenticated connection and held by it: it
 //! ends with its last report (`DirectCommit { release }`) or with the connection, and a
@@ -134,9 +134,9 @@ pub(crate) async fn closed(state: &Arc<State>, conn: ConnId) {
     }
 }
 
-/// Binds the descriptor socket beside the Unix socket `socket` (a stale one replaced).
-pub(crate) fn bind(socket: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
-    let path = fdpass::socket_path(socket);
+/// Binds the descriptor socket in the storage root `root` (a stale one replaced).
+pub(crate) fn bind(root: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    let path = fdpass::socket_path(root);
     match std::fs::remove_file(&path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

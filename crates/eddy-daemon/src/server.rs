@@ -131,16 +131,16 @@ impl Daemon {
                 state.shutdown.subscribe(),
             ));
         }
-        // Direct local I/O's descriptor socket beside the Unix socket (decision 0048).
-        if let (Some(sock), true) = (&socket, state.settings.config.direct_io) {
-            match crate::direct::bind(sock) {
+        // Direct local I/O's descriptor socket in the root (decision 0048).
+        if state.settings.config.direct_io {
+            match crate::direct::bind(&root) {
                 Ok(listener) => {
                     state.serving_direct();
                     crate::direct::serve(Arc::clone(&state), listener);
                 }
                 Err(e) => tracing::warn!(
-                    "cannot bind the descriptor socket beside {} (direct I/O off): {e}",
-                    sock.display()
+                    "cannot bind the descriptor socket in {} (direct I/O off): {e}",
+                    root.display()
                 ),
             }
         }
@@ -341,13 +341,13 @@ async fn cleanup(state: &Arc<State>) -> Result<(), DaemonError> {
         if let Err(e) = std::fs::remove_file(sock) {
             tracing::warn!(error = %e, socket = %sock.display(), "cannot remove the socket");
         }
-        if state.direct_socket() {
-            // Woken (it sees the stop) and removed.
-            let fd_sock = eddy_proto::fdpass::socket_path(sock);
-            let _ = std::os::unix::net::UnixStream::connect(&fd_sock);
-            if let Err(e) = std::fs::remove_file(&fd_sock) {
-                tracing::warn!(error = %e, socket = %fd_sock.display(), "cannot remove the descriptor socket");
-            }
+    }
+    if state.direct_socket() {
+        // Woken (it sees the stop) and removed.
+        let fd_sock = eddy_proto::fdpass::socket_path(root);
+        let _ = std::os::unix::net::UnixStream::connect(&fd_sock);
+        if let Err(e) = std::fs::remove_file(&fd_sock) {
+            tracing::warn!(error = %e, socket = %fd_sock.display(), "cannot remove the descriptor socket");
         }
     }
     persisted.map_err(|e| DaemonError::Persist(e.to_string()))?;

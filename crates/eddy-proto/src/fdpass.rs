@@ -1,5 +1,6 @@
 //! Descriptors passed over a Unix socket (SCM_RIGHTS), for direct local I/O (decision
-//! 0048): the client sends the 16-byte token of a `DirectGrant` on the daemon's descriptor
+//! 0048): on the daemon's descriptor socket (`eddyd.fd` in its root, served whether or
+//! not the daemon has a Unix socket for requests), the client sends the 16-byte token of a `DirectGrant` on the daemon's descriptor
 //! socket; the daemon answers one byte, the number of descriptors, with the descriptors
 //! attached. Blocking calls on std sockets with timeouts set by the caller: the exchange is
 //! local and short.
@@ -13,11 +14,13 @@ use std::os::unix::net::UnixStream;
 /// Most descriptors one answer carries.
 pub const MAX_FDS: usize = 4;
 
-/// The name of a daemon's descriptor socket, beside its Unix socket `socket`.
-pub fn socket_path(socket: &std::path::Path) -> std::path::PathBuf {
-    let mut name = socket.as_os_str().to_owned();
-    name.push(".fd");
-    name.into()
+/// The name of a daemon's descriptor socket in its storage root (private to the
+/// daemon's user, as the root is).
+pub const SOCKET_FILE: &str = "eddyd.fd";
+
+/// A daemon's descriptor socket, in its storage root `root`.
+pub fn socket_path(root: &std::path::Path) -> std::path::PathBuf {
+    root.join(SOCKET_FILE)
 }
 
 /// Client side: redeems `token` on the descriptor socket `stream`; returns the descriptors.

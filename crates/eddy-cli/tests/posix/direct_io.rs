@@ -59,6 +59,18 @@ async fn local_chunks_are_read_and_written_directly_and_verified_by_the_daemons(
     let c2 = cl.client().await;
     assert_eq!(read_all(&c2, "/d").await, want);
     assert_eq!(count(&c2, "read"), 0);
+    // Read directly, and counted by the daemons all the same (the job's I/O profile).
+    let mut read = 0;
+    for (_, s) in c2.rpc().all(|| eddy_proto::req::Stats).await {
+        read += s
+            .unwrap()
+            .ops
+            .iter()
+            .filter(|o| o.op == "read")
+            .map(|o| o.bytes)
+            .sum::<u64>();
+    }
+    assert!(read >= want.len() as u64, "{read}");
     let far = remote_client(&cl).await;
     assert_eq!(read_all(&far, "/d").await, want);
     assert!(count(&far, "read") > 0);

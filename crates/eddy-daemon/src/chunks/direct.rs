@@ -104,7 +104,7 @@ impl ChunkStore {
 
     /// Whether file `id` has a direct writer now.
     pub(super) fn is_direct(&self, id: FileId) -> bool {
-        !lock(&self.direct).is_empty() && lock(&self.direct).contains_key(&id)
+        lock(&self.direct).contains_key(&id)
     }
 
     /// Notes that the daemon itself changes file `id` (a write, a cut, an allocation): if

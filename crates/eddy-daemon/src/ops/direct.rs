@@ -15,7 +15,7 @@ impl Serve for req::DirectOpen {
         if !cfg.direct_io || !st.direct_socket() {
             return Err(Errno::new(
                 libc::EOPNOTSUPP,
-                "direct I/O is off on this daemon (direct_io, or no Unix socket)",
+                "direct I/O is off on this daemon (direct_io, or no descriptor socket)",
             ));
         }
         let batch = cfg.direct_batch_bytes;
@@ -55,6 +55,7 @@ impl Serve for req::DirectOpen {
 impl Serve for req::DirectCommit {
     async fn serve(self, st: &Arc<State>, conn: ConnId) -> Result<(), Errno> {
         let lease = st.direct.lease(self.lease, conn, self.file_id)?;
+        st.stats.read_directly(self.file_id, self.read_bytes);
         if !lease.write && !self.ranges.is_empty() {
             return Err(Errno::new(
                 libc::EBADF,

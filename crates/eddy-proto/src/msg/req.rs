@@ -701,7 +701,7 @@ pub struct DirectOpen {
 /// computes them from the data when another writer shared the file meanwhile). With
 /// `release` the lease ends. ESTALE for a lease this daemon does not know (it restarted,
 /// or the connection that held it was lost): the client writes those ranges again through
-/// the daemon. Replies `Ok`.
+/// the daemon. Also tells the bytes read directly (counted as reads). Replies `Ok`.
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectCommit {
@@ -709,5 +709,7 @@ pub struct DirectCommit {
     pub lease: u64,
     pub ranges: Vec<(u64, u64)>,
     pub sums: Vec<(u64, u32)>,
+    /// Bytes read directly since the last report, for the daemon's counters.
+    pub read_bytes: u64,
     pub release: bool,
 }
