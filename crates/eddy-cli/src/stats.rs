@@ -126,7 +126,7 @@ impl Row {
         for o in &s.ops {
             match o.op.as_str() {
                 "read" => r.read += o.bytes,
-                "write" => r.written += o.bytes,
+                "write" | "direct_commit" => r.written += o.bytes,
                 _ => {}
             }
             if o.op != "stats" && o.op != "identify" {

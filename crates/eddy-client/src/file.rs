@@ -36,7 +36,9 @@ pub(crate) struct FileInner {
     pub(crate) setid_cleared: AtomicBool,
     /// The daemons that acknowledged writes through this handle since its last fsync
     /// (decision 0015).
-    unsynced: unsynced::Unsynced,
+    pub(crate) unsynced: unsynced::Unsynced,
+    /// Its leases for direct local I/O, by daemon (decision 0048).
+    pub(crate) direct: crate::direct::Handles,
 }
 
 /// An open file. Cheap to clone.
@@ -80,6 +82,10 @@ impl File {
     /// what a kernel cached before the open).
     pub fn renewed(&self) -> bool {
         self.0.renewed
+    }
+    /// The kind as of open.
+    pub(crate) fn inode_kind(&self) -> FileKind {
+        self.0.inode.kind
     }
     /// The mode as of open.
     pub(crate) fn inode_mode(&self) -> u32 {
@@ -290,6 +296,7 @@ impl Client {
             creds,
             setid_cleared: AtomicBool::new(false),
             unsynced: Default::default(),
+            direct: Default::default(),
         })))
     }
 
@@ -373,7 +380,16 @@ impl Client {
                 .await?;
             return Ok(len);
         }
-        let batches = self.batches(f, offset, len);
+        let all = self.batches(f, offset, len);
+        // The chunks on a daemon of this host are read directly (decision 0048); a block
+        // that does not match its checksum there leaves its batch to the daemon.
+        let mut batches = Vec::with_capacity(all.len());
+        for b in all {
+            match self.direct_lease(f, b.daemon).await {
+                Some(l) if self.direct_read(&l, &b.spans, out).is_ok() => {}
+                _ => batches.push(b),
+            }
+        }
         let cfg = self.config();
         let reads = batches.iter().map(|b| {
             let pieces: Vec<Piece> = b.spans.iter().map(|s| s.piece).collect();
@@ -501,7 +517,21 @@ impl Client {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| Errno::new(libc::EFBIG, "write beyond the largest file size"))?;
-        let batches = self.write_batches(f.file_id(), offset, data.len());
+        let all = self.write_batches(f.file_id(), offset, data.len());
+        // The chunks on a daemon of this host are written directly (decision 0048).
+        let (mut batches, mut direct) = (Vec::with_capacity(all.len()), Vec::new());
+        for b in all {
+            match self.direct_lease(f, b.daemon).await {
+                Some(l) => direct.push((b, l)),
+                None => batches.push(b),
+            }
+        }
+        let direct_writes = async {
+            for (b, l) in &direct {
+                self.direct_write(f, l, &b.spans, data).await?;
+            }
+            Ok::<(), Errno>(())
+        };
         let payloads = self.write_payloads(&batches, data);
         let writes = batches.iter().zip(payloads).map(|(b, (data, sums))| {
             let req = Request::Write(req::Write {
@@ -535,8 +565,10 @@ impl Client {
             }
         };
         let cleared = self.clear_setid_on_write(f, clear_setid);
-        let (results, grown, cleared) = futures::join!(join_all(writes), grow, cleared);
+        let (results, grown, cleared, direct_done) =
+            futures::join!(join_all(writes), grow, cleared, direct_writes);
         self.settle_writes(f.file_id(), &batches, results).await?;
+        direct_done?;
         grown?;
         cleared?;
         f.raise_known(end);
@@ -550,6 +582,7 @@ impl Client {
     /// answers on a newer connection than a change it covers (it may have restarted and
     /// lost it).
     pub async fn fsync(&self, f: &File) -> Result<(), Errno> {
+        self.direct_report(f, false).await?;
         self.publish_size(f).await?;
         let mut data = f.0.unsynced.take();
         let mut meta = self.0.unsynced.take();
@@ -595,9 +628,10 @@ impl Client {
     /// Closes the handle: publishes the size its writes reached, so that every client sees
     /// it from now on (close-to-open).
     pub async fn close(&self, f: &File) -> Result<(), Errno> {
+        let reported = self.direct_report(f, true).await;
         self.publish_size(f).await?;
         self.0.sizes.release(f.file_id());
-        Ok(())
+        reported
     }
 
     /// Truncates an open file (permission was checked at open); by a caller other than root,
@@ -609,6 +643,7 @@ impl Client {
                 format!("{} is not open for writing", f.path()),
             ));
         }
+        self.direct_report(f, false).await?;
         let i = self
             .setattr(
                 f.path(),

@@ -19,6 +19,7 @@
 mod access;
 mod dir;
 mod dircache;
+mod direct;
 mod dirtimes;
 mod file;
 mod integrity;
@@ -82,6 +83,8 @@ struct Inner {
     unsynced: Arc<unsynced::Unsynced>,
     /// The daemons of this client's host, for placement by locality (decision 0043).
     local: locality::LocalView,
+    /// The daemons of this client's host that hand out descriptors (decision 0048).
+    direct: direct::Local,
 }
 
 /// What the client learns of every call through its rpc layer: a change other than a write
@@ -138,7 +141,9 @@ impl Client {
         let dircache =
             dircache::DirCache::new(std::time::Duration::from_millis(dep.config.dir_cache_ms));
         let unsynced = Arc::new(unsynced::Unsynced::default());
-        let local = locality::LocalView::new(&dep, &locality::this_host(&dep.config));
+        let host = locality::this_host(&dep.config);
+        let local = locality::LocalView::new(&dep, &host);
+        let direct = direct::Local::new(&dep, &host);
         Ok(Client(Arc::new_cyclic(|me| Inner {
             rpc: rpc.observed(Box::new(Watch {
                 unsynced: unsynced.clone(),
@@ -152,6 +157,7 @@ impl Client {
             dircache,
             unsynced,
             local,
+            direct,
             dep,
         })))
     }

@@ -307,6 +307,8 @@ impl Client {
         req: &LockRequest,
         wait: Duration,
     ) -> Result<bool, Errno> {
+        // What this handle wrote directly is reported first: a lock orders it (0048).
+        self.direct_report(f, false).await?;
         let file_id = f.file_id();
         let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
         let r = req::Lock {
@@ -488,6 +490,7 @@ impl Client {
         owner: Option<u64>,
         handle: Option<u64>,
     ) -> Result<(), Errno> {
+        self.direct_report(f, false).await?;
         let file_id = f.file_id();
         let r = req::ReleaseLocks {
             file_id,

@@ -273,6 +273,16 @@ pub struct Config {
     /// How long, in milliseconds, a client trusts what it last learnt of its local daemon
     /// (reachable, room for a chunk) when it places a new file by locality. Default 1 000.
     pub placement_view_ms: u64,
+    /// Direct local I/O (decision 0048): a client on the host of a daemon that owns chunks
+    /// of a file it opened reads and writes that daemon's data file itself, through
+    /// descriptors the daemon hands it over its Unix socket, and reports what it wrote.
+    /// Files under a linked prefix always go through the daemon. Default true.
+    pub direct_io: bool,
+    /// Direct local I/O: bytes a client writes directly before it reports them to the
+    /// daemon (it reports at fsync, close and lock too, and when this many are pending);
+    /// a daemon hands out a write descriptor only with at least this much room below its
+    /// capacity. Default 64 MiB.
+    pub direct_batch_bytes: u64,
 }
 
 /// The extended attribute of a directory that sets the placement of the files created in
@@ -616,6 +626,8 @@ impl Default for Config {
             placement: PlacementMode::Hashed,
             placement_host: None,
             placement_view_ms: 1_000,
+            direct_io: true,
+            direct_batch_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -680,6 +692,12 @@ impl Config {
         }
         if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
+        }
+        if self.direct_batch_bytes < 1024 * 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "direct_batch_bytes {} must be at least 1 MiB",
+                self.direct_batch_bytes
+            )));
         }
         if self.writeback_rate_estimate == 0 || self.writeback_pass_interval_ms == 0 {
             return Err(ConfigError::Invalid(

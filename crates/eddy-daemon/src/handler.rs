@@ -43,6 +43,10 @@ pub struct State {
     repair: Option<crate::repair::Repair>,
     /// What this daemon counts of the I/O it serves (decision 0032).
     pub stats: crate::stats::Stats,
+    /// Direct local I/O's leases and tokens (decision 0048).
+    pub(crate) direct: crate::direct::Direct,
+    /// Whether the descriptor socket is served.
+    direct_socket: std::sync::atomic::AtomicBool,
 }
 
 /// Rounds of eviction a request that found no room waits for at most (`with_room`).
@@ -91,7 +95,21 @@ impl State {
             started: Instant::now(),
             instance: rand::random(),
             shutdown: watch::Sender::new(false),
+            direct: Default::default(),
+            direct_socket: Default::default(),
         }
+    }
+
+    /// Whether this daemon serves a descriptor socket (direct local I/O, decision 0048).
+    pub(crate) fn direct_socket(&self) -> bool {
+        self.direct_socket
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Notes that the descriptor socket is served.
+    pub(crate) fn serving_direct(&self) {
+        self.direct_socket
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The repair side (replicas > 1).

@@ -32,6 +32,7 @@ mod args;
 mod backend;
 mod chunks;
 mod deadlock;
+mod direct;
 mod embedded;
 mod error;
 mod gate;

@@ -131,6 +131,19 @@ impl Daemon {
                 state.shutdown.subscribe(),
             ));
         }
+        // Direct local I/O's descriptor socket in the root (decision 0048).
+        if state.settings.config.direct_io {
+            match crate::direct::bind(&root) {
+                Ok(listener) => {
+                    state.serving_direct();
+                    crate::direct::serve(Arc::clone(&state), listener);
+                }
+                Err(e) => tracing::warn!(
+                    "cannot bind the descriptor socket in {} (direct I/O off): {e}",
+                    root.display()
+                ),
+            }
+        }
         let supervisor = tokio::spawn(supervise(Arc::clone(&state), tcp, unix));
         tokio::spawn(crate::stats::sampler(Arc::clone(&state)));
         tokio::spawn(crate::stats::persister(Arc::clone(&state)));
@@ -329,6 +342,14 @@ async fn cleanup(state: &Arc<State>) -> Result<(), DaemonError> {
             tracing::warn!(error = %e, socket = %sock.display(), "cannot remove the socket");
         }
     }
+    if state.direct_socket() {
+        // Woken (it sees the stop) and removed.
+        let fd_sock = eddy_proto::fdpass::socket_path(root);
+        let _ = std::os::unix::net::UnixStream::connect(&fd_sock);
+        if let Err(e) = std::fs::remove_file(&fd_sock) {
+            tracing::warn!(error = %e, socket = %fd_sock.display(), "cannot remove the descriptor socket");
+        }
+    }
     persisted.map_err(|e| DaemonError::Persist(e.to_string()))?;
     tracing::info!("eddyd stopped");
     Ok(())
@@ -513,6 +534,8 @@ async fn serve_connection<R, W>(
     }
     drop(tx);
     while running.next().await.is_some() {}
+    // Its direct leases end; a file it wrote without reporting all is adopted (0048).
+    crate::direct::closed(&state, conn).await;
 }
 
 /// What a request holds of its connection's bounds until its reply is written.

@@ -45,6 +45,8 @@ pub struct JobMeta {
 /// Ops whose bytes are the job's data I/O.
 const READ_OP: &str = "read";
 const WRITE_OP: &str = "write";
+/// What clients wrote directly into a daemon's data files, reported (decision 0048).
+const DIRECT_OP: &str = "direct_commit";
 
 /// One client of the job, merged over the daemons.
 #[derive(Default)]
@@ -107,7 +109,7 @@ pub fn profile_from_stats(stats: &[DaemonStats], job: &JobMeta) -> JobProfile {
         for o in &s.ops {
             match o.op.as_str() {
                 READ_OP => load.read_bytes += o.bytes,
-                WRITE_OP => load.written_bytes += o.bytes,
+                WRITE_OP | DIRECT_OP => load.written_bytes += o.bytes,
                 _ => {}
             }
             if o.op == READ_OP || o.op == WRITE_OP {

@@ -11,6 +11,7 @@
 //! - `wire`: the protection of the frames after the handshake: clear, a keyed-BLAKE3 tag per frame,
 //!   or AES-256-GCM, with per-connection, per-direction keys (decision 0022);
 //! - `checksum`: the CRC32C of the block-aligned pieces of a read or write (decision 0019);
+//! - `fdpass`: descriptors handed over a Unix socket for direct local I/O (decision 0048);
 //! - `keepalive`: TCP keepalive and user timeout, so both ends notice a peer gone silent;
 //! - `path`: path normalisation and the metadata key layout;
 //! - `repair`: the digests a repair push is verified with (decision 0021);
@@ -24,6 +25,7 @@
 
 pub mod auth;
 pub mod checksum;
+pub mod fdpass;
 pub mod frame;
 #[cfg(feature = "arbitrary")]
 pub mod fuzzing;
@@ -39,7 +41,7 @@ pub mod wire;
 pub use msg::*;
 
 /// Version of the protocol; the handshake refuses a peer with another one.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]

@@ -193,6 +193,11 @@ pub struct Closed {
 }
 
 impl Closed {
+    /// Whether the connection is dead now.
+    pub fn is_closed(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
     /// Returns once the connection is dead (at once if it is).
     pub async fn wait(self) {
         let ended = self.ended.notified();

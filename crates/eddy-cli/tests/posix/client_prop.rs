@@ -44,15 +44,9 @@ async fn run(c: &Client, path: &str, ops: &[Op]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-#[test]
-fn random_io_matches_the_model() {
-    let cl = Cluster::start_with(
-        3,
-        Config {
-            chunk_size: CHUNK,
-            ..eddy_testkit::test_config()
-        },
-    );
+/// Random I/O over a cluster with `config`; returns the client's request counts.
+fn random_io(config: Config) -> std::collections::BTreeMap<&'static str, u64> {
+    let cl = Cluster::start_with(3, config);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(cl.client());
     let case = std::sync::atomic::AtomicU64::new(0);
@@ -61,6 +55,38 @@ fn random_io_matches_the_model() {
         let path = format!("/case{n}");
         rt.block_on(run(&c, &path, &ops))?;
     });
+    c.rpc_counts()
+}
+
+#[test]
+fn random_io_matches_the_model() {
+    random_io(Config {
+        chunk_size: CHUNK,
+        ..eddy_testkit::test_config()
+    });
+}
+
+/// The same with every daemon on the client's host: every chunk is read and written
+/// directly in the daemons' data files (decision 0048), unaligned writes and truncates
+/// between reports included.
+#[test]
+fn random_io_matches_the_model_through_direct_io() {
+    let counts = random_io(Config {
+        chunk_size: CHUNK,
+        placement_host: Some("localhost".into()),
+        ..eddy_testkit::test_config()
+    });
+    assert!(
+        counts.get("direct_open").copied().unwrap_or(0) > 0,
+        "{counts:?}"
+    );
+    assert!(
+        counts.get("direct_commit").copied().unwrap_or(0) > 0,
+        "{counts:?}"
+    );
+    // Every write went directly; reads through the daemons only from the read-only
+    // handles on daemons holding nothing of a file (no data file to hand out).
+    assert_eq!(counts.get("write"), None, "{counts:?}");
 }
 
 /// A case the property test once found: the last write's size was published by a deferred

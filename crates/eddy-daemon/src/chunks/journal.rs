@@ -46,6 +46,21 @@ pub(super) struct Change {
 }
 
 impl Change {
+    /// Every block of file `id`: a direct writer's slot (decision 0048), adopted at the next
+    /// start if the daemon dies meanwhile.
+    pub(super) fn whole(id: FileId) -> Change {
+        Change {
+            id,
+            first: 0,
+            blocks: u64::MAX,
+        }
+    }
+
+    /// Whether this is a direct writer's slot (`whole`).
+    pub(super) fn is_whole(&self) -> bool {
+        self.first == 0 && self.blocks == u64::MAX
+    }
+
     fn encode(&self) -> [u8; SLOT as usize] {
         let mut s = [0u8; SLOT as usize];
         s[..4].copy_from_slice(MAGIC);
@@ -110,7 +125,7 @@ impl Journal {
     }
 
     /// Records `c` in a free slot; returns the slot.
-    fn begin(&self, c: &Change) -> Result<u64, Errno> {
+    pub(super) fn begin(&self, c: &Change) -> Result<u64, Errno> {
         let slot = {
             let mut slots = lock(&self.slots);
             match slots.0.pop() {
@@ -135,7 +150,7 @@ impl Journal {
 
     /// Zeroes slot `slot`: its change is complete. A slot that cannot be zeroed is not used
     /// again (its blocks are only checksummed again at the next start).
-    fn end(&self, slot: u64) {
+    pub(super) fn end(&self, slot: u64) {
         match self.file.write_all_at(&[0u8; SLOT as usize], slot * SLOT) {
             Ok(()) => lock(&self.slots).0.push(slot),
             Err(e) => tracing::warn!("cannot clear slot {slot} of the chunk journal: {e}"),
@@ -195,7 +210,7 @@ impl ChunkStore {
 
     /// Computes again, from the data file, the checksums of the blocks of `c` that lie in
     /// it; the checksums of blocks past its end are cut from the sum file.
-    fn resum(&self, f: &Open, c: &Change) -> Result<(), Errno> {
+    pub(super) fn resum(&self, f: &Open, c: &Change) -> Result<(), Errno> {
         let (Some(block), Some(sf)) = (self.block, &f.sums) else {
             return Ok(());
         };
@@ -236,8 +251,23 @@ impl ChunkStore {
     pub fn recover_torn(&self) -> Result<u64, Errno> {
         let left = std::mem::take(&mut *lock(&self.left));
         let mut by_file: BTreeMap<FileId, Vec<Change>> = BTreeMap::new();
+        let mut adopted = std::collections::BTreeSet::new();
         for c in left {
-            by_file.entry(c.id).or_default().push(c);
+            if c.is_whole() {
+                adopted.insert(c.id);
+            } else {
+                by_file.entry(c.id).or_default().push(c);
+            }
+        }
+        // Files a direct writer had when this daemon stopped (decision 0048): what their
+        // data files hold is adopted whole, which covers any other change of them.
+        for id in &adopted {
+            by_file.remove(id);
+            let grown = self.adopt(*id)?;
+            tracing::warn!(
+                "adopted file {id:032x}, written directly when this daemon stopped: {grown} \
+                 chunk(s) recorded from its data file, every block checksummed again"
+            );
         }
         let mut blocks = 0u64;
         if self.block.is_some() {

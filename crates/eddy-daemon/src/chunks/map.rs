@@ -55,6 +55,13 @@ impl ChunkStore {
                 .or_default()
                 .insert(u64::from_be_bytes(k), u64::from_le_bytes(len));
         }
+        // Files a direct writer had when the daemon stopped are adopted (`recover_torn`),
+        // whatever the map says of them.
+        let adopted: std::collections::HashSet<FileId> = lock(&self.left)
+            .iter()
+            .filter(|c| c.is_whole())
+            .map(|c| c.id)
+            .collect();
         let (mut gone, mut orphans) = (0usize, 0usize);
         for (id, chunks) in &map {
             if !self.path_of(*id).exists() {
@@ -80,7 +87,9 @@ impl ChunkStore {
                     .to_str()
                     .map(|n| n.strip_suffix(SUM_SUFFIX).unwrap_or(n))
                     .and_then(|n| u128::from_str_radix(n, 16).ok())
-                    .is_some_and(|id| map.get(&id).is_some_and(|c| !c.is_empty()));
+                    .is_some_and(|id| {
+                        adopted.contains(&id) || map.get(&id).is_some_and(|c| !c.is_empty())
+                    });
                 if !known {
                     // No chunk of it was ever recorded durably: nothing fsync'd is lost.
                     orphans += 1;
@@ -218,10 +227,37 @@ impl ChunkStore {
         k: u64,
         len: Option<u64>,
     ) -> Result<(), Errno> {
+        self.record_with(slot, id, k, len, false)
+    }
+
+    /// `record`, counting a growth even past the capacity: for bytes already on the device
+    /// (a direct writer's, decision 0048).
+    pub(super) fn record_forced(
+        &self,
+        slot: &Slot,
+        id: FileId,
+        k: u64,
+        len: Option<u64>,
+    ) -> Result<(), Errno> {
+        self.record_with(slot, id, k, len, true)
+    }
+
+    fn record_with(
+        &self,
+        slot: &Slot,
+        id: FileId,
+        k: u64,
+        len: Option<u64>,
+        forced: bool,
+    ) -> Result<(), Errno> {
         let old = lock(&slot.chunks).get(&k).copied();
         let (before, after) = (old.unwrap_or(0), len.unwrap_or(0));
         if after > before {
-            self.reserve(after - before)?;
+            if forced {
+                self.bytes.fetch_add(after - before, Ordering::Relaxed);
+            } else {
+                self.reserve(after - before)?;
+            }
         }
         let stored = match len {
             Some(l) => self

@@ -27,9 +27,12 @@
 //! layout marker, `map.rs` the chunk map (slots, the records, the usage counters and the
 //! capacity), `cache.rs` the cache of open data files, `sums.rs` the checksum files and
 //! verified reads, `journal.rs` the changes in flight, `scrub.rs` the scrub, `io.rs`
-//! positioned reads, hole punching and directory syncs; this file holds the store itself and its reads and writes.
+//! positioned reads, hole punching and directory syncs, `direct.rs` the files written directly
+//! by a client on this host (decision 0048); this file holds the store itself and its reads
+//! and writes.
 
 mod cache;
+mod direct;
 #[cfg(test)]
 mod fixture;
 mod io;
@@ -94,6 +97,8 @@ pub struct ChunkStore {
     /// `recover_torn` deals with them.
     journal: Journal,
     left: Mutex<Vec<Change>>,
+    /// Files with direct writers (decision 0048, `direct.rs`).
+    direct: Mutex<HashMap<FileId, direct::Marked>>,
 }
 
 /// Bytes read and the checksums of their block-aligned segments.
@@ -138,6 +143,7 @@ impl ChunkStore {
             corrupt_payloads: AtomicU64::new(0),
             journal,
             left: Mutex::new(left),
+            direct: Mutex::default(),
         }
         .checksums(Some(DEFAULT_BLOCK.min(chunk_size)));
         store.load().map_err(|e| DaemonError::Meta {
@@ -223,6 +229,7 @@ impl ChunkStore {
     /// they would pass the capacity.
     pub fn allocate(&self, id: FileId, pieces: &[Piece]) -> Result<(), Errno> {
         self.check_pieces(pieces)?;
+        self.daemon_changes(id);
         self.check_capacity(id, pieces)?;
         for p in pieces.iter().filter(|p| p.len > 0) {
             let _guard = self.lock(id, p.chunk);
@@ -300,7 +307,7 @@ impl ChunkStore {
             offset: 0,
             len: len32,
         };
-        self.read_piece_with(id, &p, &mut buf, true)?;
+        self.read_piece_with(id, &p, &mut buf, Some(true))?;
         Ok(Some(buf))
     }
 
@@ -353,6 +360,7 @@ impl ChunkStore {
         if bytes.len() != p.len as usize {
             return Err(Errno::einval("a piece's length differs from its bytes"));
         }
+        let direct = self.daemon_changes(id);
         loop {
             let slot = self.slot_or_new(id);
             let gone = slot.gate.read().unwrap_or_else(|e| e.into_inner());
@@ -364,7 +372,7 @@ impl ChunkStore {
             let new_sums = match (self.block, &file) {
                 (Some(block), Some(f)) => {
                     let held = old.unwrap_or(0);
-                    self.block_sums_for_write(f, id, p, bytes, block, seg_sums, held)?
+                    self.block_sums_for_write(f, id, p, bytes, block, seg_sums, held, direct)?
                 }
                 _ => Vec::new(),
             };
@@ -464,16 +472,17 @@ impl ChunkStore {
     /// untouched) if the chunk does not exist.
     /// With checksums on, the blocks it touches are verified (as `read_checked` does).
     pub fn read_piece(&self, id: FileId, p: &Piece, buf: &mut [u8]) -> Result<bool, Errno> {
-        self.read_piece_with(id, p, buf, false)
+        self.read_piece_with(id, p, buf, None)
     }
 
-    /// `read_piece`; `locked`: the caller holds the chunk's lock.
+    /// `read_piece`; `locked`: the caller holds the chunk's lock (`Some`), and may have
+    /// blocks of a direct writer checksummed again once (`Some(true)`).
     fn read_piece_with(
         &self,
         id: FileId,
         p: &Piece,
         buf: &mut [u8],
-        locked: bool,
+        locked: Option<bool>,
     ) -> Result<bool, Errno> {
         if buf.len() != p.len as usize {
             return Err(Errno::einval("a piece's length differs from its buffer"));
@@ -496,12 +505,20 @@ impl ChunkStore {
                     buf.copy_from_slice(&out);
                     return Ok(true);
                 }
-                Some(at) if locked => return Err(self.found_bad(id, p.chunk, at)),
+                Some(at) if locked.is_some() => {
+                    drop((f, gone));
+                    // A direct writer's unreported blocks (decision 0048): checksummed
+                    // again from their bytes, then read once more.
+                    if locked == Some(true) && self.resum_if_direct(id, p)? {
+                        return self.read_piece_with(id, p, buf, Some(false));
+                    }
+                    return Err(self.found_bad(id, p.chunk, at));
+                }
                 Some(_) => {
                     // Checked again under the chunk's lock (taken before the gate).
                     drop((f, gone));
                     let _guard = self.lock(id, p.chunk);
-                    return self.read_piece_with(id, p, buf, true);
+                    return self.read_piece_with(id, p, buf, Some(true));
                 }
             }
         }
@@ -527,6 +544,7 @@ impl ChunkStore {
         let Some(slot) = self.slot(id) else {
             return Ok(());
         };
+        self.daemon_changes(id);
         let listed: Vec<(u64, u64)> = lock(&slot.chunks).iter().map(|(k, l)| (*k, *l)).collect();
         for (k, _) in listed {
             let start = k.saturating_mul(self.chunk_size);
@@ -597,7 +615,9 @@ impl ChunkStore {
                     let mut whole = vec![0u8; block as usize];
                     pread_full(&f.data, &mut whole, k * self.chunk_size + b * block)
                         .map_err(|e| io_err(&e, id, k))?;
-                    if checksum::crc(&whole) != self.load_sums(&f, id, k, b, 1)?[0] {
+                    if checksum::crc(&whole) != self.load_sums(&f, id, k, b, 1)?[0]
+                        && !self.daemon_changes(id)
+                    {
                         return Err(self.found_bad(id, k, b * block));
                     }
                     whole[(keep - b * block) as usize..].fill(0);

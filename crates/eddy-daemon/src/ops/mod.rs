@@ -14,6 +14,7 @@
 
 mod daemon;
 mod data;
+mod direct;
 mod intents;
 mod links;
 mod locks;

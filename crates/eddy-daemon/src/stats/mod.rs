@@ -202,6 +202,10 @@ pub(crate) fn carried(req: &Request) -> Carried {
             bytes: 0,
             file: Some((r.file_id, false)),
         },
+        Request::DirectCommit(c) => Carried {
+            bytes: c.ranges.iter().map(|r| r.1).sum(),
+            file: Some((c.file_id, true)),
+        },
         Request::PutChunk(c) => Carried {
             bytes: c.data.len() as u64,
             file: None,
@@ -361,6 +365,22 @@ impl Stats {
         }
     }
 
+    /// Bytes of `file` a client of this host read directly in this daemon's data file
+    /// (decision 0048), told by the current request (its `DirectCommit`): counted as reads
+    /// of the client that read them.
+    pub(crate) fn read_directly(&self, file: FileId, bytes: u64) {
+        if !self.on || bytes == 0 {
+            return;
+        }
+        let c = &self.ops[Op::Read as usize];
+        c.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let _ = REQUEST.try_with(|r| {
+            let client = r.conn.client.get().unwrap_or(&self.unknown);
+            client.read_bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.files.record(file, client.key, false, bytes);
+        });
+    }
+
     /// The connection of the current request belongs to `client` (its `Identify`). A
     /// connection identifies once; a second `Identify` changes nothing.
     pub(crate) fn identify(&self, client: ClientId) {
@@ -390,7 +410,7 @@ impl Stats {
             let n = c.count.load(Ordering::Relaxed);
             match op {
                 Op::Read => t.read_bytes += c.bytes.load(Ordering::Relaxed),
-                Op::Write => t.written_bytes += c.bytes.load(Ordering::Relaxed),
+                Op::Write | Op::DirectCommit => t.written_bytes += c.bytes.load(Ordering::Relaxed),
                 _ => {}
             }
             if matches!(op, Op::Identify | Op::Stats) {
@@ -446,7 +466,7 @@ impl Stats {
                     service_us: c.service_us.snapshot(),
                 }
             })
-            .filter(|o| o.count > 0)
+            .filter(|o| o.count > 0 || o.bytes > 0)
             .collect();
         // Clients that only identified (a monitoring tool asking `Stats`) are left out.
         let mut clients: Vec<ClientStats> = eddy_proto::sync::lock(&self.clients)

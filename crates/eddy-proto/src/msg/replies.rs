@@ -137,6 +137,8 @@ pub enum Reply {
     LockOwners(Vec<LockOwner>),
     /// What a daemon counted (`Stats`), boxed: it is large.
     Stats(Box<crate::stats::DaemonStats>),
+    /// A lease for direct local I/O (`DirectOpen`).
+    Direct(DirectGrant),
 }
 
 impl Reply {
@@ -241,6 +243,7 @@ variant_replies! {
     ScrubPage => Scrubbed,
     Vec<crate::repair::Digest> => Digests,
     Vec<LockOwner> => LockOwners,
+    DirectGrant => Direct,
 }
 
 impl ReplyType for crate::stats::DaemonStats {
@@ -367,4 +370,14 @@ pub fn response_from_frame(frame: Frame, limit: u64) -> Result<Response, Errno> 
         _ => {}
     }
     Ok(resp)
+}
+
+/// A lease for direct local I/O (`DirectOpen`, decision 0048): its number (named by the
+/// client's reports), the one-use token that fetches its descriptors from the daemon's
+/// descriptor socket, and how many bytes the client may write before it reports them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectGrant {
+    pub lease: u64,
+    pub token: u128,
+    pub batch: u64,
 }

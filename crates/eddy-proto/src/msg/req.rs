@@ -677,3 +677,39 @@ pub struct Identify {
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats;
+
+// ---- direct local I/O (decision 0048): sent to a daemon on the client's own host ----
+
+/// Asks for descriptors of the file's data file (read-write with `write`, else read-only)
+/// and of its sum file, for direct local I/O. The daemon answers with a lease (held by this
+/// connection: it ends with it) and a one-use token the client redeems on the daemon's
+/// descriptor socket (`fdpass`). Refused with EOPNOTSUPP when direct I/O is off or the
+/// daemon has no descriptor socket, ENOENT for a read of a file this daemon holds nothing
+/// of, ENOSPC for a write when less than `direct_batch_bytes` of room is left. Replies
+/// `DirectGrant`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectOpen {
+    pub file_id: FileId,
+    pub write: bool,
+}
+
+/// Reports what a client wrote directly under `lease` since its last report: the byte
+/// ranges of the data file (`(offset, len)`, each inside chunks this daemon owns) and the
+/// checksum of every block they touch (`(block index from the file's start, CRC32C of the
+/// whole block)`); the daemon records the chunks' lengths and stores the checksums (or
+/// computes them from the data when another writer shared the file meanwhile). With
+/// `release` the lease ends. ESTALE for a lease this daemon does not know (it restarted,
+/// or the connection that held it was lost): the client writes those ranges again through
+/// the daemon. Also tells the bytes read directly (counted as reads). Replies `Ok`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectCommit {
+    pub file_id: FileId,
+    pub lease: u64,
+    pub ranges: Vec<(u64, u64)>,
+    pub sums: Vec<(u64, u32)>,
+    /// Bytes read directly since the last report, for the daemon's counters.
+    pub read_bytes: u64,
+    pub release: bool,
+}

@@ -140,6 +140,8 @@ macro_rules! request_table {
             WaitsFor "waits_for" {} -> bool, conn, REJOINING;
             Identify "identify" {} -> (), conn, REJOINING;
             Stats "stats" {} -> $crate::stats::DaemonStats, conn, REJOINING;
+            DirectOpen "direct_open" {} -> DirectGrant, conn, STORAGE;
+            DirectCommit "direct_commit" {} -> (), conn, CHANGES | STORAGE | GROWS;
         }
     };
 }

@@ -1,0 +1,436 @@
+//! Direct local chunk I/O (decision 0048): for the chunks an open file has on a daemon of
+//! this client's host, the client reads and writes that daemon's data file itself, through
+//! descriptors the daemon hands it (`DirectOpen`, then its token redeemed on the daemon's
+//! descriptor socket: `eddy_proto::fdpass`), and tells the daemon what it wrote
+//! (`DirectCommit`: the ranges, and the checksums of the whole blocks it wrote; the daemon
+//! checksums the blocks written in part from their bytes) at fsync, close, lock and
+//! truncate, and when `direct_batch_bytes` are pending.
+//!
+//! Taken per open file and daemon, for a file not under a linked prefix (those go through
+//! the daemon's tier), with `direct_io` on. With R copies, the copies on daemons of this
+//! host are written directly, the others by RPC as before (reads of R copies go through
+//! the daemons, with their failover). A lease is
+//! held by the connection it was granted on: once that connection is gone (the daemon
+//! restarted, the link was reset) the lease is void, what was written under it and not
+//! reported is written again through the daemon (read back from the descriptor, which
+//! still names the same data file), and the next I/O asks for a new lease.
+//!
+//! Reads verify every block against the stored checksums (read through the sum file's
+//! descriptor), or against the checksum of a whole block this client wrote and has not
+//! reported yet; a block it wrote in part and has not reported is its own bytes, not
+//! verified. A mismatch sends the read through the daemon, which tells a direct write in
+//! flight from damage.
+
+use crate::{layout, Client, Errno, File};
+use eddy_proto::{checksum, req, DirectGrant, FileKind, Piece, Request};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// The daemons of this client's host that may hand out descriptors: id → descriptor socket
+/// (in the daemon's root: a client of another user, which cannot reach it, never tries).
+pub(crate) struct Local {
+    sockets: HashMap<u32, PathBuf>,
+    /// Daemons that refused direct I/O (off there): not asked again.
+    off: Mutex<HashSet<u32>>,
+}
+
+impl Local {
+    pub fn new(dep: &eddy_config::Deployment, host: &str) -> Local {
+        let sockets = match dep.config.direct_io {
+            true => dep
+                .daemons
+                .iter()
+                .filter(|d| d.host == host)
+                .map(|d| (d.id, eddy_proto::fdpass::socket_path(&d.root)))
+                .collect(),
+            false => HashMap::new(),
+        };
+        Local {
+            sockets,
+            off: Mutex::default(),
+        }
+    }
+
+    fn socket(&self, daemon: u32) -> Option<&PathBuf> {
+        if eddy_proto::sync::lock(&self.off).contains(&daemon) {
+            return None;
+        }
+        self.sockets.get(&daemon).filter(|p| p.exists())
+    }
+}
+
+/// What one open file does directly, per daemon: a lease, or `None` when it was refused.
+#[derive(Default)]
+pub(crate) struct Handles(Mutex<HashMap<u32, Option<Arc<Lease>>>>);
+
+/// A lease of one file on one daemon: the descriptors, and what was written and not
+/// reported yet.
+pub(crate) struct Lease {
+    daemon: u32,
+    number: u64,
+    data: std::fs::File,
+    sums: Option<std::fs::File>,
+    write: bool,
+    batch: u64,
+    /// The generation of the connection that holds it (for fsync's check, decision 0015).
+    generation: u64,
+    /// Tells when that connection is gone (the lease with it).
+    closed: eddy_rpc::Closed,
+    /// The daemon ended it (it is full).
+    ended: std::sync::atomic::AtomicBool,
+    pending: Mutex<Pending>,
+}
+
+/// Written and not reported: ranges of the data file, and the checksums of the whole
+/// blocks written (by block index from the file's start).
+#[derive(Default)]
+struct Pending {
+    ranges: Vec<(u64, u64)>,
+    sums: BTreeMap<u64, u32>,
+    bytes: u64,
+    /// Bytes read directly, told to the daemon's counters with the next report.
+    read: u64,
+}
+
+impl Pending {
+    /// Whether block `g` lies in a range written (in part) and not reported.
+    fn touches(&self, g: u64, block: u64) -> bool {
+        let (a, e) = (g * block, (g + 1) * block);
+        self.ranges.iter().any(|&(o, l)| o < e && o + l > a)
+    }
+}
+
+impl Lease {
+    fn void(&self) -> bool {
+        self.closed.is_closed() || self.ended.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl Client {
+    /// Whether the chunks `f` has on `daemon` may be read and written directly.
+    fn direct_eligible(&self, f: &File, daemon: u32) -> bool {
+        f.0.backing.is_none()
+            && f.inode_kind() == FileKind::File
+            && self.0.direct.socket(daemon).is_some()
+    }
+
+    /// The lease of `f` on `daemon`, asked for if this handle has none yet (`None`: the
+    /// I/O goes through the daemon). A void lease is settled first.
+    pub(crate) async fn direct_lease(&self, f: &File, daemon: u32) -> Option<Arc<Lease>> {
+        if !self.direct_eligible(f, daemon) {
+            return None;
+        }
+        let known = eddy_proto::sync::lock(&f.0.direct.0).get(&daemon).cloned();
+        match known {
+            Some(None) => return None,
+            Some(Some(l)) if !l.void() => return Some(l),
+            Some(Some(l)) => {
+                eddy_proto::sync::lock(&f.0.direct.0).remove(&daemon);
+                if let Err(e) = self.settle_void(f, &l).await {
+                    tracing::warn!("{}: writing again what a void lease wrote: {e}", f.path());
+                }
+            }
+            None => {}
+        }
+        let got = self.grant(f, daemon).await;
+        let lease = match got {
+            Ok(l) => Some(Arc::new(l)),
+            Err(e) => {
+                if e.errno == libc::EOPNOTSUPP {
+                    eddy_proto::sync::lock(&self.0.direct.off).insert(daemon);
+                }
+                tracing::debug!("{}: no direct I/O on daemon {daemon}: {e}", f.path());
+                None
+            }
+        };
+        eddy_proto::sync::lock(&f.0.direct.0).insert(daemon, lease.clone());
+        lease
+    }
+
+    async fn grant(&self, f: &File, daemon: u32) -> Result<Lease, Errno> {
+        let write = f.writable();
+        let req = Request::DirectOpen(req::DirectOpen {
+            file_id: f.file_id(),
+            write,
+        });
+        let (reply, generation) = self
+            .rpc()
+            .send(daemon, &req)
+            .await
+            .map_err(eddy_rpc::Failure::into_errno)?;
+        let grant: DirectGrant = eddy_proto::typed_reply::<req::DirectOpen>(reply)?;
+        let closed = self
+            .rpc()
+            .closed_signal(daemon)
+            .ok_or_else(|| Errno::eio("the connection that granted a lease is gone"))?;
+        let socket = self
+            .0
+            .direct
+            .socket(daemon)
+            .cloned()
+            .ok_or_else(|| Errno::new(libc::EOPNOTSUPP, "no descriptor socket"))?;
+        let token = grant.token;
+        let fds = tokio::task::spawn_blocking(move || {
+            let mut s = std::os::unix::net::UnixStream::connect(&socket)
+                .map_err(|e| Errno::from_io(&e, format!("{}", socket.display())))?;
+            let limit = Some(std::time::Duration::from_secs(2));
+            s.set_read_timeout(limit)
+                .and_then(|()| s.set_write_timeout(limit))
+                .map_err(|e| Errno::from_io(&e, "descriptor socket"))?;
+            eddy_proto::fdpass::redeem(&mut s, token)
+        })
+        .await
+        .map_err(|e| Errno::eio(format!("descriptor socket: {e}")))??;
+        let mut fds = fds.into_iter().map(std::fs::File::from);
+        let data = fds
+            .next()
+            .ok_or_else(|| Errno::eio("the daemon refused the token of its own lease"))?;
+        Ok(Lease {
+            daemon,
+            number: grant.lease,
+            data,
+            sums: fds.next(),
+            write,
+            batch: grant.batch,
+            generation,
+            closed,
+            ended: Default::default(),
+            pending: Mutex::default(),
+        })
+    }
+
+    /// Writes the spans of `data` (a write's buffer) into the lease's data file; reports
+    /// them once `direct_batch_bytes` are pending.
+    pub(crate) async fn direct_write(
+        &self,
+        f: &File,
+        lease: &Arc<Lease>,
+        spans: &[layout::Span],
+        data: &[u8],
+    ) -> Result<(), Errno> {
+        let cfg = self.config();
+        let (cs, block) = (cfg.chunk_size, cfg.checksum_block());
+        let mut sums = Vec::new();
+        let mut ranges = Vec::with_capacity(spans.len());
+        for s in spans {
+            let at = s.piece.chunk * cs + u64::from(s.piece.offset);
+            let bytes = &data[s.buf_pos..s.buf_pos + s.piece.len as usize];
+            lease
+                .data
+                .write_all_at(bytes, at)
+                .map_err(|e| Errno::from_io(&e, format!("{}: direct write", f.path())))?;
+            ranges.push((at, bytes.len() as u64));
+            if lease.sums.is_some() {
+                // The whole blocks' checksums; the daemon checksums the others.
+                let first = at.div_ceil(block);
+                let end = (at + bytes.len() as u64) / block;
+                for g in first..end {
+                    let from = (g * block - at) as usize;
+                    sums.push((g, checksum::crc(&bytes[from..from + block as usize])));
+                }
+            }
+        }
+        f.0.unsynced.note(lease.daemon, lease.generation);
+        let full = {
+            let mut p = eddy_proto::sync::lock(&lease.pending);
+            // A block written in part no longer has the checksum of an earlier whole write.
+            for &(at, len) in &ranges {
+                if !at.is_multiple_of(block) {
+                    p.sums.remove(&(at / block));
+                }
+                if !(at + len).is_multiple_of(block) {
+                    p.sums.remove(&((at + len) / block));
+                }
+            }
+            p.bytes += ranges.iter().map(|r| r.1).sum::<u64>();
+            p.ranges.extend(ranges);
+            p.sums.extend(sums);
+            p.bytes >= lease.batch
+        };
+        if full {
+            self.report(f, lease, false).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads `spans` into `out` (at each span's buffer position) from the lease's data file,
+    /// verifying every block; `Err` when a block does not match (the caller reads through
+    /// the daemon then) or the read failed.
+    pub(crate) fn direct_read(
+        &self,
+        lease: &Lease,
+        spans: &[layout::Span],
+        out: &mut [u8],
+    ) -> Result<(), Errno> {
+        let cfg = self.config();
+        let (cs, block) = (cfg.chunk_size, cfg.checksum_block());
+        let zero = checksum::zeros_crc(block);
+        let mut pending = eddy_proto::sync::lock(&lease.pending);
+        let mut whole = Vec::new();
+        for s in spans {
+            let len = s.piece.len as u64;
+            let at = s.piece.chunk * cs + u64::from(s.piece.offset);
+            let dst = &mut out[s.buf_pos..s.buf_pos + len as usize];
+            let Some(sf) = &lease.sums else {
+                read_full(&lease.data, dst, at)?;
+                continue;
+            };
+            // The whole blocks the span touches, verified, then its bytes.
+            let (a, e) = (at / block * block, (at + len).div_ceil(block) * block);
+            let aligned = a == at && e == at + len;
+            let buf: &mut [u8] = if aligned {
+                dst
+            } else {
+                whole.resize((e - a) as usize, 0);
+                &mut whole[..]
+            };
+            read_full(&lease.data, buf, a)?;
+            let n = ((e - a) / block) as usize;
+            let mut raw = vec![0u8; n * 4];
+            read_full(sf, &mut raw, a / block * 4)?;
+            for (j, bytes) in buf.chunks(block as usize).enumerate() {
+                let g = a / block + j as u64;
+                let want = match pending.sums.get(&g) {
+                    Some(s) => Some(*s),
+                    None if pending.touches(g, block) => None, // its own bytes
+                    None => {
+                        let r = &raw[j * 4..j * 4 + 4];
+                        Some(u32::from_le_bytes([r[0], r[1], r[2], r[3]]) ^ zero)
+                    }
+                };
+                if want.is_some_and(|w| w != checksum::crc(bytes)) {
+                    return Err(Errno::eio(format!(
+                        "block {g} does not match its checksum in the data file"
+                    )));
+                }
+            }
+            if !aligned {
+                let from = (at - a) as usize;
+                out[s.buf_pos..s.buf_pos + len as usize]
+                    .copy_from_slice(&whole[from..from + len as usize]);
+            }
+        }
+        pending.read += spans.iter().map(|s| u64::from(s.piece.len)).sum::<u64>();
+        Ok(())
+    }
+
+    /// Reports what `f` wrote directly on every daemon (`release`: and ends its leases, as
+    /// at close).
+    pub(crate) async fn direct_report(&self, f: &File, release: bool) -> Result<(), Errno> {
+        let leases: Vec<Arc<Lease>> = {
+            let mut map = eddy_proto::sync::lock(&f.0.direct.0);
+            let all = map.values().flatten().cloned().collect();
+            if release {
+                map.clear();
+            }
+            all
+        };
+        let mut first = None;
+        for l in leases {
+            if let Err(e) = self.report(f, &l, release).await {
+                first = first.or(Some(e));
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Reports what was written under `lease`; a void lease (or one the daemon no longer
+    /// knows) has it written again through the daemon.
+    async fn report(&self, f: &File, lease: &Lease, release: bool) -> Result<(), Errno> {
+        let pending = std::mem::take(&mut *eddy_proto::sync::lock(&lease.pending));
+        if pending.ranges.is_empty() && pending.read == 0 && !release {
+            return Ok(());
+        }
+        if lease.void() {
+            return self.rewrite(f, lease, pending).await;
+        }
+        let req = Request::DirectCommit(req::DirectCommit {
+            file_id: f.file_id(),
+            lease: lease.number,
+            ranges: pending.ranges.clone(),
+            sums: pending.sums.iter().map(|(g, s)| (*g, *s)).collect(),
+            read_bytes: pending.read,
+            release,
+        });
+        match self.rpc().send(lease.daemon, &req).await {
+            Ok(_) => Ok(()),
+            // Recorded, and the lease ended: the daemon is nearly full, later writes go
+            // through it (and get its ENOSPC).
+            Err(eddy_rpc::Failure::Daemon(e)) if e.errno == libc::ENOSPC => {
+                lease
+                    .ended
+                    .store(true, std::sync::atomic::Ordering::Release);
+                Ok(())
+            }
+            Err(eddy_rpc::Failure::Daemon(e)) if e.errno != libc::ESTALE => Err(e),
+            Err(_) => self.rewrite(f, lease, pending).await,
+        }
+    }
+
+    /// A void lease of `f`: what it wrote and did not report is written again through the
+    /// daemon.
+    async fn settle_void(&self, f: &File, lease: &Lease) -> Result<(), Errno> {
+        let pending = std::mem::take(&mut *eddy_proto::sync::lock(&lease.pending));
+        self.rewrite(f, lease, pending).await
+    }
+
+    /// Writes `pending`'s ranges again through the lease's daemon, their bytes read back
+    /// from the data file's descriptor (it names the file the daemon adopted or knows).
+    async fn rewrite(&self, f: &File, lease: &Lease, pending: Pending) -> Result<(), Errno> {
+        if !lease.write || pending.ranges.is_empty() {
+            return Ok(());
+        }
+        let cfg = self.config();
+        let (cs, max) = (cfg.chunk_size, cfg.max_rpc_data_bytes as u64);
+        for (off, len) in pending.ranges {
+            let mut pos = off;
+            while pos < off + len {
+                let n = (off + len - pos).min(max);
+                let mut buf = vec![0u8; n as usize];
+                read_full(&lease.data, &mut buf, pos)?;
+                let pieces: Vec<Piece> = layout::pieces(pos, n as usize, cs)
+                    .into_iter()
+                    .map(|s| s.piece)
+                    .collect();
+                let req = Request::Write(req::Write {
+                    file_id: f.file_id(),
+                    sums: crate::integrity::write_sums(cfg, &pieces, &buf),
+                    pieces,
+                    data: buf.into(),
+                    backing: None,
+                });
+                let (_, generation) = self
+                    .rpc()
+                    .send(lease.daemon, &req)
+                    .await
+                    .map_err(eddy_rpc::Failure::into_errno)?;
+                f.0.unsynced.note(lease.daemon, generation);
+                pos += n;
+            }
+        }
+        tracing::info!(
+            "{}: a direct lease on daemon {} was lost; its unreported writes were written again \
+             through the daemon",
+            f.path(),
+            lease.daemon
+        );
+        Ok(())
+    }
+}
+
+/// pread of all of `buf` at `at`; zeros past the end of the file.
+fn read_full(file: &std::fs::File, buf: &mut [u8], at: u64) -> Result<(), Errno> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], at + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Errno::from_io(&e, "direct read")),
+        }
+    }
+    buf[done..].fill(0);
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! Direct local I/O (decision 0048): `DirectOpen` grants a lease and the token of its
+//! descriptors; `DirectCommit` records what the lease's holder wrote and may end it. Both
+//! are held by the connection they came on (`crate::direct`).
+
+use super::Serve;
+use crate::advisory::ConnId;
+use crate::direct::Lease;
+use crate::handler::State;
+use eddy_proto::{req, DirectGrant, Errno};
+use std::sync::Arc;
+
+impl Serve for req::DirectOpen {
+    async fn serve(self, st: &Arc<State>, conn: ConnId) -> Result<DirectGrant, Errno> {
+        let cfg = &st.settings.config;
+        if !cfg.direct_io || !st.direct_socket() {
+            return Err(Errno::new(
+                libc::EOPNOTSUPP,
+                "direct I/O is off on this daemon (direct_io, or no descriptor socket)",
+            ));
+        }
+        let batch = cfg.direct_batch_bytes;
+        if self.write {
+            if let Some(limit) = st.chunks.capacity_limit() {
+                let held = st.chunks.usage().0;
+                if held.saturating_add(batch) > limit {
+                    return Err(Errno::new(
+                        libc::ENOSPC,
+                        format!(
+                            "less than direct_batch_bytes ({batch}) of room is left below the \
+                             capacity: write through the daemon"
+                        ),
+                    ));
+                }
+            }
+        }
+        let (id, write) = (self.file_id, self.write);
+        let (data, sums) = st
+            .blocking_any(move |st| st.chunks.direct_open(id, write))
+            .await??;
+        let files = std::iter::once(data).chain(sums).collect();
+        let lease = Lease {
+            file_id: id,
+            write,
+            conn,
+        };
+        let (lease, token) = st.direct.grant(lease, files);
+        Ok(DirectGrant {
+            lease,
+            token,
+            batch,
+        })
+    }
+}
+
+impl Serve for req::DirectCommit {
+    async fn serve(self, st: &Arc<State>, conn: ConnId) -> Result<(), Errno> {
+        let lease = st.direct.lease(self.lease, conn, self.file_id)?;
+        st.stats.read_directly(self.file_id, self.read_bytes);
+        if !lease.write && !self.ranges.is_empty() {
+            return Err(Errno::new(
+                libc::EBADF,
+                "a read lease reported writes: nothing recorded",
+            ));
+        }
+        let (id, number) = (self.file_id, self.lease);
+        let (ranges, sums) = (self.ranges, self.sums);
+        // Past the capacity less one batch, the lease ends here: its writer writes through
+        // the daemon from now on, and gets its ENOSPC.
+        let batch = st.settings.config.direct_batch_bytes;
+        let full = || {
+            st.chunks
+                .capacity_limit()
+                .is_some_and(|limit| st.chunks.usage().0.saturating_add(batch) > limit)
+        };
+        let mut release = self.release;
+        if lease.write {
+            st.blocking_any(move |st| st.chunks.direct_commit(id, &ranges, &sums))
+                .await??;
+            release |= full();
+            if release {
+                st.blocking_any(move |st| st.chunks.direct_close(id, false))
+                    .await??;
+            }
+        }
+        if release {
+            st.direct.end(number);
+        }
+        if release && !self.release {
+            return Err(Errno::new(
+                libc::ENOSPC,
+                "recorded; this daemon is nearly full, so the direct lease ended: write \
+                 through the daemon",
+            ));
+        }
+        Ok(())
+    }
+}
