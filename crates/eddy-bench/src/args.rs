@@ -104,6 +104,17 @@ pub struct SuiteArgs {
     /// false` to measure what the checksums cost.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Placement of the new files (`placement` in the deployment's configuration, decision
+    /// 0043) in every deployment the suite starts, overriding what --config or a --variant's
+    /// file says; unset: theirs (default hashed). With `local` the suite makes ior-hard's
+    /// directory `user.eddy.placement = hashed` (its file is shared; decision 0047).
+    #[arg(long, value_name = "hashed|local", value_parser = ["hashed", "local"])]
+    pub placement: Option<String>,
+    /// After each Eddy run, save what the daemons counted (`eddy stats --json`: per daemon
+    /// its clients and the files it served) to DIR/LABEL.json, the last round's; the counts
+    /// add up over the runs of one deployment. Shows where each run's bytes went.
+    #[arg(long, value_name = "DIR")]
+    pub daemon_stats: Option<PathBuf>,
     /// Measure Eddy once per wire protection (`eddy start --wire`), e.g. `clear,mac,sealed`:
     /// a deployment each, in that order, on the same storage and beside the same raw run;
     /// every later setting is also compared with the first (decision 0022).

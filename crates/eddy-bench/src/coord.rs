@@ -194,9 +194,19 @@ fn create_work_dir<F: Fs>(fs: &F, plan: &Plan) -> anyhow::Result<()> {
 /// Creates the sub-directories, the manifest and the find reference.
 fn populate<F: Fs>(fs: &F, plan: &Plan) -> anyhow::Result<()> {
     for d in plan.dirs() {
-        let p = plan.work.join(d);
+        let p = plan.work.join(&d);
         fs.mkdir(&p)
             .with_context(|| format!("cannot create {}", p.display()))?;
+        if plan.hashed_dirs.contains(&d) {
+            fs.set_xattr(&p, eddy_config::PLACEMENT_XATTR, b"hashed")
+                .with_context(|| {
+                    format!(
+                        "cannot set {} = hashed on {}",
+                        eddy_config::PLACEMENT_XATTR,
+                        p.display()
+                    )
+                })?;
+        }
     }
     let reference = plan.work.join(FIND_REF);
     fs.write_file(&reference, b"")

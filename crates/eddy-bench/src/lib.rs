@@ -121,7 +121,10 @@ fn write_outputs_in(
 ) -> anyhow::Result<()> {
     if let Some(p) = &out.plot {
         let title = match &layout {
-            Some(l) => format!("{title} (layout: {})", l.name),
+            Some(l) => match &l.placement {
+                Some(p) => format!("{title} (layout: {}, placement: {p})", l.name),
+                None => format!("{title} (layout: {})", l.name),
+            },
             None => title.to_string(),
         };
         plot::plot_runs(&runs, p, &title)?;

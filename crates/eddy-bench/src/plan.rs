@@ -283,6 +283,11 @@ pub struct Plan {
     pub phases: Vec<Phase>,
     /// Seconds after which creating phases stop (0 = never).
     pub stonewall_s: f64,
+    /// Directories of the work directory (as `dirs` names them) made with
+    /// `user.eddy.placement = hashed` (decision 0047: the suite's shared file under
+    /// `placement = "local"`).
+    #[serde(default)]
+    pub hashed_dirs: Vec<String>,
 }
 
 impl Plan {
@@ -320,6 +325,7 @@ impl Plan {
             sizes: Sizes::new(opts),
             phases: select_phases(phases, &opts.workloads)?,
             stonewall_s,
+            hashed_dirs: Vec::new(),
         })
     }
 
@@ -382,6 +388,11 @@ impl Plan {
     }
 
     /// Directories created before the first phase (relative to the work directory).
+    /// The directory of ior-hard's shared file (`dirs`' name), if the plan runs ior-hard.
+    pub fn shared_file_dir(&self) -> Option<&'static str> {
+        self.has(Workload::IorHard).then_some("ior-hard")
+    }
+
     pub fn dirs(&self) -> Vec<String> {
         let mut d = Vec::new();
         if self.has(Workload::IorEasy) {

@@ -41,6 +41,11 @@ pub struct Layout {
     /// The tc rate of every host's link (`--link-rate`), if limited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_rate: Option<String>,
+    /// The placement of new files in the deployments measured (decision 0047): `hashed`,
+    /// `local`, or with variants of different placements each as `MODE [NAME]`, comma
+    /// separated. Absent in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
 }
 
 impl Layout {

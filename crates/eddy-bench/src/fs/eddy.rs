@@ -108,6 +108,17 @@ impl EddyFs {
         &self.state
     }
 
+    /// What every daemon counts of the I/O it served (`eddy stats --json`), by daemon id;
+    /// fails if one does not answer.
+    pub fn daemon_stats(&self) -> anyhow::Result<Vec<eddy_proto::stats::DaemonStats>> {
+        let mut out = Vec::new();
+        for (id, r) in self.rt.block_on(self.client.daemon_stats()) {
+            out.push(r.map_err(|e| anyhow::anyhow!("daemon {id} gave no statistics: {e}"))?);
+        }
+        out.sort_by_key(|s| s.daemon);
+        Ok(out)
+    }
+
     fn run<T>(&self, f: impl Future<Output = Result<T, Errno>>) -> io::Result<T> {
         self.rt.block_on(f).map_err(errno)
     }
@@ -241,6 +252,14 @@ impl Fs for EddyFs {
         };
         self.run(self.client.setattr(p, attr, self.creds))
             .map(|_| ())
+    }
+
+    fn set_xattr(&self, path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+        let p = npath(path)?;
+        self.run(
+            self.client
+                .setxattr(p, name, value, eddy_client::XattrSet::Any, self.creds),
+        )
     }
 
     fn check_writable(&self, dir: &Path) -> io::Result<()> {

@@ -93,6 +93,26 @@ impl Fs for LocalFs {
             .set_modified(when)
     }
 
+    fn set_xattr(&self, path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+        let c = cpath(path)?;
+        let n = std::ffi::CString::new(name)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: c and n are valid NUL-terminated strings, value a valid buffer of its length.
+        let rc = unsafe {
+            libc::setxattr(
+                c.as_ptr(),
+                n.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     fn check_writable(&self, dir: &Path) -> io::Result<()> {
         let c = cpath(dir)?;
         // SAFETY: c is a valid NUL-terminated string.

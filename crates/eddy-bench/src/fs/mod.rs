@@ -190,6 +190,8 @@ pub trait Fs {
     /// Every entry of a directory (without `.` and `..`), in no particular order.
     fn readdir(&self, path: &Path) -> io::Result<Vec<Entry>>;
     fn set_mtime(&self, path: &Path, when: SystemTime) -> io::Result<()>;
+    /// setxattr(2) of `name` (created or replaced) on `path`.
+    fn set_xattr(&self, path: &Path, name: &str, value: &[u8]) -> io::Result<()>;
     /// Fails with `PermissionDenied` when the caller may not create entries in `dir`.
     fn check_writable(&self, dir: &Path) -> io::Result<()>;
     /// Bytes available to the caller on the file system of `dir`; None when it does not say.

@@ -4,7 +4,9 @@
 //! host's network only, so that the mount is visible in this host's mount namespace) and the
 //! ranks r with r mod N = its index; the coordinator listens on this host's end of the bridge.
 //! A rank on host i reaches daemon i over its own namespace's interface (local) and every
-//! other daemon through the bridge (remote), as on a cluster. The storage stays one tmpfs
+//! other daemon through the bridge (remote), as on a cluster. Ranks and mounts of host i name
+//! themselves host i (`SLURMD_NODENAME`), so that `placement = "local"` puts their files on
+//! daemon i. The storage stays one tmpfs
 //! (or --storage), so that raw and Eddy runs share it as in the single-host layout.
 
 use crate::args::{LaunchOpts, SuiteArgs};
@@ -15,8 +17,14 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The launcher of the daemons and of every rank but the mount's.
+/// The launcher of the daemons.
 const LAUNCHER: &str = "ip netns exec {host} {cmd}";
+/// The node name a client identifies with (`eddy_rpc::NODE_VAR`, Slurm's): every rank and
+/// mount of host i names itself host i, so that `placement = "local"` finds host i's daemon
+/// (the namespaces share one host name; decision 0047).
+const NODE_VAR: &str = "SLURMD_NODENAME";
+/// The launcher of the ranks of the raw, library and preload runs.
+const RANK_LAUNCHER: &str = "ip netns exec {host} env SLURMD_NODENAME={host} {cmd}";
 
 /// A rank of the mount run sees its host's mount at the path the coordinator uses (host 0's
 /// mount): `ip netns exec` gives each command a private mount namespace, in which this
@@ -115,7 +123,7 @@ impl Hosts {
     pub(crate) fn launch(&self) -> LaunchOpts {
         LaunchOpts {
             listen: format!("{}:0", self.net.root_addr()),
-            worker_launcher: Some(LAUNCHER.to_string()),
+            worker_launcher: Some(RANK_LAUNCHER.to_string()),
             worker_hosts: self.names(),
             ..LaunchOpts::local()
         }
@@ -126,7 +134,7 @@ impl Hosts {
     pub(crate) fn mount_launch(&self) -> LaunchOpts {
         LaunchOpts {
             worker_launcher: Some(format!(
-                "ip netns exec {{host}} /bin/sh {} {}/{{host}} {} {{cmd}}",
+                "ip netns exec {{host}} env {NODE_VAR}={{host}} /bin/sh {} {}/{{host}} {} {{cmd}}",
                 self.bind.display(),
                 self.mounts.display(),
                 self.shared_mount().display()
@@ -169,6 +177,7 @@ impl Hosts {
                 .arg(&mnt)
                 .stdin(Stdio::null())
                 .env_remove("EDDY_STATE")
+                .env(NODE_VAR, &ns)
                 .output()
                 .context("cannot run nsenter (util-linux)")?;
             if !out.status.success() {
@@ -184,13 +193,14 @@ impl Hosts {
     }
 
     /// The layout as results record it, with the daemons' addresses of `state`'s deployment.
-    pub(crate) fn layout(&self, state: &Path) -> Result<Layout> {
+    pub(crate) fn layout(&self, state: &Path, placement: Option<String>) -> Result<Layout> {
         Ok(Layout {
             name: Layout::hosts_name(self.count() as u32),
             hosts: self.count() as u32,
             namespaces: self.names(),
             daemons: daemon_addrs(state)?,
             link_rate: self.link_rate.clone(),
+            placement,
         })
     }
 }

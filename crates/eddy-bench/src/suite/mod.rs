@@ -4,7 +4,8 @@
 //! raw directory on the same storage in the same run, prints them with ratios to raw, and
 //! always stops the deployment (`eddy stop --state S`) and removes what it created.
 //! With `--hosts N` the same runs are made in the netns host layout (hosts.rs); every table,
-//! plot and JSON file says which layout it is.
+//! plot and JSON file says which layout it is. `--placement` (decision 0047) sets the
+//! deployments' placement; tables, plot and JSON say which placement was measured.
 
 mod hosts;
 
@@ -14,6 +15,7 @@ use crate::fs::Target;
 use crate::plan::Plan;
 use crate::report::{self, Layout, Report};
 use anyhow::{bail, Context};
+use eddy_config::PlacementMode;
 use hosts::Hosts;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -82,15 +84,21 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
             ),
             false => None,
         },
+        state: state.clone(),
         launch: hosts.as_ref().map_or(a.launch.clone(), Hosts::launch),
         mount_launch: hosts.as_ref().map_or(a.launch.clone(), Hosts::mount_launch),
     };
-    let variants = variants(&a, &extra)?;
+    let mut variants = variants(&a, &extra)?;
+    if let Some(p) = &a.placement {
+        set_placement(&mut variants, p, base.path())?;
+    }
     if a.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
     let mut rounds: Vec<Vec<Report>> = Vec::new();
     let mut layout: Option<Layout> = None;
+    // Per variant (in the order given): the placement its deployment runs with.
+    let mut placements: Vec<Option<Placed>> = variants.iter().map(|_| None).collect();
     for round in 0..a.rounds {
         // Every other round in reverse, so that neither variant always runs on a warmer
         // machine.
@@ -100,6 +108,10 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         }
         let mut runs: Vec<Report> = Vec::new();
         for (i, v) in order.into_iter().enumerate() {
+            let vi = variants
+                .iter()
+                .position(|w| std::ptr::eq(w, v))
+                .unwrap_or_default();
             if a.rounds > 1 {
                 note!("eddy bench suite: round {} of {}", round + 1, a.rounds);
             }
@@ -112,19 +124,23 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
                 None => Deployment::start(&exe, a.daemons, &root, &mount, &state, &v.extra)?,
                 Some(h) => Deployment::start_on_hosts(&exe, h, &root, &state, &v.extra)?,
             };
+            let placed = Placed::of(&state, hosts.is_some())?;
+            let local = placed.mode == PlacementMode::Local;
+            placements[vi] = Some(placed);
             if layout.is_none() {
                 layout = Some(match &hosts {
-                    Some(h) => h.layout(&state)?,
+                    Some(h) => h.layout(&state, None)?,
                     None => Layout {
                         name: Layout::ONE_HOST.to_string(),
                         hosts: 1,
                         namespaces: Vec::new(),
                         daemons: hosts::daemon_addrs(&state)?,
                         link_rate: None,
+                        placement: None,
                     },
                 });
             }
-            let result = measure(&a, &targets, i == 0);
+            let result = measure(&a, &targets, i == 0, local);
             let stopped = deployment.stop();
             let mut these = result?;
             stopped?;
@@ -146,10 +162,15 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         rounds.push(runs);
     }
     let runs = report::median_of_rounds(&rounds);
+    let (short, long) = placement_words(&variants, &placements);
+    if let Some(l) = layout.as_mut() {
+        l.placement = Some(short);
+    }
     let layout_name = layout
         .as_ref()
         .map_or(Layout::ONE_HOST, |l| l.name.as_str());
-    print_suite(&a, &runs, &report::paired_ratios(&rounds), layout_name);
+    let head = format!("layout: {layout_name}\n{long}");
+    print_suite(&a, &runs, &report::paired_ratios(&rounds), &head);
     let title = if a.no_client {
         "eddy bench suite: Eddy mount vs raw storage"
     } else {
@@ -226,6 +247,158 @@ fn variants(a: &SuiteArgs, extra: &[std::ffi::OsString]) -> anyhow::Result<Vec<V
     Ok(out)
 }
 
+/// `--daemon-stats DIR`: the daemons' counts after the run `label` to DIR/LABEL.json.
+fn save_daemon_stats(dir: &Path, state: &Path, label: &str) -> anyhow::Result<()> {
+    let stats = crate::fs::EddyFs::connect(state)?.daemon_stats()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let file = dir.join(format!("{label}.json"));
+    let text = serde_json::to_string_pretty(&stats).context("encoding the daemons' counts")?;
+    std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))
+}
+
+/// `--placement`: every variant's deployment gets a configuration file of its own in `base`,
+/// its own file (or --config, or none) with `placement` set.
+fn set_placement(variants: &mut [Variant], mode: &str, base: &Path) -> anyhow::Result<()> {
+    for (i, v) in variants.iter_mut().enumerate() {
+        let at = v.extra.iter().position(|x| x == "--config");
+        let mut table = match at.and_then(|k| v.extra.get(k + 1)) {
+            Some(file) => {
+                let text = std::fs::read_to_string(file)
+                    .with_context(|| format!("cannot read {}", Path::new(file).display()))?;
+                text.parse::<toml::Table>()
+                    .with_context(|| format!("{} is not a TOML table", Path::new(file).display()))?
+            }
+            None => toml::Table::new(),
+        };
+        table.insert("placement".into(), toml::Value::String(mode.to_string()));
+        let file = base.join(format!("config-{i}.toml"));
+        write_private(&file, &table.to_string())?;
+        match at {
+            Some(k) => v.extra[k + 1] = file.into(),
+            None => v.extra.extend(["--config".into(), file.into()]),
+        }
+    }
+    Ok(())
+}
+
+/// Writes `text` to a new file readable by its owner only.
+fn write_private(file: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .with_context(|| format!("cannot write {}", file.display()))
+}
+
+/// The placement a started deployment runs with, and what "local" means in its layout.
+struct Placed {
+    mode: PlacementMode,
+    /// What the tables say of it.
+    meaning: String,
+}
+
+impl Placed {
+    /// From the deployment's own record (`STATE/deployment.toml`), so that --config,
+    /// --variant and --placement all end up said the same way.
+    fn of(state: &Path, host_layout: bool) -> anyhow::Result<Placed> {
+        let file = state.join("deployment.toml");
+        let dep = eddy_config::Deployment::load(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let mode = dep.config.placement;
+        let meaning = match (mode, host_layout) {
+            (PlacementMode::Hashed, _) => {
+                "chunks spread over all daemons by hash of (file, chunk)".to_string()
+            }
+            (PlacementMode::Local, true) => match &dep.config.placement_host {
+                Some(h) => format!(
+                    "placement_host = {h:?}: every client counts as that host, so every \
+                     file goes to its daemon (hashed if none); ior-hard's directory hashed"
+                ),
+                None => "each file on the daemon of the host (namespace) whose rank or \
+                         mount creates it; ior-hard's directory user.eddy.placement = hashed"
+                    .to_string(),
+            },
+            (PlacementMode::Local, false) => {
+                let me = dep
+                    .config
+                    .placement_host
+                    .clone()
+                    .unwrap_or_else(this_host_name);
+                let here = dep.daemons.iter().filter(|d| d.host == me).count();
+                if here == 0 {
+                    format!(
+                        "no daemon's host is this client's ({me}), so every file falls back \
+                         to hashed"
+                    )
+                } else {
+                    format!(
+                        "all {here} daemons are on one host ({me}): each file whole on one \
+                         of them, picked by hash of its id; ior-hard's directory hashed"
+                    )
+                }
+            }
+        };
+        Ok(Placed { mode, meaning })
+    }
+}
+
+/// The host name clients of this host identify with (`eddy_rpc::client_id`: Slurm's node
+/// name, else the kernel's host name).
+fn this_host_name() -> String {
+    std::env::var("SLURMD_NODENAME")
+        .ok()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// The placement as the JSON says it (`local`, or `local [a], hashed [b]` for variants that
+/// differ) and the tables' line(s) that say what it means.
+fn placement_words(variants: &[Variant], placed: &[Option<Placed>]) -> (String, String) {
+    let known: Vec<(&Variant, &Placed)> = variants
+        .iter()
+        .zip(placed)
+        .filter_map(|(v, p)| p.as_ref().map(|p| (v, p)))
+        .collect();
+    let same = known.windows(2).all(|w| w[0].1.mode == w[1].1.mode);
+    match known.first() {
+        None => ("unknown".into(), "placement: unknown\n".into()),
+        Some((_, p)) if same => (
+            p.mode.as_str().to_string(),
+            format!("placement: {} ({})\n", p.mode.as_str(), p.meaning),
+        ),
+        Some(_) => {
+            let each = |v: &Variant| v.name.clone().unwrap_or_default();
+            let short = known
+                .iter()
+                .map(|(v, p)| format!("{} [{}]", p.mode.as_str(), each(v)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let long = known
+                .iter()
+                .map(|(v, p)| {
+                    format!(
+                        "placement [{}]: {} ({})\n",
+                        each(v),
+                        p.mode.as_str(),
+                        p.meaning
+                    )
+                })
+                .collect();
+            (short, long)
+        }
+    }
+}
+
 /// What the suite measures on one deployment.
 struct Targets {
     raw: Target,
@@ -234,6 +407,8 @@ struct Targets {
     lib: Option<Target>,
     /// The same namespace through the preload library (with --preload).
     preload: Option<Target>,
+    /// The deployment's state directory.
+    state: PathBuf,
     /// How the ranks start: on this host, or spread over the hosts of the layout.
     launch: LaunchOpts,
     /// How the mount run's ranks start (in the hosts layout each sees its host's mount).
@@ -242,8 +417,11 @@ struct Targets {
 
 /// Runs the workloads on Eddy (mount, library, preload) and, `with_raw`, on raw storage;
 /// returns [raw, eddy, eddy-lib, eddy-preload] (raw only `with_raw`, eddy-lib only without
-/// --no-client, eddy-preload only with --preload).
-fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool) -> anyhow::Result<Vec<Report>> {
+/// --no-client, eddy-preload only with --preload). With `local` placement the Eddy runs make
+/// ior-hard's directory `user.eddy.placement = hashed`, through the run's own way in (the
+/// mount; the library for the library and preload runs, whose coordinator makes the
+/// directories).
+fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool, local: bool) -> anyhow::Result<Vec<Report>> {
     let one = |target: &Target, label: &str, launch: &LaunchOpts| -> anyhow::Result<Report> {
         crate::interrupt::check()?;
         note!("eddy bench suite: {label} ({target})");
@@ -251,12 +429,24 @@ fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool) -> anyhow::Result<Vec<Rep
         if a.work.stonewall.is_none() {
             plan.stonewall_s = SUITE_STONEWALL_S;
         }
+        if local && label != LABEL_RAW {
+            plan.hashed_dirs = plan
+                .shared_file_dir()
+                .into_iter()
+                .map(String::from)
+                .collect();
+        }
         let spec = RunSpec {
             label: label.to_string(),
             launch,
             keep: false,
         };
-        run_plan(&plan, &spec).with_context(|| format!("benchmark on {label} ({target}) failed"))
+        let report = run_plan(&plan, &spec)
+            .with_context(|| format!("benchmark on {label} ({target}) failed"))?;
+        if let (Some(dir), true) = (&a.daemon_stats, label != LABEL_RAW) {
+            save_daemon_stats(dir, &t.state, label)?;
+        }
+        Ok(report)
     };
     let eddy = |first: Option<Report>| -> anyhow::Result<Vec<Report>> {
         let mut runs: Vec<Report> = first.into_iter().collect();
@@ -281,15 +471,16 @@ fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool) -> anyhow::Result<Vec<Rep
     }
 }
 
-fn print_suite(a: &SuiteArgs, runs: &[Report], paired: &str, layout: &str) {
-    let mut text = format!("layout: {layout}\n\n");
+/// Prints the tables, each group under `head` (the layout and placement lines).
+fn print_suite(a: &SuiteArgs, runs: &[Report], paired: &str, head: &str) {
+    let mut text = format!("{head}\n");
     for r in runs {
         text.push_str(&report::table(r));
         text.push('\n');
     }
     if let [raw, eddy @ ..] = runs {
         let others: Vec<&Report> = eddy.iter().collect();
-        text.push_str(&format!("layout: {layout}\n"));
+        text.push_str(head);
         text.push_str(&report::ratios_table(raw, &others));
         // With several wire settings or variants: each way in (mount, library, preload)
         // under every later one against the same way in under the first.

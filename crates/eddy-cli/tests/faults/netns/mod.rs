@@ -174,3 +174,4 @@ mod alloc;
 mod cut_off;
 mod hosts;
 mod suite_hosts;
+mod suite_local;
