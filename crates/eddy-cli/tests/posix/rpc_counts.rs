@@ -215,3 +215,64 @@ fn a_file_another_mount_made_in_a_directory_this_one_made_opens_at_once() {
         b"from the other node"
     );
 }
+
+/// Requests the daemons have served since they started, by op, summed over the daemons;
+/// directory-time updates (batched on a timer) and the counting requests left out.
+fn served_ops(rt: &tokio::runtime::Runtime, c: &Client) -> BTreeMap<String, u64> {
+    let mut ops = BTreeMap::new();
+    for (_, stats) in rt.block_on(c.daemon_stats()) {
+        for op in stats.unwrap().ops {
+            if !["touch_dir", "stats", "status"].contains(&op.op.as_str()) {
+                *ops.entry(op.op).or_insert(0) += op.count;
+            }
+        }
+    }
+    ops
+}
+
+/// The requests served between two `served_ops`, the ops that grew only.
+fn ops_between(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter_map(|(op, n)| {
+            let d = n - before.get(op).copied().unwrap_or(0);
+            (d > 0).then(|| (op.clone(), d))
+        })
+        .collect()
+}
+
+/// What mdtest-easy's three phases cost through the mount, by request, within the attribute
+/// TTL (ten minutes here, so that the kernel's caching is what is tested, not how fast the
+/// machine is): a create and close of a new name is its lookup (`stat`, answered ENOENT)
+/// and its `create` (FLUSH and RELEASE of a file nothing was written to are answered by the
+/// mount itself); a stat of a file this mount created is answered by the kernel from the
+/// CREATE reply; an unlink is one `remove` (its entry is still valid: no lookup before).
+#[test]
+fn a_mount_creates_stats_and_removes_with_the_fewest_requests() {
+    let mut config = eddy_testkit::test_config();
+    config.fuse_attr_ttl_ms = 600_000;
+    let m = eddy_testkit::Mounted::start_with(3, config);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = rt.block_on(m.cluster.client());
+    m.ok("mkdir d");
+    let n: u64 = 20;
+    let names: Vec<_> = (0..n).map(|i| m.path(&format!("d/f{i}"))).collect();
+    let phase = |what: &dyn Fn(&std::path::Path)| {
+        let before = served_ops(&rt, &c);
+        names.iter().for_each(|p| what(p));
+        ops_between(&before, &served_ops(&rt, &c))
+    };
+    let created = phase(&|p| drop(std::fs::File::create_new(p).unwrap()));
+    let want = |ops: &[(&str, u64)]| -> BTreeMap<String, u64> {
+        ops.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    };
+    assert_eq!(created, want(&[("create", n), ("stat", n)]), "create+close");
+    let stated = phase(&|p| assert_eq!(std::fs::metadata(p).unwrap().len(), 0));
+    assert_eq!(stated, want(&[]), "stat of the mount's own new files");
+    let removed = phase(&|p| std::fs::remove_file(p).unwrap());
+    assert_eq!(removed, want(&[("remove", n)]), "unlink");
+    assert!(std::fs::read_dir(m.path("d")).unwrap().next().is_none());
+}
