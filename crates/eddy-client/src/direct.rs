@@ -65,6 +65,13 @@ impl Local {
 #[derive(Default)]
 pub(crate) struct Handles(Mutex<HashMap<u32, Option<Arc<Lease>>>>);
 
+impl Handles {
+    /// Whether the handle holds no lease.
+    pub fn is_empty(&self) -> bool {
+        eddy_proto::sync::lock(&self.0).values().all(Option::is_none)
+    }
+}
+
 /// A lease of one file on one daemon: the descriptors, and what was written and not
 /// reported yet.
 pub(crate) struct Lease {

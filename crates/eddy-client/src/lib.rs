@@ -325,6 +325,15 @@ impl Client {
         res.map(|_| ())
     }
 
+    /// Whether `close(f)` has anything to do: this client has written the file (a size may be
+    /// pending or in flight), or the handle holds direct leases (their reports and their end,
+    /// decision 0048). When false, `close` sends nothing and changes nothing, so a front-end
+    /// may skip it (the mount answers FLUSH and RELEASE of a clean file without entering the
+    /// runtime).
+    pub fn close_has_work(&self, f: &File) -> bool {
+        self.0.sizes.written(f.file_id()) || !f.0.direct.is_empty()
+    }
+
     /// Publishes the size this client's writes to `f` reached, if any is pending.
     pub(crate) async fn publish_size(&self, f: &File) -> Result<(), Errno> {
         let Some(_held) = self.0.sizes.hold(f.file_id()).await else {

@@ -153,6 +153,13 @@ impl EddyFs {
         self.locks().note(id);
     }
 
+    /// Whether a FLUSH or RELEASE of `file` has anything to do: a size this client's writes
+    /// reached to publish, or locks this mount took on the file to drop. Most closes of an
+    /// mdtest-like workload (empty files, stats, reads) have neither.
+    pub(crate) fn close_has_work(&self, file: &File) -> bool {
+        self.client_ref().close_has_work(file) || self.locks().has(file.file_id())
+    }
+
     /// On close of a descriptor (flush): the POSIX locks of the closing process go.
     pub(crate) fn release_owner_locks(&self, file: &File, owner: u64) -> Result<(), Errno> {
         if !self.locks().has(file.file_id()) {
