@@ -44,6 +44,8 @@ fn served(rt: &tokio::runtime::Runtime, c: &eddy_client::Client) -> BTreeMap<Str
     all
 }
 
+/// The requests between two snapshots, leaving out directory-time updates (sent alongside,
+/// once per 5 ms, so their number depends on the pace).
 fn diff(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     after
         .iter()
@@ -68,21 +70,23 @@ for i in range(n):
         os.unlink(p)
 "#;
 
-/// One phase of N operations under strace: the daemons' requests it caused and how many
-/// memfd_create calls and reopens through /proc/self/fd it made.
+/// One phase of `n` operations in `dir` by a new process under strace: the daemons'
+/// requests it caused and how many memfd_create calls and reopens through /proc/self/fd it
+/// made.
 fn phase(
     cl: &Cluster,
     rt: &tokio::runtime::Runtime,
     c: &eddy_client::Client,
     name: &str,
+    dir: &str,
     n: usize,
-) -> (BTreeMap<String, u64>, usize, usize) {
+) -> (BTreeMap<String, u64>, i64, i64) {
     let trace = tempfile::NamedTempFile::new().unwrap();
     let before = served(rt, c);
     let out = preloaded(cl, "strace")
         .args(["-f", "-qq", "-e", "trace=memfd_create,openat,open", "-o"])
         .arg(trace.path())
-        .args(["python3", "-c", PHASE, name, "/eddy/m", &n.to_string()])
+        .args(["python3", "-c", PHASE, name, dir, &n.to_string()])
         .output()
         .unwrap();
     check(name, &out);
@@ -97,7 +101,30 @@ fn phase(
                 .is_some_and(|r| r.starts_with(|ch: char| ch.is_ascii_digit()))
         })
         .count();
-    (requests, memfds, reopens)
+    (requests, memfds as i64, reopens as i64)
+}
+
+/// What `more` operations cost beyond `few`: the same phase run by two new processes, `few`
+/// and `few + more` operations each (in directories of their own), the difference taken, so
+/// that what a process costs once (its connections, the look-up of the directory) cancels.
+fn marginal(
+    cl: &Cluster,
+    rt: &tokio::runtime::Runtime,
+    c: &eddy_client::Client,
+    name: &str,
+    (few, more): (usize, usize),
+) -> (BTreeMap<String, i64>, i64, i64) {
+    let (a, am, ar) = phase(cl, rt, c, name, "/eddy/few", few);
+    let (b, bm, br) = phase(cl, rt, c, name, "/eddy/many", few + more);
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let d = keys
+        .into_iter()
+        .filter_map(|k| {
+            let n = b.get(k).copied().unwrap_or(0) as i64 - a.get(k).copied().unwrap_or(0) as i64;
+            (n != 0).then(|| (k.clone(), n))
+        })
+        .collect();
+    (d, bm - am, br - ar)
 }
 
 #[test]
@@ -107,34 +134,38 @@ fn preload_create_stat_unlink_cost_one_request_each() {
     let cl = Cluster::start(3);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(cl.client());
-    rt.block_on(c.mkdir("/m", 0o755, eddy_client::Creds::root()))
-        .unwrap();
-    let n = 20;
-    // Each run is a new process: its first operation in /m looks the directory up once.
-    let lookup = |r: &BTreeMap<String, u64>| r.get("stat").copied().unwrap_or(0);
+    for d in ["/few", "/many"] {
+        rt.block_on(c.mkdir(d, 0o755, eddy_client::Creds::root()))
+            .unwrap();
+    }
+    let (few, more) = (5, 20);
+    let m = more as i64;
 
-    let (create, memfds, reopens) = phase(&cl, &rt, &c, "create", n);
-    assert_eq!(create.get("create"), Some(&(n as u64)), "{create:?}");
-    assert!(lookup(&create) <= 1, "{create:?}");
-    assert_eq!(create.len(), 1 + usize::from(lookup(&create) > 0), "{create:?}");
-    // One descriptor per create: one memfd, made write-only once through /proc.
-    assert_eq!((memfds, reopens), (n, n), "descriptors of {n} creates");
-
-    let (stat, memfds, _) = phase(&cl, &rt, &c, "stat", n);
-    assert!(
-        (n as u64..=n as u64 + 1).contains(&lookup(&stat)),
-        "{stat:?}"
+    let (create, memfds, reopens) = marginal(&cl, &rt, &c, "create", (few, more));
+    assert_eq!(
+        create,
+        BTreeMap::from([("create".to_string(), m)]),
+        "{more} creates"
     );
-    assert_eq!(stat.len(), 1, "{stat:?}");
+    // One descriptor per create: one memfd, made write-only once through /proc.
+    assert_eq!((memfds, reopens), (m, m), "descriptors of {more} creates");
+
+    let (stat, memfds, _) = marginal(&cl, &rt, &c, "stat", (few, more));
+    assert_eq!(
+        stat,
+        BTreeMap::from([("stat".to_string(), m)]),
+        "{more} stats"
+    );
     assert_eq!(memfds, 0, "a stat makes no descriptor");
 
-    let (unlink, memfds, _) = phase(&cl, &rt, &c, "unlink", n);
-    assert_eq!(unlink.get("remove"), Some(&(n as u64)), "{unlink:?}");
-    assert!(lookup(&unlink) <= 1, "{unlink:?}");
     // Empty files: no chunk requests.
-    assert_eq!(unlink.len(), 1 + usize::from(lookup(&unlink) > 0), "{unlink:?}");
+    let (unlink, memfds, _) = marginal(&cl, &rt, &c, "unlink", (few, more));
+    assert_eq!(
+        unlink,
+        BTreeMap::from([("remove".to_string(), m)]),
+        "{more} unlinks"
+    );
     assert_eq!(memfds, 0, "an unlink makes no descriptor");
-    println!("requests: create {create:?}, stat {stat:?}, unlink {unlink:?}");
 }
 
 const SEMANTICS: &str = r#"

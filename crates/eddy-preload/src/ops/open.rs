@@ -105,7 +105,10 @@ fn open_file(path: &str, flags: c_int, mode: c_uint, creds: eddy_client::Creds) 
     let q = path.to_string();
     let f = (flags & !libc::O_CLOEXEC) | libc::O_NOFOLLOW;
     if !early {
-        return Ok((run(move |c| async move { c.open(&q, f, mode, creds).await }), None));
+        return Ok((
+            run(move |c| async move { c.open(&q, f, mode, creds).await }),
+            None,
+        ));
     }
     run(move |c| async move {
         use std::future::Future;
