@@ -250,12 +250,12 @@ fn semantics(config: Config) {
 
 #[test]
 fn preload_early_descriptor_keeps_fork_exec_dup_and_numbering() {
-    semantics(test_config());
+    let mut config = test_config();
+    config.preload_early_descriptor = true;
+    semantics(config);
 }
 
 #[test]
 fn preload_descriptor_after_the_reply_keeps_them_too() {
-    let mut config = test_config();
-    config.preload_early_descriptor = false;
-    semantics(config);
+    semantics(test_config());
 }
