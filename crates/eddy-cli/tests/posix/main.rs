@@ -24,6 +24,7 @@ mod permissions;
 mod placement_mount;
 mod posix_suite;
 mod preload;
+mod preload_meta;
 mod rpc_counts;
 mod script_runs;
 mod shared_file;

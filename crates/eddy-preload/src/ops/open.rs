@@ -35,13 +35,31 @@ pub(super) fn open_ours(p: String, flags: c_int, mode: c_uint) -> R<c_int> {
             let is_dir = i.kind == FileKind::Dir;
             return install(path, flags, None, is_dir);
         }
-        let q = path.clone();
-        let f = flags & !libc::O_CLOEXEC;
-        let res = run(move |c| async move { c.open(&q, f | libc::O_NOFOLLOW, mode, creds).await });
+        let (res, early) = open_file(&path, flags, mode, creds)?;
+        // The descriptor made early names the path with the caller's flags: a directory
+        // opened without O_DIRECTORY needs a header saying so, made again below.
+        let early = match (res.as_ref(), early) {
+            (Ok(file), Some(fd)) => {
+                let fd = fd?;
+                if file.inode().kind == FileKind::Dir && flags & libc::O_DIRECTORY == 0 {
+                    // SAFETY: the descriptor made for this open, not yet anyone's.
+                    unsafe { real::close(fd) };
+                    None
+                } else {
+                    Some(fd)
+                }
+            }
+            (Err(_), Some(Ok(fd))) => {
+                // SAFETY: as above.
+                unsafe { real::close(fd) };
+                None
+            }
+            _ => None,
+        };
         match res {
             Ok(file) => {
                 let is_dir = file.inode().kind == FileKind::Dir;
-                return install(path, flags, Some(file), is_dir);
+                return install_at(early, path, flags, Some(file), is_dir);
             }
             Err(e) if e.errno == libc::ELOOP && flags & libc::O_NOFOLLOW == 0 => {
                 let i = lstat_ours(&path)?;
@@ -73,13 +91,58 @@ pub(super) fn real_open(c: &CString, flags: c_int, mode: c_uint) -> R<c_int> {
     }
 }
 
+/// An open's outcome and the descriptor made for it meanwhile, if one was.
+type Opened = (R<File>, Option<R<c_int>>);
+
+/// The client's open of Eddy path `path` (symlinks not followed) and, with
+/// `preload_early_descriptor`, the descriptor for it, made while the request is at the daemon
+/// (decision 0046): the open is polled once, which sends its request, then the descriptor's
+/// six system calls run on this thread while the daemon works, then the reply is awaited.
+/// For a program's single thread the numbering is the same as after the reply: nothing else
+/// of the program runs meanwhile. The caller closes the descriptor if the open failed.
+fn open_file(path: &str, flags: c_int, mode: c_uint, creds: eddy_client::Creds) -> R<Opened> {
+    let early = global()?.client.config().preload_early_descriptor;
+    let q = path.to_string();
+    let f = (flags & !libc::O_CLOEXEC) | libc::O_NOFOLLOW;
+    if !early {
+        return Ok((
+            run(move |c| async move { c.open(&q, f, mode, creds).await }),
+            None,
+        ));
+    }
+    run(move |c| async move {
+        use std::future::Future;
+        let mut open = std::pin::pin!(c.open(&q, f, mode, creds));
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(open.as_mut().poll(cx))).await;
+        if let std::task::Poll::Ready(res) = first {
+            return Ok((res, None));
+        }
+        let fd = fds::reserve(&q, flags);
+        Ok((open.await, Some(fd)))
+    })
+}
+
 pub(super) fn install(path: String, flags: c_int, file: Option<File>, is_dir: bool) -> R<c_int> {
+    install_at(None, path, flags, file, is_dir)
+}
+
+/// Enters an open in the table at `early` (a descriptor made for it already) or at a new one.
+pub(super) fn install_at(
+    early: Option<c_int>,
+    path: String,
+    flags: c_int,
+    file: Option<File>,
+    is_dir: bool,
+) -> R<c_int> {
     let stored = if is_dir {
         flags | libc::O_DIRECTORY
     } else {
         flags
     };
-    let fd = fds::reserve(&path, stored)?;
+    let fd = match early {
+        Some(fd) => fd,
+        None => fds::reserve(&path, stored)?,
+    };
     fds::insert(fd, Arc::new(Open::new(path, stored, file, is_dir)));
     Ok(fd)
 }
