@@ -68,7 +68,9 @@ pub(crate) struct Handles(Mutex<HashMap<u32, Option<Arc<Lease>>>>);
 impl Handles {
     /// Whether the handle holds no lease.
     pub fn is_empty(&self) -> bool {
-        eddy_proto::sync::lock(&self.0).values().all(Option::is_none)
+        eddy_proto::sync::lock(&self.0)
+            .values()
+            .all(Option::is_none)
     }
 }
 
@@ -87,6 +89,9 @@ pub(crate) struct Lease {
     closed: eddy_rpc::Closed,
     /// The daemon ended it (it is full).
     ended: std::sync::atomic::AtomicBool,
+    /// The kernel reads and writes its data file (FUSE passthrough, decision 0049): every
+    /// report of a write lease asks the daemon to take the whole file again (`whole`).
+    kernel: std::sync::atomic::AtomicBool,
     pending: Mutex<Pending>,
 }
 
@@ -204,6 +209,7 @@ impl Client {
             generation,
             closed,
             ended: Default::default(),
+            kernel: Default::default(),
             pending: Mutex::default(),
         })
     }
@@ -347,7 +353,8 @@ impl Client {
     /// knows) has it written again through the daemon.
     async fn report(&self, f: &File, lease: &Lease, release: bool) -> Result<(), Errno> {
         let pending = std::mem::take(&mut *eddy_proto::sync::lock(&lease.pending));
-        if pending.ranges.is_empty() && pending.read == 0 && !release {
+        let whole = lease.write && lease.kernel.load(std::sync::atomic::Ordering::Acquire);
+        if pending.ranges.is_empty() && pending.read == 0 && !release && !whole {
             return Ok(());
         }
         if lease.void() {
@@ -360,6 +367,7 @@ impl Client {
             sums: pending.sums.iter().map(|(g, s)| (*g, *s)).collect(),
             read_bytes: pending.read,
             release,
+            whole,
         });
         match self.rpc().send(lease.daemon, &req).await {
             Ok(_) => Ok(()),
@@ -424,6 +432,115 @@ impl Client {
             lease.daemon
         );
         Ok(())
+    }
+}
+
+/// FUSE passthrough (decision 0049): the mount hands the kernel the data file of a file
+/// whose chunks all lie on one daemon of this host, and the kernel reads and writes it; the
+/// client never sees those bytes. The lease stays with the open file, as for direct I/O;
+/// its reports say `whole` and the size comes from the data file.
+impl Client {
+    /// The daemon that holds every chunk of `f`, when it is one of this host's: the file's
+    /// home (placed by locality) or the only daemon of the deployment.
+    fn sole_local_daemon(&self, f: &File) -> Option<u32> {
+        let placement = self.rpc().placement();
+        let daemon = match placement.home(f.file_id()) {
+            Some(h) => h,
+            None => match placement.ids() {
+                [only] => *only,
+                _ => return None,
+            },
+        };
+        self.0
+            .direct
+            .sockets
+            .contains_key(&daemon)
+            .then_some(daemon)
+    }
+
+    /// The data file the kernel may read and write for `f` (a descriptor of the daemon's
+    /// own file, at file offset == data-file offset), under a lease of this handle: a write
+    /// lease for a writable open (it makes the data file of a new file), a read lease
+    /// otherwise. `None`: the file does not qualify (linked, R > 1, chunks on several or
+    /// remote daemons, direct I/O off), or the daemon refused; the mount then serves it.
+    pub async fn passthrough_open(&self, f: &File) -> Option<std::fs::File> {
+        let daemon = self.sole_local_daemon(f)?;
+        let lease = self.direct_lease(f, daemon).await?;
+        lease
+            .kernel
+            .store(true, std::sync::atomic::Ordering::Release);
+        match lease.data.try_clone() {
+            Ok(data) => Some(data),
+            Err(e) => {
+                tracing::debug!("{}: no passthrough: {e}", f.path());
+                None
+            }
+        }
+    }
+
+    /// Before a flush, fsync or close of a file the kernel writes: a lease lost meanwhile
+    /// (the daemon restarted) is asked for again, so that the report that follows reaches
+    /// the daemon; and the size the file reached (its data file's length: the kernel wrote
+    /// past what this client knows) is recorded for publication.
+    async fn passthrough_settle(&self, f: &File) -> Result<(), Errno> {
+        let leases: Vec<(u32, Arc<Lease>)> = eddy_proto::sync::lock(&f.0.direct.0)
+            .iter()
+            .filter_map(|(d, l)| l.clone().map(|l| (*d, l)))
+            .filter(|(_, l)| l.kernel.load(std::sync::atomic::Ordering::Acquire))
+            .collect();
+        for (daemon, lease) in leases {
+            if !lease.write {
+                continue;
+            }
+            let lease = match lease.void() {
+                false => lease,
+                true => match self.direct_lease(f, daemon).await {
+                    Some(l) => {
+                        l.kernel.store(true, std::sync::atomic::Ordering::Release);
+                        l
+                    }
+                    None => lease,
+                },
+            };
+            let end = lease
+                .data
+                .metadata()
+                .map_err(|e| Errno::from_io(&e, format!("{}: data file", f.path())))?
+                .len();
+            f.0.unsynced.note(daemon, lease.generation);
+            if end > 0 {
+                // As a write's size: now, or pending for the publication that follows.
+                if let crate::size::Plan::Now(size) =
+                    self.0.sizes.record(f.file_id(), f.path(), end)
+                {
+                    self.send_size(f.file_id(), f.path(), size).await?;
+                }
+                f.raise_known(end);
+            }
+        }
+        Ok(())
+    }
+
+    /// flush (a close of one descriptor) of a file the kernel writes: the daemon takes the
+    /// whole file again and the size is published (close-to-open); the lease stays, since
+    /// the kernel may write through other descriptors of the open file until its release.
+    pub async fn passthrough_flush(&self, f: &File) -> Result<(), Errno> {
+        self.passthrough_settle(f).await?;
+        self.direct_report(f, false).await?;
+        self.publish_size(f).await
+    }
+
+    /// fsync of a file the kernel writes: `passthrough_flush`, then `fsync`.
+    pub async fn passthrough_fsync(&self, f: &File) -> Result<(), Errno> {
+        self.passthrough_settle(f).await?;
+        self.fsync(f).await
+    }
+
+    /// The release of a file the kernel wrote: the last report (whole), the size, the
+    /// lease ended (`close`).
+    pub async fn passthrough_close(&self, f: &File) -> Result<(), Errno> {
+        self.passthrough_settle(f).await?;
+        self.close(f).await
     }
 }
 

@@ -163,6 +163,12 @@ pub struct Config {
     /// kernel sends to Eddy for a sequential reader get (the kernel's default for FUSE is
     /// 128). 0 leaves the kernel's value. Default 1 024.
     pub fuse_read_ahead_kb: u32,
+    /// FUSE passthrough (decision 0049): an open of a file whose chunks all lie in one data
+    /// file of a daemon of this host (R = 1, not linked, no lock taken through the mount)
+    /// hands the kernel that data file, which then reads and writes it without visiting
+    /// the mount. Taken only by a mount run with CAP_SYS_ADMIN on a kernel that offers it
+    /// (Linux >= 6.9), and with `direct_io` on. Default true.
+    pub fuse_passthrough: bool,
     /// Longest accepted path from the namespace root, in bytes (ENAMETOOLONG beyond). The
     /// kernel bounds the path string of one call (PATH_MAX, 4096), not the depth of a tree:
     /// a program that works in a deep directory with relative names reaches paths from the
@@ -605,6 +611,7 @@ impl Default for Config {
             fuse_fresh_dirs: false,
             preload_early_descriptor: false,
             fuse_read_ahead_kb: 1024,
+            fuse_passthrough: true,
             max_path_bytes: 32 * 1024,
             max_name_bytes: 255,
             port: 7750,

@@ -17,6 +17,9 @@
 //! - an open file follows a rename done through this mount; a file unlinked (or renamed on
 //!   another node) while open can no longer be used through its handle (Eddy names
 //!   metadata by path);
+//! - a file whose chunks all lie in one data file of a daemon of this host is handed to the
+//!   kernel (FUSE passthrough, `fs/passthrough.rs`, decision 0049) when the mount runs as
+//!   root: the kernel reads and writes it, and flush, fsync and release tell the daemon;
 //! - `MountGuard` (tests) aborts its FUSE connection when files are still open at unmount,
 //!   since the serving process could not answer for them once it exits.
 //!
@@ -57,6 +60,10 @@ pub struct MountOptions {
     pub fresh_dirs: bool,
     /// Kernel read-ahead of the mount in KiB, 0 for the kernel's (config `fuse_read_ahead_kb`).
     pub read_ahead_kb: u32,
+    /// Hand the kernel the data file of a file that qualifies (FUSE passthrough, decision
+    /// 0049; config `fuse_passthrough` and `direct_io`). Taken only when the mount runs as
+    /// root and the kernel offers it.
+    pub passthrough: bool,
 }
 
 impl MountOptions {
@@ -70,6 +77,7 @@ impl MountOptions {
             negative_ttl: Duration::from_millis(config.fuse_negative_ttl_ms),
             fresh_dirs: config.fuse_fresh_dirs,
             read_ahead_kb: config.fuse_read_ahead_kb,
+            passthrough: config.fuse_passthrough && config.direct_io,
         }
     }
 }
@@ -500,6 +508,7 @@ mod tests {
             negative_ttl: Duration::from_secs(1),
             fresh_dirs: true,
             read_ahead_kb: 0,
+            passthrough: false,
         };
         let c = session_config(&opts);
         assert_eq!(c.n_threads, Some(3));

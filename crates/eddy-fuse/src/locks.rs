@@ -160,6 +160,11 @@ impl EddyFs {
         self.client_ref().close_has_work(file) || self.locks().has(file.file_id())
     }
 
+    /// Whether a lock was taken on file `id` through this mount.
+    pub(crate) fn locked(&self, id: FileId) -> bool {
+        self.locks().has(id)
+    }
+
     /// On close of a descriptor (flush): the POSIX locks of the closing process go.
     pub(crate) fn release_owner_locks(&self, file: &File, owner: u64) -> Result<(), Errno> {
         if !self.locks().has(file.file_id()) {

@@ -98,6 +98,7 @@ fn start(n: u32) -> Fixture {
         negative_ttl: Duration::from_millis(100),
         fresh_dirs: true,
         read_ahead_kb: 2048,
+        passthrough: false,
     };
     let guard = spawn_mount(client, rt.handle().clone(), &mnt, opts).unwrap();
     Fixture {

@@ -20,6 +20,7 @@ mod locks;
 mod mount_access;
 mod mount_ops;
 mod mount_prop;
+mod passthrough;
 mod permissions;
 mod placement_mount;
 mod posix_suite;

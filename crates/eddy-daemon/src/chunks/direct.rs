@@ -278,7 +278,7 @@ impl ChunkStore {
     /// Takes what the data file of `id` holds as written: every chunk with bytes in it (by
     /// SEEK_DATA/SEEK_HOLE) is recorded at least up to them, and every block is checksummed
     /// again. Returns the chunks whose length grew.
-    pub(super) fn adopt(&self, id: FileId) -> Result<u64, Errno> {
+    pub(crate) fn adopt(&self, id: FileId) -> Result<u64, Errno> {
         let slot = self.slot_or_new(id);
         let gone = slot.gate.read().unwrap_or_else(|e| e.into_inner());
         if *gone {

@@ -74,8 +74,16 @@ impl Serve for req::DirectCommit {
         };
         let mut release = self.release;
         if lease.write {
-            st.blocking_any(move |st| st.chunks.direct_commit(id, &ranges, &sums))
-                .await??;
+            let whole = self.whole;
+            st.blocking_any(move |st| {
+                st.chunks.direct_commit(id, &ranges, &sums)?;
+                // Written by the kernel (FUSE passthrough): anywhere, unreported.
+                match whole {
+                    true => st.chunks.adopt(id).map(|_| ()),
+                    false => Ok(()),
+                }
+            })
+            .await??;
             release |= full();
             if release {
                 st.blocking_any(move |st| st.chunks.direct_close(id, false))

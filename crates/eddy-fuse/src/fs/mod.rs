@@ -36,6 +36,7 @@ use tracing::{debug, warn};
 mod dirs;
 mod files;
 mod names;
+mod passthrough;
 mod requests;
 mod xattrs;
 
@@ -111,6 +112,8 @@ pub(crate) struct EddyFs {
     /// Directories this mount made within the negative TTL, whose missing names it knows.
     fresh: FreshDirs,
     locks: crate::locks::MountLocks,
+    /// FUSE passthrough (decision 0049).
+    passthrough: passthrough::Passthrough,
 }
 
 impl EddyFs {
@@ -130,6 +133,7 @@ impl EddyFs {
             negative_ttl: opts.negative_ttl,
             fresh: FreshDirs::new(opts.negative_ttl, opts.fresh_dirs),
             locks: Default::default(),
+            passthrough: passthrough::Passthrough::new(opts.passthrough),
         }
     }
 
@@ -170,7 +174,9 @@ impl EddyFs {
     /// The attributes of `inode`, the entry the kernel knows as `ino`.
     fn attr(&self, ino: INodeNo, inode: &Inode) -> fuser::FileAttr {
         self.xattrs.put(ino.0, &inode.xattrs);
-        file_attr(ino.0, inode, self.blksize)
+        let mut inode = inode.clone();
+        self.pass_size(ino.0, &mut inode);
+        file_attr(ino.0, &inode, self.blksize)
     }
 
     fn new_fh(&self) -> u64 {

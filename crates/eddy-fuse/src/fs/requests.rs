@@ -20,6 +20,7 @@ impl Filesystem for EddyFs {
                 warn!(?cap, "the kernel does not offer this FUSE capability");
             }
         }
+        self.passthrough.init(config);
         Ok(())
     }
 
@@ -289,7 +290,18 @@ impl Filesystem for EddyFs {
         match res {
             Ok(file) => {
                 let fopen = fopen_flags(&file);
-                reply.opened(FileHandle(self.add_file(file)), fopen)
+                let fh = self.add_file(file.clone());
+                match self.pass_open(ino.0, fh, &file, |d| reply.open_backing(d)) {
+                    Ok(Some(id)) => {
+                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
+                    }
+                    Ok(None) => reply.opened(FileHandle(fh), fopen),
+                    Err(e) => {
+                        lock(&self.files).remove(&fh);
+                        let _ = self.run(self.client.close(&file));
+                        reply.error(failed("open", &e))
+                    }
+                }
             }
             // The kernel's cached entry outlived the file (removed on another node within the
             // entry TTL): ESTALE makes it look the path up again and retry once, so that an
@@ -361,7 +373,10 @@ impl Filesystem for EddyFs {
             if !self.close_has_work(&f) {
                 return Ok(());
             }
-            let closed = self.run(self.client.close(&f));
+            let closed = match self.pass_handle(fh.0) {
+                true => self.run(self.client.passthrough_flush(&f)),
+                false => self.run(self.client.close(&f)),
+            };
             self.release_owner_locks(&f, lock_owner.0).and(closed)
         });
         match res {
@@ -381,14 +396,19 @@ impl Filesystem for EddyFs {
         reply: ReplyEmpty,
     ) {
         let file = lock(&self.files).remove(&fh.0);
+        let through = self.pass_handle(fh.0);
         let closed = file.as_ref().map(|f| {
             if !self.close_has_work(f) {
                 return Ok(());
             }
-            let closed = self.run(self.client.close(f));
+            let closed = match through {
+                true => self.run(self.client.passthrough_close(f)),
+                false => self.run(self.client.close(f)),
+            };
             let owner = lock_owner.map(|o| o.0);
             self.release_handle_locks(f, fh.0, owner).and(closed)
         });
+        self.pass_release(fh.0);
         if let Some(f) = &file {
             self.reap_orphan(f.path());
         }
@@ -406,7 +426,11 @@ impl Filesystem for EddyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.file(fh).and_then(|f| self.run(self.client.fsync(&f))) {
+        let res = self.file(fh).and_then(|f| match self.pass_handle(fh.0) {
+            true => self.run(self.client.passthrough_fsync(&f)),
+            false => self.run(self.client.fsync(&f)),
+        });
+        match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(failed("fsync", &e)),
         }
@@ -535,10 +559,26 @@ impl Filesystem for EddyFs {
             ))?;
             let attr = self.entry(&path, &file.inode());
             let fopen = fopen_flags(&file);
-            Ok((attr, self.add_file(file), fopen))
+            let fh = self.add_file(file.clone());
+            match self.pass_open(attr.ino.0, fh, &file, |d| reply.open_backing(d)) {
+                Ok(id) => Ok((attr, fh, fopen, id)),
+                Err(e) => {
+                    lock(&self.files).remove(&fh);
+                    let _ = self.run(self.client.close(&file));
+                    Err(e)
+                }
+            }
         });
         match res {
-            Ok((attr, fh, fopen)) => {
+            Ok((attr, fh, _, Some(id))) => reply.created_passthrough(
+                &self.ttl,
+                &attr,
+                GENERATION,
+                FileHandle(fh),
+                FopenFlags::empty(),
+                &id,
+            ),
+            Ok((attr, fh, fopen, None)) => {
                 reply.created(&self.ttl, &attr, GENERATION, FileHandle(fh), fopen)
             }
             Err(e) => reply.error(failed("create", &e)),
@@ -605,7 +645,11 @@ impl Filesystem for EddyFs {
         };
         self.note_lock(f.file_id());
         // Whoever gets the range next must see the size this node's writes reached.
-        if let Err(e) = self.run(self.client.close(&f)) {
+        let published = match self.pass_handle(fh.0) {
+            true => self.run(self.client.passthrough_flush(&f)),
+            false => self.run(self.client.close(&f)),
+        };
+        if let Err(e) = published {
             return reply.error(failed("setlk", &e));
         }
         let slot = self.locks().notifier_slot();

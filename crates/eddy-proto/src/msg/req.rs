@@ -701,7 +701,10 @@ pub struct DirectOpen {
 /// computes them from the data when another writer shared the file meanwhile). With
 /// `release` the lease ends. ESTALE for a lease this daemon does not know (it restarted,
 /// or the connection that held it was lost): the client writes those ranges again through
-/// the daemon. Also tells the bytes read directly (counted as reads). Replies `Ok`.
+/// the daemon. Also tells the bytes read directly (counted as reads). With `whole` (a write
+/// lease whose data file the kernel writes: FUSE passthrough, decision 0049) any part of the
+/// file may have changed: the daemon records the chunks the data file holds bytes in and
+/// checksums every block again from the data. Replies `Ok`.
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirectCommit {
@@ -712,4 +715,5 @@ pub struct DirectCommit {
     /// Bytes read directly since the last report, for the daemon's counters.
     pub read_bytes: u64,
     pub release: bool,
+    pub whole: bool,
 }

@@ -1,0 +1,203 @@
+//! FUSE passthrough (decision 0049): a mount run as root hands the kernel the data file of a
+//! file whose chunks all lie on one daemon of its host (placement `local`; the daemons and
+//! the mount count as host `localhost`), and the kernel reads and writes it. Seen from the
+//! daemons: no `write` request and direct reports that carry no bytes (the mount never saw
+//! them; each report asks the daemon to take the whole file again); with the setting off,
+//! the mount's client writes directly and its reports carry every byte. A client elsewhere
+//! reads what the kernel wrote through the daemons, which verify every block; an fsync'd
+//! file survives a kill -9 of its daemon; a lock taken through the mount turns it off for
+//! the file's later opens.
+
+use eddy_client::Client;
+use eddy_config::{Config, PlacementMode};
+use eddy_proto::req;
+use eddy_testkit::{pattern, read_all, Mounted};
+
+fn config(passthrough: bool) -> Config {
+    Config {
+        placement: PlacementMode::Local,
+        placement_host: Some("localhost".into()),
+        fuse_passthrough: passthrough,
+        ..eddy_testkit::test_config()
+    }
+}
+
+/// A client of the deployment that is not on the daemons' host: everything goes by RPC.
+async fn remote_client(m: &Mounted) -> Client {
+    let mut dep = m.cluster.dep.clone();
+    dep.config.placement_host = Some("elsewhere".into());
+    Client::connect(dep).await.unwrap()
+}
+
+/// Per op, summed over the daemons: (requests, bytes carried).
+async fn ops(c: &Client) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut out = std::collections::BTreeMap::new();
+    for (_, s) in c.rpc().all(|| req::Stats).await {
+        for o in s.unwrap().ops {
+            let e = out.entry(o.op).or_insert((0, 0));
+            e.0 += o.count;
+            e.1 += o.bytes;
+        }
+    }
+    out
+}
+
+fn op(map: &std::collections::BTreeMap<String, (u64, u64)>, name: &str) -> (u64, u64) {
+    map.get(name).copied().unwrap_or((0, 0))
+}
+
+/// Every daemon verifies every block it holds: none may be bad.
+async fn scrub_clean(c: &Client) {
+    for d in c.rpc().ids().to_vec() {
+        let mut after = None;
+        loop {
+            let page = c
+                .rpc()
+                .call(d, req::Scrub { after, limit: 1000 })
+                .await
+                .unwrap();
+            assert!(page.bad.is_empty(), "daemon {d}: {:?}", page.bad);
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+    }
+}
+
+/// `got` is `want`, or where they first differ is said (not the bytes).
+#[track_caller]
+fn same(got: &[u8], want: &[u8]) {
+    let first = got.iter().zip(want).position(|(a, b)| a != b);
+    assert!(
+        got.len() == want.len() && first.is_none(),
+        "{} bytes, {} wanted; first difference at {first:?}",
+        got.len(),
+        want.len()
+    );
+}
+
+fn write_file(m: &Mounted, name: &str, data: &[u8]) {
+    std::fs::write(m.path(name), data).unwrap();
+}
+
+/// Writes `data` at `at` into an existing file through the mount and fsyncs it.
+fn patch_file(m: &Mounted, name: &str, at: u64, data: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path(name))
+        .unwrap();
+    f.write_all_at(data, at).unwrap();
+    f.sync_all().unwrap();
+}
+
+#[test]
+fn the_kernel_writes_the_data_file_and_a_reader_elsewhere_gets_verified_bytes() {
+    let m = Mounted::start_with(3, config(true));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let far = rt.block_on(remote_client(&m));
+    let before = rt.block_on(ops(&far));
+    let data = pattern(3, 0, 5_000_000 + 777);
+    write_file(&m, "f", &data);
+    let mut want = data.clone();
+    let patch = pattern(4, 0, 300_001);
+    patch_file(&m, "f", 1_234_567, &patch);
+    want[1_234_567..1_234_567 + patch.len()].copy_from_slice(&patch);
+    // Read back through the mount (the kernel reads the data file).
+    same(&std::fs::read(m.path("f")).unwrap(), &want);
+    assert_eq!(
+        std::fs::metadata(m.path("f")).unwrap().len(),
+        want.len() as u64
+    );
+    let after = rt.block_on(ops(&far));
+    let delta = |name: &str| {
+        let (a, b) = (op(&after, name), op(&before, name));
+        (a.0 - b.0, a.1 - b.1)
+    };
+    assert_eq!(delta("write").0, 0, "{after:?}");
+    assert_eq!(delta("read").0, 0, "{after:?}");
+    assert!(delta("direct_open").0 >= 2, "{after:?}");
+    let commits = delta("direct_commit");
+    assert!(commits.0 >= 2, "flush and release report: {after:?}");
+    assert_eq!(commits.1, 0, "the mount never saw the bytes: {after:?}");
+
+    // Elsewhere, through the daemons (every block verified; the size was published).
+    rt.block_on(async {
+        same(&read_all(&far, "/f").await, &want);
+        assert!(op(&ops(&far).await, "read").0 > 0);
+        scrub_clean(&far).await;
+        for d in far.rpc().ids().to_vec() {
+            let s = far.rpc().call(d, req::Status).await.unwrap();
+            assert_eq!(s.checksum_errors, 0, "daemon {d}");
+        }
+    });
+}
+
+#[test]
+fn with_the_setting_off_the_mount_writes_the_bytes_itself() {
+    let m = Mounted::start_with(3, config(false));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let far = rt.block_on(remote_client(&m));
+    let data = pattern(5, 0, 2_000_000);
+    write_file(&m, "f", &data);
+    let after = rt.block_on(ops(&far));
+    // Direct I/O by the mount's client: the reports carry every byte.
+    assert_eq!(
+        op(&after, "direct_commit").1,
+        data.len() as u64,
+        "{after:?}"
+    );
+    same(&rt.block_on(read_all(&far, "/f")), &data);
+}
+
+#[test]
+fn an_fsynced_file_survives_a_kill_of_its_daemon() {
+    let mut m = Mounted::start_with(3, config(true));
+    let data = pattern(6, 0, 3_000_000);
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(m.path("k")).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let c = rt.block_on(m.cluster.client());
+        let id = rt.block_on(c.lookup("/k")).unwrap().file_id;
+        let home = eddy_placement::home_of(id).expect("placed by locality") as usize;
+        // Killed while the mount holds the file open, the data file handed to the kernel.
+        m.cluster.kill(home);
+        m.cluster.restart(home);
+        drop(f);
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let far = rt.block_on(remote_client(&m));
+    rt.block_on(async {
+        same(&read_all(&far, "/k").await, &data);
+        scrub_clean(&far).await;
+    });
+    same(&std::fs::read(m.path("k")).unwrap(), &data);
+}
+
+#[test]
+fn a_lock_turns_passthrough_off_for_later_opens() {
+    eddy_testkit::require::programs(&["flock"], "util-linux");
+    let m = Mounted::start_with(3, config(true));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let far = rt.block_on(remote_client(&m));
+    write_file(&m, "l", &pattern(7, 0, 1_000_000));
+    let before = op(&rt.block_on(ops(&far)), "direct_commit");
+    assert_eq!(before.1, 0, "passthrough before the lock");
+    m.ok("flock l true");
+    let patch = pattern(8, 0, 100_000);
+    patch_file(&m, "l", 10, &patch);
+    let after = op(&rt.block_on(ops(&far)), "direct_commit");
+    assert_eq!(
+        after.1 - before.1,
+        patch.len() as u64,
+        "after a lock the mount writes the bytes itself"
+    );
+    let mut want = pattern(7, 0, 1_000_000);
+    want[10..10 + patch.len()].copy_from_slice(&patch);
+    same(&rt.block_on(read_all(&far, "/l")), &want);
+    same(&std::fs::read(m.path("l")).unwrap(), &want);
+}

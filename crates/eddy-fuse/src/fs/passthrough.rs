@@ -1,0 +1,201 @@
+//! FUSE passthrough (decision 0049): an open of a regular file whose chunks all lie in one
+//! data file of a daemon of this host is answered with a backing id of that data file, and
+//! the kernel reads and writes it itself (file offset == data-file offset); the mount never
+//! sees those bytes. The client gets the descriptor under a lease of the open file
+//! (`Client::passthrough_open`) and tells the daemon at flush, fsync and release that the
+//! whole file may have changed (`passthrough_flush`, `_fsync`, `_close`).
+//!
+//! The kernel ties one backing file to an inode while it has passthrough opens, and refuses
+//! (EIO) a passthrough open while the inode has opens through the page cache and an open
+//! without passthrough while it has a backing file. So the mode is per inode: while an
+//! inode has a backing file, every open of it reuses it (a writable one takes a write lease
+//! too, or fails with EBUSY); while it has other opens, none passes through.
+//!
+//! Not taken: when the mount could not enable it at init (not root, old kernel), for
+//! O_APPEND opens (Eddy reserves appended ranges at the metadata owner), for a file whose
+//! backend copy was renewed, and for a file this mount has taken a lock on (the lock daemon
+//! serves locks across nodes; the kernel's I/O would bypass the ordering they give).
+
+use super::*;
+use fuser::BackingId;
+
+/// The mount's passthrough state.
+#[derive(Default)]
+pub(crate) struct Passthrough {
+    /// Asked by the options (set at construction); granted at init.
+    wanted: bool,
+    on: std::sync::atomic::AtomicBool,
+    state: Mutex<PassState>,
+}
+
+#[derive(Default)]
+struct PassState {
+    inodes: HashMap<u64, Modes>,
+    /// Open files: their inode, and whether the kernel does their I/O.
+    handles: HashMap<u64, (u64, bool)>,
+}
+
+/// How an inode is open through this mount.
+#[derive(Default)]
+struct Modes {
+    /// Its backing file while it has passthrough opens, and the data file's descriptor.
+    backing: Option<(Arc<BackingId>, std::fs::File)>,
+    through: usize,
+    served: usize,
+}
+
+impl Passthrough {
+    pub(crate) fn new(wanted: bool) -> Passthrough {
+        Passthrough {
+            wanted,
+            ..Default::default()
+        }
+    }
+
+    /// At init: asks the kernel for passthrough when the options want it and this process
+    /// may use it (the kernel wants CAP_SYS_ADMIN to register a backing file: root here).
+    pub(crate) fn init(&self, config: &mut KernelConfig) {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !self.wanted || !root {
+            if self.wanted {
+                debug!("FUSE passthrough off: the mount does not run as root");
+            }
+            return;
+        }
+        if config
+            .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
+            .is_err()
+        {
+            warn!("FUSE passthrough off: the kernel does not offer it");
+            return;
+        }
+        if config.set_max_stack_depth(1).is_err() {
+            warn!("FUSE passthrough off: the kernel refused a stack depth of 1");
+            return;
+        }
+        self.on.store(true, Ordering::Release);
+        debug!("FUSE passthrough on");
+    }
+
+    fn on(&self) -> bool {
+        self.on.load(Ordering::Acquire)
+    }
+}
+
+impl EddyFs {
+    /// Decides how the kernel does the I/O of the open file `fh` (inode `ino`): `Some`
+    /// backing id to answer with (passthrough), or `None` (served by the mount).
+    /// `register` makes a backing id of a descriptor.
+    pub(super) fn pass_open(
+        &self,
+        ino: u64,
+        fh: u64,
+        file: &File,
+        register: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+    ) -> Result<Option<Arc<BackingId>>, Errno> {
+        let pt = &self.passthrough;
+        let mut st = lock(&pt.state);
+        let modes = st.inodes.entry(ino).or_default();
+        if let Some((id, _)) = &modes.backing {
+            let id = Arc::clone(id);
+            if file.writable() && self.run_opt(self.client.passthrough_open(file)).is_none() {
+                return Err(Errno::new(
+                    libc::EBUSY,
+                    format!(
+                        "{}: open through FUSE passthrough, and no direct write lease for this \
+                         open",
+                        file.path()
+                    ),
+                ));
+            }
+            modes.through += 1;
+            st.handles.insert(fh, (ino, true));
+            return Ok(Some(id));
+        }
+        let eligible = pt.on()
+            && modes.served == 0
+            && !file.append()
+            && !file.renewed()
+            && !self.locked(file.file_id());
+        let data = match eligible {
+            true => self.run_opt(self.client.passthrough_open(file)),
+            false => None,
+        };
+        let registered = data.map(|d| (register(&d), d));
+        match registered {
+            Some((Ok(id), data)) => {
+                let id = Arc::new(id);
+                modes.backing = Some((Arc::clone(&id), data));
+                modes.through += 1;
+                st.handles.insert(fh, (ino, true));
+                debug!(path = file.path(), "FUSE passthrough");
+                Ok(Some(id))
+            }
+            Some((Err(e), _)) => {
+                // Not allowed after all (no CAP_SYS_ADMIN in the initial namespace, a data
+                // file the kernel cannot stack on): off for this mount.
+                warn!("FUSE passthrough off: cannot register a backing file: {e}");
+                pt.on.store(false, Ordering::Release);
+                modes.served += 1;
+                st.handles.insert(fh, (ino, false));
+                Ok(None)
+            }
+            None => {
+                modes.served += 1;
+                st.handles.insert(fh, (ino, false));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Whether the kernel does the I/O of open file `fh`.
+    pub(super) fn pass_handle(&self, fh: u64) -> bool {
+        lock(&self.passthrough.state)
+            .handles
+            .get(&fh)
+            .is_some_and(|h| h.1)
+    }
+
+    /// Open file `fh` is released; the inode's backing file goes with its last passthrough
+    /// open.
+    pub(super) fn pass_release(&self, fh: u64) {
+        let mut st = lock(&self.passthrough.state);
+        let Some((ino, through)) = st.handles.remove(&fh) else {
+            return;
+        };
+        let Some(m) = st.inodes.get_mut(&ino) else {
+            return;
+        };
+        if through {
+            m.through = m.through.saturating_sub(1);
+            if m.through == 0 {
+                m.backing = None;
+            }
+        } else {
+            m.served = m.served.saturating_sub(1);
+        }
+        if m.through == 0 && m.served == 0 {
+            st.inodes.remove(&ino);
+        }
+    }
+
+    /// The size of inode `ino` as the kernel wrote it through passthrough: its data file's
+    /// length, when larger than what the metadata owner knows (published at flush).
+    pub(super) fn pass_size(&self, ino: u64, inode: &mut Inode) {
+        let st = lock(&self.passthrough.state);
+        let len = st
+            .inodes
+            .get(&ino)
+            .and_then(|m| m.backing.as_ref())
+            .and_then(|(_, data)| data.metadata().ok())
+            .map(|m| m.len());
+        if let Some(len) = len {
+            inode.size = inode.size.max(len);
+        }
+    }
+
+    fn run_opt<T>(&self, fut: impl Future<Output = Option<T>>) -> Option<T> {
+        self.rt.block_on(fut)
+    }
+}
