@@ -89,9 +89,12 @@ pub(crate) struct Lease {
     closed: eddy_rpc::Closed,
     /// The daemon ended it (it is full).
     ended: std::sync::atomic::AtomicBool,
-    /// The kernel reads and writes its data file (FUSE passthrough, decision 0049): every
-    /// report of a write lease asks the daemon to take the whole file again (`whole`).
+    /// The kernel reads and writes its data file (FUSE passthrough, decision 0049): a
+    /// report of a write lease at fsync or release asks the daemon to take the whole file
+    /// again (`whole`), unless the data file is as it was at the last such report.
     kernel: std::sync::atomic::AtomicBool,
+    /// The data file's (length, mtime) when the daemon last took it whole.
+    taken: Mutex<Option<(u64, i64, i64)>>,
     pending: Mutex<Pending>,
 }
 
@@ -210,6 +213,7 @@ impl Client {
             closed,
             ended: Default::default(),
             kernel: Default::default(),
+            taken: Mutex::default(),
             pending: Mutex::default(),
         })
     }
@@ -353,7 +357,15 @@ impl Client {
     /// knows) has it written again through the daemon.
     async fn report(&self, f: &File, lease: &Lease, release: bool) -> Result<(), Errno> {
         let pending = std::mem::take(&mut *eddy_proto::sync::lock(&lease.pending));
-        let whole = lease.write && lease.kernel.load(std::sync::atomic::Ordering::Acquire);
+        // What the kernel wrote: the whole file is taken again, unless unchanged since the
+        // last time (its length and mtime, looked at before the report goes).
+        let stamp = lease.data.metadata().ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.len(), m.mtime(), m.mtime_nsec())
+        });
+        let whole = lease.write
+            && lease.kernel.load(std::sync::atomic::Ordering::Acquire)
+            && (stamp.is_none() || *eddy_proto::sync::lock(&lease.taken) != stamp);
         if pending.ranges.is_empty() && pending.read == 0 && !release && !whole {
             return Ok(());
         }
@@ -370,7 +382,12 @@ impl Client {
             whole,
         });
         match self.rpc().send(lease.daemon, &req).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                if whole {
+                    *eddy_proto::sync::lock(&lease.taken) = stamp;
+                }
+                Ok(())
+            }
             // Recorded, and the lease ended: the daemon is nearly full, later writes go
             // through it (and get its ENOSPC).
             Err(eddy_rpc::Failure::Daemon(e)) if e.errno == libc::ENOSPC => {
@@ -521,12 +538,14 @@ impl Client {
         Ok(())
     }
 
-    /// flush (a close of one descriptor) of a file the kernel writes: the daemon takes the
-    /// whole file again and the size is published (close-to-open); the lease stays, since
-    /// the kernel may write through other descriptors of the open file until its release.
+    /// flush (a close of one descriptor) of a file the kernel writes: the size is published
+    /// (close-to-open); the lease stays, since the kernel may write through other
+    /// descriptors of the open file until its release.
     pub async fn passthrough_flush(&self, f: &File) -> Result<(), Errno> {
+        // No report: the file stays marked until its release (a reader elsewhere gets the
+        // bytes, its blocks checksummed again where they differ), and a daemon killed
+        // meanwhile adopts it at its next start. fsync and release take it whole.
         self.passthrough_settle(f).await?;
-        self.direct_report(f, false).await?;
         self.publish_size(f).await
     }
 
