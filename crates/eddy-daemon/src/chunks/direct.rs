@@ -279,6 +279,28 @@ impl ChunkStore {
     /// SEEK_DATA/SEEK_HOLE) is recorded at least up to them, and every block is checksummed
     /// again. Returns the chunks whose length grew.
     pub(crate) fn adopt(&self, id: FileId) -> Result<u64, Errno> {
+        self.adopt_with(id, true)
+    }
+
+    /// What the kernel wrote (FUSE passthrough, decision 0049), taken in two steps: now,
+    /// the chunks the data file holds bytes in are recorded (so a Sync that follows makes
+    /// them durable), and the file stays marked (held as by a writer) until
+    /// `adopt_checksums`, which the caller runs later, off the client's path.
+    pub(crate) fn adopt_chunks(&self, id: FileId) -> Result<u64, Errno> {
+        let grown = self.adopt_with(id, false)?;
+        self.mark(id)?;
+        Ok(grown)
+    }
+
+    /// The second step of `adopt_chunks`: every block checksummed again, then the hold on
+    /// the file's mark ends. On failure the mark and its journal slot stay (the next start
+    /// adopts the file).
+    pub(crate) fn adopt_checksums(&self, id: FileId) -> Result<(), Errno> {
+        self.adopt_with(id, true)?;
+        self.direct_close(id, false)
+    }
+
+    fn adopt_with(&self, id: FileId, sums: bool) -> Result<u64, Errno> {
         let slot = self.slot_or_new(id);
         let gone = slot.gate.read().unwrap_or_else(|e| e.into_inner());
         if *gone {
@@ -300,14 +322,16 @@ impl ChunkStore {
                 }
             }
         }
-        if self.block.is_some() {
+        if self.block.is_some() && sums {
             self.resum(&f, &Change::whole(id))?;
             if let Some(sf) = &f.sums {
                 sf.sync_data()
                     .map_err(|e| Errno::from_io(&e, format!("checksums of file {id:032x}")))?;
             }
         }
-        self.forget_bad(id, None);
+        if sums {
+            self.forget_bad(id, None);
+        }
         Ok(grown)
     }
 }

@@ -70,6 +70,16 @@ impl ChunkStore {
             page.blocks += n;
             page.bytes += len;
             for at in bad {
+                // A block a direct writer (or the kernel, through passthrough) has not
+                // reported yet is checksummed again, not damage (decision 0048).
+                let piece = eddy_proto::Piece {
+                    chunk: k,
+                    offset: at as u32,
+                    len: block as u32,
+                };
+                if self.resum_if_direct(id, &piece)? {
+                    continue;
+                }
                 self.found_bad(id, k, at);
                 page.bad.push(BadBlock {
                     file_id: id,

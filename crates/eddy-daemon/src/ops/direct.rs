@@ -77,13 +77,30 @@ impl Serve for req::DirectCommit {
             let whole = self.whole;
             st.blocking_any(move |st| {
                 st.chunks.direct_commit(id, &ranges, &sums)?;
-                // Written by the kernel (FUSE passthrough): anywhere, unreported.
+                // Written by the kernel (FUSE passthrough): anywhere, unreported. Its
+                // chunks are recorded now; its blocks are checksummed after the reply,
+                // the file marked until then (decision 0049).
                 match whole {
-                    true => st.chunks.adopt(id).map(|_| ()),
+                    true => st.chunks.adopt_chunks(id).map(|_| ()),
                     false => Ok(()),
                 }
             })
             .await??;
+            if whole {
+                let later = Arc::clone(st);
+                tokio::spawn(async move {
+                    let done = later
+                        .blocking_any(move |st| st.chunks.adopt_checksums(id))
+                        .await
+                        .and_then(|r| r);
+                    if let Err(e) = done {
+                        tracing::warn!(
+                            "checksumming file {id:032x} after its passthrough writes (the \
+                             next start does): {e}"
+                        );
+                    }
+                });
+            }
             release |= full();
             if release {
                 st.blocking_any(move |st| st.chunks.direct_close(id, false))
