@@ -277,7 +277,7 @@ impl ChunkStore {
 
     /// Takes what the data file of `id` holds as written: every chunk with bytes in it (by
     /// SEEK_DATA/SEEK_HOLE) is recorded at least up to them, and every block is checksummed
-    /// again. Returns the chunks whose length grew.
+    /// again. Returns the bytes the recorded chunks grew by.
     pub(crate) fn adopt(&self, id: FileId) -> Result<u64, Errno> {
         self.adopt_with(id, true)
     }
@@ -318,7 +318,7 @@ impl ChunkStore {
                 let old = lock(&slot.chunks).get(&k).copied();
                 if old.is_none_or(|o| o < in_chunk) {
                     self.record_forced(&slot, id, k, Some(in_chunk))?;
-                    grown += 1;
+                    grown += in_chunk - old.unwrap_or(0);
                 }
             }
         }

@@ -265,8 +265,8 @@ impl ChunkStore {
             by_file.remove(id);
             let grown = self.adopt(*id)?;
             tracing::warn!(
-                "adopted file {id:032x}, written directly when this daemon stopped: {grown} \
-                 chunk(s) recorded from its data file, every block checksummed again"
+                "adopted file {id:032x}, written directly when this daemon stopped: chunks \
+                 grown by {grown} bytes from its data file, every block checksummed again"
             );
         }
         let mut blocks = 0u64;

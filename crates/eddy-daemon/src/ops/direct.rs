@@ -75,17 +75,19 @@ impl Serve for req::DirectCommit {
         let mut release = self.release;
         if lease.write {
             let whole = self.whole;
-            st.blocking_any(move |st| {
-                st.chunks.direct_commit(id, &ranges, &sums)?;
-                // Written by the kernel (FUSE passthrough): anywhere, unreported. Its
-                // chunks are recorded now; its blocks are checksummed after the reply,
-                // the file marked until then (decision 0049).
-                match whole {
-                    true => st.chunks.adopt_chunks(id).map(|_| ()),
-                    false => Ok(()),
-                }
-            })
-            .await??;
+            let grown = st
+                .blocking_any(move |st| {
+                    st.chunks.direct_commit(id, &ranges, &sums)?;
+                    // Written by the kernel (FUSE passthrough): anywhere, unreported. Its
+                    // chunks are recorded now; its blocks are checksummed after the reply,
+                    // the file marked until then (decision 0049).
+                    match whole {
+                        true => st.chunks.adopt_chunks(id),
+                        false => Ok(0),
+                    }
+                })
+                .await??;
+            st.stats.wrote_directly(id, grown);
             if whole {
                 let later = Arc::clone(st);
                 tokio::spawn(async move {

@@ -381,6 +381,24 @@ impl Stats {
         });
     }
 
+    /// Bytes of `file` the kernel wrote into this daemon's data file through a client's
+    /// FUSE passthrough (decision 0049), as far as the daemon sees them: the growth of the
+    /// file's chunks it recorded (overwrites are not seen). Counted as the current
+    /// request's (its `DirectCommit`) writes.
+    pub(crate) fn wrote_directly(&self, file: FileId, bytes: u64) {
+        if !self.on || bytes == 0 {
+            return;
+        }
+        self.ops[Op::DirectCommit as usize]
+            .bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        let _ = REQUEST.try_with(|r| {
+            let client = r.conn.client.get().unwrap_or(&self.unknown);
+            client.written_bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.files.record(file, client.key, true, bytes);
+        });
+    }
+
     /// The connection of the current request belongs to `client` (its `Identify`). A
     /// connection identifies once; a second `Identify` changes nothing.
     pub(crate) fn identify(&self, client: ClientId) {
