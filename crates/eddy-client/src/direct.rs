@@ -4,7 +4,8 @@
 //! descriptor socket: `eddy_proto::fdpass`), and tells the daemon what it wrote
 //! (`DirectCommit`: the ranges, and the checksums of the whole blocks it wrote; the daemon
 //! checksums the blocks written in part from their bytes) at fsync, close, lock and
-//! truncate, and when `direct_batch_bytes` are pending.
+//! truncate, when `direct_batch_bytes` are pending, and `size_update_ms` after the first
+//! write not reported (as sizes are published).
 //!
 //! Taken per open file and daemon, for a file not under a linked prefix (those go through
 //! the daemon's tier), with `direct_io` on. With R copies, the copies on daemons of this
@@ -110,6 +111,22 @@ struct Pending {
 }
 
 impl Pending {
+    /// Puts back what a failed report took, before what was written since.
+    /// (An earlier whole block's checksum is kept only where nothing later wrote: `block`
+    /// bytes per checksum.)
+    fn put_back(&mut self, earlier: Pending, block: u64) {
+        for (g, sum) in earlier.sums {
+            if !self.touches(g, block) {
+                self.sums.insert(g, sum);
+            }
+        }
+        let later = std::mem::take(&mut self.ranges);
+        self.ranges = earlier.ranges;
+        self.ranges.extend(later);
+        self.bytes += earlier.bytes;
+        self.read += earlier.read;
+    }
+
     /// Whether block `g` lies in a range written (in part) and not reported.
     fn touches(&self, g: u64, block: u64) -> bool {
         let (a, e) = (g * block, (g + 1) * block);
@@ -250,8 +267,9 @@ impl Client {
             }
         }
         f.0.unsynced.note(lease.daemon, lease.generation);
-        let full = {
+        let (full, first) = {
             let mut p = eddy_proto::sync::lock(&lease.pending);
+            let first = p.ranges.is_empty();
             // A block written in part no longer has the checksum of an earlier whole write.
             for &(at, len) in &ranges {
                 if !at.is_multiple_of(block) {
@@ -264,12 +282,30 @@ impl Client {
             p.bytes += ranges.iter().map(|r| r.1).sum::<u64>();
             p.ranges.extend(ranges);
             p.sums.extend(sums);
-            p.bytes >= lease.batch
+            (p.bytes >= lease.batch, first)
         };
         if full {
             self.report(f, lease, false).await?;
+        } else if first {
+            self.report_later(f, lease);
         }
         Ok(())
+    }
+
+    /// Reports what is pending under `lease` after `size_update_ms`, as sizes are published
+    /// (the daemon's counters and checksums then lag by that much at most).
+    fn report_later(&self, f: &File, lease: &Arc<Lease>) {
+        let (client, f, lease) = (self.clone(), f.clone(), Arc::clone(lease));
+        let delay = std::time::Duration::from_millis(self.config().size_update_ms);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Err(e) = client.report(&f, &lease, false).await {
+                tracing::debug!(
+                    "{}: a deferred report failed (fsync or close retries): {e}",
+                    f.path()
+                );
+            }
+        });
     }
 
     /// Reads `spans` into `out` (at each span's buffer position) from the lease's data file,
@@ -396,7 +432,12 @@ impl Client {
                     .store(true, std::sync::atomic::Ordering::Release);
                 Ok(())
             }
-            Err(eddy_rpc::Failure::Daemon(e)) if e.errno != libc::ESTALE => Err(e),
+            // Not recorded: kept for the next report (fsync or close retries).
+            Err(eddy_rpc::Failure::Daemon(e)) if e.errno != libc::ESTALE => {
+                let block = self.config().checksum_block();
+                eddy_proto::sync::lock(&lease.pending).put_back(pending, block);
+                Err(e)
+            }
             Err(_) => self.rewrite(f, lease, pending).await,
         }
     }

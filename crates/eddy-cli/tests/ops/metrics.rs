@@ -63,7 +63,10 @@ fn metrics_addrs(state: &Path) -> Vec<String> {
 /// Writes `WRITES` chunks over four files and `SHORT` bytes into a fifth through the client
 /// library, then reads everything back; returns the bytes written.
 fn workload(state: &Path) -> usize {
-    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    let mut dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    // Every write a request the daemons count by size: not written directly into their data
+    // files, which this client, on their host, would do otherwise (decision 0048).
+    dep.config.direct_io = false;
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let c = eddy_client::Client::connect(dep).await.unwrap();

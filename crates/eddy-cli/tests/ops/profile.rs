@@ -146,11 +146,13 @@ fn persisted(dep: &Deployment) -> Vec<PersistedStats> {
         .collect()
 }
 
+/// Bytes counted under `op`; "write" counts what clients wrote directly on the daemons'
+/// host too (their reports, `direct_commit`: decision 0048).
 fn op_bytes(snaps: &[PersistedStats], op: &str) -> u64 {
     snaps
         .iter()
         .flat_map(|p| &p.stats.ops)
-        .filter(|o| o.op == op)
+        .filter(|o| o.op == op || (op == "write" && o.op == "direct_commit"))
         .map(|o| o.bytes)
         .sum()
 }
