@@ -501,6 +501,10 @@ impl Client {
     /// The daemon that holds every chunk of `f`, when it is one of this host's: the file's
     /// home (placed by locality) or the only daemon of the deployment.
     fn sole_local_daemon(&self, f: &File) -> Option<u32> {
+        // With R copies the kernel would write one of them only.
+        if self.replicas() != 1 {
+            return None;
+        }
         let placement = self.rpc().placement();
         let daemon = match placement.home(f.file_id()) {
             Some(h) => h,

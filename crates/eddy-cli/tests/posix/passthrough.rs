@@ -219,3 +219,24 @@ fn a_lock_turns_passthrough_off_for_later_opens() {
     same(&rt.block_on(read_all(&far, "/l")), &want);
     same(&std::fs::read(m.path("l")).unwrap(), &want);
 }
+
+/// With two copies the kernel would write one of them: no passthrough; the mount writes
+/// every copy itself (directly, the daemons being on this host), and the daemons count the
+/// bytes of both copies as reported.
+#[test]
+fn with_two_copies_the_mount_writes_every_copy_itself() {
+    let m = Mounted::start_with(
+        3,
+        Config {
+            replicas: 2,
+            ..config(true)
+        },
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let far = rt.block_on(remote_client(&m));
+    let data = pattern(9, 0, 700_000);
+    write_file(&m, "two", &data);
+    let c = op(&rt.block_on(ops(&far)), "direct_commit");
+    assert!(c.1 >= 2 * data.len() as u64, "{c:?}");
+    same(&rt.block_on(read_all(&far, "/two")), &data);
+}
