@@ -574,19 +574,25 @@ impl Deployment {
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("cannot run {} start", exe.display()))?;
+        d.started(&out, "eddy start")?;
+        wait_mounted(mount)?;
+        d.running = true;
+        Ok(d)
+    }
+
+    /// Checks the output of `what` (an `eddy start`); on failure whatever was started is
+    /// stopped and the error carries its output.
+    fn started(&mut self, out: &std::process::Output, what: &str) -> anyhow::Result<()> {
         if !out.status.success() {
-            // Whatever was started must go.
-            let _ = d.stop();
+            let _ = self.stop();
             bail!(
-                "eddy start failed ({}):\n{}{}",
+                "{what} failed ({}):\n{}{}",
                 out.status,
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        wait_mounted(mount)?;
-        d.running = true;
-        Ok(d)
+        Ok(())
     }
 
     /// The hosts layout: `eddy start --hosts` with daemon i in host i's namespace, then one
@@ -614,15 +620,7 @@ impl Deployment {
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("cannot run {} start", exe.display()))?;
-        if !out.status.success() {
-            let _ = d.stop();
-            bail!(
-                "eddy start --hosts failed ({}):\n{}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        d.started(&out, "eddy start --hosts")?;
         // On failure `d` is dropped: stopped, which unmounts what was mounted.
         d.mounts = (0..hosts.count()).map(|i| hosts.mount(i)).collect();
         hosts.mount_all(exe, state)?;

@@ -19,19 +19,14 @@ impl Serve for req::DirectOpen {
             ));
         }
         let batch = cfg.direct_batch_bytes;
-        if self.write {
-            if let Some(limit) = st.chunks.capacity_limit() {
-                let held = st.chunks.usage().0;
-                if held.saturating_add(batch) > limit {
-                    return Err(Errno::new(
-                        libc::ENOSPC,
-                        format!(
-                            "less than direct_batch_bytes ({batch}) of room is left below the \
-                             capacity: write through the daemon"
-                        ),
-                    ));
-                }
-            }
+        if self.write && nearly_full(st) {
+            return Err(Errno::new(
+                libc::ENOSPC,
+                format!(
+                    "less than direct_batch_bytes ({batch}) of room is left below the \
+                     capacity: write through the daemon"
+                ),
+            ));
         }
         let (id, write) = (self.file_id, self.write);
         let (data, sums) = st
@@ -64,14 +59,6 @@ impl Serve for req::DirectCommit {
         }
         let (id, number) = (self.file_id, self.lease);
         let (ranges, sums) = (self.ranges, self.sums);
-        // Past the capacity less one batch, the lease ends here: its writer writes through
-        // the daemon from now on, and gets its ENOSPC.
-        let batch = st.settings.config.direct_batch_bytes;
-        let full = || {
-            st.chunks
-                .capacity_limit()
-                .is_some_and(|limit| st.chunks.usage().0.saturating_add(batch) > limit)
-        };
         let mut release = self.release;
         if lease.write {
             let whole = self.whole;
@@ -103,7 +90,9 @@ impl Serve for req::DirectCommit {
                     }
                 });
             }
-            release |= full();
+            // Past the capacity less one batch, the lease ends here: its writer writes
+            // through the daemon from now on, and gets its ENOSPC.
+            release |= nearly_full(st);
             if release {
                 st.blocking_any(move |st| st.chunks.direct_close(id, false))
                     .await??;
@@ -121,4 +110,14 @@ impl Serve for req::DirectCommit {
         }
         Ok(())
     }
+}
+
+/// Whether less than `direct_batch_bytes` of room is left below the capacity: no write
+/// lease is granted, and one reporting then ends (a direct writer may pass the capacity by
+/// one batch at most).
+fn nearly_full(st: &State) -> bool {
+    let batch = st.settings.config.direct_batch_bytes;
+    st.chunks
+        .capacity_limit()
+        .is_some_and(|limit| st.chunks.usage().0.saturating_add(batch) > limit)
 }
