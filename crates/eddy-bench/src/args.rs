@@ -322,6 +322,24 @@ pub struct WorkloadOpts {
     /// for `suite`.
     #[arg(long)]
     pub stonewall: Option<f64>,
+    /// Whose files the read and stat phases read back: `next`, the next rank's (IO500's
+    /// reordered tasks, `-C`: in the host layout another host's, never a local read), or
+    /// `own`, each rank its own (IOR without `-C`: under `placement = "local"` the data of
+    /// its own host).
+    #[arg(long, value_enum, default_value = "next")]
+    #[serde(default)]
+    pub readback: Readback,
+}
+
+/// Whose files a rank reads back (`--readback`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Readback {
+    /// The next rank's.
+    #[default]
+    Next,
+    /// Its own.
+    Own,
 }
 
 /// How workers are launched.

@@ -2,7 +2,7 @@
 //! computed once by the coordinator and sent to every worker, so all ranks agree on which
 //! rank writes which bytes where.
 
-use crate::args::{IoMode, Workload, WorkloadOpts};
+use crate::args::{IoMode, Readback, Workload, WorkloadOpts};
 use crate::fs::Target;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
@@ -207,6 +207,16 @@ pub struct Ior {
     pub procs: u32,
     /// n-1 layout: transfers interleaved by rank (IOR segments) rather than one block per rank.
     pub interleaved: bool,
+    /// Whose data a rank reads back.
+    pub readback: Readback,
+}
+
+/// The rank whose files `reader` reads back, of `procs`.
+fn readback_of(readback: Readback, reader: u32, procs: u32) -> u32 {
+    match readback {
+        Readback::Next => (reader + 1) % procs.max(1),
+        Readback::Own => reader,
+    }
 }
 
 impl Ior {
@@ -242,11 +252,12 @@ impl Ior {
     }
 
     /// Whose data `reader` reads back: the next rank's (so no rank reads its own writes from
-    /// a client cache, like IOR's reordered tasks), or nobody in 1-1 mode except rank 0.
+    /// a client cache, like IOR's reordered tasks) or, with `--readback own`, its own; nobody
+    /// in 1-1 mode except rank 0.
     pub fn source(&self, reader: u32) -> Option<u32> {
         match self.mode {
             IoMode::OneOne => (reader == 0).then_some(0),
-            _ => Some((reader + 1) % self.procs.max(1)),
+            _ => Some(readback_of(self.readback, reader, self.procs)),
         }
     }
 
@@ -355,6 +366,7 @@ impl Plan {
             stride: Sizes::new(&self.opts).easy_xfers,
             procs: self.procs,
             interleaved: false,
+            readback: self.opts.readback,
         }
     }
 
@@ -367,12 +379,14 @@ impl Plan {
             stride: Sizes::new(&self.opts).hard_xfers,
             procs: self.procs,
             interleaved: true,
+            readback: self.opts.readback,
         }
     }
 
-    /// The rank whose files `rank` stats or reads back (the next one).
+    /// The rank whose files `rank` stats or reads back (the next one, or with `--readback
+    /// own` itself).
     pub fn shifted(&self, rank: u32) -> u32 {
-        (rank + 1) % self.procs
+        readback_of(self.opts.readback, rank, self.procs)
     }
 
     pub fn md_easy_file(rank: u32, i: u64) -> String {
@@ -517,6 +531,7 @@ mod tests {
                 stride: 4,
                 procs: 3,
                 interleaved,
+                readback: Readback::Next,
             };
             let mut offs: Vec<u64> = (0..3)
                 .flat_map(|w| (0..4).map(move |i| (w, i)))
@@ -538,6 +553,7 @@ mod tests {
             stride: 5,
             procs: 2,
             interleaved: false,
+            readback: Readback::Next,
         };
         assert_eq!(ior.offset(1, 0), 50);
         assert_eq!(ior.offset(1, 1), 60);
@@ -554,11 +570,29 @@ mod tests {
             stride: 2,
             procs: 4,
             interleaved: true,
+            readback: Readback::Own,
         };
         assert_eq!(ior.writers(), vec![0]);
         assert_eq!(ior.source(0), Some(0));
         assert_eq!(ior.source(2), None);
         assert!(!ior.writes(1));
+    }
+
+    #[test]
+    fn readback_is_the_next_ranks_or_its_own() {
+        let next = Plan::new(&tmp(), &opts(&["--procs", "3"]), "all").unwrap();
+        assert_eq!(next.opts.readback, Readback::Next);
+        assert_eq!((0..3).map(|r| next.shifted(r)).collect::<Vec<_>>(), [1, 2, 0]);
+        assert_eq!(next.ior_easy().source(2), Some(0));
+        let own = Plan::new(&tmp(), &opts(&["--procs", "3", "--readback", "own"]), "all").unwrap();
+        assert_eq!((0..3).map(|r| own.shifted(r)).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(own.ior_easy().source(2), Some(2));
+        assert_eq!(own.ior_hard().source(1), Some(1));
+        // Results files written before the option existed read as `next`.
+        let mut v = serde_json::to_value(&own.opts).unwrap();
+        v.as_object_mut().unwrap().remove("readback");
+        let old: WorkloadOpts = serde_json::from_value(v).unwrap();
+        assert_eq!(old.readback, Readback::Next);
     }
 
     #[test]

@@ -169,7 +169,10 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
     let layout_name = layout
         .as_ref()
         .map_or(Layout::ONE_HOST, |l| l.name.as_str());
-    let head = format!("layout: {layout_name}\n{long}");
+    let mut head = format!("layout: {layout_name}\n{long}");
+    if a.work.readback == crate::args::Readback::Own {
+        head.push_str("readback: own (each rank reads back and stats its own files)\n");
+    }
     print_suite(&a, &runs, &report::paired_ratios(&rounds), &head);
     let title = if a.no_client {
         "eddy bench suite: Eddy mount vs raw storage"
