@@ -582,10 +582,16 @@ mod tests {
     fn readback_is_the_next_ranks_or_its_own() {
         let next = Plan::new(&tmp(), &opts(&["--procs", "3"]), "all").unwrap();
         assert_eq!(next.opts.readback, Readback::Next);
-        assert_eq!((0..3).map(|r| next.shifted(r)).collect::<Vec<_>>(), [1, 2, 0]);
+        assert_eq!(
+            (0..3).map(|r| next.shifted(r)).collect::<Vec<_>>(),
+            [1, 2, 0]
+        );
         assert_eq!(next.ior_easy().source(2), Some(0));
         let own = Plan::new(&tmp(), &opts(&["--procs", "3", "--readback", "own"]), "all").unwrap();
-        assert_eq!((0..3).map(|r| own.shifted(r)).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(
+            (0..3).map(|r| own.shifted(r)).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
         assert_eq!(own.ior_easy().source(2), Some(2));
         assert_eq!(own.ior_hard().source(1), Some(1));
         // Results files written before the option existed read as `next`.

@@ -396,7 +396,14 @@ async fn accept_unix(
             res = listener.accept() => match res {
                 Ok((stream, _)) => {
                     eddy_proto::frame::widen_send_buffer(&stream);
-                    let (r, w) = stream.into_split();
+                    // Registered for reading only (decision 0051).
+                    let (r, w) = match eddy_proto::unixio::split(stream) {
+                        Ok(halves) => halves,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot register a unix connection");
+                            continue;
+                        }
+                    };
                     let place = unproven.admit();
                     tokio::spawn(serve_connection(Arc::clone(&state), r, w, ("unix".to_string(), false), place, alive.clone()));
                 }
@@ -555,7 +562,7 @@ fn connection_budget(cfg: &eddy_config::Config) -> u32 {
 }
 
 /// The next frame, once the bytes its header announces fit in the connection's budget:
-/// the frame is not buffered before then. Returns it with those bytes held. Cancel-safe
+/// no more of it than `eddy_proto::frame::PEEK_BYTES` is buffered before then. Returns it with those bytes held. Cancel-safe
 /// (what was read stays buffered; a budget taken is given back).
 async fn admit_frame<R: AsyncRead + Unpin>(
     frames: &mut FrameReader<R>,

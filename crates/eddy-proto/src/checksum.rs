@@ -242,7 +242,9 @@ mod tests {
         }
         // An independent implementation (the `crc32c` crate) agrees on every length the
         // vector paths cut differently, and on appending.
-        for n in [0usize, 1, 15, 16, 63, 64, 255, 256, 4095, 4096, 65_536, 69_999] {
+        for n in [
+            0usize, 1, 15, 16, 63, 64, 255, 256, 4095, 4096, 65_536, 69_999,
+        ] {
             assert_eq!(crc(&data[..n]), crc32c::crc32c(&data[..n]), "length {n}");
             let (x, y) = data[..n].split_at(n / 3);
             assert_eq!(crc_append(crc(x), y), crc32c::crc32c(&data[..n]));

@@ -36,6 +36,7 @@ pub mod path;
 pub mod repair;
 pub mod stats;
 pub mod sync;
+pub mod unixio;
 pub mod wire;
 
 pub use msg::*;

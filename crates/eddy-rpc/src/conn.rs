@@ -125,9 +125,10 @@ type Registration = (u64, oneshot::Sender<Outcome>);
 const HELLO_MAX: u32 = 4096;
 
 /// The writing side of a socket, written without blocking by callers and the writer task.
+/// A Unix socket is registered for reading only (`eddy_proto::unixio`, decision 0051).
 enum WriteHalf {
     Tcp(tokio::net::tcp::OwnedWriteHalf),
-    Unix(tokio::net::unix::OwnedWriteHalf),
+    Unix(eddy_proto::unixio::UnixWrite),
 }
 
 impl WriteHalf {
@@ -144,7 +145,7 @@ impl WriteHalf {
         use std::os::fd::AsRawFd;
         let fd = match self {
             WriteHalf::Tcp(w) => w.as_ref().as_raw_fd(),
-            WriteHalf::Unix(w) => w.as_ref().as_raw_fd(),
+            WriteHalf::Unix(w) => w.as_raw_fd(),
         };
         // SAFETY: shutdown(2) on a descriptor this half keeps open; it frees nothing.
         unsafe {
@@ -597,7 +598,7 @@ impl Link {
         if let Some(sock) = self.entry.socket.as_ref().filter(|p| p.exists()) {
             let s = tokio::net::UnixStream::connect(sock).await.map_err(fail)?;
             eddy_proto::frame::widen_send_buffer(&s);
-            let (r, w) = s.into_split();
+            let (r, w) = eddy_proto::unixio::split(s).map_err(fail)?;
             return self.handshake(r, w, wire_mode(self.wire, false)).await;
         }
         let s = tokio::net::TcpStream::connect(&self.entry.addr)
@@ -734,8 +735,8 @@ impl From<tokio::net::tcp::OwnedWriteHalf> for WriteHalf {
     }
 }
 
-impl From<tokio::net::unix::OwnedWriteHalf> for WriteHalf {
-    fn from(w: tokio::net::unix::OwnedWriteHalf) -> WriteHalf {
+impl From<eddy_proto::unixio::UnixWrite> for WriteHalf {
+    fn from(w: eddy_proto::unixio::UnixWrite) -> WriteHalf {
         WriteHalf::Unix(w)
     }
 }
