@@ -138,6 +138,15 @@ impl DirTimes {
         }
     }
 
+    /// A touch of `dir` at `time` was sent with a change: this client's stats show at least
+    /// it, as the owner's do.
+    pub fn sent(&self, dir: &str, time: Timespec) {
+        let mut state = self.lock();
+        if let Some(e) = state.0.get_mut(dir) {
+            e.latest = e.latest.max(time);
+        }
+    }
+
     /// Takes the time the deferred touch of `dir` carries; `disarm` is set by the deferred
     /// touch itself.
     pub fn take(&self, dir: &str, disarm: bool) -> Option<Timespec> {
@@ -204,6 +213,8 @@ impl Client {
             Some(async move { (dir, self.meta(dir, req).await) })
         });
         for (dir, res) in join_all(sends).await {
+            // Its cached inode no longer answers a stat (st_nlink), sent or not.
+            self.0.dircache.inexact(dir);
             if let Err(e) = res {
                 tracing::warn!(%dir, "the directory's link count was not updated: {e}");
             }
@@ -230,6 +241,9 @@ impl Client {
         let (res, _) = futures::join!(op, join_all(now));
         for (dir, plan) in plans {
             if plan == Plan::Now {
+                // Sent: the owner has it, and so do this client's stats answered from its
+                // cache of recent directories (decision 0050).
+                self.0.dirs.sent(dir, time);
                 continue;
             }
             if res.is_ok() {
