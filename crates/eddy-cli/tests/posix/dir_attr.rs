@@ -131,6 +131,7 @@ fn a_create_or_unlink_through_the_mount_does_not_stat_its_directory() {
 /// invalidations can make it right.
 #[test]
 fn a_directory_s_attributes_follow_the_mount_s_own_changes_at_once() {
+    eddy_testkit::require::program("setfattr", "attr");
     let m = Mounted::start_with(3, long_caches());
     let d = m.path("d");
     std::fs::create_dir(&d).unwrap();
@@ -179,6 +180,12 @@ fn a_directory_s_attributes_follow_the_mount_s_own_changes_at_once() {
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o711)).unwrap();
     std::fs::write(m.path("d/z"), b"").unwrap();
     assert_eq!(std::fs::metadata(&d).unwrap().mode() & 0o7777, 0o711);
+
+    // An extended attribute set through the mount moves the directory's ctime.
+    let t = nanos(SystemTime::now());
+    m.ok("setfattr -n user.k -v v d");
+    let (_, ctime) = times(&d);
+    assert!(ctime >= t, "after setfattr on d at {t}: ctime {ctime}");
 }
 
 /// Another client's chmod of a directory the mount has cached shows through the mount once
