@@ -536,7 +536,10 @@ impl Filesystem for EddyFs {
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // With default_permissions the kernel checks the mode bits itself and rarely asks;
         // answer whether the entry still exists.
-        match self.path(ino).and_then(|p| self.run(self.client.stat_recent(&p))) {
+        match self
+            .path(ino)
+            .and_then(|p| self.run(self.client.stat_recent(&p)))
+        {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(failed("access", &e)),
         }
