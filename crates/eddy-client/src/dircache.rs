@@ -11,10 +11,11 @@
 //! 0050) when it is exact: stored from an answer no change of this client's overtook (every
 //! forget and change moves an epoch; an answer asked for before it is kept for checks only),
 //! and not marked since by a change of the directory's link count, which only this answer's
-//! user (st_nlink) reads. Own creates and removes move its times through the overlay of
-//! `dirtimes`, applied when it is read.
+//! user (st_nlink) reads. Own creates and removes move its times: a touch sent with the
+//! change moves the cached times (`touched`), a deferred one is overlaid by `dirtimes` when
+//! the entry is read.
 
-use eddy_proto::{path, FileKind, Inode};
+use eddy_proto::{path, FileKind, Inode, Timespec};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -116,6 +117,17 @@ impl DirCache {
         dirs.map.remove(p);
     }
 
+    /// A touch of `p` at `time` reached its owner (merged there with max): the cached times
+    /// follow. An answer asked for before is not exact (it may predate the touch).
+    pub fn touched(&self, p: &str, time: Timespec) {
+        let mut dirs = self.lock();
+        dirs.epoch += 1;
+        if let Some(e) = dirs.map.get_mut(p) {
+            e.inode.mtime = e.inode.mtime.max(time);
+            e.inode.ctime = e.inode.ctime.max(time);
+        }
+    }
+
     /// This client changed the link count of `p`: it stays known for checks of entries
     /// below it, but a stat asks its owner again.
     pub fn inexact(&self, p: &str) {
@@ -180,6 +192,12 @@ mod tests {
         assert!(c.get("/a").is_some() && c.get_exact("/a").is_none());
         c.put("/a", &dir(), c.epoch());
         assert!(c.get_exact("/a").is_some());
+        // A touch sent moves the cached times, never back.
+        let t = |sec| Timespec { sec, nsec: 0 };
+        c.touched("/a", t(50));
+        c.touched("/a", t(40));
+        let a = c.get_exact("/a").unwrap();
+        assert_eq!((a.mtime, a.ctime), (t(50), t(50)));
         c.forget("/a");
         assert!(c.get("/a").is_none());
     }

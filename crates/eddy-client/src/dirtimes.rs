@@ -138,15 +138,6 @@ impl DirTimes {
         }
     }
 
-    /// A touch of `dir` at `time` was sent with a change: this client's stats show at least
-    /// it, as the owner's do.
-    pub fn sent(&self, dir: &str, time: Timespec) {
-        let mut state = self.lock();
-        if let Some(e) = state.0.get_mut(dir) {
-            e.latest = e.latest.max(time);
-        }
-    }
-
     /// Takes the time the deferred touch of `dir` carries; `disarm` is set by the deferred
     /// touch itself.
     pub fn take(&self, dir: &str, disarm: bool) -> Option<Timespec> {
@@ -241,9 +232,9 @@ impl Client {
         let (res, _) = futures::join!(op, join_all(now));
         for (dir, plan) in plans {
             if plan == Plan::Now {
-                // Sent: the owner has it, and so do this client's stats answered from its
-                // cache of recent directories (decision 0050).
-                self.0.dirs.sent(dir, time);
+                // Sent: the owner has it, and so does the directory as cached (decision
+                // 0050), which a mount's GETATTR may answer with.
+                self.0.dircache.touched(dir, time);
                 continue;
             }
             if res.is_ok() {
