@@ -72,8 +72,9 @@ impl Client {
             let dir = match self.0.dircache.get(parent) {
                 Some(dir) => dir,
                 None => {
+                    let since = self.0.dircache.epoch();
                     let dir = self.stat_norm(parent).await?;
-                    self.0.dircache.put(parent, &dir);
+                    self.0.dircache.put(parent, &dir, since);
                     dir
                 }
             };

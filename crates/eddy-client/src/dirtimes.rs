@@ -204,6 +204,8 @@ impl Client {
             Some(async move { (dir, self.meta(dir, req).await) })
         });
         for (dir, res) in join_all(sends).await {
+            // Its cached inode no longer answers a stat (st_nlink), sent or not.
+            self.0.dircache.inexact(dir);
             if let Err(e) = res {
                 tracing::warn!(%dir, "the directory's link count was not updated: {e}");
             }
@@ -230,6 +232,9 @@ impl Client {
         let (res, _) = futures::join!(op, join_all(now));
         for (dir, plan) in plans {
             if plan == Plan::Now {
+                // Sent: the owner has it, and so does the directory as cached (decision
+                // 0050), which a mount's GETATTR may answer with.
+                self.0.dircache.touched(dir, time);
                 continue;
             }
             if res.is_ok() {

@@ -187,8 +187,9 @@ impl Client {
         if let Some(i) = self.0.dircache.get(d) {
             return Ok(i);
         }
+        let since = self.0.dircache.epoch();
         let i = self.stat_raw(d).await?;
-        self.0.dircache.put(d, &i);
+        self.0.dircache.put(d, &i, since);
         Ok(i)
     }
 

@@ -29,6 +29,22 @@ impl Client {
         self.stat_raw(&p).await
     }
 
+    /// Like `stat`, for a mount answering the kernel's GETATTR (decision 0050): a directory
+    /// this client has seen within `dir_cache_ms`, and not changed since but for its times
+    /// (which this client's stats show at once), is answered from its cache of recent
+    /// directories; anything else is asked for, and a directory remembered. A change another
+    /// client made to the directory shows within `dir_cache_ms`.
+    pub async fn stat_recent(&self, path: &str) -> Result<Inode, Errno> {
+        let p = self.norm(path)?;
+        if let Some(dir) = self.0.dircache.get_exact(&p) {
+            return Ok(self.with_dir_times(&p, dir));
+        }
+        let since = self.0.dircache.epoch();
+        let i = self.stat_norm(&p).await?;
+        self.0.dircache.put(&p, &i, since);
+        Ok(i)
+    }
+
     pub async fn mkdir(&self, path: &str, mode: u32, creds: Creds) -> Result<Inode, Errno> {
         let p = self.norm(path)?;
         let inode = new_inode(FileKind::Dir, mode, creds, None);
@@ -50,7 +66,8 @@ impl Client {
             self.count_subdirs(&[(&p, 1)]).await;
             made
         };
-        self.0.dircache.put(&p, &made);
+        // Just made by this exclusive create: as its owner has it (a stat may answer it).
+        self.0.dircache.put(&p, &made, self.0.dircache.epoch());
         Ok(made)
     }
 
@@ -83,10 +100,9 @@ impl Client {
         if let Some(d) = self.0.dircache.get(parent) {
             return Some(d);
         }
+        let since = self.0.dircache.epoch();
         let d = self.stat_norm(parent).await.ok()?;
-        if d.kind == FileKind::Dir {
-            self.0.dircache.put(parent, &d);
-        }
+        self.0.dircache.put(parent, &d, since);
         Some(d)
     }
 
@@ -161,7 +177,10 @@ impl Client {
             },
         );
         self.0.dircache.forget_tree(&p);
-        self.changing_parents(&[&p], remove).await?;
+        let removed = self.changing_parents(&[&p], remove).await;
+        // A stat that crossed the remove is not kept either.
+        self.0.dircache.forget_tree(&p);
+        removed?;
         self.count_subdirs(&[(&p, -1)]).await;
         Ok(())
     }
@@ -314,7 +333,12 @@ impl Client {
             attr,
         };
         let i = self.meta(&p, req).await?;
-        self.clear_setid_after(&p, i, truncated, creds).await
+        let res = self.clear_setid_after(&p, i, truncated, creds).await;
+        if cur.kind == FileKind::Dir {
+            // A stat that crossed the change is not kept either.
+            self.0.dircache.forget(&p);
+        }
+        res
     }
 
     pub async fn statfs(&self) -> Result<FsStats, Errno> {

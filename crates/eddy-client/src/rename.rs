@@ -109,6 +109,17 @@ impl Client {
     /// before the old one goes. Data never moves (it is named by file id). A directory rename
     /// that stops half-way (EIO) is completed later, never left split (decision 0010).
     pub async fn rename(&self, from: &str, to: &str, creds: Creds) -> Result<(), Errno> {
+        let res = self.rename_norm(from, to, creds).await;
+        // A stat that crossed the rename is not kept either (decision 0050).
+        for p in [from, to] {
+            if let Ok(p) = self.norm(p) {
+                self.0.dircache.forget_tree(&p);
+            }
+        }
+        res
+    }
+
+    async fn rename_norm(&self, from: &str, to: &str, creds: Creds) -> Result<(), Errno> {
         let from = self.norm(from)?;
         let to = self.norm(to)?;
         if from == "/" || to == "/" {

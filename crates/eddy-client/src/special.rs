@@ -99,11 +99,15 @@ impl Client {
         Ok(())
     }
 
-    /// A directory's placement attribute changed here: this client's next create in it
-    /// must not go by the directory as cached (decision 0043).
+    /// An attribute of `p` changed here (its ctime moved, an ACL may have moved its mode):
+    /// it is not answered from the cache of recent directories (decision 0050). A
+    /// directory's placement attribute: this client's next create in it must not go by the
+    /// directory as cached (decision 0043).
     fn placement_changed(&self, p: &str, name: &str) {
         if name == eddy_config::PLACEMENT_XATTR {
             self.0.dircache.forget_tree(p);
+        } else {
+            self.0.dircache.forget(p);
         }
     }
 

@@ -106,7 +106,8 @@ pub struct Config {
     pub dir_time_update_ms: u64,
     /// How long a client trusts a directory it looked up (its existence, kind and mode) when
     /// it creates, removes or resolves entries below it, in milliseconds: creates in a known
-    /// directory take one round trip. Its own changes to a directory drop it at once; other
+    /// directory take one round trip; a mount answers the kernel's GETATTR of such a
+    /// directory from it (decision 0050). Its own changes to a directory drop it at once; other
     /// nodes' within this time. 0 asks every time. Default 1 000 (as `fuse_attr_ttl_ms`).
     pub dir_cache_ms: u64,
     /// Directory entries per readdir page from each daemon. Default 1024.

@@ -13,6 +13,7 @@ mod client_ops;
 mod client_prop;
 mod deadlock;
 mod deep_paths;
+mod dir_attr;
 mod direct_io;
 mod full_device;
 mod hard_links;

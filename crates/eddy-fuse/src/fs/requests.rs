@@ -65,9 +65,11 @@ impl Filesystem for EddyFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         // By the current path (an open file's own path is the one it was opened by); the
-        // open file only serves an entry that has no path any more.
+        // open file only serves an entry that has no path any more. A directory this mount
+        // saw within `dir_cache_ms` is answered from the client's cache (decision 0050): the
+        // kernel asks again after every create or remove in it.
         let res = match (self.path(ino), fh.and_then(|h| self.file(h).ok())) {
-            (Ok(p), _) => self.run(self.client.stat(&p)).map(|mut inode| {
+            (Ok(p), _) => self.run(self.client.stat_recent(&p)).map(|mut inode| {
                 // A file unlinked while open lives on under a hidden name that is not one of
                 // its names: fstat counts it out (0 for a file with no name left).
                 if lock(&self.orphans).contains(&p) {
@@ -534,7 +536,10 @@ impl Filesystem for EddyFs {
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // With default_permissions the kernel checks the mode bits itself and rarely asks;
         // answer whether the entry still exists.
-        match self.path(ino).and_then(|p| self.run(self.client.stat(&p))) {
+        match self
+            .path(ino)
+            .and_then(|p| self.run(self.client.stat_recent(&p)))
+        {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(failed("access", &e)),
         }
