@@ -88,7 +88,8 @@ pub(crate) struct Lease {
     generation: u64,
     /// Tells when that connection is gone (the lease with it).
     closed: eddy_rpc::Closed,
-    /// The daemon ended it (it is full).
+    /// Its daemon is nearly full: no more direct writes under it; it is released (with what
+    /// was written meanwhile) at the next write or the close.
     ended: std::sync::atomic::AtomicBool,
     /// The kernel reads and writes its data file (FUSE passthrough, decision 0049): a
     /// report of a write lease at fsync or release asks the daemon to take the whole file
@@ -108,7 +109,14 @@ struct Pending {
     bytes: u64,
     /// Bytes read directly, told to the daemon's counters with the next report.
     read: u64,
+    /// What the report under way carries (its ranges and checksums), until the daemon has
+    /// answered: a direct read meanwhile checks those blocks against these checksums, not
+    /// against the sum file the daemon has not written yet.
+    sent: Option<Sent>,
 }
+
+/// The ranges and the whole blocks' checksums a report carries.
+type Sent = (Vec<(u64, u64)>, BTreeMap<u64, u32>);
 
 impl Pending {
     /// Puts back what a failed report took, before what was written since.
@@ -129,9 +137,45 @@ impl Pending {
 
     /// Whether block `g` lies in a range written (in part) and not reported.
     fn touches(&self, g: u64, block: u64) -> bool {
-        let (a, e) = (g * block, (g + 1) * block);
-        self.ranges.iter().any(|&(o, l)| o < e && o + l > a)
+        touches(&self.ranges, g, block)
     }
+
+    /// What block `g` must hold when read directly: `Some(sum)` from this client's own
+    /// whole-block writes not yet recorded by the daemon (pending or in the report under
+    /// way), `Some(None)` for a block such a write changed in part (its bytes are this
+    /// client's own, the daemon checksums it), `None` when the sum file says.
+    fn expected(&self, g: u64, block: u64) -> Option<Option<u32>> {
+        if let Some(s) = self.sums.get(&g) {
+            return Some(Some(*s));
+        }
+        if self.touches(g, block) {
+            return Some(None);
+        }
+        let (ranges, sums) = self.sent.as_ref()?;
+        match sums.get(&g) {
+            Some(s) => Some(Some(*s)),
+            None => touches(ranges, g, block).then_some(None),
+        }
+    }
+
+    /// Takes what is to be reported, remembering it as under way.
+    fn take_for_report(&mut self) -> Pending {
+        let taken = Pending {
+            ranges: std::mem::take(&mut self.ranges),
+            sums: std::mem::take(&mut self.sums),
+            bytes: std::mem::take(&mut self.bytes),
+            read: std::mem::take(&mut self.read),
+            sent: None,
+        };
+        self.sent = Some((taken.ranges.clone(), taken.sums.clone()));
+        taken
+    }
+}
+
+/// Whether block `g` (of `block` bytes) meets one of `ranges`.
+fn touches(ranges: &[(u64, u64)], g: u64, block: u64) -> bool {
+    let (a, e) = (g * block, (g + 1) * block);
+    ranges.iter().any(|&(o, l)| o < e && o + l > a)
 }
 
 impl Lease {
@@ -345,9 +389,8 @@ impl Client {
             read_full(sf, &mut raw, a / block * 4)?;
             for (j, bytes) in buf.chunks(block as usize).enumerate() {
                 let g = a / block + j as u64;
-                let want = match pending.sums.get(&g) {
-                    Some(s) => Some(*s),
-                    None if pending.touches(g, block) => None, // its own bytes
+                let want = match pending.expected(g, block) {
+                    Some(own) => own,
                     None => {
                         let r = &raw[j * 4..j * 4 + 4];
                         Some(u32::from_le_bytes([r[0], r[1], r[2], r[3]]) ^ zero)
@@ -392,7 +435,23 @@ impl Client {
     /// Reports what was written under `lease`; a void lease (or one the daemon no longer
     /// knows) has it written again through the daemon.
     async fn report(&self, f: &File, lease: &Lease, release: bool) -> Result<(), Errno> {
-        let pending = std::mem::take(&mut *eddy_proto::sync::lock(&lease.pending));
+        let pending = eddy_proto::sync::lock(&lease.pending).take_for_report();
+        let result = self.send_report(f, lease, release, pending).await;
+        // Recorded, kept for the next report, or written again: the sum file or the pending
+        // writes say from now on. (Two reports at once, a deferred one and an fsync's, may
+        // forget each other's: a direct read then meets a checksum it cannot check yet and
+        // reads through the daemon, which is right, only slower.)
+        eddy_proto::sync::lock(&lease.pending).sent = None;
+        result
+    }
+
+    async fn send_report(
+        &self,
+        f: &File,
+        lease: &Lease,
+        release: bool,
+        pending: Pending,
+    ) -> Result<(), Errno> {
         // What the kernel wrote: the whole file is taken again, unless unchanged since the
         // last time (its length and mtime, looked at before the report goes).
         let stamp = lease.data.metadata().ok().map(|m| {
@@ -405,7 +464,8 @@ impl Client {
         if pending.ranges.is_empty() && pending.read == 0 && !release && !whole {
             return Ok(());
         }
-        if lease.void() {
+        // Its connection gone: the daemon adopted the file, the bytes go through it again.
+        if lease.closed.is_closed() {
             return self.rewrite(f, lease, pending).await;
         }
         let req = Request::DirectCommit(req::DirectCommit {
@@ -424,8 +484,9 @@ impl Client {
                 }
                 Ok(())
             }
-            // Recorded, and the lease ended: the daemon is nearly full, later writes go
-            // through it (and get its ENOSPC).
+            // Recorded, and the daemon is nearly full: later writes go through it (and get
+            // its ENOSPC); the lease is released at the next write or the close, with what
+            // another thread may have written meanwhile.
             Err(eddy_rpc::Failure::Daemon(e)) if e.errno == libc::ENOSPC => {
                 lease
                     .ended
@@ -445,6 +506,11 @@ impl Client {
     /// A void lease of `f`: what it wrote and did not report is written again through the
     /// daemon.
     async fn settle_void(&self, f: &File, lease: &Lease) -> Result<(), Errno> {
+        if !lease.closed.is_closed() {
+            // Ended by its daemon (nearly full) on a live connection: what was written
+            // since the last report is reported with the lease's release (decision 0048).
+            return self.report(f, lease, true).await;
+        }
         let pending = std::mem::take(&mut *eddy_proto::sync::lock(&lease.pending));
         self.rewrite(f, lease, pending).await
     }
@@ -518,6 +584,17 @@ impl Client {
             .sockets
             .contains_key(&daemon)
             .then_some(daemon)
+    }
+
+    /// Whether every byte of `f` is read and written directly, by this process in its own
+    /// thread (decision 0048): direct I/O on, `f` not linked, and all its chunks on one daemon
+    /// of this host with one copy. A front-end that hands bulk calls to other threads to keep
+    /// them near the sockets (the preload) has no sockets to be near then.
+    pub fn direct_whole(&self, f: &File) -> bool {
+        self.config().direct_io
+            && self
+                .sole_local_daemon(f)
+                .is_some_and(|d| self.direct_eligible(f, d))
     }
 
     /// The data file the kernel may read and write for `f` (a descriptor of the daemon's

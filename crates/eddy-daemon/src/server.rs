@@ -562,7 +562,7 @@ fn connection_budget(cfg: &eddy_config::Config) -> u32 {
 }
 
 /// The next frame, once the bytes its header announces fit in the connection's budget:
-/// no more of it than `eddy_proto::frame::PEEK_BYTES` is buffered before then. Returns it with those bytes held. Cancel-safe
+/// the frame is not buffered before then. Returns it with those bytes held. Cancel-safe
 /// (what was read stays buffered; a budget taken is given back).
 async fn admit_frame<R: AsyncRead + Unpin>(
     frames: &mut FrameReader<R>,

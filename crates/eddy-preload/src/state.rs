@@ -177,7 +177,25 @@ where
 }
 
 /// Calls moving at least this many bytes run on the workers (see `run_sized`).
-const BULK_BYTES: usize = 64 * 1024;
+pub const BULK_BYTES: usize = 64 * 1024;
+
+/// Runs `f(client)`, a future that may borrow the caller's buffers, on this thread, when this
+/// thread can run one (see `on`); `None` when it cannot (inside another runtime, or with its
+/// thread-locals gone), and the caller then uses `run` or `run_sized` with owned data.
+pub fn run_here<T, F, Fut>(f: F) -> Option<R<T>>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = R<T>>,
+{
+    let g = match global() {
+        Ok(g) => g,
+        Err(e) => return Some(Err(e)),
+    };
+    match tokio::runtime::Handle::try_current() {
+        Err(e) if e.is_missing_context() => Some(g.rt.block_on(f(g.client.clone()))),
+        _ => None,
+    }
+}
 
 /// Like `run`, for a call moving `bytes` of data: a large one runs on the workers, where the
 /// sockets' readiness is seen, rather than on the calling thread (measured: 1 MiB writes lost

@@ -220,12 +220,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// The size of the next frame, length prefix included, as its header announces it:
-    /// reads until the 4 bytes of the prefix are buffered, and at most `PEEK_BYTES` in one
-    /// read, so a caller can make room for a large frame (or wait for room) before `next`
-    /// buffers the rest of it, while a small request comes in with the read of its prefix
-    /// (one read per request, not one for the prefix and one for the rest, and none more to
-    /// meet EAGAIN). `None` when the stream ends first: `next` then says whether it ended
-    /// cleanly. Cancel-safe.
+    /// reads until the 4 bytes of the prefix are buffered, and never past them, so a caller
+    /// can make room for the frame (or wait for room) before `next` buffers it. `None` when
+    /// the stream ends first: `next` then says whether it ended cleanly. Cancel-safe.
     pub async fn next_len(&mut self) -> Result<Option<u64>, FrameError> {
         use tokio::io::AsyncReadExt;
         loop {
@@ -234,10 +231,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 let len = u32::from_le_bytes([have[0], have[1], have[2], have[3]]);
                 return Ok(Some(u64::from(len) + 4));
             }
-            // What is read past the prefix is the frame's (or the next frames') bytes: the
-            // codec decodes them from its buffer.
-            let mut part = [0u8; PEEK_BYTES];
-            let n = self.inner.get_mut().read(&mut part).await?;
+            // At most the rest of the prefix: no frame is complete after it (a frame has at
+            // least a header), so the codec's own reading resumes correctly.
+            let mut part = [0u8; 4];
+            let want = 4 - have.len();
+            let n = self.inner.get_mut().read(&mut part[..want]).await?;
             if n == 0 {
                 return Ok(None);
             }
@@ -523,10 +521,6 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
 /// Send buffer asked for on local (Unix) sockets: a whole chunk fits, so a chunk crosses in
 /// one wake-up of the reader instead of several.
 pub const LOCAL_SEND_BUFFER: libc::c_int = 4 * 1024 * 1024;
-
-/// Bytes `FrameReader::next_len` reads at most while it looks for a frame's length: a
-/// metadata request whole, and little beyond a connection's byte budget before it is checked.
-pub const PEEK_BYTES: usize = 4096;
 
 /// Widens a socket's send buffer to `LOCAL_SEND_BUFFER`; the kernel may grant less (its
 /// limit is `net.core.wmem_max`), which is harmless.

@@ -258,6 +258,57 @@ async fn a_full_daemon_refuses_direct_writers_and_writes_end_in_enospc() {
     assert!(got.chunks(piece.len()).all(|p| p == &piece[..]));
 }
 
+/// Several threads write one file on a daemon that fills up: a report answered ENOSPC
+/// races the other threads' direct writes. Every write that returned success reads back
+/// (the lease lives until it is released with what was written meanwhile); none is taken
+/// for damage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_racing_a_full_daemon_s_answer_all_read_back() {
+    let cap = 6 * 1024 * 1024;
+    let cl = Cluster::start_with(
+        1,
+        Config {
+            capacity_bytes: cap,
+            direct_batch_bytes: 1024 * 1024,
+            ..local()
+        },
+    );
+    let c = cl.client().await;
+    let me = Creds::root();
+    let f = c.open("/race", CREAT, 0o644, me).await.unwrap();
+    let piece = 64 * 1024;
+    let writers = (0..4u64).map(|w| {
+        let (c, f) = (c.clone(), f.clone());
+        tokio::spawn(async move {
+            let mut done = Vec::new();
+            // Writer w takes every 4th piece.
+            for i in (w..).step_by(4).take(64) {
+                let at = i * piece;
+                match c.pwrite(&f, at, &pattern(i, at, piece as usize)).await {
+                    Ok(_) => done.push(i),
+                    Err(e) => {
+                        assert_eq!(e.errno, libc::ENOSPC, "{e:?}");
+                        break;
+                    }
+                }
+            }
+            done
+        })
+    });
+    let mut done = Vec::new();
+    for w in writers {
+        done.extend(w.await.unwrap());
+    }
+    assert!(done.len() < 4 * 64, "the daemon never filled up");
+    c.close(&f).await.unwrap();
+    let g = c.open("/race", libc::O_RDONLY, 0, me).await.unwrap();
+    for i in done {
+        let at = i * piece;
+        let got = c.pread(&g, at, piece as usize).await.unwrap();
+        assert!(got == pattern(i, at, piece as usize), "piece {i}");
+    }
+}
+
 /// Without `placement_host` naming the daemons' host, or with `direct_io` off, nothing is
 /// done directly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -378,6 +429,16 @@ async fn with_two_copies_the_local_copy_is_direct_and_the_other_goes_by_rpc() {
     let far = remote_client(&cl).await;
     assert_eq!(read_all(&far, "/two").await, data);
     cl.restart(0);
+    // Daemon 0 serves clients again once it has rejoined (decision 0021): only then is
+    // daemon 1 the one copy down (killed earlier, both copies of the root could be out).
+    let began = std::time::Instant::now();
+    loop {
+        match c.rpc().call(0, eddy_proto::req::Status).await {
+            Ok(s) if !s.rejoining => break,
+            _ => assert!(began.elapsed().as_secs() < 30, "daemon 0 did not rejoin"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     cl.kill(1);
     let far = remote_client(&cl).await;
     assert_eq!(read_all(&far, "/two").await, data);

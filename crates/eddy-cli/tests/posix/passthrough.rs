@@ -46,6 +46,24 @@ fn op(map: &std::collections::BTreeMap<String, (u64, u64)>, name: &str) -> (u64,
     map.get(name).copied().unwrap_or((0, 0))
 }
 
+/// The daemons' counts once the bytes of `name` reach `bytes`, or after 20 s: the kernel
+/// sends RELEASE, with the last report, after close(2) has returned.
+fn ops_when(
+    rt: &tokio::runtime::Runtime,
+    c: &Client,
+    name: &str,
+    bytes: u64,
+) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let began = std::time::Instant::now();
+    loop {
+        let now = rt.block_on(ops(c));
+        if op(&now, name).1 >= bytes || began.elapsed() > std::time::Duration::from_secs(20) {
+            return now;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Every daemon verifies every block it holds: none may be bad.
 async fn scrub_clean(c: &Client) {
     for d in c.rpc().ids().to_vec() {
@@ -147,7 +165,7 @@ fn with_the_setting_off_the_mount_writes_the_bytes_itself() {
     let far = rt.block_on(remote_client(&m));
     let data = pattern(5, 0, 2_000_000);
     write_file(&m, "f", &data);
-    let after = rt.block_on(ops(&far));
+    let after = ops_when(&rt, &far, "direct_commit", data.len() as u64);
     // Direct I/O by the mount's client: the reports carry every byte.
     assert_eq!(
         op(&after, "direct_commit").1,
@@ -208,7 +226,10 @@ fn a_lock_turns_passthrough_off_for_later_opens() {
     m.ok("flock l true");
     let patch = pattern(8, 0, 100_000);
     patch_file(&m, "l", 10, &patch);
-    let after = op(&rt.block_on(ops(&far)), "direct_commit");
+    let after = op(
+        &ops_when(&rt, &far, "direct_commit", before.1 + patch.len() as u64),
+        "direct_commit",
+    );
     assert_eq!(
         after.1 - before.1,
         patch.len() as u64,
@@ -236,7 +257,10 @@ fn with_two_copies_the_mount_writes_every_copy_itself() {
     let far = rt.block_on(remote_client(&m));
     let data = pattern(9, 0, 700_000);
     write_file(&m, "two", &data);
-    let c = op(&rt.block_on(ops(&far)), "direct_commit");
+    let c = op(
+        &ops_when(&rt, &far, "direct_commit", 2 * data.len() as u64),
+        "direct_commit",
+    );
     assert!(c.1 >= 2 * data.len() as u64, "{c:?}");
     same(&rt.block_on(read_all(&far, "/two")), &data);
 }

@@ -59,7 +59,7 @@ impl Serve for req::DirectCommit {
         }
         let (id, number) = (self.file_id, self.lease);
         let (ranges, sums) = (self.ranges, self.sums);
-        let mut release = self.release;
+        let release = self.release;
         if lease.write {
             let whole = self.whole;
             let grown = st
@@ -90,9 +90,6 @@ impl Serve for req::DirectCommit {
                     }
                 });
             }
-            // Past the capacity less one batch, the lease ends here: its writer writes
-            // through the daemon from now on, and gets its ENOSPC.
-            release |= nearly_full(st);
             if release {
                 st.blocking_any(move |st| st.chunks.direct_close(id, false))
                     .await??;
@@ -101,11 +98,15 @@ impl Serve for req::DirectCommit {
         if release {
             st.direct.end(number);
         }
-        if release && !self.release {
+        // Past the capacity less one batch, the writer is told to stop writing directly:
+        // it writes through the daemon from now on, and gets its ENOSPC. The lease itself
+        // (and the file's mark) lasts until the writer releases it, so that a write it made
+        // before it was told (another thread's) is reported then, never taken for damage.
+        if lease.write && !release && nearly_full(st) {
             return Err(Errno::new(
                 libc::ENOSPC,
-                "recorded; this daemon is nearly full, so the direct lease ended: write \
-                 through the daemon",
+                "recorded; this daemon is nearly full: stop writing directly, release the \
+                 lease and write through the daemon",
             ));
         }
         Ok(())

@@ -46,15 +46,29 @@ pub(super) fn read_ours(fd: c_int, o: &Open, buf: &mut [u8], off: Option<u64>) -
         None => cur_offset(fd)?,
     };
     let len = buf.len();
-    let data = run_sized(len, move |c| async move { c.pread(&f, pos, len).await })?;
-    buf[..data.len()].copy_from_slice(&data);
+    // Into the caller's buffer on this thread when no socket carries the bulk of it.
+    let here = if len < BULK_BYTES || global()?.client.direct_whole(&f) {
+        let into = &mut *buf;
+        run_here(|c| async move { c.pread_into(&f, pos, into).await })
+    } else {
+        None
+    };
+    let n = match here {
+        Some(n) => n?,
+        None => {
+            let f = o.file()?;
+            let data = run_sized(len, move |c| async move { c.pread(&f, pos, len).await })?;
+            buf[..data.len()].copy_from_slice(&data);
+            data.len()
+        }
+    };
     if off.is_none() {
-        set_offset(fd, pos + data.len() as u64)?;
+        set_offset(fd, pos + n as u64)?;
     }
-    Ok(data.len())
+    Ok(n)
 }
 
-pub(super) fn write_ours(fd: c_int, o: &Open, data: Vec<u8>, off: Option<u64>) -> R<usize> {
+pub(super) fn write_ours(fd: c_int, o: &Open, data: &[u8], off: Option<u64>) -> R<usize> {
     check_data(o)?;
     let f = o.file()?;
     let flags = o.flags();
@@ -67,22 +81,47 @@ pub(super) fn write_ours(fd: c_int, o: &Open, data: Vec<u8>, off: Option<u64>) -
         None => cur_offset(fd)?,
     };
     WROTE.store(true, Ordering::Relaxed);
-    let (n, end) = run_sized(data.len(), move |c| async move {
-        let n = c.pwrite(&f, pos, &data).await?;
-        if sync {
-            c.fsync(&f).await?;
+    // From the caller's buffer on this thread when no socket carries the bulk of it.
+    let here = if data.len() < BULK_BYTES || global()?.client.direct_whole(&f) {
+        run_here(|c| async move { pwrite_at(&c, &f, pos, data, sync, append).await })
+    } else {
+        None
+    };
+    let (n, end) = match here {
+        Some(r) => r?,
+        None => {
+            let (f, data) = (o.file()?, data.to_vec());
+            run_sized(data.len(), move |c| async move {
+                pwrite_at(&c, &f, pos, &data, sync, append).await
+            })?
         }
-        let end = if append {
-            c.fstat(&f).await?.size
-        } else {
-            pos + n as u64
-        };
-        Ok((n, end))
-    })?;
+    };
     if off.is_none() {
         set_offset(fd, end)?;
     }
     Ok(n)
+}
+
+/// Writes `data` at `pos` (and syncs it, for O_SYNC); returns the bytes written and where the
+/// descriptor's offset goes (the end of the file, for O_APPEND).
+async fn pwrite_at(
+    c: &eddy_client::Client,
+    f: &File,
+    pos: u64,
+    data: &[u8],
+    sync: bool,
+    append: bool,
+) -> R<(usize, u64)> {
+    let n = c.pwrite(f, pos, data).await?;
+    if sync {
+        c.fsync(f).await?;
+    }
+    let end = if append {
+        c.fstat(f).await?.size
+    } else {
+        pos + n as u64
+    };
+    Ok((n, end))
 }
 
 pub(super) unsafe fn slice_mut<'a>(buf: *mut c_void, n: size_t) -> &'a mut [u8] {
@@ -138,7 +177,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     on_fd!(
         fd,
         -1,
-        |o| write_ours(fd, &o, slice(buf, n).to_vec(), None).map(|n| n as ssize_t),
+        |o| write_ours(fd, &o, slice(buf, n), None).map(|n| n as ssize_t),
         real::write(fd, buf, n)
     )
 }
@@ -183,7 +222,7 @@ twins! {
         on_fd!(
             fd,
             -1,
-            |o| write_ours(fd, &o, slice(buf, n).to_vec(), offset(off)?).map(|n| n as ssize_t),
+            |o| write_ours(fd, &o, slice(buf, n), offset(off)?).map(|n| n as ssize_t),
             next(fd, buf, n, off)
         )
     }
@@ -228,7 +267,7 @@ pub(super) fn writev_ours(
         // SAFETY: the caller's buffer of iov_len bytes.
         data.extend_from_slice(unsafe { slice(v.iov_base, v.iov_len) });
     }
-    Ok(write_ours(fd, o, data, off)? as ssize_t)
+    Ok(write_ours(fd, o, &data, off)? as ssize_t)
 }
 
 #[no_mangle]
