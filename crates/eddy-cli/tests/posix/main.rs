@@ -29,6 +29,7 @@ mod preload;
 mod preload_meta;
 mod rpc_counts;
 mod script_runs;
+mod served;
 mod shared_file;
 mod special_xattr;
 mod times;

@@ -4,6 +4,7 @@
 //! the descriptor POSIX promises: the lowest free number, none left behind by a failed create,
 //! its offset shared by dup and fork, inherited through exec, closed by close-on-exec.
 
+use crate::served::{diff, served};
 use eddy_config::Config;
 use eddy_testkit::{test_config, Cluster};
 use std::collections::BTreeMap;
@@ -29,32 +30,6 @@ fn check(what: &str, out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Requests served by all daemons so far, by op name.
-fn served(rt: &tokio::runtime::Runtime, c: &eddy_client::Client) -> BTreeMap<String, u64> {
-    let mut all = BTreeMap::new();
-    for (id, s) in rt.block_on(c.daemon_stats()) {
-        let s = s.unwrap_or_else(|e| panic!("stats of daemon {id}: {e}"));
-        assert!(s.counting, "daemon {id} does not count requests");
-        for op in s.ops {
-            *all.entry(op.op).or_insert(0) += op.count;
-        }
-    }
-    all
-}
-
-/// The requests between two snapshots, leaving out directory-time updates (sent alongside,
-/// once per 5 ms, so their number depends on the pace).
-fn diff(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .filter(|(k, _)| k.as_str() != "touch_dir")
-        .filter_map(|(k, n)| {
-            let d = n - before.get(k).copied().unwrap_or(0);
-            (d > 0).then(|| (k.clone(), d))
-        })
-        .collect()
 }
 
 const PHASE: &str = r#"
