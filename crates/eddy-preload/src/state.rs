@@ -135,19 +135,22 @@ fn connect() -> R<Global> {
     Ok(Global { rt, client })
 }
 
+/// Whether this thread can run a future itself: it is inside no other runtime (a tokio
+/// program) and its thread-locals are alive (glibc's `exit` drops them before the atexit
+/// handlers, where stdio flushes its buffers into our descriptors).
+fn can_run_here() -> bool {
+    matches!(tokio::runtime::Handle::try_current(), Err(e) if e.is_missing_context())
+}
+
 /// Runs a future to completion: on this thread (the runtime's workers only drive the
 /// connections' sockets, so a call costs no hand-off to another thread), or on the workers
-/// while this thread blocks on a channel when it cannot run one itself: when it is inside some
-/// other runtime (a tokio program), or when its thread-locals are gone (glibc's `exit` drops
-/// them before the atexit handlers, where stdio flushes its buffers into our descriptors).
+/// while this thread blocks on a channel when it cannot run one itself (`can_run_here`).
 fn on<T: Send + 'static>(
     rt: &tokio::runtime::Runtime,
     fut: impl Future<Output = R<T>> + Send + 'static,
 ) -> R<T> {
-    if let Err(e) = tokio::runtime::Handle::try_current() {
-        if e.is_missing_context() {
-            return rt.block_on(fut);
-        }
+    if can_run_here() {
+        return rt.block_on(fut);
     }
     on_workers(rt, fut)
 }
@@ -176,14 +179,20 @@ where
     on(&g.rt, f(g.client.clone()))
 }
 
-/// Calls moving at least this many bytes run on the workers (see `run_sized`).
-pub const BULK_BYTES: usize = 64 * 1024;
+/// Calls moving at least this many bytes through sockets run on the workers (see
+/// `run_sized_here`).
+const BULK_BYTES: usize = 64 * 1024;
 
-/// Runs `f(client)`, a future that may borrow the caller's buffers, on this thread, when this
-/// thread can run one (see `on`); `None` when it cannot (inside another runtime, or with its
-/// thread-locals gone), and the caller then uses `run` or `run_sized` with owned data.
-pub fn run_here<T, F, Fut>(f: F) -> Option<R<T>>
+/// Runs `f(client)`, a call moving `bytes` of data that may borrow the caller's buffers, on
+/// this thread, when it can run one (`can_run_here`) and the call belongs here: a small one,
+/// or a large one whose bytes no socket carries (`direct(client)`: the file is served wholly
+/// by direct I/O). A large one over sockets belongs on the workers, where the sockets'
+/// readiness is seen (measured: 1 MiB writes lost a third of their bandwidth when their
+/// frames' tails and their replies crossed threads). `None`: the caller runs it on the
+/// workers with owned data (`run_on_workers`).
+pub fn run_sized_here<T, D, F, Fut>(bytes: usize, direct: D, f: F) -> Option<R<T>>
 where
+    D: FnOnce(&Client) -> bool,
     F: FnOnce(Client) -> Fut,
     Fut: Future<Output = R<T>>,
 {
@@ -191,27 +200,21 @@ where
         Ok(g) => g,
         Err(e) => return Some(Err(e)),
     };
-    match tokio::runtime::Handle::try_current() {
-        Err(e) if e.is_missing_context() => Some(g.rt.block_on(f(g.client.clone()))),
-        _ => None,
+    if (bytes >= BULK_BYTES && !direct(&g.client)) || !can_run_here() {
+        return None;
     }
+    Some(g.rt.block_on(f(g.client.clone())))
 }
 
-/// Like `run`, for a call moving `bytes` of data: a large one runs on the workers, where the
-/// sockets' readiness is seen, rather than on the calling thread (measured: 1 MiB writes lost
-/// a third of their bandwidth when their frames' tails and their replies crossed threads).
-pub fn run_sized<T, F, Fut>(bytes: usize, f: F) -> R<T>
+/// Runs `f(client)` on the runtime's workers while this thread waits.
+pub fn run_on_workers<T, F, Fut>(f: F) -> R<T>
 where
     T: Send + 'static,
     F: FnOnce(Client) -> Fut,
     Fut: Future<Output = R<T>> + Send + 'static,
 {
     let g = global()?;
-    if bytes >= BULK_BYTES {
-        on_workers(&g.rt, f(g.client.clone()))
-    } else {
-        on(&g.rt, f(g.client.clone()))
-    }
+    on_workers(&g.rt, f(g.client.clone()))
 }
 
 pub fn creds() -> Creds {

@@ -46,18 +46,17 @@ pub(super) fn read_ours(fd: c_int, o: &Open, buf: &mut [u8], off: Option<u64>) -
         None => cur_offset(fd)?,
     };
     let len = buf.len();
-    // Into the caller's buffer on this thread when no socket carries the bulk of it.
-    let here = if len < BULK_BYTES || global()?.client.direct_whole(&f) {
-        let into = &mut *buf;
-        run_here(|c| async move { c.pread_into(&f, pos, into).await })
-    } else {
-        None
-    };
+    // Into the caller's buffer on this thread, or through a copy on the workers.
+    let (into, file) = (&mut *buf, &f);
+    let here = run_sized_here(
+        len,
+        |c| c.direct_whole(file),
+        |c| async move { c.pread_into(file, pos, into).await },
+    );
     let n = match here {
         Some(n) => n?,
         None => {
-            let f = o.file()?;
-            let data = run_sized(len, move |c| async move { c.pread(&f, pos, len).await })?;
+            let data = run_on_workers(move |c| async move { c.pread(&f, pos, len).await })?;
             buf[..data.len()].copy_from_slice(&data);
             data.len()
         }
@@ -81,19 +80,20 @@ pub(super) fn write_ours(fd: c_int, o: &Open, data: &[u8], off: Option<u64>) -> 
         None => cur_offset(fd)?,
     };
     WROTE.store(true, Ordering::Relaxed);
-    // From the caller's buffer on this thread when no socket carries the bulk of it.
-    let here = if data.len() < BULK_BYTES || global()?.client.direct_whole(&f) {
-        run_here(|c| async move { pwrite_at(&c, &f, pos, data, sync, append).await })
-    } else {
-        None
-    };
+    // From the caller's buffer on this thread, or from a copy on the workers.
+    let file = &f;
+    let here = run_sized_here(
+        data.len(),
+        |c| c.direct_whole(file),
+        |c| async move { pwrite_at(&c, file, pos, data, sync, append).await },
+    );
     let (n, end) = match here {
         Some(r) => r?,
         None => {
-            let (f, data) = (o.file()?, data.to_vec());
-            run_sized(data.len(), move |c| async move {
-                pwrite_at(&c, &f, pos, &data, sync, append).await
-            })?
+            let data = data.to_vec();
+            run_on_workers(
+                move |c| async move { pwrite_at(&c, &f, pos, &data, sync, append).await },
+            )?
         }
     };
     if off.is_none() {

@@ -9,8 +9,8 @@ use crate::path::{link_target, outside, resolve, Target};
 use crate::real;
 use crate::stat as st;
 use crate::state::{
-    creds, enter, global, guarded, run, run_here, run_sized, set_errno, settings,
-    umask as cur_umask, BULK_BYTES, CWD, R,
+    creds, enter, global, guarded, run, run_on_workers, run_sized_here, set_errno, settings,
+    umask as cur_umask, CWD, R,
 };
 use eddy_client::{
     Errno, File, FileKind, Inode, LockKind, LockRange, LockRequest, SetAttr, SetTime, Timespec,
