@@ -95,6 +95,16 @@ pub fn preload_so() -> PathBuf {
     );
 }
 
+/// `program`, to be run with the preload library on the deployment of state directory
+/// `state`, its namespace under `prefix` (`LD_PRELOAD`, `EDDY_PREFIX`, `EDDY_STATE`).
+pub fn preloaded(program: impl AsRef<std::ffi::OsStr>, prefix: &str, state: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_PRELOAD", preload_so())
+        .env("EDDY_PREFIX", prefix)
+        .env("EDDY_STATE", state);
+    c
+}
+
 /// A small chunk size so that tests cross chunk and daemon boundaries with little data.
 pub fn test_config() -> Config {
     Config {

@@ -66,14 +66,8 @@ pub fn preload_procs(state: &Path, prefix: &str, script: &str, procs: &[Vec<Stri
         .iter()
         .enumerate()
         .map(|(i, args)| {
-            let mut cmd = Command::new(PYTHON);
-            cmd.arg("-c")
-                .arg(script)
-                .args(args)
-                .env("LD_PRELOAD", crate::preload_so())
-                .env("EDDY_PREFIX", prefix)
-                .env("EDDY_STATE", state)
-                .stdout(Stdio::piped());
+            let mut cmd = crate::preloaded(PYTHON, prefix, state);
+            cmd.arg("-c").arg(script).args(args).stdout(Stdio::piped());
             if ranks {
                 cmd.env("PMI_RANK", i.to_string());
             }

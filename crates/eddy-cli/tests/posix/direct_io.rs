@@ -374,14 +374,10 @@ os.close(fd)
     assert!(direct >= 2 * 40 * 65536, "{direct}");
 
     // The preload library, on the same deployment.
-    let so = eddy_testkit::preload_so();
     let scratch = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new("sh")
+    let out = eddy_testkit::preloaded("sh", "/eddy", m.cluster.dir.path())
         .arg("-c")
         .arg("dd if=/dev/urandom of=/eddy/p bs=64k count=20 status=none && cp /eddy/p /eddy/q && cmp /eddy/p /eddy/q && cp /eddy/p $TMP/real && cmp $TMP/real /eddy/q")
-        .env("LD_PRELOAD", &so)
-        .env("EDDY_PREFIX", "/eddy")
-        .env("EDDY_STATE", m.cluster.dir.path())
         .env("TMP", scratch.path())
         .current_dir(scratch.path())
         .output()

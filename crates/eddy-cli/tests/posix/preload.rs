@@ -13,13 +13,8 @@ use std::process::{Command, Output};
 
 const PREFIX: &str = "/eddy";
 
-pub(crate) fn preload_so() -> PathBuf {
-    eddy_testkit::preload_so()
-}
-
 struct Pre {
     cluster: Cluster,
-    so: PathBuf,
     rt: tokio::runtime::Runtime,
     client: Client,
     /// A real directory for things outside the prefix.
@@ -28,13 +23,11 @@ struct Pre {
 
 impl Pre {
     fn start() -> Pre {
-        let so = preload_so();
         let cluster = Cluster::start(3);
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let client = rt.block_on(cluster.client());
         Pre {
             cluster,
-            so,
             rt,
             client,
             scratch: tempfile::tempdir().expect("tempdir"),
@@ -42,11 +35,8 @@ impl Pre {
     }
 
     fn cmd(&self, program: &str) -> Command {
-        let mut c = Command::new(program);
-        c.env("LD_PRELOAD", &self.so)
-            .env("EDDY_PREFIX", PREFIX)
-            .env("EDDY_STATE", self.cluster.dir.path())
-            .env("EDDY_PRELOAD_LOG", "1")
+        let mut c = eddy_testkit::preloaded(program, PREFIX, self.cluster.dir.path());
+        c.env("EDDY_PRELOAD_LOG", "1")
             .current_dir(self.scratch.path());
         c
     }
@@ -559,7 +549,7 @@ fn c_calls_one_by_one() {
 
 #[test]
 fn without_a_deployment_calls_fail_clearly() {
-    let so = preload_so();
+    let so = eddy_testkit::preload_so();
     let run = |envs: &[(&str, &str)]| {
         let mut c = Command::new("sh");
         c.arg("-c")

@@ -13,11 +13,8 @@ use std::process::{Command, Output};
 const PREFIX: &str = "/eddy";
 
 fn preloaded(cl: &Cluster, program: &str) -> Command {
-    let mut c = Command::new(program);
-    c.env("LD_PRELOAD", eddy_testkit::preload_so())
-        .env("EDDY_PREFIX", PREFIX)
-        .env("EDDY_STATE", cl.dir.path())
-        .env("EDDY_PRELOAD_LOG", "1");
+    let mut c = eddy_testkit::preloaded(program, PREFIX, cl.dir.path());
+    c.env("EDDY_PRELOAD_LOG", "1");
     c
 }
 

@@ -12,14 +12,15 @@ pub const PREFIX: &str = "/eddy";
 /// Runs `python3 -c SCRIPT ARGS...` (with the preload library on `m`'s deployment when
 /// `preload`); it must succeed. Returns its stdout.
 pub fn python(script: &str, args: &[&str], preload: Option<&Mounted>) -> String {
-    let mut c = Command::new("python3");
+    let mut c = match preload {
+        Some(m) => {
+            let mut c = eddy_testkit::preloaded("python3", PREFIX, m.cluster.dir.path());
+            c.current_dir("/");
+            c
+        }
+        None => Command::new("python3"),
+    };
     c.arg("-c").arg(script).args(args);
-    if let Some(m) = preload {
-        c.env("LD_PRELOAD", crate::preload::preload_so())
-            .env("EDDY_PREFIX", PREFIX)
-            .env("EDDY_STATE", m.cluster.dir.path())
-            .current_dir("/");
-    }
     let out = c.output().expect("python3");
     assert!(
         out.status.success(),
