@@ -170,6 +170,43 @@ fn start_on_hosts(net: &mut Net, dir: &Path, extra: &[&str]) -> PathBuf {
     state
 }
 
+/// Runs `eddy bench suite --hosts 3 --preload` at small sizes (3 ranks; ior-easy, ior-hard and
+/// mdtest-easy) with its storage in `dir`, its results in `dir/suite.json`, and `extra`
+/// arguments; it must succeed. Returns the table it printed and the JSON.
+fn host_suite(dir: &Path, extra: &[&str]) -> (String, serde_json::Value) {
+    let json = dir.join("suite.json");
+    let out = Command::new(eddy_bin())
+        .args(["bench", "suite", "--hosts", "3", "--preload", "--storage"])
+        .arg(dir)
+        .args(["--scale", "0.02", "--procs", "3"])
+        .args(["--workloads", "ior-easy,ior-hard,mdtest-easy", "--json"])
+        .arg(&json)
+        .args(extra)
+        .env("EDDY_DAEMON_BIN", eddyd_bin())
+        .env_remove("EDDY_STATE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "eddy bench suite --hosts 3 {extra:?}: {}",
+        text(&out)
+    );
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(table.contains("layout: 3 hosts (netns)"), "{table}");
+    let v = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (table, v)
+}
+
+/// The network namespaces a suite's JSON says its hosts were, in order.
+fn layout_namespaces(v: &serde_json::Value) -> Vec<String> {
+    v["layout"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
+}
+
 mod alloc;
 mod cut_off;
 mod hosts;

@@ -8,51 +8,16 @@ fn bench_suite_runs_in_the_netns_host_layout() {
     eddy_testkit::require::netns();
     eddy_testkit::require::fuse();
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("suite.json");
-    let out = Command::new(eddy_bin())
-        .args([
-            "bench",
-            "suite",
-            "--hosts",
-            "3",
-            "--preload",
-            "--storage",
-            s(dir.path()),
-            "--scale",
-            "0.02",
-            "--procs",
-            "3",
-            "--workloads",
-            "ior-easy,ior-hard,mdtest-easy",
-            "--json",
-            s(&json),
-        ])
-        .env("EDDY_DAEMON_BIN", eddyd_bin())
-        .env_remove("EDDY_STATE")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "eddy bench suite --hosts 3: {}",
-        text(&out)
-    );
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("layout: 3 hosts (netns)"), "{table}");
+    let (table, v) = host_suite(dir.path(), &[]);
     assert!(
         table.contains("eddy, eddy-lib, eddy-preload vs raw"),
         "{table}"
     );
 
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let layout = &v["layout"];
     assert_eq!(layout["name"], "3 hosts (netns)", "{layout}");
     assert_eq!(layout["hosts"], 3);
-    let namespaces: Vec<String> = layout["namespaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap().to_string())
-        .collect();
+    let namespaces = layout_namespaces(&v);
     assert_eq!(namespaces.len(), 3, "{layout}");
     // The daemons ran in the three namespaces: three addresses, one per host, on the
     // namespaces' bridge network, none on loopback.

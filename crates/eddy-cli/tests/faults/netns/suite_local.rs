@@ -14,51 +14,24 @@ fn bench_suite_local_placement_keeps_each_ranks_files_on_its_host() {
     eddy_testkit::require::netns();
     eddy_testkit::require::fuse();
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("suite.json");
     let counts = dir.path().join("counts");
-    let out = Command::new(eddy_bin())
-        .args([
-            "bench",
-            "suite",
-            "--hosts",
-            "3",
+    let (table, v) = host_suite(
+        dir.path(),
+        &[
             "--placement",
             "local",
-            "--preload",
-            "--storage",
-            s(dir.path()),
-            "--scale",
-            "0.02",
             // ior-hard's shared file: 200 transfers of 47008 bytes per rank, 3 ranks,
             // about 54 chunks of 512 KiB, so that hashing puts some on every daemon.
             "--hard-segments",
             "10000",
-            "--procs",
-            "3",
-            "--workloads",
-            "ior-easy,ior-hard,mdtest-easy",
-            "--json",
-            s(&json),
             "--daemon-stats",
             s(&counts),
-        ])
-        .env("EDDY_DAEMON_BIN", eddyd_bin())
-        .env_remove("EDDY_STATE")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "eddy bench suite: {}", text(&out));
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("layout: 3 hosts (netns)"), "{table}");
+        ],
+    );
     assert!(table.contains("placement: local ("), "{table}");
     assert!(table.contains("ior-hard's directory"), "{table}");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["layout"]["placement"], "local", "{}", v["layout"]);
-    let namespaces: Vec<String> = v["layout"]["namespaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap().to_string())
-        .collect();
+    let namespaces = layout_namespaces(&v);
 
     for label in ["eddy", "eddy-lib", "eddy-preload"] {
         let file = counts.join(format!("{label}.json"));
