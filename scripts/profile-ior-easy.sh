@@ -13,6 +13,8 @@
 # Installs linux-perf and inferno if they are missing. Needs root (namespaces, system-wide
 # sampling).
 set -euo pipefail
+# shellcheck source=lib/profile-summary.sh
+. "$(dirname "$0")/lib/profile-summary.sh"
 
 BIN=${1:?usage: profile-ior-easy.sh RELEASE_DIR [TAG]}
 TAG=${2:-before}
@@ -69,12 +71,5 @@ for via in lib mount; do
   inferno-flamegraph --title "Eddy: ior-easy write through the $via, $TAG (3 hosts (netns), placement local, 3 procs, tmpfs)" \
     <"$WORK/$via.folded" >"$OUT/profile-ior-easy-$via-$TAG.svg"
   echo "== $via: $OUT/profile-ior-easy-$via-$TAG.svg"
-  echo "-- by process"
-  awk '{ n = $NF; split($1, f, ";"); t[f[1]] += n; all += n }
-       END { for (k in t) printf "%6.1f%%  %s\n", 100 * t[k] / all, k }' "$WORK/$via.folded" |
-    sort -rn | head -8 || true
-  echo "-- by function (self)"
-  awk '{ n = $NF; $NF = ""; sub(/ +$/, ""); k = split($0, f, ";"); t[f[k]] += n; all += n }
-       END { for (k in t) printf "%6.1f%%  %s\n", 100 * t[k] / all, k }' "$WORK/$via.folded" |
-    sort -rn | head -15 || true
+  summarize "$WORK/$via.folded" 15
 done

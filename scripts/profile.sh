@@ -7,6 +7,8 @@
 #
 # Installs linux-perf and inferno if they are missing. Needs root (system-wide sampling).
 set -euo pipefail
+# shellcheck source=lib/profile-summary.sh
+. "$(dirname "$0")/lib/profile-summary.sh"
 
 BIN=${1:?usage: profile.sh RELEASE_DIR [library|mount]}
 VIA=${2:-library}
@@ -44,16 +46,7 @@ profile() {
     <"$WORK/$name.folded" >"$OUT/$name.svg"
   echo "== $name: $OUT/$name.svg"
   grep -E 'ior|mdtest' "$WORK/$name.bench" | head -5
-  # Where the samples are: by process (the first frame is the command), and the functions
-  # the samples were in (self time), for the notes.
-  echo "-- by process"
-  awk '{ n = $NF; split($1, f, ";"); t[f[1]] += n; all += n }
-       END { for (k in t) printf "%6.1f%%  %s\n", 100 * t[k] / all, k }' "$WORK/$name.folded" |
-    sort -rn | head -8 || true
-  echo "-- by function (self)"
-  awk '{ n = $NF; $NF = ""; sub(/ +$/, ""); k = split($0, f, ";"); t[f[k]] += n; all += n }
-       END { for (k in t) printf "%6.1f%%  %s\n", 100 * t[k] / all, k }' "$WORK/$name.folded" |
-    sort -rn | head -20 || true
+  summarize "$WORK/$name.folded" 20
 }
 
 profile profile-create "Eddy: creates (mdtest-easy)" --workloads mdtest-easy --scale 0.5
