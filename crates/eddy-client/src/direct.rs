@@ -160,13 +160,8 @@ impl Pending {
 
     /// Takes what is to be reported, remembering it as under way.
     fn take_for_report(&mut self) -> Pending {
-        let taken = Pending {
-            ranges: std::mem::take(&mut self.ranges),
-            sums: std::mem::take(&mut self.sums),
-            bytes: std::mem::take(&mut self.bytes),
-            read: std::mem::take(&mut self.read),
-            sent: None,
-        };
+        let mut taken = std::mem::take(self);
+        taken.sent = None;
         self.sent = Some((taken.ranges.clone(), taken.sums.clone()));
         taken
     }
