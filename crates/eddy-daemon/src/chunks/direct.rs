@@ -26,6 +26,7 @@ use eddy_proto::{Errno, FileId, Piece};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 
 /// A file written directly: its writers, whether anything else wrote it meanwhile, and its
 /// journal slot.
@@ -337,9 +338,22 @@ impl ChunkStore {
 }
 
 /// The byte ranges of `file` that hold data (not holes), by SEEK_DATA/SEEK_HOLE.
+///
+/// A file with as many blocks allocated as its length needs is taken whole without them:
+/// SEEK_HOLE walks every page of the file (on tmpfs, 2.5 % of a passthrough write's samples
+/// for a file written densely, the common case). Blocks allocated past the end (fallocate
+/// with KEEP_SIZE) or the file system's own may then hide a hole inside; its chunk is then
+/// recorded as holding zeros, which is what a read of a hole inside the size returns.
 fn extents(file: &File) -> std::io::Result<Vec<(u64, u64)>> {
     let fd = file.as_raw_fd();
-    let len = file.metadata()?.len();
+    let meta = file.metadata()?;
+    let len = meta.len();
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    if meta.blocks().saturating_mul(512) >= len {
+        return Ok(vec![(0, len)]);
+    }
     let mut out = Vec::new();
     let mut pos: i64 = 0;
     while (pos as u64) < len {
@@ -376,6 +390,38 @@ mod tests {
             store: f.store.checksums(Some(1024)),
             ..f
         }
+    }
+
+    /// A densely written file is one extent without walking its pages; a hole inside a
+    /// file is still found, and an empty file has none.
+    #[test]
+    fn extents_are_the_data_and_a_dense_file_is_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(dir.path().join(name))
+                .expect("open")
+        };
+        let dense = open("dense");
+        dense.write_all_at(&vec![7u8; 1 << 20], 0).expect("write");
+        assert_eq!(super::extents(&dense).expect("extents"), vec![(0, 1 << 20)]);
+
+        let sparse = open("sparse");
+        sparse.write_all_at(&[1u8; 4096], 0).expect("write");
+        sparse.write_all_at(&[2u8; 4096], 8 << 20).expect("write");
+        let got = super::extents(&sparse).expect("extents");
+        assert_eq!(got.first(), Some(&(0, 4096)), "{got:?}");
+        assert_eq!(got.last(), Some(&(8 << 20, (8 << 20) + 4096)), "{got:?}");
+        assert!(
+            got.iter().all(|&(a, b)| b <= 4096 || a >= 8 << 20),
+            "{got:?}"
+        );
+
+        assert!(super::extents(&open("empty")).expect("extents").is_empty());
     }
 
     /// A daemon killed while a client wrote directly and reported nothing: at the next

@@ -31,6 +31,8 @@ use std::sync::Mutex;
 /// Name of the journal in the chunk directory.
 pub(super) const JOURNAL_FILE: &str = "INFLIGHT";
 const SLOT: u64 = 64;
+/// Bytes read at once when blocks are checksummed again from a data file.
+const RESUM_READ_BYTES: u64 = 256 * 1024;
 const MAGIC: &[u8; 4] = b"EDJ1";
 /// Bytes of a slot its checksum covers: magic, id, first block, blocks.
 const BODY: usize = 4 + 16 + 8 + 8;
@@ -221,13 +223,24 @@ impl ChunkStore {
             .map_err(|e| Errno::from_io(&e, ctx("data file")))?
             .len();
         let in_data = data_len.div_ceil(block);
-        let mut buf = vec![0u8; block as usize];
+        // Several blocks per read (a whole file is checksummed this way after passthrough
+        // writes), few enough to stay in the core's cache for the checksum that follows.
+        let per_read = (RESUM_READ_BYTES / block).max(1);
+        let mut buf = vec![0u8; (per_read * block) as usize];
         let end = c.first.saturating_add(c.blocks).min(in_data);
         let mut sums = Vec::new();
-        for b in c.first..end {
-            pread_full(&f.data, &mut buf, b * block)
+        let mut b = c.first;
+        while b < end {
+            let n = per_read.min(end - b);
+            let piece = &mut buf[..(n * block) as usize];
+            pread_full(&f.data, piece, b * block)
                 .map_err(|e| Errno::from_io(&e, ctx("data file")))?;
-            sums.push(checksum::crc(&buf) ^ self.zero_sum);
+            sums.extend(
+                piece
+                    .chunks(block as usize)
+                    .map(|blk| checksum::crc(blk) ^ self.zero_sum),
+            );
+            b += n;
         }
         if !sums.is_empty() {
             let raw: Vec<u8> = sums.iter().flat_map(|s| s.to_le_bytes()).collect();
