@@ -51,8 +51,14 @@ async fn local_chunks_are_read_and_written_directly_and_verified_by_the_daemons(
     c.close(&f).await.unwrap();
     assert_eq!(count(&c, "write"), 0, "{:?}", c.rpc_counts());
     assert_eq!(count(&c, "read"), 0, "{:?}", c.rpc_counts());
-    assert_eq!(count(&c, "direct_open"), 3, "{:?}", c.rpc_counts());
-    assert!(count(&c, "direct_commit") >= 3);
+    // One lease per daemon holding chunks of the file (hashed: ten chunks miss one of the
+    // three daemons about one time in twenty).
+    let holders = (0..=(want.len() / cs) as u64)
+        .map(|k| c.rpc().placement().chunk_owner(f.file_id(), k))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len() as u64;
+    assert_eq!(count(&c, "direct_open"), holders, "{:?}", c.rpc_counts());
+    assert!(count(&c, "direct_commit") >= holders);
 
     // Another local client reads directly, a client elsewhere through the daemons: the
     // daemons verify every block against the checksums the reports stored.
