@@ -3,6 +3,7 @@
 
 use crate::cli::{MountArgs, UmountArgs};
 use anyhow::{bail, Context, Result};
+use eddy_client::driver::Driver;
 use eddy_client::Client;
 use eddy_config::Deployment;
 use eddy_deploy::mount::mount_background;
@@ -68,18 +69,16 @@ fn user_allow_other(conf: &str) -> bool {
 fn mount_foreground(state: &StateDir, mnt: &Path, allow_other: bool) -> Result<()> {
     let dep = state.load_deployment()?;
     let target = mount_target(mnt)?;
+    // The client's runtime, driven by the FUSE threads (decision 0052); signals are watched
+    // on a runtime of their own.
     let rt = eddy_deploy::runtime()?;
-    let client = rt
-        .block_on(Client::connect(dep.clone()))
+    let driver = Driver::start(Driver::runtime()?, "eddy-mount", || {})?;
+    let client = driver
+        .drive(Client::connect(dep.clone()))
         .context("cannot connect to the deployment's daemons; check `eddy status`")?;
     state.add_mount(&target)?;
     rt.spawn(unmount_on_signal(target.clone()));
-    let served = eddy_fuse::mount(
-        client,
-        rt.handle().clone(),
-        &target,
-        mount_options(&dep, allow_other),
-    );
+    let served = eddy_fuse::mount(client, driver, &target, mount_options(&dep, allow_other));
     if let Err(e) = state.remove_mount(&target) {
         tracing::warn!("cannot update the mount list: {e:#}");
     }

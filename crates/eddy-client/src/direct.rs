@@ -581,17 +581,6 @@ impl Client {
             .then_some(daemon)
     }
 
-    /// Whether every byte of `f` is read and written directly, by this process in its own
-    /// thread (decision 0048): direct I/O on, `f` not linked, and all its chunks on one daemon
-    /// of this host with one copy. A front-end that hands bulk calls to other threads to keep
-    /// them near the sockets (the preload) has no sockets to be near then.
-    pub fn direct_whole(&self, f: &File) -> bool {
-        self.config().direct_io
-            && self
-                .sole_local_daemon(f)
-                .is_some_and(|d| self.direct_eligible(f, d))
-    }
-
     /// The data file the kernel may read and write for `f` (a descriptor of the daemon's
     /// own file, at file offset == data-file offset), under a lease of this handle: a write
     /// lease for a writable open (it makes the data file of a new file), a read lease

@@ -21,6 +21,7 @@ mod dir;
 mod dircache;
 mod direct;
 mod dirtimes;
+pub mod driver;
 mod file;
 mod integrity;
 mod layout;

@@ -7,11 +7,11 @@
 //! seekdir backwards) restarts the listing from the beginning and skips.
 
 use crate::attr::file_type;
+use eddy_client::driver::Driver;
 use eddy_client::{Client, DirReader};
 use eddy_proto::{DirEntry, Errno};
 use fuser::FileType;
 use std::collections::VecDeque;
-use tokio::runtime::Handle;
 
 /// One item of a listing, as handed to the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,12 +33,12 @@ pub(crate) trait Source {
 /// A `DirReader` driven from a FUSE thread.
 struct ReaderSource<'a> {
     reader: &'a mut DirReader,
-    rt: &'a Handle,
+    driver: &'a Driver,
 }
 
 impl Source for ReaderSource<'_> {
     fn next_page(&mut self) -> Result<Option<Vec<DirEntry>>, Errno> {
-        self.rt.block_on(self.reader.next_page())
+        self.driver.drive(self.reader.next_page())
     }
 }
 
@@ -81,12 +81,17 @@ impl DirStream {
     }
 
     /// Moves the cursor to `offset`, the offset of the last item the kernel received.
-    pub(crate) fn seek(&mut self, offset: u64, client: &Client, rt: &Handle) -> Result<(), Errno> {
+    pub(crate) fn seek(
+        &mut self,
+        offset: u64,
+        client: &Client,
+        driver: &Driver,
+    ) -> Result<(), Errno> {
         if offset < self.pos {
             self.restart();
         }
         while self.pos < offset {
-            if self.current(client, rt)?.is_none() {
+            if self.current(client, driver)?.is_none() {
                 break;
             }
             self.advance();
@@ -95,7 +100,11 @@ impl DirStream {
     }
 
     /// The item at the cursor, without consuming it; `None` at the end.
-    pub(crate) fn current(&mut self, client: &Client, rt: &Handle) -> Result<Option<Item>, Errno> {
+    pub(crate) fn current(
+        &mut self,
+        client: &Client,
+        driver: &Driver,
+    ) -> Result<Option<Item>, Errno> {
         if self.pos >= 2 && self.page.is_empty() && !self.done {
             let mut reader = match self.reader.take() {
                 Some(reader) => reader,
@@ -103,7 +112,7 @@ impl DirStream {
             };
             let filled = self.fill(&mut ReaderSource {
                 reader: &mut reader,
-                rt,
+                driver,
             });
             self.reader = Some(reader);
             filled?;

@@ -3,7 +3,8 @@
 //!
 //! The kernel speaks inode numbers, Eddy speaks paths: `table` keeps the mapping (with the
 //! kernel's lookup counts). Requests are served by several threads at once, each running the
-//! client's futures on a tokio runtime. Permissions are checked by the kernel
+//! client's futures itself on the client's runtime, which it drives meanwhile
+//! (`eddy_client::driver`, decision 0052). Permissions are checked by the kernel
 //! (`default_permissions`) from the attributes we report.
 //!
 //! What the mount answers, beyond plain POSIX calls:
@@ -35,9 +36,11 @@ mod locks;
 mod table;
 mod xcache;
 
+use eddy_client::driver::Driver;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
@@ -156,11 +159,11 @@ fn session_config(opts: &MountOptions) -> fuser::Config {
 
 fn new_session(
     client: eddy_client::Client,
-    rt: tokio::runtime::Handle,
+    driver: Arc<Driver>,
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<fuser::Session<fs::EddyFs>, FuseError> {
-    let fs = fs::EddyFs::new(client, rt, opts);
+    let fs = fs::EddyFs::new(client, driver, opts);
     let notifier = fs.locks().notifier_slot();
     let session = fuser::Session::new(fs, mountpoint, &session_config(opts)).map_err(|source| {
         FuseError::Mount {
@@ -175,15 +178,15 @@ fn new_session(
 }
 
 /// Mounts the Eddy namespace of `client` at `mountpoint` and serves it until unmounted
-/// (blocking). `rt` is a handle of a multi-threaded tokio runtime on which the client's
-/// futures run (`block_on` from the FUSE threads); do not call this from inside that runtime.
+/// (blocking). `driver` holds the runtime `client` was connected on; the FUSE threads drive
+/// it in their calls (decision 0052). Do not call this from inside a runtime.
 pub fn mount(
     client: eddy_client::Client,
-    rt: tokio::runtime::Handle,
+    driver: Arc<Driver>,
     mountpoint: &Path,
     opts: MountOptions,
 ) -> Result<(), FuseError> {
-    let session = new_session(client, rt, mountpoint, &opts)?;
+    let session = new_session(client, driver, mountpoint, &opts)?;
     if opts.read_ahead_kb > 0 {
         // Waits for the kernel's INIT, which this thread's session.run() answers.
         let (dir, kb) = (mountpoint.to_owned(), opts.read_ahead_kb);
@@ -266,11 +269,11 @@ impl Drop for MountGuard {
 /// unmounts when dropped.
 pub fn spawn_mount(
     client: eddy_client::Client,
-    rt: tokio::runtime::Handle,
+    driver: Arc<Driver>,
     mountpoint: &Path,
     opts: MountOptions,
 ) -> Result<MountGuard, FuseError> {
-    let session = new_session(client, rt, mountpoint, &opts)?;
+    let session = new_session(client, driver, mountpoint, &opts)?;
     let bg = session.spawn().map_err(|source| FuseError::Session {
         mountpoint: mountpoint.to_owned(),
         source,

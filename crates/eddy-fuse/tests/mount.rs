@@ -7,6 +7,7 @@
 // What the tests need beyond the build (FUSE, fusectl): shared with every crate's tests.
 use eddy_testkit::require;
 
+use eddy_client::driver::Driver;
 use eddy_client::Client;
 use eddy_config::{Config, DaemonEntry, Deployment};
 use eddy_daemon::{Daemon, DaemonSettings};
@@ -87,7 +88,9 @@ fn start(n: u32) -> Fixture {
         });
         daemons.push(d);
     }
-    let client: Client = rt.block_on(Client::connect(dep)).unwrap();
+    // The mount's client on a runtime its FUSE threads drive (as `eddy mount` does).
+    let driver = Driver::start(Driver::runtime().unwrap(), "eddy-mount", || {}).unwrap();
+    let client: Client = driver.drive(Client::connect(dep)).unwrap();
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     let opts = MountOptions {
@@ -100,7 +103,7 @@ fn start(n: u32) -> Fixture {
         read_ahead_kb: 2048,
         passthrough: false,
     };
-    let guard = spawn_mount(client, rt.handle().clone(), &mnt, opts).unwrap();
+    let guard = spawn_mount(client, driver, &mnt, opts).unwrap();
     Fixture {
         guard: Some(guard),
         daemons,

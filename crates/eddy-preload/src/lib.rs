@@ -7,8 +7,9 @@
 //!
 //! The library defines the libc functions that take paths or descriptors. A path under the
 //! prefix (or a descriptor opened through one) is served by an `eddy_client::Client` on a
-//! runtime of the library's own; everything else goes to the real function (found with
-//! `dlsym(RTLD_NEXT)`) after one prefix comparison or one table look-up. See decision 0016.
+//! runtime of the library's own, which the calling thread drives for the call (decision
+//! 0052); everything else goes to the real function (found with `dlsym(RTLD_NEXT)`) after
+//! one prefix comparison or one table look-up. See decision 0016.
 //!
 //! Every entry point is `enter`ed: a thread-local guard sends the library's own libc calls
 //! (tokio, sockets, reading deployment.toml) to the real functions, errors become errno, and a

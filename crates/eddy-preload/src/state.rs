@@ -1,12 +1,14 @@
 //! Process state: the prefix, the reentrancy guard, the client on its own runtime (made on
-//! first use, made again in a forked child), the process-local working directory and umask.
+//! first use, made again in a forked child) and who drives that runtime, the process-local
+//! working directory and umask.
 
+use eddy_client::driver::Driver;
 use eddy_client::{Client, Creds, Errno};
 use std::cell::Cell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 pub type R<T> = Result<T, Errno>;
 
@@ -86,7 +88,7 @@ pub fn settings() -> Option<&'static Settings> {
 // ---------------------------------------------------------------- client
 
 pub struct Global {
-    pub rt: tokio::runtime::Runtime,
+    driver: Arc<Driver>,
     pub client: Client,
 }
 
@@ -121,18 +123,22 @@ fn connect() -> R<Global> {
     let file = std::path::Path::new(state).join("deployment.toml");
     let dep = eddy_config::Deployment::load(&file)
         .map_err(|e| Errno::eio(format!("{}: {e}", file.display())))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // The program's threads drive the runtime during their calls, the keeper in between
+    // (decision 0052); its threads' own libc calls go to libc.
+    let guarded = || {
+        let _ = GUARD.try_with(|g| g.set(true));
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
         .max_blocking_threads(4)
         .thread_name("eddy-preload")
-        .on_thread_start(|| {
-            let _ = GUARD.try_with(|g| g.set(true));
-        })
+        .on_thread_start(guarded)
         .enable_all()
         .build()
         .map_err(|e| Errno::eio(format!("eddy-preload runtime: {e}")))?;
-    let client = on(&rt, Client::connect(dep))?;
-    Ok(Global { rt, client })
+    let driver = Driver::start(rt, "eddy-preload", guarded)
+        .map_err(|e| Errno::eio(format!("eddy-preload: starting its thread: {e}")))?;
+    let client = on(&driver, Client::connect(dep))?;
+    Ok(Global { driver, client })
 }
 
 /// Whether this thread can run a future itself: it is inside no other runtime (a tokio
@@ -142,33 +148,8 @@ fn can_run_here() -> bool {
     matches!(tokio::runtime::Handle::try_current(), Err(e) if e.is_missing_context())
 }
 
-/// Runs a future to completion: on this thread (the runtime's workers only drive the
-/// connections' sockets, so a call costs no hand-off to another thread), or on the workers
-/// while this thread blocks on a channel when it cannot run one itself (`can_run_here`).
-fn on<T: Send + 'static>(
-    rt: &tokio::runtime::Runtime,
-    fut: impl Future<Output = R<T>> + Send + 'static,
-) -> R<T> {
-    if can_run_here() {
-        return rt.block_on(fut);
-    }
-    on_workers(rt, fut)
-}
-
-/// Runs a future on the runtime's workers while this thread blocks on a channel.
-fn on_workers<T: Send + 'static>(
-    rt: &tokio::runtime::Runtime,
-    fut: impl Future<Output = R<T>> + Send + 'static,
-) -> R<T> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    rt.spawn(async move {
-        let _ = tx.send(fut.await);
-    });
-    rx.recv()
-        .map_err(|_| Errno::eio("the eddy-preload runtime stopped"))?
-}
-
-/// Runs `f(client)` on the runtime and waits for its result.
+/// Runs `f(client)` and waits for its result: on this thread, or as a task of the runtime
+/// when this thread cannot run it (see `Driver`).
 pub fn run<T, F, Fut>(f: F) -> R<T>
 where
     T: Send + 'static,
@@ -176,23 +157,32 @@ where
     Fut: Future<Output = R<T>> + Send + 'static,
 {
     let g = global()?;
-    on(&g.rt, f(g.client.clone()))
+    on(&g.driver, f(g.client.clone()))
 }
 
-/// Calls moving at least this many bytes through sockets run on the workers (see
-/// `run_sized_here`).
-const BULK_BYTES: usize = 64 * 1024;
+/// Runs a future to completion: on this thread when it can run one (`can_run_here`), else
+/// as a task of the runtime while this thread blocks.
+fn on<T: Send + 'static>(d: &Driver, fut: impl Future<Output = R<T>> + Send + 'static) -> R<T> {
+    if can_run_here() {
+        return d.drive(fut);
+    }
+    on_task(d, fut)
+}
 
-/// Runs `f(client)`, a call moving `bytes` of data that may borrow the caller's buffers, on
-/// this thread, when it can run one (`can_run_here`) and the call belongs here: a small one,
-/// or a large one whose bytes no socket carries (`direct(client)`: the file is served wholly
-/// by direct I/O). A large one over sockets belongs on the workers, where the sockets'
-/// readiness is seen (measured: 1 MiB writes lost a third of their bandwidth when their
-/// frames' tails and their replies crossed threads). `None`: the caller runs it on the
-/// workers with owned data (`run_on_workers`).
-pub fn run_sized_here<T, D, F, Fut>(bytes: usize, direct: D, f: F) -> Option<R<T>>
+fn on_task<T: Send + 'static>(
+    d: &Driver,
+    fut: impl Future<Output = R<T>> + Send + 'static,
+) -> R<T> {
+    d.on_task(fut)
+        .unwrap_or_else(|| Err(Errno::eio("the eddy-preload runtime stopped")))
+}
+
+/// Runs `f(client)`, a call that may borrow the caller's buffers, on this thread, which
+/// drives the runtime meanwhile (its replies' sockets included), when it can run one
+/// (`can_run_here`). `None`: the caller runs it as a task with owned data
+/// (`run_as_task`).
+pub fn run_here<T, F, Fut>(f: F) -> Option<R<T>>
 where
-    D: FnOnce(&Client) -> bool,
     F: FnOnce(Client) -> Fut,
     Fut: Future<Output = R<T>>,
 {
@@ -200,21 +190,21 @@ where
         Ok(g) => g,
         Err(e) => return Some(Err(e)),
     };
-    if (bytes >= BULK_BYTES && !direct(&g.client)) || !can_run_here() {
+    if !can_run_here() {
         return None;
     }
-    Some(g.rt.block_on(f(g.client.clone())))
+    Some(g.driver.drive(f(g.client.clone())))
 }
 
-/// Runs `f(client)` on the runtime's workers while this thread waits.
-pub fn run_on_workers<T, F, Fut>(f: F) -> R<T>
+/// Runs `f(client)` as a task of the runtime while this thread waits.
+pub fn run_as_task<T, F, Fut>(f: F) -> R<T>
 where
     T: Send + 'static,
     F: FnOnce(Client) -> Fut,
     Fut: Future<Output = R<T>> + Send + 'static,
 {
     let g = global()?;
-    on_workers(&g.rt, f(g.client.clone()))
+    on_task(&g.driver, f(g.client.clone()))
 }
 
 pub fn creds() -> Creds {

@@ -476,6 +476,71 @@ fn c_threads_write_read_and_append() {
     assert_eq!(lines, want);
 }
 
+/// The library's runtime runs on the program's threads while they are in its calls, and on
+/// its own thread in between: a size report deferred after a write goes out while the
+/// program sleeps, without a close or another call.
+#[test]
+fn a_program_idle_between_calls_still_publishes_its_writes() {
+    eddy_testkit::require::program("python3", "python3");
+    let p = Pre::start();
+    p.sh("mkdir /eddy/idle");
+    let script = "import os, sys, time\n\
+        fd = os.open('/eddy/idle/f', os.O_CREAT | os.O_WRONLY, 0o644)\n\
+        os.write(fd, b'a' * 1000)\n\
+        os.write(fd, b'b' * 5000)\n\
+        print('written', flush=True)\n\
+        time.sleep(120)\n";
+    let mut child = p
+        .cmd("python3")
+        .arg("-c")
+        .arg(script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("read");
+    assert_eq!(line, "written\n");
+    // The second write's size is published size_update_ms after it, by a timer of the
+    // library's runtime: the program is asleep by then.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let size = loop {
+        let size = p.rt.block_on(p.client.stat("/idle/f")).expect("stat").size;
+        if size == 6000 || std::time::Instant::now() > deadline {
+            break size;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let still_asleep = child.try_wait().expect("try_wait").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(still_asleep, "the program ended before the check");
+    assert_eq!(size, 6000, "the deferred size never reached the daemons");
+}
+
+/// A write the program cannot make on its own thread (stdio's buffers flushed by exit(3),
+/// after the thread's thread-locals are gone) runs as a task of the library's runtime,
+/// which its own thread drives.
+#[test]
+fn buffers_flushed_at_exit_reach_the_file() {
+    eddy_testkit::require::program("gcc", "gcc");
+    let p = Pre::start();
+    let exe = build_c("gcc", "preload_exit.c", p.scratch.path());
+    p.sh("mkdir /eddy/exit");
+    let out = p
+        .cmd("timeout")
+        .arg("60")
+        .arg(exe.to_str().unwrap())
+        .arg("/eddy/exit/f")
+        .output()
+        .unwrap();
+    check("preload_exit", &out);
+    let want: String = (0..1000)
+        .map(|i| format!("line {i} left in the buffer\n"))
+        .collect();
+    assert_eq!(String::from_utf8(p.read("/exit/f")).unwrap(), want);
+}
+
 #[test]
 fn mpi_posix_and_mpi_io() {
     eddy_testkit::require::mpirun();

@@ -20,8 +20,8 @@ impl EddyFs {
     ) -> Result<(), Errno> {
         let stream = self.dir_stream(fh)?;
         let mut stream = lock(&stream);
-        stream.seek(offset, &self.client, &self.rt)?;
-        while let Some(item) = stream.current(&self.client, &self.rt)? {
+        stream.seek(offset, &self.client, &self.driver)?;
+        while let Some(item) = stream.current(&self.client, &self.driver)? {
             let ino = match item.ino {
                 Some(ino) => ino,
                 None => lock(&self.table).peek(
@@ -47,8 +47,8 @@ impl EddyFs {
     ) -> Result<(), Errno> {
         let stream = self.dir_stream(fh)?;
         let mut stream = lock(&stream);
-        stream.seek(offset, &self.client, &self.rt)?;
-        while let Some(item) = stream.current(&self.client, &self.rt)? {
+        stream.seek(offset, &self.client, &self.driver)?;
+        while let Some(item) = stream.current(&self.client, &self.driver)? {
             let next = stream.position() + 1;
             let full = match (&item.entry, item.ino) {
                 (Some(entry), _) => {

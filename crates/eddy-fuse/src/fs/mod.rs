@@ -12,6 +12,7 @@ use crate::table::{join, parent_of, InodeTable};
 use crate::xcache::{cacheable, XattrCache};
 use crate::MountOptions;
 
+use eddy_client::driver::Driver;
 use eddy_client::{Client, Creds, File};
 use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileKind, Inode, Xattr, XattrSet};
@@ -30,7 +31,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-use tokio::runtime::Handle;
 use tracing::{debug, warn};
 
 mod dirs;
@@ -95,7 +95,8 @@ fn failed(op: &str, e: &Errno) -> fuser::Errno {
 /// The Eddy file system as seen by the kernel.
 pub(crate) struct EddyFs {
     client: Client,
-    rt: Handle,
+    /// The client's runtime, driven by the FUSE threads in their calls (decision 0052).
+    driver: Arc<Driver>,
     ttl: Duration,
     blksize: u32,
     table: Mutex<InodeTable>,
@@ -117,11 +118,11 @@ pub(crate) struct EddyFs {
 }
 
 impl EddyFs {
-    pub(crate) fn new(client: Client, rt: Handle, opts: &MountOptions) -> EddyFs {
+    pub(crate) fn new(client: Client, driver: Arc<Driver>, opts: &MountOptions) -> EddyFs {
         let blksize = u32::try_from(client.config().chunk_size).unwrap_or(u32::MAX);
         EddyFs {
             client,
-            rt,
+            driver,
             ttl: opts.attr_ttl,
             blksize,
             table: Mutex::new(InodeTable::new()),
@@ -145,9 +146,10 @@ impl EddyFs {
         &self.client
     }
 
-    /// Runs a client future to completion on the runtime.
+    /// Runs a client future to completion on this FUSE thread, which drives the client's
+    /// runtime meanwhile.
     pub(crate) fn run<T>(&self, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
-        self.rt.block_on(fut)
+        self.driver.drive(fut)
     }
 
     /// The current path of an inode; ENOENT if the kernel names one we no longer know.

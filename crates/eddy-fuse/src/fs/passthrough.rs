@@ -196,6 +196,6 @@ impl EddyFs {
     }
 
     fn run_opt<T>(&self, fut: impl Future<Output = Option<T>>) -> Option<T> {
-        self.rt.block_on(fut)
+        self.driver.drive(fut)
     }
 }

@@ -46,17 +46,13 @@ pub(super) fn read_ours(fd: c_int, o: &Open, buf: &mut [u8], off: Option<u64>) -
         None => cur_offset(fd)?,
     };
     let len = buf.len();
-    // Into the caller's buffer on this thread, or through a copy on the workers.
+    // Into the caller's buffer on this thread, or through a copy as a task of the runtime.
     let (into, file) = (&mut *buf, &f);
-    let here = run_sized_here(
-        len,
-        |c| c.direct_whole(file),
-        |c| async move { c.pread_into(file, pos, into).await },
-    );
+    let here = run_here(|c| async move { c.pread_into(file, pos, into).await });
     let n = match here {
         Some(n) => n?,
         None => {
-            let data = run_on_workers(move |c| async move { c.pread(&f, pos, len).await })?;
+            let data = run_as_task(move |c| async move { c.pread(&f, pos, len).await })?;
             buf[..data.len()].copy_from_slice(&data);
             data.len()
         }
@@ -80,20 +76,14 @@ pub(super) fn write_ours(fd: c_int, o: &Open, data: &[u8], off: Option<u64>) -> 
         None => cur_offset(fd)?,
     };
     WROTE.store(true, Ordering::Relaxed);
-    // From the caller's buffer on this thread, or from a copy on the workers.
+    // From the caller's buffer on this thread, or from a copy as a task of the runtime.
     let file = &f;
-    let here = run_sized_here(
-        data.len(),
-        |c| c.direct_whole(file),
-        |c| async move { pwrite_at(&c, file, pos, data, sync, append).await },
-    );
+    let here = run_here(|c| async move { pwrite_at(&c, file, pos, data, sync, append).await });
     let (n, end) = match here {
         Some(r) => r?,
         None => {
             let data = data.to_vec();
-            run_on_workers(
-                move |c| async move { pwrite_at(&c, &f, pos, &data, sync, append).await },
-            )?
+            run_as_task(move |c| async move { pwrite_at(&c, &f, pos, &data, sync, append).await })?
         }
     };
     if off.is_none() {

@@ -9,7 +9,7 @@ use crate::path::{link_target, outside, resolve, Target};
 use crate::real;
 use crate::stat as st;
 use crate::state::{
-    creds, enter, global, guarded, run, run_on_workers, run_sized_here, set_errno, settings,
+    creds, enter, global, guarded, run, run_as_task, run_here, set_errno, settings,
     umask as cur_umask, CWD, R,
 };
 use eddy_client::{
