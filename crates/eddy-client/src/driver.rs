@@ -26,8 +26,13 @@ use std::time::{Duration, Instant};
 /// keeper looks.
 pub const IDLE: Duration = Duration::from_millis(2);
 
-/// A `current_thread` runtime and who drives it (see the module's comment).
+/// A `current_thread` runtime and who drives it (see the module's comment). Dropping it
+/// stops the keeper, which then drops the runtime.
 pub struct Driver {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     rt: tokio::runtime::Runtime,
     /// Calls on calling threads, running or about to.
     calls: AtomicUsize,
@@ -35,6 +40,8 @@ pub struct Driver {
     waiting: AtomicUsize,
     /// The keeper is inside `block_on`, or about to be.
     keeping: AtomicBool,
+    /// The `Driver` is gone: the keeper ends.
+    stopping: AtomicBool,
     /// Tells the keeper to leave `block_on`.
     step_aside: tokio::sync::Notify,
     /// When the last call ended, in ns since `epoch`.
@@ -51,25 +58,26 @@ impl Driver {
         name: &str,
         init: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<Arc<Driver>> {
-        let d = Arc::new(Driver {
+        let inner = Arc::new(Inner {
             rt,
             calls: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             keeping: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             step_aside: tokio::sync::Notify::new(),
             last_end: AtomicU64::new(0),
             epoch: Instant::now(),
             keeper: OnceLock::new(),
         });
-        let k = Arc::clone(&d);
+        let k = Arc::clone(&inner);
         let handle = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
                 init();
                 k.keep();
             })?;
-        let _ = d.keeper.set(handle.thread().clone());
-        Ok(d)
+        let _ = inner.keeper.set(handle.thread().clone());
+        Ok(Arc::new(Driver { inner }))
     }
 
     /// A `current_thread` runtime with everything enabled, for `start`.
@@ -80,9 +88,62 @@ impl Driver {
     }
 
     pub fn handle(&self) -> &tokio::runtime::Handle {
-        self.rt.handle()
+        self.inner.rt.handle()
     }
 
+    /// Runs `fut` to completion on this thread, which drives the runtime meanwhile. Not from
+    /// inside a runtime (tokio panics), nor from the keeper.
+    pub fn drive<T>(&self, fut: impl Future<Output = T>) -> T {
+        let d = &self.inner;
+        d.calls.fetch_add(1, Ordering::SeqCst);
+        if d.keeping.load(Ordering::SeqCst) {
+            d.step_aside.notify_one();
+        }
+        let out = d.rt.block_on(fut);
+        d.last_end.store(d.now(), Ordering::Relaxed);
+        d.calls.fetch_sub(1, Ordering::SeqCst);
+        if d.waiting.load(Ordering::SeqCst) > 0 {
+            d.wake_keeper();
+        }
+        out
+    }
+
+    /// Runs `fut` as a task of the runtime while this thread blocks (for a caller that
+    /// cannot drive it: one inside another runtime); the keeper drives it unless a call on
+    /// another thread does. `None`: the task ended without an answer (it panicked).
+    pub fn on_task<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
+        let d = &self.inner;
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        d.waiting.fetch_add(1, Ordering::SeqCst);
+        d.rt.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        d.wake_keeper();
+        let out = rx.recv().ok();
+        d.waiting.fetch_sub(1, Ordering::SeqCst);
+        out
+    }
+
+    /// Spawns `fut` as a task of the runtime, run by whoever drives it next (a call, or the
+    /// keeper within `IDLE`).
+    pub fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        self.inner.rt.spawn(fut);
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let d = &self.inner;
+        d.stopping.store(true, Ordering::SeqCst);
+        d.step_aside.notify_one();
+        d.wake_keeper();
+    }
+}
+
+impl Inner {
     fn now(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
@@ -99,62 +160,28 @@ impl Driver {
         self.calls.load(Ordering::SeqCst) == 0 && quiet >= IDLE.as_nanos() as u64
     }
 
-    /// The keeper thread: drives the runtime whenever it needs it, until a call comes.
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// The keeper thread: drives the runtime whenever it needs it, until a call comes, and
+    /// ends when the `Driver` is dropped (the runtime with it, when no call holds it).
     fn keep(&self) {
-        loop {
-            while !self.needs_keeper() {
+        while !self.stopping() {
+            if !self.needs_keeper() {
                 std::thread::park_timeout(IDLE);
+                continue;
             }
             self.keeping.store(true, Ordering::SeqCst);
             // A call that came between the check and the flag did not see the flag: the
             // runtime is left to it.
-            if self.waiting.load(Ordering::SeqCst) == 0 && self.calls.load(Ordering::SeqCst) > 0 {
-                self.keeping.store(false, Ordering::SeqCst);
-                continue;
+            let call_came =
+                self.waiting.load(Ordering::SeqCst) == 0 && self.calls.load(Ordering::SeqCst) > 0;
+            if !call_came && !self.stopping() {
+                self.rt.block_on(self.step_aside.notified());
             }
-            self.rt.block_on(self.step_aside.notified());
             self.keeping.store(false, Ordering::SeqCst);
         }
-    }
-
-    /// Runs `fut` to completion on this thread, which drives the runtime meanwhile. Not from
-    /// inside a runtime (tokio panics), nor from the keeper.
-    pub fn drive<T>(&self, fut: impl Future<Output = T>) -> T {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        if self.keeping.load(Ordering::SeqCst) {
-            self.step_aside.notify_one();
-        }
-        let out = self.rt.block_on(fut);
-        self.last_end.store(self.now(), Ordering::Relaxed);
-        self.calls.fetch_sub(1, Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) > 0 {
-            self.wake_keeper();
-        }
-        out
-    }
-
-    /// Runs `fut` as a task of the runtime while this thread blocks (for a caller that
-    /// cannot drive it: one inside another runtime); the keeper drives it unless a call on
-    /// another thread does. `None`: the task ended without an answer (it panicked).
-    pub fn on_task<T: Send + 'static>(
-        &self,
-        fut: impl Future<Output = T> + Send + 'static,
-    ) -> Option<T> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.waiting.fetch_add(1, Ordering::SeqCst);
-        self.rt.spawn(async move {
-            let _ = tx.send(fut.await);
-        });
-        self.wake_keeper();
-        let out = rx.recv().ok();
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
-        out
-    }
-
-    /// Spawns `fut` as a task of the runtime, run by whoever drives it next (a call, or the
-    /// keeper within `IDLE`).
-    pub fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
-        self.rt.spawn(fut);
     }
 
     fn wake_keeper(&self) {
@@ -205,6 +232,20 @@ mod tests {
             .on_task(async { std::thread::current().name().map(str::to_owned) })
             .expect("an answer");
         assert_eq!(on.as_deref(), Some("test-keeper"));
+    }
+
+    /// Dropping the driver ends its keeper, and with it the runtime.
+    #[test]
+    fn dropping_the_driver_ends_the_keeper() {
+        let d = driver();
+        d.drive(async {});
+        let weak = Arc::downgrade(&d.inner);
+        drop(d);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while weak.strong_count() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(IDLE);
+        }
+        assert_eq!(weak.strong_count(), 0, "the keeper still holds the runtime");
     }
 
     /// Callers on many threads at once, with the keeper stepping in and out between them:
