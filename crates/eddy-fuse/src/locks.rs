@@ -19,7 +19,7 @@ use fuser::{INodeNo, Notifier};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use tracing::debug;
+use tracing::{debug, warn};
 
 /// How long one waiting lock request waits at the daemon: the latency of an interruption.
 const WAIT_SLICE: Duration = Duration::from_millis(200);
@@ -117,7 +117,7 @@ pub(crate) async fn wait_for_lock(
     file: File,
     req: LockRequest,
     tid: u32,
-    granted: impl FnOnce(),
+    granted: impl FnOnce() + Send + 'static,
 ) -> Result<(), Errno> {
     let mut waiting = client.waiting();
     let out = loop {
@@ -142,7 +142,12 @@ pub(crate) async fn wait_for_lock(
     };
     client.stop_waiting(&waiting).await;
     if matches!(out, Ok(true)) {
-        granted();
+        // Off the thread that drives the runtime (decision 0052): the kernel's invalidation
+        // may wait for a page that a read being served holds, and that read may need the
+        // runtime for its reply.
+        if let Err(e) = tokio::task::spawn_blocking(granted).await {
+            warn!("after granting a lock: {e}");
+        }
     }
     out.map(|_| ())
 }

@@ -673,7 +673,7 @@ impl Filesystem for EddyFs {
         // A blocking lock waits on the runtime, so that it holds no FUSE thread.
         let (client, tid) = (self.client.clone(), req.pid());
         self.driver.spawn(async move {
-            match wait_for_lock(client, f, lr, tid, || invalidate(&slot, ino)).await {
+            match wait_for_lock(client, f, lr, tid, move || invalidate(&slot, ino)).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(failed("setlk", &e)),
             }
