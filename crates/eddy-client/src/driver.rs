@@ -87,10 +87,6 @@ impl Driver {
             .build()
     }
 
-    pub fn handle(&self) -> &tokio::runtime::Handle {
-        self.inner.rt.handle()
-    }
-
     /// Runs `fut` to completion on this thread, which drives the runtime meanwhile. Not from
     /// inside a runtime (tokio panics), nor from the keeper.
     pub fn drive<T>(&self, fut: impl Future<Output = T>) -> T {
