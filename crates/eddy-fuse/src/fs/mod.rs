@@ -148,7 +148,7 @@ impl EddyFs {
 
     /// Runs a client future to completion on this FUSE thread, which drives the client's
     /// runtime meanwhile.
-    pub(crate) fn run<T>(&self, fut: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
+    pub(crate) fn run<T>(&self, fut: impl Future<Output = T>) -> T {
         self.driver.drive(fut)
     }
 

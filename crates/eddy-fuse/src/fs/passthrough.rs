@@ -99,7 +99,7 @@ impl EddyFs {
         let modes = st.inodes.entry(ino).or_default();
         if let Some((id, _)) = &modes.backing {
             let id = Arc::clone(id);
-            if file.writable() && self.run_opt(self.client.passthrough_open(file)).is_none() {
+            if file.writable() && self.run(self.client.passthrough_open(file)).is_none() {
                 return Err(Errno::new(
                     libc::EBUSY,
                     format!(
@@ -119,7 +119,7 @@ impl EddyFs {
             && !file.renewed()
             && !self.locked(file.file_id());
         let data = match eligible {
-            true => self.run_opt(self.client.passthrough_open(file)),
+            true => self.run(self.client.passthrough_open(file)),
             false => None,
         };
         let registered = data.map(|d| (register(&d), d));
@@ -193,9 +193,5 @@ impl EddyFs {
         if let Some(len) = len {
             inode.size = inode.size.max(len);
         }
-    }
-
-    fn run_opt<T>(&self, fut: impl Future<Output = Option<T>>) -> Option<T> {
-        self.driver.drive(fut)
     }
 }
