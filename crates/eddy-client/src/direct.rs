@@ -23,42 +23,47 @@
 //! flight from damage.
 
 use crate::{layout, Client, Errno, File};
+use eddy_proto::fdpass::DaemonRoot;
 use eddy_proto::{checksum, req, DirectGrant, FileKind, Piece, Request};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-/// The daemons of this client's host that may hand out descriptors: id → descriptor socket
-/// (in the daemon's root: a client of another user, which cannot reach it, never tries).
+/// The daemons of this client's host that may hand out descriptors: id → the daemon's root,
+/// held by a descriptor (a client of another user, which cannot open it, never tries). What
+/// arrives on its descriptor socket is checked against it (`fdpass::DaemonRoot`, decision
+/// 0058): the client may be root, the daemon and its root are the job's user's.
 pub(crate) struct Local {
-    sockets: HashMap<u32, PathBuf>,
-    /// Daemons that refused direct I/O (off there): not asked again.
+    roots: HashMap<u32, Arc<DaemonRoot>>,
+    /// Daemons that refused direct I/O (off there), or whose descriptor socket handed over
+    /// something other than their own files: not asked again.
     off: Mutex<HashSet<u32>>,
 }
 
 impl Local {
     pub fn new(dep: &eddy_config::Deployment, host: &str) -> Local {
-        let sockets = match dep.config.direct_io {
-            true => dep
-                .daemons
-                .iter()
-                .filter(|d| d.host == host)
-                .map(|d| (d.id, eddy_proto::fdpass::socket_path(&d.root)))
-                .collect(),
-            false => HashMap::new(),
-        };
+        let mut roots = HashMap::new();
+        if dep.config.direct_io {
+            for d in dep.daemons.iter().filter(|d| d.host == host) {
+                match DaemonRoot::open(&d.root) {
+                    Ok(r) => {
+                        roots.insert(d.id, Arc::new(r));
+                    }
+                    Err(e) => tracing::debug!("no direct I/O on daemon {}: {e}", d.id),
+                }
+            }
+        }
         Local {
-            sockets,
+            roots,
             off: Mutex::default(),
         }
     }
 
-    fn socket(&self, daemon: u32) -> Option<&PathBuf> {
+    fn root(&self, daemon: u32) -> Option<&Arc<DaemonRoot>> {
         if eddy_proto::sync::lock(&self.off).contains(&daemon) {
             return None;
         }
-        self.sockets.get(&daemon).filter(|p| p.exists())
+        self.roots.get(&daemon).filter(|r| r.has_socket())
     }
 }
 
@@ -184,7 +189,7 @@ impl Client {
     fn direct_eligible(&self, f: &File, daemon: u32) -> bool {
         f.0.backing.is_none()
             && f.inode_kind() == FileKind::File
-            && self.0.direct.socket(daemon).is_some()
+            && self.0.direct.root(daemon).is_some()
     }
 
     /// The lease of `f` on `daemon`, asked for if this handle has none yet (`None`: the
@@ -209,7 +214,13 @@ impl Client {
         let lease = match got {
             Ok(l) => Some(Arc::new(l)),
             Err(e) => {
-                if e.errno == libc::EOPNOTSUPP {
+                if e.errno == libc::EACCES {
+                    tracing::warn!(
+                        "direct I/O off for daemon {daemon}, whose descriptor socket is not to \
+                         be trusted: {e}"
+                    );
+                }
+                if e.errno == libc::EOPNOTSUPP || e.errno == libc::EACCES {
                     eddy_proto::sync::lock(&self.0.direct.off).insert(daemon);
                 }
                 tracing::debug!("{}: no direct I/O on daemon {daemon}: {e}", f.path());
@@ -236,24 +247,16 @@ impl Client {
             .rpc()
             .closed_signal(daemon)
             .ok_or_else(|| Errno::eio("the connection that granted a lease is gone"))?;
-        let socket = self
+        let root = self
             .0
             .direct
-            .socket(daemon)
+            .root(daemon)
             .cloned()
             .ok_or_else(|| Errno::new(libc::EOPNOTSUPP, "no descriptor socket"))?;
-        let token = grant.token;
-        let fds = tokio::task::spawn_blocking(move || {
-            let mut s = std::os::unix::net::UnixStream::connect(&socket)
-                .map_err(|e| Errno::from_io(&e, format!("{}", socket.display())))?;
-            let limit = Some(std::time::Duration::from_secs(2));
-            s.set_read_timeout(limit)
-                .and_then(|()| s.set_write_timeout(limit))
-                .map_err(|e| Errno::from_io(&e, "descriptor socket"))?;
-            eddy_proto::fdpass::redeem(&mut s, token)
-        })
-        .await
-        .map_err(|e| Errno::eio(format!("descriptor socket: {e}")))??;
+        let (token, id) = (grant.token, f.file_id());
+        let fds = tokio::task::spawn_blocking(move || root.redeem(token, id, write))
+            .await
+            .map_err(|e| Errno::eio(format!("descriptor socket: {e}")))??;
         let mut fds = fds.into_iter().map(std::fs::File::from);
         let data = fds
             .next()
@@ -574,11 +577,7 @@ impl Client {
                 _ => return None,
             },
         };
-        self.0
-            .direct
-            .sockets
-            .contains_key(&daemon)
-            .then_some(daemon)
+        self.0.direct.roots.contains_key(&daemon).then_some(daemon)
     }
 
     /// The data file the kernel may read and write for `f` (a descriptor of the daemon's

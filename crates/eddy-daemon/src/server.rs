@@ -34,8 +34,8 @@ use tokio::task::JoinHandle;
 
 /// Directory of the metadata store inside the root.
 pub const META_DIR: &str = "meta";
-/// Directory of the chunk files inside the root.
-pub const CHUNKS_DIR: &str = "chunks";
+/// Directory of the chunk files inside the root (named where clients check descriptors).
+pub use eddy_proto::fdpass::CHUNKS_DIR;
 /// Largest frame accepted before the client has proven the secret: a ClientHello is a few
 /// dozen bytes, and nobody unauthenticated may make the daemon allocate more.
 const HELLO_FRAME_MAX: u32 = 4096;

@@ -16,19 +16,9 @@ pub(super) const LAYOUT_FILE: &str = "LAYOUT";
 pub(super) const LAYOUT: &str =
     "eddy chunk layout 2: one sparse data file per file id in <hh>/<id hex>, \
 chunk k at k * chunk_size, lengths in the store's keyspace `chunks` (decision 0015)\n";
-/// Hashed subdirectories of the chunk directory.
-pub(super) const FANOUT: u64 = 256;
-/// Suffix of a data file's companion holding its block checksums.
-pub(super) const SUM_SUFFIX: &str = ".sum";
-
-pub(super) fn mix(id: FileId) -> u64 {
-    ((id as u64) ^ ((id >> 64) as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-/// The hashed subdirectory of a file's data file.
-pub(super) fn subdir_of(id: FileId) -> String {
-    format!("{:02x}", (mix(id) >> 56) % FANOUT)
-}
+// The names are the clients' too: a client checks that a descriptor it was handed is the
+// data file it asked for (decision 0058).
+pub(super) use eddy_proto::fdpass::{data_subdir as subdir_of, mix, FANOUT, SUM_SUFFIX};
 
 impl ChunkStore {
     pub(super) fn path_of(&self, id: FileId) -> PathBuf {

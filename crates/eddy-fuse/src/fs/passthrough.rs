@@ -11,6 +11,13 @@
 //! inode has a backing file, every open of it reuses it (a writable one takes a write lease
 //! too, or fails with EBUSY); while it has other opens, none passes through.
 //!
+//! The kernel opens the backing file again for each passthrough open, with the credentials
+//! of whoever registered it. The data file and the daemon that hands it over are the job's
+//! user's, the mount may be root's: the client checks the descriptor (a regular file of the
+//! daemon's user in the daemon's root, the access asked for: decision 0058), and the mount
+//! registers it from a thread that has taken the file owner's file-system identity
+//! (`register_as_owner`), so the kernel's opens are checked as that user's, never root's.
+//!
 //! Not taken: when the mount could not enable it at init (not root, old kernel), for
 //! O_APPEND opens (Eddy reserves appended ranges at the metadata owner), for a file whose
 //! backend copy was renewed, and for a file this mount has taken a lock on (the lock daemon
@@ -83,6 +90,57 @@ impl Passthrough {
     }
 }
 
+/// Registers `data` (`register`: the FUSE_DEV_IOC_BACKING_OPEN ioctl) with the
+/// file-system identity of the file's owner when that is not this process's: on a thread of
+/// its own that sets its fsuid and fsgid to the owner's and drops its supplementary groups
+/// (thread-local system calls, not the process-wide libc wrappers) and then ends. The
+/// kernel keeps the registering thread's credentials for the opens it makes of the file,
+/// so a descriptor root was handed is opened with no more rights than its owner has.
+fn register_as_owner(
+    data: &std::fs::File,
+    register: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId> + Send,
+) -> std::io::Result<BackingId> {
+    use std::os::unix::fs::MetadataExt;
+    let st = data.metadata()?;
+    // SAFETY: geteuid has no preconditions.
+    if st.uid() == unsafe { libc::geteuid() } {
+        return register(data);
+    }
+    let (uid, gid) = (st.uid(), st.gid());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            become_fs_user(uid, gid)?;
+            register(data)
+        })
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the registering thread panicked")))
+    })
+}
+
+/// This thread (only) takes `uid` and `gid` as its file-system identity, with no
+/// supplementary groups; checked, since setfsuid and setfsgid report no failure.
+fn become_fs_user(uid: u32, gid: u32) -> std::io::Result<()> {
+    // SAFETY: raw system calls on this thread's own credentials, with a null list of length
+    // 0 for setgroups; none touches memory of ours beyond its arguments.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        libc::syscall(libc::SYS_setfsgid, gid);
+        libc::syscall(libc::SYS_setfsuid, uid);
+        // Each call returns the identity before it: asking again for the same one reads it.
+        let fsgid = libc::syscall(libc::SYS_setfsgid, gid) as u32;
+        let fsuid = libc::syscall(libc::SYS_setfsuid, uid) as u32;
+        if fsuid != uid || fsgid != gid {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("cannot take uid {uid} and gid {gid} as the file-system identity"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl EddyFs {
     /// Decides how the kernel does the I/O of the open file `fh` (inode `ino`): `Some`
     /// backing id to answer with (passthrough), or `None` (served by the mount).
@@ -92,7 +150,7 @@ impl EddyFs {
         ino: u64,
         fh: u64,
         file: &File,
-        register: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+        register: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId> + Send,
     ) -> Result<Option<Arc<BackingId>>, Errno> {
         let pt = &self.passthrough;
         let mut st = lock(&pt.state);
@@ -122,7 +180,7 @@ impl EddyFs {
             true => self.run(self.client.passthrough_open(file)),
             false => None,
         };
-        let registered = data.map(|d| (register(&d), d));
+        let registered = data.map(|d| (register_as_owner(&d, register), d));
         match registered {
             Some((Ok(id), data)) => {
                 let id = Arc::new(id);
