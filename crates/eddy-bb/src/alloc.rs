@@ -334,8 +334,11 @@ fn neighbours(
     db: &mut Option<HistoryDb>,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Neighbour>> {
+    let jobs = pool_jobs(site, pool, job)?;
+    let states = jobs.iter().map(|(jd, _, _)| jd.state()).collect();
+    let mut lives = lives_of(states, pool.live_window_s).into_iter();
     let mut out = Vec::new();
-    for (jd, rec, hosts) in pool_jobs(site, pool, job)? {
+    for (_, rec, hosts) in jobs {
         let id = rec.job;
         let expected = rec.job_name.as_deref().and_then(|name| {
             history_of(
@@ -352,24 +355,53 @@ fn neighbours(
             name: rec.job_name.clone(),
             hosts,
             expected,
-            live: live_of(&jd, pool.live_window_s),
+            live: lives
+                .next()
+                .unwrap_or_else(|| Err("its daemons were not asked".into())),
         });
     }
     Ok(out)
 }
 
+/// What the daemons of the neighbours with deployments `states` report now, all asked at once
+/// (decision 0055): neighbours whose daemons do not answer cost one bound, not one each.
+fn lives_of(
+    states: Vec<eddy_deploy::StateDir>,
+    window_s: u64,
+) -> Vec<Result<BTreeMap<String, Load>, String>> {
+    let rt = match eddy_deploy::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return states.iter().map(|_| Err(format!("{e:#}"))).collect(),
+    };
+    let asks: Vec<_> = states
+        .into_iter()
+        .map(|state| rt.spawn(live_of(state, window_s)))
+        .collect();
+    rt.block_on(async {
+        let mut out = Vec::new();
+        for ask in asks {
+            out.push(
+                ask.await
+                    .unwrap_or_else(|e| Err(format!("asking failed: {e}"))),
+            );
+        }
+        out
+    })
+}
+
 /// What a neighbour's daemons report now, by host (as `eddy stats` asks them).
-fn live_of(jd: &JobDir, window_s: u64) -> Result<BTreeMap<String, Load>, String> {
-    let state = jd.state();
+async fn live_of(
+    state: eddy_deploy::StateDir,
+    window_s: u64,
+) -> Result<BTreeMap<String, Load>, String> {
     if !state.has_deployment() {
         return Err("its daemons are not started yet".into());
     }
     let dep = state.load_deployment().map_err(|e| format!("{e:#}"))?;
-    let rt = eddy_deploy::runtime().map_err(|e| format!("{e:#}"))?;
     let client = eddy_client::Client::new(dep.clone()).map_err(|e| e.to_string())?;
     let bound = Duration::from_millis(dep.config.rpc_timeout_ms.saturating_mul(2));
-    let answers = rt
-        .block_on(async { tokio::time::timeout(bound, client.daemon_stats()).await })
+    let answers = tokio::time::timeout(bound, client.daemon_stats())
+        .await
         .map_err(|_| format!("no answer within {} ms", bound.as_millis()))?;
     let mut by_host = BTreeMap::new();
     let mut failed = Vec::new();

@@ -386,3 +386,28 @@ fn an_allocation_that_finds_a_probe_round_under_way_does_not_wait_for_it() {
         );
     }
 }
+
+#[test]
+fn the_neighbours_daemons_are_asked_together_and_each_answers_for_itself() {
+    // Two neighbours' deployments of real daemons, and one whose daemons are not started.
+    let one = eddy_testkit::Cluster::start(2);
+    let two = eddy_testkit::Cluster::start(1);
+    let none = tempfile::tempdir().unwrap();
+    let states = [one.dir.path(), two.dir.path(), none.path()]
+        .map(eddy_deploy::StateDir::new)
+        .to_vec();
+    let lives = lives_of(states, 10);
+    assert_eq!(lives.len(), 3);
+    for live in &lives[..2] {
+        let by_host = live.as_ref().unwrap();
+        assert_eq!(
+            by_host.keys().collect::<Vec<_>>(),
+            ["localhost"],
+            "{by_host:?}"
+        );
+    }
+    assert_eq!(
+        lives[2].as_ref().unwrap_err(),
+        "its daemons are not started yet"
+    );
+}
