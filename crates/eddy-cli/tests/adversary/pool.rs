@@ -136,12 +136,22 @@ fn a_stalled_probe_does_not_hold_another_jobs_setup() {
 fn pool_jobs_set_up_one_after_another_share_one_probe_round() {
     let site = site_with_logging_launcher("");
     let script = site.script(&["capacity=64M pool=io"]);
-    for job in ["73", "74", "75"] {
-        site.bb_ok(&["setup", job, "65534", "65534", "io", "67108864", s(&script)]);
+    let setup =
+        |job: &str| site.bb_ok(&["setup", job, "65534", "65534", "io", "67108864", s(&script)]);
+    setup("73");
+    // Job 74 beside 73: 73's daemons are asked for their load (before the lock) and answer.
+    let beside = setup("74");
+    assert!(
+        beside.contains("eddy: allocation: ") && !beside.contains("cannot be reached"),
+        "{beside}"
+    );
+    for job in ["73", "74"] {
         site.bb_ok(&["teardown", job, s(&script), "false"]);
     }
-    // The pool's three idle servers were probed once, by the first job; the others judged
-    // them by that round (`[pool] probe_cache_s`).
+    setup("75");
+    site.bb_ok(&["teardown", "75", s(&script), "false"]);
+    // The pool's three idle servers were probed once, by the first job; the last judged them
+    // by that round (`[pool] probe_cache_s`).
     assert_eq!(
         probes_started(&site),
         3,
