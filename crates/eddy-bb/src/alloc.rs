@@ -6,8 +6,10 @@
 //! The decision is kept in the job's record, summed up in the Slurm job's Comment, and stored
 //! with the job's profile at teardown.
 //!
-//! `pool_view` (the servers and their jobs) and `cap` are pure; `gather` and `decide_for` do
-//! the I/O (Slurm, the history database, the neighbours' daemons).
+//! `pool_view` (the servers and their jobs) and `cap` are pure; `gather_for` does the I/O
+//! (Slurm, the history database, the neighbours' daemons, the health probes) before the state
+//! directory's lock is taken, and `decide_for` decides under it from what was gathered and
+//! the records as they are then (decision 0055): no job waits on another's I/O.
 
 use crate::job::{JobDir, JobRecord};
 use crate::nodes::run_bounded;
@@ -262,15 +264,9 @@ fn history_of(
     }
 }
 
-/// The other pool jobs set up now (records under `state_dir` with daemons or a decision),
-/// with their history and their daemons' live load.
-fn neighbours(
-    site: &Site,
-    pool: &Pool,
-    job: u32,
-    db: &mut Option<HistoryDb>,
-    notes: &mut Vec<String>,
-) -> Result<Vec<Neighbour>> {
+/// The other pool jobs set up now (records under `state_dir` with daemons or a decision), each
+/// with the hosts of its servers: root's records alone, no other I/O.
+fn pool_jobs(site: &Site, pool: &Pool, job: u32) -> Result<Vec<(JobDir, JobRecord, Vec<String>)>> {
     let entries = match std::fs::read_dir(&site.state_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -303,6 +299,47 @@ fn neighbours(
         if hosts.is_empty() {
             continue;
         }
+        out.push((jd, rec, hosts));
+    }
+    Ok(out)
+}
+
+/// Refuses job `rec` when its user holds the most pool jobs the site allows at a time
+/// (`[pool] max_jobs_per_user`): their jobs decided and not torn down. Root's records alone.
+pub fn check_user_limit(site: &Site, pool: &Pool, rec: &JobRecord) -> Result<()> {
+    let held: Vec<String> = pool_jobs(site, pool, rec.job)?
+        .iter()
+        .filter(|(_, other, _)| other.uid == rec.uid)
+        .map(|(_, other, _)| other.job.to_string())
+        .collect();
+    if held.len() >= pool.max_jobs_per_user as usize {
+        bail!(
+            "user {} (uid {}) holds {} pool job(s) already ({}): this site allows {} at a time \
+             ([pool] max_jobs_per_user); submit this one again when one of them has ended",
+            eddy_config::JobInfo::user_name(rec.uid),
+            rec.uid,
+            held.len(),
+            held.join(", "),
+            pool.max_jobs_per_user
+        );
+    }
+    Ok(())
+}
+
+/// The other pool jobs set up now, with their history and their daemons' live load.
+fn neighbours(
+    site: &Site,
+    pool: &Pool,
+    job: u32,
+    db: &mut Option<HistoryDb>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Neighbour>> {
+    let jobs = pool_jobs(site, pool, job)?;
+    let states = jobs.iter().map(|(jd, _, _)| jd.state()).collect();
+    let mut lives = lives_of(states, pool.live_window_s).into_iter();
+    let mut out = Vec::new();
+    for (_, rec, hosts) in jobs {
+        let id = rec.job;
         let expected = rec.job_name.as_deref().and_then(|name| {
             history_of(
                 db,
@@ -318,24 +355,53 @@ fn neighbours(
             name: rec.job_name.clone(),
             hosts,
             expected,
-            live: live_of(&jd, pool.live_window_s),
+            live: lives
+                .next()
+                .unwrap_or_else(|| Err("its daemons were not asked".into())),
         });
     }
     Ok(out)
 }
 
+/// What the daemons of the neighbours with deployments `states` report now, all asked at once
+/// (decision 0055): neighbours whose daemons do not answer cost one bound, not one each.
+fn lives_of(
+    states: Vec<eddy_deploy::StateDir>,
+    window_s: u64,
+) -> Vec<Result<BTreeMap<String, Load>, String>> {
+    let rt = match eddy_deploy::runtime() {
+        Ok(rt) => rt,
+        Err(e) => return states.iter().map(|_| Err(format!("{e:#}"))).collect(),
+    };
+    let asks: Vec<_> = states
+        .into_iter()
+        .map(|state| rt.spawn(live_of(state, window_s)))
+        .collect();
+    rt.block_on(async {
+        let mut out = Vec::new();
+        for ask in asks {
+            out.push(
+                ask.await
+                    .unwrap_or_else(|e| Err(format!("asking failed: {e}"))),
+            );
+        }
+        out
+    })
+}
+
 /// What a neighbour's daemons report now, by host (as `eddy stats` asks them).
-fn live_of(jd: &JobDir, window_s: u64) -> Result<BTreeMap<String, Load>, String> {
-    let state = jd.state();
+async fn live_of(
+    state: eddy_deploy::StateDir,
+    window_s: u64,
+) -> Result<BTreeMap<String, Load>, String> {
     if !state.has_deployment() {
         return Err("its daemons are not started yet".into());
     }
     let dep = state.load_deployment().map_err(|e| format!("{e:#}"))?;
-    let rt = eddy_deploy::runtime().map_err(|e| format!("{e:#}"))?;
     let client = eddy_client::Client::new(dep.clone()).map_err(|e| e.to_string())?;
     let bound = Duration::from_millis(dep.config.rpc_timeout_ms.saturating_mul(2));
-    let answers = rt
-        .block_on(async { tokio::time::timeout(bound, client.daemon_stats()).await })
+    let answers = tokio::time::timeout(bound, client.daemon_stats())
+        .await
         .map_err(|_| format!("no answer within {} ms", bound.as_millis()))?;
     let mut by_host = BTreeMap::new();
     let mut failed = Vec::new();
@@ -367,10 +433,23 @@ fn live_of(jd: &JobDir, window_s: u64) -> Result<BTreeMap<String, Load>, String>
     Ok(by_host)
 }
 
-/// Decides job `rec`'s servers: its history and the pool now, through the site's policy,
-/// capped by its `nodes=`. Fills in the record's job name and node count (from Slurm; when
-/// Slurm cannot be asked, the job is decided without history and the reasons say why).
-pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decision> {
+/// What the allocation of a job reads before it decides (`gather_for`, without the state
+/// directory's lock), for `decide_for` (under it).
+pub struct Gathered {
+    job: Job,
+    history: Option<eddy_history::JobProfile>,
+    neighbours: Vec<Neighbour>,
+    peaks: Vec<f64>,
+    health: Vec<eddy_sysmap::health::Health>,
+    notes: Vec<String>,
+}
+
+/// Gathers what job `rec`'s servers are decided from: its history and the pool now (the
+/// neighbours' history and load, the servers' peaks and health). Fills in the record's job
+/// name and node count (from Slurm; when Slurm cannot be asked, the job is decided without
+/// history and the reasons say why). Runs without the state directory's lock: every wait on
+/// Slurm, a database, a neighbour's daemons or a probe is this job's alone.
+pub fn gather_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Gathered> {
     let mut notes = Vec::new();
     // A Slurm that does not answer costs the job its history, not its burst buffer.
     let (name, nodes) = match slurm_job(rec.job) {
@@ -408,9 +487,9 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
         None
     };
     let found = neighbours(site, pool, rec.job, &mut db, &mut notes)?;
-    let (mut servers, unreachable) = pool_view(&pool.node_names(), &site.pool_peaks(pool)?, &found);
-    notes.extend(unreachable);
-    screen(site, pool, &mut servers, &mut notes);
+    let peaks = site.pool_peaks(pool)?;
+    let (servers, _) = pool_view(&pool.node_names(), &peaks, &found);
+    let health = screen(site, pool, &servers, &mut notes);
     let job = Job {
         user: Some(eddy_config::JobInfo::user_name(rec.uid)),
         job_name: name,
@@ -418,6 +497,51 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
         nodes,
         default_servers: Vec::new(),
     };
+    Ok(Gathered {
+        job,
+        history,
+        neighbours: found,
+        peaks,
+        health,
+        notes,
+    })
+}
+
+/// Decides job `rec`'s servers from what `gather_for` found, through the site's policy, capped
+/// by its `nodes=`: the one step under the state directory's lock, so that jobs set up
+/// together each see the others' decisions. The neighbours are the records' as they are now
+/// (one set up since the gathering is listed by its servers alone); nothing here waits on
+/// anything but root's records.
+pub fn decide_for(
+    site: &Site,
+    pool: &Pool,
+    rec: &JobRecord,
+    gathered: Gathered,
+) -> Result<Decision> {
+    let Gathered {
+        job,
+        history,
+        neighbours: gathered,
+        peaks,
+        health,
+        mut notes,
+    } = gathered;
+    let mut found = Vec::new();
+    for (_, now, hosts) in pool_jobs(site, pool, rec.job)? {
+        found.push(match gathered.iter().find(|n| n.job == now.job) {
+            Some(n) => Neighbour { hosts, ..n.clone() },
+            None => Neighbour {
+                job: now.job,
+                name: now.job_name.clone(),
+                hosts,
+                expected: None,
+                live: Err("set up while this job's allocation was gathered".into()),
+            },
+        });
+    }
+    let (mut servers, unreachable) = pool_view(&pool.node_names(), &peaks, &found);
+    notes.extend(unreachable);
+    mark(site, &mut servers, &health, &mut notes);
     let mut decision = decide_with(
         &site.alloc,
         &job,
@@ -439,8 +563,15 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
 /// each within `probe_bound_s`, through the site's launcher into the storage holding the
 /// pool's roots), assessed against their peers, stored in the inventory when the site has
 /// one; the busy servers by their latest stored health (a probe would measure their
-/// neighbours' load). A probe that cannot run is a note, never a failed setup.
-fn screen(site: &Site, pool: &Pool, servers: &mut [Server], notes: &mut Vec<String>) {
+/// neighbours' load). A probe that cannot run is a note, never a failed setup. A server probed
+/// within `probe_cache_s` is judged by that probe, and one round runs at a time: an allocation
+/// that finds another's round under way judges by what is stored (decision 0055).
+fn screen(
+    site: &Site,
+    pool: &Pool,
+    servers: &[Server],
+    notes: &mut Vec<String>,
+) -> Vec<eddy_sysmap::health::Health> {
     let ratio = site.alloc.anomaly_ratio;
     let mut health = Vec::new();
     if let Some(db) = site.inventory.as_deref().filter(|db| db.exists()) {
@@ -482,38 +613,32 @@ fn screen(site: &Site, pool: &Pool, servers: &mut [Server], notes: &mut Vec<Stri
                     bytes,
                     bound: Duration::from_secs(pool.probe_bound_s),
                 };
-                let probes = eddy_sysmap::health::probe(&spec, &idle);
-                let each: Vec<String> = probes
-                    .iter()
-                    .map(|p| match p.bandwidth {
-                        Some(bw) => {
-                            format!("{} {}/s", p.host, eddy_deploy::human_bytes(bw as u64))
-                        }
-                        None => format!("{} down", p.host),
-                    })
-                    .collect();
-                notes.push(format!(
-                    "health probe: {} idle server(s) probed ({} each): {}",
-                    probes.len(),
-                    eddy_deploy::human_bytes(bytes),
-                    each.join(", ")
-                ));
-                let now = u64::try_from(crate::walltime::now()).unwrap_or(0);
-                let assessed = match site.inventory.as_deref() {
-                    Some(db) => {
-                        eddy_sysmap::health::record(db, &probes, ratio).unwrap_or_else(|e| {
-                            notes.push(format!("the probe's health is not stored: {e:#}"));
-                            eddy_sysmap::health::assess(&probes, &health, ratio, now)
-                        })
+                let (probes, fresh) = probes::probes_for(site, pool, &idle, &spec, notes);
+                if let (Some(db), false) = (site.inventory.as_deref(), fresh.is_empty()) {
+                    if let Err(e) = eddy_sysmap::health::record(db, &fresh, ratio) {
+                        notes.push(format!("the probe's health is not stored: {e:#}"));
                     }
-                    None => eddy_sysmap::health::assess(&probes, &health, ratio, now),
-                };
+                }
+                let now = u64::try_from(crate::walltime::now()).unwrap_or(0);
+                let assessed = eddy_sysmap::health::assess(&probes, &health, ratio, now);
                 health.retain(|h| !assessed.iter().any(|a| a.host == h.host));
                 health.extend(assessed);
             }
             Err(e) => notes.push(format!("no health probe: {e:#}")),
         }
     }
+    health
+}
+
+/// The screening itself: the reasons name each anomalous server of the pool, and `health`
+/// fills in the servers' `recent_bandwidth` and `healthy`.
+fn mark(
+    site: &Site,
+    servers: &mut [Server],
+    health: &[eddy_sysmap::health::Health],
+    notes: &mut Vec<String>,
+) {
+    let ratio = site.alloc.anomaly_ratio;
     for h in health.iter().filter(|h| h.anomalous) {
         if !servers.iter().any(|s| s.host == h.host) {
             continue;
@@ -529,7 +654,7 @@ fn screen(site: &Site, pool: &Pool, servers: &mut [Server], notes: &mut Vec<Stri
             ),
         });
     }
-    eddy_sysmap::health::fill(servers, &health);
+    eddy_sysmap::health::fill(servers, health);
 }
 
 /// `decide`, then the job's `nodes=` cap.
@@ -545,5 +670,6 @@ pub fn decide_with(
     d
 }
 
+mod probes;
 #[cfg(test)]
 mod tests;

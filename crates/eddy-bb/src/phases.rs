@@ -91,12 +91,18 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
             .context("mode=pool but the site has no [pool] any more")?;
         // The servers, decided once (a rerun keeps them: its daemons may be running), one
         // job at a time (under the state directory's lock), so that jobs set up together
-        // each see the others' decisions.
+        // each see the others' decisions. What they are decided from is gathered before the
+        // lock (decision 0055): the lock covers the decision and its record, no other I/O.
         if rec.decision.is_none() {
+            crate::alloc::check_user_limit(site, pool, &rec)?;
+            let gathered = crate::alloc::gather_for(site, pool, &mut rec)?;
             let all = std::fs::File::open(&site.state_dir)
                 .with_context(|| format!("cannot open {}", site.state_dir.display()))?;
             lock_exclusive(&all, &site.state_dir)?;
-            let decision = crate::alloc::decide_for(site, pool, &mut rec)?;
+            // Counted again under the lock: jobs of one user set up together are admitted
+            // one at a time.
+            crate::alloc::check_user_limit(site, pool, &rec)?;
+            let decision = crate::alloc::decide_for(site, pool, &rec, gathered)?;
             let summary = crate::alloc::comment(&decision, pool);
             rec.pool_nodes = u32::try_from(decision.servers.len()).unwrap_or(u32::MAX);
             rec.decision = Some(decision);

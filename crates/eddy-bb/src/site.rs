@@ -146,6 +146,20 @@ pub struct Pool {
     /// The longest one probe may take, its start through the launcher included, seconds.
     #[serde(default = "default_probe_bound_s")]
     pub probe_bound_s: u64,
+    /// Seconds a node's probe is used by later allocations before the node is probed again
+    /// (decision 0055): jobs set up together share one probe round. `0`: every allocation
+    /// probes its idle nodes.
+    #[serde(default = "default_probe_cache_s")]
+    pub probe_cache_s: u64,
+    /// The least capacity a pool job may ask for (decision 0055): every pool job, whatever its
+    /// size, gets daemons of its own on its I/O nodes and an allocation; a smaller `capacity=`
+    /// is refused at submission.
+    #[serde(default = "default_min_capacity")]
+    pub min_capacity: String,
+    /// The most pool jobs one user may have set up at a time (decided, until their teardown);
+    /// the setup of one more fails, and its Reason says so (decision 0055).
+    #[serde(default = "default_max_jobs_per_user")]
+    pub max_jobs_per_user: u32,
 }
 
 /// Largest capacity a job may ask for unless the site says otherwise.
@@ -162,6 +176,11 @@ impl Pool {
             Ok(_) => bail!("[pool] peak_bandwidth = 0: give bytes per second, e.g. \"2GiB\""),
             Err(e) => bail!("[pool] peak_bandwidth: {e}"),
         }
+    }
+
+    /// The least capacity of a pool job, bytes.
+    pub fn min_capacity(&self) -> Result<u64> {
+        parse_bytes(&self.min_capacity).map_err(|e| anyhow::anyhow!("[pool] min_capacity: {e}"))
     }
 
     /// Bytes of the health probe (0: none).
@@ -215,6 +234,19 @@ fn default_probe_bytes() -> String {
 
 fn default_probe_bound_s() -> u64 {
     10
+}
+
+fn default_probe_cache_s() -> u64 {
+    120
+}
+
+/// A pool job's least capacity unless the site says otherwise.
+fn default_min_capacity() -> String {
+    "1GiB".into()
+}
+
+fn default_max_jobs_per_user() -> u32 {
+    8
 }
 
 impl Default for Site {
@@ -296,6 +328,10 @@ impl Site {
             pool.probe_bytes()?;
             if pool.probe_bound_s == 0 {
                 bail!("[pool] probe_bound_s = 0: give a number of seconds");
+            }
+            pool.min_capacity()?;
+            if pool.max_jobs_per_user == 0 {
+                bail!("[pool] max_jobs_per_user = 0: give the number of pool jobs a user may hold");
             }
             if pool.live_window_s == 0 {
                 bail!("[pool] live_window_s = 0: give a number of seconds");
@@ -419,6 +455,18 @@ impl Site {
                 parse_bytes(&self.default_capacity).map_err(|e| anyhow::anyhow!(e))?
             }
         };
+        if let (Mode::Pool, Some(pool)) = (mode, &self.pool) {
+            let min = pool.min_capacity()?;
+            if capacity < min {
+                bail!(
+                    "capacity {} is less than the {} pool's least per job ({}): ask for at \
+                     least that much",
+                    eddy_deploy::human_bytes(capacity),
+                    pool.name,
+                    eddy_deploy::human_bytes(min)
+                );
+            }
+        }
         if let Some(max) = self.max_capacity()? {
             if capacity > max {
                 bail!(
@@ -748,6 +796,31 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("the pool has 2 I/O nodes"));
+        // A pool job smaller than the pool's least per job is refused in words; the site
+        // sets the least, and a limit of no pool jobs at all is no setting.
+        let tiny = s.resolve(&parse("#EDDY capacity=512M pool=eddy\n", "EDDY").unwrap());
+        let tiny = tiny.unwrap_err().to_string();
+        assert_eq!(
+            tiny,
+            "capacity 512.0 MiB is less than the eddy pool's least per job (1.0 GiB): ask for \
+             at least that much"
+        );
+        let small = site(
+            "[pool]\nnodes = [\"io1\"]\nroot = \"/nvme/{job}\"\ncapacity = \"2T\"\n\
+             min_capacity = \"1MiB\"\nmax_jobs_per_user = 2\nprobe_cache_s = 0\n",
+        );
+        let p = small.pool.as_ref().unwrap();
+        assert_eq!((p.max_jobs_per_user, p.probe_cache_s), (2, 0));
+        small
+            .resolve(&parse("#EDDY capacity=1M pool=eddy\n", "EDDY").unwrap())
+            .unwrap();
+        for bad in ["min_capacity = \"small\"\n", "max_jobs_per_user = 0\n"] {
+            let text = format!(
+                "[pool]\nnodes = [\"io1\"]\nroot = \"/n/{{job}}\"\ncapacity = \"1T\"\n{bad}"
+            );
+            let s: Site = toml::from_str(&text).unwrap();
+            assert!(s.validate().is_err(), "{bad}");
+        }
         assert_eq!(s.mount_point(7), PathBuf::from("/eddy/7"));
         assert!(toml::from_str::<Site>("launcher = \"ssh {host}\"\n")
             .map_err(anyhow::Error::from)

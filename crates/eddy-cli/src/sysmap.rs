@@ -66,14 +66,18 @@ pub enum SysmapCommand {
         #[arg(long, value_name = "NAME")]
         node: Vec<String>,
     },
-    /// Internal: the server side of one probe (prints `LISTEN addr:port`, receives, writes
-    /// and fsyncs the bytes under --dir, answers, removes its file, exits).
+    /// Internal: the server side of one probe (reads the prober's nonce from standard input,
+    /// prints `LISTEN addr:port`, receives from the prober, writes and fsyncs the bytes under
+    /// --dir, answers, removes its file, exits).
     #[command(hide = true)]
     ProbeServe {
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
         #[arg(long, value_name = "ADDR:PORT")]
         listen: String,
+        /// The prober's address: connections from any other are dropped.
+        #[arg(long, value_name = "ADDR")]
+        peer: std::net::IpAddr,
         /// The most bytes accepted.
         #[arg(long, value_name = "BYTES")]
         bytes: u64,
@@ -148,12 +152,29 @@ fn probe(a: ProbeArgs) -> Result<()> {
     print_json(&health::record(&a.db, &probes, a.anomaly_ratio)?)
 }
 
-/// Runs `eddy sysmap probe-serve`.
-fn probe_serve(dir: &std::path::Path, listen: &str, bytes: u64, bound: f64) -> Result<()> {
+/// Runs `eddy sysmap probe-serve`: the nonce comes on standard input (a pipe of the prober's,
+/// through the launcher), within the bound.
+fn probe_serve(
+    dir: &std::path::Path,
+    listen: &str,
+    peer: std::net::IpAddr,
+    bytes: u64,
+    bound: f64,
+) -> Result<()> {
+    use eddy_sysmap::health::{serve, Nonce};
+    let bound = std::time::Duration::from_secs_f64(bound.clamp(0.001, 3600.0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(Nonce::read_line(std::io::stdin().lock()));
+    });
+    let nonce = rx
+        .recv_timeout(bound)
+        .map_err(|_| anyhow::anyhow!("no nonce on standard input within {bound:?}"))??;
     let l = std::net::TcpListener::bind(listen)
         .with_context(|| format!("cannot listen on {listen}"))?;
-    let bound = std::time::Duration::from_secs_f64(bound.clamp(0.001, 3600.0));
-    eddy_sysmap::health::serve(dir, l, bytes, bound, &mut |line| outln!("{line}"))?;
+    serve(dir, l, &nonce, peer, bytes, bound, &mut |line| {
+        outln!("{line}")
+    })?;
     Ok(())
 }
 
@@ -176,9 +197,10 @@ pub fn sysmap(args: SysmapArgs) -> Result<()> {
         Some(SysmapCommand::ProbeServe {
             dir,
             listen,
+            peer,
             bytes,
             bound,
-        }) => probe_serve(&dir, &listen, bytes, bound),
+        }) => probe_serve(&dir, &listen, peer, bytes, bound),
         Some(SysmapCommand::Capacity { db, path, node }) => {
             print_json(&capacity(&db, &node, &path)?)
         }

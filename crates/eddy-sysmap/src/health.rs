@@ -2,14 +2,19 @@
 //! allocation, of each pool server's bandwidth end to end, from the allocating host through
 //! the network into the server's storage.
 //!
-//! The prober starts `eddy sysmap probe-serve --dir D --listen ADDR:0 --bytes N --bound S` on
-//! each server through the site's launcher template (`ssh {host} {cmd}`, or `ip netns exec
-//! {host} {cmd}` in tests). The server prints `LISTEN addr:port`, accepts one connection,
-//! receives a header (`EDDYPRB1` and a big-endian u64 length, at most N) and that many bytes
-//! (bounded by bytes and by time), writes them into a fresh file under D, fsyncs, answers
-//! `OK <bytes>` (or `ERR <why>` on anything else), removes its file and exits. The prober
-//! times connect → answer. Servers are probed in parallel; one that cannot be reached in the
-//! bound is "down", never a hang.
+//! The prober starts `eddy sysmap probe-serve --dir D --listen ADDR:0 --peer P --bytes N
+//! --bound S` on each server through the site's launcher template (`ssh {host} {cmd}`, or `ip
+//! netns exec {host} {cmd}` in tests), and writes a fresh random nonce (hex, one line) on its
+//! standard input: never in its arguments or environment, which other users of the server can
+//! read (decision 0055). The server prints `LISTEN addr:port` and accepts connections until
+//! the bound: one from an address other than P (the prober's, as the server sees it) is
+//! closed at once; one that does not present, within `HEADER_WAIT`, a header of `EDDYPRB2`,
+//! the nonce and a big-endian u64 length (at most N) is answered `ERR` and closed, and the
+//! server goes on waiting for the prober. From the prober it receives that many bytes
+//! (bounded by bytes and by time), writes them into a fresh file under D, fsyncs, answers `OK
+//! <bytes>` (or `ERR <why>`), removes its file and exits. The prober times connect → answer.
+//! Servers are probed in parallel; one that cannot be reached in the bound is "down", never a
+//! hang.
 //!
 //! The rule ([`assess`]): a server whose bandwidth is below `ratio` (the allocation policy's
 //! `anomaly_ratio`) × the median of its peers' is anomalous; each probe replaces a host's
@@ -21,13 +26,81 @@ use eddy_alloc::decide::median;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The header's magic.
-pub const MAGIC: &[u8; 8] = b"EDDYPRB1";
+/// The header's magic (version 2: with the prober's nonce).
+pub const MAGIC: &[u8; 8] = b"EDDYPRB2";
+/// Bytes of the nonce a prober proves in its header (hex on the server's standard input).
+pub const NONCE_LEN: usize = 32;
+/// The header: the magic, the nonce, the length (big-endian u64).
+const HEADER_LEN: usize = MAGIC.len() + NONCE_LEN + 8;
+/// The longest a connection may take to present its header before the server drops it and
+/// goes on waiting for the prober (which sends its header as soon as it is connected).
+pub const HEADER_WAIT: Duration = Duration::from_secs(2);
+/// The most connections the server reads headers from at once; past it the oldest is dropped
+/// (the prober's, sent at once, is read before many others can arrive).
+pub const MAX_PENDING: usize = 64;
+/// How long the server's accept loop sleeps when nothing happened.
+const IDLE_POLL: Duration = Duration::from_millis(5);
+
+/// The secret of one probe: given to the server on its standard input, proved by the prober in
+/// its header, so that no other connection is taken for the prober's.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Nonce([u8; NONCE_LEN]);
+
+impl std::fmt::Debug for Nonce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Nonce(..)")
+    }
+}
+
+impl Nonce {
+    /// A fresh random nonce.
+    pub fn random() -> Nonce {
+        Nonce(rand::random())
+    }
+
+    /// The line the prober writes on the server's standard input.
+    pub fn line(&self) -> String {
+        format!("{}\n", hex::encode(self.0))
+    }
+
+    /// Reads the nonce's line (hex) from `input`: at most one line of the nonce's length.
+    pub fn read_line(input: impl Read) -> Result<Nonce> {
+        let mut line = String::new();
+        let limit = (2 * NONCE_LEN + 2) as u64;
+        BufReader::new(input.take(limit))
+            .read_line(&mut line)
+            .context("reading the probe's nonce")?;
+        let text = line.trim_end_matches(['\n', '\r']);
+        if text.is_empty() {
+            bail!(
+                "no nonce on standard input (the launcher must give the command the prober's \
+                 standard input)"
+            );
+        }
+        let bytes = hex::decode(text)
+            .ok()
+            .and_then(|b| <[u8; NONCE_LEN]>::try_from(b).ok());
+        bytes
+            .map(Nonce)
+            .with_context(|| format!("the nonce on standard input is not {NONCE_LEN} bytes of hex"))
+    }
+
+    /// Whether `other` is this nonce, compared in constant time.
+    fn matches(&self, other: &[u8]) -> bool {
+        other.len() == NONCE_LEN
+            && self
+                .0
+                .iter()
+                .zip(other)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+}
 
 /// One probe's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,6 +240,8 @@ fn probe_one(spec: &ProbeSpec, host: &Host) -> Result<f64> {
             .ok_or_else(|| anyhow::anyhow!("no answer within {:?}", spec.bound))
     };
     let dir = spec.dir.replace("{host}", &host.name);
+    let nonce = Nonce::random();
+    let peer = source_address(&host.address)?;
     let cmd: Vec<OsString> = vec![
         spec.program.clone(),
         "sysmap".into(),
@@ -175,6 +250,8 @@ fn probe_one(spec: &ProbeSpec, host: &Host) -> Result<f64> {
         dir.into(),
         "--listen".into(),
         format!("{}:0", bracket(&host.address)).into(),
+        "--peer".into(),
+        peer.to_string().into(),
         "--bytes".into(),
         spec.bytes.to_string().into(),
         "--bound".into(),
@@ -187,12 +264,17 @@ fn probe_one(spec: &ProbeSpec, host: &Host) -> Result<f64> {
         .ok_or_else(|| anyhow::anyhow!("empty launcher"))?;
     let child = Command::new(prog)
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot run the launcher {}", prog.to_string_lossy()))?;
     let mut child = Reap(child);
+    // The nonce, one line into a pipe (never more than its buffer holds, so this does not
+    // wait); a launcher that is gone already says why below.
+    if let Some(mut stdin) = child.0.stdin.take() {
+        let _ = stdin.write_all(nonce.line().as_bytes());
+    }
     // The first line, read in a thread so that a launcher that hangs cannot hold us.
     let stdout = child.0.stdout.take().context("no stdout")?;
     let stderr = child.0.stderr.take().context("no stderr")?;
@@ -219,9 +301,32 @@ fn probe_one(spec: &ProbeSpec, host: &Host) -> Result<f64> {
         .strip_prefix("LISTEN ")
         .with_context(|| format!("unexpected line from the probe server: {line:?}"))?
         .to_string();
-    let result = send(&addr, spec.bytes, &left);
+    let result = send(&addr, &nonce, spec.bytes, &left);
     drop(child);
     result
+}
+
+/// The address this host connects to `address` from (a route lookup of a UDP socket, which
+/// sends nothing): the only peer the probe server accepts.
+fn source_address(address: &str) -> Result<IpAddr> {
+    let target = format!("{}:9", bracket(address))
+        .to_socket_addrs()
+        .with_context(|| format!("bad address {address}"))?
+        .next()
+        .with_context(|| format!("no address for {address}"))?;
+    let any: IpAddr = if target.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let socket = UdpSocket::bind((any, 0)).context("cannot open a UDP socket")?;
+    socket
+        .connect(target)
+        .with_context(|| format!("no route to {address}"))?;
+    Ok(socket
+        .local_addr()
+        .context("the route's source address")?
+        .ip())
 }
 
 fn bracket(a: &str) -> String {
@@ -233,7 +338,7 @@ fn bracket(a: &str) -> String {
 }
 
 /// Sends the probe's bytes to `addr` and times it to the answer.
-fn send(addr: &str, bytes: u64, left: &dyn Fn() -> Result<Duration>) -> Result<f64> {
+fn send(addr: &str, nonce: &Nonce, bytes: u64, left: &dyn Fn() -> Result<Duration>) -> Result<f64> {
     let sa = addr
         .to_socket_addrs()
         .with_context(|| format!("bad address {addr}"))?
@@ -243,8 +348,9 @@ fn send(addr: &str, bytes: u64, left: &dyn Fn() -> Result<Duration>) -> Result<f
     let mut s = TcpStream::connect_timeout(&sa, left()?)
         .with_context(|| format!("cannot connect to {addr}"))?;
     s.set_nodelay(true).ok();
-    let mut header = Vec::with_capacity(16);
+    let mut header = Vec::with_capacity(HEADER_LEN);
     header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&nonce.0);
     header.extend_from_slice(&bytes.to_be_bytes());
     s.set_write_timeout(Some(left()?))?;
     s.write_all(&header).context("sending the header")?;
@@ -281,11 +387,15 @@ fn send(addr: &str, bytes: u64, left: &dyn Fn() -> Result<Duration>) -> Result<f
 }
 
 /// The server side (`eddy sysmap probe-serve`): prints `LISTEN addr:port` through `say`,
-/// serves one probe of at most `max_bytes` within `bound`, and returns its outcome (the
-/// sender was answered either way when it could be).
+/// serves the one probe from `peer` that proves `nonce`, of at most `max_bytes`, within
+/// `bound`, and returns its outcome (the prober was answered either way when it could be).
+/// Every other connection is dropped (answered `ERR` when it sent a header) and the server
+/// goes on waiting for the prober.
 pub fn serve(
     dir: &Path,
     listener: TcpListener,
+    nonce: &Nonce,
+    peer: IpAddr,
     max_bytes: u64,
     bound: Duration,
     say: &mut dyn FnMut(&str),
@@ -301,26 +411,130 @@ pub fn serve(
     let addr = listener.local_addr().context("listener address")?;
     say(&format!("LISTEN {addr}"));
     listener.set_nonblocking(true)?;
-    let mut conn = loop {
-        match listener.accept() {
-            Ok((c, _)) => break c,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    bail!("no prober connected within {bound:?}");
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(e).context("accepting the prober"),
-        }
-    };
+    let (mut conn, len) = accept_prober(&listener, nonce, peer, deadline, bound)?;
     conn.set_nonblocking(false)?;
-    let result = receive(dir, &mut conn, max_bytes, deadline);
+    let result = receive(dir, &mut conn, len, max_bytes, deadline);
     let answer = match &result {
         Ok(n) => format!("OK {n}\n"),
         Err(e) => format!("ERR {}\n", format!("{e:#}").replace('\n', " ")),
     };
     let _ = conn.write_all(answer.as_bytes());
     result
+}
+
+/// A connection whose header is being read.
+struct Pending {
+    conn: TcpStream,
+    since: Instant,
+    header: [u8; HEADER_LEN],
+    got: usize,
+}
+
+/// What a pending connection's header says so far.
+enum Heard {
+    /// Not all of it yet.
+    More,
+    /// The prober's: the length it announces.
+    Prober(u64),
+    /// Not the prober's (closed, gone, or a header without the nonce).
+    Other,
+}
+
+impl Pending {
+    fn hear(&mut self, nonce: &Nonce) -> Heard {
+        loop {
+            match self.conn.read(&mut self.header[self.got..]) {
+                Ok(0) => return Heard::Other,
+                Ok(n) => self.got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return Heard::Other,
+            }
+            let magic = self.got.min(MAGIC.len());
+            if self.header[..magic] != MAGIC[..magic] {
+                let _ = self.conn.write_all(b"ERR not a probe (bad magic)\n");
+                return Heard::Other;
+            }
+            if self.got == HEADER_LEN {
+                if !nonce.matches(&self.header[MAGIC.len()..MAGIC.len() + NONCE_LEN]) {
+                    let _ = self.conn.write_all(b"ERR not this probe's nonce\n");
+                    return Heard::Other;
+                }
+                let mut len = [0u8; 8];
+                len.copy_from_slice(&self.header[MAGIC.len() + NONCE_LEN..]);
+                return Heard::Prober(u64::from_be_bytes(len));
+            }
+        }
+        if self.since.elapsed() > HEADER_WAIT {
+            return Heard::Other;
+        }
+        Heard::More
+    }
+}
+
+/// Accepts connections until one from `peer` proves `nonce` (its connection and the length
+/// it announces), or the deadline; every other one is dropped.
+fn accept_prober(
+    listener: &TcpListener,
+    nonce: &Nonce,
+    peer: IpAddr,
+    deadline: Instant,
+    bound: Duration,
+) -> Result<(TcpStream, u64)> {
+    let peer = peer.to_canonical();
+    let mut pending: std::collections::VecDeque<Pending> = std::collections::VecDeque::new();
+    let mut dropped = 0usize;
+    loop {
+        if Instant::now() > deadline {
+            bail!("no prober connected within {bound:?} ({dropped} other connection(s) dropped)");
+        }
+        let mut busy = false;
+        match listener.accept() {
+            Ok((c, from)) => {
+                busy = true;
+                if from.ip().to_canonical() != peer || c.set_nonblocking(true).is_err() {
+                    dropped += 1;
+                } else {
+                    pending.push_back(Pending {
+                        conn: c,
+                        since: Instant::now(),
+                        header: [0; HEADER_LEN],
+                        got: 0,
+                    });
+                    if pending.len() > MAX_PENDING {
+                        pending.pop_front();
+                        dropped += 1;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            // A connection reset before it was accepted, or no descriptor left for it now
+            // (a flood of connections): the prober's may still come.
+            Err(_) => {}
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            let before = pending[i].got;
+            match pending[i].hear(nonce) {
+                Heard::More => {
+                    busy |= pending[i].got != before;
+                    i += 1;
+                }
+                Heard::Prober(len) => {
+                    let p = pending.remove(i).context("the prober's connection")?;
+                    return Ok((p.conn, len));
+                }
+                Heard::Other => {
+                    busy = true;
+                    pending.remove(i);
+                    dropped += 1;
+                }
+            }
+        }
+        if !busy {
+            std::thread::sleep(IDLE_POLL);
+        }
+    }
 }
 
 /// Removes the probe's file when done, however it ends.
@@ -332,7 +546,14 @@ impl Drop for Scratch {
     }
 }
 
-fn receive(dir: &Path, conn: &mut TcpStream, max_bytes: u64, deadline: Instant) -> Result<u64> {
+/// Receives the `len` bytes the prober announced into a fresh file under `dir`.
+fn receive(
+    dir: &Path,
+    conn: &mut TcpStream,
+    len: u64,
+    max_bytes: u64,
+    deadline: Instant,
+) -> Result<u64> {
     use std::os::unix::fs::OpenOptionsExt;
     let left = || {
         deadline
@@ -340,15 +561,6 @@ fn receive(dir: &Path, conn: &mut TcpStream, max_bytes: u64, deadline: Instant) 
             .filter(|d| !d.is_zero())
             .ok_or_else(|| anyhow::anyhow!("the probe took longer than its bound"))
     };
-    let mut header = [0u8; 16];
-    conn.set_read_timeout(Some(left()?))?;
-    conn.read_exact(&mut header).context("reading the header")?;
-    if &header[..8] != MAGIC {
-        bail!("not a probe (bad magic)");
-    }
-    let mut len = [0u8; 8];
-    len.copy_from_slice(&header[8..]);
-    let len = u64::from_be_bytes(len);
     if len > max_bytes {
         bail!("{len} bytes announced, at most {max_bytes} accepted");
     }
@@ -481,48 +693,109 @@ mod tests {
 
     fn serve_in_thread(
         dir: &Path,
+        nonce: &Nonce,
         max: u64,
         bound: Duration,
     ) -> (String, std::thread::JoinHandle<Result<u64>>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let dir = dir.to_path_buf();
+        let nonce = nonce.clone();
+        let peer = source_address("127.0.0.1").unwrap();
         (
             addr,
-            std::thread::spawn(move || serve(&dir, l, max, bound, &mut |_| {})),
+            std::thread::spawn(move || serve(&dir, l, &nonce, peer, max, bound, &mut |_| {})),
         )
+    }
+
+    fn left_of(deadline: Instant) -> impl Fn() -> Result<Duration> {
+        move || Ok(deadline.saturating_duration_since(Instant::now()))
     }
 
     #[test]
     fn a_probe_is_received_written_and_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let (addr, t) = serve_in_thread(dir.path(), 1 << 20, Duration::from_secs(30));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let left = || Ok(deadline.saturating_duration_since(Instant::now()));
-        let bw = send(&addr, 300_000, &left).unwrap();
+        let nonce = Nonce::random();
+        let (addr, t) = serve_in_thread(dir.path(), &nonce, 1 << 20, Duration::from_secs(30));
+        let left = left_of(Instant::now() + Duration::from_secs(30));
+        let bw = send(&addr, &nonce, 300_000, &left).unwrap();
         assert!(bw.is_finite() && bw > 0.0);
         assert_eq!(t.join().unwrap().unwrap(), 300_000);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]
-    fn garbage_and_oversized_probes_are_answered_with_an_error() {
+    fn connections_before_the_probers_are_answered_and_the_prober_still_served() {
         let dir = tempfile::tempdir().unwrap();
-        let (addr, t) = serve_in_thread(dir.path(), 1 << 20, Duration::from_secs(30));
+        let nonce = Nonce::random();
+        let (addr, t) = serve_in_thread(dir.path(), &nonce, 1 << 20, Duration::from_secs(30));
+        // Garbage first: answered with an error, and the server waits on.
         let mut s = TcpStream::connect(&addr).unwrap();
         s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         let mut answer = String::new();
         BufReader::new(&s).read_line(&mut answer).unwrap();
         assert!(answer.starts_with("ERR "), "{answer}");
-        assert!(t.join().unwrap().is_err());
+        // A header with the magic but another nonce: the same.
+        let mut forged = TcpStream::connect(&addr).unwrap();
+        let mut header = MAGIC.to_vec();
+        header.extend_from_slice(&[0u8; NONCE_LEN]);
+        header.extend_from_slice(&1000u64.to_be_bytes());
+        forged.write_all(&header).unwrap();
+        let mut answer = String::new();
+        BufReader::new(&forged).read_line(&mut answer).unwrap();
+        assert_eq!(answer, "ERR not this probe's nonce\n");
+        // One that says nothing and stays: it holds nothing up.
+        let _silent = TcpStream::connect(&addr).unwrap();
+        let left = left_of(Instant::now() + Duration::from_secs(30));
+        send(&addr, &nonce, 100_000, &left).unwrap();
+        assert_eq!(t.join().unwrap().unwrap(), 100_000);
 
-        let (addr, t) = serve_in_thread(dir.path(), 1000, Duration::from_secs(30));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let left = || Ok(deadline.saturating_duration_since(Instant::now()));
-        let err = send(&addr, 5000, &left).unwrap_err();
+        // The prober announcing more than the server takes is refused in words.
+        let (addr, t) = serve_in_thread(dir.path(), &nonce, 1000, Duration::from_secs(30));
+        let left = left_of(Instant::now() + Duration::from_secs(30));
+        let err = send(&addr, &nonce, 5000, &left).unwrap_err();
         assert!(format!("{err:#}").contains("at most 1000"), "{err:#}");
         assert!(t.join().unwrap().is_err());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_connection_from_another_address_is_dropped_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let nonce = Nonce::random();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let dir2 = dir.path().to_path_buf();
+        let n2 = nonce.clone();
+        // The prober is said to be at 192.0.2.1: this host's connection is not it.
+        let t = std::thread::spawn(move || {
+            serve(
+                &dir2,
+                l,
+                &n2,
+                "192.0.2.1".parse().unwrap(),
+                1 << 20,
+                Duration::from_secs(2),
+                &mut |_| {},
+            )
+        });
+        let left = left_of(Instant::now() + Duration::from_secs(30));
+        assert!(send(&addr, &nonce, 1000, &left).is_err());
+        let err = format!("{:#}", t.join().unwrap().unwrap_err());
+        assert!(err.contains("no prober connected"), "{err}");
+    }
+
+    #[test]
+    fn the_nonce_is_read_as_one_line_of_hex() {
+        let n = Nonce::random();
+        assert_eq!(Nonce::read_line(n.line().as_bytes()).unwrap(), n);
+        assert_eq!(format!("{n:?}"), "Nonce(..)");
+        for bad in ["", "\n", "abcd\n", &"zz".repeat(NONCE_LEN)] {
+            assert!(Nonce::read_line(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        // A line longer than a nonce's is not read on.
+        let long = format!("{}{}", "00".repeat(NONCE_LEN), "0".repeat(1 << 20));
+        assert!(Nonce::read_line(long.as_bytes()).is_err());
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub struct Site {
 
 impl Site {
     /// A site whose pool is three loopback addresses of this host, with `extra` TOML lines
-    /// (before the [pool] table) and `pool_extra` lines in it. Its allocation policy's default
+    /// (before the [pool] table) and `pool_extra` lines in it (its `min_capacity` is 1 MiB). Its allocation policy's default
     /// is the whole pool (`[alloc] default_servers = 3`): without Slurm a job has no history,
     /// and these tests are of the phases (the allocation's are in the slurm tests' bb_pool).
     pub fn new(extra: &str, pool_extra: &str) -> Site {
@@ -40,7 +40,9 @@ impl Site {
              {extra}\n\
              [pool]\nname = \"io\"\n\
              nodes = [\"io1 127.{net}.1.31\", \"io2 127.{net}.1.32\", \"io3 127.{net}.1.33\"]\n\
-             root = \"{d}/pool/{{host}}/job-{{job}}\"\n{pool_extra}\n\
+             root = \"{d}/pool/{{host}}/job-{{job}}\"\n\
+             # the tests' jobs are small (a site's least is 1 GiB by default)\n\
+             min_capacity = \"1MiB\"\n{pool_extra}\n\
              [alloc]\ndefault_servers = 3\n\
              # the three pool \"nodes\" share one disk: their parallel probes measure alike\n\
              # only roughly, so only a far slower one is anomalous here\n\

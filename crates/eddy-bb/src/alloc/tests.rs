@@ -241,13 +241,15 @@ fn live_load_is_the_latest_window_of_counters() {
 /// A site of three pool nodes with an inventory, from TOML as a site writes it.
 fn site_with_inventory(dir: &Path, probe_bytes: &str, launcher: &str) -> (Site, Pool) {
     let text = format!(
-        "launcher = {launcher:?}\ninventory = {:?}\n[pool]\n\
+        "launcher = {launcher:?}\ninventory = {:?}\nstate_dir = {:?}\n[pool]\n\
          nodes = [\"io1 127.0.0.1\", \"io2 127.0.0.1\", \"io3 192.0.2.1\"]\n\
          root = \"{}/{{host}}/job-{{job}}\"\ncapacity = \"1GiB\"\nprobe_bytes = {probe_bytes:?}\n\
          probe_bound_s = 2\n",
         dir.join("inventory.db"),
+        dir.join("jobs"),
         dir.display()
     );
+    std::fs::create_dir(dir.join("jobs")).unwrap();
     let site: Site = toml::from_str(&text).unwrap();
     let pool = site.pool.clone().unwrap();
     (site, pool)
@@ -278,7 +280,8 @@ fn the_inventorys_health_screens_servers_without_a_probe() {
     .unwrap();
     let (mut servers, _) = pool_view(&hosts(), &[2.0 * GIB; 3], &[]);
     let mut notes = Vec::new();
-    screen(&site, &pool, &mut servers, &mut notes);
+    let health = screen(&site, &pool, &servers, &mut notes);
+    mark(&site, &mut servers, &health, &mut notes);
     assert_eq!(
         servers
             .iter()
@@ -310,7 +313,8 @@ fn a_probe_that_cannot_reach_a_server_marks_it_unhealthy_and_stores_it() {
     let (site, pool) = site_with_inventory(dir.path(), "1MiB", "false {cmd}");
     let (mut servers, _) = pool_view(&hosts(), &[2.0 * GIB; 3], &[]);
     let mut notes = Vec::new();
-    screen(&site, &pool, &mut servers, &mut notes);
+    let health = screen(&site, &pool, &servers, &mut notes);
+    mark(&site, &mut servers, &health, &mut notes);
     assert!(servers.iter().all(|s| !s.healthy), "{servers:?}");
     assert!(
         notes
@@ -323,4 +327,87 @@ fn a_probe_that_cannot_reach_a_server_marks_it_unhealthy_and_stores_it() {
     assert!(stored.iter().all(|h| h.anomalous && h.bandwidth.is_none()));
     let d = decide_with(&Policy::default(), &job(), None, &servers, None);
     assert!(d.servers.is_empty(), "{d:?}");
+
+    // The next allocation within `probe_cache_s` judges them by that probe: no new round.
+    let (mut again, _) = pool_view(&hosts(), &[2.0 * GIB; 3], &[]);
+    let mut notes = Vec::new();
+    let health = screen(&site, &pool, &again, &mut notes);
+    mark(&site, &mut again, &health, &mut notes);
+    assert!(again.iter().all(|s| !s.healthy), "{again:?}");
+    assert!(!notes.iter().any(|n| n.contains("probed")), "{notes:?}");
+    assert!(
+        notes.iter().any(|n| n
+            .starts_with("health probe: 3 idle server(s) judged by their probe of at most ")
+            && n.ends_with("(kept 120 s): io1 down, io2 down, io3 down")),
+        "{notes:?}"
+    );
+    let kept = std::fs::metadata(dir.path().join("jobs/probes.json")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&kept.permissions()) & 0o777,
+        0o600
+    );
+}
+
+#[test]
+fn an_allocation_that_finds_a_probe_round_under_way_does_not_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (site, pool) = site_with_inventory(dir.path(), "1MiB", "false {cmd}");
+    // Another allocation's round holds the lock.
+    let held = std::fs::File::create(dir.path().join("jobs/probes.lock")).unwrap();
+    // SAFETY: flock on a file this test owns.
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) },
+        0
+    );
+    let (servers, _) = pool_view(&hosts(), &[2.0 * GIB; 3], &[]);
+    let mut notes = Vec::new();
+    let health = screen(&site, &pool, &servers, &mut notes);
+    assert!(health.is_empty(), "{health:?}");
+    assert!(
+        notes.iter().any(|n| n
+            == "health probe: another allocation is probing the pool: 3 idle server(s) \
+                judged by their stored health"),
+        "{notes:?}"
+    );
+    // With probe_cache_s = 0 every allocation probes.
+    drop(held);
+    let pool = Pool {
+        probe_cache_s: 0,
+        ..pool
+    };
+    for _ in 0..2 {
+        let mut notes = Vec::new();
+        screen(&site, &pool, &servers, &mut notes);
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("health probe: 3 idle server(s) probed")),
+            "{notes:?}"
+        );
+    }
+}
+
+#[test]
+fn the_neighbours_daemons_are_asked_together_and_each_answers_for_itself() {
+    // Two neighbours' deployments of real daemons, and one whose daemons are not started.
+    let one = eddy_testkit::Cluster::start(2);
+    let two = eddy_testkit::Cluster::start(1);
+    let none = tempfile::tempdir().unwrap();
+    let states = [one.dir.path(), two.dir.path(), none.path()]
+        .map(eddy_deploy::StateDir::new)
+        .to_vec();
+    let lives = lives_of(states, 10);
+    assert_eq!(lives.len(), 3);
+    for live in &lives[..2] {
+        let by_host = live.as_ref().unwrap();
+        assert_eq!(
+            by_host.keys().collect::<Vec<_>>(),
+            ["localhost"],
+            "{by_host:?}"
+        );
+    }
+    assert_eq!(
+        lives[2].as_ref().unwrap_err(),
+        "its daemons are not started yet"
+    );
 }

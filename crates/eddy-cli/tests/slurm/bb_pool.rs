@@ -206,3 +206,83 @@ fn pool_jobs_are_allocated_from_their_history_through_slurm() {
         "{shown}"
     );
 }
+
+/// A user holding the site's most pool jobs at a time (`[pool] max_jobs_per_user`, here 1):
+/// their next pool job's setup fails, and Slurm's Reason for it says why (decision 0055).
+#[test]
+fn a_pool_job_past_the_users_limit_has_a_reason_saying_so() {
+    let site = Site::with(|_| String::new());
+    let settings = site.path("bb.toml");
+    let text = std::fs::read_to_string(&settings).unwrap().replace(
+        "capacity = \"4GiB\"\n",
+        "capacity = \"4GiB\"\nmax_jobs_per_user = 1\n",
+    );
+    assert!(text.contains("max_jobs_per_user = 1"), "{text}");
+    std::fs::write(&settings, text).unwrap();
+    let cluster = site.cluster();
+    let job = |body: &str| {
+        format!(
+            "#!/bin/bash\n#SBATCH -N 1\n#SBATCH -o {out}/slurm-%j.out\n\
+             #EDDY capacity=1G pool=io\n{body}\n",
+            out = site.path("out").display()
+        )
+    };
+    let first = cluster
+        .sbatch(&job("sleep 600"), &[], Some(crate::burst_buffer::USER))
+        .unwrap();
+    // The first holds its daemons (set up) before the second is submitted.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !site
+        .path(&format!("jobs/{first}/state/deployment.toml"))
+        .exists()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {first} was never set up: {}\n{}",
+            cluster.job_reason(first),
+            cluster.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let second = cluster
+        .sbatch(&job("true"), &[], Some(crate::burst_buffer::USER))
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let reason = loop {
+        let reason = cluster.job_reason(second);
+        if reason.contains("max_jobs_per_user") {
+            break reason;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {second}'s reason says nothing of the limit: {reason:?}\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    assert!(
+        reason.contains(&format!(
+            "user nobody (uid 65534) holds 1 pool job(s) already ({first}): this site allows 1 \
+             at a time ([pool] max_jobs_per_user)"
+        )),
+        "reason: {reason}"
+    );
+    assert!(
+        !site.path(&format!("pool/io1/job-{second}")).exists(),
+        "the refused job got daemons"
+    );
+    for j in [second, first] {
+        cluster.cancel(j, true).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    for j in [first, second] {
+        while site.path(&format!("jobs/{j}")).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "job {j} was not torn down: {}",
+                cluster.logs()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+}
