@@ -100,6 +100,16 @@ struct Predictions<'a> {
     params: Params,
     /// Each user's finished jobs (a file source: all jobs, under the key "").
     histories: HashMap<String, Vec<Job>>,
+    /// The work done: histories read, models fitted, history rows they replayed.
+    work: Work,
+}
+
+/// The work of the predictions of one look at the machine (said in the job's log).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    pub histories: usize,
+    pub models: usize,
+    pub rows: usize,
 }
 
 impl<'a> Predictions<'a> {
@@ -111,6 +121,7 @@ impl<'a> Predictions<'a> {
                 ..Params::default()
             },
             histories: HashMap::new(),
+            work: Work::default(),
         }
     }
 
@@ -143,6 +154,7 @@ impl<'a> Predictions<'a> {
                     eddy_walltime::job::read_json(&path)?
                 }
             };
+            self.work.histories += 1;
             self.histories.insert(key.to_string(), jobs);
         }
         Ok(self
@@ -172,7 +184,10 @@ impl<'a> Predictions<'a> {
         if !history.iter().any(|h| h.user == q.user) {
             return Ok(None);
         }
+        let rows = history.len();
         let p = eddy_walltime::predict(history, &job, &params)?;
+        self.work.models += 1;
+        self.work.rows += rows;
         Ok(match which {
             None if p.easy.is_none() && p.adaboost.is_none() => None,
             None => Some(p.walltime),
@@ -197,6 +212,25 @@ pub enum Start {
 /// The predicted start of pending job `job` now: the running jobs' predicted ends, the
 /// pending jobs ahead of it (higher priority, or equal and older), FCFS.
 pub fn job_start(w: &WalltimeSite, job: u32) -> Result<Start> {
+    let mut work = Work::default();
+    let start = job_start_counted(w, job, &mut work);
+    LAST_WORK.with(|l| l.set(work));
+    start
+}
+
+thread_local! {
+    /// The work of this thread's last [`job_start`].
+    static LAST_WORK: std::cell::Cell<Work> = std::cell::Cell::new(Work::default());
+}
+
+fn job_start_counted(w: &WalltimeSite, job: u32, work: &mut Work) -> Result<Start> {
+    let mut predictions = Predictions::new(w);
+    let start = job_start_with(w, job, &mut predictions);
+    *work = predictions.work;
+    start
+}
+
+fn job_start_with(w: &WalltimeSite, job: u32, predictions: &mut Predictions) -> Result<Start> {
     let queue = parse_squeue(&slurm(
         "squeue",
         &["-h", "-t", "PD,CF,R,CG", "-o", SQUEUE_FORMAT],
@@ -206,7 +240,6 @@ pub fn job_start(w: &WalltimeSite, job: u32) -> Result<Start> {
         return Ok(Start::Gone);
     };
     let now = now();
-    let mut predictions = Predictions::new(w);
     let mut running = Vec::new();
     let mut words = Vec::new();
     for q in queue.iter().filter(|q| q.id != job) {
@@ -358,6 +391,18 @@ fn wait_loop(
             Ok(s) => s,
             Err(e) => Start::Unknown(format!("{e:#}")),
         };
+        let work = LAST_WORK.with(|l| l.get());
+        if work.models > 0 {
+            note(
+                jd,
+                say,
+                &format!(
+                    "eddy: job {job}: predictions: {} histories read, {} models, {} history \
+                     rows replayed",
+                    work.histories, work.models, work.rows
+                ),
+            );
+        }
         let (t, how) = match start {
             Start::Unknown(why) => return Ok(format!("no prediction: {why}")),
             Start::Gone => bail!("job {job} left the queue while its stage-in waited"),
