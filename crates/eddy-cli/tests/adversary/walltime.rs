@@ -80,15 +80,20 @@ fn submit(cluster: &SlurmCluster, user: &str, secs: u64, args: &[&str]) -> u32 {
         .unwrap_or_else(|e| panic!("sbatch {args:?} as {user}: {e}"))
 }
 
-/// `eddy bb <args>` of the site against the cluster, bounded: (success, stdout + stderr).
-fn bb(site: &Site, cluster: &SlurmCluster, args: &[&str]) -> (bool, String) {
+/// `eddy bb <args>` of the site against the cluster.
+fn bb_command(site: &Site, cluster: &SlurmCluster, args: &[&str]) -> std::process::Command {
     let mut cmd = cluster.command(eddy_testkit::eddy_bin());
     cmd.arg("bb")
         .arg("--site")
         .arg(site.path("bb.toml"))
         .args(args);
+    cmd
+}
+
+/// `cmd` run, bounded: (success, stdout + stderr).
+fn run(mut cmd: std::process::Command) -> (bool, String) {
     let out = output_bounded(&mut cmd, PHASE_BOUND)
-        .unwrap_or_else(|| panic!("eddy bb {args:?} did not end in {PHASE_BOUND:?}"));
+        .unwrap_or_else(|| panic!("{cmd:?} did not end in {PHASE_BOUND:?}"));
     (
         out.status.success(),
         format!(
@@ -99,9 +104,18 @@ fn bb(site: &Site, cluster: &SlurmCluster, args: &[&str]) -> (bool, String) {
     )
 }
 
-/// The victim's pool job (held in Slurm, `nodes` nodes) set up and its data_in run: its
-/// record's `[walltime]` and its walltime.log; the job torn down.
-fn victim_data_in(site: &Site, cluster: &SlurmCluster, nodes: u32) -> (toml::Value, String) {
+/// `eddy bb <args>` of the site against the cluster, bounded: (success, stdout + stderr).
+fn bb(site: &Site, cluster: &SlurmCluster, args: &[&str]) -> (bool, String) {
+    run(bb_command(site, cluster, args))
+}
+
+/// A victim's pool job: held in Slurm, set up (its daemons started).
+struct Victim {
+    id: String,
+    script: std::path::PathBuf,
+}
+
+fn victim(site: &Site, cluster: &SlurmCluster, nodes: u32) -> Victim {
     let job = submit(cluster, USER, 1, &["-H", "-N", &nodes.to_string()]);
     let pfs = site.path("pfs/run");
     let link = format!("link /d={}", pfs.display());
@@ -111,18 +125,46 @@ fn victim_data_in(site: &Site, cluster: &SlurmCluster, nodes: u32) -> (toml::Val
     for args in [
         vec!["job-process", s(&script)],
         vec!["setup", &id, &uid, &uid, "io", "67108864", s(&script)],
-        vec!["data-in", &id, s(&script)],
     ] {
         let (ok, out) = bb(site, cluster, &args);
         assert!(ok, "eddy bb {args:?} failed:\n{out}\n{}", cluster.logs());
     }
-    let dir = site.path("jobs").join(&id);
+    Victim { id, script }
+}
+
+/// The victim's data_in.
+fn data_in_command(site: &Site, cluster: &SlurmCluster, v: &Victim) -> std::process::Command {
+    bb_command(site, cluster, &["data-in", &v.id, s(&v.script)])
+}
+
+/// The victim's record's `[walltime]` and its walltime.log.
+fn outcome(site: &Site, v: &Victim) -> (toml::Value, String) {
+    let dir = site.path("jobs").join(&v.id);
     let rec: toml::Value =
         toml::from_str(&std::fs::read_to_string(dir.join("job.toml")).unwrap()).unwrap();
     let log = std::fs::read_to_string(dir.join("walltime.log")).unwrap_or_default();
-    let (ok, out) = bb(site, cluster, &["teardown", &id, s(&script), "false"]);
-    assert!(ok, "teardown: {out}");
     (rec["walltime"].clone(), log)
+}
+
+fn teardown(site: &Site, cluster: &SlurmCluster, v: &Victim) {
+    let (ok, out) = bb(site, cluster, &["teardown", &v.id, s(&v.script), "false"]);
+    assert!(ok, "teardown: {out}");
+}
+
+/// The victim's pool job (held in Slurm, `nodes` nodes) set up and its data_in run: its
+/// record's `[walltime]` and its walltime.log; the job torn down.
+fn victim_data_in(site: &Site, cluster: &SlurmCluster, nodes: u32) -> (toml::Value, String) {
+    let v = victim(site, cluster, nodes);
+    let (ok, out) = run(data_in_command(site, cluster, &v));
+    assert!(
+        ok,
+        "data-in of job {} failed:\n{out}\n{}",
+        v.id,
+        cluster.logs()
+    );
+    let outcome = outcome(site, &v);
+    teardown(site, cluster, &v);
+    outcome
 }
 
 /// The victim's stage-in began at once ("its time came"), its predicted start now: the
@@ -193,22 +235,24 @@ fn jobs_in_another_partition_never_delay_a_later_stage_in() {
     assert_staged_at_once(&w, &log, before);
 }
 
-/// The history rows replayed, summed over the "predictions" lines of a walltime.log, and
-/// the number of those lines.
-fn rows_replayed(log: &str) -> (usize, usize) {
-    let mut rows = 0;
-    let mut lines = 0;
+/// The work said in a walltime.log's "predictions" lines, summed: (histories read, models,
+/// history rows replayed, lines).
+fn work(log: &str) -> (usize, usize, usize, usize) {
+    let mut sum = (0, 0, 0, 0);
     for line in log.lines().filter(|l| l.contains("history rows replayed")) {
-        lines += 1;
-        let n = line
-            .split(" models, ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse::<usize>().ok())
-            .unwrap_or_else(|| panic!("no count of rows in {line:?}"));
-        rows += n;
+        let count = |after: &str| -> usize {
+            line.split(after)
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no count after {after:?} in {line:?}"))
+        };
+        sum.0 += count("predictions: ");
+        sum.1 += count("histories read, ");
+        sum.2 += count(" models, ");
+        sum.3 += 1;
     }
-    (rows, lines)
+    sum
 }
 
 /// The attacker has 5,000 past jobs and three jobs on the machine (one running, two pending
@@ -227,12 +271,57 @@ fn a_long_history_is_replayed_capped_and_once_per_snapshot() {
         submit(&cluster, ATTACKER, 600, &["-N", "1"]);
     }
     let (w, log) = victim_data_in(&site, &cluster, 1);
-    let (rows, lines) = rows_replayed(&log);
-    assert!(lines >= 1, "no prediction was made: {w}\n{log}");
+    let (_, models, rows, lines) = work(&log);
+    assert!(
+        lines >= 1 && models >= 1,
+        "no prediction was made: {w}\n{log}"
+    );
     assert!(
         rows <= DEFAULT_MAX_HISTORY,
         "{rows} history rows replayed while one stage-in waited (the cap: \
          {DEFAULT_MAX_HISTORY} of one user's, once):\n{log}"
+    );
+}
+
+/// Three pool jobs wait for their stage-in at once (three data_in processes, as slurmscriptd
+/// runs them) behind the attacker's jobs: together they read the attacker's history once and
+/// fit one model of it, not one each.
+#[test]
+fn waiting_stage_ins_share_one_model_per_user_per_snapshot() {
+    let site = site(5000, 10);
+    let cluster = cluster(2, false);
+    let running = submit(&cluster, ATTACKER, 600, &["-N", "2"]);
+    cluster
+        .wait_state(running, &["RUNNING"], PHASE_BOUND)
+        .unwrap();
+    submit(&cluster, ATTACKER, 600, &["-N", "1"]);
+    let victims: Vec<Victim> = (0..3).map(|_| victim(&site, &cluster, 1)).collect();
+    let runs: Vec<_> = victims
+        .iter()
+        .map(|v| {
+            let cmd = data_in_command(&site, &cluster, v);
+            std::thread::spawn(move || run(cmd))
+        })
+        .collect();
+    for (v, r) in victims.iter().zip(runs) {
+        let (ok, out) = r.join().unwrap();
+        assert!(ok, "data-in of job {} failed:\n{out}", v.id);
+    }
+    let outs: Vec<(toml::Value, String)> = victims.iter().map(|v| outcome(&site, v)).collect();
+    for v in &victims {
+        teardown(&site, &cluster, v);
+    }
+    let logs: Vec<&str> = outs.iter().map(|(_, log)| log.as_str()).collect();
+    let all = logs.join("\n---\n");
+    let (histories, models, rows) = logs
+        .iter()
+        .map(|l| work(l))
+        .fold((0, 0, 0), |a, w| (a.0 + w.0, a.1 + w.1, a.2 + w.2));
+    assert!(models >= 1, "no prediction was made:\n{all}");
+    assert!(
+        histories <= 1 && models <= 1 && rows <= DEFAULT_MAX_HISTORY,
+        "three waiting stage-ins read {histories} histories and fitted {models} models \
+         ({rows} rows) of one user in one snapshot:\n{all}"
     );
 }
 
