@@ -86,12 +86,12 @@ pub struct WalltimeSite {
     /// Most seconds a job's stage-in waits for its time (Slurm's StageInTimeout must be
     /// longer than this plus the staging itself).
     pub max_wait_s: u64,
-    /// Seconds between re-checks of the prediction while waiting (a `squeue` and a `sinfo`
-    /// each).
+    /// Seconds between re-checks of the prediction while waiting; the queue (`squeue`,
+    /// `sinfo`) is read at most once per `recheck_s` for all waiting stage-ins.
     pub recheck_s: u64,
-    /// Seconds a waiting job's stage-in keeps each user's history and model: a user's
-    /// `sacct` is read, and its model fitted, once per snapshot however often the
-    /// prediction is re-checked.
+    /// Seconds the waiting stage-ins keep each user's predictions (shared in
+    /// `<state_dir>/walltime/`): a user's `sacct` is read, and its model fitted, about once
+    /// per snapshot however many stage-ins wait and however often they re-check.
     pub snapshot_s: u64,
     /// The most recent finished jobs of a user that its model learns from and replays (the
     /// cost of a model grows with the square of its history; a user with a long history

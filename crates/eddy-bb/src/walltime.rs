@@ -12,20 +12,24 @@
 //! cannot start (held, `--begin`, a dependency, a limit: any reason but waiting for its
 //! turn or its nodes) or whose partitions share no node with the job's is left out; other
 //! users' pending jobs ahead delay the predicted start by at most `max_delay_by_others_s`;
-//! and each user's history is read and modelled once per `snapshot_s` of a waiting
-//! data_in, at most `max_history` of its most recent jobs.
+//! and each user's history is read and modelled about once per `snapshot_s` for all waiting
+//! data_in processes together (they share a snapshot in `<state_dir>/walltime/`), at most
+//! `max_history` of its most recent jobs.
 
 use crate::as_user::{self, Sized};
 use crate::job::{JobDir, JobRecord};
 use crate::site::{Site, WalltimeSite};
 use anyhow::{bail, Context, Result};
+use eddy_deploy::secure::DirFd;
 use eddy_deploy::{human_bytes, Say};
 use eddy_walltime::start::{predicted_start, running_end, Pending, Running};
 use eddy_walltime::{sacct, Job, Model, Params, Predictor};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bound on one call of a Slurm tool.
 const TOOL_BOUND: Duration = Duration::from_secs(30);
@@ -302,19 +306,155 @@ pub enum Start {
     Gone,
 }
 
+/// The snapshot the waiting data_in processes of a site share, in `<state_dir>/walltime/`
+/// (root's, 0700; decision 0053): the queue as `squeue` and `sinfo` last gave it, and the
+/// predicted runtime of every job asked since the models' snapshot began. One process at a
+/// time reads and updates it (an flock on its `lock`), so that a user's model is fitted once
+/// per `snapshot_s` for all of them, and the queue read once per `recheck_s`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Shared {
+    /// When `squeue` and `sinfo` gave these texts, seconds since the epoch.
+    queue_at: i64,
+    squeue: String,
+    sinfo: String,
+    /// When the predictions in `runtimes` began.
+    models_at: i64,
+    /// Predicted runtime by [`job_key`] (`None`: its user has no history).
+    runtimes: HashMap<String, Option<u64>>,
+}
+
+/// The shared snapshot's directory in the site's state_dir.
+pub const SHARED_DIR: &str = "walltime";
+const SHARED_FILE: &str = "snapshot.json";
+const SHARED_LOCK: &str = "lock";
+/// The longest a data_in waits for the shared snapshot's lock (another one fitting models);
+/// past it, it predicts alone this time.
+const SHARED_LOCK_BOUND: Duration = Duration::from_secs(60);
+/// How often a data_in tries the lock while another one holds it.
+const SHARED_LOCK_POLL: Duration = Duration::from_millis(100);
+
+/// The shared snapshot, locked (until dropped).
+pub struct SharedLock {
+    dir: DirFd,
+    _lock: std::fs::File,
+}
+
+impl SharedLock {
+    /// Opens (making it if missing) and locks the shared snapshot of the site whose
+    /// state_dir is `state_dir`, waiting at most SHARED_LOCK_BOUND.
+    pub fn open(state_dir: &Path) -> Result<SharedLock> {
+        let (me, my_group) = eddy_deploy::secure::me();
+        let dir = eddy_deploy::secure::trusted_dir(state_dir)?
+            .child_dir(SHARED_DIR, 0o700, me, my_group)?;
+        let path = dir.path().join(SHARED_LOCK);
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let deadline = Instant::now() + SHARED_LOCK_BOUND;
+        loop {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&lock);
+            // SAFETY: flock on a descriptor this function opened and owns.
+            if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} stayed locked for {SHARED_LOCK_BOUND:?} by another stage-in",
+                    path.display()
+                );
+            }
+            std::thread::sleep(SHARED_LOCK_POLL);
+        }
+        Ok(SharedLock { dir, _lock: lock })
+    }
+
+    /// The snapshot (empty when there is none or it does not read).
+    fn load(&self) -> Shared {
+        std::fs::read_to_string(self.dir.path().join(SHARED_FILE))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default()
+    }
+
+    fn save(&self, shared: &Shared) -> Result<()> {
+        let (me, my_group) = eddy_deploy::secure::me();
+        let data = serde_json::to_vec(shared).context("writing the shared snapshot")?;
+        self.dir.write_file(SHARED_FILE, &data, 0o600, me, my_group)
+    }
+}
+
+/// What a job's predicted runtime depends on: its id (a reused id after a Slurm restart is
+/// another job), user, cpus and limit.
+fn job_key(q: &Queued) -> String {
+    format!("{}|{}|{}|{:?}", q.id, q.user, q.cpus, q.limit)
+}
+
 /// The predicted start of pending job `job` now, over the nodes of its partitions: the
 /// running jobs' predicted ends, the pending jobs ahead of it (higher priority, or equal
 /// and older) that can start, FCFS; other users' pending jobs push it out by at most the
-/// site's `max_delay_by_others_s`.
-pub fn job_start(w: &WalltimeSite, job: u32, predictions: &mut Predictions) -> Result<Start> {
-    let queue = parse_squeue(&slurm(
-        "squeue",
-        &["-h", "-t", "PD,CF,R,CG", "-o", SQUEUE_FORMAT],
-    )?);
-    let parts = partition_nodes(&slurm("sinfo", &["-h", "-N", "-o", SINFO_FORMAT])?);
+/// site's `max_delay_by_others_s`. With `shared` (locked), the queue and the runtimes come
+/// from the site's shared snapshot while they are fresh, and what this look reads or
+/// predicts goes into it.
+pub fn job_start(
+    w: &WalltimeSite,
+    job: u32,
+    predictions: &mut Predictions,
+    shared: Option<&SharedLock>,
+) -> Result<Start> {
     let now = now();
+    let mut snap = shared.map(SharedLock::load).unwrap_or_default();
+    let recheck = i64::try_from(w.recheck_s.max(1)).unwrap_or(i64::MAX);
+    let age = now.saturating_sub(snap.queue_at);
+    let mut queue = Vec::new();
+    let mut fresh = shared.is_some() && (0..recheck).contains(&age);
+    if fresh {
+        queue = parse_squeue(&snap.squeue);
+        // A job submitted after the snapshot is not in it: read the queue again.
+        fresh = queue.iter().any(|q| q.id == job);
+    }
+    if !fresh {
+        snap.squeue = slurm("squeue", &["-h", "-t", "PD,CF,R,CG", "-o", SQUEUE_FORMAT])?;
+        snap.sinfo = slurm("sinfo", &["-h", "-N", "-o", SINFO_FORMAT])?;
+        snap.queue_at = now;
+        queue = parse_squeue(&snap.squeue);
+    }
+    let parts = partition_nodes(&snap.sinfo);
     predictions.refresh(now);
-    plan(w, &queue, &parts, job, now, &mut |q| predictions.runtime(q))
+    let snapshot = i64::try_from(w.snapshot_s).unwrap_or(i64::MAX);
+    if !(0..snapshot).contains(&now.saturating_sub(snap.models_at)) {
+        snap.runtimes.clear();
+        snap.models_at = now;
+    }
+    let runtimes = &mut snap.runtimes;
+    let start = plan(w, &queue, &parts, job, now, &mut |q| {
+        if let Some(r) = runtimes.get(&job_key(q)) {
+            return Ok(*r);
+        }
+        // The user's model is fitted now: every job of the user's on the machine is
+        // predicted with it, for the other stage-ins.
+        for o in queue.iter().filter(|o| o.user == q.user) {
+            if let std::collections::hash_map::Entry::Vacant(e) = runtimes.entry(job_key(o)) {
+                e.insert(predictions.runtime(o)?);
+            }
+        }
+        match runtimes.get(&job_key(q)) {
+            Some(r) => Ok(*r),
+            None => predictions.runtime(q),
+        }
+    });
+    if let Some(lock) = shared {
+        lock.save(&snap)?;
+    }
+    start
 }
 
 /// [`job_start`] over one snapshot of the queue and the partitions at `now`, with each
@@ -503,11 +643,31 @@ fn wait_loop(
     let mut last_said = None;
     // Kept across the re-checks: each user's history and model once per snapshot.
     let mut predictions = Predictions::new(w);
+    let state_dir = jd.dir.parent().map(Path::to_path_buf);
+    let mut alone_said = false;
     loop {
-        let start = match job_start(w, job, &mut predictions) {
+        // The site's shared snapshot, locked for this look; without it, this data_in
+        // predicts alone (said once).
+        let shared = match state_dir.as_deref().map(SharedLock::open) {
+            Some(Ok(lock)) => Some(lock),
+            Some(Err(e)) => {
+                if !alone_said {
+                    note(
+                        jd,
+                        say,
+                        &format!("eddy: job {job}: predicting alone (no shared snapshot: {e:#})"),
+                    );
+                    alone_said = true;
+                }
+                None
+            }
+            None => None,
+        };
+        let start = match job_start(w, job, &mut predictions, shared.as_ref()) {
             Ok(s) => s,
             Err(e) => Start::Unknown(format!("{e:#}")),
         };
+        drop(shared);
         let work = std::mem::take(&mut predictions.work);
         if work.models > 0 {
             note(

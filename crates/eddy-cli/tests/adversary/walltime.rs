@@ -13,6 +13,7 @@
 use eddy_testkit::bbsite::{s, Site, NOBODY};
 use eddy_testkit::slurm::{output_bounded, require_slurm, SlurmCluster};
 use serde_json::json;
+use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 /// The attacker: another user, with a history of jobs of the site's.
@@ -285,7 +286,7 @@ fn a_long_history_is_replayed_capped_and_once_per_snapshot() {
 
 /// Three pool jobs wait for their stage-in at once (three data_in processes, as slurmscriptd
 /// runs them) behind the attacker's jobs: together they read the attacker's history once and
-/// fit one model of it, not one each.
+/// fit one model of it, not one each, through the site's shared snapshot (root's alone).
 #[test]
 fn waiting_stage_ins_share_one_model_per_user_per_snapshot() {
     let site = site(5000, 10);
@@ -318,6 +319,18 @@ fn waiting_stage_ins_share_one_model_per_user_per_snapshot() {
         .map(|l| work(l))
         .fold((0, 0, 0), |a, w| (a.0 + w.0, a.1 + w.1, a.2 + w.2));
     assert!(models >= 1, "no prediction was made:\n{all}");
+    assert!(!all.contains("predicting alone"), "{all}");
+    // The shared snapshot is root's alone.
+    let dir = site.path("jobs/walltime");
+    for (path, mode) in [(dir.clone(), 0o700), (dir.join("snapshot.json"), 0o600)] {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.mode() & 0o7777),
+            (0, mode),
+            "{}",
+            path.display()
+        );
+    }
     assert!(
         histories <= 1 && models <= 1 && rows <= DEFAULT_MAX_HISTORY,
         "three waiting stage-ins read {histories} histories and fitted {models} models \
