@@ -86,8 +86,20 @@ pub struct WalltimeSite {
     /// Most seconds a job's stage-in waits for its time (Slurm's StageInTimeout must be
     /// longer than this plus the staging itself).
     pub max_wait_s: u64,
-    /// Seconds between re-checks of the prediction while waiting.
+    /// Seconds between re-checks of the prediction while waiting; the queue (`squeue`,
+    /// `sinfo`) is read at most once per `recheck_s` for all waiting stage-ins.
     pub recheck_s: u64,
+    /// Seconds the waiting stage-ins keep each user's predictions (shared in
+    /// `<state_dir>/walltime/`): a user's `sacct` is read, and its model fitted, about once
+    /// per snapshot however many stage-ins wait and however often they re-check.
+    pub snapshot_s: u64,
+    /// The most recent finished jobs of a user that its model learns from and replays (the
+    /// cost of a model grows with the square of its history; a user with a long history
+    /// makes no prediction dearer than this). 0: no predictions (every job stages at once).
+    pub max_history: usize,
+    /// The most seconds other users' pending jobs ahead may delay a job's predicted start
+    /// (its stage-in) beyond what the running jobs and its user's own jobs ahead make it.
+    pub max_delay_by_others_s: u64,
     /// Finished jobs the regression needs before it predicts.
     pub min_train: usize,
     /// Start `eddy writeback --end PREDICTED_END` beside a job with linked prefixes at
@@ -109,6 +121,9 @@ impl Default for WalltimeSite {
             stage_in_rate: "500MiB".into(),
             max_wait_s: 3600,
             recheck_s: 5,
+            snapshot_s: 60,
+            max_history: 500,
+            max_delay_by_others_s: 900,
             min_train: eddy_walltime::Params::default().min_train,
             early_writeback: true,
             writeback_margin_s: 30,
@@ -673,6 +688,17 @@ mod tests {
         assert_eq!((w.source.as_str(), w.recheck_s), ("sacct", 5));
         let d = site("[walltime]\n").walltime.unwrap();
         assert_eq!((d.predictor, d.max_wait_s), (None, 3600));
+        assert_eq!(
+            (d.snapshot_s, d.max_history, d.max_delay_by_others_s),
+            (60, 500, 900)
+        );
+        let t = site("[walltime]\nsnapshot_s = 10\nmax_history = 50\nmax_delay_by_others_s = 0\n")
+            .walltime
+            .unwrap();
+        assert_eq!(
+            (t.snapshot_s, t.max_history, t.max_delay_by_others_s),
+            (10, 50, 0)
+        );
         for bad in [
             "[walltime]\nstage_in_rate = \"fast\"\n",
             "[walltime]\nstage_in_rate = \"0\"\n",

@@ -7,18 +7,29 @@
 //!
 //! Asked only from the asynchronous phases (data_in, pre_run). Whatever cannot be predicted
 //! (no Slurm answer, a neighbour without history) never holds a job: it stages at once.
+//!
+//! Other users' jobs are input an attacker shapes (decision 0053): a pending job that
+//! cannot start (held, `--begin`, a dependency, a limit: any reason but waiting for its
+//! turn or its nodes) or whose partitions share no node with the job's is left out; other
+//! users' pending jobs ahead delay the predicted start by at most `max_delay_by_others_s`;
+//! and each user's history is read and modelled about once per `snapshot_s` for all waiting
+//! data_in processes together (they share a snapshot in `<state_dir>/walltime/`), at most
+//! `max_history` of its most recent jobs.
 
 use crate::as_user::{self, Sized};
 use crate::job::{JobDir, JobRecord};
 use crate::site::{Site, WalltimeSite};
 use anyhow::{bail, Context, Result};
+use eddy_deploy::secure::DirFd;
 use eddy_deploy::{human_bytes, Say};
 use eddy_walltime::start::{predicted_start, running_end, Pending, Running};
-use eddy_walltime::{sacct, Job, Params, Predictor};
-use std::collections::HashMap;
-use std::path::PathBuf;
+use eddy_walltime::{sacct, Job, Model, Params, Predictor};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bound on one call of a Slurm tool.
 const TOOL_BOUND: Duration = Duration::from_secs(30);
@@ -50,17 +61,35 @@ pub struct Queued {
     /// Start (running jobs), seconds since the epoch.
     pub start: Option<i64>,
     pub priority: u64,
+    /// The partitions it runs in (running) or may run in (pending).
+    pub partitions: Vec<String>,
+    /// Why it is pending (`None` when running).
+    pub reason: String,
 }
 
 /// The fields of [`parse_squeue`]'s lines.
-pub const SQUEUE_FORMAT: &str = "%i|%u|%D|%C|%T|%l|%S|%Q";
+pub const SQUEUE_FORMAT: &str = "%i|%u|%D|%C|%T|%l|%S|%Q|%P|%r";
+
+/// The reasons of a pending job that waits only for its turn, its nodes or its own
+/// stage-in: it may start as soon as nodes free. Any other reason (held, `--begin`, a
+/// dependency, a limit, a partition down, nodes not available) means it cannot, so it never
+/// delays a job behind it in a prediction (its user chose the reason).
+pub const CAN_START: [&str; 5] = [
+    "None",
+    "Priority",
+    "Resources",
+    "BurstBufferResources",
+    "BurstBufferStageIn",
+];
 
 /// `squeue -h -o SQUEUE_FORMAT` lines; array or odd lines are left out.
 pub fn parse_squeue(text: &str) -> Vec<Queued> {
     text.lines()
         .filter_map(|line| {
             let f: Vec<&str> = line.trim().split('|').collect();
-            let [id, user, nodes, cpus, state, limit, start, prio] = f.as_slice() else {
+            let [id, user, nodes, cpus, state, limit, start, prio, partitions, reason] =
+                f.as_slice()
+            else {
                 return None;
             };
             Some(Queued {
@@ -72,84 +101,169 @@ pub fn parse_squeue(text: &str) -> Vec<Queued> {
                 limit: sacct::parse_duration(limit).ok()?,
                 start: sacct::parse_date(start).ok().flatten(),
                 priority: prio.parse().unwrap_or(0),
+                partitions: partitions
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                reason: reason.trim().to_string(),
             })
         })
         .collect()
 }
 
-/// The nodes that can run jobs, from `sinfo -h -N -o "%N %t"` lines (a node once, however
-/// many partitions list it; down, drained and failed ones left out).
-pub fn usable_nodes(text: &str) -> u32 {
-    let mut names: Vec<&str> = text
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let (name, state) = (w.next()?, w.next()?);
-            let out = ["down", "drain", "drng", "fail", "maint", "unk", "inval"];
-            (!out.iter().any(|o| state.starts_with(o))).then_some(name)
-        })
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    u32::try_from(names.len()).unwrap_or(u32::MAX)
+/// `sinfo -h -N -o SINFO_FORMAT`: a line per node and partition.
+pub const SINFO_FORMAT: &str = "%N|%P|%t";
+
+/// The nodes of each partition that can run jobs, from [`SINFO_FORMAT`] lines (the default
+/// partition's `*` dropped; down, drained and failed nodes left out).
+pub fn partition_nodes(text: &str) -> HashMap<String, BTreeSet<String>> {
+    let mut parts: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.trim().split('|').collect();
+        let [name, partition, state] = f.as_slice() else {
+            continue;
+        };
+        let out = ["down", "drain", "drng", "fail", "maint", "unk", "inval"];
+        if out.iter().any(|o| state.trim().starts_with(o)) {
+            continue;
+        }
+        parts
+            .entry(partition.trim().trim_end_matches('*').to_string())
+            .or_default()
+            .insert(name.trim().to_string());
+    }
+    parts
 }
 
-/// Predicted runtimes of users' jobs from the site's history source.
-struct Predictions<'a> {
+/// The usable nodes of `partitions`, together.
+fn nodes_of<'a>(
+    parts: &'a HashMap<String, BTreeSet<String>>,
+    partitions: &[String],
+) -> BTreeSet<&'a str> {
+    partitions
+        .iter()
+        .filter_map(|p| parts.get(p))
+        .flatten()
+        .map(String::as_str)
+        .collect()
+}
+
+/// The work of the predictions since it was last said (in the job's walltime.log).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Histories read (a `sacct` per user, or the site's file).
+    pub histories: usize,
+    /// Models fitted (one per user per snapshot).
+    pub models: usize,
+    /// History rows those models fitted and replayed.
+    pub rows: usize,
+}
+
+/// Predicted runtimes of users' jobs from the site's history source: one model per user,
+/// over at most `max_history` of its most recent jobs, kept for `snapshot_s` (a waiting
+/// data_in keeps its `Predictions` across its re-checks).
+pub struct Predictions<'a> {
     w: &'a WalltimeSite,
     params: Params,
-    /// Each user's finished jobs (a file source: all jobs, under the key "").
-    histories: HashMap<String, Vec<Job>>,
+    /// When the models were first asked for since the last refresh.
+    since: Option<i64>,
+    /// The site's history file, read once per snapshot (`None`: not yet, or sacct).
+    file: Option<Vec<Job>>,
+    /// Each user's model (`None`: the user has no history).
+    models: HashMap<String, Option<Model>>,
+    pub work: Work,
 }
 
 impl<'a> Predictions<'a> {
-    fn new(w: &'a WalltimeSite) -> Predictions<'a> {
+    pub fn new(w: &'a WalltimeSite) -> Predictions<'a> {
         Predictions {
             w,
             params: Params {
                 min_train: w.min_train,
                 ..Params::default()
             },
-            histories: HashMap::new(),
+            since: None,
+            file: None,
+            models: HashMap::new(),
+            work: Work::default(),
         }
     }
 
-    fn history(&mut self, user: &str) -> Result<&[Job]> {
-        let key = if self.w.source == "sacct" { user } else { "" };
-        if !self.histories.contains_key(key) {
-            let jobs = if self.w.source == "sacct" {
-                let text = slurm(
-                    "sacct",
-                    &[
-                        "--parsable2",
-                        "--noheader",
-                        "-X",
-                        "-o",
-                        sacct::FIELDS,
-                        "-S",
-                        &self.w.since,
-                        "-u",
-                        user,
-                    ],
-                )?;
-                sacct::parse(&text).context("reading sacct's output")?
-            } else {
+    /// Forgets the histories and models once they are `snapshot_s` old at `now`.
+    fn refresh(&mut self, now: i64) {
+        let age = self.since.map(|s| now.saturating_sub(s));
+        let snapshot = i64::try_from(self.w.snapshot_s).unwrap_or(i64::MAX);
+        if age.is_some_and(|a| a >= snapshot) {
+            self.since = None;
+            self.file = None;
+            self.models.clear();
+        }
+    }
+
+    /// `user`'s finished jobs, at most `max_history` of the most recent.
+    fn history(&mut self, user: &str) -> Result<Vec<Job>> {
+        let mut jobs = if self.w.source == "sacct" {
+            let text = slurm(
+                "sacct",
+                &[
+                    "--parsable2",
+                    "--noheader",
+                    "-X",
+                    "-o",
+                    sacct::FIELDS,
+                    "-S",
+                    &self.w.since,
+                    "-u",
+                    user,
+                ],
+            )?;
+            self.work.histories += 1;
+            sacct::parse(&text).context("reading sacct's output")?
+        } else {
+            if self.file.is_none() {
                 let path = PathBuf::from(&self.w.source);
-                if path.extension().is_some_and(|e| e == "swf") {
+                let jobs = if path.extension().is_some_and(|e| e == "swf") {
                     let text = std::fs::read_to_string(&path)
                         .with_context(|| format!("reading {}", path.display()))?;
                     eddy_walltime::swf::parse(&text)?
                 } else {
                     eddy_walltime::job::read_json(&path)?
-                }
+                };
+                self.work.histories += 1;
+                self.file = Some(jobs);
+            }
+            self.file
+                .iter()
+                .flatten()
+                .filter(|j| j.user == user)
+                .cloned()
+                .collect()
+        };
+        jobs.retain(|j| j.user == user);
+        jobs.sort_by_key(|j| j.end);
+        let skip = jobs.len().saturating_sub(self.w.max_history);
+        jobs.drain(..skip);
+        Ok(jobs)
+    }
+
+    /// `user`'s model, fitted once per snapshot; `None` without history.
+    fn model(&mut self, user: &str) -> Result<Option<&mut Model>> {
+        self.since.get_or_insert_with(now);
+        if !self.models.contains_key(user) {
+            let history = self.history(user)?;
+            let model = if history.is_empty() {
+                None
+            } else {
+                let m = Model::fit(&history, &self.params)?;
+                self.work.models += 1;
+                self.work.rows += m.rows;
+                Some(m)
             };
-            self.histories.insert(key.to_string(), jobs);
+            self.models.insert(user.to_string(), model);
         }
-        Ok(self
-            .histories
-            .get(key)
-            .map(Vec::as_slice)
-            .unwrap_or_default())
+        Ok(self.models.get_mut(user).and_then(Option::as_mut))
     }
 
     /// The predicted runtime of a job of `q`'s user, cpus and limit; `None` when its
@@ -166,13 +280,11 @@ impl<'a> Predictions<'a> {
             end: 0,
             runtime: 0,
         };
-        let params = self.params.clone();
         let which = self.w.predictor;
-        let history = self.history(&q.user)?;
-        if !history.iter().any(|h| h.user == q.user) {
+        let Some(model) = self.model(&q.user)? else {
             return Ok(None);
-        }
-        let p = eddy_walltime::predict(history, &job, &params)?;
+        };
+        let p = model.predict(&job)?;
         Ok(match which {
             None if p.easy.is_none() && p.adaboost.is_none() => None,
             None => Some(p.walltime),
@@ -194,25 +306,188 @@ pub enum Start {
     Gone,
 }
 
-/// The predicted start of pending job `job` now: the running jobs' predicted ends, the
-/// pending jobs ahead of it (higher priority, or equal and older), FCFS.
-pub fn job_start(w: &WalltimeSite, job: u32) -> Result<Start> {
-    let queue = parse_squeue(&slurm(
-        "squeue",
-        &["-h", "-t", "PD,CF,R,CG", "-o", SQUEUE_FORMAT],
-    )?);
-    let total = usable_nodes(&slurm("sinfo", &["-h", "-N", "-o", "%N %t"])?);
+/// The snapshot the waiting data_in processes of a site share, in `<state_dir>/walltime/`
+/// (root's, 0700; decision 0053): the queue as `squeue` and `sinfo` last gave it, and the
+/// predicted runtime of every job asked since the models' snapshot began. One process at a
+/// time reads and updates it (an flock on its `lock`), so that a user's model is fitted once
+/// per `snapshot_s` for all of them, and the queue read once per `recheck_s`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Shared {
+    /// When `squeue` and `sinfo` gave these texts, seconds since the epoch.
+    queue_at: i64,
+    squeue: String,
+    sinfo: String,
+    /// When the predictions in `runtimes` began.
+    models_at: i64,
+    /// Predicted runtime by [`job_key`] (`None`: its user has no history).
+    runtimes: HashMap<String, Option<u64>>,
+}
+
+/// The shared snapshot's directory in the site's state_dir.
+pub const SHARED_DIR: &str = "walltime";
+const SHARED_FILE: &str = "snapshot.json";
+const SHARED_LOCK: &str = "lock";
+/// The longest a data_in waits for the shared snapshot's lock (another one fitting models);
+/// past it, it predicts alone this time.
+const SHARED_LOCK_BOUND: Duration = Duration::from_secs(60);
+/// How often a data_in tries the lock while another one holds it.
+const SHARED_LOCK_POLL: Duration = Duration::from_millis(100);
+
+/// The shared snapshot, locked (until dropped).
+pub struct SharedLock {
+    dir: DirFd,
+    _lock: std::fs::File,
+}
+
+impl SharedLock {
+    /// Opens (making it if missing) and locks the shared snapshot of the site whose
+    /// state_dir is `state_dir`, waiting at most SHARED_LOCK_BOUND.
+    pub fn open(state_dir: &Path) -> Result<SharedLock> {
+        let (me, my_group) = eddy_deploy::secure::me();
+        let dir = eddy_deploy::secure::trusted_dir(state_dir)?
+            .child_dir(SHARED_DIR, 0o700, me, my_group)?;
+        let path = dir.path().join(SHARED_LOCK);
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let deadline = Instant::now() + SHARED_LOCK_BOUND;
+        loop {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&lock);
+            // SAFETY: flock on a descriptor this function opened and owns.
+            if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} stayed locked for {SHARED_LOCK_BOUND:?} by another stage-in",
+                    path.display()
+                );
+            }
+            std::thread::sleep(SHARED_LOCK_POLL);
+        }
+        Ok(SharedLock { dir, _lock: lock })
+    }
+
+    /// The snapshot (empty when there is none or it does not read).
+    fn load(&self) -> Shared {
+        std::fs::read_to_string(self.dir.path().join(SHARED_FILE))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default()
+    }
+
+    fn save(&self, shared: &Shared) -> Result<()> {
+        let (me, my_group) = eddy_deploy::secure::me();
+        let data = serde_json::to_vec(shared).context("writing the shared snapshot")?;
+        self.dir.write_file(SHARED_FILE, &data, 0o600, me, my_group)
+    }
+}
+
+/// What a job's predicted runtime depends on: its id (a reused id after a Slurm restart is
+/// another job), user, cpus and limit.
+fn job_key(q: &Queued) -> String {
+    format!("{}|{}|{}|{:?}", q.id, q.user, q.cpus, q.limit)
+}
+
+/// The predicted start of pending job `job` now, over the nodes of its partitions: the
+/// running jobs' predicted ends, the pending jobs ahead of it (higher priority, or equal
+/// and older) that can start, FCFS; other users' pending jobs push it out by at most the
+/// site's `max_delay_by_others_s`. With `shared` (locked), the queue and the runtimes come
+/// from the site's shared snapshot while they are fresh, and what this look reads or
+/// predicts goes into it.
+pub fn job_start(
+    w: &WalltimeSite,
+    job: u32,
+    predictions: &mut Predictions,
+    shared: Option<&SharedLock>,
+) -> Result<Start> {
+    let now = now();
+    let mut snap = shared.map(SharedLock::load).unwrap_or_default();
+    let recheck = i64::try_from(w.recheck_s.max(1)).unwrap_or(i64::MAX);
+    let age = now.saturating_sub(snap.queue_at);
+    let mut queue = Vec::new();
+    let mut fresh = shared.is_some() && (0..recheck).contains(&age);
+    if fresh {
+        queue = parse_squeue(&snap.squeue);
+        // A job submitted after the snapshot is not in it: read the queue again.
+        fresh = queue.iter().any(|q| q.id == job);
+    }
+    if !fresh {
+        snap.squeue = slurm("squeue", &["-h", "-t", "PD,CF,R,CG", "-o", SQUEUE_FORMAT])?;
+        snap.sinfo = slurm("sinfo", &["-h", "-N", "-o", SINFO_FORMAT])?;
+        snap.queue_at = now;
+        queue = parse_squeue(&snap.squeue);
+    }
+    let parts = partition_nodes(&snap.sinfo);
+    predictions.refresh(now);
+    let snapshot = i64::try_from(w.snapshot_s).unwrap_or(i64::MAX);
+    if !(0..snapshot).contains(&now.saturating_sub(snap.models_at)) {
+        snap.runtimes.clear();
+        snap.models_at = now;
+    }
+    let runtimes = &mut snap.runtimes;
+    let start = plan(w, &queue, &parts, job, now, &mut |q| {
+        if let Some(r) = runtimes.get(&job_key(q)) {
+            return Ok(*r);
+        }
+        // The user's model is fitted now: every job of the user's on the machine is
+        // predicted with it, for the other stage-ins.
+        for o in queue.iter().filter(|o| o.user == q.user) {
+            if let std::collections::hash_map::Entry::Vacant(e) = runtimes.entry(job_key(o)) {
+                e.insert(predictions.runtime(o)?);
+            }
+        }
+        match runtimes.get(&job_key(q)) {
+            Some(r) => Ok(*r),
+            None => predictions.runtime(q),
+        }
+    });
+    if let Some(lock) = shared {
+        lock.save(&snap)?;
+    }
+    start
+}
+
+/// [`job_start`] over one snapshot of the queue and the partitions at `now`, with each
+/// neighbour's predicted runtime from `runtime`.
+fn plan(
+    w: &WalltimeSite,
+    queue: &[Queued],
+    parts: &HashMap<String, BTreeSet<String>>,
+    job: u32,
+    now: i64,
+    runtime: &mut dyn FnMut(&Queued) -> Result<Option<u64>>,
+) -> Result<Start> {
     let Some(me) = queue.iter().find(|q| q.id == job) else {
         return Ok(Start::Gone);
     };
-    let now = now();
-    let mut predictions = Predictions::new(w);
+    let mine = nodes_of(parts, &me.partitions);
+    let total = u32::try_from(mine.len()).unwrap_or(u32::MAX);
+    // A neighbour's nodes among this job's: none when its partitions share none.
+    let shared = |q: &Queued| -> u32 {
+        let theirs = nodes_of(parts, &q.partitions);
+        let n = u32::try_from(theirs.intersection(&mine).count()).unwrap_or(u32::MAX);
+        q.nodes.min(n)
+    };
     let mut running = Vec::new();
     let mut words = Vec::new();
     for q in queue.iter().filter(|q| q.id != job) {
+        let nodes = shared(q);
+        if nodes == 0 {
+            continue;
+        }
         match q.state.as_str() {
             "RUNNING" | "CONFIGURING" => {
-                let Some(p) = predictions.runtime(q)? else {
+                let Some(p) = runtime(q)? else {
                     return Ok(Start::Unknown(format!(
                         "running job {} of {} has no history",
                         q.id, q.user
@@ -220,58 +495,71 @@ pub fn job_start(w: &WalltimeSite, job: u32) -> Result<Start> {
                 };
                 let end = running_end(q.start.unwrap_or(now), p, q.limit, w.correction, now);
                 words.push(format!(
-                    "job {} ({} nodes) ends in {} s",
+                    "job {} ({nodes} nodes) ends in {} s",
                     q.id,
-                    q.nodes,
                     end - now
                 ));
-                running.push(Running {
-                    nodes: q.nodes,
-                    end,
-                });
+                running.push(Running { nodes, end });
             }
             // Completing: its nodes free about now.
-            "COMPLETING" => running.push(Running {
-                nodes: q.nodes,
-                end: now,
-            }),
+            "COMPLETING" => running.push(Running { nodes, end: now }),
             _ => {}
         }
     }
-    let mut ahead: Vec<&Queued> = queue
+    let mut ahead: Vec<(&Queued, u32)> = queue
         .iter()
         .filter(|q| q.state == "PENDING" && q.id != job)
+        .filter(|q| CAN_START.contains(&q.reason.as_str()))
         .filter(|q| (q.priority, std::cmp::Reverse(q.id)) > (me.priority, std::cmp::Reverse(me.id)))
+        .map(|q| (q, shared(q)))
+        .filter(|(_, nodes)| *nodes > 0)
         .collect();
-    ahead.sort_by_key(|q| (std::cmp::Reverse(q.priority), q.id));
+    ahead.sort_by_key(|(q, _)| (std::cmp::Reverse(q.priority), q.id));
     let mut pending = Vec::new();
-    for q in ahead {
-        let Some(p) = predictions.runtime(q)? else {
+    let mut own = Vec::new();
+    for (q, nodes) in ahead {
+        let Some(p) = runtime(q)? else {
             return Ok(Start::Unknown(format!(
                 "pending job {} of {} ahead has no history",
                 q.id, q.user
             )));
         };
-        words.push(format!("job {} ({} nodes) ahead runs {p} s", q.id, q.nodes));
-        pending.push(Pending {
-            nodes: q.nodes,
-            runtime: p,
-        });
+        words.push(format!("job {} ({nodes} nodes) ahead runs {p} s", q.id));
+        let job = Pending { nodes, runtime: p };
+        pending.push(job);
+        if q.user == me.user {
+            own.push(job);
+        }
     }
-    match predicted_start(now, total, &running, &pending, me.nodes) {
-        Some(t) => Ok(Start::At(
-            t,
-            format!(
-                "{} of {total} nodes{}{}",
-                me.nodes,
-                if words.is_empty() { "" } else { ": " },
-                words.join(", ")
-            ),
-        )),
-        None => Ok(Start::Unknown(format!(
-            "the job or one ahead asks more than the {total} usable nodes"
-        ))),
-    }
+    let (Some(all), Some(alone)) = (
+        predicted_start(now, total, &running, &pending, me.nodes),
+        predicted_start(now, total, &running, &own, me.nodes),
+    ) else {
+        return Ok(Start::Unknown(format!(
+            "the job or one ahead asks more than the {total} usable nodes of its partitions \
+             {}",
+            me.partitions.join(",")
+        )));
+    };
+    let bound = i64::try_from(w.max_delay_by_others_s).unwrap_or(i64::MAX);
+    let t = if all.saturating_sub(alone) > bound {
+        words.push(format!(
+            "other users' jobs ahead delay it {} s, past the site's bound of {bound} s",
+            all - alone
+        ));
+        alone.saturating_add(bound)
+    } else {
+        all
+    };
+    Ok(Start::At(
+        t,
+        format!(
+            "{} of {total} nodes{}{}",
+            me.nodes,
+            if words.is_empty() { "" } else { ": " },
+            words.join(", ")
+        ),
+    ))
 }
 
 /// The bytes of the job's stage-in sources (as its user sees them) and the seconds staging
@@ -353,11 +641,45 @@ fn wait_loop(
     let job = rec.job;
     let deadline = now().saturating_add(i64::try_from(w.max_wait_s).unwrap_or(i64::MAX));
     let mut last_said = None;
+    // Kept across the re-checks: each user's history and model once per snapshot.
+    let mut predictions = Predictions::new(w);
+    let state_dir = jd.dir.parent().map(Path::to_path_buf);
+    let mut alone_said = false;
     loop {
-        let start = match job_start(w, job) {
+        // The site's shared snapshot, locked for this look; without it, this data_in
+        // predicts alone (said once).
+        let shared = match state_dir.as_deref().map(SharedLock::open) {
+            Some(Ok(lock)) => Some(lock),
+            Some(Err(e)) => {
+                if !alone_said {
+                    note(
+                        jd,
+                        say,
+                        &format!("eddy: job {job}: predicting alone (no shared snapshot: {e:#})"),
+                    );
+                    alone_said = true;
+                }
+                None
+            }
+            None => None,
+        };
+        let start = match job_start(w, job, &mut predictions, shared.as_ref()) {
             Ok(s) => s,
             Err(e) => Start::Unknown(format!("{e:#}")),
         };
+        drop(shared);
+        let work = std::mem::take(&mut predictions.work);
+        if work.models > 0 {
+            note(
+                jd,
+                say,
+                &format!(
+                    "eddy: job {job}: predictions: {} histories read, {} models, {} history \
+                     rows replayed",
+                    work.histories, work.models, work.rows
+                ),
+            );
+        }
         let (t, how) = match start {
             Start::Unknown(why) => return Ok(format!("no prediction: {why}")),
             Start::Gone => bail!("job {job} left the queue while its stage-in waited"),
@@ -409,7 +731,8 @@ pub fn record_predicted_end(
         bail!("squeue does not list job {job}");
     };
     let start = me.start.unwrap_or_else(now);
-    match Predictions::new(w).runtime(&me)? {
+    let mut predictions = Predictions::new(w);
+    match predictions.runtime(&me)? {
         Some(p) => {
             let end = start.saturating_add(i64::try_from(p).unwrap_or(i64::MAX));
             rec.walltime.predicted_end = Some(end);
@@ -542,9 +865,9 @@ mod tests {
 
     #[test]
     fn squeue_lines_are_read() {
-        let text = "12|alice|2|2|RUNNING|10:00|2024-01-01T00:00:10|4294901759\n\
-                    13|bob|1|1|PENDING|UNLIMITED|N/A|4294901758\n\
-                    14_[1-3]|bob|1|1|PENDING|1:00|N/A|1\n";
+        let text = "12|alice|2|2|RUNNING|10:00|2024-01-01T00:00:10|4294901759|main|None\n\
+                    13|bob|1|1|PENDING|UNLIMITED|N/A|4294901758|main,big|BeginTime\n\
+                    14_[1-3]|bob|1|1|PENDING|1:00|N/A|1|main|Priority\n";
         let q = parse_squeue(text);
         assert_eq!(q.len(), 2);
         assert_eq!(
@@ -558,14 +881,100 @@ mod tests {
                 limit: Some(600),
                 start: Some(1704067210),
                 priority: 4294901759,
+                partitions: vec!["main".into()],
+                reason: "None".into(),
             }
         );
         assert_eq!((q[1].limit, q[1].start), (None, None));
+        assert_eq!(q[1].partitions, ["main", "big"]);
+        assert!(
+            !CAN_START.contains(&q[1].reason.as_str()),
+            "held by --begin"
+        );
+    }
+
+    fn queued(
+        id: u32,
+        user: &str,
+        nodes: u32,
+        state: &str,
+        partition: &str,
+        reason: &str,
+    ) -> Queued {
+        Queued {
+            id,
+            user: user.into(),
+            nodes,
+            cpus: nodes,
+            state: state.into(),
+            limit: Some(600),
+            start: Some(1000),
+            priority: 100,
+            partitions: vec![partition.into()],
+            reason: reason.into(),
+        }
+    }
+
+    /// The plan of job 9 (alice's, 1 node of `main`) at 1000 with every neighbour running
+    /// 500 s: its predicted start.
+    fn start_of(queue: &[Queued], w: &WalltimeSite) -> i64 {
+        let parts = partition_nodes("n1|main*|idle\nn2|main*|idle\nn3|other|idle\n");
+        match plan(w, queue, &parts, 9, 1000, &mut |_| Ok(Some(500))).unwrap() {
+            Start::At(t, _) => t,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
-    fn usable_nodes_leave_out_down_and_repeats() {
-        let text = "n1 idle\nn2 alloc\nn2 alloc\nn3 down*\nn4 drain\nn5 mix\n";
-        assert_eq!(usable_nodes(text), 3);
+    fn jobs_that_cannot_start_or_share_no_node_never_delay_a_job() {
+        let w = WalltimeSite::default();
+        let me = queued(9, "alice", 1, "PENDING", "main", "BurstBufferStageIn");
+        // Both nodes of main wanted by an older job that can start: it goes first.
+        let ahead = queued(3, "mallory", 2, "PENDING", "main", "Priority");
+        assert_eq!(start_of(&[ahead.clone(), me.clone()], &w), 1500);
+        // The same job held by --begin, a dependency, a hold or a limit: left out.
+        for reason in ["BeginTime", "Dependency", "JobHeldUser", "AssocGrpCpuLimit"] {
+            let held = queued(3, "mallory", 2, "PENDING", "main", reason);
+            assert_eq!(start_of(&[held, me.clone()], &w), 1000, "{reason}");
+        }
+        // Running and pending jobs of another partition: left out.
+        let there = queued(4, "mallory", 1, "RUNNING", "other", "None");
+        let behind = queued(5, "mallory", 1, "PENDING", "other", "Resources");
+        let mut big = me.clone();
+        big.nodes = 2;
+        assert_eq!(start_of(&[there, behind, big], &w), 1000);
+    }
+
+    #[test]
+    fn other_users_pending_jobs_delay_a_job_at_most_the_bound() {
+        let w = WalltimeSite::default();
+        let me = queued(9, "alice", 1, "PENDING", "main", "BurstBufferStageIn");
+        let running = queued(2, "mallory", 2, "RUNNING", "main", "None");
+        let mut queue = vec![running];
+        for id in 3..6 {
+            queue.push(queued(id, "mallory", 2, "PENDING", "main", "Priority"));
+        }
+        queue.push(me.clone());
+        // Without the bound: 1500 (the running job) + 3 × 500; with it: 1500 + 900.
+        let bound = i64::try_from(w.max_delay_by_others_s).unwrap();
+        assert_eq!(start_of(&queue, &w), 1500 + bound);
+        // The user's own jobs ahead are not bounded.
+        for q in queue.iter_mut().filter(|q| q.state == "PENDING") {
+            q.user = "alice".into();
+        }
+        assert_eq!(start_of(&queue, &w), 1500 + 3 * 500);
+    }
+
+    #[test]
+    fn partitions_hold_their_usable_nodes() {
+        let text = "n1|main*|idle\nn2|main*|alloc\nn2|big|alloc\nn3|main*|down*\n\
+                    n4|big|drain\nn5|big|mix\n";
+        let parts = partition_nodes(text);
+        let names = |p: &str| parts[p].iter().cloned().collect::<Vec<_>>();
+        assert_eq!(names("main"), ["n1", "n2"]);
+        assert_eq!(names("big"), ["n2", "n5"]);
+        let both = nodes_of(&parts, &["main".into(), "big".into()]);
+        assert_eq!(both.len(), 3, "a node of two partitions counts once");
+        assert!(nodes_of(&parts, &["gone".into()]).is_empty());
     }
 }

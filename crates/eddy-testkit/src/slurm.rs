@@ -255,6 +255,9 @@ pub struct SlurmBuilder {
     nodes: usize,
     burst_buffer: Option<(PathBuf, String)>,
     accounting: bool,
+    /// A second partition: its name and how many of the last nodes it holds (they leave
+    /// [`PARTITION`]).
+    partition: Option<(String, usize)>,
 }
 
 impl SlurmBuilder {
@@ -277,6 +280,13 @@ impl SlurmBuilder {
     /// `sacct` of [`SlurmCluster::command`] knows the jobs.
     pub fn accounting(mut self) -> SlurmBuilder {
         self.accounting = true;
+        self
+    }
+
+    /// A second partition `name` of the last `nodes` nodes, which then are not in the
+    /// default partition [`PARTITION`] (which keeps at least one).
+    pub fn partition(mut self, name: &str, nodes: usize) -> SlurmBuilder {
+        self.partition = Some((name.to_string(), nodes));
         self
     }
 
@@ -330,7 +340,7 @@ impl SlurmCluster {
         set_mode(&jobs, 0o1777);
         cluster.start_munge();
         let dbd_port = b.accounting.then(free_port);
-        cluster.write_conf(b.burst_buffer.is_some(), dbd_port);
+        cluster.write_conf(b.burst_buffer.is_some(), dbd_port, b.partition.as_ref());
         if let Some(port) = dbd_port {
             cluster.start_accounting(port);
         }
@@ -513,8 +523,31 @@ impl SlurmCluster {
         }
     }
 
-    fn write_conf(&self, burst_buffer: bool, dbd_port: Option<u16>) {
+    fn write_conf(
+        &self,
+        burst_buffer: bool,
+        dbd_port: Option<u16>,
+        partition: Option<&(String, usize)>,
+    ) {
         let d = self.dir.path().display();
+        let (main, other) = match partition {
+            Some((name, n)) => {
+                assert!(
+                    *n >= 1 && *n < self.nodes.len(),
+                    "partition {name} of {n} of {} nodes leaves none to {PARTITION}",
+                    self.nodes.len()
+                );
+                let (main, other) = self.nodes.split_at(self.nodes.len() - n);
+                (
+                    main.to_vec(),
+                    format!(
+                        "PartitionName={name} Nodes={} MaxTime=INFINITE State=UP\n",
+                        other.join(",")
+                    ),
+                )
+            }
+            None => (self.nodes.clone(), String::new()),
+        };
         let host = short_hostname();
         let node_lines: String = if self.nodes.len() == 1 {
             format!(
@@ -582,11 +615,12 @@ impl SlurmCluster {
              SlurmdParameters=config_overrides\n\
              {bb}\
              {node_lines}\
-             PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP\n",
+             PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP\n\
+             {other}",
             ctld_port = free_port(),
             slurmd_port = free_port(),
             socket = self.munge_socket().display(),
-            nodes = self.nodes.join(","),
+            nodes = main.join(","),
         );
         std::fs::write(&self.conf, conf).unwrap();
         for sub in ["ctld-state", "slurmd-spool"] {

@@ -19,5 +19,5 @@ pub mod swf;
 
 pub use correct::{correct, Corrected, Correction};
 pub use job::Job;
-pub use predict::{predict, Params, Prediction, Predictor};
+pub use predict::{predict, Model, Params, Prediction, Predictor};
 pub use replay::{replay, Evaluation, Row};

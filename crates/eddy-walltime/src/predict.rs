@@ -140,51 +140,98 @@ pub struct Prediction {
     pub walltime: u64,
 }
 
-/// Predict `job` (its user, cpus, memory and limit; times unused) from `history`.
-pub fn predict(history: &[Job], job: &Job, params: &Params) -> Result<Prediction> {
-    let request = cap(job, params);
-    let mut mine: Vec<&Job> = history.iter().filter(|h| h.user == job.user).collect();
-    mine.sort_by_key(|h| h.end);
-    let runtimes: Vec<u64> = mine.iter().map(|h| h.runtime).collect();
-    let easy = easy(&runtimes, request);
-    let mut users = Users::default();
-    let mut recent: Vec<&Job> = history.iter().collect();
-    recent.sort_by_key(|h| h.end);
-    let skip = recent.len().saturating_sub(params.max_train);
-    let adaboost = match Regression::fit(&recent[skip..], &mut users, params)? {
-        Some(r) => Some(r.predict(job, &mut users, params)?),
-        None => None,
-    };
-    let evaluation = crate::replay(history, params)?;
-    let mae = |p: Predictor| {
-        evaluation
+/// The predictors fitted once on a history, for as many jobs as asked (`eddy bb` asks one
+/// model per user for every job of that user on the machine): each user's last two runtimes
+/// (EASY++), the regression over the most recent `max_train` jobs, and the replay's errors
+/// that choose between them.
+pub struct Model {
+    params: Params,
+    /// Each user's last two runtimes, oldest first.
+    last_two: HashMap<String, Vec<u64>>,
+    users: Users,
+    regression: Option<Regression>,
+    /// Mean absolute error (without correction) of each predictor over the replayed history.
+    mae: HashMap<Predictor, f64>,
+    /// The history rows fitted and replayed.
+    pub rows: usize,
+}
+
+impl Model {
+    /// Fit on `history` (finished jobs, any order).
+    pub fn fit(history: &[Job], params: &Params) -> Result<Model> {
+        let mut recent: Vec<&Job> = history.iter().collect();
+        recent.sort_by_key(|h| h.end);
+        let mut last_two: HashMap<String, Vec<u64>> = HashMap::new();
+        for h in &recent {
+            let r = last_two.entry(h.user.clone()).or_default();
+            r.push(h.runtime);
+            if r.len() > 2 {
+                r.remove(0);
+            }
+        }
+        let mut users = Users::default();
+        let skip = recent.len().saturating_sub(params.max_train);
+        let regression = Regression::fit(&recent[skip..], &mut users, params)?;
+        let evaluation = crate::replay(history, params)?;
+        let mae = evaluation
             .rows
             .iter()
-            .find(|r| r.predictor == p && r.correction == crate::Correction::None)
-            .map(|r| r.mae)
-            .unwrap_or(f64::INFINITY)
-    };
-    let mut used = Predictor::Request;
-    for (p, available) in [
-        (Predictor::EasyPlusPlus, easy.is_some()),
-        (Predictor::AdaBoost, adaboost.is_some()),
-    ] {
-        if available && mae(p) < mae(used) {
-            used = p;
-        }
+            .filter(|r| r.correction == crate::Correction::None)
+            .map(|r| (r.predictor, r.mae))
+            .collect();
+        Ok(Model {
+            params: params.clone(),
+            last_two,
+            users,
+            regression,
+            mae,
+            rows: history.len(),
+        })
     }
-    let walltime = match used {
-        Predictor::Request => request,
-        Predictor::EasyPlusPlus => easy.unwrap_or(request),
-        Predictor::AdaBoost => adaboost.unwrap_or(request),
-    };
-    Ok(Prediction {
-        request,
-        easy,
-        adaboost,
-        used,
-        walltime,
-    })
+
+    /// Predict `job` (its user, cpus, memory and limit; times unused).
+    pub fn predict(&mut self, job: &Job) -> Result<Prediction> {
+        let params = &self.params;
+        let request = cap(job, params);
+        let easy = easy(
+            self.last_two
+                .get(&job.user)
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
+            request,
+        );
+        let adaboost = match &self.regression {
+            Some(r) => Some(r.predict(job, &mut self.users, params)?),
+            None => None,
+        };
+        let mae = |p: Predictor| self.mae.get(&p).copied().unwrap_or(f64::INFINITY);
+        let mut used = Predictor::Request;
+        for (p, available) in [
+            (Predictor::EasyPlusPlus, easy.is_some()),
+            (Predictor::AdaBoost, adaboost.is_some()),
+        ] {
+            if available && mae(p) < mae(used) {
+                used = p;
+            }
+        }
+        let walltime = match used {
+            Predictor::Request => request,
+            Predictor::EasyPlusPlus => easy.unwrap_or(request),
+            Predictor::AdaBoost => adaboost.unwrap_or(request),
+        };
+        Ok(Prediction {
+            request,
+            easy,
+            adaboost,
+            used,
+            walltime,
+        })
+    }
+}
+
+/// Predict `job` (its user, cpus, memory and limit; times unused) from `history`.
+pub fn predict(history: &[Job], job: &Job, params: &Params) -> Result<Prediction> {
+    Model::fit(history, params)?.predict(job)
 }
 
 #[cfg(test)]
@@ -244,6 +291,40 @@ pub(crate) mod tests {
             mae_boost < mae_request / 4.0,
             "adaboost MAE {mae_boost} vs request {mae_request}"
         );
+    }
+
+    #[test]
+    fn one_model_predicts_many_jobs_as_predict_does_each() {
+        let history: Vec<Job> = (0..40)
+            .map(|i| {
+                job(
+                    i,
+                    if i % 2 == 0 { "u" } else { "v" },
+                    7200,
+                    i64::from(i) * 1000,
+                    600 + u64::from(i),
+                )
+            })
+            .collect();
+        let params = Params::default();
+        let mut model = Model::fit(&history, &params).unwrap();
+        assert_eq!(model.rows, 40);
+        for (user, limit) in [("u", 7200), ("v", 600), ("w", 3600), ("u", 100)] {
+            let j = job(99, user, limit, 0, 0);
+            let one = predict(&history, &j, &params).unwrap();
+            let many = model.predict(&j).unwrap();
+            assert_eq!(
+                (one.request, one.easy, one.adaboost, one.used, one.walltime),
+                (
+                    many.request,
+                    many.easy,
+                    many.adaboost,
+                    many.used,
+                    many.walltime
+                ),
+                "{user} {limit}"
+            );
+        }
     }
 
     #[test]

@@ -8,5 +8,7 @@
 
 // Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
 #![allow(clippy::unwrap_used)]
+
 mod descriptors;
 mod pool;
+mod walltime;
