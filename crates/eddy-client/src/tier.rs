@@ -324,7 +324,7 @@ impl Client {
         let per_daemon = self.rpc().placement().ids().iter().map(|&id| {
             let (make, next) = (&make, &next);
             async move {
-                let mut out = Vec::new();
+                let mut out: Vec<FileOutcome> = Vec::new();
                 let mut cursor = None;
                 let mut pages = Pages::new(R::OP.name(), id, max);
                 loop {
@@ -335,7 +335,18 @@ impl Client {
                     pages.take(files.len(), FLUSH_PAGE, more, moved)?;
                     cursor = after;
                     report(&files, progress);
-                    out.extend(files);
+                    // A file cut short comes again on the next page: one outcome, its bytes
+                    // summed, so what is kept grows with files, not with pages.
+                    for f in files {
+                        match out.last_mut() {
+                            Some(l) if l.file_id == f.file_id && !l.complete => {
+                                l.bytes = l.bytes.saturating_add(f.bytes);
+                                l.error = l.error.take().or(f.error);
+                                l.complete = f.complete;
+                            }
+                            _ => out.push(f),
+                        }
+                    }
                     if !more {
                         return Ok(out);
                     }
