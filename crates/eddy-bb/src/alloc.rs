@@ -184,22 +184,40 @@ pub fn hosts_of(decision: &Decision, names: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The one-line summary for the Slurm job's Comment, at most `COMMENT_MAX` bytes.
+/// The rule lines of `eddy_alloc::decide` that name no other job (its other reasons, and the
+/// notes before them, may name neighbours, their history runs or a run of another user's):
+/// only these ever reach the Comment, which other users may read (decision 0056).
+const COMMENT_REASONS: [&str; 8] = [
+    "no history of ",
+    "not scaled: ",
+    "scaling: ",
+    "no idle server",
+    "only ",
+    "no interference expected",
+    "isolated on ",
+    "no usable server",
+];
+
+/// The one-line summary for the Slurm job's Comment, at most `COMMENT_MAX` bytes: the rule,
+/// the job's own servers and the last rule line, never a line about another job.
 pub fn comment(decision: &Decision, pool: &Pool) -> String {
     let hosts = hosts_of(decision, &pool.node_names()).join(",");
     let why = decision
         .reasons
         .iter()
         .rev()
-        .find(|r| !r.starts_with("nodes="))
-        .or(decision.reasons.last())
+        .find(|r| COMMENT_REASONS.iter().any(|p| r.starts_with(p)))
         .cloned()
         .unwrap_or_default();
     let mut line = format!(
-        "eddy alloc: {} {} server(s) {hosts}: {why}",
+        "eddy alloc: {} {} server(s) {hosts}",
         rule_name(decision),
         decision.servers.len()
     );
+    if !why.is_empty() {
+        line.push_str(": ");
+        line.push_str(&why);
+    }
     // Slurm's own words split at spaces or quotes differently; keep it one plain line.
     line = line.replace(['\n', '"', '\''], " ");
     if line.len() > COMMENT_MAX {
@@ -235,14 +253,39 @@ pub fn slurm_job(job: u32) -> Result<(String, u32)> {
     Ok((name, nodes))
 }
 
-/// Writes `text` as the Slurm job's Comment.
+/// Adds `text` to the Slurm job's Comment, after the comment its user gave it (`--comment`),
+/// which stays; a Comment that ends with `text` already (a rerun) is left as it is.
 pub fn set_comment(job: u32, text: &str) -> Result<()> {
+    let args: Vec<OsString> = ["-h", "-j", &job.to_string(), "-o", "%k"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    let current = run_bounded(Path::new("squeue"), &args, SLURM_BOUND)
+        .context("cannot read the job's Comment")?;
+    let Some(comment) = with_note(&current, text) else {
+        return Ok(());
+    };
     let args: Vec<OsString> = vec![
         "update".into(),
         format!("JobId={job}").into(),
-        format!("Comment={text}").into(),
+        format!("Comment={comment}").into(),
     ];
     run_bounded(Path::new("scontrol"), &args, SLURM_BOUND).map(|_| ())
+}
+
+/// The Comment with Eddy's `note` after the user's own (`current`, as `squeue -o %k` prints
+/// it: `(null)` for none), or None when it ends with the note already.
+pub fn with_note(current: &str, note: &str) -> Option<String> {
+    let own = current.trim_end_matches(['\n', '\r']);
+    let own = if own == "(null)" { "" } else { own };
+    if own.ends_with(note) {
+        return None;
+    }
+    Some(if own.trim().is_empty() {
+        note.to_string()
+    } else {
+        format!("{own} | {note}")
+    })
 }
 
 /// The history of an application in the site's history database: its previous runs, the one

@@ -637,6 +637,7 @@ fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<Config> {
     };
     config.root_uid = Some(rec.uid);
     config.root_gid = Some(rec.gid);
+    config.metrics_addr = per_job_metrics(config.metrics_addr.as_deref())?;
     // The job holds what it was charged: each daemon its share of all data (decision 0023).
     let share = rec.capacity.div_ceil(daemons.max(1) as u64);
     config.capacity_bytes = share;
@@ -644,6 +645,20 @@ fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<Config> {
         config.cache_capacity_bytes = share;
     }
     Ok(config)
+}
+
+/// The site's `metrics_addr` for one job: its IP with port 0, each daemon taking a free port
+/// (recorded in the deployment, as for `--metrics IP:0`). A fixed port would be the same for
+/// every job on a node: the first job's daemons, or anyone who binds it first, would hold it
+/// and the next job's daemons could not start (decision 0056).
+fn per_job_metrics(site: Option<&str>) -> Result<Option<String>> {
+    let Some(text) = site else {
+        return Ok(None);
+    };
+    let mut addr =
+        eddy_config::metrics_socket_addr(text).context("the site config's metrics_addr")?;
+    addr.set_port(0);
+    Ok(Some(addr.to_string()))
 }
 
 /// The stage_in trees, pinned or not, through the deployment.
@@ -822,5 +837,19 @@ mod tests {
             "no inventory, no check"
         );
         assert!(is_hurry("true") && !is_hurry("false"));
+    }
+
+    #[test]
+    fn a_site_metrics_port_becomes_each_jobs_free_port() {
+        assert_eq!(per_job_metrics(None).unwrap(), None);
+        assert_eq!(
+            per_job_metrics(Some("0.0.0.0:9400")).unwrap().as_deref(),
+            Some("0.0.0.0:0")
+        );
+        assert_eq!(
+            per_job_metrics(Some("[::1]:0")).unwrap().as_deref(),
+            Some("[::1]:0")
+        );
+        assert!(per_job_metrics(Some("node1:9400")).is_err());
     }
 }

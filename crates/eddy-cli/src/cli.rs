@@ -168,6 +168,12 @@ pub struct StatusArgs {
     /// daemon on a host marked anomalous there is flagged.
     #[arg(long, value_name = "FILE")]
     pub inventory: Option<std::path::PathBuf>,
+    /// Print the daemons' metrics endpoints as a Prometheus file-based service discovery
+    /// target group (JSON), labelled with the deployment's job as this state directory has
+    /// it; scrape it with `honor_labels: false`, so that a job's daemons cannot label their
+    /// series as another job's (README, decision 0056). Asks no daemon.
+    #[arg(long, conflicts_with_all = ["json", "inventory"])]
+    pub prometheus: bool,
 }
 
 #[derive(Debug, Args)]

@@ -181,6 +181,15 @@ async fn scrub_daemon(
             bar.set_message(format!("{} damaged", page.bad.len()));
         }
         match page.next {
+            // The daemon's cursor moves on, or the scrub would go round for ever (decision
+            // 0056); its pages are bounded by the chunks it stores.
+            Some(next) if after.is_some_and(|a| next <= a) => {
+                out.error = Some(format!(
+                    "daemon {id} answered a scrub page that does not move past {:032x}/{}:                      stopped",
+                    next.0, next.1
+                ));
+                return out;
+            }
             Some(next) => after = Some(next),
             None => return out,
         }

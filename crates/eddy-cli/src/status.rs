@@ -122,6 +122,13 @@ fn under_replicated(rows: &[DaemonRow]) -> u64 {
 pub fn status(args: StatusArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
     let dep = state.load_deployment()?;
+    if args.prometheus {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&prometheus_targets(&dep))?
+        );
+        return Ok(());
+    }
     let mut rows = collect(&dep)?;
     if let Some(db) = &args.inventory {
         let hosts: Vec<String> = rows.iter().map(|r| r.host.clone()).collect();
@@ -155,6 +162,26 @@ pub fn status(args: StatusArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The deployment's metrics endpoints as Prometheus file-based service discovery has target
+/// groups: one group, labelled `job` (the job as the deployment records it: the Slurm job id,
+/// else its name) and `eddy_deployment`. Scraped with `honor_labels: false`, these labels are
+/// the scrape's and a daemon's own `job` becomes `exported_job`: a job's daemons (its user's)
+/// cannot put their series under another job (decision 0056).
+fn prometheus_targets(dep: &Deployment) -> serde_json::Value {
+    let targets: Vec<&str> = dep
+        .daemons
+        .iter()
+        .filter_map(|d| d.metrics.as_deref())
+        .collect();
+    serde_json::json!([{
+        "targets": targets,
+        "labels": {
+            "job": dep.job.label(&dep.name),
+            "eddy_deployment": dep.name,
+        },
+    }])
 }
 
 fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {

@@ -3,6 +3,7 @@
 //! buffers one page, so memory stays bounded for a directory of any size; the cookie is the
 //! last name returned.
 
+use crate::paging::{moved, Pages};
 use crate::{Client, DirEntry, Errno, Failure, FileKind};
 use eddy_proto::{req, DirPage};
 use futures::future::join_all;
@@ -13,6 +14,8 @@ struct Stream {
     buf: VecDeque<DirEntry>,
     after: Option<String>,
     done: bool,
+    /// The bounds on this daemon's pages (its names ascend past the cookie, decision 0056).
+    pages: Pages,
 }
 
 /// Cursor over a directory, in byte order of the names.
@@ -28,6 +31,7 @@ pub struct DirReader {
 
 impl DirReader {
     pub(crate) fn new(client: Client, dir: String, after: Option<String>) -> DirReader {
+        let max = client.config().max_paged_entries;
         let streams = client
             .rpc()
             .ids()
@@ -37,6 +41,7 @@ impl DirReader {
                 buf: VecDeque::new(),
                 after: after.clone(),
                 done: false,
+                pages: Pages::new(format!("readdir of {dir}"), daemon, max),
             })
             .collect();
         DirReader {
@@ -177,6 +182,16 @@ impl DirReader {
             };
             let DirPage { entries, more } = r?;
             let s = &mut self.streams[i];
+            // A daemon's names ascend, from past the cookie: the merge relies on it, and a
+            // cookie that moves on is what ends the listing.
+            let mut last = s.after.as_ref();
+            let mut ascending = true;
+            for e in &entries {
+                ascending &= moved(last, Some(&e.name));
+                last = Some(&e.name);
+            }
+            s.pages
+                .take(entries.len(), limit, !entries.is_empty(), ascending)?;
             s.done = !more || entries.is_empty();
             if let Some(last) = entries.last() {
                 s.after = Some(last.name.clone());

@@ -29,6 +29,7 @@ mod links;
 mod locality;
 mod locks;
 mod ns;
+mod paging;
 mod perm;
 mod rename;
 mod replica;

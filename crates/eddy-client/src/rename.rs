@@ -9,6 +9,7 @@
 //! it by running them again (roll forward): `Client::connect`, a client whose connection to a
 //! daemon was re-established (that daemon restarted), and a retry of the rename.
 
+use crate::paging::{moved, Pages};
 use crate::{Client, Creds, Errno, FileKind, Inode, Timespec};
 use eddy_proto::path;
 use eddy_proto::sync::lock;
@@ -471,13 +472,26 @@ impl Client {
     /// before the outer one moves what is left there.
     async fn completion_round(&self) {
         let limit = self.config().readdir_page.max(1);
+        let max = self.config().max_paged_entries;
         let claims = self.rpc().placement().ids().iter().map(|&id| async move {
             let mut out = Vec::new();
+            // Each page claims renames no page claimed before (a claim is taken), within the
+            // bound on a daemon's pages (decision 0056).
+            let mut claimed: HashSet<String> = HashSet::new();
+            let mut pages = Pages::new("unfinished renames", id, max);
             loop {
                 let req = req::ClaimRenames { from: None, limit };
                 match self.rpc().call(id, req).await {
                     Ok(v) => {
                         let full = v.len() >= limit as usize;
+                        let mut new = true;
+                        for it in &v {
+                            new &= claimed.insert(it.from.clone());
+                        }
+                        if let Err(e) = pages.take(v.len(), limit, full, new) {
+                            tracing::warn!(daemon = id, "cannot look for unfinished renames: {e}");
+                            break;
+                        }
                         out.extend(v);
                         if !full {
                             break;
@@ -560,8 +574,10 @@ impl Client {
         self.0.dircache.forget_tree(to);
         let page = self.config().readdir_page;
         let mut old_paths = Vec::new();
+        let max = self.config().max_paged_entries;
         for &id in self.rpc().placement().ids() {
-            let mut after = None;
+            let mut after: Option<String> = None;
+            let mut pages = Pages::new(format!("the subtree of {from}"), id, max);
             loop {
                 let req = req::ListSubtree {
                     dir: from.to_string(),
@@ -569,9 +585,30 @@ impl Client {
                     limit: page,
                 };
                 let SubtreePage { entries, more } = self.rpc().call(id, req).await?;
-                let inserts = entries.iter().map(|e| {
-                    let new_path = format!("{to}{}", &e.path[from.len()..]);
-                    async move { self.insert_moved(&new_path, &e.inode).await }
+                // The daemon pages in key order (`parent \0 name`), not in path order.
+                let key = |p: &String| path::meta_key(p);
+                let last = entries.last().map(|e| key(&e.path));
+                let moved_on = moved(after.as_ref().map(key).as_ref(), last.as_ref());
+                pages.take(entries.len(), page, more, moved_on)?;
+                let mut moves = Vec::with_capacity(entries.len());
+                for e in &entries {
+                    // Strictly below `from`, or the daemon's listing is not of that subtree.
+                    match e
+                        .path
+                        .strip_prefix(from)
+                        .filter(|rest| rest.starts_with('/'))
+                    {
+                        Some(rest) => moves.push((format!("{to}{rest}"), &e.inode)),
+                        None => {
+                            return Err(Errno::eio(format!(
+                                "daemon {id} listed {} as below {from}",
+                                e.path
+                            )))
+                        }
+                    }
+                }
+                let inserts = moves.iter().map(|(new_path, inode)| async move {
+                    self.insert_moved(new_path, inode).await
                 });
                 for r in join_all(inserts).await {
                     r?;

@@ -3,6 +3,7 @@
 //! back its own dirty chunks, then the metadata owners finalise the files: create, size,
 //! mode, times) and unpinning. Results are per file; progress is reported as it comes.
 
+use crate::paging::{moved, Pages};
 use crate::{Client, Errno, FileKind};
 use eddy_proto::{req, FileId, FileOutcome, Flushed, Rpc};
 use futures::stream::{self, StreamExt};
@@ -95,9 +96,20 @@ impl Client {
             // Symlinks and special files have no data to stage.
             _ => return Ok(Vec::new()),
         };
+        // The daemons' listings are bounded one by one (`DirReader`), the tree as a whole
+        // here: a daemon inventing directories within directories ends at the bound.
+        let max = self.config().max_paged_entries;
+        let mut seen: u64 = 0;
         while let Some(dir) = dirs.pop() {
             let mut reader = self.readdir(&dir, None)?;
             while let Some(page) = reader.next_page().await? {
+                seen = seen.saturating_add(page.len() as u64);
+                if seen > max {
+                    return Err(Errno::eio(format!(
+                        "the tree being staged holds more than max_paged_entries ({max}) \
+                         entries (at {dir}): not staged"
+                    )));
+                }
                 for e in page {
                     let child = eddy_proto::path::join(&dir, &e.name);
                     match e.inode.kind {
@@ -292,6 +304,10 @@ impl Client {
 
     /// Runs a paged flush on every daemon at once, each daemon's pages in turn: `make(cursor)`
     /// asks for the page after `cursor`, `next(page, cursor)` moves the cursor past a page.
+    ///
+    /// The pages are the daemons' (the job's user's) to make: each must hold at most
+    /// `FLUSH_PAGE` files and move the cursor on, or write bytes of the file it cut short (a
+    /// flush's time budget), and a daemon's series at most `max_paged_entries` (`Pages`).
     async fn paged_everywhere<C, R, M, N>(
         &self,
         make: M,
@@ -299,21 +315,38 @@ impl Client {
         progress: &(dyn Fn(&FileResult) + Sync),
     ) -> Result<Vec<FileOutcome>, Errno>
     where
-        C: Clone,
+        C: Clone + Ord,
         R: Rpc<Reply = Flushed>,
         M: Fn(Option<C>) -> R,
         N: Fn(&[FileOutcome], Option<C>) -> Option<C>,
     {
+        let max = self.config().max_paged_entries;
         let per_daemon = self.rpc().placement().ids().iter().map(|&id| {
             let (make, next) = (&make, &next);
             async move {
-                let mut out = Vec::new();
+                let mut out: Vec<FileOutcome> = Vec::new();
                 let mut cursor = None;
+                let mut pages = Pages::new(R::OP.name(), id, max);
                 loop {
                     let Flushed { files, more } = self.rpc().call(id, make(cursor.clone())).await?;
-                    cursor = next(&files, cursor);
+                    let after = next(&files, cursor.clone());
+                    let cut_short = files.iter().any(|f| !f.complete && f.bytes > 0);
+                    let moved = moved(cursor.as_ref(), after.as_ref()) || cut_short;
+                    pages.take(files.len(), FLUSH_PAGE, more, moved)?;
+                    cursor = after;
                     report(&files, progress);
-                    out.extend(files);
+                    // A file cut short comes again on the next page: one outcome, its bytes
+                    // summed, so what is kept grows with files, not with pages.
+                    for f in files {
+                        match out.last_mut() {
+                            Some(l) if l.file_id == f.file_id && !l.complete => {
+                                l.bytes = l.bytes.saturating_add(f.bytes);
+                                l.error = l.error.take().or(f.error);
+                                l.complete = f.complete;
+                            }
+                            _ => out.push(f),
+                        }
+                    }
                     if !more {
                         return Ok(out);
                     }

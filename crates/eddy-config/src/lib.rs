@@ -112,6 +112,14 @@ pub struct Config {
     pub dir_cache_ms: u64,
     /// Directory entries per readdir page from each daemon. Default 1024.
     pub readdir_page: u32,
+    /// Entries a client takes from one daemon in one paged series of replies (a listing, a
+    /// stage-out's check, flush and finalisation, a directory move's subtree, the files and
+    /// directories a stage-in collects). Every page must also move its cursor on and hold no
+    /// more than was asked. Past the bound, or on a cursor that does not move, the call fails
+    /// with EIO naming the daemon: a daemon (the job's user's) that pages forever cannot hold
+    /// its caller (root's stage-out, a root mount) nor grow its memory (decision 0056).
+    /// Default 10 000 000.
+    pub max_paged_entries: u64,
     /// Requests one connection may have unanswered at a daemon; past it the daemon stops
     /// reading that connection until replies are taken (backpressure, bounded memory).
     /// Default 1024.
@@ -254,10 +262,14 @@ pub struct Config {
     /// exposition format), as `IP:PORT`; unset (the default): no endpoint. Daemon *i* of a
     /// host listens on PORT + *i* (`eddy start --metrics` sets it); port 0: any free port,
     /// recorded in the deployment file. Use the unspecified address (`0.0.0.0:9400`) when
-    /// the daemons run on several hosts. Default unset.
+    /// the daemons run on several hosts. In the burst buffer's site config only the IP
+    /// counts: each job's daemons take free ports, recorded in its deployment (a fixed port
+    /// would be every job's on a node, decision 0056). Default unset.
     pub metrics_addr: Option<String>,
-    /// Scrapes a daemon's metrics endpoint serves at once; more connections are closed as
-    /// they come. Default 8.
+    /// Connections a daemon's metrics endpoint holds at once. Past it a new connection pushes
+    /// out the one that has waited longest without sending its request (so idle connections,
+    /// anyone's to open, never keep a scrape out); only when all are being answered is the
+    /// new one closed (decision 0056). Default 8.
     pub metrics_max_connections: usize,
     /// Longest a metrics connection may last, from accept to the reply written (a slow
     /// scraper is cut off), in milliseconds. Default 5 000.
@@ -601,6 +613,7 @@ impl Default for Config {
             dir_time_update_ms: 5,
             dir_cache_ms: 1_000,
             readdir_page: 1024,
+            max_paged_entries: 10_000_000,
             max_requests_in_flight: 1024,
             max_connection_bytes: 256 * 1024 * 1024,
             max_unauthenticated: 128,
@@ -695,9 +708,10 @@ impl Config {
             || self.fuse_threads == 0
             || self.max_requests_in_flight == 0
             || self.max_unauthenticated == 0
+            || self.max_paged_entries == 0
         {
             return Err(ConfigError::Invalid(
-                "readdir_page, io_threads, fuse_threads, max_requests_in_flight and max_unauthenticated must be positive"
+                "readdir_page, io_threads, fuse_threads, max_requests_in_flight, max_unauthenticated and max_paged_entries must be positive"
                     .into(),
             ));
         }

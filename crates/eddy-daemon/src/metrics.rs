@@ -6,9 +6,12 @@
 //! custom `Collector`, so no Prometheus type sits on the request path.
 //!
 //! The server is hyper's HTTP/1 on the daemon's runtime, bounded so that a slow or hostile
-//! scraper cannot hold the daemon: at most `metrics_max_connections` connections at once
-//! (more are closed as they are accepted), one request per connection, request heads of at
-//! most `HEAD_BYTES`, and each connection cut after `metrics_timeout_ms`.
+//! scraper cannot hold the daemon: at most `metrics_max_connections` connections at once,
+//! one request per connection, request heads of at most `HEAD_BYTES`, and each connection cut
+//! after `metrics_timeout_ms`. Past the bound a new connection pushes out the connection that
+//! has waited longest without sending its request head (an idle or slow one), so that idle
+//! connections, anyone's to open, never keep a scrape out (decision 0056); only when every
+//! connection is being answered is the new one closed.
 //!
 //! Names and labels (every series also carries `job` and `daemon`):
 //! `eddy_operations_total{op}`, `eddy_operation_errors_total{op}`,
@@ -38,6 +41,7 @@
 use crate::DaemonError;
 use bytes::Bytes;
 use eddy_proto::stats::{DaemonStats, Histogram, BUCKETS};
+use eddy_proto::sync::lock;
 use eddy_proto::Op;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -50,12 +54,14 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use std::collections::{BTreeMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch};
 
 /// The path the metrics are served at.
 pub const METRICS_PATH: &str = "/metrics";
@@ -112,7 +118,7 @@ pub async fn serve(
     snapshot: Snapshot,
     mut stop: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(bounds.max_connections));
+    let slots = Arc::new(Slots::new(bounds.max_connections));
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -126,38 +132,130 @@ pub async fn serve(
                 continue;
             }
         };
-        // Over the bound: closed at once, the daemon's work is not shared with more.
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+        // Over the bound with every connection answering: closed at once, the daemon's
+        // work is not shared with more.
+        let Some((slot, pushed_out)) = Slots::enter(&slots) else {
             tracing::debug!("metrics endpoint: too many connections, one closed");
             continue;
         };
-        tokio::spawn(connection(stream, slot, bounds, Arc::clone(&snapshot)));
+        tokio::spawn(connection(
+            stream,
+            (slot, pushed_out),
+            bounds,
+            Arc::clone(&snapshot),
+        ));
     }
 }
 
-/// One scraper's connection: one request, all of it within `timeout`.
+/// The endpoint's connections: at most `max`, and of them those that have not sent their
+/// request head yet, by age (their ids count up), each with the sender that pushes it out.
+struct Slots {
+    max: usize,
+    inner: Mutex<SlotsInner>,
+}
+
+#[derive(Default)]
+struct SlotsInner {
+    next: u64,
+    held: HashSet<u64>,
+    waiting: BTreeMap<u64, oneshot::Sender<()>>,
+}
+
+/// A connection's place among the `Slots`, given back when it ends.
+struct Slot {
+    id: u64,
+    slots: Arc<Slots>,
+}
+
+impl Slots {
+    fn new(max: usize) -> Slots {
+        Slots {
+            max,
+            inner: Mutex::new(SlotsInner::default()),
+        }
+    }
+
+    /// A place for a new connection, and what tells it it was pushed out: past the bound,
+    /// the place of the connection waiting longest for its head; None if none waits.
+    fn enter(slots: &Arc<Slots>) -> Option<(Slot, oneshot::Receiver<()>)> {
+        let mut inner = lock(&slots.inner);
+        if inner.held.len() >= slots.max {
+            let oldest = *inner.waiting.keys().next()?;
+            if let Some(push) = inner.waiting.remove(&oldest) {
+                let _ = push.send(());
+            }
+            inner.held.remove(&oldest);
+            tracing::debug!("metrics endpoint: a connection without a request pushed out");
+        }
+        let id = inner.next;
+        inner.next += 1;
+        inner.held.insert(id);
+        let (push, pushed) = oneshot::channel();
+        inner.waiting.insert(id, push);
+        Some((
+            Slot {
+                id,
+                slots: Arc::clone(slots),
+            },
+            pushed,
+        ))
+    }
+}
+
+impl Slot {
+    /// Its request head came: it is answered, no longer pushed out.
+    fn answering(&self) {
+        lock(&self.slots.inner).waiting.remove(&self.id);
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut inner = lock(&self.slots.inner);
+        inner.waiting.remove(&self.id);
+        inner.held.remove(&self.id);
+    }
+}
+
+/// One scraper's connection: one request, all of it within `timeout`, unless a newer
+/// connection pushes it out before its request head came.
 async fn connection(
     stream: TcpStream,
-    _slot: OwnedSemaphorePermit,
+    (slot, pushed_out): (Slot, oneshot::Receiver<()>),
     bounds: Bounds,
     snapshot: Snapshot,
 ) {
     let timeout = bounds.timeout;
+    let slot = Arc::new(slot);
+    let held = Arc::clone(&slot);
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        held.answering();
         let snapshot = Arc::clone(&snapshot);
         async move { Ok::<_, Infallible>(respond(&req, snapshot, bounds.max_clients).await) }
     });
+    // Only a sent signal pushes out; a sender dropped (the head came) does not.
+    let pushed_out = async {
+        if pushed_out.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(false)
         .max_buf_size(HEAD_BYTES)
         .timer(TokioTimer::new())
         .header_read_timeout(timeout)
         .serve_connection(TokioIo::new(stream), service);
-    match tokio::time::timeout(timeout, conn).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::debug!(error = %e, "metrics endpoint: connection failed"),
-        Err(_) => tracing::debug!("metrics endpoint: connection cut after metrics_timeout_ms"),
+    tokio::select! {
+        ended = tokio::time::timeout(timeout, conn) => match ended {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "metrics endpoint: connection failed"),
+            Err(_) => {
+                tracing::debug!("metrics endpoint: connection cut after metrics_timeout_ms")
+            }
+        },
+        () = pushed_out => {}
     }
+    drop(slot);
 }
 
 async fn respond(

@@ -160,11 +160,29 @@ pub fn read_facts_with(python: &Path, paths: &[PathBuf]) -> Result<Vec<DarshanFa
     Ok(facts)
 }
 
+/// The only variable of the helper's environment: `PATH`, the system's directories.
+const HELPER_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
 /// Runs the helper with `python` (its text on stdin, the logs as arguments); its stdout.
+///
+/// Whoever imports may be root, and the logs may lie in a directory anyone can write: the
+/// interpreter runs isolated (`-I`: neither the working directory nor the script's is on
+/// `sys.path`, `PYTHON*` variables and the user's site directory are ignored), in `/`, with an
+/// environment of `PATH` only, so no module planted beside the logs or named by the caller's
+/// environment is imported (decision 0056). The logs are named by absolute paths.
 fn run_helper(python: &Path, paths: &[PathBuf]) -> Result<String> {
+    let mut absolute = Vec::with_capacity(paths.len());
+    for p in paths {
+        absolute.push(
+            std::path::absolute(p).with_context(|| format!("{}: no absolute path", p.display()))?,
+        );
+    }
     let mut child = Command::new(python)
-        .arg("-")
-        .args(paths)
+        .args(["-I", "-"])
+        .args(&absolute)
+        .current_dir("/")
+        .env_clear()
+        .env("PATH", HELPER_PATH)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

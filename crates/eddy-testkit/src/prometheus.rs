@@ -1,6 +1,7 @@
 //! A private Prometheus server for tests (Debian's `prometheus` package, which
-//! `scripts/install-deps.sh` installs): started with a generated configuration that scrapes
-//! the given targets every second, its own storage in a temporary directory and a free port
+//! `scripts/install-deps.sh` installs): started with the configuration the README gives sites
+//! (`honor_labels: false`, targets by file-based service discovery from `eddy status
+//! --prometheus`), scraping every second, its own storage in a temporary directory and a free port
 //! on 127.0.0.1 (never the system service the package may start), asked through its HTTP API
 //! (`/api/v1/query`), and killed when dropped. Missing, the test fails (`require`). Also a
 //! plain HTTP GET for fetching an endpoint directly.
@@ -50,15 +51,23 @@ fn get_with(url: &str, query: &[(&str, &str)]) -> Result<(u16, String), String> 
 }
 
 impl Prometheus {
-    /// Starts a server that scrapes `targets` (`ip:port`, at `/metrics`) every second in
-    /// one scrape job, `eddy`, keeping the targets' own `job` labels (`honor_labels`, as
-    /// the README tells sites to); returns once it is ready.
+    /// Starts a server that scrapes every second, in one scrape job, the target groups of
+    /// each of `groups` (a file-based service discovery file each: what `eddy status
+    /// --prometheus` prints), with `honor_labels: false` as the README tells sites to: the
+    /// groups' labels (`job`) are the scrape's, a target's own become `exported_*`. Returns
+    /// once it is ready.
     #[track_caller]
-    pub fn start(targets: &[String]) -> Prometheus {
+    pub fn start(groups: &[String]) -> Prometheus {
         let bin = require::program("prometheus", "prometheus");
         let dir = tempfile::tempdir().expect("temporary directory");
+        let mut files = Vec::new();
+        for (i, g) in groups.iter().enumerate() {
+            let file = dir.path().join(format!("targets-{i}.json"));
+            std::fs::write(&file, g).expect("write a targets file");
+            files.push(file.display().to_string());
+        }
         let config = dir.path().join("prometheus.yml");
-        std::fs::write(&config, scrape_config(targets)).expect("write prometheus.yml");
+        std::fs::write(&config, scrape_config(&files)).expect("write prometheus.yml");
         let data = dir.path().join("data");
         let log = dir.path().join("prometheus.log");
         let port = free_port();
@@ -169,13 +178,14 @@ impl Drop for Prometheus {
     }
 }
 
-/// The configuration: every target in one job, scraped each second.
-fn scrape_config(targets: &[String]) -> String {
-    let list: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+/// The configuration: the target groups of `files`, in one scrape job, each second; the
+/// groups' labels win over the targets' own (`honor_labels: false`, the README's).
+fn scrape_config(files: &[String]) -> String {
+    let list: Vec<String> = files.iter().map(|t| format!("'{t}'")).collect();
     format!(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-         scrape_configs:\n  - job_name: eddy\n    honor_labels: true\n    static_configs:\n      \
-         - targets: [{}]\n",
+         scrape_configs:\n  - job_name: eddy\n    honor_labels: false\n    file_sd_configs:\n      \
+         - files: [{}]\n        refresh_interval: 1s\n",
         list.join(", ")
     )
 }

@@ -203,7 +203,7 @@ fn nodes_caps_the_servers_and_the_comment_is_one_bounded_line() {
         (a.rule.as_str(), a.hosts.clone()),
         ("scaled", vec!["io1".to_string(), "io2".to_string()])
     );
-    d.reasons = vec!["x".repeat(1000)];
+    d.reasons = vec![format!("scaling: {}", "x".repeat(1000))];
     let long = comment(&d, &pool);
     assert!(
         long.len() <= COMMENT_MAX && long.ends_with("..."),
@@ -410,4 +410,38 @@ fn the_neighbours_daemons_are_asked_together_and_each_answers_for_itself() {
         lives[2].as_ref().unwrap_err(),
         "its daemons are not started yet"
     );
+}
+
+/// The Comment, which other users may read (`PrivateData=jobs` or not), says the job's own
+/// rule, servers and rule line, never a line naming a neighbour or another job's history run,
+/// and comes after the user's own comment.
+#[test]
+fn the_comment_names_no_other_job_and_keeps_the_users() {
+    let pool: Pool =
+        toml::from_str("nodes = [\"io1\", \"io2\"]\nroot = \"/n/{job}\"\ncapacity = \"1T\"\n")
+            .unwrap();
+    let d = Decision {
+        servers: vec![1],
+        rule: eddy_alloc::Rule::Isolated,
+        reasons: vec![
+            "job 4242 (theirs) on io1: its daemons could not be asked".into(),
+            "history: run slurm:4141@1700000000 (start 1700000000)".into(),
+            "server 0: neighbour 4242 would disturb it (live: bandwidth)".into(),
+            "nodes=1: the job's directive allows at most 1 server(s); 1 decided".into(),
+        ],
+        refused_at: None,
+        excluded: Vec::new(),
+    };
+    let c = comment(&d, &pool);
+    assert_eq!(c, "eddy alloc: isolated 1 server(s) io2");
+    assert!(!c.contains("4242") && !c.contains("4141"), "{c}");
+
+    let note = "eddy alloc: default 1 server(s) io1: no history of app";
+    assert_eq!(with_note("(null)\n", note).as_deref(), Some(note));
+    assert_eq!(with_note("", note).as_deref(), Some(note));
+    assert_eq!(
+        with_note("my run 7\n", note).as_deref(),
+        Some("my run 7 | eddy alloc: default 1 server(s) io1: no history of app")
+    );
+    assert_eq!(with_note(&format!("my run 7 | {note}\n"), note), None);
 }

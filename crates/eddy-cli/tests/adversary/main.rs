@@ -10,5 +10,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod descriptors;
+mod inputs;
 mod pool;
 mod walltime;

@@ -45,8 +45,18 @@ fn daemon_hosts(site: &Site, job: u32) -> Vec<String> {
         .collect()
 }
 
-/// The job's Comment, as Slurm keeps it (one field: `squeue -o %k`).
+/// Eddy's note in the job's Comment, as Slurm keeps it (one field: `squeue -o %k`): after the
+/// comment the job's user gave it (`run_to_completion`'s), which stays (decision 0056).
 fn comment(cluster: &eddy_testkit::slurm::SlurmCluster, job: u32) -> String {
+    let whole = whole_comment(cluster, job);
+    let (own, note) = whole
+        .split_once(" | ")
+        .unwrap_or_else(|| panic!("the user's comment is gone: {whole:?}"));
+    assert!(own.starts_with("x NodeList=forged"), "{whole:?}");
+    note.to_string()
+}
+
+fn whole_comment(cluster: &eddy_testkit::slurm::SlurmCluster, job: u32) -> String {
     let out = cluster
         .command("squeue")
         .args(["-h", "-t", "all", "-j", &job.to_string(), "-o", "%k"])
