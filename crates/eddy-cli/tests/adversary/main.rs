@@ -8,3 +8,5 @@
 
 // Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
 #![allow(clippy::unwrap_used)]
+
+mod planted;
