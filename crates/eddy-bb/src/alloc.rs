@@ -271,6 +271,7 @@ fn neighbours(
     db: &mut Option<HistoryDb>,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Neighbour>> {
+    // privileged-path: the site's state_dir (root's settings; trusted_dir checks it at setup)
     let entries = match std::fs::read_dir(&site.state_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -443,6 +444,7 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
 fn screen(site: &Site, pool: &Pool, servers: &mut [Server], notes: &mut Vec<String>) {
     let ratio = site.alloc.anomaly_ratio;
     let mut health = Vec::new();
+    // privileged-path: the site's inventory database, named by root's settings
     if let Some(db) = site.inventory.as_deref().filter(|db| db.exists()) {
         match eddy_sysmap::health::latest(db, &[]) {
             Ok(rows) => health = rows,

@@ -136,6 +136,7 @@ impl<'a> Predictions<'a> {
             } else {
                 let path = PathBuf::from(&self.w.source);
                 if path.extension().is_some_and(|e| e == "swf") {
+                    // privileged-path: the trace file the site's [walltime] names (root's settings)
                     let text = std::fs::read_to_string(&path)
                         .with_context(|| format!("reading {}", path.display()))?;
                     eddy_walltime::swf::parse(&text)?
@@ -438,6 +439,7 @@ pub fn record_predicted_end(
 fn note(jd: &JobDir, say: Say, line: &str) {
     say.out(line);
     let path = jd.dir.join(LOG);
+    // privileged-path: walltime.log in the job directory, root's 0711
     let mut text = std::fs::read_to_string(&path).unwrap_or_default();
     text.push_str(&format!("{} {line}\n", now()));
     if let Err(e) = jd.write_private(LOG, text.as_bytes()) {
@@ -520,6 +522,7 @@ pub fn stop_early_writeback(jd: &JobDir, rec: &JobRecord, say: Say) {
     if eddy_deploy::procs::is_running(&p) {
         eddy_deploy::procs::terminate(&[p], Duration::from_secs(10));
     }
+    // privileged-path: the write-back log in the job directory, root's 0711
     let text = std::fs::read_to_string(jd.dir.join(WRITEBACK_LOG)).unwrap_or_default();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     for line in &lines[lines.len().saturating_sub(2)..] {

@@ -222,6 +222,7 @@ fn below_mount_resolved(abs: &Path, mounts: &[PathBuf]) -> Result<Option<String>
     let mut prefix = PathBuf::new();
     for (i, c) in comps.iter().enumerate() {
         prefix.push(c);
+        // privileged-path: the paths the caller names on its own command line (eddy bb: the job's, resolved as the user first)
         let Ok(real) = std::fs::canonicalize(&prefix) else {
             return Ok(None);
         };
