@@ -235,8 +235,9 @@ pub fn data_out(site: &Site, job: u32, say: Say) -> Result<()> {
     if rec.request.links.is_empty() || !jd.state().has_deployment() {
         return Ok(());
     }
-    let paths: Vec<PathBuf> = rec.request.stage_out.iter().map(PathBuf::from).collect();
-    let report = eddy_deploy::stage::stage_out(&jd.state(), &paths, false)?;
+    // Namespace paths as the job wrote them: nothing of this host is resolved for them.
+    let report =
+        eddy_deploy::stage::stage_out_namespace(&jd.state(), &rec.request.stage_out, false)?;
     for line in report.lines("staged out", "nothing to stage out: no dirty data") {
         say.out(&line);
     }
@@ -658,16 +659,17 @@ fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<Config> {
 /// The stage_in trees, pinned or not, through the deployment.
 fn stage_in(jd: &JobDir, req: &JobRequest, say: Say) -> Result<()> {
     for pin in [false, true] {
-        let paths: Vec<PathBuf> = req
+        let paths: Vec<String> = req
             .stage_in
             .iter()
             .filter(|s| s.pin == pin)
-            .map(|s| PathBuf::from(&s.path))
+            .map(|s| s.path.clone())
             .collect();
         if paths.is_empty() {
             continue;
         }
-        let report = eddy_deploy::stage::stage_in(&jd.state(), &paths, pin)?;
+        // Namespace paths as the job wrote them: nothing of this host is resolved for them.
+        let report = eddy_deploy::stage::stage_in_namespace(&jd.state(), &paths, pin)?;
         for line in report.lines("staged in", "no files to stage in") {
             say.out(&line);
         }

@@ -777,3 +777,60 @@ fn descriptors_of_root_files_sent_on_eddyd_fd_are_never_used_by_root() {
     local_case(Plant::Descriptors);
     bb_case(Plant::Descriptors, 76);
 }
+
+/// A job's `stage_out` line names a host path through a link of the user's (here into the
+/// job's own mount): root took it for a path on this host and resolved it, following the
+/// user's links (and would hang in a mount of the user's that never answers). It is a
+/// namespace path, taken as written.
+#[test]
+fn stage_paths_of_a_job_are_never_resolved_on_the_host_by_root() {
+    require::fuse();
+    require::switch_user();
+    let site = Site::new("", "capacity = \"1GiB\"");
+    let job = 77;
+    let mnt = site.path(&format!("mnt/{job}"));
+    let w = World::new("bb/stage-path", Some(site.path("pfs/run")));
+    // The user's link, made before the job: it leads into the job's mount.
+    let link = w.attacker.join("into-the-mount");
+    let made = eddy_testkit::sh_as_user(
+        NOBODY,
+        &format!("ln -s {} {}", mnt.display(), link.display()),
+    );
+    assert!(made.status.success(), "{made:?}");
+    let backend = site.path("pfs/run");
+    // A second linked prefix named as the host path of the link, so that the stage_out line
+    // lies under a linked prefix, as the directives want.
+    let other = w.attacker.join("other-backend");
+    let made = eddy_testkit::sh_as_user(NOBODY, &format!("mkdir {}", other.display()));
+    assert!(made.status.success(), "{made:?}");
+    let script = site.script(&[
+        "capacity=64M pool=io",
+        &format!("link /d={}", backend.display()),
+        &format!("link {}={}", link.display(), other.display()),
+        &format!("stage_out {}/d/out.dat", link.display()),
+    ]);
+    let job_s = job.to_string();
+    site.bb_ok(&[
+        "setup",
+        &job_s,
+        "65534",
+        "65534",
+        "io",
+        "67108864",
+        s(&script),
+    ]);
+    let state = site.path(&format!("jobs/{job}/state"));
+    site.bb_ok(&["node-mount", s(&state), s(&mnt)]);
+    let wrote =
+        eddy_testkit::sh_as_user(NOBODY, &format!("echo dirty > {}/d/out.dat", mnt.display()));
+    assert!(wrote.status.success(), "{wrote:?}");
+    site.bb_ok(&["post-run", &job_s, s(&script)]);
+    let (_, out, err) = site.bb(&["data-out", &job_s, s(&script)]);
+    site.bb_ok(&["teardown", &job_s, s(&script), "false"]);
+    assert!(
+        !backend.join("out.dat").exists() && !out.contains("/d/out.dat"),
+        "root resolved the job's stage_out path through the user's link {} into the \
+         namespace and staged /d/out.dat out:\n{out}\n{err}",
+        link.display()
+    );
+}
