@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build demo demo-slurm test fuzz crash-cycles bench bench-tier lint clean
+.PHONY: deps build demo demo-slurm test fuzz crash-cycles bench bench-tier lint lint-privileged clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -26,7 +26,7 @@ demo-slurm: build
 ## One test at a time in each binary: an integration test brings a whole deployment (three or
 ## more daemons, FUSE mounts, Slurm, GlusterFS), and two of them at once on a 2-core machine
 ## starve each other's deadlines.
-test: deps
+test: deps lint-privileged
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=1
@@ -56,7 +56,14 @@ bench-tier: build
 	$(RELEASE)/eddy bench tier --backend $(GLUSTER_BENCH_DIR)/mnt --json docs/bench-tier-gluster.json; \
 	  rc=$$?; bash scripts/gluster-volume.sh down $(GLUSTER_BENCH_DIR); exit $$rc
 
-lint:
+## The privileged-path lint: every path-based file call in the code that runs as root or
+## SlurmUser (scripts/privileged-files.txt) goes through a directory descriptor, runs as the
+## job's user, or says on its line why a job's user cannot redirect it. No build needed.
+lint-privileged:
+	python3 scripts/lint-privileged.py --self-test
+	python3 scripts/lint-privileged.py
+
+lint: lint-privileged
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 

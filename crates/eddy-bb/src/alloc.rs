@@ -310,6 +310,7 @@ fn history_of(
 /// The other pool jobs set up now (records under `state_dir` with daemons or a decision), each
 /// with the hosts of its servers: root's records alone, no other I/O.
 fn pool_jobs(site: &Site, pool: &Pool, job: u32) -> Result<Vec<(JobDir, JobRecord, Vec<String>)>> {
+    // privileged-path: the site's state_dir (root's settings; trusted_dir checks it at setup)
     let entries = match std::fs::read_dir(&site.state_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -617,6 +618,7 @@ fn screen(
 ) -> Vec<eddy_sysmap::health::Health> {
     let ratio = site.alloc.anomaly_ratio;
     let mut health = Vec::new();
+    // privileged-path: the site's inventory database, named by root's settings
     if let Some(db) = site.inventory.as_deref().filter(|db| db.exists()) {
         match eddy_sysmap::health::latest(db, &[]) {
             Ok(rows) => health = rows,

@@ -111,6 +111,7 @@ pub fn resolve_paths_here(paths: &[PathBuf]) -> Result<Vec<String>> {
     paths
         .iter()
         .map(|p| {
+            // privileged-path: as the job's user: `eddy bb resolve-paths` runs in a child that took the user's ids
             let seen = match std::fs::canonicalize(p) {
                 Ok(c) => Seen::Resolved(c),
                 Err(e) => Seen::Unreachable(e.to_string()),
@@ -137,6 +138,7 @@ pub fn tree_bytes_here(paths: &[PathBuf]) -> Result<Vec<String>> {
 /// A file's size, or the regular files' sizes summed over a tree (links followed at the top
 /// only, as the stage-in does).
 fn bytes_of(path: &std::path::Path) -> std::io::Result<u64> {
+    // privileged-path: as the job's user: `eddy bb resolve-paths --bytes` runs in a child that took the user's ids
     let meta = std::fs::metadata(path)?;
     if !meta.is_dir() {
         return Ok(if meta.is_file() { meta.len() } else { 0 });
@@ -144,6 +146,7 @@ fn bytes_of(path: &std::path::Path) -> std::io::Result<u64> {
     let mut total = 0u64;
     let mut dirs = vec![path.to_path_buf()];
     while let Some(dir) = dirs.pop() {
+        // privileged-path: as the job's user (the resolve-paths child)
         for entry in std::fs::read_dir(&dir)? {
             let entry = entry?;
             let meta = entry.metadata()?;

@@ -100,6 +100,7 @@ impl JobDir {
     }
 
     pub fn exists(&self) -> bool {
+        // privileged-path: job.toml in the job directory, root's 0711 under the trusted state_dir (JobDir::create)
         self.record_path().exists()
     }
 
@@ -126,6 +127,7 @@ impl JobDir {
 
     pub fn load(&self) -> Result<JobRecord> {
         let path = self.record_path();
+        // privileged-path: job.toml in the job directory, root's 0711 under the trusted state_dir (JobDir::create)
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read the job record {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("job record {} is damaged", path.display()))
@@ -150,6 +152,7 @@ impl JobDir {
     pub fn publish_deployment(&self, uid: u32, gid: u32) -> Result<()> {
         let from = self.state().deployment_path();
         let data =
+            // privileged-path: the deployment file in root's 0700 state directory of the job
             std::fs::read(&from).with_context(|| format!("cannot read {}", from.display()))?;
         let user = DirFd::open(&self.user_dir())?;
         let owner = user.stat()?.st_uid;
@@ -164,6 +167,7 @@ impl JobDir {
 
     /// Removes the whole directory (idempotent).
     pub fn remove(&self) -> Result<()> {
+        // privileged-path: the job directory is root's; remove_dir_all unlinks links inside, never follows them
         match std::fs::remove_dir_all(&self.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("cannot remove {}", self.dir.display()))

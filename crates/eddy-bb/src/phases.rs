@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn read_request(site: &Site, script: &Path) -> Result<JobRequest> {
+    // privileged-path: the job script Slurm passes, in slurmctld's own state directory
     let text = std::fs::read_to_string(script)
         .with_context(|| format!("cannot read the job script {}", script.display()))?;
     directives::parse(&text, &site.directive).map_err(|e| anyhow!(e))
@@ -48,6 +49,7 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
     let r = site.resolve(&req)?;
     let jd = JobDir::new(site, job);
     jd.create(uid, gid)?;
+    // privileged-path: job.toml in the job directory, root's 0711 under the trusted state_dir
     let mut rec = if jd.exists() {
         let rec = jd.load()?;
         // Slurm's job ids start again when its state is cleared: a record of another job
@@ -74,6 +76,7 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
             pool_nodes: r.pool_nodes,
             daemons: Vec::new(),
             mounted: Vec::new(),
+            // privileged-path: the job script Slurm passes, in slurmctld's own state directory
             script_hash: std::fs::read(script)
                 .ok()
                 .map(|text| eddy_config::JobInfo::script_hash(&text)),
@@ -96,6 +99,7 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
         if rec.decision.is_none() {
             crate::alloc::check_user_limit(site, pool, &rec)?;
             let gathered = crate::alloc::gather_for(site, pool, &mut rec)?;
+            // privileged-path: the site's state_dir, checked by trusted_dir (JobDir::create) just before
             let all = std::fs::File::open(&site.state_dir)
                 .with_context(|| format!("cannot open {}", site.state_dir.display()))?;
             lock_exclusive(&all, &site.state_dir)?;
@@ -173,6 +177,7 @@ pub fn paths(site: &Site, job: u32, path_file: &Path) -> Result<()> {
         jd.user_dir().display(),
         jd.dir.display()
     );
+    // privileged-path: the path file slurmctld names, in its own state directory
     std::fs::write(path_file, text)
         .with_context(|| format!("cannot write the path file {}", path_file.display()))
 }
@@ -236,8 +241,9 @@ pub fn data_out(site: &Site, job: u32, say: Say) -> Result<()> {
     if rec.request.links.is_empty() || !jd.state().has_deployment() {
         return Ok(());
     }
-    let paths: Vec<PathBuf> = rec.request.stage_out.iter().map(PathBuf::from).collect();
-    let report = eddy_deploy::stage::stage_out(&jd.state(), &paths, false)?;
+    // Namespace paths as the job wrote them: nothing of this host is resolved for them.
+    let report =
+        eddy_deploy::stage::stage_out_namespace(&jd.state(), &rec.request.stage_out, false)?;
     for line in report.lines("staged out", "nothing to stage out: no dirty data") {
         say.out(&line);
     }
@@ -260,6 +266,7 @@ pub fn teardown_detached(
     say: Say,
 ) -> Result<()> {
     let jd = JobDir::new(site, job);
+    // privileged-path: the job directory, root's 0711 under the trusted state_dir
     if !jd.dir.exists() {
         return Ok(());
     }
@@ -277,11 +284,13 @@ pub fn teardown_detached(
     let log = jd.dir.join(format!("teardown-{}.log", std::process::id()));
     let mut child = eddy_deploy::procs::spawn_detached(&exe, &args, &log)?;
     let mut words =
+        // privileged-path: the teardown log spawn_detached made in the job directory, root's 0711
         std::fs::File::open(&log).with_context(|| format!("cannot read {}", log.display()))?;
     let status = child.wait().context("waiting for the teardown")?;
     let mut out = String::new();
     std::io::Read::read_to_string(&mut words, &mut out)
         .with_context(|| format!("cannot read {}", log.display()))?;
+    // privileged-path: the teardown log in the job directory, root's 0711
     let _ = std::fs::remove_file(&log);
     for line in out.lines() {
         say.out(line);
@@ -300,10 +309,12 @@ pub fn teardown_detached(
 /// The teardown itself, one at a time per job (under the lock of its directory).
 pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
+    // privileged-path: the job directory, root's 0711 under the trusted state_dir
     let Ok(dir) = std::fs::File::open(&jd.dir) else {
         return Ok(()); // gone: done before
     };
     lock_exclusive(&dir, &jd.dir)?;
+    // privileged-path: the job directory, root's 0711 under the trusted state_dir
     if !jd.dir.exists() {
         return Ok(()); // done by the teardown this one waited for
     }
@@ -372,6 +383,7 @@ pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
 
 /// `scontrol show bbstat`: one line per job with a burst buffer.
 pub fn status(site: &Site, say: Say) -> Result<()> {
+    // privileged-path: the site's state_dir (root's settings)
     let mut jobs: Vec<u32> = match std::fs::read_dir(&site.state_dir) {
         Ok(entries) => entries
             .flatten()
@@ -462,6 +474,7 @@ fn make_mount_point(parent: &DirFd, name: &str) -> Result<()> {
 /// still serves `root` (if given) and removes it. Idempotent.
 pub fn node_clean(mount: Option<&Path>, root: Option<&Path>, say: Say) -> Result<()> {
     if let Some(mount) = mount {
+        // privileged-path: the site's mount point, in a parent trusted_mount_parent checked at node-mount
         if mount.exists() {
             let _held = MountLock::take(mount)?;
             if eddy_deploy::mounts::is_fuse_mounted(mount)? {
@@ -470,6 +483,7 @@ pub fn node_clean(mount: Option<&Path>, root: Option<&Path>, say: Say) -> Result
                     .with_context(|| format!("cannot unmount {}", mount.display()))?;
             }
             // Only an empty directory goes; a busy or non-empty one stays.
+            // privileged-path: the site's mount point; rmdir removes an empty directory only, never follows a link
             let _ = std::fs::remove_dir(mount);
         }
     }
@@ -480,6 +494,7 @@ pub fn node_clean(mount: Option<&Path>, root: Option<&Path>, say: Say) -> Result
                 "eddy: stopped {p}, still serving after the deployment stopped"
             ));
         }
+        // privileged-path: the daemon root's parents are the site's node_root/pool root (eddyd's rootdir walk checks them); remove_dir_all unlinks links, never follows them
         match std::fs::remove_dir_all(root) {
             // Never made (a start that failed early): nothing to remove.
             Err(e)
@@ -508,6 +523,7 @@ impl MountLock {
         let parent = mount
             .parent()
             .with_context(|| format!("mount point {} has no parent", mount.display()))?;
+        // privileged-path: the mount point's parent, root's (trusted_mount_parent)
         let dir = std::fs::File::open(parent)
             .with_context(|| format!("cannot open {}", parent.display()))?;
         lock_exclusive(&dir, parent)?;
@@ -664,16 +680,17 @@ fn per_job_metrics(site: Option<&str>) -> Result<Option<String>> {
 /// The stage_in trees, pinned or not, through the deployment.
 fn stage_in(jd: &JobDir, req: &JobRequest, say: Say) -> Result<()> {
     for pin in [false, true] {
-        let paths: Vec<PathBuf> = req
+        let paths: Vec<String> = req
             .stage_in
             .iter()
             .filter(|s| s.pin == pin)
-            .map(|s| PathBuf::from(&s.path))
+            .map(|s| s.path.clone())
             .collect();
         if paths.is_empty() {
             continue;
         }
-        let report = eddy_deploy::stage::stage_in(&jd.state(), &paths, pin)?;
+        // Namespace paths as the job wrote them: nothing of this host is resolved for them.
+        let report = eddy_deploy::stage::stage_in_namespace(&jd.state(), &paths, pin)?;
         for line in report.lines("staged in", "no files to stage in") {
             say.out(&line);
         }
@@ -739,6 +756,7 @@ fn resolved_links(site: &Site, rec: &JobRecord) -> Result<Vec<eddy_config::Link>
     let roots: Vec<PathBuf> = site
         .backend_roots
         .iter()
+        // privileged-path: the site's backend_roots (root's settings), resolved as the site wrote them
         .map(|r| std::fs::canonicalize(r).unwrap_or_else(|_| r.clone()))
         .collect();
     rec.request

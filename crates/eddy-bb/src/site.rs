@@ -296,6 +296,7 @@ impl Site {
             Some(p) => (p.to_path_buf(), true),
             None => (PathBuf::from(DEFAULT_SITE), false),
         };
+        // privileged-path: the site settings, root's (/etc/eddy/bb.toml or --site, taken before the phase only)
         let site: Site = match std::fs::read_to_string(&path) {
             Ok(text) => toml::from_str(&text)
                 .with_context(|| format!("site settings {} are not valid", path.display()))?,

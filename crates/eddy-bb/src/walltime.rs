@@ -225,6 +225,7 @@ impl<'a> Predictions<'a> {
             if self.file.is_none() {
                 let path = PathBuf::from(&self.w.source);
                 let jobs = if path.extension().is_some_and(|e| e == "swf") {
+                    // privileged-path: the trace file the site's [walltime] names (root's settings)
                     let text = std::fs::read_to_string(&path)
                         .with_context(|| format!("reading {}", path.display()))?;
                     eddy_walltime::swf::parse(&text)?
@@ -347,6 +348,7 @@ impl SharedLock {
         let dir = eddy_deploy::secure::trusted_dir(state_dir)?
             .child_dir(SHARED_DIR, 0o700, me, my_group)?;
         let path = dir.path().join(SHARED_LOCK);
+        // privileged-path: in <state_dir>/walltime, root's 0700 (trusted_dir + child_dir refuse links), O_NOFOLLOW
         let lock = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -379,6 +381,7 @@ impl SharedLock {
 
     /// The snapshot (empty when there is none or it does not read).
     fn load(&self) -> Shared {
+        // privileged-path: in <state_dir>/walltime, root's 0700 directory checked by trusted_dir + child_dir
         std::fs::read_to_string(self.dir.path().join(SHARED_FILE))
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok())
@@ -761,6 +764,7 @@ pub fn record_predicted_end(
 fn note(jd: &JobDir, say: Say, line: &str) {
     say.out(line);
     let path = jd.dir.join(LOG);
+    // privileged-path: walltime.log in the job directory, root's 0711
     let mut text = std::fs::read_to_string(&path).unwrap_or_default();
     text.push_str(&format!("{} {line}\n", now()));
     if let Err(e) = jd.write_private(LOG, text.as_bytes()) {
@@ -843,6 +847,7 @@ pub fn stop_early_writeback(jd: &JobDir, rec: &JobRecord, say: Say) {
     if eddy_deploy::procs::is_running(&p) {
         eddy_deploy::procs::terminate(&[p], Duration::from_secs(10));
     }
+    // privileged-path: the write-back log in the job directory, root's 0711
     let text = std::fs::read_to_string(jd.dir.join(WRITEBACK_LOG)).unwrap_or_default();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     for line in &lines[lines.len().saturating_sub(2)..] {

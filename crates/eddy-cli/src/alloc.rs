@@ -94,6 +94,7 @@ impl PolicyArgs {
         let Some(path) = &self.policy else {
             return Ok(Policy::default());
         };
+        // privileged-path: a file the caller names on its own command line
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the policy file {}", path.display()))?;
         Policy::from_toml(&text).map_err(|e| anyhow!("fix the policy file {}: {e}", path.display()))
@@ -125,6 +126,7 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
 }
 
 fn read_pool(path: &Path) -> Result<Vec<Server>> {
+    // privileged-path: a file the caller names on its own command line
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the pool file {}", path.display()))?;
     let pool: Vec<Server> = serde_json::from_str(&text).with_context(|| {
@@ -238,6 +240,7 @@ pub fn alloc(args: AllocArgs) -> Result<()> {
             }
             let (profiles, source): (Vec<JobProfile>, String) = match &from {
                 Some(path) => {
+                    // privileged-path: a file the caller names on its own command line
                     let text = std::fs::read_to_string(path)
                         .with_context(|| format!("cannot read {}", path.display()))?;
                     let p = serde_json::from_str(&text).with_context(|| {

@@ -11,6 +11,7 @@ pub fn debug(cmd: DebugCommand) -> Result<()> {
     match cmd {
         DebugCommand::Put { state, local, path } => {
             let dep = StateDir::from_arg(state.state.as_deref())?.load_deployment()?;
+            // privileged-path: a file the caller names on its own command line
             let data = std::fs::read(&local)
                 .with_context(|| format!("cannot read {}", local.display()))?;
             eddy_deploy::runtime()?.block_on(put(dep, &path, &data))?;
@@ -90,5 +91,6 @@ fn piece_len(client: &Client) -> usize {
 }
 
 fn write_local(local: &Path, data: &[u8]) -> Result<()> {
+    // privileged-path: a file the caller names on its own command line
     std::fs::write(local, data).with_context(|| format!("cannot write {}", local.display()))
 }

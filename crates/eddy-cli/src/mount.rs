@@ -46,6 +46,7 @@ pub fn allow_other(allow_other: bool, owner_only: bool) -> Result<bool> {
     if !allow_other {
         return Ok(root);
     }
+    // privileged-path: /etc/fuse.conf, root's
     if !root && !user_allow_other(&std::fs::read_to_string(FUSE_CONF).unwrap_or_default()) {
         bail!(
             "--allow-other: a user other than root may open a mount to other users only if \
@@ -114,6 +115,7 @@ async fn unmount_on_signal(target: std::path::PathBuf) {
 
 pub fn umount(args: UmountArgs) -> Result<()> {
     let target =
+        // privileged-path: the mount point the caller names on its own command line
         std::fs::canonicalize(&args.mountpoint).unwrap_or_else(|_| absolute(&args.mountpoint));
     if !is_fuse_mounted(&target)? {
         bail!("{} is not a FUSE mount point", target.display());

@@ -27,6 +27,7 @@ pub fn start(args: StartArgs) -> Result<()> {
         .unwrap_or_else(|| "eddy".to_string());
     let mut job = eddy_config::JobInfo::from_env();
     if let Some(script) = &args.script {
+        // privileged-path: the job script the caller names on its own command line
         let text = std::fs::read(script)
             .with_context(|| format!("cannot read the job script {}", script.display()))?;
         job.script_hash = Some(eddy_config::JobInfo::script_hash(&text));

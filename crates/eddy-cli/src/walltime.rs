@@ -116,6 +116,7 @@ fn read(path: &Path, format: &str) -> Result<Vec<Job>> {
         return eddy_walltime::job::read_json(path);
     }
     let text =
+        // privileged-path: a trace the caller names on its own command line
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     match format {
         "swf" => swf::parse(&text),

@@ -168,6 +168,7 @@ pub fn write_private(path: &Path, data: &[u8]) -> Result<(), ConfigError> {
         path: tmp.clone(),
         source,
     };
+    // privileged-path: create_new (O_EXCL: a planted link fails) of a fresh random name in the caller's state directory
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -179,12 +180,14 @@ pub fn write_private(path: &Path, data: &[u8]) -> Result<(), ConfigError> {
         .and_then(|()| f.sync_all())
         .map_err(werr)
         .and_then(|()| {
+            // privileged-path: rename replaces the name, never follows a link; in the caller's state directory
             std::fs::rename(&tmp, path).map_err(|source| ConfigError::Write {
                 path: path.to_owned(),
                 source,
             })
         });
     if written.is_err() {
+        // privileged-path: unlink of the fresh temporary name in the caller's state directory
         let _ = std::fs::remove_file(&tmp);
     }
     written

@@ -883,6 +883,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 }
 
 pub(crate) fn read(path: &Path) -> Result<String, ConfigError> {
+    // privileged-path: a configuration file the caller names (--config, the state's config.toml)
     std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,

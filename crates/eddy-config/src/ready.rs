@@ -31,15 +31,54 @@ pub fn ready_path(root: &Path) -> PathBuf {
     root.join(READY_FILE)
 }
 
-/// Reads the ready file of a root; `None` if there is none (yet).
+/// The largest ready file read (a few hundred bytes are written).
+pub const MAX_READY_BYTES: u64 = 64 * 1024;
+
+/// Reads the ready file of a root; `None` if there is none (yet). The root is the daemon's
+/// user's, and root reads it (`eddy start`, `eddy replace`): the file is opened without
+/// following a link and without blocking (a link, FIFO or socket planted there is an error,
+/// never followed or waited on), must be a regular file, and is read up to
+/// `MAX_READY_BYTES`.
 pub fn read_ready(root: &Path) -> std::io::Result<Option<ReadyInfo>> {
-    match std::fs::read(ready_path(root)) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = ready_path(root);
+    // privileged-path: the ready file is opened O_NOFOLLOW|O_NONBLOCK and checked to be a regular file on its descriptor; the root above it is root's record
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(&path);
+    let file = match file {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                format!("{} is a symbolic link: refused", path.display()),
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("{} is not a regular file: refused", path.display()),
+        ));
     }
+    let mut bytes = Vec::new();
+    file.take(MAX_READY_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_READY_BYTES {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!(
+                "{} is larger than {MAX_READY_BYTES} bytes: refused",
+                path.display()
+            ),
+        ));
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
 }
 
 /// Writes the ready file atomically (temp file + rename), readable by the daemon's user only.
@@ -49,13 +88,16 @@ pub fn write_ready(root: &Path, info: &ReadyInfo) -> std::io::Result<()> {
     let path = ready_path(root);
     let tmp = path.with_extension("ready.tmp");
     let json = serde_json::to_vec(info).map_err(std::io::Error::other)?;
+    // privileged-path: as the daemon's user: write_ready runs in eddyd after become_user
     let _ = std::fs::remove_file(&tmp);
+    // privileged-path: as the daemon's user: write_ready runs in eddyd after become_user
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(&tmp)?
         .write_all(&json)?;
+    // privileged-path: as the daemon's user: write_ready runs in eddyd after become_user
     std::fs::rename(&tmp, &path)
 }
 
@@ -84,8 +126,62 @@ pub fn parse_announcement(output: &str) -> Option<Result<ReadyInfo, serde_json::
 
 /// Removes the ready file; a missing one is fine.
 pub fn remove_ready(root: &Path) -> std::io::Result<()> {
+    // privileged-path: unlink removes the name itself, never follows a link
     match std::fs::remove_file(ready_path(root)) {
         Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `read_ready` on a root where `plant` made the ready file, within a bound: a FIFO
+    /// must not be waited on.
+    fn read_planted(plant: impl FnOnce(&Path)) -> std::io::Result<Option<ReadyInfo>> {
+        let dir = tempfile::tempdir().unwrap();
+        plant(&ready_path(dir.path()));
+        let root = dir.path().to_owned();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_ready(&root));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("read_ready waited on what was planted");
+        drop(dir);
+        got
+    }
+
+    #[test]
+    fn planted_ready_files_are_refused_never_followed_or_waited_on() {
+        let info = ReadyInfo {
+            id: 1,
+            pid: 2,
+            addr: "127.0.0.1:1".into(),
+            socket: None,
+            host: "h".into(),
+            metrics: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_ready(dir.path(), &info).unwrap();
+        assert_eq!(read_ready(dir.path()).unwrap(), Some(info.clone()));
+        assert_eq!(read_planted(|_| {}).unwrap(), None);
+        // A link to a good ready file elsewhere is refused all the same.
+        let good = ready_path(dir.path());
+        let e = read_planted(|p| std::os::unix::fs::symlink(&good, p).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        let e = read_planted(|p| {
+            let made = std::process::Command::new("mkfifo")
+                .arg(p)
+                .status()
+                .unwrap();
+            assert!(made.success());
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let e = read_planted(|p| std::fs::write(p, vec![b' '; 1 << 20]).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
     }
 }

@@ -215,6 +215,7 @@ fn overlay_config(base: &Config, path: &Path) -> Result<Config, DaemonError> {
         path: path.to_owned(),
         message,
     };
+    // privileged-path: --config, named by root's launcher: the state directory's config.toml (root's, 0600)
     let text = std::fs::read_to_string(path).map_err(|source| eddy_config::ConfigError::Read {
         path: path.to_owned(),
         source,
@@ -235,6 +236,7 @@ fn resolve_secret(
     deployment: Option<&Deployment>,
 ) -> Result<Vec<u8>, DaemonError> {
     let (source_name, hex_text) = if let Some(path) = &args.secret_file {
+        // privileged-path: --secret-file, named by root's launcher in root's state directory
         let text = std::fs::read_to_string(path).map_err(|e| DaemonError::Secret {
             source_name: path.display().to_string(),
             message: format!("cannot read it: {e}"),

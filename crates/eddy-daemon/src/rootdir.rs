@@ -90,6 +90,7 @@ fn split(path: &Path) -> VecDeque<OsString> {
 /// Opens the directory `dir` (absolute) by walking it from `/` under the rules above.
 fn walk(dir: &Path, owner: &RootOwner) -> Result<OwnedFd, String> {
     let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    // privileged-path: the walk's start, `/` itself
     let top = openat(AT_FDCWD, "/", flags, Mode::empty()).map_err(|e| format!("/: {e}"))?;
     let top_st = fstat(&top).map_err(|e| format!("/: {e}"))?;
     check_above(Path::new("/"), &top_st, owner)?;
@@ -325,10 +326,12 @@ pub fn prepare_own(root: &Path, secret: &[u8]) -> Result<(), DaemonError> {
 /// when it existed with a looser mode.
 pub fn private_dir(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    // privileged-path: as the daemon's user: private_dir is called after become_user (store, chunks, stats)
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(path)?;
+    // privileged-path: as the daemon's user (see private_dir)
     let meta = std::fs::symlink_metadata(path)?;
     if !meta.is_dir() {
         return Err(std::io::Error::new(
@@ -337,6 +340,7 @@ pub fn private_dir(path: &Path) -> std::io::Result<()> {
         ));
     }
     if meta.permissions().mode() & 0o7777 != 0o700 {
+        // privileged-path: as the daemon's user (see private_dir)
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
     }
     Ok(())

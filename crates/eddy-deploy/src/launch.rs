@@ -126,6 +126,7 @@ pub fn parse_hosts(text: &str) -> Result<Vec<HostLine>> {
 }
 
 pub fn read_hosts_file(file: &Path) -> Result<Vec<HostLine>> {
+    // privileged-path: the hosts file the caller names on its own command line
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("cannot read the hosts file {}", file.display()))?;
     parse_hosts(&text).with_context(|| format!("hosts file {} is not valid", file.display()))

@@ -13,6 +13,7 @@ pub const LOG_TAIL_LINES: usize = 20;
 
 /// The mount points of FUSE file systems, from /proc/self/mountinfo.
 pub fn fuse_mounts() -> Result<Vec<PathBuf>> {
+    // privileged-path: the kernel's mount table
     let text = std::fs::read_to_string("/proc/self/mountinfo")
         .context("cannot read /proc/self/mountinfo")?;
     Ok(text.lines().filter_map(parse_fuse_line).collect())
@@ -59,12 +60,14 @@ pub fn is_fuse_mounted(mnt: &Path) -> Result<bool> {
 
 /// The canonical path of an existing directory to mount on, or a clear error.
 pub fn mount_target(mnt: &Path) -> Result<PathBuf> {
+    // privileged-path: the mount point the caller names (eddy bb: in a trusted_mount_parent)
     let canon = std::fs::canonicalize(mnt).with_context(|| {
         format!(
             "mount point {} is not usable; create the directory first",
             mnt.display()
         )
     })?;
+    // privileged-path: the mount point the caller names, resolved just above
     if !canon.is_dir() {
         bail!("mount point {} is not a directory", mnt.display());
     }

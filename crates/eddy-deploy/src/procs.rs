@@ -25,6 +25,7 @@ pub fn daemon_binary() -> PathBuf {
         .ok()
         .and_then(|exe| exe.parent().map(|d| d.join("eddyd")));
     match sibling {
+        // privileged-path: the eddyd beside this eddy program (root's installation)
         Some(path) if path.is_file() => path,
         _ => PathBuf::from("eddyd"),
     }
@@ -34,6 +35,7 @@ pub fn daemon_binary() -> PathBuf {
 /// reach it), stdin from /dev/null and stdout/stderr into `log` (truncated; readable by
 /// its owner only: a log names paths of the job).
 pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<Child> {
+    // privileged-path: a log in the caller's state directory (root's 0700/0711)
     let out = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -109,6 +111,7 @@ pub fn record(label: String, child: &Child) -> RecordedProcess {
 
 /// The last `lines` lines of a log file, indented, for error messages.
 pub fn log_tail(path: &Path, lines: usize) -> String {
+    // privileged-path: a log in the caller's state directory (root's 0700/0711)
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     let tail = &all[all.len().saturating_sub(lines)..];
@@ -126,6 +129,7 @@ struct ProcStat {
 
 /// State and start time from /proc/<pid>/stat (None if the process is gone).
 fn proc_stat(pid: u32) -> Option<ProcStat> {
+    // privileged-path: the kernel's /proc
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces; fields after it follow the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
@@ -192,6 +196,7 @@ pub fn terminate(procs: &[RecordedProcess], grace: Duration) -> Vec<String> {
 /// The processes of this host whose command line has `--root ROOT` (daemons serving it).
 pub fn serving_root(root: &Path) -> Vec<RecordedProcess> {
     let want = root.as_os_str().as_encoded_bytes();
+    // privileged-path: the kernel's /proc
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -200,6 +205,7 @@ pub fn serving_root(root: &Path) -> Vec<RecordedProcess> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != std::process::id())
         .filter(|pid| {
+            // privileged-path: the kernel's /proc
             let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
                 return false;
             };

@@ -9,6 +9,7 @@
 //! caller's `Say`, and the stop (or start) goes on. The profile is also written to the state
 //! directory (`profile.json`, 0600), so that it survives without a database.
 
+use crate::secure::DirFd;
 use crate::state::StateDir;
 use crate::Say;
 use eddy_config::Deployment;
@@ -215,6 +216,12 @@ fn ask_daemons(dep: &Deployment) -> Vec<(u32, Result<DaemonStats, String>)> {
     })
 }
 
+/// The largest persisted snapshot read (a daemon's counters are far smaller): a daemon
+/// root is its user's, and what lies there is read with a bound.
+const MAX_SNAPSHOT_BYTES: u64 = 16 << 20;
+/// The most snapshot files read from one daemon root (one per process of the daemon).
+const MAX_SNAPSHOTS: usize = 1024;
+
 /// The snapshots of this deployment persisted in the daemons' roots this host can read.
 fn read_persisted(dep: &Deployment, say: Say) -> Vec<PersistedStats> {
     let secret = match dep.secret_bytes() {
@@ -227,9 +234,13 @@ fn read_persisted(dep: &Deployment, say: Say) -> Vec<PersistedStats> {
     let tag = deployment_tag(&secret);
     let mut out = Vec::new();
     for d in &dep.daemons {
-        for file in persisted_files(&d.root) {
-            let read = std::fs::read(&file)
-                .map_err(|e| e.to_string())
+        let Some((dir, names)) = persisted_files(&d.root) else {
+            continue;
+        };
+        for name in names {
+            let read = dir
+                .read_file(&name, MAX_SNAPSHOT_BYTES)
+                .map_err(|e| format!("{e:#}"))
                 .and_then(|b| {
                     serde_json::from_slice::<PersistedStats>(&b).map_err(|e| e.to_string())
                 });
@@ -238,7 +249,7 @@ fn read_persisted(dep: &Deployment, say: Say) -> Vec<PersistedStats> {
                 Ok(_) => {} // another deployment's, or another daemon's
                 Err(e) => say.err(&format!(
                     "eddy: warning: job profile: cannot read {}: {e}",
-                    file.display()
+                    dir.path().join(&name).display()
                 )),
             }
         }
@@ -246,35 +257,44 @@ fn read_persisted(dep: &Deployment, say: Say) -> Vec<PersistedStats> {
     out
 }
 
-/// The snapshot files under a daemon root (none if it cannot be read from here).
-fn persisted_files(root: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(root.join(PERSIST_DIR)) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+/// The snapshot files under a daemon root, by name in its `stats` directory held open (none
+/// if it cannot be read from here). The root and `stats` belong to the daemon's user: both
+/// are opened without following a link, and each file is read through the descriptor
+/// (`DirFd::read_file`: no link, no FIFO, bounded), so a link, FIFO or device the user
+/// plants there is refused, never followed or waited on.
+fn persisted_files(root: &Path) -> Option<(DirFd, Vec<String>)> {
+    let dir = DirFd::open(root).and_then(|r| r.sub(PERSIST_DIR)).ok()?;
+    let mut names: Vec<String> = dir
+        .names()
+        .ok()?
+        .into_iter()
+        .filter(|n| n.ends_with(".json"))
         .collect();
-    files.sort();
-    files
+    names.sort();
+    names.truncate(MAX_SNAPSHOTS);
+    Some((dir, names))
 }
 
 /// Removes this deployment's persisted snapshots from the roots this host reaches (its
-/// profile is made); others' files stay.
+/// profile is made); others' files stay. Through the `stats` directory's descriptor: a link
+/// planted there is removed, never followed.
 pub fn remove_persisted(dep: &Deployment) {
     let Ok(secret) = dep.secret_bytes() else {
         return;
     };
     let tag = deployment_tag(&secret);
     for d in &dep.daemons {
-        for file in persisted_files(&d.root) {
-            let ours = std::fs::read(&file)
+        let Some((dir, names)) = persisted_files(&d.root) else {
+            continue;
+        };
+        for name in names {
+            let ours = dir
+                .read_file(&name, MAX_SNAPSHOT_BYTES)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<PersistedStats>(&b).ok())
                 .is_some_and(|p| p.deployment == tag);
             if ours {
-                let _ = std::fs::remove_file(&file);
+                let _ = dir.remove_file(&name);
             }
         }
     }

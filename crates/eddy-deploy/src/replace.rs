@@ -53,6 +53,7 @@ pub fn replace(state: &StateDir, id: u32, keep_root: bool) -> Result<Replaced> {
         );
     }
     let root = &entry.root;
+    // privileged-path: only whether the dead daemon's root is empty; its parent is the deployment's root, root's
     let empty = match std::fs::read_dir(root) {
         Ok(mut d) => d.next().is_none(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
@@ -104,10 +105,13 @@ pub fn replace(state: &StateDir, id: u32, keep_root: bool) -> Result<Replaced> {
         argv.push("--full".into());
     }
     let log = state.daemon_log(id);
+    // privileged-path: a log in the caller's state directory
     if log.exists() {
+        // privileged-path: a log in the caller's state directory
         let _ = std::fs::rename(&log, log.with_extension("log.old"));
     }
     // A dead daemon's ready file is stale: the new one writes its own once it listens.
+    // privileged-path: unlink removes the name itself, never follows a link
     match std::fs::remove_file(ready::ready_path(root)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             return Err(e).context("cannot remove the dead daemon's ready file")

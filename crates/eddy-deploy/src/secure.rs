@@ -28,7 +28,9 @@ pub fn me() -> (u32, u32) {
 /// only, or sticky with the next entry theirs (as `/tmp` holding a root-owned directory).
 /// Returns the resolved directory, open.
 pub fn trusted_dir(path: &Path) -> Result<DirFd> {
+    // privileged-path: trusted_dir itself: the resolved path is then checked from / component by component
     std::fs::create_dir_all(path).with_context(|| format!("cannot create {}", path.display()))?;
+    // privileged-path: trusted_dir itself: the resolved path is then checked from / component by component
     let canon = std::fs::canonicalize(path)
         .with_context(|| format!("cannot resolve {}", path.display()))?;
     // Every entry on the way is root's, so no one else can rename or replace the next one
@@ -37,6 +39,7 @@ pub fn trusted_dir(path: &Path) -> Result<DirFd> {
     let (me, _) = me();
     let check = |p: &Path| -> Result<bool> {
         let st =
+            // privileged-path: lstat (no link followed) of each component trusted_dir checks
             nix::sys::stat::lstat(p).with_context(|| format!("cannot stat {}", p.display()))?;
         if st.st_uid != 0 && st.st_uid != me {
             bail!(
@@ -88,6 +91,7 @@ impl DirFd {
     /// the caller's to trust: see `trusted_dir`).
     pub fn open(path: &Path) -> Result<DirFd> {
         let fd = openat(
+            // privileged-path: O_NOFOLLOW on the last component; the caller trusts the ones above (trusted_dir)
             AT_FDCWD,
             path,
             OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
@@ -102,6 +106,79 @@ impl DirFd {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The directory `name` inside this one, opened without following a link (a user's
+    /// directory is read through it, never by path).
+    pub fn sub(&self, name: &str) -> Result<DirFd> {
+        let path = self.path.join(name);
+        let fd = openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+            Mode::empty(),
+        )
+        .map_err(|e| not_a_dir(&path, e))?;
+        Ok(DirFd { fd, path })
+    }
+
+    /// The names in this directory (not `.` and `..`), read through its descriptor.
+    pub fn names(&self) -> Result<Vec<String>> {
+        let fd = nix::unistd::dup(self.fd.as_fd())
+            .with_context(|| format!("cannot list {}", self.path.display()))?;
+        let mut dir = nix::dir::Dir::from_fd(fd)
+            .with_context(|| format!("cannot list {}", self.path.display()))?;
+        let mut out = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry.with_context(|| format!("cannot list {}", self.path.display()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                out.push(name);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The whole of the regular file `name` in this directory, at most `max` bytes: opened
+    /// without following a link and without blocking (a FIFO or a socket planted there is
+    /// refused, never waited on), checked to be a regular file on its descriptor.
+    pub fn read_file(&self, name: &str, max: u64) -> Result<Vec<u8>> {
+        use std::io::Read;
+        let path = self.path.join(name);
+        let fd = openat(
+            self.fd.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .with_context(|| format!("cannot open {} (a link is refused)", path.display()))?;
+        let st = fstat(fd.as_fd()).with_context(|| format!("cannot stat {}", path.display()))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            bail!("{} is not a regular file: refused", path.display());
+        }
+        if u64::try_from(st.st_size).unwrap_or(u64::MAX) > max {
+            bail!("{} is larger than {max} bytes: refused", path.display());
+        }
+        let mut data = Vec::new();
+        std::fs::File::from(fd)
+            .take(max.saturating_add(1))
+            .read_to_end(&mut data)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if data.len() as u64 > max {
+            bail!("{} is larger than {max} bytes: refused", path.display());
+        }
+        Ok(data)
+    }
+
+    /// Removes the entry `name` of this directory (not a directory; a link is removed, never
+    /// followed).
+    pub fn remove_file(&self, name: &str) -> Result<()> {
+        nix::unistd::unlinkat(
+            self.fd.as_fd(),
+            name,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        )
+        .with_context(|| format!("cannot remove {}", self.path.join(name).display()))
     }
 
     pub fn stat(&self) -> Result<FileStat> {
@@ -242,6 +319,42 @@ mod tests {
             let e = d.child_dir("fresh", 0o700, 0, 0).err().unwrap().to_string();
             assert!(e.contains("belongs to uid 65534"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_users_directory_is_read_through_descriptors() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let stats = dir.path().join("stats");
+        std::fs::create_dir(&stats).unwrap();
+        std::fs::write(stats.join("a.json"), b"{}").unwrap();
+        std::fs::write(stats.join("big.json"), vec![b' '; 4096]).unwrap();
+        std::os::unix::fs::symlink(&victim, stats.join("link.json")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(stats.join("fifo.json"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let d = DirFd::open(dir.path()).unwrap().sub("stats").unwrap();
+        let mut names = d.names().unwrap();
+        names.sort();
+        assert_eq!(names, ["a.json", "big.json", "fifo.json", "link.json"]);
+        assert_eq!(d.read_file("a.json", 100).unwrap(), b"{}");
+        let e = format!("{:#}", d.read_file("big.json", 100).unwrap_err());
+        assert!(e.contains("larger than 100 bytes"), "{e}");
+        let e = format!("{:#}", d.read_file("link.json", 100).unwrap_err());
+        assert!(e.contains("a link is refused"), "{e}");
+        // A FIFO is neither waited on nor read.
+        let e = format!("{:#}", d.read_file("fifo.json", 100).unwrap_err());
+        assert!(e.contains("not a regular file"), "{e}");
+        d.remove_file("link.json").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        // The directory itself replaced by a link: refused.
+        std::fs::rename(&stats, dir.path().join("old")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("old"), &stats).unwrap();
+        let e = DirFd::open(dir.path()).unwrap().sub("stats").unwrap_err();
+        assert!(e.to_string().contains("is not a directory"), "{e}");
     }
 
     #[test]

@@ -43,6 +43,25 @@ pub fn stage_out(state: &StateDir, paths: &[PathBuf], overwrite: bool) -> Result
     Ok(write_back(&rt, &client, &paths, overwrite, "stage-out"))
 }
 
+/// `stage_in` of namespace paths taken as they are (a job's `#EDDY stage_in` lines, which
+/// name namespace paths): nothing of this host is looked up, so a path a job's user names
+/// never leads root through the user's links or mounts.
+pub fn stage_in_namespace(state: &StateDir, paths: &[String], pin: bool) -> Result<Report> {
+    let (rt, client) = linked_client(state)?;
+    let bar = Bar::new("stage-in");
+    let start = Instant::now();
+    let files = rt.block_on(client.stage_in(paths, pin, &|r| bar.part_ended(r)));
+    bar.finish();
+    Ok(Report::new(files, start.elapsed(), None))
+}
+
+/// `stage_out` of namespace paths taken as they are (a job's `#EDDY stage_out` lines; see
+/// `stage_in_namespace`).
+pub fn stage_out_namespace(state: &StateDir, paths: &[String], overwrite: bool) -> Result<Report> {
+    let (rt, client) = linked_client(state)?;
+    Ok(write_back(&rt, &client, paths, overwrite, "stage-out"))
+}
+
 /// Pins released by `unpin`.
 #[derive(Debug, Clone)]
 pub struct Unpinned {
@@ -98,12 +117,18 @@ pub fn client(dep: Deployment) -> Result<Client> {
 /// (which must link a backend), the namespace paths of the path arguments, a runtime and a
 /// client for that runtime.
 fn linked(state: &StateDir, args: &[PathBuf]) -> Result<(Vec<String>, Runtime, Client)> {
+    let (rt, client) = linked_client(state)?;
+    let paths = namespace_paths(state, args)?;
+    Ok((paths, rt, client))
+}
+
+/// The runtime and client of the deployment in `state`, which must link a backend.
+fn linked_client(state: &StateDir) -> Result<(Runtime, Client)> {
     let dep = state.load_deployment()?;
     require_links(&dep, state)?;
-    let paths = namespace_paths(state, args)?;
     let rt = crate::runtime()?;
     let client = client(dep)?;
-    Ok((paths, rt, client))
+    Ok((rt, client))
 }
 
 pub(crate) fn require_links(dep: &Deployment, state: &StateDir) -> Result<()> {
@@ -222,6 +247,7 @@ fn below_mount_resolved(abs: &Path, mounts: &[PathBuf]) -> Result<Option<String>
     let mut prefix = PathBuf::new();
     for (i, c) in comps.iter().enumerate() {
         prefix.push(c);
+        // privileged-path: the paths the caller names on its own command line (eddy bb passes a job's as namespace paths, never here)
         let Ok(real) = std::fs::canonicalize(&prefix) else {
             return Ok(None);
         };

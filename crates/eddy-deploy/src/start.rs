@@ -115,6 +115,7 @@ pub fn configure(mut config: Config, overrides: Overrides) -> Result<Config> {
         "invalid configuration (check --chunk-size, --replicas, --backend, --link and --config)",
     )?;
     for link in &config.links {
+        // privileged-path: the backends the caller names (eddy bb: resolved as the job's user first)
         let ok = std::fs::metadata(&link.backend).map(|m| m.is_dir());
         if !matches!(ok, Ok(true)) {
             bail!(
@@ -311,9 +312,12 @@ fn create_root(root: &Path) -> Result<()> {
             root.display()
         )
     };
+    // privileged-path: the deployment's --root, the caller's choice (eddy bb: the site's, checked by eddyd's rootdir walk)
     std::fs::create_dir_all(root).with_context(hint)?;
     let probe = root.join(".eddy-write-test");
+    // privileged-path: create of a probe file in the caller's --root, before any daemon runs there
     std::fs::write(&probe, b"").with_context(hint)?;
+    // privileged-path: unlink of the probe file in the caller's --root
     std::fs::remove_file(&probe).with_context(hint)
 }
 
@@ -322,6 +326,7 @@ fn create_root(root: &Path) -> Result<()> {
 /// checks an existing one itself.
 fn create_daemon_root(root: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
+    // privileged-path: mkdir never follows a link; the daemon checks an existing root itself (rootdir)
     match std::fs::DirBuilder::new().mode(0o700).create(root) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e).with_context(|| {
             format!(
@@ -384,6 +389,7 @@ fn local_daemon_args(plan: &Run, root: &Path, id: u32) -> Result<Vec<OsString>> 
 }
 
 fn remove_stale(path: &Path) -> Result<()> {
+    // privileged-path: unlink removes the name itself, never follows a link
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(e).with_context(|| format!("cannot remove the stale {}", path.display()))
@@ -436,6 +442,7 @@ fn wait_ready(
 /// the daemon's ready line.
 fn read_ready_line(plan: &Run, root: &Path, id: u32) -> Result<Option<DaemonEntry>> {
     let log = plan.state.daemon_log(id);
+    // privileged-path: the launcher's log in the caller's state directory
     let text = match std::fs::read(&log) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -471,14 +478,20 @@ fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
     Ok(ready.map(|r| ready_entry(r, root)))
 }
 
-/// A daemon's entry in the deployment from what it said when ready, and its root.
+/// A daemon's entry in the deployment from what it said when ready, and its root. The
+/// daemon (its user) wrote what it said: a Unix socket is recorded only if it lies in the
+/// daemon's own root, never one elsewhere that root's clients would then connect to.
 fn ready_entry(info: eddy_config::ready::ReadyInfo, root: &Path) -> DaemonEntry {
+    let socket = info
+        .socket
+        .map(PathBuf::from)
+        .filter(|s| s.parent() == Some(root) && s.file_name().is_some());
     DaemonEntry {
         id: info.id,
         host: info.host,
         metrics: info.metrics.map(|m| metrics_reach(&m, &info.addr)),
         addr: info.addr,
-        socket: info.socket.map(PathBuf::from),
+        socket,
         root: root.to_owned(),
     }
 }
@@ -503,6 +516,7 @@ fn verify_known(plan: &Run, dep: &Deployment) -> Result<()> {
     }
     plan.state.save_deployment(dep)?;
     verify(dep).inspect_err(|_| {
+        // privileged-path: the deployment file in the caller's state directory
         let _ = std::fs::remove_file(plan.state.deployment_path());
     })
 }
@@ -630,6 +644,7 @@ fn launch_remote(
     }
     wait_serving(plan, &dep, &mut spawned.children).inspect_err(|_| {
         if dep.config.replicas > 1 {
+            // privileged-path: the deployment file in the caller's state directory
             let _ = std::fs::remove_file(plan.state.deployment_path());
         }
     })?;
@@ -668,5 +683,41 @@ fn wait_serving(plan: &Run, dep: &Deployment, children: &mut [Child]) -> Result<
             );
         }
         std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn announced(socket: &str) -> eddy_config::ready::ReadyInfo {
+        eddy_config::ready::ReadyInfo {
+            id: 0,
+            pid: 1,
+            addr: "127.0.0.1:1".into(),
+            socket: Some(socket.into()),
+            host: "h".into(),
+            metrics: None,
+        }
+    }
+
+    #[test]
+    fn an_announced_socket_outside_the_daemon_root_is_not_recorded() {
+        let root = Path::new("/var/lib/eddy/nodes/job-7/d0");
+        let own = ready_entry(announced("/var/lib/eddy/nodes/job-7/d0/eddyd.sock"), root);
+        assert_eq!(
+            own.socket.as_deref(),
+            Some(root.join("eddyd.sock").as_path())
+        );
+        // The daemon's user wrote the ready file: a socket elsewhere (a service of root's)
+        // would be where root's clients connect.
+        for elsewhere in [
+            "/run/dbus/system_bus_socket",
+            "/var/lib/eddy/nodes/job-7/d0/sub/eddyd.sock",
+            "/var/lib/eddy/nodes/job-7/d0/../d1/eddyd.sock",
+        ] {
+            let e = ready_entry(announced(elsewhere), root);
+            assert_eq!(e.socket, None, "{elsewhere} was recorded");
+        }
     }
 }

@@ -59,7 +59,9 @@ impl StateDir {
     /// roots inside it, as `--state` defaults to `--root`) but not list it (0711): its files,
     /// the secret, the configuration and the logs among them, are 0600.
     pub fn create(&self) -> Result<()> {
+        // privileged-path: the caller's state directory (--state; eddy bb: root's, under a trusted state_dir)
         let existed = self.dir.is_dir();
+        // privileged-path: the caller's state directory (--state; eddy bb: root's, under a trusted state_dir)
         std::fs::create_dir_all(&self.dir).with_context(|| {
             format!(
                 "cannot create state directory {}; choose a writable --state",
@@ -68,6 +70,7 @@ impl StateDir {
         })?;
         if !existed {
             use std::os::unix::fs::PermissionsExt;
+            // privileged-path: the caller's state directory, just made
             std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o711))
                 .with_context(|| format!("cannot set the mode of {}", self.dir.display()))?;
         }
@@ -101,12 +104,14 @@ impl StateDir {
 
     /// Whether a deployment file is present (the deployment was started and not stopped).
     pub fn has_deployment(&self) -> bool {
+        // privileged-path: in the caller's state directory
         self.deployment_path().exists()
     }
 
     /// The running deployment, or a clear error if there is none.
     pub fn load_deployment(&self) -> Result<Deployment> {
         let path = self.deployment_path();
+        // privileged-path: in the caller's state directory
         if !path.exists() {
             bail!(
                 "no deployment is running in {} ({} does not exist); start one with `eddy start`",
@@ -128,6 +133,7 @@ impl StateDir {
     /// the pid and mount lists go; logs stay.
     pub fn mark_stopped(&self) -> Result<()> {
         let from = self.deployment_path();
+        // privileged-path: rename in the caller's state directory
         std::fs::rename(&from, self.stopped_path())
             .with_context(|| format!("cannot rename {} after stopping", from.display()))?;
         remove_if_exists(&self.pids_path())?;
@@ -186,6 +192,7 @@ impl StateDir {
 
     pub fn add_mount(&self, mnt: &Path) -> Result<()> {
         let path = self.mounts_path();
+        // privileged-path: the mounts list in the caller's state directory
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -197,6 +204,7 @@ impl StateDir {
 
     pub fn remove_mount(&self, mnt: &Path) -> Result<()> {
         let left: Vec<PathBuf> = self.mounts()?.into_iter().filter(|m| m != mnt).collect();
+        // privileged-path: in the caller's state directory
         if !self.mounts_path().exists() {
             return Ok(());
         }
@@ -228,6 +236,7 @@ pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
 }
 
 fn read_optional(path: &Path) -> Result<String> {
+    // privileged-path: files of the caller's state directory
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
@@ -236,6 +245,7 @@ fn read_optional(path: &Path) -> Result<String> {
 }
 
 fn remove_if_exists(path: &Path) -> Result<()> {
+    // privileged-path: files of the caller's state directory
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -294,6 +294,7 @@ pub fn spawn_mount(
 /// otherwise, or if sysfs refuses, the kernel's value stays and a warning says so.
 fn set_read_ahead(mountpoint: &Path, kb: u32) {
     use std::os::unix::fs::MetadataExt;
+    // privileged-path: the mount point root mounts on (its caller's; eddy bb: in a trusted parent)
     let dev = match std::fs::metadata(mountpoint) {
         Ok(m) => m.dev(),
         Err(e) => {
@@ -302,6 +303,7 @@ fn set_read_ahead(mountpoint: &Path, kb: u32) {
         }
     };
     let file = read_ahead_file(dev);
+    // privileged-path: the kernel's sysfs
     match std::fs::write(&file, format!("{kb}\n")) {
         Ok(()) => debug!(mountpoint = %mountpoint.display(), kb, "read-ahead set"),
         Err(e) => warn!(
@@ -329,6 +331,7 @@ const FUSECTL_DIR: &str = "/sys/fs/fuse/connections";
 /// device number of the mount, `major << 20 | minor`.
 fn connection_id(mountpoint: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
+    // privileged-path: the mount point root mounts on (its caller's; eddy bb: in a trusted parent)
     let dev = std::fs::metadata(mountpoint).ok()?.dev();
     Some((u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)))
 }
@@ -336,6 +339,7 @@ fn connection_id(mountpoint: &Path) -> Option<u64> {
 /// Aborts a FUSE connection: pending and future requests fail with ENOTCONN and the
 /// serving threads see the end of the session.
 fn abort_connection(id: u64) -> io::Result<()> {
+    // privileged-path: the kernel's fusectl
     std::fs::write(
         Path::new(FUSECTL_DIR).join(id.to_string()).join("abort"),
         "1",
@@ -403,6 +407,7 @@ fn unmount_with(mountpoint: &Path) -> Result<Unmounted, FuseError> {
 fn resolve(mountpoint: &Path) -> PathBuf {
     let absolute = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_owned());
     match (absolute.parent(), absolute.file_name()) {
+        // privileged-path: the mount point's parent, the caller's (eddy bb: trusted_mount_parent)
         (Some(parent), Some(name)) => match parent.canonicalize() {
             Ok(parent) => parent.join(name),
             Err(_) => absolute,
@@ -413,6 +418,7 @@ fn resolve(mountpoint: &Path) -> PathBuf {
 
 /// Whether something is mounted exactly at `target` (per /proc/self/mountinfo).
 fn is_mounted(target: &Path) -> Result<bool, FuseError> {
+    // privileged-path: the kernel's mount table
     let table = std::fs::read_to_string("/proc/self/mountinfo").map_err(FuseError::MountTable)?;
     Ok(mountinfo_has(&table, target))
 }

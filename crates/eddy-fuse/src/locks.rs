@@ -85,6 +85,7 @@ pub(crate) fn kernel_end(end: u64) -> u64 {
 
 /// Whether thread `tid` has a signal pending that it does not block or ignore, or is gone.
 pub(crate) fn interrupted(tid: u32) -> bool {
+    // privileged-path: the kernel's /proc
     let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
         return true;
     };

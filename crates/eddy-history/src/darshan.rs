@@ -117,6 +117,7 @@ pub fn interpreter() -> Result<PathBuf> {
         Some(p) if !p.is_empty() => (PathBuf::from(p), PYTHON_ENV),
         _ => (PathBuf::from(DEFAULT_PYTHON), "the default"),
     };
+    // privileged-path: Darshan logs an administrator names on the command line
     if !path.is_file() {
         bail!(
             "no Python with PyDarshan at {} ({from}): install it with scripts/install-deps.sh \
@@ -143,6 +144,7 @@ pub fn read_facts(paths: &[PathBuf]) -> Result<Vec<DarshanFacts>> {
 /// [`read_facts`] with the given Python.
 pub fn read_facts_with(python: &Path, paths: &[PathBuf]) -> Result<Vec<DarshanFacts>> {
     for p in paths {
+        // privileged-path: Darshan logs an administrator names on the command line
         if !p.is_file() {
             bail!("{}: no such Darshan log", p.display());
         }

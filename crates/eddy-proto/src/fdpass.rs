@@ -106,6 +106,7 @@ impl DaemonRoot {
     pub fn connect(&self) -> Result<UnixStream, Errno> {
         self.socket_entry()?;
         let path = format!("/proc/self/fd/{}/{SOCKET_FILE}", self.dir.as_raw_fd());
+        // privileged-path: through /proc/self/fd/<root descriptor>: beneath the root held since connect; entry checked a socket of the owner, the peer checked next
         let s = UnixStream::connect(&path)
             .map_err(|e| Errno::from_io(&e, "the daemon's descriptor socket"))?;
         let io = |e: std::io::Error| Errno::from_io(&e, "the daemon's descriptor socket");
@@ -252,6 +253,7 @@ fn openat2(
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC | flags) as u64;
     how.resolve = resolve;
+    // privileged-path: AT_FDCWD only for a daemon root named by the deployment file, resolved with RESOLVE_NO_SYMLINKS
     let dirfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
     // SAFETY: `c` is a NUL-terminated path, `how` a valid open_how of the size given and
     // `dirfd` a descriptor we hold (or AT_FDCWD); the kernel returns a new descriptor or -1.

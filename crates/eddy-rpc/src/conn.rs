@@ -94,6 +94,7 @@ pub fn client_id() -> eddy_proto::stats::ClientId {
             .map(|n| n.trim().to_string())
             .filter(|n| !n.is_empty());
         slurm.unwrap_or_else(|| {
+            // privileged-path: the kernel's /proc
             std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_string())
                 .ok()
@@ -395,6 +396,80 @@ async fn reader<R: AsyncRead + Unpin>(
     ended.notify_waiters();
 }
 
+/// Connects to a daemon's Unix socket `sock` without trusting the directory it lies in,
+/// which is the daemon's user's (its storage root) while the client may be root: the
+/// directory is opened without following a link, the socket with `O_PATH|O_NOFOLLOW` in it
+/// (a link planted in its place is refused, never followed to another program's socket), the
+/// connection made to that very inode (`/proc/self/fd/N`), and the peer's uid
+/// (`SO_PEERCRED`) must be the socket's owner, who must own the directory too (or the
+/// directory is root's). A socket of root's planted there (a hard link) or a program of
+/// another user behind it is refused. Errors name the path.
+async fn connect_unix(sock: &std::path::Path) -> std::io::Result<tokio::net::UnixStream> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let refuse = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{}: {why}", sock.display()),
+        )
+    };
+    let (Some(dir), Some(name)) = (sock.parent(), sock.file_name()) else {
+        return Err(refuse("not a socket path".into()));
+    };
+    // privileged-path: the last component is not followed (O_NOFOLLOW); the directories above are root's record (the deployment's roots)
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| {
+            refuse(format!(
+                "cannot open its directory without following a link: {e}"
+            ))
+        })?;
+    // privileged-path: fstat of the directory held open just above
+    let dir_uid = dir.metadata()?.uid();
+    let cname = std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| refuse("a name with a NUL byte".into()))?;
+    // SAFETY: openat on a descriptor we own and a NUL-terminated name; the result is checked.
+    let raw = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            cname.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just gave this process, owned once from here on.
+    let inode = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    let st = inode.metadata()?;
+    if !st.file_type().is_socket() {
+        return Err(refuse(
+            "not a socket (a link, FIFO or file is there): refused".into(),
+        ));
+    }
+    if st.uid() != dir_uid && dir_uid != 0 {
+        return Err(refuse(format!(
+            "belongs to uid {} but its directory to uid {dir_uid}: refused",
+            st.uid()
+        )));
+    }
+    let via = format!("/proc/self/fd/{}", inode.as_raw_fd());
+    // privileged-path: /proc/self/fd of the socket inode opened O_PATH|O_NOFOLLOW and checked above
+    let stream = tokio::net::UnixStream::connect(&via).await?;
+    drop(inode);
+    let peer = stream.peer_cred()?.uid();
+    if peer != st.uid() {
+        return Err(refuse(format!(
+            "served by uid {peer}, not by the socket's owner uid {}: refused",
+            st.uid()
+        )));
+    }
+    Ok(stream)
+}
+
 /// TCP keepalive and a user timeout on a connection to a daemon, so that a daemon cut off
 /// the network (no FIN or RST ever comes) costs the connection within the RPC deadline:
 /// the kernel gives it up when the daemon has acknowledged nothing for a whole deadline (sent
@@ -595,8 +670,9 @@ impl Link {
                 self.describe()
             ))
         };
+        // privileged-path: only whether to try the socket; connect_unix opens it without following a link
         if let Some(sock) = self.entry.socket.as_ref().filter(|p| p.exists()) {
-            let s = tokio::net::UnixStream::connect(sock).await.map_err(fail)?;
+            let s = connect_unix(sock).await.map_err(fail)?;
             eddy_proto::frame::widen_send_buffer(&s);
             let (r, w) = eddy_proto::unixio::split(s).map_err(fail)?;
             return self.handshake(r, w, wire_mode(self.wire, false)).await;

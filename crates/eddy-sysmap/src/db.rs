@@ -168,7 +168,9 @@ pub fn upsert(db: &Path, rec: &NodeRecord) -> Result<()> {
 /// Opens (creating, 0600) the inventory for writing.
 fn open_write(db: &Path) -> Result<Connection> {
     use std::os::unix::fs::OpenOptionsExt;
+    // privileged-path: the inventory database the site or the caller names
     if !db.exists() {
+        // privileged-path: the inventory database the site or the caller names
         std::fs::OpenOptions::new()
             .write(true)
             .create(true)

@@ -406,6 +406,7 @@ pub fn serve(
     // will be made on. Nothing is created.
     let dir = dir
         .ancestors()
+        // privileged-path: the site's pool root (root's settings)
         .find(|d| d.is_dir())
         .with_context(|| format!("no directory of {} exists", dir.display()))?;
     let addr = listener.local_addr().context("listener address")?;
@@ -542,6 +543,7 @@ struct Scratch(std::path::PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        // privileged-path: the probe's own file, made create_new in the site's pool directory
         let _ = std::fs::remove_file(&self.0);
     }
 }
@@ -565,6 +567,7 @@ fn receive(
         bail!("{len} bytes announced, at most {max_bytes} accepted");
     }
     let path = dir.join(format!(".eddy-probe.{}", std::process::id()));
+    // privileged-path: create_new (O_EXCL: a planted link fails) in the site's pool directory
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -610,6 +613,7 @@ pub fn latest(db: &Path, hosts: &[String]) -> Result<Vec<Health>> {
 /// Assesses `probes` against the stored health of the other hosts with `ratio`, stores the
 /// result in the inventory `db` and returns it.
 pub fn record(db: &Path, probes: &[Probe], ratio: f64) -> Result<Vec<Health>> {
+    // privileged-path: the inventory database the site names
     let others = if db.exists() {
         latest(db, &[])?
     } else {

@@ -106,6 +106,7 @@ pub fn collect(node: Option<String>, paths: &[PathBuf], bench_mib: u64) -> Resul
         Some(n) => n,
         None => probe::short_hostname()?,
     };
+    // privileged-path: the kernel's /proc
     let meminfo = std::fs::read_to_string("/proc/meminfo").context("cannot read /proc/meminfo")?;
     let (mem_total_bytes, mem_available_bytes) =
         probe::parse_meminfo(&meminfo).context("in /proc/meminfo")?;

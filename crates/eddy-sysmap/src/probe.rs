@@ -124,6 +124,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
 /// This process's mounts.
 pub fn mounts() -> Result<Vec<MountEntry>> {
     let text =
+        // privileged-path: the kernel's /proc
         fs::read_to_string("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
     Ok(parse_mountinfo(&text))
 }
@@ -147,12 +148,14 @@ pub fn default_paths(mounts: &[MountEntry]) -> Vec<PathBuf> {
         .collect();
     local.sort_by_key(|m| m.mount_point.as_os_str().len());
     for m in local {
+        // privileged-path: mount points from the kernel's mount table
         if seen.insert((m.major, m.minor)) && m.mount_point.is_dir() {
             out.push(m.mount_point.clone());
         }
     }
     for p in ["/dev/shm", "/tmp"] {
         let p = PathBuf::from(p);
+        // privileged-path: storage paths the caller names (sysmap --storage)
         if p.is_dir() && !out.contains(&p) {
             out.push(p);
         }
@@ -230,11 +233,13 @@ pub fn device_class(fs_type: &str, disk: Option<&str>, rotational: Option<bool>)
 }
 
 fn read_trim(p: impl AsRef<Path>) -> Option<String> {
+    // privileged-path: the kernel's sysfs
     fs::read_to_string(p).ok().map(|s| s.trim().to_string())
 }
 
 /// The kernel name of block device `major:minor` (e.g. "nvme0n1p2").
 fn dev_name(major: u32, minor: u32) -> Option<String> {
+    // privileged-path: the kernel's sysfs
     let target = fs::read_link(format!("/sys/dev/block/{major}:{minor}")).ok()?;
     Some(target.file_name()?.to_string_lossy().into_owned())
 }
@@ -245,16 +250,20 @@ pub fn parent_disk(major: u32, minor: u32) -> Option<String> {
     let mut name = dev_name(major, minor)?;
     for _ in 0..8 {
         let sys = PathBuf::from(format!("/sys/class/block/{name}"));
+        // privileged-path: the kernel's sysfs
         if sys.join("partition").exists() {
+            // privileged-path: the kernel's sysfs
             let real = fs::canonicalize(&sys).ok()?;
             name = real.parent()?.file_name()?.to_string_lossy().into_owned();
             continue;
         }
         if let Some(backing) = read_trim(sys.join("loop/backing_file")) {
+            // privileged-path: a device node from the kernel's mount table
             let dev = fs::metadata(&backing).ok()?.dev();
             name = dev_name(libc::major(dev), libc::minor(dev))?;
             continue;
         }
+        // privileged-path: the kernel's sysfs
         let mut slaves: Vec<String> = fs::read_dir(sys.join("slaves"))
             .ok()
             .into_iter()
@@ -275,6 +284,7 @@ pub fn statvfs(path: &Path) -> Result<(u64, u64, u64)> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).context("path holds a NUL byte")?;
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a valid C string and `st` a writable statvfs.
+    // privileged-path: statvfs of a storage path the caller names; reads no file
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         return Err(std::io::Error::last_os_error())
             .with_context(|| format!("statvfs {}", path.display()));
@@ -294,6 +304,7 @@ pub fn storage(mounts: &[MountEntry], path: &Path, bench_mib: u64) -> Storage {
         ..Storage::default()
     };
     let mut errors = Vec::new();
+    // privileged-path: storage paths the caller names (sysmap --storage)
     let real = match fs::canonicalize(path) {
         Ok(r) => r,
         Err(e) => {
@@ -308,6 +319,7 @@ pub fn storage(mounts: &[MountEntry], path: &Path, bench_mib: u64) -> Storage {
         let (mut major, mut minor) = (m.major, m.minor);
         if major == 0 && m.source.starts_with("/dev/") {
             // btrfs and friends show an anonymous device; the source node names the real one.
+            // privileged-path: a device node from the kernel's mount table
             if let Ok(md) = fs::metadata(&m.source) {
                 if md.file_type().is_block_device() {
                     (major, minor) = (libc::major(md.rdev()), libc::minor(md.rdev()));
@@ -493,6 +505,7 @@ fn addresses() -> Result<BTreeMap<String, Addrs>> {
 pub fn interfaces() -> Result<Vec<Interface>> {
     let mut addrs = addresses()?;
     let mut out = Vec::new();
+    // privileged-path: the kernel's sysfs
     let dir = fs::read_dir("/sys/class/net").context("cannot list /sys/class/net")?;
     for e in dir {
         let e = e.context("cannot list /sys/class/net")?;

@@ -30,6 +30,7 @@ fn now() -> u64 {
 
 /// The kept probes (none when the file is missing or damaged: the servers are probed again).
 fn kept(site: &Site) -> Vec<Kept> {
+    // privileged-path: root's file in the site's state_dir (trusted_dir checked at setup)
     std::fs::read(site.state_dir.join(KEPT))
         .ok()
         .and_then(|data| serde_json::from_slice(&data).ok())
@@ -77,6 +78,7 @@ impl Round {
     fn try_take(site: &Site) -> Result<Option<Round>> {
         use std::os::unix::fs::OpenOptionsExt;
         let path: PathBuf = site.state_dir.join(ROUND_LOCK);
+        // privileged-path: root's lock in the site's state_dir (trusted_dir checked at setup), opened O_NOFOLLOW
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

@@ -11,5 +11,6 @@
 
 mod descriptors;
 mod inputs;
+mod planted;
 mod pool;
 mod walltime;

@@ -38,7 +38,9 @@ impl rusqlite::ToSql for Val {
 pub(super) fn open(path: &Path, target: u32) -> Result<Connection> {
     let name = path.display();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // privileged-path: the history database root's settings name (site's history_db, root's config), never a job's file
         if !dir.exists() {
+            // privileged-path: the history database root's settings name (site's history_db, root's config), never a job's file
             DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
@@ -51,6 +53,7 @@ pub(super) fn open(path: &Path, target: u32) -> Result<Connection> {
     }
     // Made here rather than by SQLite so that it is never readable by others (SQLite gives
     // its journal the database file's mode).
+    // privileged-path: create_new (O_EXCL: a planted link fails) of the database root's settings name
     match OpenOptions::new()
         .write(true)
         .create_new(true)
