@@ -1,10 +1,12 @@
 //! Changes to an entry that follow from operations on other entries or on its data: the times
 //! of a directory whose entries changed (`TouchDir`) and the set-id bits a write or truncate
-//! by an unprivileged caller clears (`ClearSetId`). Who may do what is checked by the caller
+//! by an unprivileged caller clears (`ClearSetId`), and the atime a read moves (`Accessed`,
+//! decision 0061). Who may do what is checked by the caller
 //! (the kernel through FUSE, the library); here each change is one read-modify-write of one
 //! key under its stripe lock.
 
 use super::{MetaStore, Through, MODE_BITS};
+use eddy_config::Atime;
 use eddy_proto::{Errno, FileKind, Inode, SetAttr, Timespec};
 
 /// Set-user-ID and set-group-ID bits, and group execute (which decides whether set-group-ID
@@ -58,6 +60,30 @@ impl MetaStore {
             let n = i64::from(dir.nlink.max(2)) + i64::from(delta);
             dir.nlink = u32::try_from(n.max(2)).unwrap_or(u32::MAX);
             Ok((dir, ()))
+        })
+    }
+
+    /// A read at `time`: the atime becomes `time` if `strict`, else under relatime's rule
+    /// (not later than the mtime or ctime, or a day old). Only the record changes: not the
+    /// ctime, and not a linked file's backend copy (a read there moved nothing either).
+    pub fn accessed(
+        &self,
+        p: &str,
+        time: Timespec,
+        strict: bool,
+        via: &dyn Through,
+    ) -> Result<(), Errno> {
+        let rule = if strict {
+            Atime::Strictatime
+        } else {
+            Atime::Relatime
+        };
+        self.update(p, via, |_, mut ino| {
+            let t = |ts: Timespec| (ts.sec, ts.nsec);
+            if rule.due(t(ino.atime), t(ino.mtime), t(ino.ctime), time.sec) {
+                ino.atime = time;
+            }
+            Ok((ino, ()))
         })
     }
 
