@@ -132,4 +132,30 @@ mod tests {
         let earlier = touched(later.clone(), t(5));
         assert_eq!(earlier, later);
     }
+
+    #[test]
+    fn a_read_moves_the_atime_alone_and_once_per_change_under_relatime() {
+        use crate::meta::through::NoBackend;
+        let t = |sec| Timespec { sec, nsec: 0 };
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(dir.path(), &eddy_config::Config::default()).unwrap();
+        let mut f = Inode::new(FileKind::File, 7, 0o644, 0, 0);
+        (f.atime, f.mtime, f.ctime) = (t(100), t(100), t(100));
+        store.create("/f", f, true, &NoBackend).unwrap();
+        // A read after the change: the atime moves, nothing else.
+        store.accessed("/f", t(200), false, &NoBackend).unwrap();
+        let i = store.stat("/f", &NoBackend).unwrap();
+        assert_eq!((i.atime, i.mtime, i.ctime), (t(200), t(100), t(100)));
+        // Read again (another client that saw the old times): relatime keeps it.
+        store.accessed("/f", t(300), false, &NoBackend).unwrap();
+        assert_eq!(store.stat("/f", &NoBackend).unwrap().atime, t(200));
+        // strictatime moves it at every read; a day later relatime does too.
+        store.accessed("/f", t(400), true, &NoBackend).unwrap();
+        assert_eq!(store.stat("/f", &NoBackend).unwrap().atime, t(400));
+        let day = eddy_config::Atime::RELATIME_STALE_S;
+        store
+            .accessed("/f", t(400 + day), false, &NoBackend)
+            .unwrap();
+        assert_eq!(store.stat("/f", &NoBackend).unwrap().atime, t(400 + day));
+    }
 }
