@@ -185,6 +185,18 @@ fn futimens_with_given_times_moves_ctime() {
     std::fs::create_dir(m.path("pre")).unwrap();
     let preloaded = python(FUTIMENS_PY, &[&format!("{PREFIX}/pre")], Some(&m));
     assert_eq!(preloaded, expected, "the preload library");
+    drop(m);
+    // Where the kernel writes the file itself (FUSE passthrough).
+    let m = Mounted::start_with(
+        3,
+        eddy_config::Config {
+            placement: eddy_config::PlacementMode::Local,
+            placement_host: Some("localhost".into()),
+            ..test_config()
+        },
+    );
+    let passed = python(FUTIMENS_PY, &[m.path("").to_str().unwrap()], None);
+    assert_eq!(passed, expected, "the mount, passthrough");
 }
 
 /// Makes the character device /dev/null is (1, 3) on the mount and writes to it.
