@@ -217,6 +217,28 @@ fn a_device_node_opens_on_a_dev_mount_only() {
     assert_eq!(dev.ok("head -c 4 null | wc -c").trim(), "0");
 }
 
+#[test]
+fn dev_and_suid_are_refused_to_a_mount_not_made_by_root() {
+    eddy_testkit::require::switch_user();
+    let state = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    for flag in ["--dev", "--suid"] {
+        let out = eddy_testkit::as_user(65534)
+            .arg(eddy_testkit::eddy_bin())
+            .args(["mount", flag, "--state"])
+            .arg(state.path())
+            .arg(mnt.path())
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("need a mount made by root"),
+            "{flag} as uid 65534: {err}"
+        );
+    }
+}
+
 /// A set-user-ID root copy of `id` on the mount, run by uid 65534: its effective uid.
 fn setuid_id_runs_as(m: &Mounted) -> String {
     eddy_testkit::require::switch_user();
