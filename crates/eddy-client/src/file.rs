@@ -351,9 +351,14 @@ impl Client {
     /// Whether a read through `f` now would move the file's atime under the `atime`
     /// setting, as far as its attributes at open tell (decision 0061): always under
     /// strictatime, never under noatime; under relatime when the atime is not later than the
-    /// mtime or the ctime, or is a day old (or `f` may have written meanwhile), and only for
-    /// the first read through `f`.
+    /// mtime or the ctime, or is a day old, and only until a read through `f` asked.
     pub fn atime_due(&self, f: &File) -> bool {
+        self.atime_rule(f, false)
+    }
+
+    /// `atime_due`, where under relatime a handle open for writing too always asks at its
+    /// first read (its own writes may have moved the mtime since open).
+    fn atime_rule(&self, f: &File, after_own_writes: bool) -> bool {
         let rule = self.config().atime;
         if f.0.inode.kind != FileKind::File || !f.readable() {
             return false;
@@ -367,7 +372,7 @@ impl Client {
                 }
                 let i = &f.0.inode;
                 let t = |ts: eddy_proto::Timespec| (ts.sec, ts.nsec);
-                f.writable()
+                (after_own_writes && f.writable())
                     || rule.due(
                         t(i.atime),
                         t(i.mtime),
@@ -378,12 +383,13 @@ impl Client {
         }
     }
 
-    /// After a read through `f` (or the open of a read-write handle the kernel reads through
-    /// itself, FUSE passthrough): moves the file's atime when `atime_due` says so, with one
-    /// metadata request; the owner decides again under the entry's lock. Under relatime a
-    /// handle asks once. A failure is logged: the read itself succeeded.
+    /// After a read through `f`: moves the file's atime when the rule says so (`atime_due`,
+    /// or the first read of a handle that may have written), with one metadata request; the
+    /// owner decides again under the entry's lock. Under relatime a handle asks once. Also
+    /// called by the mount at the open of a handle the kernel reads through itself (FUSE
+    /// passthrough) when `atime_due`. A failure is logged: the read itself succeeded.
     pub async fn note_read(&self, f: &File) {
-        if !self.atime_due(f) {
+        if !self.atime_rule(f, true) {
             return;
         }
         let rule = self.config().atime;
