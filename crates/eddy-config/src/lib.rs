@@ -344,7 +344,9 @@ impl Atime {
             Atime::Noatime => false,
             Atime::Strictatime => true,
             Atime::Relatime => {
-                atime <= mtime || atime <= ctime || now - atime.0 >= Atime::RELATIME_STALE_S
+                atime <= mtime
+                    || atime <= ctime
+                    || now.saturating_sub(atime.0) >= Atime::RELATIME_STALE_S
             }
         }
     }
@@ -940,6 +942,9 @@ mod tests {
         assert!(r.due((100, 1), (100, 0), (100, 0), 100 + day));
         assert!(Atime::Strictatime.due((100, 1), (0, 0), (0, 0), 100));
         assert!(!Atime::Noatime.due((0, 0), (100, 0), (100, 0), 100 + day));
+        // Any times a request may carry: no overflow.
+        assert!(r.due((i64::MIN + 1, 0), (i64::MIN, 0), (i64::MIN, 0), i64::MAX));
+        assert!(!r.due((i64::MAX, 0), (0, 0), (0, 0), i64::MIN));
         assert_eq!(Atime::parse("noatime"), Some(Atime::Noatime));
         assert_eq!(Atime::parse("atime"), None);
         assert_eq!(Config::default().atime, Atime::Relatime);
