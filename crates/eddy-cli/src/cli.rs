@@ -312,6 +312,21 @@ pub struct MountArgs {
     /// another user mounts). The default when a user other than root mounts.
     #[arg(long)]
     pub owner_only: bool,
+    /// When reads move a file's atime on this mount: relatime (a read after a change, or a
+    /// day after the last update), strictatime (every read) or noatime (never). Default: the
+    /// deployment's `atime` setting (relatime).
+    #[arg(long, value_name = "MODE", value_parser = ["relatime", "strictatime", "noatime"])]
+    pub atime: Option<String>,
+    /// Device nodes on the mount open their devices (mount option `dev`; `nodev` without).
+    /// Root only. Leave it off where the deployment's user is not trusted with devices:
+    /// whoever holds the deployment's secret can make any device node (decision 0061).
+    #[arg(long)]
+    pub dev: bool,
+    /// Set-user-ID and set-group-ID programs on the mount run with their owner's or group's
+    /// identity (mount option `suid`; `nosuid` without). Root only; off for the burst buffer
+    /// (decision 0061).
+    #[arg(long)]
+    pub suid: bool,
 }
 
 #[derive(Debug, Args)]

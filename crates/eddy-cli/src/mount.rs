@@ -5,8 +5,9 @@ use crate::cli::{MountArgs, UmountArgs};
 use anyhow::{bail, Context, Result};
 use eddy_client::driver::Driver;
 use eddy_client::Client;
+use eddy_config::Atime;
 use eddy_config::Deployment;
-use eddy_deploy::mount::mount_background;
+use eddy_deploy::mount::mount_background_with;
 use eddy_deploy::mounts::{is_fuse_mounted, mount_target};
 use eddy_deploy::state::{absolute, StateDir};
 use std::path::Path;
@@ -15,14 +16,16 @@ use std::time::Duration;
 pub fn mount(args: MountArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
     let allow_other = allow_other(args.allow_other, args.owner_only)?;
+    let flags = MountFlags::from_args(&args)?;
     if args.foreground {
-        return mount_foreground(&state, &args.mountpoint, allow_other);
+        return mount_foreground(&state, &args.mountpoint, allow_other, &flags);
     }
     let dep = state.load_deployment()?;
-    mount_background(
+    mount_background_with(
         &state,
         &args.mountpoint,
         allow_other,
+        &flags.args(),
         Duration::from_secs(dep.config.start_timeout_s),
     )?;
     outln!(
@@ -67,8 +70,70 @@ fn user_allow_other(conf: &str) -> bool {
 }
 
 /// Mounts and serves until unmounted (or SIGINT/SIGTERM, which unmount).
-fn mount_foreground(state: &StateDir, mnt: &Path, allow_other: bool) -> Result<()> {
-    let dep = state.load_deployment()?;
+/// The options of `eddy mount` beyond who may use it: `--atime`, `--dev`, `--suid`.
+struct MountFlags {
+    atime: Option<Atime>,
+    dev: bool,
+    suid: bool,
+}
+
+impl MountFlags {
+    /// The flags asked for; `--dev` and `--suid` only from root, since the kernel would
+    /// take them from no one else (fusermount3 drops them) and a mount must not promise
+    /// what it does not do.
+    fn from_args(args: &MountArgs) -> Result<MountFlags> {
+        let atime = match args.atime.as_deref() {
+            None => None,
+            Some(name) => Some(Atime::parse(name).with_context(|| {
+                format!("--atime {name}: say relatime, strictatime or noatime")
+            })?),
+        };
+        // SAFETY: geteuid has no preconditions.
+        if (args.dev || args.suid) && unsafe { libc::geteuid() } != 0 {
+            bail!(
+                "--dev and --suid need a mount made by root (the kernel takes them from no \
+                 one else); mount without them"
+            );
+        }
+        Ok(MountFlags {
+            atime,
+            dev: args.dev,
+            suid: args.suid,
+        })
+    }
+
+    /// The same flags as arguments of `eddy mount --foreground`.
+    fn args(&self) -> Vec<std::ffi::OsString> {
+        let mut out = Vec::new();
+        if let Some(a) = self.atime {
+            let name = match a {
+                Atime::Relatime => "relatime",
+                Atime::Strictatime => "strictatime",
+                Atime::Noatime => "noatime",
+            };
+            out.extend(["--atime".into(), name.into()]);
+        }
+        if self.dev {
+            out.push("--dev".into());
+        }
+        if self.suid {
+            out.push("--suid".into());
+        }
+        out
+    }
+}
+
+fn mount_foreground(
+    state: &StateDir,
+    mnt: &Path,
+    allow_other: bool,
+    flags: &MountFlags,
+) -> Result<()> {
+    let mut dep = state.load_deployment()?;
+    // The client applies the atime rule to the reads it serves (decision 0061).
+    if let Some(a) = flags.atime {
+        dep.config.atime = a;
+    }
     let target = mount_target(mnt)?;
     // The client's runtime, driven by the FUSE threads (decision 0052); signals are watched
     // on a runtime of their own.
@@ -79,7 +144,12 @@ fn mount_foreground(state: &StateDir, mnt: &Path, allow_other: bool) -> Result<(
         .context("cannot connect to the deployment's daemons; check `eddy status`")?;
     state.add_mount(&target)?;
     rt.spawn(unmount_on_signal(target.clone()));
-    let served = eddy_fuse::mount(client, driver, &target, mount_options(&dep, allow_other));
+    let opts = eddy_fuse::MountOptions {
+        dev: flags.dev,
+        suid: flags.suid,
+        ..mount_options(&dep, allow_other)
+    };
+    let served = eddy_fuse::mount(client, driver, &target, opts);
     if let Err(e) = state.remove_mount(&target) {
         tracing::warn!("cannot update the mount list: {e:#}");
     }

@@ -6,6 +6,7 @@ use crate::{
     layout, new_inode, size, unsynced, Client, Creds, Errno, Failure, FileId, FileKind, Inode,
     SetAttr,
 };
+use eddy_config::Atime;
 use eddy_proto::path;
 use eddy_proto::{req, Backing, Piece, Request, Revalidated};
 use futures::future::join_all;
@@ -39,6 +40,9 @@ pub(crate) struct FileInner {
     pub(crate) unsynced: unsynced::Unsynced,
     /// Its leases for direct local I/O, by daemon (decision 0048).
     pub(crate) direct: crate::direct::Handles,
+    /// Whether a read through this handle has been considered for an atime update under
+    /// relatime (once per handle, decision 0061).
+    atime_checked: AtomicBool,
 }
 
 /// An open file. Cheap to clone.
@@ -297,6 +301,7 @@ impl Client {
             setid_cleared: AtomicBool::new(false),
             unsynced: Default::default(),
             direct: Default::default(),
+            atime_checked: AtomicBool::new(false),
         })))
     }
 
@@ -329,6 +334,7 @@ impl Client {
             })
             .await?;
         out.truncate(n);
+        self.note_read(f).await;
         Ok(out)
     }
 
@@ -337,7 +343,67 @@ impl Client {
     /// own a buffer already: no allocation, no copy beyond the one out of the replies.
     pub async fn pread_into(&self, f: &File, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
         let len = buf.len();
-        self.read_at(f, offset, len, |n| &mut buf[..n]).await
+        let n = self.read_at(f, offset, len, |n| &mut buf[..n]).await?;
+        self.note_read(f).await;
+        Ok(n)
+    }
+
+    /// Whether a read through `f` now would move the file's atime under the `atime`
+    /// setting, as far as its attributes at open tell (decision 0061): always under
+    /// strictatime, never under noatime; under relatime when the atime is not later than the
+    /// mtime or the ctime, or is a day old, and only until a read through `f` asked.
+    pub fn atime_due(&self, f: &File) -> bool {
+        self.atime_rule(f, false)
+    }
+
+    /// `atime_due`, where under relatime a handle open for writing too always asks at its
+    /// first read (its own writes may have moved the mtime since open).
+    fn atime_rule(&self, f: &File, after_own_writes: bool) -> bool {
+        let rule = self.config().atime;
+        if f.0.inode.kind != FileKind::File || !f.readable() {
+            return false;
+        }
+        match rule {
+            Atime::Noatime => false,
+            Atime::Strictatime => true,
+            Atime::Relatime => {
+                if f.0.atime_checked.load(Ordering::Acquire) {
+                    return false;
+                }
+                let i = &f.0.inode;
+                let t = |ts: eddy_proto::Timespec| (ts.sec, ts.nsec);
+                (after_own_writes && f.writable())
+                    || rule.due(
+                        t(i.atime),
+                        t(i.mtime),
+                        t(i.ctime),
+                        eddy_proto::Timespec::now().sec,
+                    )
+            }
+        }
+    }
+
+    /// After a read through `f`: moves the file's atime when the rule says so (`atime_due`,
+    /// or the first read of a handle that may have written), with one metadata request; the
+    /// owner decides again under the entry's lock. Under relatime a handle asks once. Also
+    /// called by the mount at the open of a handle the kernel reads through itself (FUSE
+    /// passthrough) when `atime_due`. A failure is logged: the read itself succeeded.
+    pub async fn note_read(&self, f: &File) {
+        if !self.atime_rule(f, true) {
+            return;
+        }
+        let rule = self.config().atime;
+        if rule == Atime::Relatime && f.0.atime_checked.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let req = req::Accessed {
+            path: f.path().to_string(),
+            time: eddy_proto::Timespec::now(),
+            strict: rule == Atime::Strictatime,
+        };
+        if let Err(e) = self.meta(f.path(), req).await {
+            tracing::debug!(path = f.path(), "cannot move the atime after a read: {e}");
+        }
     }
 
     /// Reads up to `len` bytes at `offset` into the buffer `dest(n)` gives once the number of

@@ -178,6 +178,13 @@ pub struct Config {
     /// the mount. Taken only by a mount run with CAP_SYS_ADMIN on a kernel that offers it
     /// (Linux >= 6.9), and with `direct_io` on. Default true.
     pub fuse_passthrough: bool,
+    /// When reads move a file's atime (decision 0061), through the mount (`eddy mount
+    /// --atime` overrides it there) and the library: `relatime` (the default, as Linux's):
+    /// a read moves it when it is not later than the mtime or the ctime, or is a day old, so
+    /// at most one update per change of the file or per day; `strictatime`: every read that
+    /// reaches Eddy (one more metadata request per read, and no FUSE passthrough for
+    /// read-only opens); `noatime`: never.
+    pub atime: Atime,
     /// Longest accepted path from the namespace root, in bytes (ENAMETOOLONG beyond). The
     /// kernel bounds the path string of one call (PATH_MAX, 4096), not the depth of a tree:
     /// a program that works in a deep directory with relative names reaches paths from the
@@ -314,6 +321,48 @@ pub struct Config {
 /// The extended attribute of a directory that sets the placement of the files created in
 /// it (decision 0043): `hashed` or `local`.
 pub const PLACEMENT_XATTR: &str = "user.eddy.placement";
+
+/// The `atime` setting and `eddy mount --atime`: when reads move a file's atime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Atime {
+    /// When the atime is not later than the mtime or the ctime, or is a day old.
+    #[default]
+    Relatime,
+    /// At every read.
+    Strictatime,
+    /// Never.
+    Noatime,
+}
+
+impl Atime {
+    /// How long an atime stands under `relatime` when the file does not change (Linux's).
+    pub const RELATIME_STALE_S: i64 = 24 * 60 * 60;
+
+    /// The setting a name (`relatime`, `strictatime`, `noatime`) means.
+    pub fn parse(name: &str) -> Option<Atime> {
+        match name {
+            "relatime" => Some(Atime::Relatime),
+            "strictatime" => Some(Atime::Strictatime),
+            "noatime" => Some(Atime::Noatime),
+            _ => None,
+        }
+    }
+
+    /// Whether a read at `now` (seconds) moves the atime of a file with these times
+    /// (seconds and nanoseconds each).
+    pub fn due(self, atime: (i64, u32), mtime: (i64, u32), ctime: (i64, u32), now: i64) -> bool {
+        match self {
+            Atime::Noatime => false,
+            Atime::Strictatime => true,
+            Atime::Relatime => {
+                atime <= mtime
+                    || atime <= ctime
+                    || now.saturating_sub(atime.0) >= Atime::RELATIME_STALE_S
+            }
+        }
+    }
+}
 
 /// The `placement` setting and the `user.eddy.placement` attribute's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -626,6 +675,7 @@ impl Default for Config {
             preload_early_descriptor: false,
             fuse_read_ahead_kb: 1024,
             fuse_passthrough: true,
+            atime: Atime::Relatime,
             max_path_bytes: 32 * 1024,
             max_name_bytes: 255,
             port: 7750,
@@ -893,6 +943,27 @@ pub(crate) fn read(path: &Path) -> Result<String, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relatime_moves_atime_once_per_change_or_day() {
+        let day = Atime::RELATIME_STALE_S;
+        let r = Atime::Relatime;
+        // Read after a change (atime not later than mtime or ctime): moves.
+        assert!(r.due((100, 0), (100, 0), (50, 0), 200));
+        assert!(r.due((100, 0), (50, 0), (100, 5), 200));
+        // Read again: stays, until the atime is a day old.
+        assert!(!r.due((100, 1), (100, 0), (100, 0), 200));
+        assert!(!r.due((100, 1), (100, 0), (100, 0), 100 + day - 1));
+        assert!(r.due((100, 1), (100, 0), (100, 0), 100 + day));
+        assert!(Atime::Strictatime.due((100, 1), (0, 0), (0, 0), 100));
+        assert!(!Atime::Noatime.due((0, 0), (100, 0), (100, 0), 100 + day));
+        // Any times a request may carry: no overflow.
+        assert!(r.due((i64::MIN + 1, 0), (i64::MIN, 0), (i64::MIN, 0), i64::MAX));
+        assert!(!r.due((i64::MAX, 0), (0, 0), (0, 0), i64::MIN));
+        assert_eq!(Atime::parse("noatime"), Some(Atime::Noatime));
+        assert_eq!(Atime::parse("atime"), None);
+        assert_eq!(Config::default().atime, Atime::Relatime);
+    }
 
     #[test]
     fn defaults_are_valid_and_documented_values() {

@@ -17,6 +17,18 @@ pub fn mount_background(
     allow_other: bool,
     bound: Duration,
 ) -> Result<()> {
+    mount_background_with(state, mnt, allow_other, &[], bound)
+}
+
+/// `mount_background` with more arguments for `eddy mount --foreground` (`--atime`,
+/// `--dev`, `--suid`).
+pub fn mount_background_with(
+    state: &StateDir,
+    mnt: &Path,
+    allow_other: bool,
+    extra: &[OsString],
+    bound: Duration,
+) -> Result<()> {
     let target = mount_target(mnt)?;
     if is_fuse_mounted(&target)? {
         bail!(
@@ -36,6 +48,7 @@ pub fn mount_background(
         }
         .into(),
     );
+    args.extend(extra.iter().cloned());
     let log = state.mount_log();
     let mut child = crate::procs::spawn_detached(&exe, &args, &log)?;
     wait_mounted(&target, &mut child, &log, bound)

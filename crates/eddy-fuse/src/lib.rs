@@ -15,9 +15,13 @@
 //!   daemon (`locks`, decision 0008);
 //! - the page cache is dropped at every open (no `keep_cache`) and O_APPEND files bypass it,
 //!   so data written on other nodes is seen after an open;
-//! - an open file follows a rename done through this mount; a file unlinked (or renamed on
-//!   another node) while open can no longer be used through its handle (Eddy names
-//!   metadata by path);
+//! - an open file follows a rename done through this mount; a file unlinked or replaced by a
+//!   rename through this mount while open lives on under a hidden name until its last close
+//!   (`fs/names.rs`, decision 0061); one unlinked or renamed on another node can no longer
+//!   be used through its handle (Eddy names metadata by path);
+//! - reads move the atime as the `atime` setting or `--atime` says (relatime by default; the
+//!   kernel leaves a FUSE file's atime to the file system, decision 0061); the mount is
+//!   `nodev,nosuid` unless root asked for `dev`/`suid`;
 //! - a file whose chunks all lie in one data file of a daemon of this host is handed to the
 //!   kernel (FUSE passthrough, `fs/passthrough.rs`, decision 0049) when the mount runs as
 //!   root: the kernel reads and writes it, and flush, fsync and release tell the daemon;
@@ -67,6 +71,16 @@ pub struct MountOptions {
     /// 0049; config `fuse_passthrough` and `direct_io`). Taken only when the mount runs as
     /// root and the kernel offers it.
     pub passthrough: bool,
+    /// When reads move atime (config `atime`, `eddy mount --atime`; decision 0061). The
+    /// kernel leaves a FUSE file's atime to the file system: the mount moves it through the
+    /// client, and shows `noatime` in the mount table for `Noatime`.
+    pub atime: eddy_config::Atime,
+    /// Device nodes on the mount open their devices (`dev`); off by default (`nodev`).
+    /// Honoured only for a mount made by root (decision 0061).
+    pub dev: bool,
+    /// Set-user-ID and set-group-ID bits of programs on the mount count at exec (`suid`);
+    /// off by default (`nosuid`). Honoured only for a mount made by root (decision 0061).
+    pub suid: bool,
 }
 
 impl MountOptions {
@@ -81,6 +95,9 @@ impl MountOptions {
             fresh_dirs: config.fuse_fresh_dirs,
             read_ahead_kb: config.fuse_read_ahead_kb,
             passthrough: config.fuse_passthrough && config.direct_io,
+            atime: config.atime,
+            dev: false,
+            suid: false,
         }
     }
 }
@@ -144,9 +161,22 @@ fn session_config(opts: &MountOptions) -> fuser::Config {
         // mode or device number by talking to the daemons directly: a set-uid root program
         // or a device node in the namespace must mean nothing on a mount root made. fuser
         // defaults to both; said here so that no change of options or library loses them.
-        MountOption::NoSuid,
-        MountOption::NoDev,
+        // A site or a test that needs them asks explicitly (`eddy mount --dev --suid`, root
+        // only; decision 0061).
+        if opts.suid {
+            MountOption::Suid
+        } else {
+            MountOption::NoSuid
+        },
+        if opts.dev {
+            MountOption::Dev
+        } else {
+            MountOption::NoDev
+        },
     ];
+    if opts.atime == eddy_config::Atime::Noatime {
+        config.mount_options.push(MountOption::NoAtime);
+    }
     config.acl = if opts.allow_other {
         fuser::SessionACL::All
     } else {
@@ -518,6 +548,9 @@ mod tests {
             fresh_dirs: true,
             read_ahead_kb: 0,
             passthrough: false,
+            atime: eddy_config::Atime::Relatime,
+            dev: false,
+            suid: false,
         };
         let c = session_config(&opts);
         assert_eq!(c.n_threads, Some(3));
@@ -535,11 +568,29 @@ mod tests {
         for o in [fuser::MountOption::NoSuid, fuser::MountOption::NoDev] {
             assert!(c.mount_options.contains(&o), "{o:?}");
         }
+        assert!(!c.mount_options.contains(&fuser::MountOption::NoAtime));
         let opts = MountOptions {
             allow_other: false,
             ..opts
         };
         assert_eq!(session_config(&opts).acl, fuser::SessionACL::Owner);
+        // Asked for: dev, suid, noatime, and nodev and nosuid are gone.
+        let c = session_config(&MountOptions {
+            dev: true,
+            suid: true,
+            atime: eddy_config::Atime::Noatime,
+            ..opts
+        });
+        for o in [
+            fuser::MountOption::Suid,
+            fuser::MountOption::Dev,
+            fuser::MountOption::NoAtime,
+        ] {
+            assert!(c.mount_options.contains(&o), "{o:?}");
+        }
+        for o in [fuser::MountOption::NoSuid, fuser::MountOption::NoDev] {
+            assert!(!c.mount_options.contains(&o), "{o:?}");
+        }
     }
 
     #[test]
@@ -555,5 +606,7 @@ mod tests {
         assert_eq!(o.threads, cfg.fuse_threads);
         assert_eq!(o.attr_ttl, Duration::from_millis(cfg.fuse_attr_ttl_ms));
         assert!(!o.allow_other);
+        assert!(!o.dev && !o.suid, "nodev and nosuid unless asked");
+        assert_eq!(o.atime, cfg.atime);
     }
 }

@@ -102,6 +102,9 @@ fn start(n: u32) -> Fixture {
         fresh_dirs: true,
         read_ahead_kb: 2048,
         passthrough: false,
+        atime: eddy_config::Atime::Relatime,
+        dev: false,
+        suid: false,
     };
     let guard = spawn_mount(client, driver, &mnt, opts).unwrap();
     Fixture {

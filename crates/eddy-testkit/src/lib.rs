@@ -230,7 +230,7 @@ impl Cluster {
     /// is dropped; fails the test where FUSE is unavailable.
     pub fn mount(&self) -> ExtraMount {
         require::fuse();
-        let (mnt, child) = mount_at(self);
+        let (mnt, child) = mount_at(self, &[]);
         ExtraMount {
             mnt,
             child: Some(child),
@@ -375,9 +375,14 @@ impl Mounted {
     }
 
     pub fn start_with(n: usize, config: Config) -> Mounted {
+        Mounted::start_with_args(n, config, &[])
+    }
+
+    /// Like `start_with`, with more arguments for `eddy mount` (`--dev`, `--atime noatime`...).
+    pub fn start_with_args(n: usize, config: Config, args: &[&str]) -> Mounted {
         require::fuse();
         let cluster = Cluster::start_with(n, config);
-        let (mnt, child) = mount_at(&cluster);
+        let (mnt, child) = mount_at(&cluster, args);
         Mounted {
             mnt,
             child: Some(child),
@@ -387,7 +392,7 @@ impl Mounted {
 
     /// A second mount of the same deployment, as another node would have.
     pub fn another_mount(&self) -> ExtraMount {
-        let (mnt, child) = mount_at(&self.cluster);
+        let (mnt, child) = mount_at(&self.cluster, &[]);
         ExtraMount {
             mnt,
             child: Some(child),
@@ -455,10 +460,10 @@ impl Drop for ExtraMount {
 }
 
 /// Mounts the cluster's deployment on a new directory with `eddy mount --foreground` and
-/// waits until the mount is there.
+/// waits until the mount is there; `args` are more arguments for `eddy mount`.
 // The child is returned to a guard that unmounts and waits for it on drop.
 #[allow(clippy::zombie_processes)]
-fn mount_at(cluster: &Cluster) -> (tempfile::TempDir, Child) {
+fn mount_at(cluster: &Cluster, args: &[&str]) -> (tempfile::TempDir, Child) {
     let mnt = tempfile::tempdir().expect("mountpoint");
     let log_path = cluster.dir.path().join(format!(
         "mount-{}.log",
@@ -472,6 +477,7 @@ fn mount_at(cluster: &Cluster) -> (tempfile::TempDir, Child) {
         .arg(mnt.path())
         .arg("--foreground")
         .arg("--allow-other")
+        .args(args)
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))
         .stderr(log)

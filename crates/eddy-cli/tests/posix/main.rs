@@ -11,6 +11,7 @@
 mod bad_input;
 mod client_ops;
 mod client_prop;
+mod corners;
 mod deadlock;
 mod deep_paths;
 mod dir_attr;

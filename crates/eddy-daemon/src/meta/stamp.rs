@@ -1,10 +1,12 @@
 //! Changes to an entry that follow from operations on other entries or on its data: the times
 //! of a directory whose entries changed (`TouchDir`) and the set-id bits a write or truncate
-//! by an unprivileged caller clears (`ClearSetId`). Who may do what is checked by the caller
+//! by an unprivileged caller clears (`ClearSetId`), and the atime a read moves (`Accessed`,
+//! decision 0061). Who may do what is checked by the caller
 //! (the kernel through FUSE, the library); here each change is one read-modify-write of one
 //! key under its stripe lock.
 
 use super::{MetaStore, Through, MODE_BITS};
+use eddy_config::Atime;
 use eddy_proto::{Errno, FileKind, Inode, SetAttr, Timespec};
 
 /// Set-user-ID and set-group-ID bits, and group execute (which decides whether set-group-ID
@@ -61,6 +63,30 @@ impl MetaStore {
         })
     }
 
+    /// A read at `time`: the atime becomes `time` if `strict`, else under relatime's rule
+    /// (not later than the mtime or ctime, or a day old). Only the record changes: not the
+    /// ctime, and not a linked file's backend copy (a read there moved nothing either).
+    pub fn accessed(
+        &self,
+        p: &str,
+        time: Timespec,
+        strict: bool,
+        via: &dyn Through,
+    ) -> Result<(), Errno> {
+        let rule = if strict {
+            Atime::Strictatime
+        } else {
+            Atime::Relatime
+        };
+        self.update(p, via, |_, mut ino| {
+            let t = |ts: Timespec| (ts.sec, ts.nsec);
+            if rule.due(t(ino.atime), t(ino.mtime), t(ino.ctime), time.sec) {
+                ino.atime = time;
+            }
+            Ok((ino, ()))
+        })
+    }
+
     /// Clears the set-id bits a write or truncate by an unprivileged caller clears, written
     /// through to the backend of a linked file like a chmod.
     pub fn clear_setid(&self, p: &str, via: &dyn Through) -> Result<Inode, Errno> {
@@ -105,5 +131,31 @@ mod tests {
         assert_eq!((later.mtime, later.ctime), (t(11), t(12)));
         let earlier = touched(later.clone(), t(5));
         assert_eq!(earlier, later);
+    }
+
+    #[test]
+    fn a_read_moves_the_atime_alone_and_once_per_change_under_relatime() {
+        use crate::meta::through::NoBackend;
+        let t = |sec| Timespec { sec, nsec: 0 };
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(dir.path(), &eddy_config::Config::default()).unwrap();
+        let mut f = Inode::new(FileKind::File, 7, 0o644, 0, 0);
+        (f.atime, f.mtime, f.ctime) = (t(100), t(100), t(100));
+        store.create("/f", f, true, &NoBackend).unwrap();
+        // A read after the change: the atime moves, nothing else.
+        store.accessed("/f", t(200), false, &NoBackend).unwrap();
+        let i = store.stat("/f", &NoBackend).unwrap();
+        assert_eq!((i.atime, i.mtime, i.ctime), (t(200), t(100), t(100)));
+        // Read again (another client that saw the old times): relatime keeps it.
+        store.accessed("/f", t(300), false, &NoBackend).unwrap();
+        assert_eq!(store.stat("/f", &NoBackend).unwrap().atime, t(200));
+        // strictatime moves it at every read; a day later relatime does too.
+        store.accessed("/f", t(400), true, &NoBackend).unwrap();
+        assert_eq!(store.stat("/f", &NoBackend).unwrap().atime, t(400));
+        let day = eddy_config::Atime::RELATIME_STALE_S;
+        store
+            .accessed("/f", t(400 + day), false, &NoBackend)
+            .unwrap();
+        assert_eq!(store.stat("/f", &NoBackend).unwrap().atime, t(400 + day));
     }
 }

@@ -48,6 +48,7 @@ impl Apply for req::OnIdentity {
             Request::ListXattr(_) => run(st, req::ListXattr { path }),
             Request::RemoveXattr(r) => run(st, req::RemoveXattr { path, ..r }),
             Request::ClearSetId(_) => run(st, req::ClearSetId { path }),
+            Request::Accessed(r) => run(st, req::Accessed { path, ..r }),
             other => Err(Errno::einval(format!(
                 "{} does not apply to a file's identity record",
                 other.op_name()

@@ -93,6 +93,13 @@ impl Apply for req::TouchDir {
     }
 }
 
+impl Apply for req::Accessed {
+    fn apply(self, st: &State) -> Result<(), Errno> {
+        st.meta
+            .accessed(&self.path, self.time, self.strict, &st.tier)
+    }
+}
+
 impl Apply for req::ClearSetId {
     fn apply(self, st: &State) -> Result<Inode, Errno> {
         st.meta.clear_setid(&self.path, &st.tier)

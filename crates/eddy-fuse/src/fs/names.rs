@@ -28,10 +28,37 @@ impl EddyFs {
                 Err(e) => return Err(e),
             }
         }
+        self.keep_replaced(req, from, to)?;
         self.run(self.client.rename(from, to, creds(req)))?;
         lock(&self.table).rename(from, to);
         self.rebind_files(from, to);
         Ok(())
+    }
+
+    /// A rename over a file that handles of this mount hold open replaces that name, as an
+    /// unlink would: the file is first hidden like a file unlinked while open, so that its
+    /// handles (fstat, reads, writes) keep reaching it until the last close (decision 0061).
+    /// Nothing is done when no handle has `to` open (no request), or when `from` is another
+    /// name of the same file (the rename then changes nothing).
+    fn keep_replaced(&self, req: &Request, from: &str, to: &str) -> Result<(), Errno> {
+        if is_hidden_orphan(to.rsplit('/').next().unwrap_or(to)) {
+            return Ok(());
+        }
+        let open = lock(&self.files)
+            .values()
+            .find(|f| f.path() == to)
+            .map(File::file_id);
+        let Some(victim) = open else {
+            return Ok(());
+        };
+        if self.run(self.client.stat(from))?.file_id == victim {
+            return Ok(());
+        }
+        match self.hide_orphan(req, to, victim) {
+            // Removed meanwhile (on another node): nothing left to replace.
+            Err(e) if e.errno == libc::ENOENT => Ok(()),
+            res => res,
+        }
     }
 
     /// POSIX keeps an unlinked file alive while it is open. Like NFS, the mount renames a file

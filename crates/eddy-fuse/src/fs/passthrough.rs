@@ -144,12 +144,14 @@ fn become_fs_user(uid: u32, gid: u32) -> std::io::Result<()> {
 impl EddyFs {
     /// Decides how the kernel does the I/O of the open file `fh` (inode `ino`): `Some`
     /// backing id to answer with (passthrough), or `None` (served by the mount).
-    /// `register` makes a backing id of a descriptor.
+    /// `register` makes a backing id of a descriptor. Without `wanted` (a read-only open
+    /// whose first read must move the atime, decision 0061) a new backing is not taken.
     pub(super) fn pass_open(
         &self,
         ino: u64,
         fh: u64,
         file: &File,
+        wanted: bool,
         register: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId> + Send,
     ) -> Result<Option<Arc<BackingId>>, Errno> {
         let pt = &self.passthrough;
@@ -172,6 +174,7 @@ impl EddyFs {
             return Ok(Some(id));
         }
         let eligible = pt.on()
+            && wanted
             && modes.served == 0
             && !file.append()
             && !file.renewed()

@@ -293,8 +293,18 @@ impl Filesystem for EddyFs {
             Ok(file) => {
                 let fopen = fopen_flags(&file);
                 let fh = self.add_file(file.clone());
-                match self.pass_open(ino.0, fh, &file, |d| reply.open_backing(d)) {
+                // The kernel reads a passthrough file without asking the mount, and leaves
+                // its atime to the mount (decision 0061): a read-only open whose first read
+                // must move the atime is served by the mount, whose READ moves it; one the
+                // kernel reads itself anyway (the inode is passed through already, or it
+                // is open for writing too) moves it at open.
+                let atime_due = self.client.atime_due(&file);
+                let wanted = !atime_due || file.writable();
+                match self.pass_open(ino.0, fh, &file, wanted, |d| reply.open_backing(d)) {
                     Ok(Some(id)) => {
+                        if atime_due {
+                            self.run(self.client.note_read(&file));
+                        }
                         reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
                     }
                     Ok(None) => reply.opened(FileHandle(fh), fopen),
@@ -565,7 +575,7 @@ impl Filesystem for EddyFs {
             let attr = self.entry(&path, &file.inode());
             let fopen = fopen_flags(&file);
             let fh = self.add_file(file.clone());
-            match self.pass_open(attr.ino.0, fh, &file, |d| reply.open_backing(d)) {
+            match self.pass_open(attr.ino.0, fh, &file, true, |d| reply.open_backing(d)) {
                 Ok(id) => Ok((attr, fh, fopen, id)),
                 Err(e) => {
                     lock(&self.files).remove(&fh);

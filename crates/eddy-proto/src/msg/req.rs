@@ -460,6 +460,19 @@ pub struct ClearSetId {
     pub path: String,
 }
 
+/// A read of the file `path` at `time` (decision 0061): its atime becomes `time` when
+/// `strict`, else (relatime) only when the atime is not later than its mtime or ctime or is
+/// a day old, decided under the entry's lock. Nothing else moves (not the ctime). Replies
+/// `Ok`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accessed {
+    #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::path))]
+    pub path: String,
+    pub time: Timespec,
+    pub strict: bool,
+}
+
 /// A subdirectory of the directory `dir` was made (`delta` 1) or removed or moved away
 /// (-1): its link count, 2 and its subdirectories, moves by `delta` (never below 2).
 /// ENOTDIR for anything but a directory. Replies `Ok`.

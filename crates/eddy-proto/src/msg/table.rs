@@ -142,6 +142,7 @@ macro_rules! request_table {
             Stats "stats" {} -> $crate::stats::DaemonStats, conn, REJOINING;
             DirectOpen "direct_open" {} -> DirectGrant, conn, STORAGE;
             DirectCommit "direct_commit" {} -> (), conn, CHANGES | STORAGE | GROWS;
+            Accessed "accessed" { path } -> (), store, CHANGES;
         }
     };
 }
