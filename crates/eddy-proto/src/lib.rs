@@ -42,7 +42,7 @@ pub mod wire;
 pub use msg::*;
 
 /// Version of the protocol; the handshake refuses a peer with another one.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]
