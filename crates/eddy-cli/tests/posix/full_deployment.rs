@@ -242,6 +242,10 @@ fn a_full_deployment_gives_enospc_and_its_space_back_three_times() {
         f.ok(&format!("xfs_io -fc 'falloc 0 {}k' spc", avail / 1024 / 2));
         assert!(f.disk_free() + slack < empty, "fallocate reserved nothing");
         f.ok("rm spc");
+        // Blocks past the size (KEEP_SIZE) of a small file are freed by its removal too.
+        f.ok("xfs_io -fc 'falloc -k 0 4m' kept && test ! -s kept");
+        assert!(data_blocks(&f.cluster) >= 4 * MIB, "KEEP_SIZE reserved nothing");
+        f.ok("rm kept");
         let free = f.disk_free();
         assert!(
             free + slack >= empty,
