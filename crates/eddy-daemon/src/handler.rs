@@ -141,7 +141,7 @@ impl State {
         self.requests.fetch_add(1, Ordering::Relaxed);
         if let Some(bytes) = req.adds_bytes() {
             if let Err(e) = self.room.check(bytes) {
-                if !self.adds_nothing(&req) {
+                if !self.served_when_full(&req) {
                     return Err(e);
                 }
             }
@@ -152,9 +152,17 @@ impl State {
     /// Whether a request the room check refused would add nothing after all: a non-exclusive
     /// `Create` of an entry this daemon holds answers that entry (a client connecting makes
     /// sure of the root that way, an `open(O_CREAT)` of an existing file too), so it is served
-    /// on a full device like any lookup (decision 0060).
-    fn adds_nothing(&self, req: &Request) -> bool {
+    /// on a full device like any lookup; and the hidden name a mount gives a file unlinked
+    /// while open (the half of an unlink: the entry moves, one is removed at its last close)
+    /// is taken from the reserve, so that files can be removed from a full deployment
+    /// (decision 0060).
+    fn served_when_full(&self, req: &Request) -> bool {
         match req {
+            Request::Insert(i) => i
+                .path
+                .rsplit('/')
+                .next()
+                .is_some_and(eddy_config::is_hidden_orphan),
             Request::Create(c) if !c.exclusive => self
                 .meta
                 .key_of(&c.path)

@@ -184,6 +184,7 @@ fn a_full_deployment_gives_enospc_and_its_space_back_three_times() {
     // Slack for the daemons' metadata stores (journals, compaction) between two looks.
     let slack = 16 * MIB;
     for round in 0..3 {
+        f.ok("mkdir -p d/e && echo held > held");
         // By write, until the devices are full.
         f.enospc("dd if=/dev/zero of=fill bs=1M conv=fsync");
         f.mount_alive();
@@ -205,9 +206,12 @@ fn a_full_deployment_gives_enospc_and_its_space_back_three_times() {
                 .collect();
             assert!(names.contains(&"fill".to_string()), "{names:?}");
         }
-        // A smaller size, then emptied.
+        // Emptied while full: directories, a file held open (it lives on until closed), a
+        // smaller size, the rest.
+        f.ok("rmdir d/e d");
+        let held = f.ok("exec 3<held && rm held && cat <&3");
+        assert_eq!(held, "held\n");
         f.ok("truncate -s 1M fill");
-        f.ok("mkdir -p d && rmdir d || true");
         f.ok("rm fill");
         let free = f.disk_free();
         assert!(
@@ -244,7 +248,10 @@ fn a_full_deployment_gives_enospc_and_its_space_back_three_times() {
         f.ok("rm spc");
         // Blocks past the size (KEEP_SIZE) of a small file are freed by its removal too.
         f.ok("xfs_io -fc 'falloc -k 0 4m' kept && test ! -s kept");
-        assert!(data_blocks(&f.cluster) >= 4 * MIB, "KEEP_SIZE reserved nothing");
+        assert!(
+            data_blocks(&f.cluster) >= 4 * MIB,
+            "KEEP_SIZE reserved nothing"
+        );
         f.ok("rm kept");
         let free = f.disk_free();
         assert!(
