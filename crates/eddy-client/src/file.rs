@@ -633,7 +633,11 @@ impl Client {
         let cleared = self.clear_setid_on_write(f, clear_setid);
         let (results, grown, cleared, direct_done) =
             futures::join!(join_all(writes), grow, cleared, direct_writes);
-        self.settle_writes(f.file_id(), &batches, results).await?;
+        if let Err(e) = self.settle_writes(f.file_id(), &batches, results).await {
+            // Some daemons may have stored their part past the size (decision 0060).
+            self.note_spilled(f.file_id());
+            return Err(e);
+        }
         direct_done?;
         grown?;
         cleared?;
@@ -751,6 +755,50 @@ impl Client {
     /// cannot fail for want of room; unless `keep_size`, the file grows to cover the range.
     /// ENOSPC when a daemon cannot hold its part (what others reserved stays reserved, as
     /// with a local file system).
+    /// After a failed fallocate (a daemon refused its part, ENOSPC most often): the daemons
+    /// that took theirs give back what lies past the file's size as the owner and this client
+    /// know it (each daemon undid a refused part itself). What cannot be given back (a
+    /// daemon unreachable now) is dropped when the file is removed (decision 0060).
+    async fn give_back(&self, f: &File, offset: u64, took: &[u32]) {
+        self.note_spilled(f.file_id());
+        let owner = match self.stat_raw(f.path()).await {
+            Ok(i) if i.file_id == f.file_id() => i.size,
+            // Removed or replaced meanwhile: its removal dropped everything.
+            _ => return,
+        };
+        let size = owner
+            .max(f.0.known_size.load(Ordering::Acquire))
+            .max(self.0.sizes.pending(f.file_id()))
+            .max(offset);
+        let mut daemons = took.to_vec();
+        daemons.sort_unstable();
+        daemons.dedup();
+        let calls = daemons.iter().map(|&d| {
+            self.rpc().call(
+                d,
+                req::TruncateData {
+                    file_id: f.file_id(),
+                    size,
+                },
+            )
+        });
+        for (d, r) in daemons.iter().zip(join_all(calls).await) {
+            if let Err(e) = r {
+                tracing::debug!(daemon = d, "cannot give back a failed fallocate: {e}");
+            }
+        }
+    }
+
+    /// Notes a file that may hold chunks past its size.
+    pub(crate) fn note_spilled(&self, id: FileId) {
+        lock_spilled(&self.0.spilled).insert(id);
+    }
+
+    /// Whether a file may hold chunks past its size; forgets it (its data is being dropped).
+    pub(crate) fn take_spilled(&self, id: FileId) -> bool {
+        lock_spilled(&self.0.spilled).remove(&id)
+    }
+
     pub async fn allocate(
         &self,
         f: &File,
@@ -786,8 +834,20 @@ impl Client {
             }
         });
         let results = join_all(calls).await;
-        self.settle_writes(f.file_id(), &batches, results).await?;
-        if !keep_size {
+        let took: Vec<u32> = batches
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(b, _)| b.daemon)
+            .collect();
+        if let Err(e) = self.settle_writes(f.file_id(), &batches, results).await {
+            self.give_back(f, offset, &took).await;
+            return Err(e);
+        }
+        if keep_size {
+            // Blocks past the size: its removal must find them wherever they are.
+            self.note_spilled(f.file_id());
+        } else {
             let req = req::GrowSize {
                 path: f.path().to_string(),
                 size: end,
@@ -797,4 +857,10 @@ impl Client {
         }
         Ok(())
     }
+}
+
+fn lock_spilled(
+    m: &std::sync::Mutex<std::collections::HashSet<FileId>>,
+) -> std::sync::MutexGuard<'_, std::collections::HashSet<FileId>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

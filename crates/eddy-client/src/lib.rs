@@ -80,6 +80,10 @@ struct Inner {
     renames: rename::Renames,
     /// Directories looked up recently (see `dircache`).
     dircache: dircache::DirCache,
+    /// Files that may hold chunks past their size: a write or fallocate that failed after
+    /// reaching some daemons, a `KEEP_SIZE` fallocate. Their removal here drops their data on
+    /// every daemon, not only on the owners of the chunks below the size (decision 0060).
+    spilled: std::sync::Mutex<std::collections::HashSet<FileId>>,
     /// Daemons holding this client's changes other than file data not yet synced (an
     /// fsync reaches them; decision 0015).
     unsynced: Arc<unsynced::Unsynced>,
@@ -157,6 +161,7 @@ impl Client {
             locks: locks::LockSession::new(),
             renames: rename::Renames::default(),
             dircache,
+            spilled: Default::default(),
             unsynced,
             local,
             direct,

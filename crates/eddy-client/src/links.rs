@@ -179,7 +179,15 @@ impl Client {
         // at once, and truncation drops the chunks past the new size. Only a write racing with
         // the removal, or one that failed half-way, can leave unreachable chunks behind
         // (garbage, never visible).
-        if last.kind == FileKind::File && last.size > 0 {
+        let spilled = self.take_spilled(last.file_id);
+        if last.kind == FileKind::File && spilled {
+            // Chunks past the size may be anywhere (decision 0060).
+            self.rpc()
+                .all_ok(|| req::RemoveData {
+                    file_id: last.file_id,
+                })
+                .await?;
+        } else if last.kind == FileKind::File && last.size > 0 {
             self.drop_data(last.file_id, last.size).await?;
         }
         Ok(())

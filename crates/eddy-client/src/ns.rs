@@ -346,12 +346,18 @@ impl Client {
             block_size: 4096,
             ..FsStats::default()
         };
-        for d in self.rpc().all_ok(|| req::Status).await? {
-            s.total_bytes += d.fs_total_bytes;
-            s.free_bytes += d.fs_free_bytes;
-            s.avail_bytes += d.fs_avail_bytes;
-            s.files += d.fs_files;
-            s.files_free += d.fs_files_free;
+        let statuses = self.rpc().all_ok(|| req::Status).await?;
+        let mut devices: BTreeMap<&str, Vec<&DaemonStatus>> = BTreeMap::new();
+        for d in &statuses {
+            devices.entry(d.device.as_str()).or_default().push(d);
+        }
+        for on in devices.values() {
+            let one = device_stats(on);
+            s.total_bytes += one.total_bytes;
+            s.free_bytes += one.free_bytes;
+            s.avail_bytes += one.avail_bytes;
+            s.files += one.files;
+            s.files_free += one.files_free;
         }
         Ok(s)
     }
@@ -408,5 +414,90 @@ impl Client {
             .all_ok(|| req::Sync { file_id: None })
             .await
             .map(|_| ())
+    }
+}
+
+/// What the daemons whose roots share one device (`DaemonStatus::device`, the same on all of
+/// them) offer together: the device counted once, bounded by the sum of their capacities when
+/// every one of them has one (`capacity_bytes`), less what they keep in reserve for their
+/// metadata stores (decision 0060).
+pub(crate) fn device_stats(on: &[&DaemonStatus]) -> FsStats {
+    let Some(first) = on.first() else {
+        return FsStats::default();
+    };
+    let (total, free, avail) = (
+        first.fs_total_bytes,
+        first.fs_free_bytes,
+        first.fs_avail_bytes,
+    );
+    let reserve = on.iter().map(|d| d.reserve_bytes).max().unwrap_or(0);
+    let avail = avail.saturating_sub(reserve);
+    // Each daemon may take what its capacity leaves it, and no daemon more than the device
+    // has; together no more than the device has either.
+    let capped = on.iter().all(|d| d.capacity_bytes > 0);
+    let (total, free, avail) = if capped {
+        let caps: u64 = on.iter().map(|d| d.capacity_bytes).sum();
+        let left: u64 = on
+            .iter()
+            .map(|d| d.capacity_bytes.saturating_sub(d.chunk_bytes))
+            .sum();
+        (total.min(caps), free.min(left), avail.min(left))
+    } else {
+        (total, free, avail)
+    };
+    FsStats {
+        block_size: 4096,
+        total_bytes: total,
+        free_bytes: free,
+        avail_bytes: avail,
+        files: first.fs_files,
+        files_free: first.fs_files_free,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on(device: &str, cap: u64, held: u64) -> DaemonStatus {
+        DaemonStatus {
+            device: device.into(),
+            fs_total_bytes: 1000,
+            fs_free_bytes: 600,
+            fs_avail_bytes: 500,
+            fs_files: 10,
+            fs_files_free: 5,
+            capacity_bytes: cap,
+            chunk_bytes: held,
+            reserve_bytes: 50,
+            ..DaemonStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_shared_device_counts_once_and_capacities_bound_it() {
+        let (a, b, c) = (on("m:1", 0, 0), on("m:1", 0, 0), on("m:1", 0, 0));
+        let s = device_stats(&[&a, &b, &c]);
+        assert_eq!(
+            (s.total_bytes, s.free_bytes, s.avail_bytes),
+            (1000, 600, 450)
+        );
+        assert_eq!((s.files, s.files_free), (10, 5));
+        // Capped daemons: the sum of their caps, never more than the device.
+        let (a, b) = (on("m:1", 200, 150), on("m:1", 300, 0));
+        let s = device_stats(&[&a, &b]);
+        assert_eq!(
+            (s.total_bytes, s.free_bytes, s.avail_bytes),
+            (500, 350, 350)
+        );
+        let (a, b) = (on("m:1", 800, 0), on("m:1", 800, 0));
+        let s = device_stats(&[&a, &b]);
+        assert_eq!(
+            (s.total_bytes, s.free_bytes, s.avail_bytes),
+            (1000, 600, 450)
+        );
+        // One uncapped daemon may take the whole device.
+        let (a, b) = (on("m:1", 200, 0), on("m:1", 0, 0));
+        assert_eq!(device_stats(&[&a, &b]).total_bytes, 1000);
     }
 }

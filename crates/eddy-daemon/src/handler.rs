@@ -140,9 +140,36 @@ impl State {
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
         if let Some(bytes) = req.adds_bytes() {
-            self.room.check(bytes)?;
+            if let Err(e) = self.room.check(bytes) {
+                if !self.served_when_full(&req) {
+                    return Err(e);
+                }
+            }
         }
         crate::ops::route(self, conn, req).await
+    }
+
+    /// Whether a request the room check refused would add nothing after all: a non-exclusive
+    /// `Create` of an entry this daemon holds answers that entry (a client connecting makes
+    /// sure of the root that way, an `open(O_CREAT)` of an existing file too), so it is served
+    /// on a full device like any lookup; and the hidden name a mount gives a file unlinked
+    /// while open (the half of an unlink: the entry moves, one is removed at its last close)
+    /// is taken from the reserve, so that files can be removed from a full deployment
+    /// (decision 0060).
+    fn served_when_full(&self, req: &Request) -> bool {
+        match req {
+            Request::Insert(i) => i
+                .path
+                .rsplit('/')
+                .next()
+                .is_some_and(eddy_config::is_hidden_orphan),
+            Request::Create(c) if !c.exclusive => self
+                .meta
+                .key_of(&c.path)
+                .and_then(|(_, key)| self.meta.get(&key))
+                .is_ok_and(|i| i.is_some()),
+            _ => false,
+        }
     }
 
     /// Sends the current state of the changed keys to their other owners, before the reply.
@@ -274,6 +301,25 @@ impl State {
                 .as_ref()
                 .map_or_else(Vec::new, |r| r.hints.per_target()),
             rejoining: self.repair.as_ref().is_some_and(|r| r.is_rejoining()),
+            device: device_of(root),
+            capacity_bytes: self.chunks.capacity_limit().unwrap_or(0),
+            reserve_bytes: self.room.reserve_of(vfs.blocks() as u64 * frag),
         })
+    }
+}
+
+/// A name of the file system under `root` that every daemon whose root is on it, on this
+/// machine, gives alike and no other does: the machine's boot id (network namespaces share
+/// it, and their daemons share the disks too) and the device number. `statfs` counts each
+/// device once by it (decision 0060).
+fn device_of(root: &std::path::Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let machine = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| crate::args::system_host_name());
+    match std::fs::metadata(root) {
+        Ok(m) => format!("{machine}:{}", m.dev()),
+        // Unknown: a name of its own, so it is counted alone.
+        Err(_) => format!("{machine}:{}", root.display()),
     }
 }

@@ -43,6 +43,12 @@ impl Room {
         ))
     }
 
+    /// The bytes kept in reserve on a metadata device of `size` bytes (0: none kept).
+    pub fn reserve_of(&self, size: u64) -> u64 {
+        // A small device keeps a tenth of itself.
+        self.reserve.min(size / 10)
+    }
+
     /// ENOSPC when a request adding `data` bytes of chunks (0 for an entry) would leave the
     /// metadata device under the reserve.
     pub fn check(&self, data: u64) -> Result<(), Errno> {
@@ -52,8 +58,7 @@ impl Room {
         let Some((free, size)) = self.space() else {
             return Ok(());
         };
-        // A small device keeps a tenth of itself.
-        let reserve = self.reserve.min(size / 10);
+        let reserve = self.reserve_of(size);
         let need = reserve.saturating_add(if self.shared { data } else { 0 });
         if free >= need {
             return Ok(());

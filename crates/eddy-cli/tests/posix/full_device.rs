@@ -12,10 +12,10 @@ use std::process::Command;
 const MIB: u64 = 1024 * 1024;
 
 /// A tmpfs mounted for the test; unmounted when dropped.
-struct Tmpfs(PathBuf);
+pub(crate) struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    fn mount(at: &Path, bytes: u64) -> Tmpfs {
+    pub(crate) fn mount(at: &Path, bytes: u64) -> Tmpfs {
         std::fs::create_dir_all(at).unwrap();
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o"])
@@ -47,7 +47,7 @@ fn daemon_pid(root: &Path) -> i64 {
 }
 
 /// Bytes of storage (st_blocks) the chunk files of a daemon hold.
-fn chunk_blocks(root: &Path) -> u64 {
+pub(crate) fn chunk_blocks(root: &Path) -> u64 {
     fn walk(p: &Path) -> u64 {
         let Ok(rd) = std::fs::read_dir(p) else {
             return 0;
@@ -66,7 +66,7 @@ fn chunk_blocks(root: &Path) -> u64 {
     walk(&root.join("chunks"))
 }
 
-fn all_chunk_blocks(cl: &Cluster) -> u64 {
+pub(crate) fn all_chunk_blocks(cl: &Cluster) -> u64 {
     (0..cl.dep.daemons.len())
         .map(|i| chunk_blocks(cl.root_of(i)))
         .sum()

@@ -16,6 +16,7 @@ mod deadlock;
 mod deep_paths;
 mod dir_attr;
 mod direct_io;
+mod full_deployment;
 mod full_device;
 mod hard_links;
 mod locks;

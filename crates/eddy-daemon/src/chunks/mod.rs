@@ -231,14 +231,64 @@ impl ChunkStore {
         self.check_pieces(pieces)?;
         self.daemon_changes(id);
         self.check_capacity(id, pieces)?;
+        // The chunks this request grew: (chunk, length before, length after).
+        let mut grown = Vec::new();
         for p in pieces.iter().filter(|p| p.len > 0) {
             let _guard = self.lock(id, p.chunk);
-            self.allocate_locked(id, p)?;
+            match self.allocate_locked(id, p) {
+                Ok(Some(g)) => grown.push(g),
+                Ok(None) => {}
+                Err(e) => {
+                    // All or nothing: a refused fallocate gives back what it took here
+                    // (decision 0060).
+                    drop(_guard);
+                    self.unallocate(id, &grown);
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }
 
-    fn allocate_locked(&self, id: FileId, p: &Piece) -> Result<(), Errno> {
+    /// Undoes the growth of chunks an allocation made (`grown`: chunk, length before, length
+    /// after): each chunk still as long as the allocation left it (nothing was written past
+    /// it since) gets its length back and the blocks past it are released.
+    fn unallocate(&self, id: FileId, grown: &[(u64, Option<u64>, u64)]) {
+        let Some(slot) = self.slot(id) else {
+            return;
+        };
+        for &(k, old, new_len) in grown {
+            let _guard = self.lock(id, k);
+            if lock(&slot.chunks).get(&k).copied() != Some(new_len) {
+                continue;
+            }
+            if let Err(e) = self.record(&slot, id, k, old) {
+                tracing::warn!("cannot restore the chunk map after a failed fallocate: {e}");
+                continue;
+            }
+            let keep = old.unwrap_or(0);
+            if let Ok(Some(file)) = self.data_file(id, &slot, false) {
+                let flags = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                    | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+                let (Ok(at), Ok(len)) = (
+                    i64::try_from(k * self.chunk_size + keep),
+                    i64::try_from(new_len - keep),
+                ) else {
+                    continue;
+                };
+                if let Err(e) = nix::fcntl::fallocate(&file.data, flags, at, len) {
+                    tracing::debug!("cannot release the blocks of a failed fallocate: {e}");
+                }
+            }
+        }
+    }
+
+    /// Allocates one piece under its chunk's lock; the chunk's growth, if it grew.
+    fn allocate_locked(
+        &self,
+        id: FileId,
+        p: &Piece,
+    ) -> Result<Option<(u64, Option<u64>, u64)>, Errno> {
         loop {
             let slot = self.slot_or_new(id);
             let gone = slot.gate.read().unwrap_or_else(|e| e.into_inner());
@@ -272,7 +322,7 @@ impl ChunkStore {
                 }
                 return Err(e);
             }
-            return Ok(());
+            return Ok((old != Some(new_len)).then_some((p.chunk, old, new_len)));
         }
     }
 

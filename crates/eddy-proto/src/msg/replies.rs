@@ -50,6 +50,15 @@ pub struct DaemonStatus {
     /// True while the daemon rejoins after a restart or a replacement: it takes the changes
     /// it missed and answers clients as if it were down.
     pub rejoining: bool,
+    /// The file system under the root, named so that every daemon whose root is on it on
+    /// this machine names it alike (the machine's boot id and the device number): `statfs`
+    /// counts each device once (decision 0060).
+    pub device: String,
+    /// The bound on the bytes of chunks this daemon holds (`capacity_bytes`; 0: none).
+    pub capacity_bytes: u64,
+    /// Bytes of the device kept in reserve for the metadata store (`meta_reserve_bytes`,
+    /// decision 0017): not offered to writers.
+    pub reserve_bytes: u64,
 }
 
 /// Backend-tier figures of one daemon (all zero when nothing is linked).

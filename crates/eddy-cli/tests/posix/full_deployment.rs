@@ -1,0 +1,269 @@
+//! A full deployment (issue 39, decision 0060): three daemons whose roots share one small tmpfs,
+//! behind a real FUSE mount. `df` on the mount counts that device once; filling it by write or
+//! by fallocate gives the writer ENOSPC and nothing else (the mount stays up); a full deployment
+//! can be mounted, listed, read and emptied; a failed fallocate gives back what it took and a
+//! removed file's chunks are freed, so the space comes back every time.
+
+use crate::full_device::Tmpfs;
+use eddy_testkit::{require, test_config, Cluster, ExtraMount};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1024 * 1024;
+/// The tmpfs holding the three daemons' roots.
+const DISK: u64 = 256 * MIB;
+
+/// (total, available) bytes of the file system at `p`, by statvfs(2).
+fn df(p: &Path) -> (u64, u64) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statvfs writes into a zeroed struct of its own type; c is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    assert_eq!(r, 0, "statvfs {}", p.display());
+    let unit = st.f_frsize;
+    (st.f_blocks * unit, st.f_bavail * unit)
+}
+
+/// Bytes of storage the daemons' data and checksum files hold (the files in the chunk
+/// directories' subdirectories; the store's own few files beside them are not data).
+fn data_blocks(cl: &Cluster) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut n = 0;
+    for i in 0..cl.dep.daemons.len() {
+        for dir in std::fs::read_dir(cl.root_of(i).join("chunks"))
+            .unwrap()
+            .flatten()
+        {
+            if dir.file_type().unwrap().is_dir() {
+                for e in std::fs::read_dir(dir.path()).unwrap().flatten() {
+                    n += e.metadata().map_or(0, |m| m.blocks() * 512);
+                }
+            }
+        }
+    }
+    n
+}
+
+/// The files under the daemons' chunk directories that hold blocks, for failure messages.
+fn chunk_files(disk: &Path) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("find */chunks -mindepth 2 -type f -size +0 -exec ls -ls {} +")
+        .current_dir(disk)
+        .output()
+        .expect("find");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Three daemons on one 256 MiB tmpfs, and a mount. Dropped mount first, the tmpfs last.
+struct Full {
+    mount: ExtraMount,
+    cluster: Cluster,
+    disk: PathBuf,
+    _tmpfs: Tmpfs,
+    _dir: tempfile::TempDir,
+}
+
+impl Full {
+    fn start() -> Full {
+        require::root("mount a tmpfs");
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("disk");
+        let tmpfs = Tmpfs::mount(&disk, DISK);
+        let cluster = Cluster::start_on(3, test_config(), |i| disk.join(format!("d{i}")));
+        let mount = cluster.mount();
+        Full {
+            mount,
+            cluster,
+            disk,
+            _tmpfs: tmpfs,
+            _dir: dir,
+        }
+    }
+
+    fn m(&self, rel: &str) -> PathBuf {
+        self.mount.path(rel)
+    }
+
+    /// Runs a shell command in the mount: (ok, stdout, stderr).
+    fn sh(&self, script: &str) -> (bool, String, String) {
+        let out = Command::new("timeout")
+            .arg("120")
+            .args(["sh", "-c", script])
+            .current_dir(self.mount.path(""))
+            .output()
+            .expect("sh");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn ok(&self, script: &str) -> String {
+        let (ok, out, err) = self.sh(script);
+        assert!(ok, "`{script}` failed: {err}{}", self.logs());
+        out
+    }
+
+    /// A command that must fail with ENOSPC ("No space left on device"), not EIO nor anything
+    /// else.
+    fn enospc(&self, script: &str) {
+        let (ok, _, err) = self.sh(script);
+        assert!(!ok, "`{script}` succeeded on a full deployment");
+        assert!(
+            err.contains("No space left on device") && !err.contains("Input/output error"),
+            "`{script}`: a full deployment gives ENOSPC and nothing else: {err}{}",
+            self.logs()
+        );
+    }
+
+    /// Free bytes of the tmpfs.
+    fn disk_free(&self) -> u64 {
+        df(&self.disk).1
+    }
+
+    /// The mount logs, for failure messages.
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for e in std::fs::read_dir(self.cluster.dir.path())
+            .unwrap()
+            .flatten()
+        {
+            if e.file_name().to_string_lossy().starts_with("mount-") {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                out.push_str(&format!("\n--- {}:\n", e.path().display()));
+                for l in tail.into_iter().rev() {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// The mount is up and answers: the writer got ENOSPC, nothing else happened to it.
+    fn mount_alive(&self) {
+        assert!(
+            eddy_testkit::is_mountpoint(&self.mount.path("")),
+            "the mount went away{}",
+            self.logs()
+        );
+        self.ok("ls -la . >/dev/null && stat . >/dev/null");
+    }
+}
+
+#[test]
+fn statfs_counts_a_disk_shared_by_three_daemons_once() {
+    let f = Full::start();
+    let (disk_total, disk_avail) = df(&f.disk);
+    let (total, avail) = df(&f.m(""));
+    assert!(
+        total <= disk_total && total > disk_total / 2,
+        "three daemons on one {disk_total}-byte disk report {total} bytes"
+    );
+    // What the daemons keep in reserve is not offered to writers (never more than the disk has).
+    assert!(
+        avail <= disk_avail,
+        "the mount offers {avail} bytes, the disk has {disk_avail} free"
+    );
+}
+
+/// Fills the deployment by write and by fallocate, empties it, three times: the writer gets
+/// ENOSPC and nothing else, a full deployment can be mounted, listed, read and emptied, a
+/// failed fallocate gives back what it took and removed files free their chunks.
+#[test]
+fn a_full_deployment_gives_enospc_and_its_space_back_three_times() {
+    require::program("xfs_io", "xfsprogs");
+    let f = Full::start();
+    let (_, avail) = df(&f.m(""));
+    assert!(avail > 0);
+    let empty = f.disk_free();
+    // Slack for the daemons' metadata stores (journals, compaction) between two looks.
+    let slack = 16 * MIB;
+    for round in 0..3 {
+        f.ok("mkdir -p d/e && echo held > held");
+        // By write, until the devices are full.
+        f.enospc("dd if=/dev/zero of=fill bs=1M conv=fsync");
+        f.mount_alive();
+        // Listed and read while full.
+        let listed = f.ok("ls");
+        assert!(listed.contains("fill"), "round {round}: {listed}");
+        let head = f.ok("head -c 1048576 fill | tr -d '\\0' | wc -c; head -c 1048576 fill | wc -c");
+        assert_eq!(
+            head.split_whitespace().collect::<Vec<_>>(),
+            ["0", "1048576"],
+            "{head}"
+        );
+        // Another mount of the full deployment (a new client connecting) works.
+        {
+            let again = f.cluster.mount();
+            let names: Vec<String> = std::fs::read_dir(again.path(""))
+                .expect("list a full deployment through a new mount")
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert!(names.contains(&"fill".to_string()), "{names:?}");
+        }
+        // Emptied while full: directories, a file held open (it lives on until closed), a
+        // smaller size, the rest.
+        f.ok("rmdir d/e d");
+        let held = f.ok("exec 3<held && rm held && cat <&3");
+        assert_eq!(held, "held\n");
+        f.ok("truncate -s 1M fill");
+        f.ok("rm fill");
+        let free = f.disk_free();
+        assert!(
+            free + slack >= empty,
+            "round {round}: after rm the disk has {free} bytes free, {empty} when empty{}",
+            f.logs()
+        );
+        assert_eq!(
+            data_blocks(&f.cluster),
+            0,
+            "round {round}: a removed file left chunk data behind: {}",
+            chunk_files(&f.disk)
+        );
+
+        // By fallocate of what the disk has free (more than the daemons offer: they keep a
+        // reserve): ENOSPC, and what it took is given back.
+        let (_, avail) = df(&f.m(""));
+        f.enospc(&format!(
+            "xfs_io -fc 'falloc 0 {}k' spc",
+            f.disk_free() / 1024
+        ));
+        f.mount_alive();
+        let free = f.disk_free();
+        assert!(
+            free + slack >= empty,
+            "round {round}: a failed fallocate kept its space: {free} bytes free, {empty} when \
+             empty{}",
+            f.logs()
+        );
+        f.ok("touch after && rm after");
+        // A fallocate that fits, then removed.
+        f.ok(&format!("xfs_io -fc 'falloc 0 {}k' spc", avail / 1024 / 2));
+        assert!(f.disk_free() + slack < empty, "fallocate reserved nothing");
+        f.ok("rm spc");
+        // Blocks past the size (KEEP_SIZE) of a small file are freed by its removal too.
+        f.ok("xfs_io -fc 'falloc -k 0 4m' kept && test ! -s kept");
+        assert!(
+            data_blocks(&f.cluster) >= 4 * MIB,
+            "KEEP_SIZE reserved nothing"
+        );
+        f.ok("rm kept");
+        let free = f.disk_free();
+        assert!(
+            free + slack >= empty,
+            "round {round}: after rm of a fallocated file {free} bytes free, {empty} when empty{}",
+            f.logs()
+        );
+        assert_eq!(
+            data_blocks(&f.cluster),
+            0,
+            "round {round}: a removed fallocated file left chunk data behind: {}",
+            chunk_files(&f.disk)
+        );
+    }
+}
