@@ -8,3 +8,4 @@
 
 // Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
 #![allow(clippy::unwrap_used)]
+mod history_alloc;
