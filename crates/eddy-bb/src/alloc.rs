@@ -551,8 +551,8 @@ pub fn decide_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Decis
         if left == 0 {
             bail!(
                 "user {user} holds {held} I/O node(s) of the pool in other jobs already, the most \
-                 this site allows one user (max_servers_per_user = {max}): this job is set up \
-                 when one of them ends"
+                 this site allows one user (max_servers_per_user = {max}): this job's setup is \
+                 refused while they hold them"
             );
         }
         site_cap(

@@ -332,7 +332,12 @@ pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
             .filter(|m| !m.is_empty());
         let options = StopOptions {
             discard: true,
-            history: HistoryTarget::Site(site.profile_target(slurm_nodes)?),
+            // A history that cannot be used costs the job its stored profile, never its
+            // teardown.
+            history: match site.profile_target(slurm_nodes) {
+                Ok(target) => HistoryTarget::Site(target),
+                Err(e) => HistoryTarget::SiteUnavailable(format!("{e:#}")),
+            },
             // The profile carries the allocation its servers were chosen by (decision 0038).
             allocation: rec.as_ref().and_then(|r| {
                 let pool = site.pool.as_ref()?;

@@ -34,6 +34,9 @@ pub enum HistoryTarget {
     /// what the daemons answer is used; no file of the job's user is read and nothing the
     /// deployment's configuration names is followed.
     Site(SiteHistory),
+    /// A site's database that cannot be used (its settings or its password file are wrong,
+    /// said here): as `Site`, but the profile is kept in the state directory only.
+    SiteUnavailable(String),
 }
 
 /// The site's history as the burst buffer's teardown writes to it.
@@ -102,7 +105,7 @@ pub fn record_end(
     };
     let persisted = match target {
         HistoryTarget::User => read_persisted(dep, say),
-        HistoryTarget::Site(_) => Vec::new(),
+        HistoryTarget::Site(_) | HistoryTarget::SiteUnavailable(_) => Vec::new(),
     };
     // A stop that finds every daemon gone ends a killed deployment.
     let ending = if ending == Ending::Stopped
@@ -142,6 +145,15 @@ pub fn record_end(
     }
     let spec = match target {
         HistoryTarget::Site(site) => Some(site.spec.clone()),
+        HistoryTarget::SiteUnavailable(why) => {
+            say.err(&format!(
+                "eddy: warning: job profile {} not stored: the site's history cannot be used \
+                 ({why}); it is in {}",
+                profile.key,
+                profile_path(state).display()
+            ));
+            return Some(profile);
+        }
         HistoryTarget::User => dep
             .config
             .history_db
@@ -159,7 +171,7 @@ pub fn record_end(
     };
     let access = match target {
         HistoryTarget::Site(site) => Some((site.access.clone(), site.insert_only_role)),
-        HistoryTarget::User => None,
+        HistoryTarget::User | HistoryTarget::SiteUnavailable(_) => None,
     };
     match store(&spec, access, &profile) {
         Ok(name) => say.out(&stored_line(&profile, &name, ending)),
