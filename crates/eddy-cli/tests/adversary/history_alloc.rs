@@ -163,27 +163,46 @@ fn psql(server: &PgServer) -> Command {
     cmd
 }
 
-/// A `psql` session holding what it took; ended (killed and waited for) when dropped.
-struct Holder(Child);
+/// The application name of the sessions `hold` starts.
+const HOLDER_APP: &str = "eddy-test-holder";
+
+/// A `psql` session holding what it took; ended when dropped: its server process is
+/// terminated (a killed client alone leaves it sleeping, the lock held) and the client killed
+/// and waited for.
+struct Holder {
+    child: Child,
+    terminate: Command,
+}
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.terminate.output();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 /// A session of the database that runs `sql` and then holds on (what it took stays taken)
 /// until dropped; returned once `granted` (a query) counts 1.
 fn hold(server: &PgServer, sql: &str, granted: &str) -> Holder {
-    let holder = Holder(
-        psql(server)
+    let mut terminate = psql(server);
+    terminate.args([
+        "-c",
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = '{HOLDER_APP}'"
+        ),
+    ]);
+    let holder = Holder {
+        child: psql(server)
+            .env("PGAPPNAME", HOLDER_APP)
             .args(["-c", &format!("{sql} SELECT pg_sleep(600);")])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
-    );
+        terminate,
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let out = psql(server).args(["-c", granted]).output().unwrap();
