@@ -463,3 +463,80 @@ fn the_sites_caps_on_servers_per_job_and_per_user_hold() {
         assert!(ok, "{out}");
     }
 }
+
+/// The teardown stores each job's profile through the site's insert-only role (`[history]
+/// writer`, its password in a root-only file): the profile lands, and a row already under the
+/// job's key (a Slurm job id reused, or a row planted to be overwritten) stays as it was; the
+/// role itself can read, change and remove nothing.
+#[test]
+fn the_teardown_stores_through_an_insert_only_role_and_replaces_nothing() {
+    let server = PgServer::start();
+    // The allocation's role (the superuser here) migrates the schema; then the writer role.
+    let mut admin = eddy_history::HistoryDb::open(&server.socket_url()).unwrap();
+    let made = psql(&server)
+        .args([
+            "-c",
+            "CREATE ROLE eddy_teardown LOGIN PASSWORD 'teardown-secret'; \
+             GRANT INSERT ON profiles TO eddy_teardown;",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let site = Site::new("", "capacity = \"1GiB\"");
+    let pw = password_file(&site, "teardown-secret");
+    site.edit_settings(
+        "launcher = \"{cmd}\"\n",
+        &format!(
+            "launcher = \"{{cmd}}\"\nhistory_db = \"{reader}\"\n[history]\n\
+             writer = \"postgres://eddy_teardown@127.0.0.1:{p}/{d}\"\n\
+             writer_password_file = \"{pw}\"\n",
+            reader = server.socket_url(),
+            p = server.port(),
+            d = eddy_testkit::postgres::DATABASE,
+            pw = pw.display()
+        ),
+    );
+    let old: eddy_history::JobProfile = serde_json::from_value(eddy_testkit::profiles::profile(
+        &eddy_testkit::profiles::Run {
+            key: "82",
+            job_id: Some("82"),
+            job_name: "earlier",
+            user: "daemon",
+            script_hash: "h",
+            start: 1_790_000_000.0,
+            seconds: 60,
+            nodes: 2,
+            bytes_per_node: 1 << 20,
+            mode: "N-N",
+        },
+    ))
+    .unwrap();
+    admin.put(&old).unwrap();
+    let script = site.script(&["capacity=64M pool=io"]);
+    let mut said = String::new();
+    for job in ["81", "82"] {
+        let (ok, out) = bb_bounded(
+            &site,
+            &["setup", job, "65534", "65534", "io", "67108864", s(&script)],
+        );
+        assert!(ok, "{out}");
+        let (ok, out) = bb_bounded(&site, &["teardown", job, s(&script), "false"]);
+        assert!(ok, "{out}");
+        said.push_str(&out);
+    }
+    let stored = admin
+        .get("81")
+        .unwrap()
+        .expect("job 81's profile is stored");
+    assert_eq!(stored.user, "nobody", "{said}");
+    assert_eq!(admin.get("82").unwrap().as_ref(), Some(&old), "{said}");
+    assert!(
+        said.contains("a profile with the key 82 is stored already: it is not replaced"),
+        "{said}"
+    );
+    assert!(!said.contains("teardown-secret"), "{said}");
+}
