@@ -2,7 +2,15 @@
 //! daemons start on, decided by the DFRA policy (`eddy_alloc::decide`) from the job's history
 //! in the site's history database and the pool as it is now — the other pool jobs set up on
 //! it (their records under `state_dir`), each with what its own history expects of it and
-//! the live load its daemons report (`Stats`). The job's `nodes=` directive caps the servers.
+//! the live load its daemons report (`Stats`). The job's `nodes=` directive and the site's
+//! `[pool] max_servers_per_job` / `max_servers_per_user` cap the servers.
+//!
+//! What the job's user controls steers nothing but the user's own jobs (decision 0054): the
+//! history is looked up by the job's user, name and script (another user's identical script
+//! is not this job's history); a neighbour's daemons (its user's) report its live load, which
+//! counts for no less than the neighbour's history says; the database is opened with a
+//! password from a root-only file and bounded (connection, locks, statements, and the whole
+//! lookup).
 //! The decision is kept in the job's record, summed up in the Slurm job's Comment, and stored
 //! with the job's profile at teardown.
 //!
@@ -18,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use eddy_alloc::pool::pick_history;
 use eddy_alloc::{decide, Decision, Job, Load, Policy, RunningJob, Server, Traits};
 use eddy_deploy::launch::parse_hosts;
-use eddy_history::{Allocation, HistoryDb};
+use eddy_history::{Allocation, HistoryDb, JobProfile};
 use eddy_proto::stats::DaemonStats;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -34,6 +42,8 @@ pub const COMMENT_MAX: usize = 240;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Neighbour {
     pub job: u32,
+    /// Its user (root's record).
+    pub uid: u32,
     pub name: Option<String>,
     /// The pool nodes its daemons run on.
     pub hosts: Vec<String>,
@@ -78,11 +88,13 @@ pub fn pool_view(
                 .iter()
                 .filter(|n| n.hosts.contains(host))
                 .map(|n| {
-                    let live = n
-                        .live
-                        .as_ref()
-                        .ok()
-                        .map(|by_host| by_host.get(host).copied().unwrap_or_default());
+                    // Its user's daemons say what it does now: never less than its history.
+                    let live = n.live.as_ref().ok().map(|by_host| {
+                        at_least(
+                            by_host.get(host).copied().unwrap_or_default(),
+                            n.expected.as_ref(),
+                        )
+                    });
                     if let Some(l) = &live {
                         load.bytes_per_s += l.bytes_per_s;
                         load.iops += l.iops;
@@ -108,6 +120,47 @@ pub fn pool_view(
         })
         .collect();
     (servers, notes)
+}
+
+/// A neighbour's live load (what its own daemons report), raised to what its history expects
+/// where it says less: a neighbour cannot make itself look quiet to draw jobs onto its
+/// servers.
+pub fn at_least(live: Load, expected: Option<&Traits>) -> Load {
+    let Some(t) = expected else {
+        return live;
+    };
+    Load {
+        bytes_per_s: live.bytes_per_s.max(t.peak_bandwidth),
+        iops: live.iops.max(t.peak_iops),
+        metadata_rate: live.metadata_rate.max(t.peak_metadata_rate),
+        metadata_queue: match (live.metadata_queue, t.mean_metadata_queue) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        },
+    }
+}
+
+/// A site's cap on the servers of a job (`why` says whose): a decision with more is cut to
+/// its first `max`, and the reasons say so.
+pub fn site_cap(decision: &mut Decision, max: u32, why: &str) {
+    let n = decision.servers.len();
+    if n > max as usize {
+        decision.servers.truncate(max as usize);
+        decision.reasons.push(format!(
+            "{why}: at most {max} server(s), {n} decided: servers {:?}",
+            decision.servers
+        ));
+    }
+}
+
+/// The servers one user's other pool jobs hold now.
+pub fn held_by(neighbours: &[Neighbour], uid: u32) -> u32 {
+    let n: usize = neighbours
+        .iter()
+        .filter(|n| n.uid == uid)
+        .map(|n| n.hosts.len())
+        .sum();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// The job's `nodes=` directive as the most servers it may get: a decision with more is cut
@@ -288,21 +341,84 @@ pub fn with_note(current: &str, note: &str) -> Option<String> {
     })
 }
 
-/// The history of an application in the site's history database: its previous runs, the one
-/// DFRA decides from (None: no such run, or the database could not be read, said in `notes`).
-fn history_of(
-    db: &mut Option<HistoryDb>,
-    name: &str,
-    script_hash: Option<&str>,
+/// One history lookup: a job's user, name, script hash and node count.
+#[derive(Debug, Clone)]
+struct Lookup {
+    user: String,
+    name: String,
+    script_hash: Option<String>,
     nodes: u32,
+}
+
+/// The histories of `lookups` in the site's history database (None: no run, or the database
+/// could not be read, said in `notes`): each the previous runs of the same user's job of the
+/// same name and script, the one DFRA decides from. The database is opened with the site's
+/// password file and bounds; the whole lookup is bounded too (`[history]`'s sum): past it
+/// the job is decided without history.
+fn histories(
+    site: &Site,
+    lookups: Vec<Lookup>,
     notes: &mut Vec<String>,
-) -> Option<eddy_history::JobProfile> {
-    let db = db.as_mut()?;
-    match db.runs_of(name, script_hash) {
-        Ok(runs) => pick_history(&runs, nodes).cloned(),
+) -> Vec<Option<JobProfile>> {
+    let none = |n: usize| vec![None; n];
+    let count = lookups.len();
+    if count == 0 {
+        return Vec::new();
+    }
+    let opened = site
+        .profile_db()
+        .and_then(|spec| Ok((spec, site.history_access()?)));
+    let (spec, access) = match opened {
+        Ok(x) => x,
         Err(e) => {
-            notes.push(format!("the history of {name} cannot be read: {e}"));
-            None
+            notes.push(format!("the site's history cannot be opened: {e:#}"));
+            return none(count);
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("eddy-history".into())
+        .spawn(move || {
+            let mut notes = Vec::new();
+            let found = match HistoryDb::open_with(&spec, &access) {
+                Ok(mut db) => lookups
+                    .iter()
+                    .map(
+                        |l| match db.runs_of(Some(&l.user), &l.name, l.script_hash.as_deref()) {
+                            Ok(runs) => pick_history(&runs, l.nodes).cloned(),
+                            Err(e) => {
+                                notes.push(format!(
+                                    "the history of {} ({}) cannot be read: {e}",
+                                    l.name, l.user
+                                ));
+                                None
+                            }
+                        },
+                    )
+                    .collect(),
+                Err(e) => {
+                    notes.push(format!("the site's history cannot be opened: {e}"));
+                    vec![None; lookups.len()]
+                }
+            };
+            let _ = tx.send((found, notes));
+        });
+    if let Err(e) = spawned {
+        notes.push(format!("the site's history cannot be read: {e}"));
+        return none(count);
+    }
+    let bound = site.history.bound();
+    match rx.recv_timeout(bound) {
+        Ok((found, more)) => {
+            notes.extend(more);
+            found
+        }
+        Err(_) => {
+            notes.push(format!(
+                "the site's history did not answer within {} s: decided without it",
+                bound.as_secs()
+            ));
+            none(count)
         }
     }
 }
@@ -370,39 +486,33 @@ pub fn check_user_limit(site: &Site, pool: &Pool, rec: &JobRecord) -> Result<()>
     Ok(())
 }
 
-/// The other pool jobs set up now, with their history and their daemons' live load.
-fn neighbours(
-    site: &Site,
-    pool: &Pool,
-    job: u32,
-    db: &mut Option<HistoryDb>,
-    notes: &mut Vec<String>,
-) -> Result<Vec<Neighbour>> {
+/// The other pool jobs set up now, with their daemons' live load (all asked at once), and the
+/// history lookup of each (by its own user).
+fn neighbours(site: &Site, pool: &Pool, job: u32) -> Result<Vec<(Neighbour, Option<Lookup>)>> {
     let jobs = pool_jobs(site, pool, job)?;
     let states = jobs.iter().map(|(jd, _, _)| jd.state()).collect();
     let mut lives = lives_of(states, pool.live_window_s).into_iter();
     let mut out = Vec::new();
     for (_, rec, hosts) in jobs {
-        let id = rec.job;
-        let expected = rec.job_name.as_deref().and_then(|name| {
-            history_of(
-                db,
-                name,
-                rec.script_hash.as_deref(),
-                rec.nodes.unwrap_or(0),
-                notes,
-            )
-            .map(|p| Traits::of(&p))
+        let lookup = rec.job_name.as_ref().map(|name| Lookup {
+            user: eddy_config::JobInfo::user_name(rec.uid),
+            name: name.clone(),
+            script_hash: rec.script_hash.clone(),
+            nodes: rec.nodes.unwrap_or(0),
         });
-        out.push(Neighbour {
-            job: id,
-            name: rec.job_name.clone(),
-            hosts,
-            expected,
-            live: lives
-                .next()
-                .unwrap_or_else(|| Err("its daemons were not asked".into())),
-        });
+        out.push((
+            Neighbour {
+                job: rec.job,
+                uid: rec.uid,
+                name: rec.job_name.clone(),
+                hosts,
+                expected: None,
+                live: lives
+                    .next()
+                    .unwrap_or_else(|| Err("its daemons were not asked".into())),
+            },
+            lookup,
+        ));
     }
     Ok(out)
 }
@@ -481,7 +591,7 @@ async fn live_of(
 /// directory's lock), for `decide_for` (under it).
 pub struct Gathered {
     job: Job,
-    history: Option<eddy_history::JobProfile>,
+    history: Option<JobProfile>,
     neighbours: Vec<Neighbour>,
     peaks: Vec<f64>,
     health: Vec<eddy_sysmap::health::Health>,
@@ -509,33 +619,39 @@ pub fn gather_for(site: &Site, pool: &Pool, rec: &mut JobRecord) -> Result<Gathe
             (String::new(), 0)
         }
     };
-    let mut db = match site
-        .profile_db()
-        .and_then(|spec| HistoryDb::open(&spec).map_err(anyhow::Error::from))
-    {
-        Ok(db) => Some(db),
-        Err(e) => {
-            notes.push(format!("the site's history cannot be opened: {e:#}"));
-            None
-        }
-    };
-    let history = if rec.job_name.is_some() {
-        history_of(
-            &mut db,
-            &name,
-            rec.script_hash.as_deref(),
+    let user = eddy_config::JobInfo::user_name(rec.uid);
+    let listed = neighbours(site, pool, rec.job)?;
+    // One bounded lookup for the job and every neighbour: the job's own first.
+    let mut lookups: Vec<Lookup> = Vec::new();
+    if rec.job_name.is_some() {
+        lookups.push(Lookup {
+            user: user.clone(),
+            name: name.clone(),
+            script_hash: rec.script_hash.clone(),
             nodes,
-            &mut notes,
-        )
+        });
+    }
+    lookups.extend(listed.iter().filter_map(|(_, l)| l.clone()));
+    let mut histories = histories(site, lookups, &mut notes).into_iter();
+    let history = if rec.job_name.is_some() {
+        histories.next().flatten()
     } else {
         None
     };
-    let found = neighbours(site, pool, rec.job, &mut db, &mut notes)?;
+    let found: Vec<Neighbour> = listed
+        .into_iter()
+        .map(|(mut n, lookup)| {
+            if lookup.is_some() {
+                n.expected = histories.next().flatten().map(|p| Traits::of(&p));
+            }
+            n
+        })
+        .collect();
     let peaks = site.pool_peaks(pool)?;
     let (servers, _) = pool_view(&pool.node_names(), &peaks, &found);
     let health = screen(site, pool, &servers, &mut notes);
     let job = Job {
-        user: Some(eddy_config::JobInfo::user_name(rec.uid)),
+        user: Some(user),
         job_name: name,
         script_hash: rec.script_hash.clone(),
         nodes,
@@ -576,6 +692,7 @@ pub fn decide_for(
             Some(n) => Neighbour { hosts, ..n.clone() },
             None => Neighbour {
                 job: now.job,
+                uid: now.uid,
                 name: now.job_name.clone(),
                 hosts,
                 expected: None,
@@ -594,6 +711,26 @@ pub fn decide_for(
         rec.request.nodes,
     );
     decision.reasons.splice(0..0, notes);
+    if let Some(max) = pool.max_servers_per_job {
+        site_cap(&mut decision, max, "the site's max_servers_per_job");
+    }
+    if let Some(max) = pool.max_servers_per_user {
+        let user = eddy_config::JobInfo::user_name(rec.uid);
+        let held = held_by(&found, rec.uid);
+        let left = max.saturating_sub(held);
+        if left == 0 {
+            bail!(
+                "user {user} holds {held} I/O node(s) of the pool in other jobs already, the most \
+                 this site allows one user (max_servers_per_user = {max}): this job's setup is \
+                 refused while they hold them"
+            );
+        }
+        site_cap(
+            &mut decision,
+            left,
+            &format!("the site's max_servers_per_user = {max}, {held} held by {user}'s other jobs"),
+        );
+    }
     if decision.servers.is_empty() {
         bail!(
             "no I/O node of the pool can take the job: {}",

@@ -340,10 +340,21 @@ pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
             ));
         }
         // The profile goes to the site's history only (root-owned settings; the job's own
-        // configuration and files are not followed).
+        // configuration and files are not followed), through the site's insert-only role if
+        // it has one; its nodes are those Slurm gave the job (root's record), whatever the
+        // job's clients call theirs.
+        let slurm_nodes = rec
+            .as_ref()
+            .map(|r| r.mounted.clone())
+            .filter(|m| !m.is_empty());
         let options = StopOptions {
             discard: true,
-            history: HistoryTarget::Site(site.profile_db()?),
+            // A history that cannot be used costs the job its stored profile, never its
+            // teardown.
+            history: match site.profile_target(slurm_nodes) {
+                Ok(target) => HistoryTarget::Site(target),
+                Err(e) => HistoryTarget::SiteUnavailable(format!("{e:#}")),
+            },
             // The profile carries the allocation its servers were chosen by (decision 0038).
             allocation: rec.as_ref().and_then(|r| {
                 let pool = site.pool.as_ref()?;
@@ -654,6 +665,9 @@ fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<Config> {
     config.root_uid = Some(rec.uid);
     config.root_gid = Some(rec.gid);
     config.metrics_addr = per_job_metrics(config.metrics_addr.as_deref())?;
+    // Site-only settings never enter the job's files (its user reads the deployment file):
+    // the history is the teardown's to write, from root's settings (decision 0054).
+    config.history_db = None;
     // The job holds what it was charged: each daemon its share of all data (decision 0023).
     let share = rec.capacity.div_ceil(daemons.max(1) as u64);
     config.capacity_bytes = share;

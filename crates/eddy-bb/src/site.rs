@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use eddy_config::parse_bytes;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Where `eddy bb` reads the site's settings unless told otherwise.
 pub const DEFAULT_SITE: &str = "/etc/eddy/bb.toml";
@@ -56,14 +57,128 @@ pub struct Site {
     /// The I/O history database every job's profile is stored in at teardown (as the
     /// config's `history_db`: an absolute path for SQLite, a `postgres://` URL for
     /// PostgreSQL; decision 0033). Unset: the `config` file's `history_db`, else
-    /// `STATE_DIR/history.db` (`profile_db`).
+    /// `STATE_DIR/history.db` (`profile_db`). A URL here carries no password (refused): it
+    /// goes in `[history] password_file`. Never copied into a job's files (decision 0054).
     pub history_db: Option<String>,
+    /// How root reaches the history database: the passwords' root-only files, the teardown's
+    /// insert-only role, the bounds on every connection (decision 0054).
+    pub history: HistorySite,
     /// The allocation policy of pool mode (`eddy_alloc::Policy`, the `[alloc]` table as
     /// `eddy alloc --policy` reads it; decision 0038): which of the pool's nodes each job's
     /// daemons start on.
     pub alloc: eddy_alloc::Policy,
     /// Staging timed by predicted walltime (decision 0040); unset: pool jobs stage in at once.
     pub walltime: Option<WalltimeSite>,
+}
+
+/// `[history]`: root's access to the site's history database (`history_db`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistorySite {
+    /// A file holding the password of `history_db`'s role (PostgreSQL): root's, mode 0600 or
+    /// 0400, in a directory only root can change; read at each use, never copied into a job's
+    /// files. Unset: no password (a unix socket's peer authentication, or trust).
+    pub password_file: Option<PathBuf>,
+    /// The database URL the teardown stores each job's profile through: a role that may only
+    /// INSERT into `profiles` (docs/slurm-admin.md), without a password in the URL. Unset:
+    /// `history_db` itself (its role then needs no more than INSERT for the teardown either:
+    /// a stored profile is never replaced).
+    pub writer: Option<String>,
+    /// The password file of `writer`'s role (as `password_file`).
+    pub writer_password_file: Option<PathBuf>,
+    /// Bound on reaching the database server, seconds.
+    pub connect_timeout_s: u64,
+    /// Bound on waiting for a lock in the database (the migrations' advisory lock, a table a
+    /// session holds), seconds: past it the history is not used (the allocation decides
+    /// without it; the teardown leaves the profile in the job's state).
+    pub lock_timeout_s: u64,
+    /// Bound on one statement, seconds.
+    pub statement_timeout_s: u64,
+}
+
+impl Default for HistorySite {
+    fn default() -> HistorySite {
+        HistorySite {
+            password_file: None,
+            writer: None,
+            writer_password_file: None,
+            connect_timeout_s: 5,
+            lock_timeout_s: 5,
+            statement_timeout_s: 10,
+        }
+    }
+}
+
+/// The largest password file read.
+const MAX_PASSWORD_BYTES: u64 = 4096;
+
+impl HistorySite {
+    /// The bounds and the password of `password_file` (read now, as root).
+    fn access(&self, password_file: Option<&Path>) -> Result<eddy_history::Access> {
+        let secs = Duration::from_secs;
+        Ok(eddy_history::Access {
+            password: password_file
+                .map(|f| eddy_deploy::secure::read_secret(f, MAX_PASSWORD_BYTES))
+                .transpose()
+                .context("[history] the database password")?,
+            connect_timeout: Some(secs(self.connect_timeout_s)),
+            lock_timeout: Some(secs(self.lock_timeout_s)),
+            statement_timeout: Some(secs(self.statement_timeout_s)),
+        })
+    }
+
+    /// The longest one use of the database may take (connection and a few statements): the
+    /// allocation's bound on it, whatever the server does.
+    pub fn bound(&self) -> Duration {
+        Duration::from_secs(
+            self.connect_timeout_s
+                .saturating_add(self.lock_timeout_s)
+                .saturating_add(self.statement_timeout_s.saturating_mul(3)),
+        )
+    }
+
+    fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("connect_timeout_s", self.connect_timeout_s),
+            ("lock_timeout_s", self.lock_timeout_s),
+            ("statement_timeout_s", self.statement_timeout_s),
+        ] {
+            if v == 0 {
+                bail!("[history] {name} = 0: give a number of seconds");
+            }
+        }
+        if let Some(w) = &self.writer {
+            eddy_config::check_history_db(w)
+                .map_err(|e| anyhow::anyhow!("[history] writer: {e}"))?;
+            if !w.starts_with("postgres://") && !w.starts_with("postgresql://") {
+                bail!("[history] writer is a PostgreSQL role's URL (postgres://...)");
+            }
+            no_password("[history] writer", w)?;
+        }
+        for f in [&self.password_file, &self.writer_password_file]
+            .into_iter()
+            .flatten()
+        {
+            if !f.is_absolute() {
+                bail!(
+                    "[history] password file {} is not an absolute path",
+                    f.display()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a database URL with a password in the site's settings (a file others may read).
+fn no_password(what: &str, spec: &str) -> Result<()> {
+    if eddy_history::has_password(spec) {
+        bail!(
+            "{what} holds a password: the settings file is no place for it; put it in a \
+             root-only file named by [history] password_file (or writer_password_file)"
+        );
+    }
+    Ok(())
 }
 
 /// `[walltime]`: how a pool job's stage-in is timed by its predicted start, and how its
@@ -175,6 +290,14 @@ pub struct Pool {
     /// the setup of one more fails, and its Reason says so (decision 0055).
     #[serde(default = "default_max_jobs_per_user")]
     pub max_jobs_per_user: u32,
+    /// The most I/O nodes one job gets, whatever its history or `nodes=` say. Unset: the
+    /// pool's size.
+    #[serde(default)]
+    pub max_servers_per_job: Option<u32>,
+    /// The most I/O nodes one user's pool jobs set up at once hold together (a job decided
+    /// while the user holds them all is refused, in words). Unset: no bound but the pool.
+    #[serde(default)]
+    pub max_servers_per_user: Option<u32>,
 }
 
 /// Largest capacity a job may ask for unless the site says otherwise.
@@ -283,6 +406,7 @@ impl Default for Site {
             node_local_capacity: None,
             pool: None,
             history_db: None,
+            history: HistorySite::default(),
             alloc: eddy_alloc::Policy::default(),
             walltime: None,
         }
@@ -319,7 +443,9 @@ impl Site {
         }
         if let Some(db) = &self.history_db {
             eddy_config::check_history_db(db).map_err(|e| anyhow::anyhow!("{e}"))?;
+            no_password("history_db", db)?;
         }
+        self.history.validate()?;
         if let Some(c) = &self.node_local_capacity {
             parse_bytes(c).map_err(|e| anyhow::anyhow!("node_local_capacity: {e}"))?;
         }
@@ -348,6 +474,14 @@ impl Site {
             pool.min_capacity()?;
             if pool.max_jobs_per_user == 0 {
                 bail!("[pool] max_jobs_per_user = 0: give the number of pool jobs a user may hold");
+            }
+            for (name, cap) in [
+                ("max_servers_per_job", pool.max_servers_per_job),
+                ("max_servers_per_user", pool.max_servers_per_user),
+            ] {
+                if cap == Some(0) {
+                    bail!("[pool] {name} = 0: give at least 1");
+                }
             }
             if pool.live_window_s == 0 {
                 bail!("[pool] live_window_s = 0: give a number of seconds");
@@ -417,6 +551,39 @@ impl Site {
         })
     }
 
+    /// How root opens `profile_db()` to read (the allocation): the password of
+    /// `[history] password_file` and the bounds.
+    pub fn history_access(&self) -> Result<eddy_history::Access> {
+        self.history.access(self.history.password_file.as_deref())
+    }
+
+    /// Where and how the teardown stores a job's profile: `[history] writer` (an insert-only
+    /// role, with its password file), else `profile_db()`; `slurm_nodes` are the job's nodes
+    /// as Slurm gave them (root's record), N_A's bound.
+    pub fn profile_target(
+        &self,
+        slurm_nodes: Option<Vec<String>>,
+    ) -> Result<eddy_deploy::profile::SiteHistory> {
+        let (spec, file, insert_only_role) = match &self.history.writer {
+            Some(w) => (
+                w.clone(),
+                self.history.writer_password_file.as_deref(),
+                true,
+            ),
+            None => (
+                self.profile_db()?,
+                self.history.password_file.as_deref(),
+                false,
+            ),
+        };
+        Ok(eddy_deploy::profile::SiteHistory {
+            spec,
+            access: self.history.access(file)?,
+            insert_only_role,
+            slurm_nodes,
+        })
+    }
+
     /// The site's default history: `STATE_DIR/history.db`.
     pub fn default_history_db(&self) -> PathBuf {
         self.state_dir.join("history.db")
@@ -445,9 +612,14 @@ impl Site {
                 bail!("mode=pool: this site has no I/O-node pool; use mode=node-local")
             }
             (Mode::Pool, Some(pool)) => {
-                let n = req.nodes.unwrap_or(pool.nodes.len() as u32);
-                if n as usize > pool.nodes.len() {
+                let size = u32::try_from(pool.nodes.len()).unwrap_or(u32::MAX);
+                let most = pool.max_servers_per_job.map_or(size, |m| m.min(size));
+                let n = req.nodes.unwrap_or(most);
+                if n > size {
                     bail!("nodes={n}: the pool has {} I/O nodes", pool.nodes.len());
+                }
+                if n > most {
+                    bail!("nodes={n}: this site allows a job at most {most} I/O nodes");
                 }
                 n
             }
@@ -722,6 +894,14 @@ mod tests {
         for bad in [
             "history_db = \"rel/h.db\"\n",
             "history_db = \"mysql://x/h\"\n",
+            // A password in a settings file others may read.
+            "history_db = \"postgres://eddy:s3cret@db/history\"\n",
+            "history_db = \"postgres://eddy@db/history?password=s3cret\"\n",
+            "[history]\nwriter = \"postgres://w:s3cret@db/history\"\n",
+            "[history]\nwriter = \"/var/lib/eddy/history.db\"\n",
+            "[history]\nlock_timeout_s = 0\n",
+            "[history]\npassword_file = \"pw\"\n",
+            "[pool]\nnodes = [\"a\"]\nroot = \"/n/{job}\"\ncapacity = \"1T\"\nmax_servers_per_user = 0\n",
         ] {
             let s: Site = toml::from_str(bad).unwrap();
             assert!(s.validate().is_err(), "{bad}");
@@ -848,6 +1028,17 @@ mod tests {
             let s: Site = toml::from_str(&text).unwrap();
             assert!(s.validate().is_err(), "{bad}");
         }
+        let capped = site("[pool]\nnodes = [\"io1\", \"io2\"]\nroot = \"/n/{job}\"\ncapacity = \"2T\"\nmax_servers_per_job = 1\n");
+        let r = capped
+            .resolve(&parse("#EDDY capacity=1G pool=eddy\n", "EDDY").unwrap())
+            .unwrap();
+        assert_eq!(r.pool_nodes, 1);
+        let e = capped.resolve(&parse("#EDDY capacity=1G pool=eddy nodes=2\n", "EDDY").unwrap());
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("this site allows a job at most 1 I/O nodes"),
+            "{e}"
+        );
         assert_eq!(s.mount_point(7), PathBuf::from("/eddy/7"));
         assert!(toml::from_str::<Site>("launcher = \"ssh {host}\"\n")
             .map_err(anyhow::Error::from)

@@ -164,10 +164,7 @@ pub fn alloc(args: AllocArgs) -> Result<()> {
             let policy = policy.load()?;
             let pool = read_pool(&pool)?;
             let mut h = open(&db)?;
-            let mut runs = h.runs_of(&job_name, script_hash.as_deref())?;
-            if let Some(u) = &user {
-                runs.retain(|p| &p.user == u);
-            }
+            let runs = h.runs_of(user.as_deref(), &job_name, script_hash.as_deref())?;
             let history = pick_history(&runs, nodes);
             let job = Job {
                 user,

@@ -158,25 +158,26 @@ pub fn parse_time(text: &str) -> Result<f64, String> {
         .map_or(0.0, |d| d.as_secs_f64()))
 }
 
-/// The database the arguments name, else the config's, else the site settings'.
-fn spec(args: &DbArgs) -> Result<String> {
+/// The database the arguments name, else the config's, else the site settings' (with the
+/// password of the site's root-only `[history] password_file` and its bounds).
+fn spec(args: &DbArgs) -> Result<(String, eddy_history::Access)> {
     if let Some(db) = &args.db {
-        return Ok(db.clone());
+        return Ok((db.clone(), Default::default()));
     }
     if let Some(path) = &args.config {
         let config = eddy_config::Config::load(path)
             .with_context(|| format!("fix the configuration file {}", path.display()))?;
         if let Some(db) = config.history_db {
-            return Ok(db);
+            return Ok((db, Default::default()));
         }
     }
     let site = eddy_bb::site::Site::load(args.site.as_deref())?;
     if let Some(db) = site.history_db()? {
-        return Ok(db);
+        return Ok((db, site.history_access()?));
     }
     // Where `eddy stop` stores a profile when nothing names a database.
     if let Some(db) = eddy_history::user_default_db() {
-        return Ok(db.display().to_string());
+        return Ok((db.display().to_string(), Default::default()));
     }
     bail!(
         "no history database: give --db FILE (SQLite) or --db postgres://USER@HOST/DB \
@@ -191,8 +192,8 @@ fn spec(args: &DbArgs) -> Result<String> {
 }
 
 pub(crate) fn open(args: &DbArgs) -> Result<HistoryDb> {
-    let spec = spec(args)?;
-    Ok(HistoryDb::open(&spec)?)
+    let (spec, access) = spec(args)?;
+    Ok(HistoryDb::open_with(&spec, &access)?)
 }
 
 /// Runs `eddy history`.

@@ -34,7 +34,26 @@ pub enum HistoryTarget {
     /// A site's database, given by root-owned settings (the burst buffer's teardown): only
     /// what the daemons answer is used; no file of the job's user is read and nothing the
     /// deployment's configuration names is followed.
-    Site(String),
+    Site(SiteHistory),
+    /// A site's database that cannot be used (its settings or its password file are wrong,
+    /// said here): as `Site`, but the profile is kept in the state directory only.
+    SiteUnavailable(String),
+}
+
+/// The site's history as the burst buffer's teardown writes to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteHistory {
+    /// The database: an SQLite path or a `postgres://` URL (its password, if any, in
+    /// `access`, read from a root-only file).
+    pub spec: String,
+    /// The password and the bounds of the connection.
+    pub access: eddy_history::Access,
+    /// `spec`'s role may only INSERT (the site's teardown role): the database is not
+    /// migrated through it (the allocation's role does that).
+    pub insert_only_role: bool,
+    /// The job's nodes as Slurm gave them (root's record): the profile's nodes and N_A's
+    /// bound (`JobMeta::slurm_nodes`).
+    pub slurm_nodes: Option<Vec<String>>,
 }
 
 /// How the deployment ended.
@@ -61,6 +80,7 @@ pub fn job_meta(dep: &Deployment) -> JobMeta {
         user: dep.job.user.clone(),
         script_hash: dep.job.script_hash.clone(),
         start: dep.job.start_ms as f64 / 1e3,
+        slurm_nodes: None,
     }
 }
 
@@ -86,7 +106,7 @@ pub fn record_end(
     };
     let persisted = match target {
         HistoryTarget::User => read_persisted(dep, say),
-        HistoryTarget::Site(_) => Vec::new(),
+        HistoryTarget::Site(_) | HistoryTarget::SiteUnavailable(_) => Vec::new(),
     };
     // A stop that finds every daemon gone ends a killed deployment.
     let ending = if ending == Ending::Stopped
@@ -108,7 +128,11 @@ pub fn record_end(
         );
         return None;
     }
-    let mut profile = profile_from_stats(&stats, &job_meta(dep));
+    let mut meta = job_meta(dep);
+    if let HistoryTarget::Site(site) = target {
+        meta.slurm_nodes.clone_from(&site.slurm_nodes);
+    }
+    let mut profile = profile_from_stats(&stats, &meta);
     profile.allocation = allocation.cloned();
     match serde_json::to_vec_pretty(&profile) {
         Ok(text) => {
@@ -121,7 +145,16 @@ pub fn record_end(
         )),
     }
     let spec = match target {
-        HistoryTarget::Site(db) => Some(db.clone()),
+        HistoryTarget::Site(site) => Some(site.spec.clone()),
+        HistoryTarget::SiteUnavailable(why) => {
+            say.err(&format!(
+                "eddy: warning: job profile {} not stored: the site's history cannot be used \
+                 ({why}); it is in {}",
+                profile.key,
+                profile_path(state).display()
+            ));
+            return Some(profile);
+        }
         HistoryTarget::User => dep
             .config
             .history_db
@@ -137,11 +170,17 @@ pub fn record_end(
         ));
         return Some(profile);
     };
-    match store(&spec, &profile) {
+    let access = match target {
+        HistoryTarget::Site(site) => Some((site.access.clone(), site.insert_only_role)),
+        HistoryTarget::User | HistoryTarget::SiteUnavailable(_) => None,
+    };
+    match store(&spec, access, &profile) {
         Ok(name) => say.out(&stored_line(&profile, &name, ending)),
+        // The setting as it is may hold a password: never shown.
         Err(e) => say.err(&format!(
-            "eddy: warning: job profile {} not stored in the history {spec}: {e:#}; it is in {}",
+            "eddy: warning: job profile {} not stored in the history {}: {e:#}; it is in {}",
             profile.key,
+            eddy_history::redacted(&spec),
             profile_path(state).display()
         )),
     }
@@ -169,16 +208,36 @@ fn stored_line(p: &JobProfile, db: &str, ending: Ending) -> String {
 }
 
 /// Opens the history and puts the profile, within `STORE_BOUND`; returns the database's
-/// name.
-fn store(spec: &str, profile: &JobProfile) -> anyhow::Result<String> {
+/// name. A site's history (`access` given, with whether its role may only INSERT) is written
+/// insert-only (a profile already stored under the key is never replaced); a user's own is
+/// migrated and upserted.
+fn store(
+    spec: &str,
+    access: Option<(eddy_history::Access, bool)>,
+    profile: &JobProfile,
+) -> anyhow::Result<String> {
     let (tx, rx) = std::sync::mpsc::channel();
     let (spec, profile) = (spec.to_string(), profile.clone());
     std::thread::Builder::new()
         .name("eddy-history".into())
         .spawn(move || {
             let put = (|| {
-                let mut db = HistoryDb::open(&spec)?;
-                db.put(&profile)?;
+                let Some((access, insert_only_role)) = access else {
+                    let mut db = HistoryDb::open(&spec)?;
+                    db.put(&profile)?;
+                    return anyhow::Ok(db.name().to_string());
+                };
+                let mut db = if insert_only_role {
+                    HistoryDb::open_insert_only(&spec, &access)?
+                } else {
+                    HistoryDb::open_with(&spec, &access)?
+                };
+                if db.insert_new(&profile)? == eddy_history::Inserted::KeyTaken {
+                    anyhow::bail!(
+                        "a profile with the key {} is stored already: it is not replaced",
+                        profile.key
+                    );
+                }
                 anyhow::Ok(db.name().to_string())
             })();
             let _ = tx.send(put);

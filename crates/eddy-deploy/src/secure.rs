@@ -75,6 +75,78 @@ pub fn trusted_dir(path: &Path) -> Result<DirFd> {
     DirFd::open(&canon)
 }
 
+/// Reads a secret of root's (a database password): `path` must be a regular file (not a
+/// link) of root's or this process's user, readable by its owner only (mode 0600 or 0400),
+/// at most `max` bytes, in a directory no other user can change (`trusted_dir`, which must
+/// exist). Its content without the trailing newline.
+pub fn read_secret(path: &Path, max: u64) -> Result<String> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .with_context(|| format!("secret file {} has no directory", path.display()))?;
+    let name = path
+        .file_name()
+        .with_context(|| format!("secret file {} has no name", path.display()))?;
+    // privileged-path: only to say clearly that it is missing; trusted_dir checks it next
+    if !parent.is_dir() {
+        bail!(
+            "the directory of the secret file {} is missing",
+            path.display()
+        );
+    }
+    let dir = trusted_dir(parent)
+        .with_context(|| format!("the directory of the secret file {}", path.display()))?;
+    let fd = openat(
+        dir.fd.as_fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        Mode::empty(),
+    )
+    .with_context(|| {
+        format!(
+            "cannot open the secret file {} (a link is refused)",
+            path.display()
+        )
+    })?;
+    let st = fstat(fd.as_fd()).with_context(|| format!("cannot stat {}", path.display()))?;
+    let (me, _) = me();
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        bail!("the secret file {} is not a regular file", path.display());
+    }
+    if st.st_uid != 0 && st.st_uid != me {
+        bail!(
+            "the secret file {} belongs to uid {}, not root's: refused",
+            path.display(),
+            st.st_uid
+        );
+    }
+    if st.st_mode & 0o077 != 0 {
+        bail!(
+            "the secret file {} is open to group or others (mode {:o}): make it 0600",
+            path.display(),
+            st.st_mode & 0o7777
+        );
+    }
+    if u64::try_from(st.st_size).unwrap_or(u64::MAX) > max {
+        bail!(
+            "the secret file {} is larger than {max} bytes",
+            path.display()
+        );
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(std::fs::File::from(fd), max),
+        &mut text,
+    )
+    .with_context(|| {
+        format!(
+            "cannot read the secret file {} (UTF-8 text)",
+            path.display()
+        )
+    })?;
+    Ok(text.trim_end_matches(['\n', '\r']).to_string())
+}
+
 /// A directory held open by descriptor, opened without following a link.
 #[derive(Debug)]
 pub struct DirFd {
@@ -355,6 +427,36 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("old"), &stats).unwrap();
         let e = DirFd::open(dir.path()).unwrap().sub("stats").unwrap_err();
         assert!(e.to_string().contains("is not a directory"), "{e}");
+    }
+
+    #[test]
+    fn secrets_are_root_only_files_never_links() {
+        assert!(
+            root_only(),
+            "this test needs root: the checks are of root's files (`make test` runs as root)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_secret(&pw, 4096).unwrap(), "s3cret");
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_secret(&pw, 4096).unwrap_err().to_string();
+        assert!(e.contains("open to group or others"), "{e}");
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(&pw, Some(65534), None).unwrap();
+        let e = read_secret(&pw, 4096).unwrap_err().to_string();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
+        std::os::unix::fs::chown(&pw, Some(0), None).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&pw, &link).unwrap();
+        let e = format!("{:#}", read_secret(&link, 4096).unwrap_err());
+        assert!(e.contains("a link is refused"), "{e}");
+        assert!(read_secret(&pw, 3).is_err(), "larger than the bound");
+        // A directory others can change is refused.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(read_secret(&pw, 4096).is_err());
     }
 
     #[test]

@@ -40,6 +40,12 @@ pub struct JobMeta {
     pub script_hash: Option<String>,
     /// Start, unix seconds; 0: the earliest daemon's start of counting.
     pub start: f64,
+    /// The job's nodes as Slurm allocated them (the burst buffer's record), when known: the
+    /// profile's node list, and the only nodes counted in N_A. A client names its node itself
+    /// (`SLURMD_NODENAME`, which a job's user sets at will): a name outside this list counts
+    /// for nothing. None: the clients' names as they are (`eddy stop` of a user's own
+    /// deployment, whose profile is the user's alone).
+    pub slurm_nodes: Option<Vec<String>>,
 }
 
 /// Ops whose bytes are the job's data I/O.
@@ -85,10 +91,14 @@ pub fn profile_from_stats(stats: &[DaemonStats], job: &JobMeta) -> JobProfile {
         .max()
         .map_or(start, |ms| ms as f64 / 1e3)
         .max(start);
-    let (clients, nodes) = merge_clients(stats);
+    let (clients, mut nodes) = merge_clients(stats);
     let files = merge_files(stats);
     let io_clients: Vec<&Client> = clients.values().filter(|c| c.bytes > 0).collect();
-    let io_hosts: BTreeSet<&str> = io_clients.iter().map(|c| c.host.as_str()).collect();
+    let mut io_hosts: BTreeSet<&str> = io_clients.iter().map(|c| c.host.as_str()).collect();
+    if let Some(slurm) = &job.slurm_nodes {
+        io_hosts.retain(|h| slurm.iter().any(|n| n == h));
+        nodes = slurm.iter().cloned().collect();
+    }
     let (client_bound, mean_node_bandwidth) = node_bandwidth(&io_clients);
     let rates = Rates::of(stats);
     // The busiest node carried at least an even share of the job's busiest second.
@@ -515,6 +525,33 @@ mod tests {
             user: "u".into(),
             ..JobMeta::default()
         }
+    }
+
+    /// Clients name their node themselves: with Slurm's node list known (the burst buffer's
+    /// teardown), a name outside it counts for nothing in N_A, and the node list is Slurm's.
+    #[test]
+    fn n_a_counts_only_the_nodes_slurm_gave_the_job() {
+        // One real node, n0; its processes claim to be n0 … n7.
+        let clients: Vec<ClientStats> = (0..8u64)
+            .map(|k| client(&format!("n{k}"), 100 + k as u32, k, 0, 500))
+            .collect();
+        let files: Vec<FileAccess> = (0..8u64).map(|k| file(k as u128 + 1, &[k], 500)).collect();
+        let stats = vec![daemon(0, clients, files)];
+        assert_eq!(profile_from_stats(&stats, &meta()).io_nodes, Some(8));
+        let slurm = JobMeta {
+            slurm_nodes: Some(vec!["n0".into()]),
+            ..meta()
+        };
+        let p = profile_from_stats(&stats, &slurm);
+        assert_eq!(p.io_nodes, Some(1));
+        assert_eq!(p.nodes, vec!["n0".to_string()]);
+        let elsewhere = JobMeta {
+            slurm_nodes: Some(vec!["c1".into(), "c2".into()]),
+            ..meta()
+        };
+        let p = profile_from_stats(&stats, &elsewhere);
+        assert_eq!(p.io_nodes, Some(0));
+        assert_eq!(p.nodes, vec!["c1".to_string(), "c2".to_string()]);
     }
 
     #[test]

@@ -19,5 +19,8 @@ pub mod plot;
 pub mod profile;
 
 pub use build::{merge_instances, profile_from_stats, JobMeta};
-pub use db::{user_default_db, App, DbSpec, Filter, HistoryDb, HistoryError};
+pub use db::{
+    has_password, redacted, user_default_db, Access, App, DbSpec, Filter, HistoryDb, HistoryError,
+    Inserted,
+};
 pub use profile::{Allocation, DaemonLoad, IoMode, JobProfile, SeriesPoint, Source};

@@ -41,6 +41,7 @@ fn neighbour(
 ) -> Neighbour {
     Neighbour {
         job,
+        uid: 1000 + job,
         name: Some(name.into()),
         hosts: vec![host.into()],
         expected,
@@ -116,11 +117,12 @@ fn neighbours_sit_on_their_servers_with_live_load_or_history_only() {
 }
 
 /// The job is N-1 (prone); its default server io1 holds neighbour a, whose history says N-1
-/// at 2 GiB/s but whose daemons are quiet now, and neighbour c, unreachable, whose history
-/// says 2 GiB/s: c's history decides (isolated on the idle io3). With c quiet now too, live
-/// load overrides both histories: the default server.
+/// at 2 GiB/s but whose daemons say they are quiet now, and neighbour c, unreachable, whose
+/// history says 2 GiB/s: both histories count (a's daemons are its user's: their quiet does
+/// not lower what its history expects), isolated on the idle io3. Neighbours without history
+/// that are quiet now are no clash: the default server.
 #[test]
-fn live_load_overrides_history_and_the_unreachable_count_by_history() {
+fn live_load_counts_never_below_history_and_the_unreachable_count_by_history() {
     let policy = Policy::default();
     let h = n1_history();
     let a = neighbour(
@@ -139,6 +141,11 @@ fn live_load_overrides_history_and_the_unreachable_count_by_history() {
         Err("timed out".into()),
     );
     let (servers, _) = pool_view(&hosts(), &[GIB; 3], &[a.clone(), b.clone(), c]);
+    assert_eq!(
+        servers[0].load.bytes_per_s,
+        2.0 * GIB,
+        "a's history, not its quiet"
+    );
     let d = decide_with(&policy, &job(), Some(&h), &servers, None);
     assert_eq!(d.rule, eddy_alloc::Rule::Isolated, "{:#?}", d.reasons);
     assert_eq!(d.servers, [2], "{:#?}", d.reasons);
@@ -148,18 +155,12 @@ fn live_load_overrides_history_and_the_unreachable_count_by_history() {
         "{text}"
     );
     assert!(
-        !text.contains("job 10"),
-        "a quiet neighbour is no clash: {text}"
+        text.contains("neighbour job 10 (a) would disturb it (live: N-1, high throughput"),
+        "a neighbour quiet by its own word is as its history says: {text}"
     );
 
-    let c_quiet = neighbour(
-        12,
-        "c",
-        "io1",
-        Some(traits(IoMode::NN, 2.0 * GIB)),
-        Ok(Load::default()),
-    );
-    let (servers, notes) = pool_view(&hosts(), &[GIB; 3], &[a, b, c_quiet]);
+    let quiet = |job, name: &str| neighbour(job, name, "io1", None, Ok(Load::default()));
+    let (servers, notes) = pool_view(&hosts(), &[GIB; 3], &[quiet(10, "a"), b, quiet(12, "c")]);
     assert!(notes.is_empty());
     let d = decide_with(&policy, &job(), Some(&h), &servers, Some(3));
     assert_eq!(
@@ -173,6 +174,36 @@ fn live_load_overrides_history_and_the_unreachable_count_by_history() {
         .last()
         .unwrap()
         .starts_with("nodes=3: the job's directive allows at most 3"));
+}
+
+/// The site's caps: per job, and per user over the user's other jobs set up now.
+#[test]
+fn the_sites_caps_bound_a_job_and_a_user() {
+    let mut d = Decision {
+        servers: vec![0, 1, 2],
+        rule: eddy_alloc::Rule::Scaled,
+        reasons: Vec::new(),
+        refused_at: None,
+        excluded: Vec::new(),
+    };
+    site_cap(&mut d, 2, "the site's max_servers_per_job");
+    assert_eq!(d.servers, [0, 1]);
+    assert_eq!(
+        d.reasons,
+        ["the site's max_servers_per_job: at most 2 server(s), 3 decided: servers [0, 1]"]
+    );
+    site_cap(&mut d, 2, "again");
+    assert_eq!(d.reasons.len(), 1, "within the cap: nothing to say");
+    let mine = |job, hosts: &[&str]| Neighbour {
+        hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        uid: 7,
+        ..neighbour(job, "x", "io1", None, Ok(Load::default()))
+    };
+    let others = neighbour(3, "y", "io3", None, Ok(Load::default()));
+    assert_eq!(
+        held_by(&[mine(1, &["io1", "io2"]), others, mine(2, &["io3"])], 7),
+        3
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod descriptors;
+mod history_alloc;
 mod inputs;
 mod planted;
 mod pool;

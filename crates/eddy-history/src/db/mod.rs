@@ -18,6 +18,7 @@ mod tests;
 
 use crate::profile::{IoMode, JobProfile, Source};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// One numbered migration: SQL that SQLite and PostgreSQL both accept.
 #[derive(Debug, Clone, Copy)]
@@ -117,6 +118,73 @@ impl DbSpec {
     }
 }
 
+/// How a connection to the history is made beyond its URL: the password (a site keeps it in
+/// a root-only file, never in the URL of a settings file others read) and the bounds that
+/// keep one held lock or a server that does not answer from stalling the caller (the burst
+/// buffer's setup holds the site's allocation lock meanwhile). `None`: no bound of that
+/// kind (the interactive commands).
+#[derive(Clone, Default)]
+pub struct Access {
+    /// The role's password; overrides one in the URL.
+    pub password: Option<String>,
+    /// Bound on reaching the server (each address tried).
+    pub connect_timeout: Option<Duration>,
+    /// Bound on waiting for any lock (the migrations' advisory lock, rows, tables): past it
+    /// the statement fails (PostgreSQL's `lock_timeout`; SQLite's busy timeout).
+    pub lock_timeout: Option<Duration>,
+    /// Bound on one statement (PostgreSQL's `statement_timeout`).
+    pub statement_timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("password", &self.password.as_ref().map(|_| "(hidden)"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .finish()
+    }
+}
+
+impl PartialEq for Access {
+    fn eq(&self, o: &Access) -> bool {
+        (
+            &self.password,
+            self.connect_timeout,
+            self.lock_timeout,
+            self.statement_timeout,
+        ) == (
+            &o.password,
+            o.connect_timeout,
+            o.lock_timeout,
+            o.statement_timeout,
+        )
+    }
+}
+
+impl Eq for Access {}
+
+/// A history as messages may show it: an SQLite path as it is, a PostgreSQL URL without its
+/// password (nor any other parameter); a URL that cannot be read is not shown at all.
+pub fn redacted(spec: &str) -> String {
+    match DbSpec::parse(spec) {
+        Ok(DbSpec::Sqlite(p)) => p.display().to_string(),
+        Ok(DbSpec::Postgres(url)) => postgres::display_url(&url)
+            .unwrap_or_else(|| "a PostgreSQL URL (not shown: it cannot be read)".into()),
+        Err(_) => "a history database setting (not shown: it cannot be read)".into(),
+    }
+}
+
+/// Whether `spec` is a PostgreSQL URL that carries a password (in its user part or as a
+/// `password=` parameter); a URL that cannot be read counts as one.
+pub fn has_password(spec: &str) -> bool {
+    match DbSpec::parse(spec) {
+        Ok(DbSpec::Postgres(url)) => postgres::has_password(&url),
+        _ => false,
+    }
+}
+
 /// The per-user default history (an SQLite file), used when neither `--db` nor a
 /// configuration names one: `$XDG_DATA_HOME/eddy/history.db` (an absolute
 /// `XDG_DATA_HOME`), else `$HOME/.local/share/eddy/history.db`; `None` without either.
@@ -133,6 +201,15 @@ fn user_default_db_from(xdg_data_home: Option<PathBuf>, home: Option<PathBuf>) -
             .map(|h| h.join(".local").join("share"))
     })?;
     Some(data.join("eddy").join("history.db"))
+}
+
+/// How `insert_new` went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// The profile is stored.
+    Stored,
+    /// A profile with its key is there already: it stays as it was.
+    KeyTaken,
 }
 
 /// Which profiles `list` returns; every set field must match. Newest (by start) first.
@@ -251,6 +328,18 @@ pub fn mode_name(m: IoMode) -> &'static str {
     }
 }
 
+/// `INSERT ... ON CONFLICT DO NOTHING` of `cols` (the key is the table's one unique index):
+/// what needs the INSERT privilege only, an insert-only role's write, which never replaces a
+/// row (naming the conflict target, `ON CONFLICT (key)`, would need SELECT on it too).
+fn insert_sql(cols: &[&str], ph: fn(usize) -> String) -> String {
+    let phs: Vec<String> = (1..=cols.len()).map(ph).collect();
+    format!(
+        "INSERT INTO profiles ({}) VALUES ({}) ON CONFLICT DO NOTHING",
+        cols.join(", "),
+        phs.join(", ")
+    )
+}
+
 /// `SELECT profile ... WHERE ... ORDER BY start_time DESC` for a filter, with its values.
 fn select_sql(filter: &Filter, ph: fn(usize) -> String) -> (String, Vec<Val>) {
     let mut conds: Vec<String> = Vec::new();
@@ -348,15 +437,34 @@ impl HistoryDb {
     /// (made 0600, its directory 0700 if this makes it), a `postgres://` URL a PostgreSQL
     /// database; either is migrated to the latest schema.
     pub fn open(spec: &str) -> Result<HistoryDb> {
-        Self::open_at(spec, latest_version())
+        Self::open_with(spec, &Access::default())
+    }
+
+    /// `open` with a password and bounds (`Access`): a database already at this program's
+    /// schema is read without the migrations' lock.
+    pub fn open_with(spec: &str, access: &Access) -> Result<HistoryDb> {
+        Self::open_at_with(spec, latest_version(), access, true)
+    }
+
+    /// Opens `spec` to insert profiles only (`insert_new`), never migrating it: a role that
+    /// may only INSERT into `profiles` can (a PostgreSQL site's teardown role; see
+    /// docs/slurm-admin.md). The database must be at this program's schema already (the
+    /// allocation's `open_with` migrates it).
+    pub fn open_insert_only(spec: &str, access: &Access) -> Result<HistoryDb> {
+        Self::open_at_with(spec, latest_version(), access, false)
     }
 
     /// Opens `spec` migrated to `version` only (the migrations' tests start from an old one).
+    #[cfg(test)]
     pub(crate) fn open_at(spec: &str, version: u32) -> Result<HistoryDb> {
+        Self::open_at_with(spec, version, &Access::default(), true)
+    }
+
+    fn open_at_with(spec: &str, version: u32, access: &Access, migrate: bool) -> Result<HistoryDb> {
         match DbSpec::parse(spec)? {
             DbSpec::Sqlite(path) => {
                 let name = path.display().to_string();
-                let conn = sqlite::open(&path, version)?;
+                let conn = sqlite::open(&path, version, access)?;
                 Ok(HistoryDb {
                     inner: Inner::Sqlite(conn),
                     name,
@@ -364,7 +472,7 @@ impl HistoryDb {
                 })
             }
             DbSpec::Postgres(url) => {
-                let (client, name) = postgres::open(&url, version)?;
+                let (client, name) = postgres::open(&url, version, access, migrate)?;
                 Ok(HistoryDb {
                     inner: Inner::Postgres(Box::new(client)),
                     name,
@@ -434,6 +542,23 @@ impl HistoryDb {
         }
     }
 
+    /// Stores `profile` unless a profile with its key is there (which stays as it was): the
+    /// INSERT privilege is all it needs.
+    pub fn insert_new(&mut self, profile: &JobProfile) -> Result<Inserted> {
+        let cols = columns_at(self.version);
+        let mut vals = row_of(profile)?;
+        vals.truncate(cols.len());
+        let rows = match &mut self.inner {
+            Inner::Sqlite(c) => sqlite::insert(c, &profile.key, cols, &vals)?,
+            Inner::Postgres(c) => postgres::insert(c, &profile.key, cols, &vals)?,
+        };
+        Ok(if rows == 0 {
+            Inserted::KeyTaken
+        } else {
+            Inserted::Stored
+        })
+    }
+
     /// The profile with this key.
     pub fn get(&mut self, key: &str) -> Result<Option<JobProfile>> {
         let filter = KeyFilter(key);
@@ -463,13 +588,17 @@ impl HistoryDb {
     }
 
     /// The previous runs of one application (the same job name and script hash; a `None`
-    /// hash matches profiles without one), newest first: the history DFRA decides from.
+    /// hash matches profiles without one), of `user` only when given, newest first: the
+    /// history DFRA decides from. The burst buffer always names the job's user: another
+    /// user's runs of an identical script are theirs, not a history that steers this job.
     pub fn runs_of(
         &mut self,
+        user: Option<&str>,
         job_name: &str,
         script_hash: Option<&str>,
     ) -> Result<Vec<JobProfile>> {
         self.list(&Filter {
+            user: user.map(str::to_string),
             app: Some(App {
                 job_name: job_name.to_string(),
                 script_hash: script_hash.map(str::to_string),

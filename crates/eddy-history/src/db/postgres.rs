@@ -2,7 +2,7 @@
 //! (several `eddy` processes writing at once). No TLS: a site reaches its server over a unix
 //! socket (`?host=/run/postgresql`) or a trusted network, as libpq's `sslmode=disable`.
 
-use super::{now, too_new, HistoryError, Result, Val, MIGRATIONS, MIGRATIONS_TABLE};
+use super::{now, too_new, Access, HistoryError, Result, Val, MIGRATIONS, MIGRATIONS_TABLE};
 use ::postgres::types::ToSql;
 use ::postgres::{Client, Config, NoTls};
 
@@ -51,18 +51,66 @@ fn display(config: &Config) -> String {
     )
 }
 
-/// Connects to `url` and migrates the database to `target`; also returns its display name.
-pub(super) fn open(url: &str, target: u32) -> Result<(Client, String)> {
-    let config: Config = url.parse().map_err(|source| HistoryError::Postgres {
+/// The URL as messages show it (`display`); None when it cannot be read.
+pub(super) fn display_url(url: &str) -> Option<String> {
+    url.parse::<Config>().ok().map(|c| display(&c))
+}
+
+/// Whether `url` carries a password (one that cannot be read: yes, to be safe).
+pub(super) fn has_password(url: &str) -> bool {
+    url.parse::<Config>()
+        .map_or(true, |c| c.get_password().is_some())
+}
+
+/// `-c name=ms` server options for the bounds of `access` (milliseconds, at least 1: 0 would
+/// mean no bound to PostgreSQL).
+fn bound_options(access: &Access) -> Vec<String> {
+    let ms = |d: std::time::Duration| d.as_millis().clamp(1, i32::MAX as u128);
+    [
+        ("lock_timeout", access.lock_timeout),
+        ("statement_timeout", access.statement_timeout),
+    ]
+    .into_iter()
+    .filter_map(|(name, d)| d.map(|d| format!("-c {name}={}", ms(d))))
+    .collect()
+}
+
+/// Connects to `url` (with the password and bounds of `access`) and, when `migrate`, migrates
+/// the database to `target`; also returns its display name.
+pub(super) fn open(
+    url: &str,
+    target: u32,
+    access: &Access,
+    migrate_it: bool,
+) -> Result<(Client, String)> {
+    let mut config: Config = url.parse().map_err(|source| HistoryError::Postgres {
         what: "the history database URL is not valid (postgres://user:password@host:port/dbname, \
                or ?host=/socket/dir)"
             .into(),
         source,
     })?;
+    if let Some(pw) = &access.password {
+        config.password(pw.as_bytes());
+    }
+    if let Some(t) = access.connect_timeout {
+        config.connect_timeout(t);
+    }
+    let mut options: Vec<String> = config
+        .get_options()
+        .map(str::to_string)
+        .into_iter()
+        .collect();
+    options.extend(bound_options(access));
+    if !options.is_empty() {
+        config.options(&options.join(" "));
+    }
     let name = display(&config);
     let mut client = config.connect(NoTls).map_err(err(format!(
         "cannot connect to the history database {name}"
     )))?;
+    if !migrate_it {
+        return Ok((client, name));
+    }
     migrate(&mut client, target).map_err(|e| match e {
         HistoryError::Postgres { what, source } => HistoryError::Postgres {
             what: format!("{name}: {what}"),
@@ -76,6 +124,13 @@ pub(super) fn open(url: &str, target: u32) -> Result<(Client, String)> {
 /// Applies the migrations above the recorded version, up to `target`, in one transaction
 /// under an advisory lock, so that login nodes opening the database at once migrate it once.
 fn migrate(client: &mut Client, target: u32) -> Result<()> {
+    // A database at the schema already is not locked for: the lock is the one any role that
+    // can connect may hold, and a reader must not wait on it for nothing.
+    if let Ok(current) = current_version(client) {
+        if current >= target && current <= super::latest_version() {
+            return Ok(());
+        }
+    }
     let mut tx = client
         .transaction()
         .map_err(err("cannot begin the migrations"))?;
@@ -136,6 +191,13 @@ pub(super) fn put(client: &mut Client, key: &str, cols: &[&str], vals: &[Val]) -
         .execute(&super::upsert_sql(cols, ph), &params(vals))
         .map_err(err(format!("cannot store the profile {key}")))?;
     Ok(())
+}
+
+/// Inserts a row unless its key is there; the rows inserted (0 or 1).
+pub(super) fn insert(client: &mut Client, key: &str, cols: &[&str], vals: &[Val]) -> Result<u64> {
+    client
+        .execute(&super::insert_sql(cols, ph), &params(vals))
+        .map_err(err(format!("cannot store the profile {key}")))
 }
 
 /// Runs a `SELECT key, profile` query.

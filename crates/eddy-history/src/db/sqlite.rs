@@ -2,7 +2,7 @@
 //! it), shared by processes of one host through SQLite's own locking (a busy writer is waited
 //! for, up to `BUSY_TIMEOUT`).
 
-use super::{now, too_new, HistoryError, Result, Val, MIGRATIONS, MIGRATIONS_TABLE};
+use super::{now, too_new, Access, HistoryError, Result, Val, MIGRATIONS, MIGRATIONS_TABLE};
 use rusqlite::types::{ToSqlOutput, Value};
 use rusqlite::{params, params_from_iter, Connection, TransactionBehavior};
 use std::fs::{DirBuilder, OpenOptions};
@@ -10,7 +10,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-/// How long a statement waits for another process's write lock on the file.
+/// How long a statement waits for another process's write lock on the file, unless the
+/// caller's `Access::lock_timeout` says.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// SQLite's numbered placeholder.
@@ -35,7 +36,7 @@ impl rusqlite::ToSql for Val {
 }
 
 /// Opens (making it 0600 if missing) the file and migrates it to `target`.
-pub(super) fn open(path: &Path, target: u32) -> Result<Connection> {
+pub(super) fn open(path: &Path, target: u32, access: &Access) -> Result<Connection> {
     let name = path.display();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         // privileged-path: the history database root's settings name (site's history_db, root's config), never a job's file
@@ -71,7 +72,7 @@ pub(super) fn open(path: &Path, target: u32) -> Result<Connection> {
     }
     let mut conn =
         Connection::open(path).map_err(err(format!("cannot open the history database {name}")))?;
-    conn.busy_timeout(BUSY_TIMEOUT)
+    conn.busy_timeout(access.lock_timeout.unwrap_or(BUSY_TIMEOUT))
         .map_err(err(format!("cannot set up {name}")))?;
     migrate(&mut conn, target).map_err(|e| match e {
         HistoryError::Sqlite { what, source } => HistoryError::Sqlite {
@@ -138,6 +139,14 @@ pub(super) fn put(conn: &mut Connection, key: &str, cols: &[&str], vals: &[Val])
     conn.execute(&super::upsert_sql(cols, ph), params_from_iter(vals.iter()))
         .map_err(err(format!("cannot store the profile {key}")))?;
     Ok(())
+}
+
+/// Inserts a row unless its key is there; the rows inserted (0 or 1).
+pub(super) fn insert(conn: &mut Connection, key: &str, cols: &[&str], vals: &[Val]) -> Result<u64> {
+    let n = conn
+        .execute(&super::insert_sql(cols, ph), params_from_iter(vals.iter()))
+        .map_err(err(format!("cannot store the profile {key}")))?;
+    Ok(n as u64)
 }
 
 /// Runs a `SELECT key, profile` query.

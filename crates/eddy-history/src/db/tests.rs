@@ -5,6 +5,7 @@ use super::*;
 use eddy_testkit::postgres::PgServer;
 use eddy_testkit::profiles::{profile, Run};
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 const T0: f64 = 1_790_000_000.0;
 
@@ -118,11 +119,36 @@ fn profiles_suite(spec: &str) {
     assert_eq!(by(alice_since, &mut db), ["1003", "1002"]);
 
     // The same application: job name and script hash; an edited script is another one.
-    let wrf = db.runs_of("wrf", Some("h-wrf")).unwrap();
+    let wrf = db.runs_of(None, "wrf", Some("h-wrf")).unwrap();
     assert_eq!(keys(&wrf), ["1002", "1001"]);
     assert_eq!(wrf[1], changed);
-    assert_eq!(keys(&db.runs_of("wrf", Some("h-wrf-2")).unwrap()), ["1003"]);
-    assert!(db.runs_of("lammps", Some("h-wrf")).unwrap().is_empty());
+    assert_eq!(
+        keys(&db.runs_of(None, "wrf", Some("h-wrf-2")).unwrap()),
+        ["1003"]
+    );
+    assert!(db
+        .runs_of(None, "lammps", Some("h-wrf"))
+        .unwrap()
+        .is_empty());
+    // Keyed by user: alice's runs are alice's history; bob's identical script finds none.
+    assert_eq!(
+        keys(&db.runs_of(Some("alice"), "wrf", Some("h-wrf")).unwrap()),
+        ["1002", "1001"]
+    );
+    assert!(db
+        .runs_of(Some("bob"), "wrf", Some("h-wrf"))
+        .unwrap()
+        .is_empty());
+
+    // Insert-only: a new key is stored, a taken one left as it was.
+    let mut fresh = all[1].clone();
+    fresh.key = "2001".into();
+    assert_eq!(db.insert_new(&fresh).unwrap(), Inserted::Stored);
+    let mut forged = all[1].clone();
+    forged.written_bytes = 1;
+    assert_eq!(db.insert_new(&forged).unwrap(), Inserted::KeyTaken);
+    assert_eq!(db.get("1002").unwrap().as_ref(), Some(&all[1]));
+    assert_eq!(db.get("2001").unwrap(), Some(fresh));
 
     // A job as a user names it: key or Slurm job id.
     assert_eq!(db.find("1004").unwrap().map(|p| p.key), Some("1004".into()));
@@ -136,7 +162,7 @@ fn profiles_suite(spec: &str) {
     // Another connection sees what this one stored.
     drop(db);
     let mut again = HistoryDb::open(spec).unwrap();
-    assert_eq!(again.list(&Filter::default()).unwrap().len(), all.len() + 1);
+    assert_eq!(again.list(&Filter::default()).unwrap().len(), all.len() + 2);
 }
 
 /// A database at version 1 is upgraded on open, keeping its profiles; opening an up-to-date
@@ -269,6 +295,131 @@ fn postgres_profiles_over_tcp_with_password() {
     let err = HistoryDb::open(&bad).unwrap_err().to_string();
     assert!(err.contains("cannot connect"), "{err}");
     assert!(!err.contains("wrong-password"), "{err}");
+}
+
+/// A raw connection to the test server as `user` over TCP.
+fn raw_client(server: &PgServer, user: &str, password: &str) -> ::postgres::Client {
+    let url = format!(
+        "postgres://{user}:{password}@127.0.0.1:{}/{}",
+        server.port(),
+        eddy_testkit::postgres::DATABASE
+    );
+    ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap()
+}
+
+/// The teardown's role of docs/slurm-admin.md: it may INSERT into `profiles` and nothing
+/// else. Its password comes with `Access`, not in the URL; it stores a new profile and
+/// cannot replace, read, change or remove one.
+#[test]
+fn postgres_an_insert_only_role_stores_new_profiles_and_nothing_else() {
+    let server = PgServer::start();
+    let mut admin = HistoryDb::open(&server.socket_url()).unwrap();
+    let all = runs();
+    admin.put(&all[0]).unwrap();
+    let mut su = raw_client(
+        &server,
+        eddy_testkit::postgres::USER,
+        eddy_testkit::postgres::PASSWORD,
+    );
+    su.batch_execute(
+        "CREATE ROLE eddy_teardown LOGIN PASSWORD 'teardown-secret';\
+         GRANT INSERT ON profiles TO eddy_teardown;",
+    )
+    .unwrap();
+    let url = format!(
+        "postgres://eddy_teardown@127.0.0.1:{}/{}",
+        server.port(),
+        eddy_testkit::postgres::DATABASE
+    );
+    let access = Access {
+        password: Some("teardown-secret".into()),
+        connect_timeout: Some(Duration::from_secs(10)),
+        lock_timeout: Some(Duration::from_secs(5)),
+        statement_timeout: Some(Duration::from_secs(10)),
+    };
+    let mut writer = HistoryDb::open_insert_only(&url, &access).unwrap();
+    assert!(!format!("{writer:?}").contains("teardown-secret"));
+    assert_eq!(writer.insert_new(&all[1]).unwrap(), Inserted::Stored);
+    let mut forged = all[0].clone();
+    forged.written_bytes = 7;
+    assert_eq!(writer.insert_new(&forged).unwrap(), Inserted::KeyTaken);
+    assert!(writer.put(&forged).is_err(), "an upsert needs UPDATE");
+    assert!(writer.get(&all[0].key).is_err(), "reading needs SELECT");
+    assert_eq!(admin.get(&all[0].key).unwrap().as_ref(), Some(&all[0]));
+    assert_eq!(admin.get(&all[1].key).unwrap().as_ref(), Some(&all[1]));
+    let mut raw = raw_client(&server, "eddy_teardown", "teardown-secret");
+    for sql in [
+        "SELECT profile FROM profiles",
+        "UPDATE profiles SET volume = 0",
+        "DELETE FROM profiles",
+    ] {
+        let e = format!("{:?}", raw.batch_execute(sql).unwrap_err());
+        assert!(e.contains("permission denied"), "{sql}: {e}");
+    }
+    assert_eq!(admin.list(&Filter::default()).unwrap().len(), 2);
+}
+
+/// Another session holds the migrations' advisory lock, then the profiles table: a reader
+/// with a lock bound gets an error within it (never waits on), and a database at the schema
+/// already is opened without that lock at all.
+#[test]
+fn postgres_held_locks_bound_the_open_and_the_reads() {
+    let server = PgServer::start();
+    let access = Access {
+        lock_timeout: Some(Duration::from_secs(1)),
+        statement_timeout: Some(Duration::from_secs(5)),
+        connect_timeout: Some(Duration::from_secs(5)),
+        password: None,
+    };
+    let guard = Duration::from_secs(30);
+    let mut holder = raw_client(
+        &server,
+        eddy_testkit::postgres::USER,
+        eddy_testkit::postgres::PASSWORD,
+    );
+    holder
+        .execute("SELECT pg_advisory_lock($1)", &[&0x6564_6479_6869_7374_i64])
+        .unwrap();
+    // A fresh database needs the migrations, hence the lock: refused within the bound.
+    let t = std::time::Instant::now();
+    let e = HistoryDb::open_with(&server.socket_url(), &access).unwrap_err();
+    assert!(t.elapsed() < guard, "waited {:?}", t.elapsed());
+    assert!(e.to_string().contains("lock"), "{e}");
+    holder
+        .execute("SELECT pg_advisory_unlock_all()", &[])
+        .unwrap();
+    HistoryDb::open(&server.socket_url()).unwrap();
+    // Up to date: the held lock is not waited for.
+    holder
+        .execute("SELECT pg_advisory_lock($1)", &[&0x6564_6479_6869_7374_i64])
+        .unwrap();
+    let mut db = HistoryDb::open_with(&server.socket_url(), &access).unwrap();
+    // A table lock held in an open transaction: a read fails within the bound.
+    holder
+        .batch_execute("BEGIN; LOCK TABLE profiles IN ACCESS EXCLUSIVE MODE;")
+        .unwrap();
+    let t = std::time::Instant::now();
+    let e = db.runs_of(Some("alice"), "wrf", None).unwrap_err();
+    assert!(t.elapsed() < guard, "waited {:?}", t.elapsed());
+    assert!(e.to_string().contains("cannot query"), "{e}");
+    holder.batch_execute("ROLLBACK").unwrap();
+}
+
+#[test]
+fn urls_are_shown_without_their_password() {
+    assert_eq!(
+        redacted("postgres://u:s3cret@db.example:5433/h?sslmode=disable"),
+        "postgresql://u@db.example:5433/h"
+    );
+    assert!(!redacted("postgres://u:s3cret@[bad").contains("s3cret"));
+    assert_eq!(
+        redacted("/var/lib/eddy/history.db"),
+        "/var/lib/eddy/history.db"
+    );
+    assert!(has_password("postgres://u:s3cret@db/h"));
+    assert!(has_password("postgres://u@db/h?password=s3cret"));
+    assert!(!has_password("postgres://u@db/h"));
+    assert!(!has_password("/var/lib/eddy/history.db"));
 }
 
 #[test]
