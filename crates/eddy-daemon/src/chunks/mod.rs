@@ -259,9 +259,13 @@ impl ChunkStore {
             if old != Some(new_len) {
                 self.record(&slot, id, p.chunk, Some(new_len))?;
             }
-            let made =
-                nix::fcntl::fallocate(&file.data, nix::fcntl::FallocateFlags::empty(), off, len)
-                    .map_err(|e| io_err(&std::io::Error::from(e), id, p.chunk));
+            // Keeping the data file's length: a chunk's length is the map's, and the kernel
+            // takes the data file's length for the file's size while it reads it through FUSE
+            // passthrough (an allocation that keeps the file's size must not grow it there;
+            // the mount grows the data file for one that extends the file).
+            let keep = nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+            let made = nix::fcntl::fallocate(&file.data, keep, off, len)
+                .map_err(|e| io_err(&std::io::Error::from(e), id, p.chunk));
             if let Err(e) = made {
                 if old != Some(new_len) {
                     if let Err(undo) = self.record(&slot, id, p.chunk, old) {
