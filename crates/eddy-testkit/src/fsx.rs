@@ -99,7 +99,7 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -111,13 +111,13 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.next() % n
+            self.next_u64() % n
         }
     }
     fn bytes(&mut self, len: usize) -> Vec<u8> {
         let mut v = Vec::with_capacity(len + 8);
         while v.len() < len {
-            v.extend_from_slice(&self.next().to_le_bytes());
+            v.extend_from_slice(&self.next_u64().to_le_bytes());
         }
         v.truncate(len);
         v
@@ -275,10 +275,23 @@ fn same(got: &[u8], want: &[u8]) -> Result<(), String> {
         return Ok(());
     }
     let first = got.iter().zip(want).position(|(a, b)| a != b);
+    // How far the difference runs, and what was read there (zeros, or other bytes).
+    let (run, zeros) = match first {
+        Some(i) => {
+            let n = got[i..]
+                .iter()
+                .zip(&want[i..])
+                .take_while(|(a, b)| a != b)
+                .count();
+            (n, got[i..i + n].iter().all(|b| *b == 0))
+        }
+        None => (0, false),
+    };
     Err(format!(
-        "{} bytes read, {} expected; first difference at {first:?}",
+        "{} bytes read, {} expected; first difference at {first:?}, for {run} bytes{}",
         got.len(),
-        want.len()
+        want.len(),
+        if zeros { " (read as zeros)" } else { "" }
     ))
 }
 

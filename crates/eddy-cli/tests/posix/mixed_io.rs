@@ -144,7 +144,13 @@ fn mixed_rounds(config: Config) {
 
 #[test]
 fn mixed_fio_engines_on_shared_files_never_read_eio_with_default_settings() {
-    mixed_rounds(Config::default());
+    // The test's daemons count as host `localhost` (`eddy start --local` names them by the
+    // host's name): the mount is on their host, so it reads and writes their data files
+    // directly, as after `eddy start --local 3 --mount M`.
+    mixed_rounds(Config {
+        placement_host: Some("localhost".into()),
+        ..Config::default()
+    });
 }
 
 #[test]
