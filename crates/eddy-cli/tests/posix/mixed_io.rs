@@ -153,7 +153,11 @@ fn mixed_fio_engines_on_shared_files_never_read_eio_with_default_settings() {
     });
 }
 
+/// Decision 0059, Not done: through passthrough, fio's mmap jobs now and then get EIO from
+/// msync (the kernel's writeback of a mapping of an inode whose other opens pass through),
+/// with no checksum mismatch on any daemon.
 #[test]
+#[ignore = "decision 0059 Not done: msync EIO through FUSE passthrough (kernel writeback), not a checksum"]
 fn mixed_fio_engines_never_read_eio_through_fuse_passthrough() {
     mixed_rounds(Config {
         placement: PlacementMode::Local,
