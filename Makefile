@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build demo demo-slurm test fuzz crash-cycles bench bench-tier lint lint-privileged clean
+.PHONY: deps build demo demo-slurm test soak fuzz crash-cycles bench bench-tier lint lint-privileged clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -30,6 +30,16 @@ test: deps lint-privileged
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=1
+
+## The random-operation verifier (fsx-style, crates/eddy-testkit/src/fsx.rs) with a million steps
+## per front-end (mount with and without passthrough, preload, library), and the mixed-engine
+## fio run of issue 39 for 20 rounds (`make test` runs 3000 steps and 3 rounds).
+SOAK_OPS ?= 1000000
+SOAK_FIO_ROUNDS ?= 20
+soak: deps
+	$(CARGO) build --bins
+	$(CARGO) build -p eddy-preload
+	EDDY_FSX_OPS=$(SOAK_OPS) EDDY_FIO_ROUNDS=$(SOAK_FIO_ROUNDS) $(CARGO) test -p eddy-cli --test posix -- fsx:: mixed_io:: --test-threads=1
 
 ## The fuzz targets (crates/eddy-fuzz) under libFuzzer, coverage-guided, a million inputs each,
 ## and the whole-daemon storm with a million frames (`make test` runs them bounded).

@@ -28,10 +28,12 @@ set -euo pipefail
 # the preload library.
 # xfsprogs: crates/eddy-cli/tests/posix/full_deployment.rs fills a deployment with xfs_io's falloc
 # (fallocate as file-system test suites call it).
+# fio: crates/eddy-cli/tests/posix/mixed_io.rs runs the nine-job mixed-engine fio run
+# (sync, libaio, posixaio, splice, mmap, with and without O_DIRECT) through a mount, in a loop.
 # A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
   slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py python3-venv postgresql
-  prometheus slurmdbd mariadb-server mariadb-client strace xfsprogs)
+  prometheus slurmdbd mariadb-server mariadb-client strace xfsprogs fio)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

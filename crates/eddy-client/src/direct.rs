@@ -68,8 +68,15 @@ impl Local {
 }
 
 /// What one open file does directly, per daemon: a lease, or `None` when it was refused.
+/// Leases are asked for one at a time (`granting`): two writes of the handle at once
+/// would otherwise both get one and the second replace the first, which nobody then
+/// reported or released (its file stayed marked on the daemon, its last writes unreported,
+/// until the connection closed).
 #[derive(Default)]
-pub(crate) struct Handles(Mutex<HashMap<u32, Option<Arc<Lease>>>>);
+pub(crate) struct Handles(
+    Mutex<HashMap<u32, Option<Arc<Lease>>>>,
+    tokio::sync::Mutex<()>,
+);
 
 impl Handles {
     /// Whether the handle holds no lease.
@@ -103,6 +110,11 @@ pub(crate) struct Lease {
     /// The data file's (length, mtime) when the daemon last took it whole.
     taken: Mutex<Option<(u64, i64, i64)>>,
     pending: Mutex<Pending>,
+    /// Held while a report is taken and sent: one at a time per lease, so that a report
+    /// that ends the lease (`release`) reaches the daemon after every earlier one, never
+    /// before a deferred report still on its way (the daemon would unmark the file with
+    /// blocks not yet reported: a reader there would take them for damage).
+    reporting: tokio::sync::Mutex<()>,
 }
 
 /// Written and not reported: ranges of the data file, and the checksums of the whole
@@ -114,6 +126,12 @@ struct Pending {
     bytes: u64,
     /// Bytes read directly, told to the daemon's counters with the next report.
     read: u64,
+    /// Direct writes under way now, and how many have begun: a write that ran while
+    /// another did (the order of their bytes in the data file is the kernel's, not that of
+    /// their checksums here) reports no checksums of its own, and the daemon checksums
+    /// its blocks from the data file.
+    writing: u32,
+    begun: u64,
     /// What the report under way carries (its ranges and checksums), until the daemon has
     /// answered: a direct read meanwhile checks those blocks against these checksums, not
     /// against the sum file the daemon has not written yet.
@@ -168,6 +186,8 @@ impl Pending {
         let mut taken = std::mem::take(self);
         taken.sent = None;
         self.sent = Some((taken.ranges.clone(), taken.sums.clone()));
+        // Writes under way stay counted here.
+        (self.writing, self.begun) = (taken.writing, taken.begun);
         taken
     }
 }
@@ -198,6 +218,13 @@ impl Client {
         if !self.direct_eligible(f, daemon) {
             return None;
         }
+        let fast = eddy_proto::sync::lock(&f.0.direct.0).get(&daemon).cloned();
+        match fast {
+            Some(None) => return None,
+            Some(Some(l)) if !l.void() => return Some(l),
+            _ => {}
+        }
+        let _granting = f.0.direct.1.lock().await;
         let known = eddy_proto::sync::lock(&f.0.direct.0).get(&daemon).cloned();
         match known {
             Some(None) => return None,
@@ -274,6 +301,7 @@ impl Client {
             kernel: Default::default(),
             taken: Mutex::default(),
             pending: Mutex::default(),
+            reporting: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -290,13 +318,21 @@ impl Client {
         let (cs, block) = (cfg.chunk_size, cfg.checksum_block());
         let mut sums = Vec::new();
         let mut ranges = Vec::with_capacity(spans.len());
+        // Whether another write of this lease is under way (then, or before this one ends).
+        let (busy, begun) = {
+            let mut p = eddy_proto::sync::lock(&lease.pending);
+            p.writing += 1;
+            p.begun += 1;
+            (p.writing > 1, p.begun)
+        };
+        let mut failed = None;
         for s in spans {
             let at = s.piece.chunk * cs + u64::from(s.piece.offset);
             let bytes = &data[s.buf_pos..s.buf_pos + s.piece.len as usize];
-            lease
-                .data
-                .write_all_at(bytes, at)
-                .map_err(|e| Errno::from_io(&e, format!("{}: direct write", f.path())))?;
+            if let Err(e) = lease.data.write_all_at(bytes, at) {
+                failed = Some(Errno::from_io(&e, format!("{}: direct write", f.path())));
+                break;
+            }
             ranges.push((at, bytes.len() as u64));
             if lease.sums.is_some() {
                 // The whole blocks' checksums; the daemon checksums the others.
@@ -311,7 +347,18 @@ impl Client {
         f.0.unsynced.note(lease.daemon, lease.generation);
         let (full, first) = {
             let mut p = eddy_proto::sync::lock(&lease.pending);
+            p.writing -= 1;
             let first = p.ranges.is_empty();
+            if busy || p.begun != begun || failed.is_some() {
+                // Concurrent with another write of this lease (or cut short): which bytes
+                // the data file holds is not known here, the daemon reads them.
+                sums.clear();
+                for &(at, len) in &ranges {
+                    for g in at / block..(at + len).div_ceil(block) {
+                        p.sums.remove(&g);
+                    }
+                }
+            }
             // A block written in part no longer has the checksum of an earlier whole write.
             for &(at, len) in &ranges {
                 if !at.is_multiple_of(block) {
@@ -326,6 +373,13 @@ impl Client {
             p.sums.extend(sums);
             (p.bytes >= lease.batch, first)
         };
+        if let Some(e) = failed {
+            // What was written before the failure is pending (reported later).
+            if first {
+                self.report_later(f, lease);
+            }
+            return Err(e);
+        }
         if full {
             self.report(f, lease, false).await?;
         } else if first {
@@ -433,12 +487,12 @@ impl Client {
     /// Reports what was written under `lease`; a void lease (or one the daemon no longer
     /// knows) has it written again through the daemon.
     async fn report(&self, f: &File, lease: &Lease, release: bool) -> Result<(), Errno> {
+        // One report at a time (see `Lease::reporting`).
+        let _one = lease.reporting.lock().await;
         let pending = eddy_proto::sync::lock(&lease.pending).take_for_report();
         let result = self.send_report(f, lease, release, pending).await;
         // Recorded, kept for the next report, or written again: the sum file or the pending
-        // writes say from now on. (Two reports at once, a deferred one and an fsync's, may
-        // forget each other's: a direct read then meets a checksum it cannot check yet and
-        // reads through the daemon, which is right, only slower.)
+        // writes say from now on.
         eddy_proto::sync::lock(&lease.pending).sent = None;
         result
     }
@@ -509,7 +563,12 @@ impl Client {
             // since the last report is reported with the lease's release (decision 0048).
             return self.report(f, lease, true).await;
         }
-        let pending = std::mem::take(&mut *eddy_proto::sync::lock(&lease.pending));
+        let pending = {
+            let mut p = eddy_proto::sync::lock(&lease.pending);
+            let taken = p.take_for_report();
+            p.sent = None;
+            taken
+        };
         self.rewrite(f, lease, pending).await
     }
 

@@ -16,12 +16,29 @@ use std::sync::Arc;
 /// Symlinks followed at most this many times when opening (ELOOP beyond).
 const MAX_SYMLINK_HOPS: usize = 8;
 
+/// Truncates done through this process (any client, any file): a handle whose known size
+/// predates one asks the metadata again before it clamps a read (`FileInner::known_epoch`).
+static TRUNCATIONS: AtomicU64 = AtomicU64::new(0);
+
+fn truncations() -> u64 {
+    TRUNCATIONS.load(Ordering::Acquire)
+}
+
+/// A truncate through this process is done (see `TRUNCATIONS`).
+pub(crate) fn truncated() {
+    TRUNCATIONS.fetch_add(1, Ordering::AcqRel);
+}
+
 pub(crate) struct FileInner {
     path: String,
     inode: Inode,
     flags: i32,
     /// The largest size this handle knows the file to have (its own writes included).
     known_size: AtomicU64,
+    /// `TRUNCATIONS` when `known_size` was last taken from the metadata: a truncate made
+    /// since through this process (another handle of the file, a path) may have cut the
+    /// file below it, and a read then asks again rather than return bytes past the end.
+    known_epoch: AtomicU64,
     /// For a file under a linked prefix: what its chunks' daemons need to fetch it.
     pub(crate) backing: Option<Backing>,
     /// Opening found the backend copy changed and took a new generation of it.
@@ -293,6 +310,7 @@ impl Client {
             inode,
             flags,
             known_size: known,
+            known_epoch: AtomicU64::new(truncations()),
             backing,
             renewed,
             ra_next: AtomicU64::new(0),
@@ -429,10 +447,13 @@ impl Client {
         }
         let end = offset.saturating_add(len as u64);
         let mut size = f.0.known_size.load(Ordering::Acquire);
-        if end > size {
-            // The range reaches past what we know: another writer may have extended the file.
+        let epoch = truncations();
+        if end > size || f.0.known_epoch.load(Ordering::Acquire) != epoch {
+            // The range reaches past what we know: another writer may have extended the file
+            // (or a truncate through this process cut it since we knew its size).
             size = self.stat_norm(f.path()).await?.size;
             f.0.known_size.store(size, Ordering::Release);
+            f.0.known_epoch.store(epoch, Ordering::Release);
         }
         if offset >= size {
             return Ok(0);

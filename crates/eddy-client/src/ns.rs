@@ -317,6 +317,7 @@ impl Client {
                 self.send_size(cur.file_id, &p, size).await?;
             }
         }
+        let attr_size = attr.size.is_some();
         if let Some(size) = attr.size {
             if cur.kind == FileKind::Dir {
                 return Err(Errno::new(libc::EISDIR, format!("{p} is a directory")));
@@ -332,7 +333,11 @@ impl Client {
             path: p.clone(),
             attr,
         };
-        let i = self.meta(&p, req).await?;
+        let i = self.meta(&p, req).await;
+        if attr_size {
+            crate::file::truncated();
+        }
+        let i = i?;
         let res = self.clear_setid_after(&p, i, truncated, creds).await;
         if cur.kind == FileKind::Dir {
             // A stat that crossed the change is not kept either.

@@ -19,6 +19,7 @@
 
 pub mod bbsite;
 pub mod cli;
+pub mod fsx;
 pub mod gluster;
 pub mod model;
 pub mod postgres;
@@ -185,6 +186,11 @@ impl Cluster {
             deployment_file,
             children,
         }
+    }
+
+    /// What daemon `i` has logged so far (warnings and errors).
+    pub fn daemon_log(&self, i: usize) -> String {
+        tail_log(&self.dep.daemons[i])
     }
 
     pub async fn client(&self) -> Client {

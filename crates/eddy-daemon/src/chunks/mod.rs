@@ -309,9 +309,13 @@ impl ChunkStore {
             if old != Some(new_len) {
                 self.record(&slot, id, p.chunk, Some(new_len))?;
             }
-            let made =
-                nix::fcntl::fallocate(&file.data, nix::fcntl::FallocateFlags::empty(), off, len)
-                    .map_err(|e| io_err(&std::io::Error::from(e), id, p.chunk));
+            // Keeping the data file's length: a chunk's length is the map's, and the kernel
+            // takes the data file's length for the file's size while it reads it through FUSE
+            // passthrough (an allocation that keeps the file's size must not grow it there;
+            // the mount grows the data file for one that extends the file).
+            let keep = nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+            let made = nix::fcntl::fallocate(&file.data, keep, off, len)
+                .map_err(|e| io_err(&std::io::Error::from(e), id, p.chunk));
             if let Err(e) = made {
                 if old != Some(new_len) {
                     if let Err(undo) = self.record(&slot, id, p.chunk, old) {
@@ -550,18 +554,16 @@ impl ChunkStore {
         if let Some(block) = self.block {
             let room = buf.len() + 2 * block as usize;
             let (mut out, mut sums) = (Vec::with_capacity(room), Vec::new());
-            match self.read_piece_verified(Some(&f), id, p, block, &mut out, &mut sums)? {
+            // Under the chunk's lock, a direct writer's unreported blocks (decision 0048)
+            // are checksummed from the bytes this read returns (`read_piece_checked`).
+            let in_flight = locked.is_some() && self.is_direct(id);
+            match self.read_piece_checked(Some(&f), id, p, block, &mut out, &mut sums, in_flight)? {
                 None => {
                     buf.copy_from_slice(&out);
                     return Ok(true);
                 }
                 Some(at) if locked.is_some() => {
                     drop((f, gone));
-                    // A direct writer's unreported blocks (decision 0048): checksummed
-                    // again from their bytes, then read once more.
-                    if locked == Some(true) && self.resum_if_direct(id, p)? {
-                        return self.read_piece_with(id, p, buf, Some(false));
-                    }
                     return Err(self.found_bad(id, p.chunk, at));
                 }
                 Some(_) => {

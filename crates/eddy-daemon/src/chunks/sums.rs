@@ -85,21 +85,16 @@ impl ChunkStore {
         }
         for p in pieces {
             let _guard = self.lock(id, p.chunk);
-            let (o, n) = (out.len(), sums.len());
-            // Blocks a direct writer has not reported yet are checksummed again, then the
-            // piece is read once more.
-            let mut resummed = false;
-            loop {
-                out.truncate(o);
-                sums.truncate(n);
-                let bad = self.with_file(id, |f| {
-                    self.read_piece_verified(f, id, p, block, &mut out, &mut sums)
-                })?;
-                match bad {
-                    None => break,
-                    Some(_) if !resummed && self.resum_if_direct(id, p)? => resummed = true,
-                    Some(at) => return Err(self.found_bad(id, p.chunk, at)),
-                }
+            // A file with a direct writer (decision 0048): a block that does not match is a
+            // direct write not reported yet. It is checksummed from the very bytes this read
+            // returns, in the same pass: a second read could meet the next direct write (the
+            // writers take no lock of the daemon's), which is a race, not damage.
+            let in_flight = self.is_direct(id);
+            let bad = self.with_file(id, |f| {
+                self.read_piece_checked(f, id, p, block, &mut out, &mut sums, in_flight)
+            })?;
+            if let Some(at) = bad {
+                return Err(self.found_bad(id, p.chunk, at));
             }
         }
         Ok(Some((out, sums)))
@@ -116,6 +111,25 @@ impl ChunkStore {
         block: u64,
         out: &mut Vec<u8>,
         sums: &mut Vec<u32>,
+    ) -> Result<Option<u64>, Errno> {
+        self.read_piece_checked(f, id, p, block, out, sums, false)
+    }
+
+    /// `read_piece_verified`; with `in_flight` (the caller holds the chunk's lock and the
+    /// file has a direct writer), a block that does not match is taken as a direct write
+    /// not reported yet: its checksum is stored as computed over the bytes just read, which
+    /// are returned with it (the writer's report, which follows its write, stores the
+    /// checksum of what it wrote after this).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn read_piece_checked(
+        &self,
+        f: Option<&Open>,
+        id: FileId,
+        p: &Piece,
+        block: u64,
+        out: &mut Vec<u8>,
+        sums: &mut Vec<u32>,
+        in_flight: bool,
     ) -> Result<Option<u64>, Errno> {
         if p.len == 0 {
             return Ok(None);
@@ -161,7 +175,10 @@ impl ChunkStore {
                 checksum::crc_append(through, &bytes[to..])
             };
             if sum != stored[j] {
-                return Ok(Some(at));
+                match f {
+                    Some(f) if in_flight => self.store_sums(f, id, p.chunk, at / block, &[sum])?,
+                    _ => return Ok(Some(at)),
+                }
             }
             sums.push(seg);
         }

@@ -213,6 +213,7 @@ impl EddyFs {
                 Some(f) if f.writable() => self.run(self.client.ftruncate(f, size))?,
                 _ => self.truncate_path(req, &self.path(ino)?, size)?,
             });
+            self.pass_truncated(ino.0, size);
         }
         if !is_noop(&attr) {
             inode = Some(self.run(self.client.setattr(&self.path(ino)?, attr, creds(req)))?);

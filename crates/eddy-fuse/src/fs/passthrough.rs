@@ -241,6 +241,23 @@ impl EddyFs {
         }
     }
 
+    /// A truncate of inode `ino` to `size` is done: while the kernel reads the inode's data
+    /// file itself (passthrough), that file must reach the new size, or the kernel's reads of
+    /// the zeros a truncate that grows the file adds end early at the data file's old length
+    /// (the daemon keeps a file's size in its metadata and its data files sparse). Grown as a
+    /// hole, which reads as zeros and whose checksums are those of zeros (decision 0019).
+    pub(super) fn pass_truncated(&self, ino: u64, size: u64) {
+        let st = lock(&self.passthrough.state);
+        let Some((_, data)) = st.inodes.get(&ino).and_then(|m| m.backing.as_ref()) else {
+            return;
+        };
+        if data.metadata().is_ok_and(|m| m.len() < size) {
+            if let Err(e) = data.set_len(size) {
+                warn!("cannot grow the data file of inode {ino} to {size} for passthrough: {e}");
+            }
+        }
+    }
+
     /// The size of inode `ino` as the kernel wrote it through passthrough: its data file's
     /// length, when larger than what the metadata owner knows (published at flush).
     pub(super) fn pass_size(&self, ino: u64, inode: &mut Inode) {

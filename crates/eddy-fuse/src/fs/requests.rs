@@ -818,7 +818,7 @@ impl Filesystem for EddyFs {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -826,7 +826,13 @@ impl Filesystem for EddyFs {
         reply: ReplyEmpty,
     ) {
         match self.do_fallocate(fh, offset, length, mode) {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                // The file grew: a data file the kernel reads (passthrough) grows with it.
+                if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+                    self.pass_truncated(ino.0, offset.saturating_add(length));
+                }
+                reply.ok()
+            }
             Err(e) => reply.error(failed("fallocate", &e)),
         }
     }
