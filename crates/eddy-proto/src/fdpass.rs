@@ -100,14 +100,32 @@ impl DaemonRoot {
         self.socket_entry().is_ok()
     }
 
-    /// Connects to the descriptor socket beneath the root (through the root's own
-    /// descriptor, so a root renamed or replaced since it was opened is not followed), and
-    /// checks that the peer is the root's owner (`SO_PEERCRED`) before a byte is sent.
+    /// Connects to the descriptor socket beneath the root (`socket_beneath` the root's own
+    /// descriptor, so a root renamed or replaced since it was opened is not followed, and the
+    /// socket checked is the one reached), and checks that the peer is the root's owner
+    /// (`SO_PEERCRED`) before a byte is sent.
     pub fn connect(&self) -> Result<UnixStream, Errno> {
-        self.socket_entry()?;
-        let path = format!("/proc/self/fd/{}/{SOCKET_FILE}", self.dir.as_raw_fd());
-        // privileged-path: through /proc/self/fd/<root descriptor>: beneath the root held since connect; entry checked a socket of the owner, the peer checked next
-        let s = UnixStream::connect(&path)
+        let sock = socket_beneath(&self.dir, std::ffi::OsStr::new(SOCKET_FILE)).map_err(|e| {
+            let what = format!("{SOCKET_FILE} in the daemon's root");
+            match e.kind() {
+                std::io::ErrorKind::PermissionDenied => {
+                    Errno::new(libc::EACCES, format!("{what}: {e}: not used"))
+                }
+                _ => Errno::from_io(&e, what),
+            }
+        })?;
+        if sock.uid != self.uid {
+            return Err(Errno::new(
+                libc::EACCES,
+                format!(
+                    "{SOCKET_FILE} in the daemon's root belongs to uid {}, not to the root's \
+                     owner (uid {}): not used",
+                    sock.uid, self.uid
+                ),
+            ));
+        }
+        // privileged-path: /proc/self/fd of the socket inode opened O_PATH|O_NOFOLLOW beneath the root and checked above; the peer checked next
+        let s = UnixStream::connect(sock.proc_path())
             .map_err(|e| Errno::from_io(&e, "the daemon's descriptor socket"))?;
         let io = |e: std::io::Error| Errno::from_io(&e, "the daemon's descriptor socket");
         s.set_read_timeout(Some(EXCHANGE_TIMEOUT)).map_err(io)?;
@@ -209,6 +227,60 @@ impl DaemonRoot {
         }
         Ok(())
     }
+}
+
+/// A Unix socket held by an `O_PATH` descriptor, checked to be a socket, and its owner.
+#[derive(Debug)]
+pub struct SocketInode {
+    inode: OwnedFd,
+    /// The uid that owns the socket.
+    pub uid: u32,
+}
+
+impl SocketInode {
+    /// The path to connect to: through this process's descriptor of the very inode checked,
+    /// so that nothing put at the socket's name since is reached.
+    pub fn proc_path(&self) -> String {
+        format!("/proc/self/fd/{}", self.inode.as_raw_fd())
+    }
+}
+
+/// The entry `name` of directory `dir`, opened `O_PATH|O_NOFOLLOW` (a link there is refused,
+/// never followed) and checked to be a socket: how root reaches a socket in a directory a
+/// user owns (the daemons' request sockets, their descriptor sockets). The caller checks the
+/// owner against what it expects, and the peer (`SO_PEERCRED`) once connected.
+pub fn socket_beneath(dir: &OwnedFd, name: &std::ffi::OsStr) -> std::io::Result<SocketInode> {
+    let refuse = |why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{}: {why}", name.to_string_lossy()),
+        )
+    };
+    let c = std::ffi::CString::new(name.as_encoded_bytes())
+        .map_err(|_| refuse("a name with a NUL byte"))?;
+    // SAFETY: openat on a descriptor we hold and a NUL-terminated name; the result is checked.
+    let raw = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just gave this process, owned once from here on.
+    let inode = unsafe { OwnedFd::from_raw_fd(raw) };
+    let st = nix::sys::stat::fstat(&inode).map_err(std::io::Error::from)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(refuse(
+            "not a socket (a link, FIFO or file is there): refused",
+        ));
+    }
+    Ok(SocketInode {
+        inode,
+        uid: st.st_uid,
+    })
 }
 
 /// The directory of a daemon's root that holds the data files.

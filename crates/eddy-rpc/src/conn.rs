@@ -405,9 +405,7 @@ async fn reader<R: AsyncRead + Unpin>(
 /// directory is root's). A socket of root's planted there (a hard link) or a program of
 /// another user behind it is refused. Errors name the path.
 async fn connect_unix(sock: &std::path::Path) -> std::io::Result<tokio::net::UnixStream> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let refuse = |why: String| {
         std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
@@ -429,42 +427,22 @@ async fn connect_unix(sock: &std::path::Path) -> std::io::Result<tokio::net::Uni
         })?;
     // privileged-path: fstat of the directory held open just above
     let dir_uid = dir.metadata()?.uid();
-    let cname = std::ffi::CString::new(name.as_bytes())
-        .map_err(|_| refuse("a name with a NUL byte".into()))?;
-    // SAFETY: openat on a descriptor we own and a NUL-terminated name; the result is checked.
-    let raw = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            cname.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor the kernel just gave this process, owned once from here on.
-    let inode = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
-    let st = inode.metadata()?;
-    if !st.file_type().is_socket() {
-        return Err(refuse(
-            "not a socket (a link, FIFO or file is there): refused".into(),
-        ));
-    }
-    if st.uid() != dir_uid && dir_uid != 0 {
+    let sock = eddy_proto::fdpass::socket_beneath(&dir.into(), name)
+        .map_err(|e| refuse(format!("{e}")))?;
+    if sock.uid != dir_uid && dir_uid != 0 {
         return Err(refuse(format!(
             "belongs to uid {} but its directory to uid {dir_uid}: refused",
-            st.uid()
+            sock.uid
         )));
     }
-    let via = format!("/proc/self/fd/{}", inode.as_raw_fd());
     // privileged-path: /proc/self/fd of the socket inode opened O_PATH|O_NOFOLLOW and checked above
-    let stream = tokio::net::UnixStream::connect(&via).await?;
-    drop(inode);
+    let stream = tokio::net::UnixStream::connect(sock.proc_path()).await?;
+    let owner = sock.uid;
+    drop(sock);
     let peer = stream.peer_cred()?.uid();
-    if peer != st.uid() {
+    if peer != owner {
         return Err(refuse(format!(
-            "served by uid {peer}, not by the socket's owner uid {}: refused",
-            st.uid()
+            "served by uid {peer}, not by the socket's owner uid {owner}: refused"
         )));
     }
     Ok(stream)
