@@ -15,7 +15,6 @@ use eddy_proto::{decode_plain, encode, Piece, Reply, Request, PROTOCOL_VERSION};
 use eddy_testkit::wire::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -390,21 +389,17 @@ async fn spawn_child(
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + GUARD;
-    loop {
-        if let Some(r) = read_ready(root).unwrap() {
-            return (child, r);
-        }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "child daemon exited early"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "child daemon never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let ready =
+        eddy_testkit::eventually::eventually_async(GUARD, "the child daemon is ready", || {
+            let r = read_ready(root).unwrap();
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "child daemon exited early"
+            );
+            async move { r }
+        })
+        .await;
+    (child, ready)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,8 @@
 //! `eddy mount` ([`Mounted`], [`ExtraMount`]); the test configurations ([`test_config`],
 //! [`shared_config`]); commands as another user ([`as_user`], [`sh_as_user`]); the `eddy`
 //! and `eddyd` programs of this build ([`eddy_bin`], [`eddyd_bin`]). Beside it: what a test
-//! requires of the host ([`require`]: a test that lacks a facility fails naming it), the
+//! requires of the host ([`require`]: a test that lacks a facility fails naming it), waiting
+//! for a condition instead of sleeping ([`eventually`]), the
 //! `eddy` command as a user runs it ([`cli`]), raw frames on a blocking connection ([`raw`])
 //! and an asynchronous wire client that matches replies by id ([`wire`]), the in-memory
 //! model of the property tests ([`model`]), the write workload of the replication tests
@@ -19,6 +20,7 @@
 
 pub mod bbsite;
 pub mod cli;
+pub mod eventually;
 pub mod fsx;
 pub mod gluster;
 pub mod model;
@@ -37,7 +39,7 @@ use eddy_config::{Config, DaemonEntry, Deployment};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The `eddy` program of this build: `target/<profile>/eddy`, beside the `deps` directory
 /// that holds the running test binary (`EDDY_BIN_DIR` names another directory). `make test`
@@ -283,20 +285,18 @@ fn spawn_daemon(d: &DaemonEntry, deployment_file: &Path, listen: &str) -> (Child
         .stderr(log)
         .spawn()
         .expect("spawn eddyd");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&ready) {
-            let v = serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();
-            if let Some(addr) = v["addr"].as_str() {
-                return (child, addr.to_string());
-            }
-        }
-        if Instant::now() > deadline {
+    let addr = eventually::poll_for(Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&ready).ok()?;
+        let v = serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();
+        v["addr"].as_str().map(str::to_string)
+    });
+    match addr {
+        Some(addr) => (child, addr),
+        None => {
             let _ = child.kill();
             let _ = child.wait();
             panic!("daemon {} did not become ready: {}", d.id, tail_log(d));
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -489,15 +489,15 @@ fn mount_at(cluster: &Cluster, args: &[&str]) -> (tempfile::TempDir, Child) {
         .stderr(log)
         .spawn()
         .expect("spawn eddy mount");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !is_mountpoint(mnt.path()) {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            panic!("mount did not appear: {log}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if eventually::poll_for(Duration::from_secs(30), || {
+        is_mountpoint(mnt.path()).then_some(())
+    })
+    .is_none()
+    {
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        panic!("mount did not appear: {log}");
     }
     (mnt, child)
 }
@@ -517,12 +517,8 @@ fn unmount(mnt: &Path, child: Option<Child>) {
             .status();
     }
     if let Some(mut c) = child {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if eventually::exited(&mut c, Duration::from_secs(5)).is_some() {
+            return;
         }
         let _ = c.kill();
         let _ = c.wait();

@@ -10,7 +10,7 @@ use crate::cli::free_port;
 use crate::require;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long the server may take to become ready.
 const READY_BOUND: Duration = Duration::from_secs(60);
@@ -101,24 +101,20 @@ impl Prometheus {
 
     #[track_caller]
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + READY_BOUND;
-        loop {
+        let ready = crate::eventually::poll_every(READY_BOUND, POLL, || {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!(
                     "prometheus exited ({status}) at start:\n{}",
                     self.log_text()
                 );
             }
-            if matches!(http_get(&format!("{}/-/ready", self.url())), Ok((200, _))) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus was not ready within {READY_BOUND:?}:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(POLL);
-        }
+            matches!(http_get(&format!("{}/-/ready", self.url())), Ok((200, _))).then_some(())
+        });
+        assert!(
+            ready.is_some(),
+            "prometheus was not ready within {READY_BOUND:?}:\n{}",
+            self.log_text()
+        );
     }
 
     /// An instant query: the `data.result` array of the answer (vector results).
@@ -150,13 +146,14 @@ impl Prometheus {
     /// On timeout the test fails with the last value and the targets' state.
     #[track_caller]
     pub fn wait_for(&self, promql: &str, bound: Duration, done: impl Fn(f64) -> bool) -> f64 {
-        let deadline = Instant::now() + bound;
-        loop {
-            let last = self.scalar(promql);
-            if let Some(v) = last.filter(|&v| done(v)) {
-                return v;
-            }
-            if Instant::now() >= deadline {
+        let mut last = None;
+        let got = crate::eventually::poll_every(bound, POLL, || {
+            last = self.scalar(promql);
+            last.filter(|&v| done(v))
+        });
+        match got {
+            Some(v) => v,
+            None => {
                 let targets = http_get(&format!("{}/api/v1/targets", self.url()))
                     .map(|(_, b)| b)
                     .unwrap_or_else(|e| e);
@@ -166,7 +163,6 @@ impl Prometheus {
                     self.log_text()
                 );
             }
-            std::thread::sleep(POLL);
         }
     }
 }

@@ -11,6 +11,7 @@
 //! (eddy_testkit::bbsite). PostgreSQL is a private server (eddy_testkit::postgres).
 
 use eddy_testkit::bbsite::{s, Site, NOBODY};
+use eddy_testkit::eventually;
 use eddy_testkit::postgres::PgServer;
 use eddy_testkit::require;
 use eddy_testkit::slurm::{output_bounded, require_slurm, set_mode, SlurmCluster};
@@ -97,14 +98,8 @@ fn run_job_as(site: &Site, cluster: &SlurmCluster, script: &str, user: &str) -> 
         std::fs::read_to_string(site.path(&format!("out/slurm-{job}.out"))).unwrap_or_default();
     assert_eq!(state, "COMPLETED", "{out}\n{}", cluster.logs());
     let dir = site.path(&format!("jobs/{job}"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while dir.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "job {job} not torn down\n{}",
-            cluster.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
+    if eventually::poll_for(Duration::from_secs(60), || (!dir.exists()).then_some(())).is_none() {
+        panic!("job {job} not torn down\n{}", cluster.logs());
     }
     job
 }
@@ -203,19 +198,14 @@ fn hold(server: &PgServer, sql: &str, granted: &str) -> Holder {
             .unwrap(),
         terminate,
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let mut last = String::new();
+    let taken = eventually::poll_for(Duration::from_secs(30), || {
         let out = psql(server).args(["-c", granted]).output().unwrap();
-        if String::from_utf8_lossy(&out.stdout).trim() == "1" {
-            return holder;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the lock was not taken: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        (String::from_utf8_lossy(&out.stdout).trim() == "1").then_some(())
+    });
+    assert!(taken.is_some(), "the lock was not taken: {last}");
+    holder
 }
 
 /// The site keeps its history's password in its own config file (`config`, whose

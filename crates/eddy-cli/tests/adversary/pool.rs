@@ -14,7 +14,7 @@ use eddy_testkit::slurm::{output_bounded, wait_bounded};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Guard on a setup that must not wait for another job's (a failure guard, not a timing).
 const SETUP_BOUND: Duration = Duration::from_secs(60);
@@ -89,16 +89,14 @@ fn a_stalled_probe_does_not_hold_another_jobs_setup() {
     // Job 71's probe round starts and one of its probes stalls.
     std::fs::write(site.path("stall"), b"").unwrap();
     let mut first = start_setup(&site, 71, &script);
-    let deadline = Instant::now() + SETUP_BOUND;
-    while !site.path("stalled").exists() {
+    eddy_testkit::eventually::eventually_within(SETUP_BOUND, "job 71 probes", || {
         assert!(
             first.try_wait().unwrap().is_none(),
             "job 71's setup ended before its probe: {}",
             std::fs::read_to_string(site.path("setup-71.out")).unwrap()
         );
-        assert!(Instant::now() < deadline, "job 71 never probed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        site.path("stalled").exists().then_some(())
+    });
     // Job 72 is set up meanwhile: it waits neither for 71's probe nor for its decision.
     let mut second = Command::new(eddy_testkit::eddy_bin());
     second

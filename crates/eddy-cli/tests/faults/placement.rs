@@ -294,18 +294,17 @@ async fn a_second_copy_survives_the_home_and_a_dead_home_is_not_taken() {
         * cs as u64;
     let want = 2 * len as u64 + copies_of_after;
     cl.restart(1);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let held = a.rpc().call(1, req::Status).await.map(|st| st.chunk_bytes);
-        if held.as_ref().is_ok_and(|&h| h == want) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the home holds {held:?} bytes of chunks, not the {want} it should after repair"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    let what = format!("the home holds the {want} bytes of chunks it should after repair");
+    let a = &a;
+    eddy_testkit::eventually::eventually_async(
+        eddy_testkit::eventually::GUARD,
+        what,
+        || async move {
+            let held = a.rpc().call(1, req::Status).await.map(|st| st.chunk_bytes);
+            held.is_ok_and(|h| h == want).then_some(())
+        },
+    )
+    .await;
     assert_eq!(
         eddy_testkit::read_all(&b, "/twice").await,
         pattern(11, 0, 2 * len)

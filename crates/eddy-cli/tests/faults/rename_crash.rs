@@ -5,6 +5,7 @@
 use eddy_client::{Client, Creds, Errno, FileKind};
 use eddy_config::Config;
 use eddy_placement::Placement;
+use eddy_testkit::eventually::{eventually_async, poll_async, GUARD};
 use eddy_testkit::{pattern, Cluster, Mounted};
 use futures::future::join_all;
 use std::collections::BTreeSet;
@@ -201,17 +202,17 @@ fn config() -> Config {
 
 /// Waits (bounded) until `to` exists, as a client that runs no completion sees it.
 async fn wait_for(observer: &Client, to: &str, done: impl Fn() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
+    // Looks every 200 µs: the state to catch is short-lived.
+    let done = &done;
+    let seen = poll_async(GUARD, Some(Duration::from_micros(200)), || async move {
         if observer.stat(to).await.is_ok() {
-            return true;
+            Some(true)
+        } else {
+            done().then_some(false)
         }
-        if done() {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_micros(200)).await;
-    }
-    panic!("{to} never appeared");
+    })
+    .await;
+    seen.unwrap_or_else(|| panic!("{to} never appeared"))
 }
 
 /// A hung daemon (not the owner of the old name) fails the rename with EIO within the RPC
@@ -372,11 +373,11 @@ async fn a_long_lived_client_completes_the_rename_when_the_daemon_is_back() {
 
     // The same client goes on: its next request to the restarted daemon reconnects.
     let _ = cut.renamer.stat(&cut.from).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while cut.observer.stat(&cut.from).await.is_ok() {
-        assert!(Instant::now() < deadline, "the rename was never completed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (observer, from) = (&cut.observer, &cut.from);
+    eventually_async(GUARD, "the rename is completed", || async move {
+        observer.stat(from).await.is_err().then_some(())
+    })
+    .await;
     assert_whole(&cut.observer, &cut.tree, &cut.to, &cut.from).await;
 }
 
@@ -406,16 +407,19 @@ fn rename_cut_by_a_killed_client_is_completed_by_the_next_client() {
         .unwrap();
     let observer = Client::new(m.cluster.dep.clone()).unwrap();
     let seen = rt.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if observer.stat(&to).await.is_ok() {
-                break true;
+        let (observer, to) = (&observer, &to);
+        poll_async(GUARD, Some(Duration::from_micros(200)), || {
+            let exited = matches!(mv.try_wait(), Ok(Some(_)));
+            async move {
+                if observer.stat(to).await.is_ok() {
+                    Some(true)
+                } else {
+                    exited.then_some(false)
+                }
             }
-            if matches!(mv.try_wait(), Ok(Some(_))) || Instant::now() > deadline {
-                break false;
-            }
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        }
+        })
+        .await
+        .unwrap_or(false)
     });
     mount.kill_process();
     let out = mv.wait_with_output().unwrap();

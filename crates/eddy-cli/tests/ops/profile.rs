@@ -19,7 +19,7 @@ use eddy_testkit::python::preload_procs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PREFIX: &str = "/eddy";
 /// Bytes each of the three processes writes and reads back (several 64 KiB chunks: every
@@ -284,23 +284,18 @@ fn a_killed_deployments_profile_is_stored_at_the_next_start() {
 /// Waits until the daemons' persisted snapshots hold the whole first workload (one file
 /// per daemon); returns them.
 fn wait_persisted(dep: &Deployment) -> Vec<PersistedStats> {
-    let began = Instant::now();
-    loop {
+    let what = "the daemons persist the workload (files, bytes written)";
+    eddy_testkit::eventually::eventually_seen(GUARD, what, || {
         let snaps = persisted(dep);
         if snaps.len() == 3
             && op_bytes(&snaps, "write") == TOTAL
             && op_bytes(&snaps, "read") == TOTAL
         {
-            return snaps;
+            Ok(snaps)
+        } else {
+            Err((snaps.len(), op_bytes(&snaps, "write")))
         }
-        assert!(
-            began.elapsed() < GUARD,
-            "the daemons never persisted the workload: {} files, {} written",
-            snaps.len(),
-            op_bytes(&snaps, "write")
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
 }
 
 /// `kill -9` of the daemons `ids` recorded in `state`; returns once they are gone.
@@ -319,11 +314,9 @@ fn kill_daemons(state: &Path, ids: &[u32]) {
     for pid in &daemons {
         assert_eq!(unsafe { libc::kill(*pid, libc::SIGKILL) }, 0);
     }
-    let began = Instant::now();
-    while daemons.iter().any(|p| running(*p)) {
-        assert!(began.elapsed() < GUARD, "killed daemons still run");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eddy_testkit::eventually::eventually_within(GUARD, "the killed daemons are gone", || {
+        (!daemons.iter().any(|p| running(*p))).then_some(())
+    });
 }
 
 #[test]

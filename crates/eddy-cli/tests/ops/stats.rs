@@ -80,8 +80,7 @@ fn op_sum(stats: &[DaemonStats], op: &str, f: fn(&eddy_proto::stats::OpStats) ->
 /// Snapshots once every daemon's series has caught up with its counters (the sampler
 /// closes a sample every second).
 fn settled(cluster: &Cluster) -> Vec<DaemonStats> {
-    let start = Instant::now();
-    loop {
+    eddy_testkit::eventually::eventually_seen(GUARD, "the series catches up", || {
         let stats = stats_json(cluster);
         let caught_up = stats.iter().all(|d| {
             let written: u64 = d.series.iter().map(|x| x.written_bytes).sum();
@@ -94,14 +93,11 @@ fn settled(cluster: &Cluster) -> Vec<DaemonStats> {
             !d.series.is_empty() && written == counted
         });
         if caught_up {
-            return stats;
+            Ok(stats)
+        } else {
+            Err(stats)
         }
-        assert!(
-            start.elapsed() < GUARD,
-            "the series never caught up: {stats:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 #[test]
@@ -299,17 +295,8 @@ fn watch_draws_frames_until_interrupted() {
     assert!(clients, "a frame lists the clients");
     // Ctrl-C: SIGINT to the process.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let end = Instant::now() + GUARD;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(
-            Instant::now() < end,
-            "eddy stats --watch did not stop on SIGINT"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = eddy_testkit::eventually::exited(&mut child, GUARD)
+        .expect("eddy stats --watch stops on SIGINT");
     assert!(
         status.success(),
         "eddy stats --watch exits 0 on SIGINT: {status}"

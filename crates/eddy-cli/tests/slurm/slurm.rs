@@ -192,18 +192,10 @@ function slurm_bb_get_status(...) return slurm.SUCCESS, "eddy-test-status" end
 /// Burst buffers cannot belong to root; the jobs of the plugin test run as this user.
 const BB_USER: &str = "nobody";
 
-/// Polls `f` up to `bound` until it returns Some.
-fn poll<T>(bound: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = std::time::Instant::now() + bound;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if std::time::Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// Polls `f` up to `bound` until it returns Some (every 200 ms: each look runs Slurm's
+/// commands).
+fn poll<T>(bound: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+    eddy_testkit::eventually::poll_every(bound, Duration::from_millis(200), f)
 }
 
 fn uid_of(user: &str) -> String {

@@ -7,7 +7,7 @@
 //! Needs root, Slurm, slurmdbd and MariaDB; without them it fails, naming what is missing.
 
 use eddy_testkit::slurm::{require_accounting, SlurmCluster};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The jobs' user.
 const USER: &str = "nobody";
@@ -69,20 +69,20 @@ pub fn run_history(
         assert_eq!(state, "COMPLETED", "{}", cluster.logs());
         ids.push(id.to_string());
     }
-    let deadline = Instant::now() + BOUND;
-    loop {
-        let text = sacct_text(cluster, user);
+    let mut text = String::new();
+    let jobs = eddy_testkit::eventually::poll_every(BOUND, Duration::from_millis(500), || {
+        text = sacct_text(cluster, user);
         let jobs = eddy_walltime::sacct::parse(&text).unwrap();
-        if ids.iter().all(|id| jobs.iter().any(|j| &j.id == id)) {
-            return jobs;
-        }
-        assert!(
-            Instant::now() < deadline,
+        ids.iter()
+            .all(|id| jobs.iter().any(|j| &j.id == id))
+            .then_some(jobs)
+    });
+    jobs.unwrap_or_else(|| {
+        panic!(
             "sacct does not list jobs {ids:?} after {BOUND:?}:\n{text}\n{}",
             cluster.logs()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        )
+    })
 }
 
 /// Three jobs of 2, 4 and 6 s under a 10-minute limit: sacct has them (runtimes within its

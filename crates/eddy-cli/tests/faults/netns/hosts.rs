@@ -97,14 +97,9 @@ fn mount_in(ns: &str, state: &std::path::Path, mnt: &std::path::Path) -> std::pr
         .stdin(std::process::Stdio::null())
         .spawn()
         .expect("nsenter eddy mount");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !eddy_testkit::is_mountpoint(mnt) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "mount in {ns} did not appear"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    eddy_testkit::eventually::eventually(format!("the mount in {ns} appears"), || {
+        eddy_testkit::is_mountpoint(mnt).then_some(())
+    });
     child
 }
 

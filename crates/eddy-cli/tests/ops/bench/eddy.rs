@@ -498,15 +498,13 @@ fn ctrl_c_stops_the_workers_and_cleans_up() {
         .unwrap();
     // Wait until the create phase is under way.
     let first = dir.join("eddy-bench.work/mdt-easy/r0/f0");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !first.exists() {
-        assert!(Instant::now() < deadline, "the create phase never started");
+    eddy_testkit::eventually::eventually("the create phase starts", || {
         assert!(
             child.try_wait().unwrap().is_none(),
             "eddy bench exited early"
         );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        first.exists().then_some(())
+    });
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },

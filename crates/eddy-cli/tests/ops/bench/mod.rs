@@ -9,7 +9,6 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// Makes every size tiny.
 const TINY: &str = "0.02";

@@ -398,15 +398,8 @@ impl Deployment {
             "eddy start --local 3 --mount failed:\n{}",
             text(&out)
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !is_mountpoint(&d.mount()) {
-            assert!(
-                Instant::now() < deadline,
-                "eddy start --mount succeeded but nothing is mounted on {}",
-                d.mount().display()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let what = format!("eddy start --mount mounts {}", d.mount().display());
+        eddy_testkit::eventually::eventually(what, || is_mountpoint(&d.mount()).then_some(()));
         d
     }
 }

@@ -86,16 +86,13 @@ async fn total(c: &Client, f: impl Fn(&TierStatus) -> u64) -> u64 {
 /// Waits (at most 30 s, for asynchronous read-ahead) until `f` of the summed tier figures
 /// holds; returns whether it did.
 async fn wait_for(c: &Client, f: impl Fn(u64) -> bool, fig: fn(&TierStatus) -> u64) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if f(total(c, fig).await) {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let f = &f;
+    let bound = Duration::from_secs(30);
+    eddy_testkit::eventually::poll_async(bound, None, || async move {
+        f(total(c, fig).await).then_some(())
+    })
+    .await
+    .is_some()
 }
 
 /// Creates (or opens) a file through the library and writes `data` in 1 MiB pieces.

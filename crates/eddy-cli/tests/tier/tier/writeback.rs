@@ -68,17 +68,11 @@ fn line_starting(rx: &Receiver<String>, start: &str, seen: &mut Vec<String>) -> 
 
 /// Waits for the process to end (a hang guard); returns whether it succeeded.
 fn wait_ended(child: &mut Child) -> bool {
-    let deadline = Instant::now() + GUARD;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.success();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("eddy writeback did not end");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let status = eddy_testkit::eventually::exited(child, GUARD);
+    status.map(|s| s.success()).unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("eddy writeback did not end");
+    })
 }
 
 /// What the writer wrote: each file's final bytes and every version of each chunk.
