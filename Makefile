@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build demo demo-slurm test soak fuzz crash-cycles bench bench-tier lint lint-privileged clean
+.PHONY: deps build demo demo-slurm test soak fuzz crash-cycles bench bench-tier lint lint-privileged check-architecture docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -22,11 +22,12 @@ demo: build
 demo-slurm: build
 	bash scripts/demo-slurm.sh $(RELEASE)
 
-## Every test: unit, property and integration tests (real daemons, real FUSE mounts, netns hosts).
+## Every test: unit, property and integration tests (real daemons, real FUSE mounts, netns hosts),
+## the guide's examples among them (crates/eddy-cli/tests/guide), after the checks of the docs.
 ## One test at a time in each binary: an integration test brings a whole deployment (three or
 ## more daemons, FUSE mounts, Slurm, GlusterFS), and two of them at once on a 2-core machine
 ## starve each other's deadlines.
-test: deps lint-privileged
+test: deps lint-privileged check-architecture docs
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=1
@@ -56,7 +57,7 @@ crash-cycles: deps
 
 ## The benchmark suite: Eddy beside the raw storage, with ratios and a plot.
 bench: build
-	$(RELEASE)/eddy bench suite --preload --plot docs/bench-suite.png --json docs/bench-suite.json
+	$(RELEASE)/eddy bench suite --preload --plot docs/guide/figures/bench-suite.png --json docs/bench-suite.json
 
 ## The backend tier beside the backend used directly: a plain directory, then a GlusterFS volume.
 GLUSTER_BENCH_DIR ?= /var/tmp/eddy-bench-gluster
@@ -73,7 +74,19 @@ lint-privileged:
 	python3 scripts/lint-privileged.py --self-test
 	python3 scripts/lint-privileged.py
 
-lint: lint-privileged
+## ARCHITECTURE.md against the crates (sections, dependencies, layers, paths), every decision's
+## header, the guide's chapters and every relative link of the docs (decision 0064). No build needed.
+check-architecture:
+	python3 scripts/check-architecture.py --self-test
+	python3 scripts/check-architecture.py
+
+## The user and admin guide (docs/guide, docs/book.toml) built with mdBook into target/book;
+## scripts/install-deps.sh installs mdbook when it is missing.
+docs:
+	command -v mdbook >/dev/null 2>&1 || bash scripts/install-deps.sh
+	mdbook build docs
+
+lint: lint-privileged check-architecture
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 

@@ -96,3 +96,4 @@ JOB=$("$EDDY" history list --db "$DB" --json | python3 -c 'import json, sys; pri
 "$EDDY" history show "$JOB" --db "$DB"
 "$EDDY" history plot "$JOB" --db "$DB" --out "$PLOT"
 echo "the profile's plot (bandwidth and IOPS per daemon over time, request sizes, metadata ops): $PLOT"
+echo "what to read next: docs/guide/getting-started.md and the rest of the guide (make docs builds it into target/book)"

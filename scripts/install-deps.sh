@@ -96,6 +96,14 @@ if ! pjdfstest --version 2>/dev/null | grep -qx "pjdfstest $PJDFSTEST_VERSION"; 
   cargo install --locked --quiet pjdfstest --version "$PJDFSTEST_VERSION"
 fi
 
+# mdBook builds the user and admin guide (docs/guide: `make docs`, which `make test` runs, into
+# target/book). About 4 minutes of CPU to build from crates.io, once per machine.
+MDBOOK_VERSION=0.5.4
+if ! mdbook --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
+  echo "installing: mdbook $MDBOOK_VERSION (cargo install)"
+  cargo install --locked --quiet mdbook --version "$MDBOOK_VERSION"
+fi
+
 # PyDarshan (the `darshan` package from PyPI, which bundles libdarshan-util): `eddy history
 # import` reads Darshan logs with it, and crates/eddy-history/tests/darshan.rs imports the
 # logs it ships. Debian 12 refuses system-wide pip, so it lives in a venv of its own, the

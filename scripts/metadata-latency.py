@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Per-operation latency through a mount (docs/metadata-path.md): median microseconds of
+# Per-operation latency through a mount (docs/guide/metadata-path.md): median microseconds of
 # create+close, stat, open, close and unlink of 300 names in a directory made through ROOT,
 # then in one made through OTHER (a second mount of the same deployment).
 #   python3 scripts/metadata-latency.py ROOT [OTHER]

@@ -6,7 +6,7 @@
 # kernel) from the moment the suite announces the run until its ior-easy-write phase has
 # ended (the run's setup, a few ms of it, included; its read phase not), other builds on the
 # machine filtered out. Debian's linux-perf
-# records, inferno draws. Output: docs/profile-ior-easy-{lib,mount}-TAG.svg.
+# records, inferno draws. Output: docs/guide/figures/profile-ior-easy-{lib,mount}-TAG.svg.
 #
 #   bash scripts/profile-ior-easy.sh target/release [TAG]     (TAG: before (default), after)
 #
@@ -19,7 +19,7 @@ set -euo pipefail
 BIN=${1:?usage: profile-ior-easy.sh RELEASE_DIR [TAG]}
 TAG=${2:-before}
 BIN=$(cd "$BIN" && pwd)
-OUT=$(pwd)/docs
+OUT=$(pwd)/docs/guide/figures
 FREQ=${PROFILE_FREQ:-499}
 SCALE=${PROFILE_SCALE:-1}
 # Processes (first frame) that are not Eddy's nor the benchmark's: other builds on the machine.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Flame graphs of where the time of a create and of a 1 MiB write goes, the whole machine
 # sampled (the benchmark's processes, the three daemons, the kernel): Debian's linux-perf
-# records, inferno draws. Output: docs/profile-create.svg, docs/profile-write-1m.svg.
+# records, inferno draws. Output: docs/guide/figures/profile-create.svg, docs/guide/figures/profile-write-1m.svg.
 #
 #   bash scripts/profile.sh target/release [library|mount]
 #
@@ -13,7 +13,7 @@ set -euo pipefail
 BIN=${1:?usage: profile.sh RELEASE_DIR [library|mount]}
 VIA=${2:-library}
 BIN=$(cd "$BIN" && pwd)
-OUT=$(pwd)/docs
+OUT=$(pwd)/docs/guide/figures
 FREQ=${PROFILE_FREQ:-499}
 
 command -v perf >/dev/null || apt-get install -y linux-perf

@@ -2,7 +2,7 @@
 Eddy as Slurm's burst buffer (BurstBufferType=burst_buffer/lua).
 
 Install as burst_buffer.lua beside slurm.conf and burst_buffer.conf (Directive=EDDY); see
-docs/slurm-admin.md. Every slurm_bb_* function only calls `eddy bb <phase>` with the
+docs/guide/slurm-admin.md. Every slurm_bb_* function only calls `eddy bb <phase>` with the
 arguments it needs; the work, and its tests, are in eddy. A phase that fails returns
 slurm.ERROR with the last line eddy printed (its error), which Slurm shows to the user:
 sbatch's message for job_process, the job's Reason for the others.

@@ -80,7 +80,7 @@ pub struct HistorySite {
     /// files. Unset: no password (a unix socket's peer authentication, or trust).
     pub password_file: Option<PathBuf>,
     /// The database URL the teardown stores each job's profile through: a role that may only
-    /// INSERT into `profiles` (docs/slurm-admin.md), without a password in the URL. Unset:
+    /// INSERT into `profiles` (docs/guide/slurm-admin.md), without a password in the URL. Unset:
     /// `history_db` itself (its role then needs no more than INSERT for the teardown either:
     /// a stored profile is never replaced).
     pub writer: Option<String>,

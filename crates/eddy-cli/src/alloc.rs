@@ -8,7 +8,7 @@
 //!   pool, summed up as the DFRA paper's Table 4.
 //!
 //! POOL.json is a JSON array of `eddy_alloc::Server`; the policy file's `[alloc]` table sets
-//! `eddy_alloc::Policy` (README § Allocation).
+//! `eddy_alloc::Policy` (docs/guide/allocation.md).
 
 use crate::history::{open, DbArgs};
 use anyhow::{anyhow, bail, Context, Result};

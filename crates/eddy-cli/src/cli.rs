@@ -51,7 +51,7 @@ pub enum Command {
     /// Low-level helpers that talk to the deployment through the client library.
     #[command(hide = true, subcommand)]
     Debug(DebugCommand),
-    /// Slurm burst-buffer phases, called by slurm/burst_buffer.lua (see docs/slurm-admin.md).
+    /// Slurm burst-buffer phases, called by slurm/burst_buffer.lua (see docs/guide/slurm-admin.md).
     Bb(BbArgs),
     /// Describe this node (cores, memory, network, storage with measured bandwidth) as JSON,
     /// optionally into a shared inventory database; `eddy sysmap show` reads it back.
@@ -171,7 +171,7 @@ pub struct StatusArgs {
     /// Print the daemons' metrics endpoints as a Prometheus file-based service discovery
     /// target group (JSON), labelled with the deployment's job as this state directory has
     /// it; scrape it with `honor_labels: false`, so that a job's daemons cannot label their
-    /// series as another job's (README, decision 0056). Asks no daemon.
+    /// series as another job's (docs/guide/monitoring.md, decision 0056). Asks no daemon.
     #[arg(long, conflicts_with_all = ["json", "inventory"])]
     pub prometheus: bool,
 }

@@ -13,8 +13,9 @@
 //! (`rename::Renames`), what an fsync must reach (`unsynced`), the lock session (`locks`).
 //!
 //! It must not keep state that other clients need to see: everything shared lives on the
-//! daemons (the intents of directory renames too). The only client-side cache is the size
-//! each open file is known to have reached.
+//! daemons (the intents of directory renames too). Its caches are bounded in time: the sizes
+//! its own writes reached, published within `size_update_ms` (`size`), and the directories it
+//! looked up, trusted for `dir_cache_ms` (`dircache`); file data is never cached here.
 
 mod access;
 mod dir;

@@ -1,5 +1,5 @@
 //! A private Prometheus server for tests (Debian's `prometheus` package, which
-//! `scripts/install-deps.sh` installs): started with the configuration the README gives sites
+//! `scripts/install-deps.sh` installs): started with the configuration the guide gives sites
 //! (`honor_labels: false`, targets by file-based service discovery from `eddy status
 //! --prometheus`), scraping every second, its own storage in a temporary directory and a free port
 //! on 127.0.0.1 (never the system service the package may start), asked through its HTTP API
@@ -53,7 +53,7 @@ fn get_with(url: &str, query: &[(&str, &str)]) -> Result<(u16, String), String> 
 impl Prometheus {
     /// Starts a server that scrapes every second, in one scrape job, the target groups of
     /// each of `groups` (a file-based service discovery file each: what `eddy status
-    /// --prometheus` prints), with `honor_labels: false` as the README tells sites to: the
+    /// --prometheus` prints), with `honor_labels: false` as the guide tells sites to: the
     /// groups' labels (`job`) are the scrape's, a target's own become `exported_*`. Returns
     /// once it is ready.
     #[track_caller]
@@ -175,7 +175,7 @@ impl Drop for Prometheus {
 }
 
 /// The configuration: the target groups of `files`, in one scrape job, each second; the
-/// groups' labels win over the targets' own (`honor_labels: false`, the README's).
+/// groups' labels win over the targets' own (`honor_labels: false`, the guide's).
 fn scrape_config(files: &[String]) -> String {
     let list: Vec<String> = files.iter().map(|t| format!("'{t}'")).collect();
     format!(

@@ -571,7 +571,7 @@ impl SlurmCluster {
         };
         let bb = if burst_buffer {
             // Slurm's own reading of the directives takes time that grows faster than their
-            // number (0.7 s at 50,000 lines): a site bounds scripts (docs/slurm-admin.md).
+            // number (0.7 s at 50,000 lines): a site bounds scripts (docs/guide/slurm-admin.md).
             "BurstBufferType=burst_buffer/lua\nDebugFlags=BurstBuffer\n\
              SchedulerParameters=max_script_size=1048576\n"
         } else {

@@ -513,7 +513,7 @@ fn bad_requests_are_refused_or_held_in_words() {
         cluster.logs()
     );
     // 200,000 lines: refused by the site's bound on a script's size before Slurm reads
-    // them (docs/slurm-admin.md: Slurm's own reading alone would take seconds).
+    // them (docs/guide/slurm-admin.md: Slurm's own reading alone would take seconds).
     let lines: Vec<&str> = std::iter::repeat_n("nodes=1", 200_000).collect();
     let err = refused(&lines, "200,000 #EDDY lines");
     assert!(!err.contains("timed out"), "sbatch said: {err:.500}");

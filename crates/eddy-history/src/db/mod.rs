@@ -448,7 +448,7 @@ impl HistoryDb {
 
     /// Opens `spec` to insert profiles only (`insert_new`), never migrating it: a role that
     /// may only INSERT into `profiles` can (a PostgreSQL site's teardown role; see
-    /// docs/slurm-admin.md). The database must be at this program's schema already (the
+    /// docs/guide/slurm-admin.md). The database must be at this program's schema already (the
     /// allocation's `open_with` migrates it).
     pub fn open_insert_only(spec: &str, access: &Access) -> Result<HistoryDb> {
         Self::open_at_with(spec, latest_version(), access, false)

@@ -307,7 +307,7 @@ fn raw_client(server: &PgServer, user: &str, password: &str) -> ::postgres::Clie
     ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap()
 }
 
-/// The teardown's role of docs/slurm-admin.md: it may INSERT into `profiles` and nothing
+/// The teardown's role of docs/guide/slurm-admin.md: it may INSERT into `profiles` and nothing
 /// else. Its password comes with `Access`, not in the URL; it stores a new profile and
 /// cannot replace, read, change or remove one.
 #[test]
