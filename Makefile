@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build demo demo-slurm test soak fuzz crash-cycles bench bench-tier lint lint-privileged check-architecture docs clean
+.PHONY: deps build demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier lint lint-privileged check-architecture docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -24,13 +24,25 @@ demo-slurm: build
 
 ## Every test: unit, property and integration tests (real daemons, real FUSE mounts, netns hosts),
 ## the guide's examples among them (crates/eddy-cli/tests/guide), after the checks of the docs.
-## One test at a time in each binary: an integration test brings a whole deployment (three or
-## more daemons, FUSE mounts, Slurm, GlusterFS), and two of them at once on a 2-core machine
-## starve each other's deadlines.
+## In two lanes (scripts/test-lanes.py): the fast lane (unit and property tests, the daemon and
+## the client against real daemons of this host: no root, no services) runs as FAST_USER when
+## root runs `make test`, which checks that it needs neither; the root lane runs the rest. Both
+## always run; each prints the time of every test binary. One test at a time in each
+## integration binary: such a test brings a whole deployment (three or more daemons, FUSE
+## mounts, Slurm, GlusterFS), and two at once on a 2-core machine starve each other's deadlines.
+FAST_USER ?= nobody
 test: deps lint-privileged check-architecture docs
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload
-	$(CARGO) test --workspace --no-fail-fast -- --test-threads=1
+	python3 scripts/test-lanes.py fast --as $(FAST_USER); fast=$$?; \
+	  python3 scripts/test-lanes.py root; root=$$?; \
+	  test $$fast -eq 0 && test $$root -eq 0
+
+## The fast lane alone, as the calling user (no root, no services, no set-up): unit and property
+## tests, the daemon's request and lifecycle tests, the fuzz corpora, the client library's tests.
+test-fast:
+	$(CARGO) build --bins
+	python3 scripts/test-lanes.py fast
 
 ## The random-operation verifier (fsx-style, crates/eddy-testkit/src/fsx.rs) with a million steps
 ## per front-end (mount with and without passthrough, preload, library), and the mixed-engine

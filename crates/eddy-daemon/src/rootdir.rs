@@ -524,22 +524,6 @@ mod tests {
     }
 
     #[test]
-    fn a_symlink_in_place_of_the_root_is_refused_and_its_target_untouched() {
-        require_root();
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("etc-like");
-        std::fs::create_dir(&target).unwrap();
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let root = dir.path().join("r");
-        std::os::unix::fs::symlink(&target, &root).unwrap();
-        let why = reason(prepare(&root, nobody(), MARK));
-        assert!(why.contains("symbolic link"), "{why}");
-        let st = std::fs::metadata(&target).unwrap();
-        assert_eq!((st.uid(), st.mode() & 0o7777), (0, 0o755));
-        assert!(!target.join(MARK_FILE).exists());
-    }
-
-    #[test]
     fn a_symlink_above_the_root_made_by_a_user_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let real = dir.path().join("real");
@@ -565,63 +549,84 @@ mod tests {
         assert!(why.contains("no sticky bit"), "{why}");
     }
 
-    #[test]
-    fn for_a_user_an_existing_dir_of_another_or_loose_or_unmarked_is_refused() {
-        require_root();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-        // Another user's directory.
-        let theirs = dir.path().join("theirs");
-        std::fs::create_dir(&theirs).unwrap();
-        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
-        nix::unistd::chown(&theirs, Some(Uid::from_raw(65533)), None).unwrap();
-        let why = reason(prepare(&theirs, nobody(), MARK));
-        assert!(why.contains("belongs to uid 65533"), "{why}");
-        // The user's own, but readable by others.
-        let loose = dir.path().join("loose");
-        std::fs::create_dir(&loose).unwrap();
-        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755)).unwrap();
-        nix::unistd::chown(&loose, Some(Uid::from_raw(65534)), None).unwrap();
-        let why = reason(prepare(&loose, nobody(), MARK));
-        assert!(why.contains("mode 0755"), "{why}");
-        assert_eq!(mode(&loose), 0o755);
-        // Root's, private, holding files of no deployment.
-        let other = dir.path().join("other");
-        std::fs::create_dir(&other).unwrap();
-        std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o700)).unwrap();
-        std::fs::write(other.join("secret"), b"x").unwrap();
-        let why = reason(prepare(&other, nobody(), MARK));
-        assert!(why.contains("no eddyd.root"), "{why}");
-        assert_eq!(std::fs::metadata(&other).unwrap().uid(), 0);
-        // Another deployment's root.
-        let fresh = dir.path().join("fresh");
-        prepare(&fresh, nobody(), b"deployment B").unwrap();
-        let why = reason(prepare(&fresh, nobody(), MARK));
-        assert!(why.contains("another deployment"), "{why}");
-    }
+    /// Tests that need root: `make test` runs them, `make test-fast` skips them.
+    mod needs_root {
+        use super::*;
 
-    #[test]
-    fn for_a_user_a_fresh_root_is_theirs_and_a_restart_is_accepted() {
-        require_root();
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("job");
-        prepare(&root, nobody(), MARK).unwrap();
-        let st = std::fs::symlink_metadata(&root).unwrap();
-        assert_eq!(
-            (st.uid(), st.gid(), st.mode() & 0o7777),
-            (65534, 65534, 0o700)
-        );
-        assert_eq!(
-            std::fs::metadata(root.join(MARK_FILE)).unwrap().uid(),
-            65534
-        );
-        std::fs::create_dir(root.join("meta")).unwrap();
-        prepare(&root, nobody(), MARK).unwrap();
-        // An empty private directory root made (e.g. `eddy start`'s) is taken and marked.
-        let made = dir.path().join("made");
-        std::fs::create_dir(&made).unwrap();
-        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o700)).unwrap();
-        prepare(&made, nobody(), MARK).unwrap();
-        assert_eq!(std::fs::metadata(&made).unwrap().uid(), 65534);
+        #[test]
+        fn a_symlink_in_place_of_the_root_is_refused_and_its_target_untouched() {
+            require_root();
+            let dir = tempfile::tempdir().unwrap();
+            let target = dir.path().join("etc-like");
+            std::fs::create_dir(&target).unwrap();
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let root = dir.path().join("r");
+            std::os::unix::fs::symlink(&target, &root).unwrap();
+            let why = reason(prepare(&root, nobody(), MARK));
+            assert!(why.contains("symbolic link"), "{why}");
+            let st = std::fs::metadata(&target).unwrap();
+            assert_eq!((st.uid(), st.mode() & 0o7777), (0, 0o755));
+            assert!(!target.join(MARK_FILE).exists());
+        }
+
+        #[test]
+        fn for_a_user_an_existing_dir_of_another_or_loose_or_unmarked_is_refused() {
+            require_root();
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+            // Another user's directory.
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+            nix::unistd::chown(&theirs, Some(Uid::from_raw(65533)), None).unwrap();
+            let why = reason(prepare(&theirs, nobody(), MARK));
+            assert!(why.contains("belongs to uid 65533"), "{why}");
+            // The user's own, but readable by others.
+            let loose = dir.path().join("loose");
+            std::fs::create_dir(&loose).unwrap();
+            std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755)).unwrap();
+            nix::unistd::chown(&loose, Some(Uid::from_raw(65534)), None).unwrap();
+            let why = reason(prepare(&loose, nobody(), MARK));
+            assert!(why.contains("mode 0755"), "{why}");
+            assert_eq!(mode(&loose), 0o755);
+            // Root's, private, holding files of no deployment.
+            let other = dir.path().join("other");
+            std::fs::create_dir(&other).unwrap();
+            std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::fs::write(other.join("secret"), b"x").unwrap();
+            let why = reason(prepare(&other, nobody(), MARK));
+            assert!(why.contains("no eddyd.root"), "{why}");
+            assert_eq!(std::fs::metadata(&other).unwrap().uid(), 0);
+            // Another deployment's root.
+            let fresh = dir.path().join("fresh");
+            prepare(&fresh, nobody(), b"deployment B").unwrap();
+            let why = reason(prepare(&fresh, nobody(), MARK));
+            assert!(why.contains("another deployment"), "{why}");
+        }
+
+        #[test]
+        fn for_a_user_a_fresh_root_is_theirs_and_a_restart_is_accepted() {
+            require_root();
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().join("job");
+            prepare(&root, nobody(), MARK).unwrap();
+            let st = std::fs::symlink_metadata(&root).unwrap();
+            assert_eq!(
+                (st.uid(), st.gid(), st.mode() & 0o7777),
+                (65534, 65534, 0o700)
+            );
+            assert_eq!(
+                std::fs::metadata(root.join(MARK_FILE)).unwrap().uid(),
+                65534
+            );
+            std::fs::create_dir(root.join("meta")).unwrap();
+            prepare(&root, nobody(), MARK).unwrap();
+            // An empty private directory root made (e.g. `eddy start`'s) is taken and marked.
+            let made = dir.path().join("made");
+            std::fs::create_dir(&made).unwrap();
+            std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o700)).unwrap();
+            prepare(&made, nobody(), MARK).unwrap();
+            assert_eq!(std::fs::metadata(&made).unwrap().uid(), 65534);
+        }
     }
 }

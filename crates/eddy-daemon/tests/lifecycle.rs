@@ -431,84 +431,6 @@ fn can_unshare_mount() -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn full_device_gives_enospc_and_harms_nothing_else() {
-    if !can_unshare_mount() {
-        require::missing(
-            "cannot mount a tmpfs in a user namespace (`unshare -rm mount -t tmpfs tmpfs /mnt` \
-             fails): run as root, or allow unprivileged user namespaces \
-             (sysctl kernel.unprivileged_userns_clone=1)",
-        );
-    }
-    let root = tempfile::tempdir().unwrap();
-    let (mut child, ready) = spawn_child(root.path(), Some(64 * 1024)).await;
-    let mut c = connect(ready.addr.parse().unwrap()).await;
-    let chunks = |n: u64| {
-        (0..n)
-            .map(|k| Piece {
-                chunk: k,
-                offset: 0,
-                len: 4096,
-            })
-            .collect::<Vec<_>>()
-    };
-    let kept: Vec<u8> = (0..8 * 4096u32).map(|i| (i % 253) as u8).collect();
-    c.ok(Request::Write(req::Write {
-        sums: Vec::new(),
-        file_id: 1,
-        pieces: chunks(8),
-        data: kept.clone().into(),
-        backing: None,
-    }))
-    .await;
-    c.inode(create("/kept", file(1))).await;
-
-    let too_much = Request::Write(req::Write {
-        sums: Vec::new(),
-        file_id: 2,
-        pieces: chunks(16),
-        data: vec![0xee; 16 * 4096].into(),
-        backing: None,
-    });
-    assert_eq!(c.errno(too_much).await, libc::ENOSPC);
-
-    // Other data, the metadata store and the connection are unharmed.
-    assert_eq!(
-        c.data(Request::Read(req::Read {
-            file_id: 1,
-            pieces: chunks(8),
-            backing: None,
-        }))
-        .await,
-        kept
-    );
-    assert_eq!(c.inode(stat("/kept")).await.file_id, 1);
-    c.inode(create("/after", file(3))).await;
-    c.ok(Request::Sync(req::Sync { file_id: Some(1) })).await;
-    // Freeing space makes writes possible again.
-    c.ok(Request::RemoveData(req::RemoveData { file_id: 2 }))
-        .await;
-    c.ok(Request::Write(req::Write {
-        sums: Vec::new(),
-        file_id: 3,
-        pieces: chunks(4),
-        data: vec![7; 4 * 4096].into(),
-        backing: None,
-    }))
-    .await;
-    let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
-        panic!()
-    };
-    assert_eq!((s.chunks, s.chunk_bytes), (12, 12 * 4096));
-
-    assert!(matches!(
-        c.ok(Request::Shutdown(req::Shutdown)).await,
-        Reply::Ok
-    ));
-    assert!(child.wait().unwrap().success(), "clean exit after Shutdown");
-    assert!(read_ready(root.path()).unwrap().is_none());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_cleanly_and_persists_metadata() {
     let root = tempfile::tempdir().unwrap();
     let (mut child, ready) = spawn_child(root.path(), None).await;
@@ -533,4 +455,87 @@ async fn sigterm_stops_cleanly_and_persists_metadata() {
     assert_eq!(c.inode(stat("/unsynced")).await.file_id, 42);
     d.shutdown();
     d.wait().await.unwrap();
+}
+
+/// Tests that need root: `make test` runs them, `make test-fast` skips them.
+mod needs_root {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn full_device_gives_enospc_and_harms_nothing_else() {
+        if !can_unshare_mount() {
+            require::missing(
+                "cannot mount a tmpfs in a user namespace (`unshare -rm mount -t tmpfs tmpfs /mnt` \
+                 fails): run as root, or allow unprivileged user namespaces \
+                 (sysctl kernel.unprivileged_userns_clone=1)",
+            );
+        }
+        let root = tempfile::tempdir().unwrap();
+        let (mut child, ready) = spawn_child(root.path(), Some(64 * 1024)).await;
+        let mut c = connect(ready.addr.parse().unwrap()).await;
+        let chunks = |n: u64| {
+            (0..n)
+                .map(|k| Piece {
+                    chunk: k,
+                    offset: 0,
+                    len: 4096,
+                })
+                .collect::<Vec<_>>()
+        };
+        let kept: Vec<u8> = (0..8 * 4096u32).map(|i| (i % 253) as u8).collect();
+        c.ok(Request::Write(req::Write {
+            sums: Vec::new(),
+            file_id: 1,
+            pieces: chunks(8),
+            data: kept.clone().into(),
+            backing: None,
+        }))
+        .await;
+        c.inode(create("/kept", file(1))).await;
+
+        let too_much = Request::Write(req::Write {
+            sums: Vec::new(),
+            file_id: 2,
+            pieces: chunks(16),
+            data: vec![0xee; 16 * 4096].into(),
+            backing: None,
+        });
+        assert_eq!(c.errno(too_much).await, libc::ENOSPC);
+
+        // Other data, the metadata store and the connection are unharmed.
+        assert_eq!(
+            c.data(Request::Read(req::Read {
+                file_id: 1,
+                pieces: chunks(8),
+                backing: None,
+            }))
+            .await,
+            kept
+        );
+        assert_eq!(c.inode(stat("/kept")).await.file_id, 1);
+        c.inode(create("/after", file(3))).await;
+        c.ok(Request::Sync(req::Sync { file_id: Some(1) })).await;
+        // Freeing space makes writes possible again.
+        c.ok(Request::RemoveData(req::RemoveData { file_id: 2 }))
+            .await;
+        c.ok(Request::Write(req::Write {
+            sums: Vec::new(),
+            file_id: 3,
+            pieces: chunks(4),
+            data: vec![7; 4 * 4096].into(),
+            backing: None,
+        }))
+        .await;
+        let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
+            panic!()
+        };
+        assert_eq!((s.chunks, s.chunk_bytes), (12, 12 * 4096));
+
+        assert!(matches!(
+            c.ok(Request::Shutdown(req::Shutdown)).await,
+            Reply::Ok
+        ));
+        assert!(child.wait().unwrap().success(), "clean exit after Shutdown");
+        assert!(read_ready(root.path()).unwrap().is_none());
+    }
 }

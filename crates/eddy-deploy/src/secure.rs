@@ -430,36 +430,6 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_root_only_files_never_links() {
-        assert!(
-            root_only(),
-            "this test needs root: the checks are of root's files (`make test` runs as root)"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let pw = dir.path().join("pw");
-        std::fs::write(&pw, "s3cret\n").unwrap();
-        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(read_secret(&pw, 4096).unwrap(), "s3cret");
-        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = read_secret(&pw, 4096).unwrap_err().to_string();
-        assert!(e.contains("open to group or others"), "{e}");
-        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
-        std::os::unix::fs::chown(&pw, Some(65534), None).unwrap();
-        let e = read_secret(&pw, 4096).unwrap_err().to_string();
-        assert!(e.contains("belongs to uid 65534"), "{e}");
-        std::os::unix::fs::chown(&pw, Some(0), None).unwrap();
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&pw, &link).unwrap();
-        let e = format!("{:#}", read_secret(&link, 4096).unwrap_err());
-        assert!(e.contains("a link is refused"), "{e}");
-        assert!(read_secret(&pw, 3).is_err(), "larger than the bound");
-        // A directory others can change is refused.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(read_secret(&pw, 4096).is_err());
-    }
-
-    #[test]
     fn trusted_dirs_are_roots_and_closed() {
         assert_eq!(trusted_dir(Path::new("/")).unwrap().path(), Path::new("/"));
         let e = trusted_dir(Path::new("/tmp")).unwrap_err().to_string();
@@ -479,6 +449,41 @@ mod tests {
             std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
             let e = trusted_dir(&theirs).unwrap_err().to_string();
             assert!(e.contains("belongs to uid 65534"), "{e}");
+        }
+    }
+
+    /// Tests that need root: `make test` runs them, `make test-fast` skips them.
+    mod needs_root {
+        use super::*;
+
+        #[test]
+        fn secrets_are_root_only_files_never_links() {
+            assert!(
+                root_only(),
+                "this test needs root: the checks are of root's files (`make test` runs as root)"
+            );
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+            let pw = dir.path().join("pw");
+            std::fs::write(&pw, "s3cret\n").unwrap();
+            std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+            assert_eq!(read_secret(&pw, 4096).unwrap(), "s3cret");
+            std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let e = read_secret(&pw, 4096).unwrap_err().to_string();
+            assert!(e.contains("open to group or others"), "{e}");
+            std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&pw, Some(65534), None).unwrap();
+            let e = read_secret(&pw, 4096).unwrap_err().to_string();
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+            std::os::unix::fs::chown(&pw, Some(0), None).unwrap();
+            let link = dir.path().join("link");
+            std::os::unix::fs::symlink(&pw, &link).unwrap();
+            let e = format!("{:#}", read_secret(&link, 4096).unwrap_err());
+            assert!(e.contains("a link is refused"), "{e}");
+            assert!(read_secret(&pw, 3).is_err(), "larger than the bound");
+            // A directory others can change is refused.
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+            assert!(read_secret(&pw, 4096).is_err());
         }
     }
 }

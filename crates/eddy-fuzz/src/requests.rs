@@ -31,6 +31,36 @@ pub struct Requests {
     runs: u64,
 }
 
+impl Drop for Requests {
+    fn drop(&mut self) {
+        self.daemon = None;
+        // The temporary directory removes itself after this; it cannot when an input made a
+        // backend directory unwritable (a fuzzed chmod through the linked prefix) and the
+        // target does not run as root.
+        let _ = remove_tree(self.dir.path());
+    }
+}
+
+/// Removes the tree at `path`, making its directories writable first (only the directories
+/// themselves: links are never followed).
+fn remove_tree(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fn open_up(dir: &Path) -> std::io::Result<()> {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                open_up(&e.path())?;
+            }
+        }
+        Ok(())
+    }
+    if std::fs::symlink_metadata(path)?.is_dir() {
+        open_up(path)?;
+    }
+    std::fs::remove_dir_all(path)
+}
+
 impl Requests {
     /// Longest a request may take before the target reports a hang.
     pub const DEADLINE: Duration = Duration::from_secs(20);
@@ -87,8 +117,7 @@ impl Requests {
         self.daemon = None;
         if self.generation > 0 {
             let old = self.gen_dir(self.generation);
-            std::fs::remove_dir_all(&old)
-                .map_err(|e| format!("cannot remove {}: {e}", old.display()))?;
+            remove_tree(&old).map_err(|e| format!("cannot remove {}: {e}", old.display()))?;
         }
         self.generation += 1;
         let base = self.gen_dir(self.generation);

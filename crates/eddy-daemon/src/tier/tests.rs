@@ -142,79 +142,6 @@ impl Drop for SmallDevice {
 }
 
 #[test]
-fn an_unset_capacity_is_the_room_to_grow_not_the_devices_use() {
-    // A shared device 90 % full of others' files: what the daemon fetches stays until
-    // the free room itself runs short; then it evicts its own chunks, and only those.
-    let dev = SmallDevice::new("32m");
-    let f = fixture_in(tempfile::tempdir_in(dev.0.path()).unwrap(), 0, CS);
-    let data = bytes(3, 64 * CS as usize);
-    std::fs::write(f.dir.path().join("pfs/a"), &data).unwrap();
-    let b = backing("/a", data.len() as u64);
-    dev.fill_to("others-1", 3 << 20);
-    for k in 0..32 {
-        let got = f
-            .tier
-            .read(&f.chunks, 5, &[piece(k, 0, CS as u32)], &b)
-            .unwrap();
-        assert_eq!(got, &data[(k * CS) as usize..((k + 1) * CS) as usize]);
-    }
-    let st = f.tier.status(&f.chunks);
-    assert_eq!((st.cached_chunks, st.evictions), (32, 0), "{st:?}");
-    let held = f.chunks.usage().0;
-    assert_eq!(held, 32 * CS);
-    assert!(st.capacity_bytes >= held + dev.free() / 2, "{st:?}");
-    // Others take the room: held is now far above 90 % of held + free.
-    dev.fill_to("others-2", 2 * CS);
-    let got = f
-        .tier
-        .read(&f.chunks, 5, &[piece(40, 0, CS as u32)], &b)
-        .unwrap();
-    assert_eq!(got, &data[(40 * CS) as usize..(41 * CS) as usize]);
-    let st = f.tier.status(&f.chunks);
-    assert!(st.evictions > 0, "{st:?}");
-    assert!(st.cached_bytes <= st.low_watermark_bytes, "{st:?}");
-    assert!(dev.0.path().join("others-2").exists());
-    // What was evicted comes back from the backend, intact.
-    let got = f
-        .tier
-        .read(&f.chunks, 5, &[piece(0, 0, CS as u32)], &b)
-        .unwrap();
-    assert_eq!(got, &data[..CS as usize]);
-    drop(f);
-}
-
-#[test]
-fn a_full_device_below_the_configured_capacity_still_gets_room() {
-    // The configured capacity is more than the device has: when the device fills,
-    // making room evicts down to the low watermark of the room there is.
-    let dev = SmallDevice::new("16m");
-    let f = fixture_in(tempfile::tempdir_in(dev.0.path()).unwrap(), 1 << 30, CS);
-    let data = bytes(4, 64 * CS as usize);
-    std::fs::write(f.dir.path().join("pfs/a"), &data).unwrap();
-    let b = backing("/a", data.len() as u64);
-    for k in 0..64 {
-        f.tier
-            .read(&f.chunks, 6, &[piece(k, 0, CS as u32)], &b)
-            .unwrap();
-    }
-    assert_eq!(f.tier.status(&f.chunks).evictions, 0);
-    dev.fill_to("others", 0);
-    let held = f.chunks.usage().0;
-    assert!(f.tier.make_room(&f.chunks).unwrap() > 0);
-    let room = f.tier.room(f.chunks.usage().0);
-    assert!(
-        f.chunks.usage().0 <= room * 3 / 4,
-        "held {held}, room {room}"
-    );
-    let got = f
-        .tier
-        .read(&f.chunks, 6, &[piece(0, 0, CS as u32)], &b)
-        .unwrap();
-    assert_eq!(got, &data[..CS as usize]);
-    drop(f);
-}
-
-#[test]
 fn readers_beside_a_fetch_never_see_a_chunk_half_filled() {
     // A fetch counts itself once it has read the backend, then fills the chunk file:
     // readers aim at the chunk whose file is being filled (large chunks widen that
@@ -387,4 +314,82 @@ fn a_truncate_forgets_what_lies_beyond() {
     assert_eq!((st.cached_chunks, st.dirty_bytes), (2, CS + 10));
     f.tier.forget(4).unwrap();
     assert_eq!(f.tier.status(&f.chunks).cached_chunks, 0);
+}
+
+/// Tests that need root: `make test` runs them, `make test-fast` skips them.
+mod needs_root {
+    use super::*;
+
+    #[test]
+    fn an_unset_capacity_is_the_room_to_grow_not_the_devices_use() {
+        // A shared device 90 % full of others' files: what the daemon fetches stays until
+        // the free room itself runs short; then it evicts its own chunks, and only those.
+        let dev = SmallDevice::new("32m");
+        let f = fixture_in(tempfile::tempdir_in(dev.0.path()).unwrap(), 0, CS);
+        let data = bytes(3, 64 * CS as usize);
+        std::fs::write(f.dir.path().join("pfs/a"), &data).unwrap();
+        let b = backing("/a", data.len() as u64);
+        dev.fill_to("others-1", 3 << 20);
+        for k in 0..32 {
+            let got = f
+                .tier
+                .read(&f.chunks, 5, &[piece(k, 0, CS as u32)], &b)
+                .unwrap();
+            assert_eq!(got, &data[(k * CS) as usize..((k + 1) * CS) as usize]);
+        }
+        let st = f.tier.status(&f.chunks);
+        assert_eq!((st.cached_chunks, st.evictions), (32, 0), "{st:?}");
+        let held = f.chunks.usage().0;
+        assert_eq!(held, 32 * CS);
+        assert!(st.capacity_bytes >= held + dev.free() / 2, "{st:?}");
+        // Others take the room: held is now far above 90 % of held + free.
+        dev.fill_to("others-2", 2 * CS);
+        let got = f
+            .tier
+            .read(&f.chunks, 5, &[piece(40, 0, CS as u32)], &b)
+            .unwrap();
+        assert_eq!(got, &data[(40 * CS) as usize..(41 * CS) as usize]);
+        let st = f.tier.status(&f.chunks);
+        assert!(st.evictions > 0, "{st:?}");
+        assert!(st.cached_bytes <= st.low_watermark_bytes, "{st:?}");
+        assert!(dev.0.path().join("others-2").exists());
+        // What was evicted comes back from the backend, intact.
+        let got = f
+            .tier
+            .read(&f.chunks, 5, &[piece(0, 0, CS as u32)], &b)
+            .unwrap();
+        assert_eq!(got, &data[..CS as usize]);
+        drop(f);
+    }
+
+    #[test]
+    fn a_full_device_below_the_configured_capacity_still_gets_room() {
+        // The configured capacity is more than the device has: when the device fills,
+        // making room evicts down to the low watermark of the room there is.
+        let dev = SmallDevice::new("16m");
+        let f = fixture_in(tempfile::tempdir_in(dev.0.path()).unwrap(), 1 << 30, CS);
+        let data = bytes(4, 64 * CS as usize);
+        std::fs::write(f.dir.path().join("pfs/a"), &data).unwrap();
+        let b = backing("/a", data.len() as u64);
+        for k in 0..64 {
+            f.tier
+                .read(&f.chunks, 6, &[piece(k, 0, CS as u32)], &b)
+                .unwrap();
+        }
+        assert_eq!(f.tier.status(&f.chunks).evictions, 0);
+        dev.fill_to("others", 0);
+        let held = f.chunks.usage().0;
+        assert!(f.tier.make_room(&f.chunks).unwrap() > 0);
+        let room = f.tier.room(f.chunks.usage().0);
+        assert!(
+            f.chunks.usage().0 <= room * 3 / 4,
+            "held {held}, room {room}"
+        );
+        let got = f
+            .tier
+            .read(&f.chunks, 6, &[piece(0, 0, CS as u32)], &b)
+            .unwrap();
+        assert_eq!(got, &data[..CS as usize]);
+        drop(f);
+    }
 }

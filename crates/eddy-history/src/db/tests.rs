@@ -285,127 +285,6 @@ fn non_finite_numbers_are_refused() {
 }
 
 #[test]
-fn postgres_profiles_over_tcp_with_password() {
-    let server = PgServer::start();
-    profiles_suite(&server.tcp_url());
-    // A wrong password is refused, and the message does not show the URL's password.
-    let bad = server
-        .tcp_url()
-        .replace(eddy_testkit::postgres::PASSWORD, "wrong-password");
-    let err = HistoryDb::open(&bad).unwrap_err().to_string();
-    assert!(err.contains("cannot connect"), "{err}");
-    assert!(!err.contains("wrong-password"), "{err}");
-}
-
-/// A raw connection to the test server as `user` over TCP.
-fn raw_client(server: &PgServer, user: &str, password: &str) -> ::postgres::Client {
-    let url = format!(
-        "postgres://{user}:{password}@127.0.0.1:{}/{}",
-        server.port(),
-        eddy_testkit::postgres::DATABASE
-    );
-    ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap()
-}
-
-/// The teardown's role of docs/guide/slurm-admin.md: it may INSERT into `profiles` and nothing
-/// else. Its password comes with `Access`, not in the URL; it stores a new profile and
-/// cannot replace, read, change or remove one.
-#[test]
-fn postgres_an_insert_only_role_stores_new_profiles_and_nothing_else() {
-    let server = PgServer::start();
-    let mut admin = HistoryDb::open(&server.socket_url()).unwrap();
-    let all = runs();
-    admin.put(&all[0]).unwrap();
-    let mut su = raw_client(
-        &server,
-        eddy_testkit::postgres::USER,
-        eddy_testkit::postgres::PASSWORD,
-    );
-    su.batch_execute(
-        "CREATE ROLE eddy_teardown LOGIN PASSWORD 'teardown-secret';\
-         GRANT INSERT ON profiles TO eddy_teardown;",
-    )
-    .unwrap();
-    let url = format!(
-        "postgres://eddy_teardown@127.0.0.1:{}/{}",
-        server.port(),
-        eddy_testkit::postgres::DATABASE
-    );
-    let access = Access {
-        password: Some("teardown-secret".into()),
-        connect_timeout: Some(Duration::from_secs(10)),
-        lock_timeout: Some(Duration::from_secs(5)),
-        statement_timeout: Some(Duration::from_secs(10)),
-    };
-    let mut writer = HistoryDb::open_insert_only(&url, &access).unwrap();
-    assert!(!format!("{writer:?}").contains("teardown-secret"));
-    assert_eq!(writer.insert_new(&all[1]).unwrap(), Inserted::Stored);
-    let mut forged = all[0].clone();
-    forged.written_bytes = 7;
-    assert_eq!(writer.insert_new(&forged).unwrap(), Inserted::KeyTaken);
-    assert!(writer.put(&forged).is_err(), "an upsert needs UPDATE");
-    assert!(writer.get(&all[0].key).is_err(), "reading needs SELECT");
-    assert_eq!(admin.get(&all[0].key).unwrap().as_ref(), Some(&all[0]));
-    assert_eq!(admin.get(&all[1].key).unwrap().as_ref(), Some(&all[1]));
-    let mut raw = raw_client(&server, "eddy_teardown", "teardown-secret");
-    for sql in [
-        "SELECT profile FROM profiles",
-        "UPDATE profiles SET volume = 0",
-        "DELETE FROM profiles",
-    ] {
-        let e = format!("{:?}", raw.batch_execute(sql).unwrap_err());
-        assert!(e.contains("permission denied"), "{sql}: {e}");
-    }
-    assert_eq!(admin.list(&Filter::default()).unwrap().len(), 2);
-}
-
-/// Another session holds the migrations' advisory lock, then the profiles table: a reader
-/// with a lock bound gets an error within it (never waits on), and a database at the schema
-/// already is opened without that lock at all.
-#[test]
-fn postgres_held_locks_bound_the_open_and_the_reads() {
-    let server = PgServer::start();
-    let access = Access {
-        lock_timeout: Some(Duration::from_secs(1)),
-        statement_timeout: Some(Duration::from_secs(5)),
-        connect_timeout: Some(Duration::from_secs(5)),
-        password: None,
-    };
-    let guard = Duration::from_secs(30);
-    let mut holder = raw_client(
-        &server,
-        eddy_testkit::postgres::USER,
-        eddy_testkit::postgres::PASSWORD,
-    );
-    holder
-        .execute("SELECT pg_advisory_lock($1)", &[&0x6564_6479_6869_7374_i64])
-        .unwrap();
-    // A fresh database needs the migrations, hence the lock: refused within the bound.
-    let t = std::time::Instant::now();
-    let e = HistoryDb::open_with(&server.socket_url(), &access).unwrap_err();
-    assert!(t.elapsed() < guard, "waited {:?}", t.elapsed());
-    assert!(e.to_string().contains("lock"), "{e}");
-    holder
-        .execute("SELECT pg_advisory_unlock_all()", &[])
-        .unwrap();
-    HistoryDb::open(&server.socket_url()).unwrap();
-    // Up to date: the held lock is not waited for.
-    holder
-        .execute("SELECT pg_advisory_lock($1)", &[&0x6564_6479_6869_7374_i64])
-        .unwrap();
-    let mut db = HistoryDb::open_with(&server.socket_url(), &access).unwrap();
-    // A table lock held in an open transaction: a read fails within the bound.
-    holder
-        .batch_execute("BEGIN; LOCK TABLE profiles IN ACCESS EXCLUSIVE MODE;")
-        .unwrap();
-    let t = std::time::Instant::now();
-    let e = db.runs_of(Some("alice"), "wrf", None).unwrap_err();
-    assert!(t.elapsed() < guard, "waited {:?}", t.elapsed());
-    assert!(e.to_string().contains("cannot query"), "{e}");
-    holder.batch_execute("ROLLBACK").unwrap();
-}
-
-#[test]
 fn urls_are_shown_without_their_password() {
     assert_eq!(
         redacted("postgres://u:s3cret@db.example:5433/h?sslmode=disable"),
@@ -420,48 +299,6 @@ fn urls_are_shown_without_their_password() {
     assert!(has_password("postgres://u@db/h?password=s3cret"));
     assert!(!has_password("postgres://u@db/h"));
     assert!(!has_password("/var/lib/eddy/history.db"));
-}
-
-#[test]
-fn postgres_migrations_over_unix_socket() {
-    let server = PgServer::start();
-    migrations_suite(&server.socket_url());
-}
-
-/// Two login nodes open the same fresh database at once (both migrate it) and store their
-/// jobs' profiles concurrently: every profile lands, the schema once.
-#[test]
-fn postgres_two_writers() {
-    let server = PgServer::start();
-    let url = server.socket_url();
-    let writers: Vec<_> = ["login1", "login2"]
-        .into_iter()
-        .map(|node| {
-            let url = url.clone();
-            std::thread::spawn(move || {
-                let mut db = HistoryDb::open(&url).unwrap();
-                for i in 0..20 {
-                    let key = format!("{node}-{i}");
-                    let p = job(&run(&key, node, node, "h", T0 + f64::from(i)));
-                    db.put(&p).unwrap();
-                }
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().unwrap();
-    }
-    let mut db = HistoryDb::open(&url).unwrap();
-    assert_eq!(db.applied_migrations().unwrap().len(), MIGRATIONS.len());
-    for node in ["login1", "login2"] {
-        let mine = db
-            .list(&Filter {
-                user: Some(node.into()),
-                ..Filter::default()
-            })
-            .unwrap();
-        assert_eq!(mine.len(), 20, "{node}");
-    }
 }
 
 #[test]
@@ -482,4 +319,172 @@ fn the_user_default_follows_xdg_then_home() {
     );
     assert_eq!(d(None, Some(p("home"))), None);
     assert_eq!(d(None, None), None);
+}
+
+/// Tests that need services (a server the test kit starts): `make test` runs them, `make test-fast` skips them.
+mod needs_services {
+    use super::*;
+
+    #[test]
+    fn postgres_profiles_over_tcp_with_password() {
+        let server = PgServer::start();
+        profiles_suite(&server.tcp_url());
+        // A wrong password is refused, and the message does not show the URL's password.
+        let bad = server
+            .tcp_url()
+            .replace(eddy_testkit::postgres::PASSWORD, "wrong-password");
+        let err = HistoryDb::open(&bad).unwrap_err().to_string();
+        assert!(err.contains("cannot connect"), "{err}");
+        assert!(!err.contains("wrong-password"), "{err}");
+    }
+
+    /// A raw connection to the test server as `user` over TCP.
+    fn raw_client(server: &PgServer, user: &str, password: &str) -> ::postgres::Client {
+        let url = format!(
+            "postgres://{user}:{password}@127.0.0.1:{}/{}",
+            server.port(),
+            eddy_testkit::postgres::DATABASE
+        );
+        ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap()
+    }
+
+    /// The teardown's role of docs/guide/slurm-admin.md: it may INSERT into `profiles` and nothing
+    /// else. Its password comes with `Access`, not in the URL; it stores a new profile and
+    /// cannot replace, read, change or remove one.
+    #[test]
+    fn postgres_an_insert_only_role_stores_new_profiles_and_nothing_else() {
+        let server = PgServer::start();
+        let mut admin = HistoryDb::open(&server.socket_url()).unwrap();
+        let all = runs();
+        admin.put(&all[0]).unwrap();
+        let mut su = raw_client(
+            &server,
+            eddy_testkit::postgres::USER,
+            eddy_testkit::postgres::PASSWORD,
+        );
+        su.batch_execute(
+            "CREATE ROLE eddy_teardown LOGIN PASSWORD 'teardown-secret';\
+             GRANT INSERT ON profiles TO eddy_teardown;",
+        )
+        .unwrap();
+        let url = format!(
+            "postgres://eddy_teardown@127.0.0.1:{}/{}",
+            server.port(),
+            eddy_testkit::postgres::DATABASE
+        );
+        let access = Access {
+            password: Some("teardown-secret".into()),
+            connect_timeout: Some(Duration::from_secs(10)),
+            lock_timeout: Some(Duration::from_secs(5)),
+            statement_timeout: Some(Duration::from_secs(10)),
+        };
+        let mut writer = HistoryDb::open_insert_only(&url, &access).unwrap();
+        assert!(!format!("{writer:?}").contains("teardown-secret"));
+        assert_eq!(writer.insert_new(&all[1]).unwrap(), Inserted::Stored);
+        let mut forged = all[0].clone();
+        forged.written_bytes = 7;
+        assert_eq!(writer.insert_new(&forged).unwrap(), Inserted::KeyTaken);
+        assert!(writer.put(&forged).is_err(), "an upsert needs UPDATE");
+        assert!(writer.get(&all[0].key).is_err(), "reading needs SELECT");
+        assert_eq!(admin.get(&all[0].key).unwrap().as_ref(), Some(&all[0]));
+        assert_eq!(admin.get(&all[1].key).unwrap().as_ref(), Some(&all[1]));
+        let mut raw = raw_client(&server, "eddy_teardown", "teardown-secret");
+        for sql in [
+            "SELECT profile FROM profiles",
+            "UPDATE profiles SET volume = 0",
+            "DELETE FROM profiles",
+        ] {
+            let e = format!("{:?}", raw.batch_execute(sql).unwrap_err());
+            assert!(e.contains("permission denied"), "{sql}: {e}");
+        }
+        assert_eq!(admin.list(&Filter::default()).unwrap().len(), 2);
+    }
+
+    /// Another session holds the migrations' advisory lock, then the profiles table: a reader
+    /// with a lock bound gets an error within it (never waits on), and a database at the schema
+    /// already is opened without that lock at all.
+    #[test]
+    fn postgres_held_locks_bound_the_open_and_the_reads() {
+        let server = PgServer::start();
+        let access = Access {
+            lock_timeout: Some(Duration::from_secs(1)),
+            statement_timeout: Some(Duration::from_secs(5)),
+            connect_timeout: Some(Duration::from_secs(5)),
+            password: None,
+        };
+        let guard = Duration::from_secs(30);
+        let mut holder = raw_client(
+            &server,
+            eddy_testkit::postgres::USER,
+            eddy_testkit::postgres::PASSWORD,
+        );
+        holder
+            .execute("SELECT pg_advisory_lock($1)", &[&0x6564_6479_6869_7374_i64])
+            .unwrap();
+        // A fresh database needs the migrations, hence the lock: refused within the bound.
+        let t = std::time::Instant::now();
+        let e = HistoryDb::open_with(&server.socket_url(), &access).unwrap_err();
+        assert!(t.elapsed() < guard, "waited {:?}", t.elapsed());
+        assert!(e.to_string().contains("lock"), "{e}");
+        holder
+            .execute("SELECT pg_advisory_unlock_all()", &[])
+            .unwrap();
+        HistoryDb::open(&server.socket_url()).unwrap();
+        // Up to date: the held lock is not waited for.
+        holder
+            .execute("SELECT pg_advisory_lock($1)", &[&0x6564_6479_6869_7374_i64])
+            .unwrap();
+        let mut db = HistoryDb::open_with(&server.socket_url(), &access).unwrap();
+        // A table lock held in an open transaction: a read fails within the bound.
+        holder
+            .batch_execute("BEGIN; LOCK TABLE profiles IN ACCESS EXCLUSIVE MODE;")
+            .unwrap();
+        let t = std::time::Instant::now();
+        let e = db.runs_of(Some("alice"), "wrf", None).unwrap_err();
+        assert!(t.elapsed() < guard, "waited {:?}", t.elapsed());
+        assert!(e.to_string().contains("cannot query"), "{e}");
+        holder.batch_execute("ROLLBACK").unwrap();
+    }
+
+    #[test]
+    fn postgres_migrations_over_unix_socket() {
+        let server = PgServer::start();
+        migrations_suite(&server.socket_url());
+    }
+
+    /// Two login nodes open the same fresh database at once (both migrate it) and store their
+    /// jobs' profiles concurrently: every profile lands, the schema once.
+    #[test]
+    fn postgres_two_writers() {
+        let server = PgServer::start();
+        let url = server.socket_url();
+        let writers: Vec<_> = ["login1", "login2"]
+            .into_iter()
+            .map(|node| {
+                let url = url.clone();
+                std::thread::spawn(move || {
+                    let mut db = HistoryDb::open(&url).unwrap();
+                    for i in 0..20 {
+                        let key = format!("{node}-{i}");
+                        let p = job(&run(&key, node, node, "h", T0 + f64::from(i)));
+                        db.put(&p).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let mut db = HistoryDb::open(&url).unwrap();
+        assert_eq!(db.applied_migrations().unwrap().len(), MIGRATIONS.len());
+        for node in ["login1", "login2"] {
+            let mine = db
+                .list(&Filter {
+                    user: Some(node.into()),
+                    ..Filter::default()
+                })
+                .unwrap();
+            assert_eq!(mine.len(), 20, "{node}");
+        }
+    }
 }

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The two lanes of Eddy's tests, and the time each test binary takes.
+
+  fast   every unit and property test, and the integration test binaries listed in
+         scripts/fast-lane.txt (the client and the daemon against real daemons of this host):
+         no root, no services (no FUSE, no Slurm, no PostgreSQL, no network namespaces).
+         Tests of those binaries that need root live in a module named `needs_root`, those
+         that need a server the test kit starts in one named `needs_services`; this lane
+         skips them.
+  root   everything else: the `needs_*` tests of those binaries, every other integration
+         test binary, the doc tests. Run as root, after `cargo build --bins` and `cargo build -p eddy-preload`.
+
+`make test-fast` runs the fast lane as the calling user; `make test` runs the fast lane (as
+the unprivileged user EDDY_FAST_USER, default `nobody`, when it runs as root: that is the check
+that the lane needs no root) and then the root lane, so together they run every test once.
+
+Each binary runs with the working directory and the environment cargo gives it (the package's
+directory, CARGO_MANIFEST_DIR …); integration binaries one test at a time (each brings a whole
+deployment), unit binaries with cargo's default parallelism. Every binary runs even when an
+earlier one failed; the lane fails at the end naming the failed ones. The time of each binary
+is printed, slowest first, and written to target/test-times-<lane>.txt.
+"""
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST_LIST = ROOT / "scripts" / "fast-lane.txt"
+NEEDS = ["needs_root", "needs_services"]
+
+
+def fast_binaries():
+    """`package:test` names of the integration binaries in the fast lane."""
+    names = []
+    for line in FAST_LIST.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            if ":" not in line:
+                sys.exit(f"{FAST_LIST}: `{line}` is not `package:test-binary`")
+            names.append(line)
+    return names
+
+
+def cargo_json(args):
+    """The test executables cargo builds for `args`: (package, kind, name, path, dir)."""
+    cmd = ["cargo", "test", "--no-run", "--message-format=json-render-diagnostics"] + args
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"build failed: {' '.join(cmd)}")
+    out = []
+    for line in proc.stdout.splitlines():
+        m = json.loads(line)
+        if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+            continue
+        if not m["profile"]["test"]:
+            continue
+        name = m["target"]["name"]
+        kind = m["target"]["kind"][0]
+        package = Path(m["manifest_path"]).parent.name
+        out.append((package, kind, name, m["executable"], str(Path(m["manifest_path"]).parent)))
+    return out
+
+
+def demote(user):
+    """A preexec function that becomes `user` (no groups), or None when not root."""
+    if os.geteuid() != 0 or not user:
+        return None, {}
+    pw = pwd.getpwnam(user)
+
+    def become():
+        os.setgroups([])
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+
+    # A home and a temporary directory the user can write (tests make their own dirs there).
+    home = Path(f"/tmp/eddy-fast-lane-{pw.pw_uid}")
+    home.mkdir(mode=0o700, exist_ok=True)
+    os.chown(home, pw.pw_uid, pw.pw_gid)
+    return become, {"HOME": str(home), "TMPDIR": "/tmp", "USER": user, "LOGNAME": user}
+
+
+def run(binaries, lane, user=None, fast=()):
+    """Runs each binary: in the fast lane without the `needs_*` tests; in the root lane only
+    those of the binaries the fast lane runs, and the other integration binaries whole."""
+    become, env_extra = demote(user)
+    failed, times = [], []
+    for package, kind, name, exe, pkg_dir in binaries:
+        integration = kind == "test"
+        args = [exe]
+        if lane == "fast":
+            for n in NEEDS:
+                args += ["--skip", n]
+        elif not integration or f"{package}:{name}" in fast:
+            args += NEEDS
+        if integration:
+            args += ["--test-threads=1"]
+        env = dict(os.environ)
+        env.update(env_extra)
+        env["CARGO_MANIFEST_DIR"] = pkg_dir
+        env["CARGO_PKG_NAME"] = package
+        label = f"{package}:{name}" + ("" if integration else f" ({kind})")
+        print(f"\n=== {lane} lane: {label}", flush=True)
+        t = time.monotonic()
+        rc = subprocess.run(args, cwd=pkg_dir, env=env, preexec_fn=become).returncode
+        took = time.monotonic() - t
+        times.append((took, label))
+        if rc != 0:
+            failed.append(label)
+    times.sort(reverse=True)
+    report = [f"{t:8.1f} s  {label}" for t, label in times]
+    total = sum(t for t, _ in times)
+    report.append(f"{total:8.1f} s  the {lane} lane ({len(times)} binaries)")
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    target.mkdir(exist_ok=True)
+    try:
+        (target / f"test-times-{lane}.txt").write_text("\n".join(report) + "\n")
+    except OSError:
+        pass
+    print(f"\nTime per test binary, {lane} lane:\n" + "\n".join(report))
+    return failed
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in ("fast", "root"):
+        sys.exit("usage: test-lanes.py fast [--as USER] | root")
+    lane = sys.argv[1]
+    user = None
+    if "--as" in sys.argv:
+        user = sys.argv[sys.argv.index("--as") + 1]
+    fast = fast_binaries()
+    if lane == "fast":
+        bins = cargo_json(["--workspace", "--lib", "--bins"])
+        for entry in fast:
+            package, test = entry.split(":")
+            bins += cargo_json(["-p", package, "--test", test])
+        listed = {f"{p}:{n}" for p, k, n, _, _ in bins if k == "test"}
+        for entry in fast:
+            if entry not in listed:
+                sys.exit(f"{FAST_LIST}: no test binary {entry}")
+        failed = run(bins, lane, user)
+    else:
+        bins = cargo_json(["--workspace", "--lib", "--bins", "--tests"])
+        failed = run(bins, lane, fast=set(fast))
+        print("\n=== root lane: doc tests", flush=True)
+        if subprocess.run(["cargo", "test", "--workspace", "--doc"], cwd=ROOT).returncode:
+            failed.append("doc tests")
+    if failed:
+        print(f"\nFAILED in the {lane} lane: " + ", ".join(failed))
+        sys.exit(1)
+    print(f"\nThe {lane} lane passed.")
+
+
+if __name__ == "__main__":
+    main()
