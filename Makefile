@@ -65,7 +65,7 @@ fuzz: deps
 CRASH_ROUNDS ?= 100
 crash-cycles: deps
 	$(CARGO) build --bins
-	EDDY_CRASH_ROUNDS=$(CRASH_ROUNDS) $(CARGO) test -p eddy-cli --test faults -- crash_cycles:: --nocapture
+	EDDY_CRASH_ROUNDS=$(CRASH_ROUNDS) $(CARGO) test -p eddy-daemon --test faults -- crash_cycles:: --nocapture
 
 ## The benchmark suite: Eddy beside the raw storage, with ratios and a plot.
 bench: build

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make fuzz`: the fuzz targets of crates/eddy-fuzz under libFuzzer (coverage-guided, on the
 # stable toolchain: the instrumentation cargo-fuzz uses with `--sanitizer none`), RUNS inputs
-# each, then the whole-daemon storm (crates/eddy-cli/tests/faults/fuzz_daemon.rs) with RUNS frames.
+# each, then the whole-daemon storm (crates/eddy-daemon/tests/faults/fuzz_daemon.rs) with RUNS frames.
 # The kept corpus (crates/eddy-fuzz/corpus/<target>/, replayed by `make test`) seeds the run;
 # new inputs go to target/fuzz/corpus/<target>/ (MERGE=1 merges those that add coverage into
 # the kept corpus). A crash leaves its input in target/fuzz/artifacts/<target>/ and fails.
@@ -41,6 +41,6 @@ if [[ " $TARGETS " == *" daemon "* ]]; then
   echo "== whole-daemon storm: $RUNS frames"
   $CARGO build --bins
   start=$(date +%s)
-  EDDY_FUZZ_FRAMES="$RUNS" $CARGO test -p eddy-cli --test faults -- fuzz_daemon:: --nocapture
+  EDDY_FUZZ_FRAMES="$RUNS" $CARGO test -p eddy-daemon --test faults -- fuzz_daemon:: --nocapture
   echo "== whole-daemon storm: $RUNS frames in $(( $(date +%s) - start )) s"
 fi
