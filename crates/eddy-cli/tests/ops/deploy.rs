@@ -215,9 +215,9 @@ fn a_dead_daemon_shows_as_down_and_stop_still_succeeds() {
     let victim = pids(&state)[1];
     // SAFETY: kill(2) on a daemon this test started.
     unsafe { libc::kill(victim as i32, libc::SIGKILL) };
-    while alive(victim) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    eddy_testkit::eventually::eventually("the killed daemon is gone", || {
+        (!alive(victim)).then_some(())
+    });
     let (up, v) = status_json(&state);
     assert!(!up, "status must fail with a daemon down: {v}");
     let states: Vec<bool> = v["daemons"]
@@ -501,9 +501,9 @@ fn replicas_are_started_and_status_tells_healthy_from_degraded() {
     let victim = pids(&state)[1];
     // SAFETY: plain kill(2) of a daemon this test started.
     unsafe { libc::kill(victim as i32, libc::SIGKILL) };
-    while alive(victim) {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    eddy_testkit::eventually::eventually("the killed daemon is gone", || {
+        (!alive(victim)).then_some(())
+    });
     let (up, v) = status_json(&state);
     assert!(!up, "status succeeded with a daemon down: {v}");
     let health = v["health"].as_str().unwrap();

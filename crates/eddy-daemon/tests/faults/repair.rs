@@ -15,7 +15,6 @@ use eddy_testkit::{pattern, Cluster, Mounted};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 const REPLICAS: usize = 2;
 const WRITERS: usize = 4;
@@ -213,17 +212,17 @@ fn kill_daemon(state: &Path, id: u32) {
     let pid = daemon_pid(state, id);
     // SAFETY: plain kill(2) of a daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    while std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s[s.rfind(')').unwrap_or(0) + 1..]
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(true)
-    {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    eddy_testkit::eventually::eventually("the killed daemon is gone or a zombie", || {
+        let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| {
+                    s[s.rfind(')').unwrap_or(0) + 1..]
+                        .trim_start()
+                        .starts_with('Z')
+                })
+                .unwrap_or(true);
+        gone.then_some(())
+    });
 }
 
 fn start_args<'a>(root: &'a Path, cfg: &'a Path) -> Vec<&'a str> {

@@ -12,7 +12,6 @@ use eddy_testkit::{pattern, Cluster, Mounted};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 fn config(replicas: usize) -> Config {
     Config {
@@ -116,9 +115,13 @@ async fn two_copies_survive_kill_9_in_a_write_workload() {
         .map(|w| tokio::spawn(writer(c.clone(), w, FILES, done.clone())))
         .collect();
     // Kill daemon 1 once about a third of the work is done: operations are in flight.
-    while done.load(Ordering::SeqCst) < WRITERS * FILES / 3 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let third = || async { (done.load(Ordering::SeqCst) >= WRITERS * FILES / 3).then_some(()) };
+    eddy_testkit::eventually::eventually_async(
+        eddy_testkit::eventually::GUARD,
+        "a third of the writes are done",
+        third,
+    )
+    .await;
     cl.kill(1);
     let mut kept = Vec::new();
     for t in tasks {

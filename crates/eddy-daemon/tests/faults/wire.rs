@@ -20,7 +20,7 @@ use eddy_proto::wire::Mode;
 use eddy_proto::{checksum, decode_plain, encode, Piece, Request};
 use eddy_testkit::{pattern, test_config, Cluster};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -256,10 +256,20 @@ async fn stored(cl: &Cluster, path: &str, offset: u64, len: usize) -> Vec<u8> {
 
 /// Waits (bounded) until `cond` holds on the proxy's counts.
 async fn until(proxy: &Proxy, what: &str, cond: impl Fn((usize, usize, bool)) -> bool) {
-    let end = Instant::now() + GUARD;
-    while !cond(proxy.counts()) {
-        assert!(Instant::now() < end, "{what}: {:?}", proxy.counts());
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    let cond = &cond;
+    let counts = || async move {
+        let now = proxy.counts();
+        if cond(now) {
+            Some(())
+        } else {
+            None
+        }
+    };
+    if eddy_testkit::eventually::poll_async(GUARD, None, counts)
+        .await
+        .is_none()
+    {
+        panic!("{what}: {:?}", proxy.counts());
     }
 }
 
@@ -363,11 +373,13 @@ async fn clear_is_what_it_says() {
     c.pread(&f, at, len)
         .await
         .expect("the request after the forged frame");
-    let end = Instant::now() + GUARD;
-    while stored(&cl, "/clear", at, len).await != forged {
-        assert!(Instant::now() < end, "the forged write was not stored");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (cl_ref, forged_ref) = (&cl, &forged);
+    eddy_testkit::eventually::eventually_async(
+        GUARD,
+        "the forged write is stored",
+        || async move { (stored(cl_ref, "/clear", at, len).await == *forged_ref).then_some(()) },
+    )
+    .await;
     assert_eq!(
         proxy.counts().0,
         by_daemon,

@@ -55,11 +55,9 @@ async fn within<T>(
 
 /// Waits until `cond`, at most `limit`.
 async fn until(what: &str, limit: std::time::Duration, cond: impl Fn() -> bool) {
-    let t = std::time::Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let cond = &cond;
+    eddy_testkit::eventually::eventually_async(limit, what, || async move { cond().then_some(()) })
+        .await;
 }
 
 /// Which phase of `daemon_cut_off` an operation started in.
