@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use eddy_testkit::bbsite::{s, Site, NOBODY};
 
@@ -130,7 +130,7 @@ fn a_teardown_killed_with_its_process_group_still_finishes() {
     // its log in the job directory). Killed earlier, between the fork and its setsid, it
     // would die with its caller: a window of microseconds for Slurm, but the log file exists
     // before the fork.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let bound = Duration::from_secs(60);
     let started = |dir: &Path| {
         std::fs::read_dir(dir).unwrap().flatten().any(|e| {
             e.file_name().to_string_lossy().starts_with("teardown-")
@@ -138,10 +138,9 @@ fn a_teardown_killed_with_its_process_group_still_finishes() {
                     .is_ok_and(|t| t.contains("tearing down job 43"))
         })
     };
-    while !started(&dir) {
-        assert!(Instant::now() < deadline, "the teardown never started");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let every = Duration::from_millis(5);
+    let seen = eddy_testkit::eventually::poll_every(bound, every, || started(&dir).then_some(()));
+    assert!(seen.is_some(), "the teardown never started");
     // SAFETY: kill(2) of the process group we made for our own child.
     assert_eq!(
         unsafe { libc::kill(-(teardown.id() as i32), libc::SIGKILL) },
@@ -151,27 +150,26 @@ fn a_teardown_killed_with_its_process_group_still_finishes() {
     assert!(!status.success(), "killed: {status}");
     assert!(dir.exists(), "the teardown ran past the job's lock");
     drop(lock);
-    while dir.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the killed teardown's work did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eddy_testkit::eventually::eventually_within(
+        bound,
+        "the killed teardown's work finishes",
+        || (!dir.exists()).then_some(()),
+    );
     for host in ["io1", "io2", "io3"] {
         assert!(!site.path(&format!("pool/{host}/job-43")).exists());
     }
     site.bb_ok(&["teardown", job, s(&script), "false"]);
     // The detached teardown exits right after removing the directory.
-    loop {
+    let what = "nothing of the site is left running";
+    eddy_testkit::eventually::eventually_seen(bound, what, || {
         let left =
             eddy_testkit::slurm::processes_mentioning(&site.dir.path().display().to_string());
         if left.is_empty() {
-            break;
+            Ok(())
+        } else {
+            Err(left)
         }
-        assert!(Instant::now() < deadline, "left running: {left:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    });
 }
 
 #[test]

@@ -16,6 +16,9 @@ use crate::burst_buffer::Site;
 use eddy_testkit::cli::s;
 use serde_json::Value;
 
+/// Guard on a job's set-up and teardown (never a claim on speed).
+const BOUND: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// MiB each of the job's two steps writes.
 const MIB_EACH: u64 = 4;
 
@@ -241,18 +244,13 @@ fn a_pool_job_past_the_users_limit_has_a_reason_saying_so() {
         .sbatch(&job("sleep 600"), &[], Some(crate::burst_buffer::USER))
         .unwrap();
     // The first holds its daemons (set up) before the second is submitted.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !site
-        .path(&format!("jobs/{first}/state/deployment.toml"))
-        .exists()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
+    let set_up = site.path(&format!("jobs/{first}/state/deployment.toml"));
+    if eddy_testkit::eventually::poll_for(BOUND, || set_up.exists().then_some(())).is_none() {
+        panic!(
             "job {first} was never set up: {}\n{}",
             cluster.job_reason(first),
             cluster.logs()
         );
-        std::thread::sleep(std::time::Duration::from_millis(250));
     }
     let second = cluster
         .sbatch(&job("true"), &[], Some(crate::burst_buffer::USER))
@@ -284,15 +282,10 @@ fn a_pool_job_past_the_users_limit_has_a_reason_saying_so() {
     for j in [second, first] {
         cluster.cancel(j, true).unwrap();
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     for j in [first, second] {
-        while site.path(&format!("jobs/{j}")).exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "job {j} was not torn down: {}",
-                cluster.logs()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(250));
+        let dir = site.path(&format!("jobs/{j}"));
+        if eddy_testkit::eventually::poll_for(BOUND, || (!dir.exists()).then_some(())).is_none() {
+            panic!("job {j} was not torn down: {}", cluster.logs());
         }
     }
 }
