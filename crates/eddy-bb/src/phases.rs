@@ -489,7 +489,7 @@ pub fn node_clean(mount: Option<&Path>, root: Option<&Path>, say: Say) -> Result
         if mount.exists() {
             let _held = MountLock::take(mount)?;
             if eddy_deploy::mounts::is_fuse_mounted(mount)? {
-                eddy_fuse::unmount(mount)
+                eddy_proto::mounts::unmount(mount)
                     .or_else(|_| lazy_unmount(mount))
                     .with_context(|| format!("cannot unmount {}", mount.display()))?;
             }
