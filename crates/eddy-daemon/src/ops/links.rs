@@ -1,7 +1,7 @@
 //! Hard links (decision 0009): counting names, and requests on a file's identity record.
 
 use super::Apply;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::{req, Errno, Inode, Reply, Request};
 
 impl Apply for req::Link {

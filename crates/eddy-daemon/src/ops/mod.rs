@@ -25,7 +25,7 @@ mod tier;
 mod xattr;
 
 use crate::advisory::ConnId;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::{Errno, Reply, ReplyType, Request, Response, Rpc};
 use std::future::Future;
 use std::sync::Arc;

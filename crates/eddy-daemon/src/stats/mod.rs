@@ -558,7 +558,7 @@ impl BackendCounters {
 }
 
 /// Adds a sample to the series every second, until the daemon stops.
-pub(crate) async fn sampler(state: Arc<crate::handler::State>) {
+pub(crate) async fn sampler(state: Arc<crate::state::State>) {
     if !state.stats.counting() {
         return;
     }
