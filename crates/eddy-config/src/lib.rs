@@ -6,6 +6,8 @@
 //! beyond reading and writing those files (and printing the ready line), and knows nothing
 //! of the wire format.
 
+#![forbid(unsafe_code)]
+
 mod deployment;
 pub mod launcher;
 pub mod ready;

@@ -743,8 +743,9 @@ fn signal_and_wait(pids: &[i32], sig: i32, stopped: bool) {
 
 fn statfs_type(path: &Path) -> Option<i64> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statfs writes into a zeroed struct of the right type; c is NUL-terminated.
+    // SAFETY: statfs is plain data, for which all zeros is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` a writable statfs, both alive for the call.
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
         return None;
     }

@@ -387,6 +387,7 @@ fn an_allocation_that_finds_a_probe_round_under_way_does_not_wait_for_it() {
     let held = std::fs::File::create(dir.path().join("jobs/probes.lock")).unwrap();
     // SAFETY: flock on a file this test owns.
     assert_eq!(
+        // SAFETY: flock on the descriptor of a file this test owns and keeps open.
         unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) },
         0
     );
