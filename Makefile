@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build demo demo-slurm test soak fuzz crash-cycles bench bench-tier lint lint-privileged clean
+.PHONY: deps build demo demo-slurm test soak fuzz crash-cycles bench bench-tier lint lint-privileged lint-file-size clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -26,7 +26,7 @@ demo-slurm: build
 ## One test at a time in each binary: an integration test brings a whole deployment (three or
 ## more daemons, FUSE mounts, Slurm, GlusterFS), and two of them at once on a 2-core machine
 ## starve each other's deadlines.
-test: deps lint-privileged
+test: deps lint-privileged lint-file-size
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload
 	$(CARGO) test --workspace --no-fail-fast -- --test-threads=1
@@ -73,7 +73,11 @@ lint-privileged:
 	python3 scripts/lint-privileged.py --self-test
 	python3 scripts/lint-privileged.py
 
-lint: lint-privileged
+lint-file-size:
+	python3 scripts/lint-file-size.py --self-test
+	python3 scripts/lint-file-size.py
+
+lint: lint-privileged lint-file-size
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
