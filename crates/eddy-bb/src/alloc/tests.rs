@@ -5,6 +5,7 @@
 use super::*;
 use eddy_history::{IoMode, JobProfile};
 use eddy_testkit::profiles::{profile, Run};
+use std::path::Path;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
