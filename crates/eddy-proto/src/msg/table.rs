@@ -1,9 +1,11 @@
 //! `request_table!`, the one list of requests, and what is generated from it: the wire enum
 //! `Request` (one variant per request struct of `req`, in list order), the kinds `Op` (name,
-//! index, `Props`) and each request's `Rpc` impl (its reply type, its kind, the path it is
-//! addressed by); and the framing of a request (a `Write`'s or `PutChunk`'s data travels as
-//! the frame's payload).
-
+//! index, `Props`), each request's `Rpc` impl (its reply type, its kind, the path it is
+//! addressed by, its `Bulk` bytes), `Request::on_identity` (which requests reach a file's
+//! identity record, and how), the framing of a request (the `payload` field travels as the
+//! frame's payload) and `TABLE_TEXT`, whose fingerprint `TABLE_FINGERPRINTS` ties to
+//! `PROTOCOL_VERSION`. Adding a request is its struct in `req`, its line here and its handler
+//! in the daemon's `ops`: the compiler checks the rest (decision 0065).
 use super::codec::{decode, unexpected_payload};
 use super::records::{Inode, LockInfo, LockOwner, Piece, RenameIntent};
 use super::replies::*;
