@@ -6,6 +6,7 @@
 //! frame's payload) and `TABLE_TEXT`, whose fingerprint `TABLE_FINGERPRINTS` ties to
 //! `PROTOCOL_VERSION`. Adding a request is its struct in `req`, its line here and its handler
 //! in the daemon's `ops`: the compiler checks the rest (decision 0065).
+
 use super::codec::{decode, unexpected_payload};
 use super::records::{Inode, LockInfo, LockOwner, Piece, RenameIntent};
 use super::replies::*;
