@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier lint lint-privileged check-architecture docs clean
+.PHONY: deps build demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier lint lint-privileged lint-file-size check-architecture docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -31,7 +31,7 @@ demo-slurm: build
 ## integration binary: such a test brings a whole deployment (three or more daemons, FUSE
 ## mounts, Slurm, GlusterFS), and two at once on a 2-core machine starve each other's deadlines.
 FAST_USER ?= nobody
-test: deps lint-privileged check-architecture docs
+test: deps lint-privileged lint-file-size check-architecture docs
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload
 	python3 scripts/test-lanes.py fast --as $(FAST_USER); fast=$$?; \
@@ -98,7 +98,12 @@ docs:
 	command -v mdbook >/dev/null 2>&1 || bash scripts/install-deps.sh
 	mdbook build docs
 
-lint: lint-privileged check-architecture
+## No source file over 800 lines, but those of scripts/file-size-allow.txt (decision 0065).
+lint-file-size:
+	python3 scripts/lint-file-size.py --self-test
+	python3 scripts/lint-file-size.py
+
+lint: lint-privileged lint-file-size check-architecture
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 

@@ -6,9 +6,12 @@
 #   scripts/gluster-volume.sh down DIR          unmounts, stops and deletes it, removes DIR
 # Bricks are named by the host name eddy-gluster-host (GlusterFS refuses localhost and 127.x;
 # scripts/install-deps.sh adds it to /etc/hosts). Needs root and glusterfs-server/-client.
+# A glusterd this script starts (its pid in $PIDFILE) is stopped by the `down` that removes
+# the last volume; a glusterd of the machine's own is used and left running.
 set -euo pipefail
 
 HOST=eddy-gluster-host
+PIDFILE=/run/eddy-gluster-volume.pid
 cmd=${1:-}
 dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 up|down DIR [BRICKS]" >&2; exit 2; }
@@ -17,7 +20,7 @@ name="eddy-$(basename "$dir" | tr -c 'A-Za-z0-9_\n-' '-')"
 
 ensure_glusterd() {
   if ! pgrep -x glusterd >/dev/null; then
-    glusterd -p /run/glusterd.pid --log-level WARNING
+    glusterd -p "$PIDFILE" --log-level WARNING
   fi
   for _ in $(seq 100); do
     gluster --mode=script volume list >/dev/null 2>&1 && return 0
@@ -55,6 +58,11 @@ down)
     gluster --mode=script volume delete "$name" >/dev/null
   fi
   rm -rf "$dir"
+  # The glusterd this script started goes with the last volume.
+  if [ -s "$PIDFILE" ] && [ "$(cat /proc/"$(cat "$PIDFILE")"/comm 2>/dev/null)" = glusterd ] &&
+     [ -z "$(gluster --mode=script volume list 2>/dev/null | grep -v '^No volumes present')" ]; then
+    kill "$(cat "$PIDFILE")" && rm -f "$PIDFILE"
+  fi
   ;;
 *)
   echo "usage: $0 up|down DIR [BRICKS]" >&2

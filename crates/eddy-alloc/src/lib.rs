@@ -11,6 +11,8 @@
 //! - `replay`: a whole history run through the policy, summed up in the shape of the paper's
 //!   Table 4.
 
+#![forbid(unsafe_code)]
+
 pub mod decide;
 pub mod policy;
 pub mod pool;

@@ -12,7 +12,7 @@
 //! checked by the socket's peer credentials.
 
 use crate::advisory::ConnId;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::sync::lock;
 use eddy_proto::{fdpass, Errno, FileId};
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 
 use crate::advisory::ConnId;
 use crate::args::DaemonSettings;
-use crate::handler::State;
+use crate::state::State;
 use crate::DaemonError;
 use eddy_proto::{Request, Response};
 use std::sync::Arc;

@@ -9,7 +9,8 @@
 //! acknowledge a Sync before the data and metadata are on stable storage.
 //!
 //! A request goes from its connection (`server.rs`) through the checks every request passes
-//! (`handler.rs`) to its handler (`ops/`, one per request of `eddy_proto::request_table!`).
+//! (`state.rs`, beside `State`, what every request may touch) to its handler (`ops/`, one
+//! per request of `eddy_proto::request_table!`).
 //!
 //! Layout under the root: `meta/` (fjall, keyspace "meta": `path::meta_key(path)` →
 //! `Inode::to_record()`; "tier": the backend tier's records; "intents": unfinished directory
@@ -36,7 +37,6 @@ mod direct;
 mod embedded;
 mod error;
 mod gate;
-mod handler;
 mod hints;
 mod locks;
 mod meta;
@@ -48,6 +48,7 @@ mod replicate;
 mod room;
 mod rootdir;
 mod server;
+mod state;
 pub mod stats;
 mod tier;
 

@@ -12,8 +12,8 @@
 //! now (`RepairFor`, with `--full` a scan of everything they hold first), and becomes ready
 //! once a round pushes nothing or makes no progress.
 
-use crate::handler::State;
 use crate::hints::{Hints, Item};
+use crate::state::State;
 use eddy_proto::repair::{digest, verdict, Digest, Verdict};
 use eddy_proto::sync::lock;
 use eddy_proto::{req, Errno};

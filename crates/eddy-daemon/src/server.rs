@@ -12,8 +12,8 @@ use crate::args::DaemonSettings;
 use crate::backend::Backend;
 use crate::chunks::ChunkStore;
 use crate::gate::Unproven;
-use crate::handler::State;
 use crate::meta::MetaStore;
+use crate::state::State;
 use crate::tier::Tier;
 use crate::DaemonError;
 use bytes::Bytes;
@@ -580,12 +580,10 @@ async fn admit_frame<R: AsyncRead + Unpin>(
     Ok((frame, held))
 }
 
-/// Bytes a request's reply may carry beyond its own frame: a read's data.
+/// Bytes a request's reply may carry beyond its own frame: a read's data (the table's
+/// `bulk: [reads(..)]`).
 fn reply_bytes(req: &Request) -> u64 {
-    match req {
-        Request::Read(r) => eddy_proto::Piece::total(&r.pieces),
-        _ => 0,
-    }
+    req.bulk().reply.unwrap_or(0)
 }
 
 async fn run_request(

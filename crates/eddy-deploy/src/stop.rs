@@ -242,7 +242,7 @@ pub(crate) fn unmount_all(state: &StateDir) -> Vec<String> {
         match crate::mounts::is_fuse_mounted(&mnt) {
             Ok(false) => {}
             Ok(true) => {
-                if let Err(e) = eddy_fuse::unmount(&mnt) {
+                if let Err(e) = eddy_proto::mounts::unmount(&mnt) {
                     problems.push(format!(
                         "cannot unmount {}: {e}; try `fusermount -u {0}`",
                         mnt.display()

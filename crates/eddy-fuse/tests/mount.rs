@@ -345,6 +345,7 @@ fn mount_serves_posix_calls() {
     let c = cpath(&mnt);
     // SAFETY: zeroed statvfs is a valid out-parameter; `c` is a valid path.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` a writable statvfs, both alive for the call.
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
     assert!(st.f_bsize > 0 && st.f_blocks > 0);
 

@@ -15,6 +15,8 @@
 //!
 //! This crate is a test harness: nothing in the daemon or the client depends on it.
 
+#![forbid(unsafe_code)]
+
 mod frames;
 pub mod inputs;
 mod requests;

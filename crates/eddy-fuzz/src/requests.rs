@@ -174,10 +174,7 @@ impl Requests {
             return;
         };
         let op = req.op_name();
-        let read_len: Option<u64> = match &req {
-            Request::Read(r) => Some(Piece::total(&r.pieces)),
-            _ => None,
-        };
+        let read_len: Option<u64> = req.bulk().reply;
         let shown = shorten(format!("{req:?}"));
         let resp = self
             .rt

@@ -12,6 +12,8 @@
 //!   metadata operations).
 //! - `build`: the profile from the daemons' counters (`profile_from_stats`).
 
+#![forbid(unsafe_code)]
+
 pub mod build;
 pub mod darshan;
 pub mod db;

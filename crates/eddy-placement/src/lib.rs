@@ -14,6 +14,8 @@
 //! chunks without any other record. Ids made for hashed files never carry the tag
 //! (`hashed_file_id`).
 
+#![forbid(unsafe_code)]
+
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Seed of the path hash. Changing it re-places every file: never do.

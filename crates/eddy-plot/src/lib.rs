@@ -5,6 +5,8 @@
 //! The font: `EDDY_BENCH_FONT` (a .ttf file), else DejaVu Sans (Debian/Ubuntu package
 //! `fonts-dejavu-core`) or Liberation Sans at their usual paths.
 
+#![forbid(unsafe_code)]
+
 use plotters::style::{FontStyle, RGBColor};
 use std::path::PathBuf;
 use std::sync::OnceLock;

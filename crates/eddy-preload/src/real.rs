@@ -30,6 +30,7 @@ macro_rules! real {
             }
             // SAFETY: the symbol of that name in the C library has this signature.
             let f: unsafe extern "C" fn($($t),*) -> $r = unsafe { std::mem::transmute(p) };
+            // SAFETY: `f` is that function, called with the caller's arguments.
             unsafe { f($($a),*) }
         }
     )*};
@@ -48,6 +49,7 @@ macro_rules! real_variadic {
             }
             // SAFETY: the symbol of that name in the C library has this signature.
             let f: unsafe extern "C" fn($($t),*, ...) -> $r = unsafe { std::mem::transmute(p) };
+            // SAFETY: `f` is that function, called with the caller's arguments.
             unsafe { f($($a),*, $v) }
         }
     )*};

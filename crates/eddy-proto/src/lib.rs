@@ -4,14 +4,18 @@
 //! - `frame`: length-prefixed frames `[u32 len][u64 request id][u32 meta len][meta][payload]`,
 //!   with a maximum size; bulk bytes travel as the raw payload, outside the encoding;
 //! - `msg`: the messages: one struct per request (`req`), listed once in `request_table!`
-//!   (their wire tags, names, properties and reply types), the replies, and the records they
-//!   carry (bincode-encoded, size-limited decoding);
+//!   (their wire tags, names, properties, reply types, whether they may reach a file's
+//!   identity record, the bulk bytes they move), the replies, and the records they carry
+//!   (bincode-encoded, size-limited decoding); `TABLE_FINGERPRINTS` ties the table to
+//!   `PROTOCOL_VERSION` (a test fails when one changes without the other);
 //! - `auth`: the handshake (protocol version, HMAC proof of the deployment secret, the wire
 //!   protection both ends use);
 //! - `wire`: the protection of the frames after the handshake: clear, a keyed-BLAKE3 tag per frame,
 //!   or AES-256-GCM, with per-connection, per-direction keys (decision 0022);
 //! - `checksum`: the CRC32C of the block-aligned pieces of a read or write (decision 0019);
 //! - `fdpass`: descriptors handed over a Unix socket for direct local I/O (decision 0048);
+//! - `mounts`: unmounting a file system and reading the mount table, shared by the FUSE
+//!   front-end, `eddy stop` and the burst-buffer phases (which do not link the front-end);
 //! - `keepalive`: TCP keepalive and user timeout, so both ends notice a peer gone silent;
 //! - `path`: path normalisation and the metadata key layout;
 //! - `repair`: the digests a repair push is verified with (decision 0021);
@@ -20,7 +24,8 @@
 //! - `Errno`: errors as errno values with a short context message;
 //! - `fuzzing` (feature `arbitrary`): generators of request fields for the fuzzer.
 //!
-//! This crate performs no file or metadata operation itself; it must never panic on bytes
+//! Beyond reaching sockets (`fdpass`), reading the mount table and unmounting (`mounts`),
+//! this crate performs no file or metadata operation itself; it must never panic on bytes
 //! read from the network.
 
 pub mod auth;
@@ -31,6 +36,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod keepalive;
 pub mod lockset;
+pub mod mounts;
 pub mod msg;
 pub mod path;
 pub mod repair;
@@ -41,8 +47,18 @@ pub mod wire;
 
 pub use msg::*;
 
-/// Version of the protocol; the handshake refuses a peer with another one.
+/// Version of the protocol; the handshake refuses a peer with another one. Raise it with
+/// any change to the wire: a request's fields, a reply, a frame, or the request table
+/// (then record the table's fingerprint in `TABLE_FINGERPRINTS`).
 pub const PROTOCOL_VERSION: u32 = 12;
+
+/// The fingerprint of `request_table!` (the first 16 hex digits of the BLAKE3 hash of
+/// `TABLE_TEXT` without its white space) under each protocol version since they were
+/// first recorded, oldest first. The last entry must be `PROTOCOL_VERSION` with the table
+/// as it is: a test (`msg::tests::request_table_matches_its_protocol_version`) fails
+/// otherwise and prints the line to add. Entries are never edited: a new table is a new
+/// version.
+pub const TABLE_FINGERPRINTS: &[(u32, &str)] = &[(12, "023a7d0f41ceba22")];
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]

@@ -67,10 +67,11 @@ impl AsyncRead for UnixRead {
         loop {
             let mut ready = ready!(self.0.poll_read_ready(cx))?;
             let want = buf.remaining();
-            // SAFETY: read(2) writes at most `want` bytes into the unfilled part of the
-            // buffer, and only the `n` bytes it reports are marked initialised.
             let res = ready.try_io(|s| {
+                // SAFETY: nothing uninitialised is written into the unfilled part: read(2)
+                // writes bytes, and only the `n` bytes it reports are marked initialised.
                 let dst = unsafe { buf.unfilled_mut() };
+                // SAFETY: `dst` is valid for `want` bytes (its length) for the whole call.
                 let n = unsafe { libc::read(s.as_raw_fd(), dst.as_mut_ptr().cast(), want) };
                 if n < 0 {
                     Err(io::Error::last_os_error())

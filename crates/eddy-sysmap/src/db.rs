@@ -1,8 +1,9 @@
 //! The inventory database: one SQLite file (often on a shared file system), written by every
 //! node for itself, read by `eddy sysmap show` and [`capacity`].
 //!
-//! Schema, version 1 (`PRAGMA user_version = 1`); sizes in bytes, rates in MiB/s, times in
-//! seconds since the Unix epoch:
+//! Schema, version 2 (`PRAGMA user_version` records it), built by the numbered migrations of
+//! `crates/eddy-sysmap/migrations/` (`MIGRATIONS`), applied in order at a write, in its
+//! transaction; sizes in bytes, rates in MiB/s, times in seconds since the Unix epoch:
 //!
 //! ```sql
 //! nodes      (node TEXT PRIMARY KEY, collected_at INTEGER, cores INTEGER,
@@ -16,8 +17,10 @@
 //!             anomalous INTEGER, peer_median REAL, error TEXT)   -- version 2, health.rs
 //! ```
 //!
-//! Version 1 files get the `health` table at their next write. A write replaces the node's rows in one `BEGIN IMMEDIATE` transaction (the schema is
-//! created in the same one when the file is new), so concurrent writers queue on SQLite's
+//! Version 1 files get the `health` table (migration 2) at their next write; a file at the
+//! current version is left as it is. A write replaces the node's rows in one
+//! `BEGIN IMMEDIATE` transaction (the schema is created or migrated in the same one), so
+//! concurrent writers queue on SQLite's
 //! lock, each waiting up to [`BUSY_TIMEOUT`]. The rollback journal is kept: WAL needs shared
 //! memory, which nodes on a shared file system do not have.
 
@@ -29,49 +32,32 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-/// The schema version this code writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+/// The schema version this code writes and reads: that of the last migration.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 /// How long a writer or reader waits for another node's transaction.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(120);
 
-const SCHEMA: &str = "
-CREATE TABLE nodes (
-    node TEXT PRIMARY KEY,
-    collected_at INTEGER NOT NULL,
-    cores INTEGER NOT NULL,
-    mem_total_bytes INTEGER NOT NULL,
-    mem_available_bytes INTEGER NOT NULL
-);
-CREATE TABLE storage (
-    node TEXT NOT NULL REFERENCES nodes(node),
-    path TEXT NOT NULL,
-    mount_point TEXT, fs_type TEXT, device TEXT, disk TEXT, class TEXT,
-    capacity_bytes INTEGER, free_bytes INTEGER, available_bytes INTEGER,
-    write_mib_s REAL, read_mib_s REAL, error TEXT,
-    PRIMARY KEY (node, path)
-);
-CREATE TABLE interfaces (
-    node TEXT NOT NULL REFERENCES nodes(node),
-    name TEXT NOT NULL,
-    mac TEXT, ipv4 TEXT NOT NULL, ipv6 TEXT NOT NULL, mtu INTEGER, speed_mbps INTEGER,
-    up INTEGER NOT NULL, operstate TEXT,
-    PRIMARY KEY (node, name)
-);
-PRAGMA user_version = 1;
-";
+/// One numbered migration: its version (what `PRAGMA user_version` records once it is
+/// applied) and its SQL (a file of `crates/eddy-sysmap/migrations/`, compiled in).
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: i64,
+    pub sql: &'static str,
+}
 
-/// Version 2: the servers' latest health probes (health.rs).
-const SCHEMA_V2: &str = "
-CREATE TABLE health (
-    host TEXT PRIMARY KEY,
-    bandwidth REAL,
-    measured_at INTEGER NOT NULL,
-    anomalous INTEGER NOT NULL,
-    peer_median REAL,
-    error TEXT
-);
-PRAGMA user_version = 2;
-";
+/// Every migration, in order; an inventory is at the version of the last one applied.
+/// Add one at the end (a new file, a new line, `SCHEMA_VERSION` follows); never edit one
+/// that shipped: inventories made by it exist.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("../migrations/0001_inventory.sql"),
+    },
+    Migration {
+        version: 2,
+        sql: include_str!("../migrations/0002_health.sql"),
+    },
+];
 
 /// What [`capacity`] reports for one node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,17 +170,26 @@ fn open_write(db: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Brings the schema (inside the caller's write transaction) to [`SCHEMA_VERSION`].
+/// Brings the schema (inside the caller's write transaction) to [`SCHEMA_VERSION`]: applies
+/// the migrations past the inventory's version, in order, each recording its version in
+/// `PRAGMA user_version`. An inventory at the current version is not changed.
 fn migrate(tx: &rusqlite::Transaction) -> Result<()> {
+    migrate_to(tx, SCHEMA_VERSION)
+}
+
+/// Brings the schema to `target` (the tests start from an older version).
+fn migrate_to(tx: &rusqlite::Transaction, target: i64) -> Result<()> {
     let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    match version {
-        0 => {
-            tx.execute_batch(SCHEMA)?;
-            tx.execute_batch(SCHEMA_V2)?;
-        }
-        1 => tx.execute_batch(SCHEMA_V2)?,
-        SCHEMA_VERSION => {}
-        v => bail!("schema version {v}, this eddy knows version {SCHEMA_VERSION}"),
+    if version > SCHEMA_VERSION {
+        bail!("schema version {version}, this eddy knows version {SCHEMA_VERSION}");
+    }
+    for m in MIGRATIONS
+        .iter()
+        .filter(|m| m.version > version && m.version <= target)
+    {
+        tx.execute_batch(m.sql)
+            .with_context(|| format!("migration {} of the inventory failed", m.version))?;
+        tx.pragma_update(None, "user_version", m.version)?;
     }
     Ok(())
 }
@@ -590,5 +585,96 @@ mod tests {
             format!("{:#}", upsert(&db, &rec("a", 1, vec![])).unwrap_err()).contains("version 9")
         );
         assert!(load(&db, &[]).is_err());
+    }
+
+    /// The schema as SQLite holds it: every object's type, name and SQL, and the version.
+    fn schema_of(db: &Path) -> (Vec<(String, String, Option<String>)>, i64) {
+        let conn = Connection::open(db).unwrap();
+        let mut q = conn
+            .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+            .unwrap();
+        let objects = q
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let version = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        (objects, version)
+    }
+
+    /// `tests/fixtures/inventory-v2.db` was written by the code before the migrations were
+    /// numbered (two nodes, their health): it reads as it did, a write leaves its schema as
+    /// it is, and a new inventory gets exactly its schema.
+    #[test]
+    fn a_schema_2_inventory_of_before_the_migrations_opens_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inv.db");
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inventory-v2.db"),
+            &db,
+        )
+        .unwrap();
+        let before = schema_of(&db);
+        assert_eq!(before.1, 2);
+        let nodes = load(&db, &[]).unwrap();
+        assert_eq!(
+            nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(),
+            ["node-a", "node-b"]
+        );
+        assert_eq!(nodes[0].storage[0].class, Some(DeviceClass::Nvme));
+        let got = capacity(&db, &["node-b".to_string()], Path::new("/local/scratch/j")).unwrap();
+        assert_eq!(got[0].capacity_bytes, 250 << 30);
+        let health = health_latest(&db, &[]).unwrap();
+        assert_eq!(health.len(), 2);
+        assert_eq!(health[1].error.as_deref(), Some("probe timed out"));
+        assert!(health[1].anomalous && health[1].bandwidth.is_none());
+
+        upsert(
+            &db,
+            &rec("node-c", 1_700_000_300, vec![st("/s", "/s", 10, 5)]),
+        )
+        .unwrap();
+        assert_eq!(
+            schema_of(&db),
+            before,
+            "a write changed the schema of a current inventory"
+        );
+        assert_eq!(load(&db, &[]).unwrap().len(), 3);
+
+        let fresh = dir.path().join("fresh.db");
+        upsert(&fresh, &rec("a", 1, vec![])).unwrap();
+        assert_eq!(
+            schema_of(&fresh),
+            before,
+            "the migrations build another schema"
+        );
+    }
+
+    #[test]
+    fn a_schema_1_inventory_gets_health_at_its_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("inv.db");
+        let mut conn = Connection::open(&db).unwrap();
+        let tx = conn.transaction().unwrap();
+        migrate_to(&tx, 1).unwrap();
+        tx.commit().unwrap();
+        drop(conn);
+        assert_eq!(schema_of(&db).1, 1);
+        assert!(schema_of(&db).0.iter().all(|o| o.1 != "health"));
+        upsert(&db, &rec("a", 1, vec![])).unwrap();
+        assert!(health_latest(&db, &[]).unwrap().is_empty());
+        let (objects, version) = schema_of(&db);
+        assert_eq!(version, SCHEMA_VERSION);
+        assert!(objects.iter().any(|o| o.1 == "health"));
+    }
+
+    #[test]
+    fn migrations_are_numbered_in_order() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1);
+        }
+        assert_eq!(SCHEMA_VERSION, 2);
     }
 }

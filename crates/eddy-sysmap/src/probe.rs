@@ -282,6 +282,7 @@ pub fn parent_disk(major: u32, minor: u32) -> Option<String> {
 /// (capacity, free, available) bytes of the file system holding `path`.
 pub fn statvfs(path: &Path) -> Result<(u64, u64, u64)> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).context("path holds a NUL byte")?;
+    // SAFETY: statvfs is plain data, for which all zeros is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a valid C string and `st` a writable statvfs.
     // privileged-path: statvfs of a storage path the caller names; reads no file
@@ -475,21 +476,25 @@ fn addresses() -> Result<BTreeMap<String, Addrs>> {
         let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
         let entry = out.entry(name).or_default();
         if family == libc::AF_INET {
+            // SAFETY: the family is AF_INET: the address is a sockaddr_in, alive with the list.
             let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
             let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
             let len = if ifa.ifa_netmask.is_null() {
                 32
             } else {
+                // SAFETY: an AF_INET entry's netmask is a sockaddr_in, alive with the list.
                 let m = unsafe { &*(ifa.ifa_netmask as *const libc::sockaddr_in) };
                 prefix_len(&m.sin_addr.s_addr.to_ne_bytes())
             };
             entry.0.push(format!("{ip}/{len}"));
         } else if family == libc::AF_INET6 {
+            // SAFETY: the family is AF_INET6: the address is a sockaddr_in6, alive with the list.
             let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
             let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
             let len = if ifa.ifa_netmask.is_null() {
                 128
             } else {
+                // SAFETY: an AF_INET6 entry's netmask is a sockaddr_in6, alive with the list.
                 let m = unsafe { &*(ifa.ifa_netmask as *const libc::sockaddr_in6) };
                 prefix_len(&m.sin6_addr.s6_addr)
             };

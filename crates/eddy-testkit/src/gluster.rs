@@ -3,7 +3,10 @@
 //!
 //! One `glusterd` serves every test process of the machine. The first `GlusterVolume::start` that
 //! finds none running starts it (under a lock file, so concurrent test processes start exactly
-//! one) and it stays up afterwards, like a system service. Each `GlusterVolume` has its own volume
+//! one), and the last test process using it stops it as it exits (`gluster/glusterd.rs`): tests
+//! leave no glusterd behind. A glusterd the kit did not start (the machine's own) is used if
+//! it runs where the tests do, never stopped, and named in every failure; one in another
+//! network namespace is refused at once, saying why. Each `GlusterVolume` has its own volume
 //! (named `eddy_<pid>_<n>_<hint>`), its own bricks and mount point in a temporary directory, and
 //! removes all of them on drop. Volumes left behind by test processes that died without dropping
 //! them are removed by the next process that starts a volume.
@@ -28,7 +31,6 @@ pub const GLUSTER_HOST: &str = "eddy-gluster-host";
 pub const DEFAULT_BRICKS: usize = 2;
 /// Every volume this helper creates has a name that starts with this.
 const VOLUME_PREFIX: &str = "eddy_";
-const GLUSTERD_PID_FILE: &str = "/run/glusterd.pid";
 const GLUSTERD_LOG: &str = "/var/log/glusterfs/glusterd.log";
 /// Upper bound for any single gluster, mount or umount command: a hang fails the test.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
@@ -37,7 +39,10 @@ const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
-static GLUSTERD_SEEN: AtomicBool = AtomicBool::new(false);
+
+mod glusterd;
+use glusterd::ensure_glusterd;
+pub use glusterd::{kit_glusterd, running_glusterd};
 
 pub struct GlusterVolume {
     name: String,
@@ -367,75 +372,6 @@ fn find_in_path(bin: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Makes sure one glusterd runs and answers, starting it if needed; the first call in a process
-/// also removes volumes left behind by dead test processes.
-fn ensure_glusterd() {
-    // Fast path: this process has already seen glusterd answer, and it still runs.
-    if GLUSTERD_SEEN.load(Ordering::SeqCst) && running_glusterd().is_some() {
-        return;
-    }
-    let _lock = FileLock::acquire(&std::env::temp_dir().join("eddy-glusterd.lock"));
-    let deadline = Instant::now() + READY_TIMEOUT;
-    let list = loop {
-        // (Checked on every round: a glusterd that was shutting down may be gone by now.)
-        if running_glusterd().is_none() {
-            start_glusterd();
-        }
-        let out = gluster(&["volume", "list"]);
-        if out.status.success() {
-            break String::from_utf8_lossy(&out.stdout).into_owned();
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "gluster: glusterd (pid {:?}) does not answer after {:?}: {}\nglusterd log:\n{}",
-                running_glusterd(),
-                READY_TIMEOUT,
-                output_text(&out),
-                tail(Path::new(GLUSTERD_LOG), 30)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    if !GLUSTERD_SEEN.swap(true, Ordering::SeqCst) {
-        collect_stale_volumes(&list);
-    }
-}
-
-/// Starts glusterd: `glusterd -p /run/glusterd.pid --log-level WARNING`. It daemonizes; its
-/// parent exits once the daemon runs (after about 2 s).
-fn start_glusterd() {
-    let out = run(
-        Command::new(find_in_path("glusterd").expect("glusterd")).args([
-            "-p",
-            GLUSTERD_PID_FILE,
-            "--log-level",
-            "WARNING",
-        ]),
-        COMMAND_TIMEOUT,
-    );
-    if !out.status.success() {
-        panic!(
-            "gluster: starting glusterd failed: {}\nglusterd log:\n{}",
-            output_text(&out),
-            tail(Path::new(GLUSTERD_LOG), 30)
-        );
-    }
-}
-
-/// The pid of a live (not zombie) glusterd, if any.
-fn running_glusterd() -> Option<i32> {
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .find(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .map(|c| c.trim_end() == "glusterd")
-                .unwrap_or(false)
-                && is_alive(pid)
-        })
-}
-
 /// Removes the volumes in `list` (with their mounts and directories) created by test processes
 /// that no longer exist. Best effort.
 fn collect_stale_volumes(list: &str) {
@@ -570,9 +506,10 @@ fn gluster_ok<S: AsRef<str>>(args: &[S]) -> String {
     if !out.status.success() {
         let args: Vec<&str> = args.iter().map(|a| a.as_ref()).collect();
         panic!(
-            "gluster: `gluster --mode=script {}` failed: {}\nglusterd log:\n{}",
+            "gluster: `gluster --mode=script {}` failed: {}{}\nglusterd log:\n{}",
             args.join(" "),
             output_text(&out),
+            glusterd::foreign_note(),
             tail(Path::new(GLUSTERD_LOG), 20)
         );
     }
@@ -743,8 +680,9 @@ fn signal_and_wait(pids: &[i32], sig: i32, stopped: bool) {
 
 fn statfs_type(path: &Path) -> Option<i64> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statfs writes into a zeroed struct of the right type; c is NUL-terminated.
+    // SAFETY: statfs is plain data, for which all zeros is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` a writable statfs, both alive for the call.
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
         return None;
     }

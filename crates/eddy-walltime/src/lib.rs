@@ -8,6 +8,8 @@
 //! looking into the future; `start.rs` a pending job's predicted start (first come, first
 //! served over the running and pending jobs' predictions, decision 0040). Pure computation: it runs no command and prints nothing.
 
+#![forbid(unsafe_code)]
+
 pub mod adaboost;
 pub mod correct;
 pub mod job;

@@ -5,6 +5,7 @@
 use super::*;
 use eddy_history::{IoMode, JobProfile};
 use eddy_testkit::profiles::{profile, Run};
+use std::path::Path;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -387,6 +388,7 @@ fn an_allocation_that_finds_a_probe_round_under_way_does_not_wait_for_it() {
     let held = std::fs::File::create(dir.path().join("jobs/probes.lock")).unwrap();
     // SAFETY: flock on a file this test owns.
     assert_eq!(
+        // SAFETY: flock on the descriptor of a file this test owns and keeps open.
         unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_EX) },
         0
     );

@@ -124,6 +124,7 @@ impl Fs for LocalFs {
 
     fn avail_bytes(&self, dir: &Path) -> io::Result<Option<u64>> {
         let c = cpath(dir)?;
+        // SAFETY: statvfs is plain data, for which all zeros is a valid value.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: c is valid and st is a properly sized out-parameter.
         if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 || st.f_blocks == 0 {

@@ -105,6 +105,7 @@ pub(super) fn free_bytes(dir: &Path) -> Option<u64> {
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     // SAFETY: a valid C string and a zeroed out-struct; statvfs only writes into it.
     let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `v` a writable statvfs, both alive for the call.
     if unsafe { libc::statvfs(c.as_ptr(), &mut v) } != 0 {
         return None;
     }

@@ -124,6 +124,7 @@ fn show(db: &Path, job: &str, env: &[(&str, &str)]) -> JobProfile {
 }
 
 fn me() -> String {
+    // SAFETY: getuid(2) cannot fail and touches no memory.
     eddy_config::JobInfo::user_name(unsafe { libc::getuid() })
 }
 
@@ -312,6 +313,7 @@ fn kill_daemons(state: &Path, ids: &[u32]) {
         })
         .collect();
     for pid in &daemons {
+        // SAFETY: kill(2) of a daemon this test started.
         assert_eq!(unsafe { libc::kill(*pid, libc::SIGKILL) }, 0);
     }
     eddy_testkit::eventually::eventually_within(GUARD, "the killed daemons are gone", || {

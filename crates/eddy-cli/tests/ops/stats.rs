@@ -294,6 +294,7 @@ fn watch_draws_frames_until_interrupted() {
     }
     assert!(clients, "a frame lists the clients");
     // Ctrl-C: SIGINT to the process.
+    // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = eddy_testkit::eventually::exited(&mut child, GUARD)
         .expect("eddy stats --watch stops on SIGINT");

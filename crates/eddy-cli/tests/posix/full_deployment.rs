@@ -19,6 +19,7 @@ fn df(p: &Path) -> (u64, u64) {
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
     // SAFETY: statvfs writes into a zeroed struct of its own type; c is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` a writable statvfs, both alive for the call.
     let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
     assert_eq!(r, 0, "statvfs {}", p.display());
     let unit = st.f_frsize;

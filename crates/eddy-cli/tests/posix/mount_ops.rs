@@ -146,10 +146,13 @@ fn errors_on_the_mount() {
     // whole-file lock of the open file, so it is dropped before the fcntl lock is taken.
     // SAFETY: flock(2) and fcntl(2) on a descriptor we own.
     assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    // SAFETY: flock(2) on a descriptor we own.
     assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) }, 0);
+    // SAFETY: flock is plain data, for which all zeros is a valid value.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = libc::F_WRLCK as i16;
     fl.l_whence = libc::SEEK_SET as i16;
+    // SAFETY: fcntl(2) on a descriptor we own, with a flock record alive for the call.
     let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &fl) };
     assert_eq!(r, 0, "{:?}", std::io::Error::last_os_error());
     // Permissions are enforced for other users.

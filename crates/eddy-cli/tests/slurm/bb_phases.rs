@@ -114,6 +114,7 @@ fn a_teardown_killed_with_its_process_group_still_finishes() {
     let lock = std::fs::File::open(&dir).unwrap();
     // SAFETY: flock on a descriptor we own.
     assert_eq!(
+        // SAFETY: flock on a descriptor we own.
         unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
         0
     );
@@ -143,6 +144,7 @@ fn a_teardown_killed_with_its_process_group_still_finishes() {
     assert!(seen.is_some(), "the teardown never started");
     // SAFETY: kill(2) of the process group we made for our own child.
     assert_eq!(
+        // SAFETY: kill(2) of the process group we made for our own child.
         unsafe { libc::kill(-(teardown.id() as i32), libc::SIGKILL) },
         0
     );
@@ -280,6 +282,7 @@ fn pools_are_measured_by_the_inventory() {
         // SAFETY: statvfs fills the struct it is given.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         let c = std::ffi::CString::new(s(site.dir.path())).unwrap();
+        // SAFETY: `c` is NUL-terminated and `st` a writable statvfs, both alive for the call.
         assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
         (st.f_bavail * st.f_frsize) >> 20
     };

@@ -21,6 +21,7 @@ fn fs_type(path: &Path) -> i64 {
     // SAFETY: statfs fills a zeroed struct of its own type; c is NUL-terminated.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     assert_eq!(
+        // SAFETY: `c` is NUL-terminated and `st` a writable statfs, both alive for the call.
         unsafe { libc::statfs(c.as_ptr(), &mut st) },
         0,
         "statfs {}",

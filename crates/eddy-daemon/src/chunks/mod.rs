@@ -28,9 +28,10 @@
 //! capacity), `cache.rs` the cache of open data files, `sums.rs` the checksum files and
 //! verified reads, `journal.rs` the changes in flight, `scrub.rs` the scrub, `io.rs`
 //! positioned reads, hole punching and directory syncs, `direct.rs` the files written directly
-//! by a client on this host (decision 0048); this file holds the store itself and its reads
-//! and writes.
+//! by a client on this host (decision 0048), `allocate.rs` storage reserved ahead of writes;
+//! this file holds the store itself and its reads and writes.
 
+mod allocate;
 mod cache;
 mod direct;
 #[cfg(test)]
@@ -221,113 +222,6 @@ impl ChunkStore {
             si += n;
         }
         Ok(())
-    }
-
-    /// Reserves storage for the pieces in the file's data file (fallocate, mode 0): each
-    /// chunk's recorded length grows to cover its piece, as a write of zeros would, so the
-    /// bytes read as zeros and count as held. ENOSPC when the device cannot hold them or
-    /// they would pass the capacity.
-    pub fn allocate(&self, id: FileId, pieces: &[Piece]) -> Result<(), Errno> {
-        self.check_pieces(pieces)?;
-        self.daemon_changes(id);
-        self.check_capacity(id, pieces)?;
-        // The chunks this request grew: (chunk, length before, length after).
-        let mut grown = Vec::new();
-        for p in pieces.iter().filter(|p| p.len > 0) {
-            let _guard = self.lock(id, p.chunk);
-            match self.allocate_locked(id, p) {
-                Ok(Some(g)) => grown.push(g),
-                Ok(None) => {}
-                Err(e) => {
-                    // All or nothing: a refused fallocate gives back what it took here
-                    // (decision 0060).
-                    drop(_guard);
-                    self.unallocate(id, &grown);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Undoes the growth of chunks an allocation made (`grown`: chunk, length before, length
-    /// after): each chunk still as long as the allocation left it (nothing was written past
-    /// it since) gets its length back and the blocks past it are released.
-    fn unallocate(&self, id: FileId, grown: &[(u64, Option<u64>, u64)]) {
-        let Some(slot) = self.slot(id) else {
-            return;
-        };
-        for &(k, old, new_len) in grown {
-            let _guard = self.lock(id, k);
-            if lock(&slot.chunks).get(&k).copied() != Some(new_len) {
-                continue;
-            }
-            if let Err(e) = self.record(&slot, id, k, old) {
-                tracing::warn!("cannot restore the chunk map after a failed fallocate: {e}");
-                continue;
-            }
-            let keep = old.unwrap_or(0);
-            if let Ok(Some(file)) = self.data_file(id, &slot, false) {
-                let flags = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
-                    | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
-                let (Ok(at), Ok(len)) = (
-                    i64::try_from(k * self.chunk_size + keep),
-                    i64::try_from(new_len - keep),
-                ) else {
-                    continue;
-                };
-                if let Err(e) = nix::fcntl::fallocate(&file.data, flags, at, len) {
-                    tracing::debug!("cannot release the blocks of a failed fallocate: {e}");
-                }
-            }
-        }
-    }
-
-    /// Allocates one piece under its chunk's lock; the chunk's growth, if it grew.
-    fn allocate_locked(
-        &self,
-        id: FileId,
-        p: &Piece,
-    ) -> Result<Option<(u64, Option<u64>, u64)>, Errno> {
-        loop {
-            let slot = self.slot_or_new(id);
-            let gone = slot.gate.read().unwrap_or_else(|e| e.into_inner());
-            if *gone {
-                continue; // removed meanwhile: the next round makes a new slot
-            }
-            let at = p.chunk * self.chunk_size + u64::from(p.offset);
-            let file = self
-                .data_file(id, &slot, true)?
-                .ok_or_else(|| Errno::eio("data file vanished"))?;
-            let (off, len) = (
-                i64::try_from(at).map_err(|_| Errno::new(libc::EFBIG, "offset too large"))?,
-                i64::from(p.len),
-            );
-            // Recorded (and counted against the capacity) first, restored if it fails.
-            let old = lock(&slot.chunks).get(&p.chunk).copied();
-            let new_len = old.unwrap_or(0).max(u64::from(p.offset) + u64::from(p.len));
-            if old != Some(new_len) {
-                self.record(&slot, id, p.chunk, Some(new_len))?;
-            }
-            // Keeping the data file's length: a chunk's length is the map's, and the kernel
-            // takes the data file's length for the file's size while it reads it through FUSE
-            // passthrough (an allocation that keeps the file's size must not grow it there;
-            // the mount grows the data file for one that extends the file).
-            let keep = nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
-            let made = nix::fcntl::fallocate(&file.data, keep, off, len)
-                .map_err(|e| io_err(&std::io::Error::from(e), id, p.chunk));
-            if let Err(e) = made {
-                if old != Some(new_len) {
-                    if let Err(undo) = self.record(&slot, id, p.chunk, old) {
-                        tracing::warn!(
-                            "cannot restore the chunk map after a failed fallocate: {undo}"
-                        );
-                    }
-                }
-                return Err(e);
-            }
-            return Ok((old != Some(new_len)).then_some((p.chunk, old, new_len)));
-        }
     }
 
     /// Locks chunk `k` of `id` against creation, cutting and deletion by others.
@@ -811,85 +705,4 @@ impl ChunkStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::chunks::fixture::*;
-
-    #[test]
-    fn one_data_file_per_file_with_chunks_at_their_offsets_and_holes_as_zeros() {
-        let f = open(tempfile::tempdir().unwrap());
-        f.store.write(7, &[p(3, 10, 4)], b"abcd").unwrap();
-        f.store.write(7, &[p(1, 0, 2)], b"xy").unwrap();
-        let entries: Vec<_> = std::fs::read_dir(f.dir.path().join("chunks").join(subdir_of(7)))
-            .unwrap()
-            .collect();
-        assert_eq!(
-            entries.len(),
-            2,
-            "one data file and its sum file, no directory per file"
-        );
-        let raw = std::fs::read(data_file(&f, 7)).unwrap();
-        assert_eq!(&raw[(3 * CS + 10) as usize..], b"abcd");
-        assert_eq!(&raw[CS as usize..CS as usize + 2], b"xy");
-        assert_eq!(f.store.usage(), (14 + 2, 2));
-        // Holes (chunk 0, 2, the start of chunk 3) and bytes past a chunk's end: zeros.
-        let got = f
-            .store
-            .read(7, &[p(0, 0, 8), p(1, 0, 4), p(2, 0, 4), p(3, 8, 8)])
-            .unwrap();
-        let want = [
-            vec![0u8; 8],
-            b"xy\0\0".to_vec(),
-            vec![0u8; 4],
-            b"\0\0abcd\0\0".to_vec(),
-        ]
-        .concat();
-        assert_eq!(got, want);
-        // A file never written reads as zeros.
-        assert_eq!(f.store.read(8, &[p(0, 0, 5)]).unwrap(), vec![0u8; 5]);
-        // Presence and length as the tier sees them.
-        let _g = f.store.lock(7, 2);
-        assert!(!f.store.exists_locked(7, 2).unwrap());
-        assert_eq!(f.store.len_locked(7, 3).unwrap(), Some(14));
-        assert_eq!(
-            f.store.read_whole_locked(7, 3).unwrap().unwrap(),
-            [vec![0u8; 10], b"abcd".to_vec()].concat()
-        );
-    }
-
-    #[test]
-    fn deleting_one_chunk_leaves_a_hole_and_the_others() {
-        let f = open(tempfile::tempdir().unwrap());
-        f.store
-            .write(4, &[p(0, 0, 4096), p(1, 0, 4096), p(2, 0, 1)], &[9u8; 8193])
-            .unwrap();
-        let freed = {
-            let _g = f.store.lock(4, 1);
-            f.store.delete_locked(4, 1).unwrap()
-        };
-        assert_eq!(freed, 4096);
-        assert_eq!(f.store.usage(), (4097, 2));
-        let got = f
-            .store
-            .read(4, &[p(0, 4090, 6), p(1, 0, 4), p(2, 0, 2)])
-            .unwrap();
-        assert_eq!(got, [vec![9u8; 6], vec![0u8; 4], vec![9u8, 0]].concat());
-        // Truncating inside the first chunk drops everything after it.
-        f.store.truncate(4, 100).unwrap();
-        assert_eq!(f.store.usage(), (100, 1));
-        assert_eq!(std::fs::metadata(data_file(&f, 4)).unwrap().len(), 100);
-        // A growing truncate keeps everything.
-        f.store.truncate(4, 1 << 20).unwrap();
-        assert_eq!(f.store.usage(), (100, 1));
-    }
-
-    #[test]
-    fn bad_pieces_are_errors_not_panics() {
-        let f = open(tempfile::tempdir().unwrap());
-        assert!(f.store.write(1, &[p(0, 4000, 200)], &[0u8; 200]).is_err());
-        assert!(f.store.write(1, &[p(u64::MAX, 0, 1)], &[0u8; 1]).is_err());
-        assert!(f.store.read(1, &[p(u64::MAX / 2, 0, 1)]).is_err());
-        assert!(f.store.write(1, &[p(0, 0, 2)], &[0u8; 1]).is_err());
-        assert_eq!(f.store.usage(), (0, 0));
-    }
-}
+mod tests;

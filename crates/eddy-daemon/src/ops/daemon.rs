@@ -3,7 +3,7 @@
 
 use super::{Apply, Serve};
 use crate::advisory::ConnId;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::stats::DaemonStats;
 use eddy_proto::{req, DaemonStatus, Errno};
 use std::sync::Arc;

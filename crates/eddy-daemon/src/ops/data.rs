@@ -3,7 +3,7 @@
 //! the backend tier (fetched on a miss, dirty until written back).
 
 use super::Apply;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::{req, Backing, Errno, FileId, Piece, ReadReply, ScrubPage};
 
 impl Apply for req::Write {

@@ -5,7 +5,7 @@
 use super::Serve;
 use crate::advisory::ConnId;
 use crate::direct::Lease;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::{req, DirectGrant, Errno};
 use std::sync::Arc;
 

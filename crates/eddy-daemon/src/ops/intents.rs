@@ -3,7 +3,7 @@
 
 use super::Serve;
 use crate::advisory::ConnId;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::{req, Errno, RenameIntent};
 use std::sync::Arc;
 

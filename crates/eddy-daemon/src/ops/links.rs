@@ -1,8 +1,8 @@
 //! Hard links (decision 0009): counting names, and requests on a file's identity record.
 
 use super::Apply;
-use crate::handler::State;
-use eddy_proto::{req, Errno, Inode, Reply, ReplyType, Request};
+use crate::state::State;
+use eddy_proto::{req, Errno, Inode, Reply, Request};
 
 impl Apply for req::Link {
     fn apply(self, st: &State) -> Result<Inode, Errno> {
@@ -20,9 +20,10 @@ impl Apply for req::DropName {
     }
 }
 
-/// The request it carries, applied to the identity record of the shared file: the
-/// path-addressed requests on an entry, with the identity record's name for the path.
-/// Anything else (an `OnIdentity` in it too: decoding never recurses) is EINVAL.
+/// The request it carries, applied to the identity record of the shared file: the requests
+/// the table's `id` column lets reach it (`Request::on_identity`), with the identity
+/// record's name for their path. Anything else (an `OnIdentity` in it too: decoding never
+/// recurses) is EINVAL.
 impl Apply for req::OnIdentity {
     fn apply(self, st: &State) -> Result<Reply, Errno> {
         let op: Request = eddy_proto::decode(&self.op, self.op.len() as u64)?;
@@ -32,28 +33,13 @@ impl Apply for req::OnIdentity {
             st.tier.identity_of_name(&st.meta, self.file_id, name)?;
         }
         let path = eddy_proto::path::identity_path(self.file_id);
-        fn run<R: Apply>(st: &State, r: R) -> Result<Reply, Errno> {
-            r.apply(st).map(ReplyType::into_reply)
-        }
-        match op {
-            // An existing file opened (O_CREAT without O_EXCL): the identity record as it is.
-            Request::Stat(_) | Request::Create(_) => run(st, req::Stat { path }),
-            Request::SetAttr(r) => run(st, req::SetAttr { path, ..r }),
-            Request::GrowSize(r) => run(st, req::GrowSize { path, ..r }),
-            Request::ReserveAppend(r) => run(st, req::ReserveAppend { path, ..r }),
-            Request::Link(_) => run(st, req::Link { path }),
-            Request::Validate(r) => run(st, req::Validate { path, ..r }),
-            Request::SetXattr(r) => run(st, req::SetXattr { path, ..r }),
-            Request::GetXattr(r) => run(st, req::GetXattr { path, ..r }),
-            Request::ListXattr(_) => run(st, req::ListXattr { path }),
-            Request::RemoveXattr(r) => run(st, req::RemoveXattr { path, ..r }),
-            Request::ClearSetId(_) => run(st, req::ClearSetId { path }),
-            Request::Accessed(r) => run(st, req::Accessed { path, ..r }),
-            other => Err(Errno::einval(format!(
+        let op = op.on_identity(path).map_err(|other| {
+            Errno::einval(format!(
                 "{} does not apply to a file's identity record",
-                other.op_name()
-            ))),
-        }
+                other.name()
+            ))
+        })?;
+        super::apply_on_identity(st, op)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::Serve;
 use crate::advisory::{bad_range, ConnId, LockAsk};
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::{req, Errno, LockInfo, LockKind, LockOwner, LockReply};
 use std::sync::Arc;
 use std::time::Duration;

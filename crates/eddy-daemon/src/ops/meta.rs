@@ -5,7 +5,7 @@
 //! the tier first.
 
 use super::Apply;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::{req, DirPage, Errno, Inode, Offset, SubtreePage};
 
 impl Apply for req::Create {

@@ -10,7 +10,8 @@
 //! - `Serve` (served `conn`): asynchronous, with the connection the request came on (locks
 //!   and rename intents are held by their connection; repair pushes wait on peers).
 //!
-//! `route` is generated from the table: a request without a handler does not compile.
+//! `route` is generated from the table: a request without a handler does not compile;
+//! so is `apply_on_identity`, what an `OnIdentity` runs (the table's `id` column).
 
 mod daemon;
 mod data;
@@ -24,8 +25,8 @@ mod tier;
 mod xattr;
 
 use crate::advisory::ConnId;
-use crate::handler::State;
-use eddy_proto::{Errno, ReplyType, Request, Response, Rpc};
+use crate::state::State;
+use eddy_proto::{Errno, Reply, ReplyType, Request, Response, Rpc};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -43,13 +44,23 @@ pub(crate) trait Serve: Rpc {
     ) -> impl Future<Output = Result<Self::Reply, Errno>> + Send;
 }
 
-/// Builds `route` from the request table.
+/// Builds `route` and `apply_request` from the request table.
 macro_rules! define_route {
-    ($( $name:ident $op:literal { $($field:ident)? } -> $reply:ty, $served:ident, $props:expr; )*) => {
+    ($( $name:ident $op:literal { $($field:ident)? } -> $reply:ty, $served:ident, $props:expr,
+        id: $id:tt, bulk: [$($kind:ident($bf:ident)),*]; )*) => {
         /// Serves one request that came over connection `conn`, by its handler.
         pub(crate) async fn route(st: &Arc<State>, conn: ConnId, request: Request) -> Response {
             match request {
                 $( Request::$name(r) => define_route!(@$served st, conn, r), )*
+            }
+        }
+
+        /// Applies a request that the table lets reach a file's identity record (its `id`
+        /// column, checked by `Request::on_identity` first) to the stores, by its handler.
+        /// Such a request is served `store`: one served `conn` with an `id` does not compile.
+        pub(crate) fn apply_on_identity(st: &State, request: Request) -> Result<Reply, Errno> {
+            match request {
+                $( Request::$name(r) => define_route!(@identity $served $id st r $name), )*
             }
         }
     };
@@ -60,6 +71,22 @@ macro_rules! define_route {
         $st.stats.started();
         Serve::serve($r, $st, $conn).await.map(ReplyType::into_reply)
     }};
+    (@identity $served:ident - $st:ident $r:ident $name:ident) => {{
+        let _ = $r;
+        Err(Errno::einval(format!(
+            "{} does not apply to a file's identity record",
+            <eddy_proto::req::$name as Rpc>::OP.name()
+        )))
+    }};
+    (@identity store $id:ident $st:ident $r:ident $name:ident) => {
+        Apply::apply($r, $st).map(ReplyType::into_reply)
+    };
+    (@identity conn $id:ident $st:ident $r:ident $name:ident) => {
+        compile_error!(concat!(
+            stringify!($name),
+            ": a request served `conn` cannot be sent on an identity record (id: -)"
+        ))
+    };
 }
 
 eddy_proto::request_table!(define_route);

@@ -3,7 +3,7 @@
 
 use super::{Apply, Serve};
 use crate::advisory::ConnId;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::repair::Digest;
 use eddy_proto::{req, Errno, Piece};
 use std::sync::Arc;

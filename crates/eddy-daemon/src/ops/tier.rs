@@ -4,7 +4,7 @@
 //! store's (`st.meta`).
 
 use super::Apply;
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::path::normalize;
 use eddy_proto::{req, Errno, Flushed, Revalidated};
 

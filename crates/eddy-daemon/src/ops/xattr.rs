@@ -2,7 +2,7 @@
 //! written atomically with it).
 
 use super::Apply;
-use crate::handler::State;
+use crate::state::State;
 use bytes::Bytes;
 use eddy_proto::{req, Errno, Inode};
 

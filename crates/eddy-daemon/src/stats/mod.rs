@@ -192,28 +192,13 @@ pub(crate) struct Carried {
     file: Option<(FileId, bool)>,
 }
 
+/// What `req` carried, from the table's `bulk` column: the bytes it brings (`writes`,
+/// `moves`) and the file whose data it reads or writes.
 pub(crate) fn carried(req: &Request) -> Carried {
-    match req {
-        Request::Write(w) => Carried {
-            bytes: w.data.len() as u64,
-            file: Some((w.file_id, true)),
-        },
-        Request::Read(r) => Carried {
-            bytes: 0,
-            file: Some((r.file_id, false)),
-        },
-        Request::DirectCommit(c) => Carried {
-            bytes: c.ranges.iter().map(|r| r.1).sum(),
-            file: Some((c.file_id, true)),
-        },
-        Request::PutChunk(c) => Carried {
-            bytes: c.data.len() as u64,
-            file: None,
-        },
-        _ => Carried {
-            bytes: 0,
-            file: None,
-        },
+    let bulk = req.bulk();
+    Carried {
+        bytes: bulk.counted,
+        file: bulk.file,
     }
 }
 
@@ -573,7 +558,7 @@ impl BackendCounters {
 }
 
 /// Adds a sample to the series every second, until the daemon stops.
-pub(crate) async fn sampler(state: Arc<crate::handler::State>) {
+pub(crate) async fn sampler(state: Arc<crate::state::State>) {
     if !state.stats.counting() {
         return;
     }

@@ -4,7 +4,7 @@
 //! profile of a deployment that did not stop cleanly. Written on the blocking pool, atomically
 //! (a fresh 0600 temp file, fsync, rename): a reader sees a whole snapshot or the one before.
 
-use crate::handler::State;
+use crate::state::State;
 use eddy_proto::stats::{deployment_tag, persist_file, PersistedStats};
 use std::path::PathBuf;
 use std::sync::Arc;

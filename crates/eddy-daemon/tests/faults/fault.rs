@@ -65,6 +65,7 @@ async fn killed_or_hung_daemon_gives_eio_and_others_keep_working() {
     let t = Instant::now();
     let r = c.pread(&big, 0, data.len()).await;
     let took = t.elapsed();
+    // SAFETY: kill(2) of a daemon this test started and stopped.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert_eq!(r.unwrap_err().errno, libc::EIO);
     assert!(

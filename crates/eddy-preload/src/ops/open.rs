@@ -158,8 +158,11 @@ pub unsafe extern "C" fn eddy_pl_openat(
     let call_real = |rp: *const c_char| match which {
         // SAFETY: the caller's arguments.
         0 => unsafe { real::open(rp, flags, mode) },
+        // SAFETY: the caller's arguments.
         1 => unsafe { real::open64(rp, flags, mode) },
+        // SAFETY: the caller's arguments.
         2 => unsafe { real::openat(dirfd, rp, flags, mode) },
+        // SAFETY: the caller's arguments.
         _ => unsafe { real::openat64(dirfd, rp, flags, mode) },
     };
     at!(dirfd, path, -1, |p| open_ours(p, flags, mode), |rp| {

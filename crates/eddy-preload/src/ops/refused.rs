@@ -78,6 +78,7 @@ fn map_copy(
         }
         // SAFETY: the same mapping, now with the protection asked for.
         if prot != libc::PROT_READ | libc::PROT_WRITE
+            // SAFETY: the same mapping, now with the protection asked for.
             && unsafe { libc::mprotect(map, len, prot) } != 0
         {
             return Err(os_err("mprotect (the copy of an Eddy file)"));

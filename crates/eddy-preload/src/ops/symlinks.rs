@@ -98,6 +98,7 @@ pub(super) fn realpath_ours(p: String, out: *mut c_char) -> R<*mut c_char> {
         Ok(q) => CString::new(outside(&q)).map_err(|_| Errno::einval("NUL in path"))?,
         // SAFETY: a NUL-terminated path; `out` is the caller's.
         Err(c) => {
+            // SAFETY: a NUL-terminated path; `out` is the caller's.
             let r = unsafe { real::realpath(c.as_ptr(), out) };
             return if r.is_null() {
                 Err(os_err("realpath"))

@@ -64,6 +64,7 @@ unsafe fn mkostemps_any(template: *mut c_char, suffix_len: c_int, flags: c_int) 
         libc::AT_FDCWD,
         template.cast_const(),
         -1,
+        // SAFETY: the caller's template, writable, NUL-terminated.
         |p| unsafe {
             make_temp(p, template, suffix_len, |q| {
                 open_ours(
@@ -73,6 +74,7 @@ unsafe fn mkostemps_any(template: *mut c_char, suffix_len: c_int, flags: c_int) 
                 )
             })
         },
+        // SAFETY: the caller's template, and the real path of it.
         |rp| unsafe {
             on_real_path(template, rp, suffix_len, |t| {
                 real::mkostemps64(t, suffix_len, flags)
@@ -146,7 +148,9 @@ pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
         libc::AT_FDCWD,
         template.cast_const(),
         std::ptr::null_mut(),
+        // SAFETY: the caller's template, writable, NUL-terminated.
         |p| unsafe { make_temp(p, template, 0, |q| mkdir_ours(q, 0o700)).map(|_| template) },
+        // SAFETY: the caller's template, and the real path of it.
         |rp| unsafe {
             let made = on_real_path(template, rp, 0, |t| real::mkdtemp(t));
             if made.is_null() {

@@ -56,6 +56,7 @@ pub(super) fn setxattr_ours(
 ) -> R<c_int> {
     // SAFETY: the caller's string and buffer.
     let name = unsafe { cstr(name) }?.to_string();
+    // SAFETY: the caller's buffer of `n` bytes.
     let val = unsafe { slice(v, n) }.to_vec();
     let how = match flags {
         0 => XattrSet::Any,

@@ -12,7 +12,7 @@ mod table;
 pub use codec::{decode, decode_plain, encode, encode_into};
 pub use records::*;
 pub use replies::*;
-pub use table::{typed_reply, Op, Props, Request, Rpc, OP_NAMES};
+pub use table::{typed_reply, Bulk, Op, Props, Request, Rpc, OP_NAMES, TABLE_TEXT};
 
 #[cfg(test)]
 mod tests;

@@ -223,3 +223,119 @@ proptest! {
         let _ = response_from_frame(frame, 1 << 16);
     }
 }
+
+/// The fingerprint of the request table: the first 16 hex digits of the BLAKE3 hash of its
+/// text without white space (so that how a toolchain spaces `stringify!` does not count).
+fn table_fingerprint() -> String {
+    let text: String = TABLE_TEXT.chars().filter(|c| !c.is_whitespace()).collect();
+    blake3::hash(text.as_bytes()).to_hex()[..16].to_string()
+}
+
+#[test]
+fn request_table_matches_its_protocol_version() {
+    use crate::{PROTOCOL_VERSION, TABLE_FINGERPRINTS};
+    let now = table_fingerprint();
+    let versions: Vec<u32> = TABLE_FINGERPRINTS.iter().map(|e| e.0).collect();
+    assert!(
+        versions.windows(2).all(|w| w[0] < w[1]),
+        "TABLE_FINGERPRINTS (crates/eddy-proto/src/lib.rs) must list each protocol version \
+         once, oldest first: {versions:?}"
+    );
+    let &(version, recorded) = TABLE_FINGERPRINTS.last().expect("a recorded fingerprint");
+    // The version may have been raised for another change of the wire (a request's fields):
+    // the table then stays as last recorded.
+    let to = if PROTOCOL_VERSION > version {
+        format!("add ({PROTOCOL_VERSION}, \"{now}\")")
+    } else {
+        format!(
+            "raise PROTOCOL_VERSION to {0} and add ({0}, \"{now}\")",
+            version + 1
+        )
+    };
+    assert!(
+        recorded == now && version <= PROTOCOL_VERSION,
+        "the request table (request_table!, crates/eddy-proto/src/msg/table.rs) has the \
+         fingerprint {now}, but {recorded} is recorded for protocol version {version} \
+         (PROTOCOL_VERSION is {PROTOCOL_VERSION}).\n\
+         A changed table is a changed protocol: {to} at the end of TABLE_FINGERPRINTS, \
+         both in crates/eddy-proto/src/lib.rs (never edit an earlier entry)."
+    );
+}
+
+#[test]
+fn the_table_text_has_every_request_and_its_columns() {
+    let lines: Vec<&str> = TABLE_TEXT.lines().collect();
+    assert_eq!(lines.len(), Op::ALL.len());
+    for (line, op) in lines.iter().zip(Op::ALL) {
+        assert!(line.contains(&format!("\"{}\"", op.name())), "{line}");
+    }
+    assert_eq!(
+        lines[0],
+        "Create \"create\" {path} -> Inode, id: Stat, bulk: [];"
+    );
+    let write: String = lines[13].split_whitespace().collect();
+    assert!(
+        write.ends_with("bulk:[payload(data),adds(pieces),writes(data)];"),
+        "{write}"
+    );
+}
+
+#[test]
+fn identity_column_readdresses_path_requests_only() {
+    let path = "/\0id/00".to_string();
+    let create = Request::Create(req::Create {
+        path: "/a".into(),
+        inode: Inode::new(FileKind::File, 1, 0o644, 0, 0),
+        exclusive: false,
+    });
+    assert!(matches!(create.on_identity(path.clone()), Ok(Request::Stat(s)) if s.path == path));
+    let listx = Request::ListXattr(req::ListXattr { path: "/a".into() });
+    assert!(matches!(listx.on_identity(path.clone()), Ok(Request::ListXattr(s)) if s.path == path));
+    let readdir = Request::HasChildren(req::HasChildren { dir: "/a".into() });
+    assert!(matches!(
+        readdir.on_identity(path.clone()),
+        Err(Op::HasChildren)
+    ));
+    let nested = Request::OnIdentity(req::OnIdentity {
+        file_id: 1,
+        op: vec![],
+    });
+    assert!(nested.on_identity(path).is_err());
+}
+
+#[test]
+fn bulk_column_measures_the_bytes() {
+    let piece = |len| crate::Piece {
+        chunk: 0,
+        offset: 0,
+        len,
+    };
+    let write = Request::Write(req::Write {
+        file_id: 7,
+        pieces: vec![piece(10), piece(5)],
+        sums: vec![],
+        data: Bytes::from(vec![1u8; 15]),
+        backing: None,
+    });
+    let b = write.bulk();
+    assert_eq!(
+        (b.adds, b.reply, b.counted, b.file),
+        (15, None, 15, Some((7, true)))
+    );
+    assert_eq!(write.adds_bytes(), Some(15));
+    assert_eq!(write.payload().len(), 15);
+    let read = Request::Read(req::Read {
+        file_id: 8,
+        pieces: vec![piece(4096)],
+        backing: None,
+    });
+    let b = read.bulk();
+    assert_eq!(
+        (b.adds, b.reply, b.counted, b.file),
+        (0, Some(4096), 0, Some((8, false)))
+    );
+    assert_eq!(read.adds_bytes(), None);
+    let stat = Request::Stat(req::Stat { path: "/a".into() });
+    assert_eq!(stat.bulk(), Bulk::default());
+    assert!(stat.payload().is_empty());
+}

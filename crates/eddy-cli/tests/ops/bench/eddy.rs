@@ -507,6 +507,7 @@ fn ctrl_c_stops_the_workers_and_cleans_up() {
     });
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(
+        // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
         0
     );
