@@ -692,9 +692,9 @@ impl Client {
             if end > 0 {
                 // As a write's size: now, or pending for the publication that follows.
                 if let crate::size::Plan::Now(size) =
-                    self.0.sizes.record(f.file_id(), f.path(), end)
+                    self.0.sizes.record(f.file_id(), &f.path(), end)
                 {
-                    self.send_size(f.file_id(), f.path(), size).await?;
+                    self.send_size(f.file_id(), &f.path(), size).await?;
                 }
                 f.raise_known(end);
             }
