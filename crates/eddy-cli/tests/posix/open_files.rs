@@ -29,6 +29,29 @@ os.close(fd)
 print("after close", sorted(os.listdir(d)))
 "#;
 
+/// A file unlinked while open, and the process exits without closing it (`tmpfile()`'s way).
+const UNLINK_THEN_EXIT_PY: &str = r#"
+import os, sys
+d = sys.argv[1]
+fd = os.open(f"{d}/scratch", os.O_RDWR | os.O_CREAT, 0o644)
+os.unlink(f"{d}/scratch")
+os.write(fd, b"y" * 200000)
+os._exit(0)
+"#;
+
+/// The names in `dir` as the client library lists them (hidden names included).
+fn lib_names(lib: &Client, rt: &tokio::runtime::Runtime, dir: &str) -> Vec<String> {
+    rt.block_on(async {
+        let mut rd = lib.readdir(dir, None).unwrap();
+        let mut out = Vec::new();
+        while let Some(page) = rd.next_page().await.unwrap() {
+            out.extend(page.into_iter().map(|e| e.name));
+        }
+        out.sort();
+        out
+    })
+}
+
 /// The file ids whose data files lie in the daemons' roots (chunk data, not checksums).
 fn data_file_ids(m: &Mounted) -> BTreeSet<u128> {
     fn walk(dir: &Path, out: &mut BTreeSet<u128>) {
@@ -97,6 +120,17 @@ fn through_the_preload_library_an_unlinked_or_replaced_file_lives_until_closed()
         "rename over an open file, through the preload library"
     );
     assert_eq!(m.ok("ls -a u r"), "r:\n.\n..\nold\n\nu:\n.\n..\n");
+    // A process that exits without closing closes its handles at exit.
+    std::fs::create_dir(m.path("e")).unwrap();
+    python(UNLINK_THEN_EXIT_PY, &[&format!("{PREFIX}/e")], Some(&m));
+    for d in ["/u", "/e"] {
+        assert!(
+            lib_names(&lib, &rt, d).is_empty(),
+            "{d}: {:?}",
+            lib_names(&lib, &rt, d)
+        );
+    }
+    assert_eq!(lib_names(&lib, &rt, "/r"), vec!["old".to_string()]);
     only_data_of(&m, &lib, &rt, &["/r/old"]);
 }
 
@@ -106,17 +140,7 @@ fn through_the_client_library_an_unlinked_or_replaced_file_lives_until_closed() 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lib = rt.block_on(m.cluster.client());
     let me = Creds::root();
-    let names = |dir: &str| -> Vec<String> {
-        rt.block_on(async {
-            let mut rd = lib.readdir(dir, None).unwrap();
-            let mut out = Vec::new();
-            while let Some(page) = rd.next_page().await.unwrap() {
-                out.extend(page.into_iter().map(|e| e.name));
-            }
-            out.sort();
-            out
-        })
-    };
+    let names = |dir: &str| lib_names(&lib, &rt, dir);
     rt.block_on(lib.mkdir("/d", 0o755, me)).unwrap();
 
     // Unlinked while open: several chunks, on several daemons.

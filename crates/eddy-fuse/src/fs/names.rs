@@ -50,9 +50,9 @@ impl EddyFs {
             .cloned()
     }
 
-    /// The release of a handle (its `close` done): the client removed the hidden name of a file
-    /// unlinked or replaced while open at its last close, and the mount's inode table forgets
-    /// it.
+    /// The release of a handle on the hidden name of a file unlinked or replaced while open
+    /// (its `close` done): once the client has removed that name (at the last close), the
+    /// mount's inode table forgets it.
     pub(super) fn forget_orphan(&self, hidden: &str) {
         if !self.client.unlinked_while_open(hidden) {
             lock(&self.table).remove(hidden);

@@ -407,6 +407,11 @@ impl Filesystem for EddyFs {
     ) {
         let file = lock(&self.files).remove(&fh.0);
         let through = self.pass_handle(fh.0);
+        // A hidden name (unlinked or replaced while open) before the close, which may remove it.
+        let hidden = file
+            .as_ref()
+            .map(File::path)
+            .filter(|p| self.client.unlinked_while_open(p));
         let closed = file.as_ref().map(|f| {
             if !self.close_has_work(f) {
                 return Ok(());
@@ -419,8 +424,8 @@ impl Filesystem for EddyFs {
             self.release_handle_locks(f, fh.0, owner).and(closed)
         });
         self.pass_release(fh.0);
-        if let Some(f) = &file {
-            self.forget_orphan(&f.path());
+        if let Some(p) = hidden {
+            self.forget_orphan(&p);
         }
         match closed {
             Some(Err(e)) => reply.error(failed("release", &e)),
