@@ -7,7 +7,7 @@
 //! file unlinked or replaced on another node is gone for this one's handles.
 
 use crate::file::FileInner;
-use crate::{Client, Creds, Errno, File, FileId};
+use crate::{Client, Creds, Errno, File, FileId, FileKind};
 use eddy_config::{is_hidden_orphan, HIDDEN_ORPHAN};
 use eddy_proto::path;
 use std::collections::{HashMap, HashSet};
@@ -46,13 +46,15 @@ impl Held {
             .remove(&(std::sync::Arc::as_ptr(&f.0) as usize));
     }
 
-    /// The handles open now whose path is `p` or, with `below`, lies under it.
+    /// The handles open now whose path is `p` or, with `below`, lies under it (files only,
+    /// without `below`).
     fn open_at(&self, p: &str, below: bool) -> Vec<File> {
         self.lock()
             .open
             .values()
             .filter_map(Weak::upgrade)
             .map(File)
+            .filter(|f| below || f.inode_kind() != FileKind::Dir)
             .filter(|f| {
                 let fp = f.path();
                 *fp == *p || (below && path::is_within(&fp, p))
@@ -99,7 +101,10 @@ impl Client {
         let Some(victim) = self.0.held.open_at(to, false).first().map(File::file_id) else {
             return Ok(None);
         };
-        if self.stat_norm(from).await?.file_id == victim {
+        // Another name of the same file changes nothing; a directory cannot replace a file
+        // (the rename says ENOTDIR).
+        let source = self.stat_norm(from).await?;
+        if source.file_id == victim || source.kind == FileKind::Dir {
             return Ok(None);
         }
         match self.hide(to, victim, creds).await {
@@ -157,6 +162,20 @@ impl Client {
     /// After a rename of `from` to `to` through this client: the handles open at or below
     /// `from` now reach their files (their metadata, their pending sizes) at the new path.
     pub(crate) fn follow_rename(&self, from: &str, to: &str) {
+        // Hidden names in a directory renamed move with it.
+        {
+            let mut st = self.0.held.lock();
+            let moved: Vec<String> = st
+                .hidden
+                .iter()
+                .filter(|h| path::is_within(h, from))
+                .cloned()
+                .collect();
+            for h in moved {
+                st.hidden.remove(&h);
+                st.hidden.insert(format!("{to}{}", &h[from.len()..]));
+            }
+        }
         for f in self.0.held.open_at(from, true) {
             let old = f.path();
             let new = format!("{to}{}", &old[from.len()..]);
