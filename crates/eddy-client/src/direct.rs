@@ -207,7 +207,7 @@ impl Lease {
 impl Client {
     /// Whether the chunks `f` has on `daemon` may be read and written directly.
     fn direct_eligible(&self, f: &File, daemon: u32) -> bool {
-        f.0.backing.is_none()
+        f.backing().is_none()
             && f.inode_kind() == FileKind::File
             && self.0.direct.root(daemon).is_some()
     }

@@ -41,8 +41,9 @@ pub(crate) struct FileInner {
     /// since through this process (another handle of the file, a path) may have cut the
     /// file below it, and a read then asks again rather than return bytes past the end.
     known_epoch: AtomicU64,
-    /// For a file under a linked prefix: what its chunks' daemons need to fetch it.
-    pub(crate) backing: Option<Backing>,
+    /// For a file under a linked prefix: what its chunks' daemons need to fetch it (its
+    /// backend path follows renames; none once it is hidden, unlinked while open).
+    backing: std::sync::Mutex<Option<Backing>>,
     /// Opening found the backend copy changed and took a new generation of it.
     renewed: bool,
     /// Read-ahead: the offset a sequential reader reads next, and the first chunk not yet
@@ -83,8 +84,24 @@ impl File {
     pub fn path(&self) -> Arc<str> {
         Arc::clone(&eddy_proto::sync::lock(&self.0.path))
     }
+    /// Its path after a rename through this client (`held`): a linked file's backend path
+    /// follows it, and a hidden name (a file unlinked or replaced while open) is not linked
+    /// (decision 0031: the backend never sees it), as a new open there would find.
     pub(crate) fn set_path(&self, p: String) {
+        let name = eddy_proto::path::split(&p).map_or(p.as_str(), |(_, n)| n);
+        {
+            let mut b = eddy_proto::sync::lock(&self.0.backing);
+            if eddy_config::is_hidden_orphan(name) {
+                *b = None;
+            } else if let Some(b) = b.as_mut() {
+                b.path = p.clone();
+            }
+        }
         *eddy_proto::sync::lock(&self.0.path) = p.into();
+    }
+    /// What a linked file's daemons need to fetch it (`None` for scratch files).
+    pub(crate) fn backing(&self) -> Option<Backing> {
+        eddy_proto::sync::lock(&self.0.backing).clone()
     }
     pub fn file_id(&self) -> FileId {
         self.0.inode.file_id
@@ -104,7 +121,7 @@ impl File {
     }
     /// Whether the file lies under a linked prefix (cached from the backend).
     pub fn is_linked(&self) -> bool {
-        self.0.backing.is_some()
+        self.backing().is_some()
     }
     /// Whether opening it found its backend copy changed (size and times may differ from
     /// what a kernel cached before the open).
@@ -318,7 +335,7 @@ impl Client {
             flags,
             known_size: known,
             known_epoch: AtomicU64::new(truncations()),
-            backing,
+            backing: std::sync::Mutex::new(backing),
             renewed,
             ra_next: AtomicU64::new(0),
             ra_upto: AtomicU64::new(0),
@@ -477,7 +494,7 @@ impl Client {
         if self.replicas() > 1 {
             self.read_ahead(f, offset, len, size);
             let spans = layout::pieces(offset, len, self.config().chunk_size);
-            self.read_copies(f.file_id(), &f.path(), f.0.backing.clone(), spans, out)
+            self.read_copies(f.file_id(), &f.path(), f.backing(), spans, out)
                 .await?;
             return Ok(len);
         }
@@ -502,7 +519,7 @@ impl Client {
                         req::Read {
                             file_id: f.file_id(),
                             pieces: pieces.clone(),
-                            backing: f.0.backing.clone(),
+                            backing: f.backing(),
                         },
                     )
                     .await
@@ -534,7 +551,7 @@ impl Client {
     /// Read-ahead for a sequential reader of a linked file: asks the owners of the next
     /// `readahead_chunks` chunks to fetch them from the backend, without waiting for them.
     fn read_ahead(&self, f: &File, offset: u64, len: usize, size: u64) {
-        let (Some(backing), ahead) = (&f.0.backing, u64::from(self.config().readahead_chunks))
+        let (Some(backing), ahead) = (f.backing(), u64::from(self.config().readahead_chunks))
         else {
             return;
         };
@@ -640,7 +657,7 @@ impl Client {
                 sums,
                 pieces: b.spans.iter().map(|s| s.piece).collect(),
                 data,
-                backing: f.0.backing.clone(),
+                backing: f.backing(),
             });
             async move {
                 let (_, generation) = self.rpc().send(b.daemon, &req).await?;
