@@ -173,7 +173,7 @@ impl Client {
         let req = req::ClearSetId {
             path: f.path().to_string(),
         };
-        self.meta(f.path(), req).await.map(|_| ())
+        self.meta(&f.path(), req).await.map(|_| ())
     }
 }
 

@@ -207,7 +207,7 @@ impl Lease {
 impl Client {
     /// Whether the chunks `f` has on `daemon` may be read and written directly.
     fn direct_eligible(&self, f: &File, daemon: u32) -> bool {
-        f.0.backing.is_none()
+        f.backing().is_none()
             && f.inode_kind() == FileKind::File
             && self.0.direct.root(daemon).is_some()
     }
@@ -692,9 +692,9 @@ impl Client {
             if end > 0 {
                 // As a write's size: now, or pending for the publication that follows.
                 if let crate::size::Plan::Now(size) =
-                    self.0.sizes.record(f.file_id(), f.path(), end)
+                    self.0.sizes.record(f.file_id(), &f.path(), end)
                 {
-                    self.send_size(f.file_id(), f.path(), size).await?;
+                    self.send_size(f.file_id(), &f.path(), size).await?;
                 }
                 f.raise_known(end);
             }

@@ -30,7 +30,9 @@ pub(crate) fn truncated() {
 }
 
 pub(crate) struct FileInner {
-    path: String,
+    /// The path it reaches its metadata by: the one it was opened by, moved by the renames
+    /// done through this client (`held`).
+    path: std::sync::Mutex<Arc<str>>,
     inode: Inode,
     flags: i32,
     /// The largest size this handle knows the file to have (its own writes included).
@@ -39,8 +41,9 @@ pub(crate) struct FileInner {
     /// since through this process (another handle of the file, a path) may have cut the
     /// file below it, and a read then asks again rather than return bytes past the end.
     known_epoch: AtomicU64,
-    /// For a file under a linked prefix: what its chunks' daemons need to fetch it.
-    pub(crate) backing: Option<Backing>,
+    /// For a file under a linked prefix: what its chunks' daemons need to fetch it (its
+    /// backend path follows renames; none once it is hidden, unlinked while open).
+    backing: std::sync::Mutex<Option<Backing>>,
     /// Opening found the backend copy changed and took a new generation of it.
     renewed: bool,
     /// Read-ahead: the offset a sequential reader reads next, and the first chunk not yet
@@ -69,15 +72,36 @@ pub struct File(pub(crate) Arc<FileInner>);
 impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("File")
-            .field("path", &self.0.path)
+            .field("path", &self.path())
             .field("file_id", &self.0.inode.file_id)
             .finish()
     }
 }
 
 impl File {
-    pub fn path(&self) -> &str {
-        &self.0.path
+    /// The path the file is reached by now (it follows renames through this client, and a
+    /// file unlinked or replaced while open moves to a hidden name: `held`).
+    pub fn path(&self) -> Arc<str> {
+        Arc::clone(&eddy_proto::sync::lock(&self.0.path))
+    }
+    /// Its path after a rename through this client (`held`): a linked file's backend path
+    /// follows it, and a hidden name (a file unlinked or replaced while open) is not linked
+    /// (decision 0031: the backend never sees it), as a new open there would find.
+    pub(crate) fn set_path(&self, p: String) {
+        let name = eddy_proto::path::split(&p).map_or(p.as_str(), |(_, n)| n);
+        {
+            let mut b = eddy_proto::sync::lock(&self.0.backing);
+            if eddy_config::is_hidden_orphan(name) {
+                *b = None;
+            } else if let Some(b) = b.as_mut() {
+                b.path = p.clone();
+            }
+        }
+        *eddy_proto::sync::lock(&self.0.path) = p.into();
+    }
+    /// What a linked file's daemons need to fetch it (`None` for scratch files).
+    pub(crate) fn backing(&self) -> Option<Backing> {
+        eddy_proto::sync::lock(&self.0.backing).clone()
     }
     pub fn file_id(&self) -> FileId {
         self.0.inode.file_id
@@ -97,7 +121,7 @@ impl File {
     }
     /// Whether the file lies under a linked prefix (cached from the backend).
     pub fn is_linked(&self) -> bool {
-        self.0.backing.is_some()
+        self.backing().is_some()
     }
     /// Whether opening it found its backend copy changed (size and times may differ from
     /// what a kernel cached before the open).
@@ -305,13 +329,13 @@ impl Client {
             }),
             _ => None,
         };
-        Ok(File(Arc::new(FileInner {
-            path: p,
+        let f = File(Arc::new(FileInner {
+            path: std::sync::Mutex::new(p.into()),
             inode,
             flags,
             known_size: known,
             known_epoch: AtomicU64::new(truncations()),
-            backing,
+            backing: std::sync::Mutex::new(backing),
             renewed,
             ra_next: AtomicU64::new(0),
             ra_upto: AtomicU64::new(0),
@@ -320,7 +344,9 @@ impl Client {
             unsynced: Default::default(),
             direct: Default::default(),
             atime_checked: AtomicBool::new(false),
-        })))
+        }));
+        self.0.held.add(&f);
+        Ok(f)
     }
 
     /// Creates a regular file and opens it read-write.
@@ -337,8 +363,13 @@ impl Client {
     }
 
     pub async fn fstat(&self, f: &File) -> Result<Inode, Errno> {
-        let i = self.stat_norm(f.path()).await?;
+        let p = f.path();
+        let mut i = self.stat_norm(&p).await?;
         f.raise_known(i.size);
+        // Unlinked or replaced while open: its hidden name is not one of its names.
+        if self.unlinked_while_open(&p) {
+            i.nlink = i.nlink.saturating_sub(1);
+        }
         Ok(i)
     }
 
@@ -419,8 +450,8 @@ impl Client {
             time: eddy_proto::Timespec::now(),
             strict: rule == Atime::Strictatime,
         };
-        if let Err(e) = self.meta(f.path(), req).await {
-            tracing::debug!(path = f.path(), "cannot move the atime after a read: {e}");
+        if let Err(e) = self.meta(&f.path(), req).await {
+            tracing::debug!(path = &*f.path(), "cannot move the atime after a read: {e}");
         }
     }
 
@@ -451,7 +482,7 @@ impl Client {
         if end > size || f.0.known_epoch.load(Ordering::Acquire) != epoch {
             // The range reaches past what we know: another writer may have extended the file
             // (or a truncate through this process cut it since we knew its size).
-            size = self.stat_norm(f.path()).await?.size;
+            size = self.stat_norm(&f.path()).await?.size;
             f.0.known_size.store(size, Ordering::Release);
             f.0.known_epoch.store(epoch, Ordering::Release);
         }
@@ -463,7 +494,7 @@ impl Client {
         if self.replicas() > 1 {
             self.read_ahead(f, offset, len, size);
             let spans = layout::pieces(offset, len, self.config().chunk_size);
-            self.read_copies(f.file_id(), f.path(), f.0.backing.clone(), spans, out)
+            self.read_copies(f.file_id(), &f.path(), f.backing(), spans, out)
                 .await?;
             return Ok(len);
         }
@@ -488,12 +519,12 @@ impl Client {
                         req::Read {
                             file_id: f.file_id(),
                             pieces: pieces.clone(),
-                            backing: f.0.backing.clone(),
+                            backing: f.backing(),
                         },
                     )
                     .await
-                    .map_err(|e| integrity::read_error(e, f.path()))?;
-                integrity::read_reply(cfg, reply, &pieces, f.path(), b.daemon)
+                    .map_err(|e| integrity::read_error(e, &f.path()))?;
+                integrity::read_reply(cfg, reply, &pieces, &f.path(), b.daemon)
             }
         });
         self.read_ahead(f, offset, len, size);
@@ -520,7 +551,7 @@ impl Client {
     /// Read-ahead for a sequential reader of a linked file: asks the owners of the next
     /// `readahead_chunks` chunks to fetch them from the backend, without waiting for them.
     fn read_ahead(&self, f: &File, offset: u64, len: usize, size: u64) {
-        let (Some(backing), ahead) = (&f.0.backing, u64::from(self.config().readahead_chunks))
+        let (Some(backing), ahead) = (f.backing(), u64::from(self.config().readahead_chunks))
         else {
             return;
         };
@@ -596,7 +627,7 @@ impl Client {
                 path: f.path().to_string(),
                 len: data.len() as u64,
             };
-            self.meta(f.path(), req).await?.0
+            self.meta(&f.path(), req).await?.0
         } else {
             offset
         };
@@ -626,7 +657,7 @@ impl Client {
                 sums,
                 pieces: b.spans.iter().map(|s| s.piece).collect(),
                 data,
-                backing: f.0.backing.clone(),
+                backing: f.backing(),
             });
             async move {
                 let (_, generation) = self.rpc().send(b.daemon, &req).await?;
@@ -639,11 +670,11 @@ impl Client {
         let plan = if f.append() {
             size::Plan::Wait
         } else {
-            self.0.sizes.record(f.file_id(), f.path(), end)
+            self.0.sizes.record(f.file_id(), &f.path(), end)
         };
         let grow = async {
             match plan {
-                size::Plan::Now(size) => self.send_size(f.file_id(), f.path(), size).await,
+                size::Plan::Now(size) => self.send_size(f.file_id(), &f.path(), size).await,
                 size::Plan::Arm(delay) => {
                     self.schedule_size_publication(f.file_id(), delay);
                     Ok(())
@@ -681,7 +712,7 @@ impl Client {
             data.keys().chain(meta.keys()).copied().collect();
         // With R copies: every owner of the file's metadata, and the copies that cannot be
         // reached are left out (up to R-1 of them: the others hold what they missed).
-        let meta_owners = self.rpc().meta_owners(f.path());
+        let meta_owners = self.rpc().meta_owners(&f.path());
         let tolerated = meta_owners.len() - 1;
         targets.extend(meta_owners);
         let file_id = Some(f.file_id());
@@ -712,13 +743,22 @@ impl Client {
             self.0.unsynced.restore(meta);
             return Err(e);
         }
-        unsynced::check_generations(&data, &answered, f.path())?;
-        unsynced::check_generations(&meta, &answered, f.path())
+        unsynced::check_generations(&data, &answered, &f.path())?;
+        unsynced::check_generations(&meta, &answered, &f.path())
     }
 
-    /// Closes the handle: publishes the size its writes reached, so that every client sees
-    /// it from now on (close-to-open).
+    /// Closes the handle: `flush`, and the last handle of a file unlinked or replaced while
+    /// open through this client removes it for good (its data freed; decision 0061).
     pub async fn close(&self, f: &File) -> Result<(), Errno> {
+        let flushed = self.flush(f).await;
+        let released = self.release_held(f).await;
+        flushed.and(released)
+    }
+
+    /// What the close of one descriptor does while the handle may stay open (a mount's
+    /// FLUSH): publishes the size its writes reached, so that every client sees it from now
+    /// on (close-to-open), and reports and ends its direct leases (later I/O takes new ones).
+    pub async fn flush(&self, f: &File) -> Result<(), Errno> {
         let reported = self.direct_report(f, true).await;
         self.publish_size(f).await?;
         self.0.sizes.release(f.file_id());
@@ -734,10 +774,10 @@ impl Client {
                 format!("{} is not open for writing", f.path()),
             ));
         }
-        self.direct_report(f, false).await?;
+        // The writes of every handle not reported yet are reported by `setattr` first.
         let i = self
             .setattr(
-                f.path(),
+                &f.path(),
                 SetAttr {
                     size: Some(size),
                     ..SetAttr::default()
@@ -782,7 +822,7 @@ impl Client {
     /// daemon unreachable now) is dropped when the file is removed (decision 0060).
     async fn give_back(&self, f: &File, offset: u64, took: &[u32]) {
         self.note_spilled(f.file_id());
-        let owner = match self.stat_raw(f.path()).await {
+        let owner = match self.stat_raw(&f.path()).await {
             Ok(i) if i.file_id == f.file_id() => i.size,
             // Removed or replaced meanwhile: its removal dropped everything.
             _ => return,
@@ -836,6 +876,9 @@ impl Client {
         if len == 0 {
             return Err(Errno::einval("fallocate of an empty range"));
         }
+        // What the handles of this client wrote directly reaches the daemons before the
+        // allocation changes the chunks (as before a truncate: `report_every_handle`).
+        self.report_every_handle(f.file_id()).await?;
         let end = offset
             .checked_add(len)
             .filter(|&e| e <= i64::MAX as u64)
@@ -873,7 +916,7 @@ impl Client {
                 path: f.path().to_string(),
                 size: end,
             };
-            self.meta(f.path(), req).await?;
+            self.meta(&f.path(), req).await?;
             f.raise_known(end);
         }
         Ok(())

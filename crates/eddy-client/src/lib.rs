@@ -24,6 +24,7 @@ mod direct;
 mod dirtimes;
 pub mod driver;
 mod file;
+mod held;
 mod integrity;
 mod layout;
 mod links;
@@ -92,6 +93,9 @@ struct Inner {
     local: locality::LocalView,
     /// The daemons of this client's host that hand out descriptors (decision 0048).
     direct: direct::Local,
+    /// The files open through this client, and the hidden names of those unlinked or
+    /// replaced while open (decision 0061).
+    held: held::Held,
 }
 
 /// What the client learns of every call through its rpc layer: a change other than a write
@@ -166,6 +170,7 @@ impl Client {
             unsynced,
             local,
             direct,
+            held: held::Held::default(),
             dep,
         })))
     }
@@ -340,7 +345,7 @@ impl Client {
     /// may skip it (the mount answers FLUSH and RELEASE of a clean file without entering the
     /// runtime).
     pub fn close_has_work(&self, f: &File) -> bool {
-        self.0.sizes.written(f.file_id()) || !f.0.direct.is_empty()
+        self.0.sizes.written(f.file_id()) || !f.0.direct.is_empty() || self.holds_hidden(f)
     }
 
     /// Publishes the size this client's writes to `f` reached, if any is pending.
@@ -349,7 +354,7 @@ impl Client {
             return Ok(());
         };
         match self.0.sizes.take(f.file_id(), false) {
-            Some((_, size)) => self.send_size(f.file_id(), f.path(), size).await,
+            Some((_, size)) => self.send_size(f.file_id(), &f.path(), size).await,
             None => Ok(()),
         }
     }

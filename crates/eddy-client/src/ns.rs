@@ -140,9 +140,26 @@ impl Client {
         }
     }
 
+    /// unlink(2). A file a handle of this client holds open lives on under a hidden name
+    /// until the last of them is closed (`held`, decision 0061).
     pub async fn unlink(&self, path: &str, creds: Creds) -> Result<(), Errno> {
         let p = self.norm(path)?;
         self.check_remove(&p, None, creds).await?;
+        if self.hide_if_open(&p, creds).await? {
+            return Ok(());
+        }
+        self.remove_name(&p).await
+    }
+
+    /// Removes the name `path` (normalised) of a non-directory, whatever is open.
+    pub(crate) async fn unlink_now(&self, path: &str, creds: Creds) -> Result<(), Errno> {
+        let p = self.norm(path)?;
+        self.check_remove(&p, None, creds).await?;
+        self.remove_name(&p).await
+    }
+
+    async fn remove_name(&self, p: &str) -> Result<(), Errno> {
+        let p = p.to_string();
         let remove = self.meta(
             &p,
             req::Remove {
@@ -300,6 +317,12 @@ impl Client {
             self.0.dircache.forget_tree(&p);
         }
         let truncated = attr.size.is_some();
+        if truncated && cur.kind == FileKind::File {
+            // Whatever handle of this client wrote the file directly, its writes are reported
+            // before the daemons cut the chunks, so that the cut drops their bytes past the
+            // new size (decision 0059).
+            self.report_every_handle(cur.file_id).await?;
+        }
         // Under the file's publication gate: a publication under way ends first and none
         // starts meanwhile. A truncate then drops the sizes reached before it; any other change
         // first publishes them, so that the inode the owner replies with is the whole file

@@ -109,8 +109,11 @@ impl Client {
     /// replaces an empty directory. Atomic for files as seen by readers: the new name exists
     /// before the old one goes. Data never moves (it is named by file id). A directory rename
     /// that stops half-way (EIO) is completed later, never left split (decision 0010).
+    /// rename(2). A file a handle of this client holds open at `to` lives on under a hidden
+    /// name until the last of them is closed, and the handles open at or below `from` follow
+    /// the rename (`held`, decision 0061).
     pub async fn rename(&self, from: &str, to: &str, creds: Creds) -> Result<(), Errno> {
-        let res = self.rename_norm(from, to, creds).await;
+        let res = self.rename_open(from, to, creds).await;
         // A stat that crossed the rename is not kept either (decision 0050).
         for p in [from, to] {
             if let Ok(p) = self.norm(p) {
@@ -120,7 +123,29 @@ impl Client {
         res
     }
 
-    async fn rename_norm(&self, from: &str, to: &str, creds: Creds) -> Result<(), Errno> {
+    async fn rename_open(&self, from: &str, to: &str, creds: Creds) -> Result<(), Errno> {
+        let (from, to) = (self.norm(from)?, self.norm(to)?);
+        if from == to {
+            return self.rename_norm(&from, &to, creds).await;
+        }
+        let hidden = self.keep_replaced(&from, &to, creds).await?;
+        if let Err(e) = self.rename_norm(&from, &to, creds).await {
+            if let Some(h) = hidden {
+                // The replaced file gets its name back (best effort).
+                self.unhide(&h, &to).await;
+            }
+            return Err(e);
+        }
+        self.follow_rename(&from, &to);
+        Ok(())
+    }
+
+    pub(crate) async fn rename_norm(
+        &self,
+        from: &str,
+        to: &str,
+        creds: Creds,
+    ) -> Result<(), Errno> {
         let from = self.norm(from)?;
         let to = self.norm(to)?;
         if from == "/" || to == "/" {

@@ -100,6 +100,13 @@ impl SizeCache {
         }
     }
 
+    /// The file was renamed through this client: deferred publications go to `path`.
+    pub fn moved(&self, file: FileId, path: &str) {
+        if let Some(e) = self.lock().get_mut(&file) {
+            e.path = path.to_string();
+        }
+    }
+
     /// Takes what is pending for publication: the path to publish at and the size, which
     /// stays visible to `pending` until `done`. `disarm` is set by the deferred publication.
     pub fn take(&self, file: FileId, disarm: bool) -> Option<(String, u64)> {

@@ -129,7 +129,7 @@ impl Client {
         let f = self
             .open(path, libc::O_RDONLY, 0, crate::Creds::root())
             .await?;
-        let Some(backing) = f.0.backing.clone() else {
+        let Some(backing) = f.backing() else {
             return Err(Errno::einval(format!("{path} is not a linked file")));
         };
         let cs = self.config().chunk_size;

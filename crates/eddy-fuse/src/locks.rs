@@ -128,7 +128,11 @@ pub(crate) async fn wait_for_lock(
             Err(e) => break Err(e),
         }
         if interrupted(tid) {
-            debug!(tid, path = file.path(), "lock wait interrupted by a signal");
+            debug!(
+                tid,
+                path = &*file.path(),
+                "lock wait interrupted by a signal"
+            );
             break Err(Errno::new(
                 libc::EINTR,
                 "interrupted while waiting for a lock",

@@ -84,6 +84,20 @@ impl Open {
         self.file.lock().take()
     }
 
+    /// The path the open file is reached by now: its handle's, which follows renames and
+    /// unlinks through this process (decision 0061), else the one it was opened by.
+    pub fn path_now(&self) -> String {
+        match self.file.lock().as_ref() {
+            Some(f) => f.path().to_string(),
+            None => self.path.clone(),
+        }
+    }
+
+    /// Gives the open a new handle.
+    pub fn set_file(&self, f: File) {
+        *self.file.lock() = Some(f);
+    }
+
     pub fn reset_file(&self) {
         *self.file.lock() = None;
     }
@@ -278,7 +292,12 @@ pub fn fill(o: &Open, cur: &mut Cursor) -> R<bool> {
     cur.reader = Some(reader);
     match page {
         Some(entries) => {
-            for e in entries {
+            // Files unlinked or replaced while open live on under a hidden name until their
+            // last close (decision 0061): not listed.
+            for e in entries
+                .into_iter()
+                .filter(|e| !eddy_config::is_hidden_orphan(&e.name))
+            {
                 let t = crate::stat::dtype(e.inode.kind);
                 cur.buf.push_back((e.name, crate::stat::ino(&e.inode), t));
             }

@@ -36,10 +36,11 @@ pub fn dtype(kind: FileKind) -> u8 {
     }
 }
 
+/// As the mount says it: 0 for a file unlinked or replaced while open (decision 0061).
 fn nlink(i: &Inode) -> u64 {
     match i.kind {
         FileKind::Dir => u64::from(i.nlink.max(2)),
-        _ => u64::from(i.nlink.max(1)),
+        _ => u64::from(i.nlink),
     }
 }
 

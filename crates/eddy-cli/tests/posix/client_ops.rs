@@ -416,6 +416,9 @@ async fn symlinks_attributes_statfs_unlink() {
         c.stat("/file").await.is_ok(),
         "unlinking a symlink leaves its target"
     );
+    // Closed first: a file open through this client lives on until its last close.
+    c.close(&f).await.unwrap();
+    c.close(&via).await.unwrap();
     c.unlink("/file", me).await.unwrap();
     assert_eq!(errno(c.stat("/file").await), libc::ENOENT);
     assert_eq!(errno(c.unlink("/file", me).await), libc::ENOENT);
@@ -617,6 +620,8 @@ async fn unlink_and_truncate_reach_only_the_chunk_holders() {
         c.pread(&h, 0, cs * 12).await.unwrap(),
         pattern(2, 0, cs + 1)
     );
+    // Closed first: a file open through this client lives on until its last close.
+    c.close(&h).await.unwrap();
     c.unlink("/big", me).await.unwrap();
     for (id, s) in c.daemon_status().await {
         assert_eq!(

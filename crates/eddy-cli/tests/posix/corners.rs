@@ -105,7 +105,7 @@ fn noatime_never_moves_atime() {
 }
 
 /// A file held open, then replaced by `rename(new, old)`: its descriptor still reaches it.
-const RENAME_OVER_OPEN_PY: &str = r#"
+pub(crate) const RENAME_OVER_OPEN_PY: &str = r#"
 import os, sys
 d = sys.argv[1]
 fd = os.open(f"{d}/old", os.O_RDWR | os.O_CREAT, 0o644)

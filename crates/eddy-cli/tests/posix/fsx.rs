@@ -88,23 +88,11 @@ fn random_operations_through_the_mount_with_passthrough_match_the_shadow() {
     );
 }
 
+/// Through the mount on the daemons' host, without passthrough: the mount's client reads
+/// and writes the daemons' data files directly (decision 0048), as users get by default,
+/// with the plain and the O_DIRECT descriptor as two handles of one file.
 #[test]
 fn random_operations_through_the_mount_without_passthrough_match_the_shadow() {
-    through_the_mount(
-        Config {
-            fuse_passthrough: false,
-            ..eddy_testkit::test_config()
-        },
-        2,
-    );
-}
-
-/// Decision 0059, Not done: with direct local I/O, the plain and the O_DIRECT descriptor of
-/// one file in one process now and then read bytes a truncate or an allocation through the
-/// other should have changed (no checksum error).
-#[test]
-#[ignore = "decision 0059 Not done: two handles of one file with direct local I/O, truncate and fallocate"]
-fn random_operations_through_the_mount_without_passthrough_with_direct_local_io() {
     through_the_mount(
         Config {
             fuse_passthrough: false,
@@ -114,15 +102,10 @@ fn random_operations_through_the_mount_without_passthrough_with_direct_local_io(
     );
 }
 
-#[test]
-#[ignore = "decision 0059 Not done: two handles of one file with direct local I/O, truncate and fallocate"]
-fn random_operations_through_the_preload_library_with_direct_local_io() {
-    preload_run(local());
-}
-
+/// Through the preload library on the daemons' host (direct local I/O, two descriptors).
 #[test]
 fn random_operations_through_the_preload_library_match_the_shadow() {
-    preload_run(eddy_testkit::test_config());
+    preload_run(local());
 }
 
 fn preload_run(config: Config) {

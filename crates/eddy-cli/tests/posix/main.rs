@@ -25,6 +25,7 @@ mod mixed_io;
 mod mount_access;
 mod mount_ops;
 mod mount_prop;
+mod open_files;
 mod passthrough;
 mod permissions;
 mod placement_mount;

@@ -133,10 +133,15 @@ impl ChunkStore {
         ranges: &[(u64, u64)],
         sums: &[(u64, u32)],
     ) -> Result<(), Errno> {
-        let shared = lock(&self.direct).get(&id).is_none_or(|m| m.shared);
         let Some(slot) = self.slot(id) else {
             return Ok(()); // removed meanwhile: nothing to record
         };
+        // Not between a truncate's cuts and its new length of the data file (`Slot::cutting`):
+        // before it, the cut drops what was reported; after it, the bytes a truncate dropped
+        // are zeros, checksummed from the data (a truncate shares the file).
+        let _cutting = lock(&slot.cutting);
+        // Read under that lock: a truncate that went first has shared the file.
+        let shared = lock(&self.direct).get(&id).is_none_or(|m| m.shared);
         // Each chunk's new end, and the blocks touched per chunk.
         let cs = self.chunk_size;
         let mut ends: BTreeMap<u64, u64> = BTreeMap::new();

@@ -22,6 +22,11 @@ pub(super) struct Slot {
     pub(super) chunks: Mutex<BTreeMap<u64, u64>>,
     /// The data file was created since its last sync: its directory entry needs one.
     pub(super) fresh: AtomicBool,
+    /// Held by a truncate from its first cut to the data file's new length, and by a direct
+    /// writer's report (decision 0059): a report that lands between the two would record its
+    /// chunks past the new size, and the data file would keep, past the size, the bytes the
+    /// cut was to drop (read back once the file grows again).
+    pub(super) cutting: Mutex<()>,
 }
 
 pub(super) fn rec_err(e: fjall::Error, id: FileId) -> Errno {

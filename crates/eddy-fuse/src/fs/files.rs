@@ -29,17 +29,6 @@ pub(super) fn fopen_flags(file: &File) -> FopenFlags {
     FopenFlags::empty()
 }
 
-/// Flags that reopen a file in the same mode, without creating or truncating anything.
-pub(super) fn reopen_flags(file: &File) -> i32 {
-    let access = match (file.readable(), file.writable()) {
-        (true, true) => libc::O_RDWR,
-        (false, true) => libc::O_WRONLY,
-        _ => libc::O_RDONLY,
-    };
-    let append = if file.append() { libc::O_APPEND } else { 0 };
-    access | append | libc::O_NOFOLLOW
-}
-
 impl EddyFs {
     /// fallocate: mode 0 and FALLOC_FL_KEEP_SIZE reserve real space on the daemons that
     /// hold the range; every other mode (punching holes, collapsing or inserting ranges,

@@ -16,7 +16,6 @@ use eddy_client::driver::Driver;
 use eddy_client::{Client, Creds, File};
 use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileKind, Inode, Xattr, XattrSet};
-use files::reopen_flags;
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -101,9 +100,6 @@ pub(crate) struct EddyFs {
     blksize: u32,
     table: Mutex<InodeTable>,
     files: Mutex<HashMap<u64, File>>,
-    /// Files unlinked while open through this mount: their hidden paths, removed for good
-    /// when the last handle is released.
-    orphans: Mutex<std::collections::HashSet<String>>,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
     next_fh: AtomicU64,
     /// Extended attributes of entries as replies carried them, for the attribute TTL.
@@ -127,7 +123,6 @@ impl EddyFs {
             blksize,
             table: Mutex::new(InodeTable::new()),
             files: Mutex::new(HashMap::new()),
-            orphans: Mutex::default(),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             xattrs: XattrCache::new(opts.attr_ttl),
@@ -231,7 +226,7 @@ impl EddyFs {
     fn truncate_path(&self, req: &Request, path: &str, size: u64) -> Result<Inode, Errno> {
         let open: Vec<File> = lock(&self.files)
             .values()
-            .filter(|f| f.writable() && f.path() == path)
+            .filter(|f| f.writable() && *f.path() == *path)
             .cloned()
             .collect();
         let mut inode = None;
@@ -245,11 +240,6 @@ impl EddyFs {
     }
 }
 
-/// Whether `path` is `dir` or below it.
-fn is_at_or_below(path: &str, dir: &str) -> bool {
-    path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
-}
-
 /// The file id of a file with several names, which its inode number follows.
 fn shared_id(inode: &Inode) -> Option<u128> {
     inode.shared.map(|_| inode.file_id)
@@ -258,17 +248,4 @@ fn shared_id(inode: &Inode) -> Option<u128> {
 /// Attributes for "." and ".." in a readdirplus reply, which the kernel ignores.
 fn dot_inode() -> Inode {
     Inode::new(FileKind::Dir, 0, 0o755, 0, 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_at_or_below;
-
-    #[test]
-    fn at_or_below() {
-        assert!(is_at_or_below("/a", "/a"));
-        assert!(is_at_or_below("/a/b", "/a"));
-        assert!(!is_at_or_below("/ab", "/a"));
-        assert!(!is_at_or_below("/b", "/a"));
-    }
 }

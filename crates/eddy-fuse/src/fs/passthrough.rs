@@ -190,7 +190,7 @@ impl EddyFs {
                 modes.backing = Some((Arc::clone(&id), data));
                 modes.through += 1;
                 st.handles.insert(fh, (ino, true));
-                debug!(path = file.path(), "FUSE passthrough");
+                debug!(path = &*file.path(), "FUSE passthrough");
                 Ok(Some(id))
             }
             Some((Err(e), _)) => {

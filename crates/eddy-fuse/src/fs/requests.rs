@@ -72,7 +72,7 @@ impl Filesystem for EddyFs {
             (Ok(p), _) => self.run(self.client.stat_recent(&p)).map(|mut inode| {
                 // A file unlinked while open lives on under a hidden name that is not one of
                 // its names: fstat counts it out (0 for a file with no name left).
-                if lock(&self.orphans).contains(&p) {
+                if self.client.unlinked_while_open(&p) {
                     inode.nlink = inode.nlink.saturating_sub(1);
                 }
                 inode
@@ -188,18 +188,16 @@ impl Filesystem for EddyFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.child(parent, name).and_then(|path| {
-            let open = lock(&self.files)
-                .values()
-                .find(|f| f.path() == path)
-                .map(File::file_id);
-            match open {
-                Some(file_id) => self.hide_orphan(req, &path, file_id),
-                None => {
-                    self.run(self.client.unlink(&path, creds(req)))?;
-                    lock(&self.table).remove(&path);
-                    Ok(())
-                }
+            // A file a handle has open lives on under a hidden name (the client's, decision
+            // 0061); the kernel's inode of it follows there.
+            let open = self.open_at(&path);
+            self.run(self.client.unlink(&path, creds(req)))?;
+            let mut table = lock(&self.table);
+            match open.map(|f| f.path()).filter(|h| **h != *path) {
+                Some(hidden) => table.rename(&path, &hidden),
+                None => table.remove(&path),
             }
+            Ok(())
         });
         match res {
             Ok(()) => reply.ok(),
@@ -387,7 +385,7 @@ impl Filesystem for EddyFs {
             }
             let closed = match self.pass_handle(fh.0) {
                 true => self.run(self.client.passthrough_flush(&f)),
-                false => self.run(self.client.close(&f)),
+                false => self.run(self.client.flush(&f)),
             };
             self.release_owner_locks(&f, lock_owner.0).and(closed)
         });
@@ -409,6 +407,11 @@ impl Filesystem for EddyFs {
     ) {
         let file = lock(&self.files).remove(&fh.0);
         let through = self.pass_handle(fh.0);
+        // A hidden name (unlinked or replaced while open) before the close, which may remove it.
+        let hidden = file
+            .as_ref()
+            .map(File::path)
+            .filter(|p| self.client.unlinked_while_open(p));
         let closed = file.as_ref().map(|f| {
             if !self.close_has_work(f) {
                 return Ok(());
@@ -421,8 +424,8 @@ impl Filesystem for EddyFs {
             self.release_handle_locks(f, fh.0, owner).and(closed)
         });
         self.pass_release(fh.0);
-        if let Some(f) = &file {
-            self.reap_orphan(f.path());
+        if let Some(p) = hidden {
+            self.forget_orphan(&p);
         }
         match closed {
             Some(Err(e)) => reply.error(failed("release", &e)),

@@ -45,7 +45,7 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
     on_fd!(
         fd,
         -1,
-        |o| setattr_path(o.path.clone(), mode_attr(mode)),
+        |o| setattr_path(o.path_now(), mode_attr(mode)),
         real::fchmod(fd, mode)
     )
 }
@@ -97,7 +97,7 @@ pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -
     on_fd!(
         fd,
         -1,
-        |o| setattr_path(o.path.clone(), owner_attr(uid, gid)),
+        |o| setattr_path(o.path_now(), owner_attr(uid, gid)),
         real::fchown(fd, uid, gid)
     )
 }
@@ -189,7 +189,7 @@ pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_
     on_fd!(
         fd,
         -1,
-        |o| setattr_path(o.path.clone(), times_attr(times)?),
+        |o| setattr_path(o.path_now(), times_attr(times)?),
         real::futimens(fd, times)
     )
 }

@@ -191,10 +191,25 @@ pub(super) fn fcntl_ours(fd: c_int, o: Arc<Open>, cmd: c_int, arg: c_ulong) -> R
             o.flags.store(new, Ordering::Relaxed);
             if append_changed {
                 // The client's handle carries O_APPEND: a new one is opened on next use.
-                if let Some(f) = o.take_file() {
-                    run(move |c| async move { c.close(&f).await })?;
+                // Reopened where the old handle is now (a rename or an unlink through this
+                // process moved it), and only then the old one closed: a file unlinked while
+                // open lives on until its last handle is closed (decision 0061).
+                match o.take_file() {
+                    Some(old) => {
+                        let path = old.path().to_string();
+                        let flags = new & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+                        let creds = crate::state::creds();
+                        let reopened =
+                            run(move |c| async move { c.open(&path, flags, 0, creds).await });
+                        if let Ok(f) = &reopened {
+                            o.set_file(f.clone());
+                        }
+                        let closed = run(move |c| async move { c.close(&old).await });
+                        reopened?;
+                        closed?;
+                    }
+                    None => o.reset_file(),
                 }
-                o.reset_file();
             }
             Ok(0)
         }

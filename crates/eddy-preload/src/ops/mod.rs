@@ -25,7 +25,9 @@ use std::sync::Arc;
 /// Symlinks followed at most this many times (ELOOP beyond), as Linux.
 const MAX_HOPS: usize = 40;
 
-/// Whether this process wrote through an Eddy descriptor (sizes to publish at exit).
+/// Whether this process wrote through an Eddy descriptor (sizes to publish at exit), or
+/// unlinked or renamed a name (a file it holds open may live on under a hidden name until
+/// its handles are closed, at exit at the latest: decision 0061).
 static WROTE: AtomicBool = AtomicBool::new(false);
 
 enum T {

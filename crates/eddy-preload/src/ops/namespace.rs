@@ -36,6 +36,7 @@ pub(super) fn rmdir_ours(p: String) -> R<c_int> {
 pub(super) fn unlink_ours(p: String) -> R<c_int> {
     let cr = creds();
     run(move |c| async move { c.unlink(&p, cr).await })?;
+    WROTE.store(true, Ordering::Relaxed);
     Ok(0)
 }
 
@@ -115,6 +116,7 @@ pub(super) fn rename_ours(from: String, to: String, flags: c_uint) -> R<c_int> {
     }
     let cr = creds();
     run(move |c| async move { c.rename(&from, &to, cr).await })?;
+    WROTE.store(true, Ordering::Relaxed);
     Ok(0)
 }
 

@@ -109,7 +109,7 @@ pub unsafe extern "C" fn fgetxattr(
     on_fd!(
         fd,
         -1,
-        |o| getxattr_ours(o.path.clone(), name, v, n, false),
+        |o| getxattr_ours(o.path_now(), name, v, n, false),
         real::fgetxattr(fd, name, v, n)
     )
 }
@@ -138,7 +138,7 @@ pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, n: size_t) -> 
     on_fd!(
         fd,
         -1,
-        |o| listxattr_ours(o.path.clone(), list, n),
+        |o| listxattr_ours(o.path_now(), list, n),
         real::flistxattr(fd, list, n)
     )
 }
@@ -185,7 +185,7 @@ pub unsafe extern "C" fn fsetxattr(
     on_fd!(
         fd,
         -1,
-        |o| setxattr_ours(o.path.clone(), name, v, n, flags),
+        |o| setxattr_ours(o.path_now(), name, v, n, flags),
         real::fsetxattr(fd, name, v, n, flags)
     )
 }
@@ -223,7 +223,7 @@ pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
     on_fd!(
         fd,
         -1,
-        |o| removexattr_ours(o.path.clone(), name),
+        |o| removexattr_ours(o.path_now(), name),
         real::fremovexattr(fd, name)
     )
 }
