@@ -303,6 +303,8 @@ impl ChunkStore {
 
     fn adopt_with(&self, id: FileId, sums: bool) -> Result<u64, Errno> {
         let slot = self.slot_or_new(id);
+        // No truncate between the look at the extents and the records (`Slot::sizing`).
+        let _sizing = lock(&slot.sizing);
         let gone = slot.gate.read().unwrap_or_else(|e| e.into_inner());
         if *gone {
             return Ok(0);

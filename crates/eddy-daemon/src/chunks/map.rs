@@ -22,6 +22,12 @@ pub(super) struct Slot {
     pub(super) chunks: Mutex<BTreeMap<u64, u64>>,
     /// The data file was created since its last sync: its directory entry needs one.
     pub(super) fresh: AtomicBool,
+    /// Held through a truncate and through an adoption (`adopt_with`), taken before the
+    /// gate and the chunk locks. An adoption records chunks from the data file's extents as
+    /// it found them: a truncate between that look and the records would have its cut
+    /// chunks recorded again, and the data file left longer than the file (the kernel
+    /// takes that length as the file's end through passthrough, decision 0049).
+    pub(super) sizing: Mutex<()>,
 }
 
 pub(super) fn rec_err(e: fjall::Error, id: FileId) -> Errno {
