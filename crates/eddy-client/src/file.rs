@@ -95,6 +95,10 @@ impl File {
     pub fn append(&self) -> bool {
         self.0.flags & libc::O_APPEND != 0
     }
+    /// Whether it was opened with O_DIRECT.
+    pub fn direct(&self) -> bool {
+        self.0.flags & libc::O_DIRECT != 0
+    }
     /// Whether the file lies under a linked prefix (cached from the backend).
     pub fn is_linked(&self) -> bool {
         self.0.backing.is_some()

@@ -75,7 +75,6 @@ fn through_the_mount(config: Config, salt: u64) {
 }
 
 #[test]
-
 fn random_operations_through_the_mount_with_passthrough_match_the_shadow() {
     through_the_mount(
         Config {
