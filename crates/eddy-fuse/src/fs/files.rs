@@ -37,9 +37,9 @@ pub(super) fn fopen_flags(file: &File) -> FopenFlags {
 /// file system then records EIO for every open of it, and the next msync or fsync of the
 /// mapping reports it (ext4, xfs: "Page cache invalidation failure on direct I/O"), though
 /// no byte is damaged. So such an open is FOPEN_DIRECT_IO too, which the kernel lets
-/// override passthrough for reads and writes: they come to the mount, whose client writes
-/// the data file through its page cache (decision 0048), and its mappings still go to the
-/// data file, like every other open of the inode.
+/// override passthrough for reads and writes: they come to the mount, whose client has the
+/// daemon write the data file through its page cache, and its mappings still go to the data
+/// file, like every other open of the inode.
 pub(super) fn passthrough_flags(file: &File) -> FopenFlags {
     match file.direct() && file.writable() {
         true => FopenFlags::FOPEN_DIRECT_IO,

@@ -336,9 +336,14 @@ impl Filesystem for EddyFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let res = self
-            .file(fh)
-            .and_then(|f| self.run(self.client.pread(&f, offset, size as usize)));
+        let res = self.file(fh).and_then(|f| {
+            // An O_DIRECT writer of a passed-through file (`passthrough_flags`): the kernel
+            // wrote the file through its other opens, past the size this client knows.
+            if self.pass_handle(fh.0) {
+                self.run(self.client.passthrough_settle(&f))?;
+            }
+            self.run(self.client.pread(&f, offset, size as usize))
+        });
         match res {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(failed("read", &e)),
