@@ -50,9 +50,13 @@ fn main() {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("EDDY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // A line that cannot be written (the log's device is full, decision 0060) is lost: the
+    // library's report of it would go to the same standard error with `eprintln!`, whose
+    // failure panics (a mount's request thread, or the mount at start-up).
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .init();
 }
 

@@ -78,6 +78,14 @@ pub(crate) struct Handles(
     tokio::sync::Mutex<()>,
 );
 
+impl Lease {
+    /// Whether the kernel reads and writes its data file (FUSE passthrough): the client's
+    /// own reads and writes of that open file then go through the daemon.
+    pub(crate) fn kernels(&self) -> bool {
+        self.kernel.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
 impl Handles {
     /// Whether the handle holds no lease.
     pub fn is_empty(&self) -> bool {
@@ -659,11 +667,12 @@ impl Client {
         }
     }
 
-    /// Before a flush, fsync or close of a file the kernel writes: a lease lost meanwhile
+    /// Before a flush, fsync or close of a file the kernel writes, and before a read the
+    /// mount serves of one (an O_DIRECT writer's, decision 0059): a lease lost meanwhile
     /// (the daemon restarted) is asked for again, so that the report that follows reaches
     /// the daemon; and the size the file reached (its data file's length: the kernel wrote
-    /// past what this client knows) is recorded for publication.
-    async fn passthrough_settle(&self, f: &File) -> Result<(), Errno> {
+    /// past what this client knows) is recorded for publication, and known to the handle.
+    pub async fn passthrough_settle(&self, f: &File) -> Result<(), Errno> {
         let leases: Vec<(u32, Arc<Lease>)> = eddy_proto::sync::lock(&f.0.direct.0)
             .iter()
             .filter_map(|(d, l)| l.clone().map(|l| (*d, l)))

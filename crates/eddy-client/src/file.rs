@@ -119,6 +119,10 @@ impl File {
     pub fn append(&self) -> bool {
         self.0.flags & libc::O_APPEND != 0
     }
+    /// Whether it was opened with O_DIRECT.
+    pub fn direct(&self) -> bool {
+        self.0.flags & libc::O_DIRECT != 0
+    }
     /// Whether the file lies under a linked prefix (cached from the backend).
     pub fn is_linked(&self) -> bool {
         self.backing().is_some()
@@ -504,7 +508,7 @@ impl Client {
         let mut batches = Vec::with_capacity(all.len());
         for b in all {
             match self.direct_lease(f, b.daemon).await {
-                Some(l) if self.direct_read(&l, &b.spans, out).is_ok() => {}
+                Some(l) if !l.kernels() && self.direct_read(&l, &b.spans, out).is_ok() => {}
                 _ => batches.push(b),
             }
         }
@@ -636,12 +640,16 @@ impl Client {
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| Errno::new(libc::EFBIG, "write beyond the largest file size"))?;
         let all = self.write_batches(f.file_id(), offset, data.len());
-        // The chunks on a daemon of this host are written directly (decision 0048).
+        // The chunks on a daemon of this host are written directly (decision 0048), but
+        // under a lease the kernel writes through (the O_DIRECT writer of a passed-through
+        // file the mount serves, decision 0059): those go through the daemon, which writes
+        // and records them before it answers, as for a writer on another host (a direct
+        // write's report could land after a truncate made through another open).
         let (mut batches, mut direct) = (Vec::with_capacity(all.len()), Vec::new());
         for b in all {
             match self.direct_lease(f, b.daemon).await {
-                Some(l) => direct.push((b, l)),
-                None => batches.push(b),
+                Some(l) if !l.kernels() => direct.push((b, l)),
+                _ => batches.push(b),
             }
         }
         let direct_writes = async {

@@ -23,13 +23,18 @@ fn main() {
             );
             tracing_subscriber::EnvFilter::new(log_filter("info"))
         });
+    // A line that cannot be written (the log's device is full, decision 0060) is lost: the
+    // library's report of it would go to the same standard error with `eprintln!`, whose
+    // failure panics the thread that logged (a request's, the runtime's).
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
         .init();
     if let Err(e) = eddy_daemon::run(args) {
-        eprintln!("eddyd: {e}");
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "eddyd: {e}");
         std::process::exit(1);
     }
 }

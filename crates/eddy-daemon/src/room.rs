@@ -4,10 +4,24 @@
 //! ENOSPC while the device's free space is under `meta_reserve_bytes` (data only when the
 //! chunk files share the metadata device). Removals, updates and reads still run, so
 //! deleting files makes room and the daemon recovers by itself.
+//!
+//! Refusing requests keeps the reserve only from writers that ask: the kernel writing a data
+//! file itself (FUSE passthrough, decision 0049) asks nobody, and fills the device to its
+//! last block. So when the chunk files share the device, the reserve is held as a file
+//! (`RESERVE_FILE` in the daemon's root, fallocated) and counted as free. When the device
+//! has run out (`relieve`, before every request that changes state), the file is emptied
+//! and the store writes into its blocks; it is taken again once the device has room for it
+//! three times over (decision 0060).
 
+use eddy_proto::sync::lock;
 use eddy_proto::Errno;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The file that holds the reserve, in the daemon's root (beside the store, not in its
+/// directory).
+pub const RESERVE_FILE: &str = "meta-reserve";
 
 pub(crate) struct Room {
     id: u32,
@@ -15,6 +29,8 @@ pub(crate) struct Room {
     reserve: u64,
     /// Whether the chunk files live on the metadata device (their writes use the reserve).
     shared: bool,
+    /// The reserve file and the bytes it holds now (0: given to the store).
+    held: Mutex<(Option<std::fs::File>, u64)>,
 }
 
 impl Room {
@@ -24,23 +40,94 @@ impl Room {
             (Some(a), Some(b)) => a == b,
             _ => true,
         };
-        Room {
+        let file = match reserve > 0 && shared {
+            true => {
+                let path = meta_dir.parent().unwrap_or(meta_dir).join(RESERVE_FILE);
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&path)
+                    .map_err(|e| {
+                        tracing::warn!(
+                            "cannot make {}: the reserve is kept by refusals only: {e}",
+                            path.display()
+                        )
+                    })
+                    .ok()
+            }
+            false => None,
+        };
+        let room = Room {
             id,
             meta_dir: meta_dir.to_owned(),
             reserve,
             shared,
-        }
+            held: Mutex::new((file, 0)),
+        };
+        room.relieve();
+        room
     }
 
     /// Free bytes of the metadata device for an unprivileged writer, and its size; `None`
-    /// if unknown.
+    /// if unknown. The reserve file's bytes count as free: they are the store's.
     fn space(&self) -> Option<(u64, u64)> {
+        let (free, size) = self.device()?;
+        Some((free.saturating_add(self.held()), size))
+    }
+
+    /// Free bytes of the metadata device for an unprivileged writer, and its size, as the
+    /// device says.
+    fn device(&self) -> Option<(u64, u64)> {
         let st = nix::sys::statvfs::statvfs(&self.meta_dir).ok()?;
         let unit = st.fragment_size() as u64;
         Some((
             (st.blocks_available() as u64).saturating_mul(unit),
             (st.blocks() as u64).saturating_mul(unit),
         ))
+    }
+
+    /// The bytes the reserve file holds now (free for the store, not for writers).
+    pub fn held(&self) -> u64 {
+        lock(&self.held).1
+    }
+
+    /// Before a request that changes state: a device that has (nearly) run out gets the
+    /// reserve file's blocks, so that the store never meets a full device; a device with
+    /// room for the reserve three times over has it taken again.
+    pub fn relieve(&self) {
+        let mut held = lock(&self.held);
+        let (Some(file), Some((free, size))) = (held.0.as_ref(), self.device()) else {
+            return;
+        };
+        let want = self.reserve_of(size);
+        if held.1 > 0 && free < (want / 16).max(1) {
+            match file.set_len(0) {
+                Ok(()) => {
+                    tracing::warn!(
+                        "daemon {}: its metadata device is full ({free} bytes free): the \
+                         {} bytes held in reserve are the store's now; remove files to make room",
+                        self.id,
+                        held.1
+                    );
+                    held.1 = 0;
+                }
+                Err(e) => tracing::warn!("daemon {}: cannot empty the reserve file: {e}", self.id),
+            }
+        } else if held.1 == 0 && want > 0 && free >= want.saturating_mul(3) {
+            let flags = nix::fcntl::FallocateFlags::empty();
+            match nix::fcntl::fallocate(file, flags, 0, want as i64) {
+                Ok(()) => held.1 = want,
+                Err(e) => {
+                    let _ = file.set_len(0);
+                    tracing::debug!(
+                        "daemon {}: cannot take the reserve file again: {e}",
+                        self.id
+                    );
+                }
+            }
+        }
     }
 
     /// The bytes kept in reserve on a metadata device of `size` bytes (0: none kept).

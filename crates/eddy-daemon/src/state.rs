@@ -139,6 +139,10 @@ impl State {
             }
         }
         self.requests.fetch_add(1, Ordering::Relaxed);
+        let props = req.op().props();
+        if props.changes() || props.grows() {
+            self.room.relieve();
+        }
         if let Some(bytes) = req.adds_bytes() {
             if let Err(e) = self.room.check(bytes) {
                 if !self.served_when_full(&req) {
@@ -278,8 +282,10 @@ impl State {
             pid: std::process::id(),
             root: root.display().to_string(),
             fs_total_bytes: vfs.blocks() as u64 * frag,
-            fs_free_bytes: vfs.blocks_free() as u64 * frag,
-            fs_avail_bytes: vfs.blocks_available() as u64 * frag,
+            // The reserve file's blocks are the store's: counted free, as before it held
+            // them, and the reserve is taken off what writers are offered (`reserve_bytes`).
+            fs_free_bytes: (vfs.blocks_free() as u64 * frag).saturating_add(self.room.held()),
+            fs_avail_bytes: (vfs.blocks_available() as u64 * frag).saturating_add(self.room.held()),
             fs_files: vfs.files() as u64,
             fs_files_free: vfs.files_free() as u64,
             chunk_bytes,

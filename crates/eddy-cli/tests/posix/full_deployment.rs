@@ -68,11 +68,15 @@ struct Full {
 
 impl Full {
     fn start() -> Full {
+        Full::start_with(test_config())
+    }
+
+    fn start_with(config: eddy_config::Config) -> Full {
         require::root("mount a tmpfs");
         let dir = tempfile::tempdir().unwrap();
         let disk = dir.path().join("disk");
         let tmpfs = Tmpfs::mount(&disk, DISK);
-        let cluster = Cluster::start_on(3, test_config(), |i| disk.join(format!("d{i}")));
+        let cluster = Cluster::start_on(3, config, |i| disk.join(format!("d{i}")));
         let mount = cluster.mount();
         Full {
             mount,
@@ -267,4 +271,138 @@ fn a_full_deployment_gives_enospc_and_its_space_back_three_times() {
             chunk_files(&f.disk)
         );
     }
+}
+
+/// A full device under FUSE passthrough (decision 0049): the kernel writes the data files
+/// itself, past every daemon's room check, until the device has no block left, so the
+/// daemons' metadata stores meet a full device (fjall poisons its database when a journal
+/// write fails: every later removal was EIO, the deployment could not be emptied, and a
+/// new mount could not connect). Each daemon holds its reserve as a file and gives it to
+/// its store when the device runs out (decision 0060): the writer gets ENOSPC and nothing
+/// else, the mount stays up, the files can be removed and the space is used again, three
+/// times.
+#[test]
+fn a_device_filled_through_passthrough_gives_enospc_and_can_be_emptied() {
+    let f = Full::start_with(eddy_config::Config {
+        placement: eddy_config::PlacementMode::Local,
+        placement_host: Some("localhost".into()),
+        fuse_passthrough: true,
+        ..test_config()
+    });
+    let empty = f.disk_free();
+    let slack = 16 * MIB;
+    for round in 0..3 {
+        // Two writers at once, and small files beside them.
+        f.enospc(
+            "(dd if=/dev/zero of=a bs=1M conv=fsync 2>&1; echo a=$?) > a.out & \
+             dd if=/dev/zero of=b bs=1M conv=fsync; b=$?; wait; cat a.out >&2; \
+             for i in 1 2 3 4 5 6 7 8; do echo x > s$i; done; exit $b",
+        );
+        f.mount_alive();
+        let written: u64 = f
+            .ok("stat -c %s a b")
+            .split_whitespace()
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum();
+        assert!(
+            written > DISK / 2,
+            "round {round}: the writers stopped at {written} bytes"
+        );
+        f.ok("ls -l >/dev/null && stat a >/dev/null");
+        // Updates in place are served on a full device: the stores write their journals.
+        f.ok("i=0; while [ $i -lt 100 ]; do chmod 600 a && touch -m -d @$i b && i=$((i+1)) || exit 1; done");
+        f.ok("rm -f a b a.out s1 s2 s3 s4 s5 s6 s7 s8");
+        assert_eq!(f.ok("ls | wc -l").trim(), "0", "round {round}");
+        let free = f.disk_free();
+        assert!(
+            free + slack >= empty,
+            "round {round}: after rm {free} bytes free, {empty} when empty{}",
+            f.logs()
+        );
+        // The space is used again, and a new mount connects.
+        f.ok("dd if=/dev/zero of=again bs=1M count=64 conv=fsync 2>/dev/null && rm again");
+        {
+            let again = f.cluster.mount();
+            std::fs::read_dir(again.path("")).expect("list through a new mount");
+        }
+        for i in 0..3 {
+            let log = f.cluster.daemon_log(i);
+            assert!(
+                !log.contains("Poisoned") && !log.contains("FATAL"),
+                "round {round}: daemon {i}'s store met the full device:\n{log}"
+            );
+        }
+    }
+}
+
+/// The mount's log on a device that is full (as after `eddy start --mount` on a host whose
+/// disk filled: the state directory holds the mount's log): a line it cannot write is
+/// lost, and nothing else happens. The logging library reported a failed write with
+/// `eprintln!`, which panics when standard error cannot be written: a request thread died
+/// mid-reply, the mount went away and its writers got "Software caused connection abort".
+#[test]
+fn a_mount_whose_log_device_is_full_stays_up() {
+    require::root("mount a tmpfs");
+    require::fuse();
+    let cluster = Cluster::start_with(3, test_config());
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let _tmpfs = Tmpfs::mount(&logs, MIB);
+    let log = std::fs::File::create(logs.join("mount.log")).unwrap();
+    let _ = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", logs.join("fill").display()))
+        .arg("bs=64k")
+        .output();
+    assert_eq!(df(&logs).1, 0, "the log device is not full");
+    let mnt = tempfile::tempdir().unwrap();
+    // Every request is logged (debug), so every one meets the full device.
+    let mut child = Command::new(eddy_testkit::eddy_bin())
+        .args(["mount", "--foreground", "--allow-other", "--state"])
+        .arg(cluster.dir.path())
+        .arg(mnt.path())
+        .env("EDDY_LOG", "debug")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let began = std::time::Instant::now();
+    while !eddy_testkit::is_mountpoint(mnt.path()) {
+        assert!(
+            began.elapsed() < std::time::Duration::from_secs(30),
+            "the mount did not appear"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let run = |script: &str| {
+        Command::new("timeout")
+            .args(["60", "sh", "-c", script])
+            .current_dir(mnt.path())
+            .output()
+            .unwrap()
+    };
+    let out = run("for i in $(seq 1 50); do \
+         stat missing$i 2>/dev/null; echo data$i > f$i && cat f$i >/dev/null || exit 1; done; \
+         ls | wc -l; rm f*; ls | wc -l");
+    let alive = child.try_wait().unwrap().is_none();
+    let _ = Command::new("fusermount3")
+        .arg("-u")
+        .arg(mnt.path())
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["50", "0"]
+    );
+    assert!(alive, "the mount's process ended");
 }

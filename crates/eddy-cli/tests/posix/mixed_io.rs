@@ -153,11 +153,11 @@ fn mixed_fio_engines_on_shared_files_never_read_eio_with_default_settings() {
     });
 }
 
-/// Decision 0059, Not done: through passthrough, fio's mmap jobs now and then get EIO from
-/// msync (the kernel's writeback of a mapping of an inode whose other opens pass through),
-/// with no checksum mismatch on any daemon.
+/// The same through FUSE passthrough (placement `local`). fio's O_DIRECT writers used to
+/// be written by the kernel with direct I/O into the data file while the mmap jobs dirtied
+/// its pages through their mappings: the data file's file system recorded EIO (a page cache
+/// it could not drop), which the mmap jobs' msync reported (decision 0059).
 #[test]
-#[ignore = "decision 0059 Not done: msync EIO through FUSE passthrough (kernel writeback), not a checksum"]
 fn mixed_fio_engines_never_read_eio_through_fuse_passthrough() {
     mixed_rounds(Config {
         placement: PlacementMode::Local,

@@ -264,3 +264,105 @@ fn with_two_copies_the_mount_writes_every_copy_itself() {
     assert!(c.1 >= 2 * data.len() as u64, "{c:?}");
     same(&rt.block_on(read_all(&far, "/two")), &data);
 }
+
+/// A buffer aligned for O_DIRECT, filled with `byte`.
+fn aligned(len: usize, byte: u8) -> (*mut u8, std::alloc::Layout) {
+    let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+    // SAFETY: a non-zero size; checked for null.
+    let p = unsafe { std::alloc::alloc(layout) };
+    assert!(!p.is_null());
+    // SAFETY: `len` bytes just allocated.
+    unsafe { std::ptr::write_bytes(p, byte, len) };
+    (p, layout)
+}
+
+/// Decision 0059 (Not done, now done): one open of a passed-through file maps it shared and
+/// writes the mapping while another writes it with O_DIRECT. The kernel would write the
+/// O_DIRECT one with direct I/O into the data file, whose page cache it then cannot drop
+/// (the other's dirty pages): the data file's file system records EIO and the mapping's
+/// msync reports it, though no byte is damaged. The mount serves an O_DIRECT writer's
+/// reads and writes itself (its mappings still pass through): msync and fsync succeed, and
+/// the last bytes of each read back the same here and elsewhere.
+#[test]
+fn an_o_direct_writer_beside_a_shared_mapping_never_makes_msync_fail() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    const LEN: usize = 1 << 20;
+    let m = Mounted::start_with(3, config(true));
+    write_file(&m, "mixed", &pattern(5, 0, LEN));
+    let open = |flags: i32| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(m.path("mixed"))
+            .unwrap()
+    };
+    let plain = open(0);
+    let direct = open(libc::O_DIRECT);
+    // SAFETY: a shared mapping of LEN bytes of a file of LEN bytes; checked for failure,
+    // unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            plain.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    let addr = map as usize;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // One thread dirties every page of the mapping, over and over.
+    let mapper = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut round = 0u8;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                round = round.wrapping_add(1);
+                for page in (0..LEN).step_by(4096) {
+                    // SAFETY: inside the mapping, which outlives this thread (joined).
+                    unsafe { *((addr + page + 100) as *mut u8) = round };
+                }
+            }
+        })
+    };
+    // Meanwhile O_DIRECT writes over the same pages.
+    let (buf, layout) = aligned(64 << 10, 0xd1);
+    // SAFETY: `layout.size()` bytes allocated above.
+    let bytes = unsafe { std::slice::from_raw_parts(buf, layout.size()) };
+    for i in 0..2000u64 {
+        let at = (i * 7919 % 16) * (64 << 10);
+        direct.write_all_at(bytes, at).unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    mapper.join().unwrap();
+    // The last of each: an O_DIRECT block at 0, a mapped byte in the last page.
+    direct.write_all_at(bytes, 0).unwrap();
+    // SAFETY: inside the mapping.
+    unsafe { *((addr + LEN - 1) as *mut u8) = 0x5a };
+    // SAFETY: our own mapping.
+    let synced = unsafe { libc::msync(map, LEN, libc::MS_SYNC) };
+    let msync_err = std::io::Error::last_os_error();
+    // SAFETY: our own mapping, unmapped once.
+    unsafe { libc::munmap(map, LEN) };
+    assert_eq!(synced, 0, "msync: {msync_err}");
+    plain.sync_all().expect("fsync of the mapped file");
+    direct.sync_all().expect("fsync of the O_DIRECT file");
+    drop((plain, direct));
+    // SAFETY: allocated with this layout.
+    unsafe { std::alloc::dealloc(buf, layout) };
+
+    let here = std::fs::read(m.path("mixed")).unwrap();
+    assert_eq!(here.len(), LEN);
+    assert!(here[..64 << 10].iter().all(|b| *b == 0xd1));
+    assert_eq!(here[LEN - 1], 0x5a);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let far = rt.block_on(remote_client(&m));
+    rt.block_on(async {
+        same(&read_all(&far, "/mixed").await, &here);
+        scrub_clean(&far).await;
+    });
+}

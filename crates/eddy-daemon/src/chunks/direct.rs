@@ -136,10 +136,10 @@ impl ChunkStore {
         let Some(slot) = self.slot(id) else {
             return Ok(()); // removed meanwhile: nothing to record
         };
-        // Not between a truncate's cuts and its new length of the data file (`Slot::cutting`):
+        // Not between a truncate's cuts and its new length of the data file (`Slot::sizing`):
         // before it, the cut drops what was reported; after it, the bytes a truncate dropped
         // are zeros, checksummed from the data (a truncate shares the file).
-        let _cutting = lock(&slot.cutting);
+        let _sizing = lock(&slot.sizing);
         // Read under that lock: a truncate that went first has shared the file.
         let shared = lock(&self.direct).get(&id).is_none_or(|m| m.shared);
         // Each chunk's new end, and the blocks touched per chunk.
@@ -308,6 +308,8 @@ impl ChunkStore {
 
     fn adopt_with(&self, id: FileId, sums: bool) -> Result<u64, Errno> {
         let slot = self.slot_or_new(id);
+        // No truncate between the look at the extents and the records (`Slot::sizing`).
+        let _sizing = lock(&slot.sizing);
         let gone = slot.gate.read().unwrap_or_else(|e| e.into_inner());
         if *gone {
             return Ok(0);

@@ -22,11 +22,15 @@ pub(super) struct Slot {
     pub(super) chunks: Mutex<BTreeMap<u64, u64>>,
     /// The data file was created since its last sync: its directory entry needs one.
     pub(super) fresh: AtomicBool,
-    /// Held by a truncate from its first cut to the data file's new length, and by a direct
-    /// writer's report (decision 0059): a report that lands between the two would record its
-    /// chunks past the new size, and the data file would keep, past the size, the bytes the
-    /// cut was to drop (read back once the file grows again).
-    pub(super) cutting: Mutex<()>,
+    /// Held by a truncate from its first cut to the data file's new length, by a direct
+    /// writer's report and by an adoption (`adopt_with`), taken before the gate and the
+    /// chunk locks (decision 0059). A report that landed between a truncate's cuts and the
+    /// data file's new length would record its chunks past the new size; an adoption records
+    /// chunks from the data file's extents as it found them, and a truncate between that look
+    /// and the records would have its cut chunks recorded again. Either way the data file
+    /// would keep, past the size, bytes the cut was to drop (read back once the file grows
+    /// again, and taken by the kernel as the file's end through passthrough, decision 0049).
+    pub(super) sizing: Mutex<()>,
 }
 
 pub(super) fn rec_err(e: fjall::Error, id: FileId) -> Errno {

@@ -490,7 +490,7 @@ impl ChunkStore {
         let Some(slot) = self.slot(id) else {
             return Ok(());
         };
-        let _cutting = lock(&slot.cutting);
+        let _sizing = lock(&slot.sizing);
         self.daemon_changes(id);
         let listed: Vec<(u64, u64)> = lock(&slot.chunks).iter().map(|(k, l)| (*k, *l)).collect();
         for (k, _) in listed {

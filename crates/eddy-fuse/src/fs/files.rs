@@ -29,6 +29,24 @@ pub(super) fn fopen_flags(file: &File) -> FopenFlags {
     FopenFlags::empty()
 }
 
+/// How the kernel should treat an open file it passes through (decision 0049): reads,
+/// writes and mappings go to the data file, but for an O_DIRECT open for writing. The kernel
+/// would write it with direct I/O into the data file, and a direct write into a file whose
+/// pages someone has mapped and dirtied (another open's shared mapping, which passthrough
+/// maps onto the same data file) fails to drop them from the page cache: the data file's
+/// file system then records EIO for every open of it, and the next msync or fsync of the
+/// mapping reports it (ext4, xfs: "Page cache invalidation failure on direct I/O"), though
+/// no byte is damaged. So such an open is FOPEN_DIRECT_IO too, which the kernel lets
+/// override passthrough for reads and writes: they come to the mount, whose client has the
+/// daemon write the data file through its page cache, and its mappings still go to the data
+/// file, like every other open of the inode.
+pub(super) fn passthrough_flags(file: &File) -> FopenFlags {
+    match file.direct() && file.writable() {
+        true => FopenFlags::FOPEN_DIRECT_IO,
+        false => FopenFlags::empty(),
+    }
+}
+
 impl EddyFs {
     /// fallocate: mode 0 and FALLOC_FL_KEEP_SIZE reserve real space on the daemons that
     /// hold the range; every other mode (punching holes, collapsing or inserting ranges,

@@ -18,6 +18,11 @@
 //! registers it from a thread that has taken the file owner's file-system identity
 //! (`register_as_owner`), so the kernel's opens are checked as that user's, never root's.
 //!
+//! An O_DIRECT open for writing of a passed-through inode is answered FOPEN_DIRECT_IO as well
+//! (`files::passthrough_flags`): its reads and writes come to the mount, its mappings go to
+//! the data file. The kernel's direct writes into a data file another open has mapped and
+//! dirtied would make the data file's file system report EIO to that mapping's msync.
+//!
 //! Not taken: when the mount could not enable it at init (not root, old kernel), for
 //! O_APPEND opens (Eddy reserves appended ranges at the metadata owner), for a file whose
 //! backend copy was renewed, and for a file this mount has taken a lock on (the lock daemon

@@ -3,7 +3,7 @@
 //! worker thread, with the mount's state (`mod.rs`) and the helpers of `names.rs`,
 //! `files.rs`, `dirs.rs` and `xattrs.rs`.
 
-use super::files::fopen_flags;
+use super::files::{fopen_flags, passthrough_flags};
 use super::xattrs::{cached_value, reply_xattr};
 use super::*;
 
@@ -303,7 +303,7 @@ impl Filesystem for EddyFs {
                         if atime_due {
                             self.run(self.client.note_read(&file));
                         }
-                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
+                        reply.opened_passthrough(FileHandle(fh), passthrough_flags(&file), &id)
                     }
                     Ok(None) => reply.opened(FileHandle(fh), fopen),
                     Err(e) => {
@@ -334,9 +334,14 @@ impl Filesystem for EddyFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let res = self
-            .file(fh)
-            .and_then(|f| self.run(self.client.pread(&f, offset, size as usize)));
+        let res = self.file(fh).and_then(|f| {
+            // An O_DIRECT writer of a passed-through file (`passthrough_flags`): the kernel
+            // wrote the file through its other opens, past the size this client knows.
+            if self.pass_handle(fh.0) {
+                self.run(self.client.passthrough_settle(&f))?;
+            }
+            self.run(self.client.pread(&f, offset, size as usize))
+        });
         match res {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(failed("read", &e)),
@@ -579,7 +584,8 @@ impl Filesystem for EddyFs {
             let fopen = fopen_flags(&file);
             let fh = self.add_file(file.clone());
             match self.pass_open(attr.ino.0, fh, &file, true, |d| reply.open_backing(d)) {
-                Ok(id) => Ok((attr, fh, fopen, id)),
+                Ok(Some(id)) => Ok((attr, fh, passthrough_flags(&file), Some(id))),
+                Ok(None) => Ok((attr, fh, fopen, None)),
                 Err(e) => {
                     lock(&self.files).remove(&fh);
                     let _ = self.run(self.client.close(&file));
@@ -588,14 +594,9 @@ impl Filesystem for EddyFs {
             }
         });
         match res {
-            Ok((attr, fh, _, Some(id))) => reply.created_passthrough(
-                &self.ttl,
-                &attr,
-                GENERATION,
-                FileHandle(fh),
-                FopenFlags::empty(),
-                &id,
-            ),
+            Ok((attr, fh, fopen, Some(id))) => {
+                reply.created_passthrough(&self.ttl, &attr, GENERATION, FileHandle(fh), fopen, &id)
+            }
             Ok((attr, fh, fopen, None)) => {
                 reply.created(&self.ttl, &attr, GENERATION, FileHandle(fh), fopen)
             }
