@@ -26,6 +26,7 @@ mod transfer;
 
 pub use batch::*;
 pub use posix::*;
+pub use run::{eddy_connect, eddy_disconnect};
 pub use transfer::*;
 
 use eddy_client::Errno;

@@ -76,13 +76,13 @@ fn posix_calls_round_trip() {
     write(f, &data, 0);
     assert_eq!(read(f, 400_000, 0), data);
     assert_eq!(read(f, 10, 300_000), b"");
-    assert_eq!(unsafe { eddy_fsync(f) }, 0);
+    assert_eq!(eddy_fsync(f), 0);
     let mut st = eddy_stat::default();
     assert_eq!(unsafe { eddy_fstat(f, &mut st) }, 0);
     assert_eq!(st.size, 300_000);
     assert_eq!(st.mode & libc::S_IFMT, libc::S_IFREG);
     assert_eq!(st.mode & 0o777, 0o644);
-    assert_eq!(unsafe { eddy_ftruncate(f, 1000) }, 0);
+    assert_eq!(eddy_ftruncate(f, 1000), 0);
     assert_eq!(read(f, 5000, 0), data[..1000]);
 
     // Locks belong to the handle: a second handle conflicts.
@@ -156,7 +156,7 @@ fn posix_calls_round_trip() {
                 2,
             )
         },
-        -libc::ERANGE
+        -(libc::ERANGE as i64)
     );
     let mut buf = [0u8; 64];
     let n = unsafe { eddy_getxattr(conn, b.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64) };
@@ -171,7 +171,7 @@ fn posix_calls_round_trip() {
     );
     assert_eq!(
         unsafe { eddy_getxattr(conn, b.as_ptr(), name.as_ptr(), null_mut(), 0) },
-        -libc::ENODATA
+        -(libc::ENODATA as i64)
     );
 
     // Directory pages: 25 files listed 10 at a time, in name order, each name once.
