@@ -19,3 +19,5 @@ if ! diff -u include/eddy.h "$fresh"; then
   exit 1
 fi
 echo "crates/eddy-c/include/eddy.h matches the crate"
+# The guide's C reference is made from the header: it must be the header's too.
+python3 ../../scripts/c-reference.py --check

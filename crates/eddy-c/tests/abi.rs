@@ -4,6 +4,9 @@
 //! transfer with progress; several threads on one connection; a deployment that does not
 //! answer gives an error within the deadline. No root, no service: the fast lane.
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 use eddy::*;
 use eddy_testkit::{pattern, test_config, Cluster};
 use std::ffi::{c_char, c_void, CStr, CString};

@@ -3,6 +3,9 @@
 //! against three real daemons through EDDY_STATE; the MPI one with four ranks under mpirun.
 //! What they wrote is then read back through the client library. The root lane.
 
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 use eddy_testkit::{bin_dir, test_config, Cluster};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
