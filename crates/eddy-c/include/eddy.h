@@ -313,6 +313,8 @@ int32_t eddy_lock(eddy_file_t file, int kind, uint64_t start, uint64_t len, int 
 // named by the environment variable `EDDY_STATE` (as the preload library finds it). On
 // success `*out` is the connection's handle.
 //
+// A connection belongs to the process that made it: a child made by `fork` connects anew.
+//
 // Blocks until every daemon needed has answered: at most `rpc_timeout_ms` (default 10 s)
 // per request; an unreachable deployment is -EIO (or -ETIMEDOUT), never a hang.
 //

@@ -123,6 +123,8 @@ fn connect(state: Option<&str>) -> R<Conn> {
 /// named by the environment variable `EDDY_STATE` (as the preload library finds it). On
 /// success `*out` is the connection's handle.
 ///
+/// A connection belongs to the process that made it: a child made by `fork` connects anew.
+///
 /// Blocks until every daemon needed has answered: at most `rpc_timeout_ms` (default 10 s)
 /// per request; an unreachable deployment is -EIO (or -ETIMEDOUT), never a hang.
 ///
