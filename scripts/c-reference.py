@@ -23,61 +23,91 @@ how long.
 """
 
 
+GROUPS = [
+    ("Errors and version", ["eddy_last_error", "eddy_api_version"]),
+    ("Connections", ["eddy_connect", "eddy_disconnect"]),
+    ("Files", ["eddy_open", "eddy_close", "eddy_pread", "eddy_pwrite", "eddy_fsync",
+               "eddy_ftruncate", "eddy_fstat"]),
+    ("The namespace", ["eddy_stat", "eddy_mkdir", "eddy_unlink", "eddy_rmdir", "eddy_rename",
+                       "eddy_truncate", "eddy_readdir"]),
+    ("Extended attributes", ["eddy_getxattr", "eddy_setxattr", "eddy_listxattr",
+                             "eddy_removexattr"]),
+    ("Locks", ["eddy_lock"]),
+    ("Batched asynchronous I/O", ["eddy_batch_submit", "eddy_batch_wait", "eddy_batch_poll",
+                                  "eddy_batch_free"]),
+    ("Transfer and statistics", ["eddy_transfer", "eddy_stats_json"]),
+]
+
+
+def declarations(lines):
+    """(comment lines, declaration) of every commented declaration of the header."""
+    items, comment, i = [], [], 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("//"):
+            comment.append(line[3:] if line.startswith("// ") else line[2:])
+            i += 1
+            continue
+        if line.strip() == "" or not comment:
+            i += 1
+            continue
+        decl = [line]
+        if line.startswith("struct"):
+            while decl[-1].strip() != "};":
+                i += 1
+                decl.append(lines[i])
+        elif not line.startswith("#define"):
+            while not decl[-1].rstrip().endswith(";"):
+                i += 1
+                decl.append(lines[i])
+        items.append((comment, "\n".join(decl)))
+        comment = []
+        i += 1
+    return items
+
+
+def paragraphs(comment):
+    """The comment's lines joined into paragraphs."""
+    out, cur = [], []
+    for line in comment:
+        if line.strip() == "":
+            if cur:
+                out.append(" ".join(cur))
+                cur = []
+        else:
+            cur.append(line.strip())
+    if cur:
+        out.append(" ".join(cur))
+    return "\n\n".join(p.replace("# Safety", "**Safety:**") for p in out)
+
+
 def reference():
+    items = declarations(HEADER.read_text().splitlines())
     out = []
-    src=HEADER.read_text().splitlines()
-    items=[]; com=[]; i=0
-    while i<len(src):
-        l=src[i]
-        if l.startswith('//'):
-            com.append(l[3:] if l.startswith('// ') else l[2:]); i+=1; continue
-        if l.strip()=='' or not com:
-            i+=1; continue
-        decl=[l]
-        if l.startswith('struct'):
-            while decl[-1].strip()!='};':
-                i+=1; decl.append(src[i])
-        elif not l.startswith('#define'):
-            while not decl[-1].rstrip().endswith(';'):
-                i+=1; decl.append(src[i])
-        items.append((com,'\n'.join(decl))); com=[]
-        i+=1
-    def para(c):
-        out=[];cur=[]
-        for x in c:
-            if x.strip()=='' :
-                if cur: out.append(' '.join(cur)); cur=[]
-            else: cur.append(x.strip())
-        if cur: out.append(' '.join(cur))
-        return '\n\n'.join(p.replace('# Safety','**Safety:**') for p in out)
-    def emit(c,d):
-        out.append("```c\n"+d.strip()+"\n```\n")
-        out.append(para(c)+"\n")
+
+    def emit(comment, decl):
+        out.append("```c\n" + decl.strip() + "\n```\n")
+        out.append(paragraphs(comment) + "\n")
+
     out.append("## Constants\n")
-    for c,d in items:
-        if d.startswith('#define'): emit(c,d)
+    for c, d in items:
+        if d.startswith("#define"):
+            emit(c, d)
     out.append("## Types\n")
-    for c,d in items:
-        if d.startswith('typedef') or d.startswith('struct'): emit(c,d)
-    groups=[("Errors and version",["eddy_last_error","eddy_api_version"]),
-     ("Connections",["eddy_connect","eddy_disconnect"]),
-     ("Files",["eddy_open","eddy_close","eddy_pread","eddy_pwrite","eddy_fsync","eddy_ftruncate","eddy_fstat"]),
-     ("The namespace",["eddy_stat","eddy_mkdir","eddy_unlink","eddy_rmdir","eddy_rename","eddy_truncate","eddy_readdir"]),
-     ("Extended attributes",["eddy_getxattr","eddy_setxattr","eddy_listxattr","eddy_removexattr"]),
-     ("Locks",["eddy_lock"]),
-     ("Batched asynchronous I/O",["eddy_batch_submit","eddy_batch_wait","eddy_batch_poll","eddy_batch_free"]),
-     ("Transfer and statistics",["eddy_transfer","eddy_stats_json"])]
-    funcs={}
-    for c,d in items:
-        if d.startswith(('#','typedef','struct')): continue
-        m=re.search(r'\b(eddy_\w+)\(',d); funcs[m.group(1)]=(c,d)
-    seen=set()
-    for title,names in groups:
+    for c, d in items:
+        if d.startswith(("typedef", "struct")):
+            emit(c, d)
+    funcs = {}
+    for c, d in items:
+        if not d.startswith(("#", "typedef", "struct")):
+            funcs[re.search(r"\b(eddy_\w+)\(", d).group(1)] = (c, d)
+    listed = {n for _, names in GROUPS for n in names}
+    if set(funcs) != listed:
+        sys.exit(f"scripts/c-reference.py: GROUPS does not list {sorted(set(funcs) ^ listed)}")
+    for title, names in GROUPS:
         out.append(f"## {title}\n")
         for n in names:
-            emit(*funcs[n]); seen.add(n)
-    missing=set(funcs)-seen
-    assert not missing, missing
+            emit(*funcs[n])
     return INTRO + "\n".join(out).rstrip() + "\n"
 
 
