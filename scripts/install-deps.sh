@@ -104,6 +104,16 @@ if ! mdbook --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
   cargo install --locked --quiet mdbook --version "$MDBOOK_VERSION"
 fi
 
+# cbindgen: libeddy's header (crates/eddy-c/include/eddy.h) is generated from the crate's
+# source; `make test` regenerates it and fails when the committed one differs
+# (scripts/check-c-header.sh, decision 0066). A tool, pinned, not a build dependency: building
+# the library does not compile cbindgen's parser. About 5 minutes of CPU, once per machine.
+CBINDGEN_VERSION=0.29.0
+if ! cbindgen --version 2>/dev/null | grep -qx "cbindgen $CBINDGEN_VERSION"; then
+  echo "installing: cbindgen $CBINDGEN_VERSION (cargo install)"
+  cargo install --locked --quiet cbindgen --version "$CBINDGEN_VERSION"
+fi
+
 # PyDarshan (the `darshan` package from PyPI, which bundles libdarshan-util): `eddy history
 # import` reads Darshan logs with it, and crates/eddy-history/tests/darshan.rs imports the
 # logs it ships. Debian 12 refuses system-wide pip, so it lives in a venv of its own, the

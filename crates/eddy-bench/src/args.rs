@@ -100,6 +100,11 @@ pub struct SuiteArgs {
     /// named by EDDY_PRELOAD_LIB).
     #[arg(long)]
     pub preload: bool,
+    /// Add a run through libeddy, the C library (`c:STATE`: the workers call its C
+    /// functions; decision 0066), on the same deployment, after the client library's run,
+    /// and print its ratio to that run phase by phase.
+    #[arg(long)]
+    pub client_c: bool,
     /// Configuration file for the deployment (`eddy start --config`), e.g. `checksums =
     /// false` to measure what the checksums cost.
     #[arg(long, value_name = "FILE")]

@@ -51,7 +51,7 @@ struct Manifest {
 pub fn run_plan(plan: &Plan, spec: &RunSpec) -> anyhow::Result<Report> {
     match &plan.target {
         Target::Dir(_) => run_on(&LocalFs, plan, spec),
-        Target::Eddy { state, .. } | Target::Preload { state, .. } => {
+        Target::Eddy { state, .. } | Target::Preload { state, .. } | Target::C { state, .. } => {
             run_on(&EddyFs::connect(state)?, plan, spec)
         }
     }

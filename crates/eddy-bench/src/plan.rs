@@ -323,7 +323,9 @@ impl Plan {
         let target = target
             .absolute()
             .with_context(|| format!("cannot resolve {target}"))?;
-        if let Target::Eddy { dir, .. } | Target::Preload { dir, .. } = &target {
+        if let Target::Eddy { dir, .. } | Target::Preload { dir, .. } | Target::C { dir, .. } =
+            &target
+        {
             if !dir.starts_with('/') {
                 bail!("{target}: the directory in the namespace must be absolute");
             }

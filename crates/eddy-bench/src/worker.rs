@@ -67,6 +67,10 @@ pub fn main(args: WorkerArgs) -> anyhow::Result<()> {
             let fs = EddyFs::connect(state).with_context(|| format!("rank {rank}"))?;
             serve(&fs, plan, rank, &mut out, &mut input)
         }
+        Target::C { state, .. } => {
+            let fs = crate::fs::CFs::connect(state).with_context(|| format!("rank {rank}"))?;
+            serve(&fs, plan, rank, &mut out, &mut input)
+        }
     }
 }
 

@@ -90,19 +90,16 @@ fn show(
     Ok(())
 }
 
-/// Every daemon's snapshot; daemons that do not answer are named on stderr and left out.
+/// Every daemon's snapshot (`Client::stats_snapshots`); daemons that do not answer are named
+/// on stderr and left out.
 async fn snapshots(client: &Client) -> Result<Vec<DaemonStats>> {
-    let mut out = Vec::new();
-    for (id, r) in client.daemon_stats().await {
-        match r {
-            Ok(s) => out.push(s),
-            Err(e) => errln!("eddy: daemon {id} gave no statistics: {e}"),
-        }
+    let (out, failed) = client.stats_snapshots().await;
+    for (id, e) in failed {
+        errln!("eddy: daemon {id} gave no statistics: {e}");
     }
     if out.is_empty() {
         bail!("no daemon of the deployment answered (is it running? try `eddy status`)");
     }
-    out.sort_by_key(|s| s.daemon);
     Ok(out)
 }
 

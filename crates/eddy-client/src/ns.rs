@@ -420,6 +420,24 @@ impl Client {
         self.rpc().all(|| req::Stats).await
     }
 
+    /// The snapshots of the daemons that answered, in daemon order (what `eddy stats --json`
+    /// prints and libeddy's `eddy_stats_json` returns), and the daemons that did not, with
+    /// why.
+    pub async fn stats_snapshots(
+        &self,
+    ) -> (Vec<eddy_proto::stats::DaemonStats>, Vec<(u32, Errno)>) {
+        let mut out = Vec::new();
+        let mut failed = Vec::new();
+        for (id, r) in self.daemon_stats().await {
+            match r {
+                Ok(s) => out.push(s),
+                Err(e) => failed.push((id, e)),
+            }
+        }
+        out.sort_by_key(|s| s.daemon);
+        (out, failed)
+    }
+
     /// One page of a scrub on `daemon`: its stored blocks of up to `limit` chunks after
     /// `after` verified (`Request::Scrub`).
     pub async fn scrub_page(

@@ -3,9 +3,11 @@
 //! Eddy client library (`EddyFs`). Errors are `std::io::Error`, so callers add the same context
 //! whatever the backend.
 
+mod c;
 mod eddy;
 mod local;
 
+pub use c::CFs;
 pub use eddy::EddyFs;
 pub use local::LocalFs;
 
@@ -20,6 +22,9 @@ pub const EDDY_PREFIX: &str = "eddy:";
 /// Prefix of a target reached by the workers through `libeddy_preload.so`:
 /// `preload:STATE_DIR[:/sub/dir]`.
 pub const PRELOAD_TARGET: &str = "preload:";
+/// Prefix of a target the workers reach through libeddy's C interface:
+/// `c:STATE_DIR[:/sub/dir]`.
+pub const C_TARGET: &str = "c:";
 /// Where the workers see the namespace under the preload library (its `EDDY_PREFIX`).
 pub const PRELOAD_PATH: &str = "/eddy-bench-preload";
 
@@ -31,6 +36,9 @@ pub enum Target {
     /// A directory in the namespace of the Eddy deployment whose state directory is `state`,
     /// driven through the client library.
     Eddy { state: PathBuf, dir: String },
+    /// The same, but the workers reach it through libeddy's C interface (`CFs`; the
+    /// coordinator uses the client library).
+    C { state: PathBuf, dir: String },
     /// The same, but the workers reach it with plain file calls through the LD_PRELOAD
     /// library `lib` under `PRELOAD_PATH` (the coordinator uses the client library).
     Preload {
@@ -50,6 +58,12 @@ impl FromStr for Target {
                 unreachable!("an eddy: target parses as Target::Eddy");
             };
             return Target::preload(state, dir);
+        }
+        if let Some(rest) = s.strip_prefix(C_TARGET) {
+            let Target::Eddy { state, dir } = format!("{EDDY_PREFIX}{rest}").parse()? else {
+                unreachable!("an eddy: target parses as Target::Eddy");
+            };
+            return Ok(Target::C { state, dir });
         }
         let Some(rest) = s.strip_prefix(EDDY_PREFIX) else {
             return Ok(Target::Dir(PathBuf::from(s)));
@@ -81,6 +95,7 @@ impl std::fmt::Display for Target {
             Target::Preload { state, dir, .. } => {
                 write!(f, "{PRELOAD_TARGET}{}:{dir}", state.display())
             }
+            Target::C { state, dir } => write!(f, "{C_TARGET}{}:{dir}", state.display()),
         }
     }
 }
@@ -91,6 +106,10 @@ impl Target {
         Ok(match self {
             Target::Dir(d) => Target::Dir(std::path::absolute(d)?),
             Target::Eddy { state, dir } => Target::Eddy {
+                state: std::path::absolute(state)?,
+                dir: dir.clone(),
+            },
+            Target::C { state, dir } => Target::C {
                 state: std::path::absolute(state)?,
                 dir: dir.clone(),
             },
@@ -132,7 +151,9 @@ impl Target {
     pub fn dir(&self) -> PathBuf {
         match self {
             Target::Dir(d) => d.clone(),
-            Target::Eddy { dir, .. } | Target::Preload { dir, .. } => PathBuf::from(dir),
+            Target::Eddy { dir, .. } | Target::Preload { dir, .. } | Target::C { dir, .. } => {
+                PathBuf::from(dir)
+            }
         }
     }
 }
@@ -256,6 +277,15 @@ mod tests {
         );
         assert_eq!(t.to_string(), "eddy:st:/a/b");
         assert_eq!(t.dir(), PathBuf::from("/a/b"));
+        let t: Target = "c:st:/a".parse().unwrap();
+        assert_eq!(
+            t,
+            Target::C {
+                state: "st".into(),
+                dir: "/a".into()
+            }
+        );
+        assert_eq!(t.to_string(), "c:st:/a");
         assert!("eddy:".parse::<Target>().is_err());
         assert!("eddy::/x".parse::<Target>().is_err());
     }

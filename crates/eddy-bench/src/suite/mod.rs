@@ -32,6 +32,7 @@ pub const LABEL_RAW: &str = "raw";
 pub const LABEL_MOUNT: &str = "eddy";
 pub const LABEL_LIB: &str = "eddy-lib";
 pub const LABEL_PRELOAD: &str = "eddy-preload";
+pub const LABEL_C: &str = "eddy-c";
 /// Default storage: tmpfs.
 const TMPFS: &str = "/dev/shm";
 
@@ -75,6 +76,10 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         raw: Target::Dir(raw),
         mount: Target::Dir(mount.clone()),
         lib: (!a.no_client).then(|| Target::Eddy {
+            state: state.clone(),
+            dir: "/".to_string(),
+        }),
+        c: a.client_c.then(|| Target::C {
             state: state.clone(),
             dir: "/".to_string(),
         }),
@@ -410,6 +415,8 @@ struct Targets {
     lib: Option<Target>,
     /// The same namespace through the preload library (with --preload).
     preload: Option<Target>,
+    /// The same namespace through libeddy's C interface (with --client-c).
+    c: Option<Target>,
     /// The deployment's state directory.
     state: PathBuf,
     /// How the ranks start: on this host, or spread over the hosts of the layout.
@@ -418,12 +425,12 @@ struct Targets {
     mount_launch: LaunchOpts,
 }
 
-/// Runs the workloads on Eddy (mount, library, preload) and, `with_raw`, on raw storage;
-/// returns [raw, eddy, eddy-lib, eddy-preload] (raw only `with_raw`, eddy-lib only without
-/// --no-client, eddy-preload only with --preload). With `local` placement the Eddy runs make
-/// ior-hard's directory `user.eddy.placement = hashed`, through the run's own way in (the
-/// mount; the library for the library and preload runs, whose coordinator makes the
-/// directories).
+/// Runs the workloads on Eddy (mount, library, C library, preload) and, `with_raw`, on raw
+/// storage; returns [raw, eddy, eddy-lib, eddy-c, eddy-preload] (raw only `with_raw`,
+/// eddy-lib only without --no-client, eddy-c only with --client-c, eddy-preload only with
+/// --preload). With `local` placement the Eddy runs make ior-hard's directory
+/// `user.eddy.placement = hashed`, through the run's own way in (the mount; the library for
+/// the library, C library and preload runs, whose coordinator makes the directories).
 fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool, local: bool) -> anyhow::Result<Vec<Report>> {
     let one = |target: &Target, label: &str, launch: &LaunchOpts| -> anyhow::Result<Report> {
         crate::interrupt::check()?;
@@ -457,6 +464,9 @@ fn measure(a: &SuiteArgs, t: &Targets, with_raw: bool, local: bool) -> anyhow::R
         if let Some(lib) = &t.lib {
             runs.push(one(lib, LABEL_LIB, &t.launch)?);
         }
+        if let Some(c) = &t.c {
+            runs.push(one(c, LABEL_C, &t.launch)?);
+        }
         if let Some(preload) = &t.preload {
             runs.push(one(preload, LABEL_PRELOAD, &t.launch)?);
         }
@@ -485,6 +495,14 @@ fn print_suite(a: &SuiteArgs, runs: &[Report], paired: &str, head: &str) {
         let others: Vec<&Report> = eddy.iter().collect();
         text.push_str(head);
         text.push_str(&report::ratios_table(raw, &others));
+        // With --client-c: the C library against the Rust library, phase by phase.
+        for c in eddy.iter().filter(|r| r.label.starts_with(LABEL_C)) {
+            let lib_label = c.label.replacen(LABEL_C, LABEL_LIB, 1);
+            if let Some(lib) = eddy.iter().find(|r| r.label == lib_label) {
+                text.push('\n');
+                text.push_str(&report::ratios_table(lib, &[c]));
+            }
+        }
         // With several wire settings or variants: each way in (mount, library, preload)
         // under every later one against the same way in under the first.
         let first = a.wire.first().cloned().or_else(|| {
