@@ -384,7 +384,9 @@ pub struct Piece {
 impl Piece {
     /// The bytes of pieces, together.
     pub fn total(pieces: &[Piece]) -> u64 {
-        pieces.iter().map(|p| u64::from(p.len)).sum()
+        pieces
+            .iter()
+            .fold(0u64, |sum, p| sum.saturating_add(u64::from(p.len)))
     }
 }
 

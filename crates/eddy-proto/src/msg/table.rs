@@ -104,10 +104,11 @@ impl Measure for Vec<Piece> {
     }
 }
 
-/// Ranges as (offset, length).
+/// Ranges as (offset, length). The lengths come from the sender: their sum saturates (a
+/// request whose ranges add up past u64 is refused where they are checked, never a panic).
 impl Measure for Vec<(u64, u64)> {
     fn bytes(&self) -> u64 {
-        self.iter().map(|r| r.1).sum()
+        self.iter().fold(0u64, |sum, r| sum.saturating_add(r.1))
     }
 }
 

@@ -339,3 +339,28 @@ fn bulk_column_measures_the_bytes() {
     assert_eq!(stat.bulk(), Bulk::default());
     assert!(stat.payload().is_empty());
 }
+
+/// The lengths of a report's ranges come from the sender: their sum saturates instead of
+/// panicking the daemon that counts them (found by the request fuzzer).
+#[test]
+fn bulk_of_ranges_past_u64_saturates() {
+    let report = Request::DirectCommit(req::DirectCommit {
+        file_id: 9,
+        lease: 1,
+        ranges: vec![(0, u64::MAX), (0, 5)],
+        sums: vec![],
+        read_bytes: 0,
+        release: false,
+        whole: false,
+    });
+    assert_eq!(report.bulk().counted, u64::MAX);
+    let pieces = vec![
+        crate::Piece {
+            chunk: 0,
+            offset: 0,
+            len: u32::MAX,
+        };
+        3
+    ];
+    assert_eq!(crate::Piece::total(&pieces), 3 * u64::from(u32::MAX));
+}
