@@ -119,7 +119,9 @@ impl Client {
     async fn hide(&self, p: &str, id: FileId, creds: Creds) -> Result<String, Errno> {
         let parent = path::split(p).map_or("/", |(parent, _)| parent);
         let hidden = path::join(parent, &format!("{HIDDEN_ORPHAN}{id:032x}"));
-        self.rename_norm(p, &hidden, creds).await?;
+        // Boxed: a rename's future is large, and an unlink or a rename that holds this one
+        // inline would carry a second one (a debug build's test thread overflowed its stack).
+        Box::pin(self.rename_norm(p, &hidden, creds)).await?;
         self.0.dircache.forget_tree(p);
         self.0.dircache.forget_tree(&hidden);
         self.0.held.lock().hidden.insert(hidden.clone());
@@ -130,7 +132,7 @@ impl Client {
     /// Gives a hidden file its name `p` back (a rename over it failed after it was hidden);
     /// best effort.
     pub(crate) async fn unhide(&self, hidden: &str, p: &str) {
-        match self.rename_norm(hidden, p, Creds::root()).await {
+        match Box::pin(self.rename_norm(hidden, p, Creds::root())).await {
             Ok(()) => {
                 self.0.held.lock().hidden.remove(hidden);
                 self.follow_rename(hidden, p);

@@ -116,7 +116,10 @@ async fn full_device_gives_enospc_and_loses_nothing() {
     // Nothing else was damaged, and the daemons still serve.
     let g = c.open("/keep", libc::O_RDONLY, 0, me).await.unwrap();
     assert_eq!(c.pread(&g, 0, kept.len()).await.unwrap(), kept);
+    // Removed while open, the file keeps its space until its handle is closed (decision
+    // 0061); the close gives it back.
     c.unlink("/big", me).await.unwrap();
+    c.close(&big).await.unwrap();
     let again = c.create("/again", 0o644, true, me).await.unwrap();
     c.pwrite(&again, 0, &block).await.unwrap();
     assert_eq!(c.pread(&again, 0, block.len()).await.unwrap(), block);
