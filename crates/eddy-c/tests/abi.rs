@@ -6,6 +6,13 @@
 
 // Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
 #![allow(clippy::unwrap_used)]
+// Every unsafe block here is one call of the C interface under test, with pointers to live
+// locals of the calling test and lengths taken from them, or deliberately bad ones (NULL,
+// stale handles) that the interface must refuse: one argument for all of them.
+#![allow(
+    clippy::undocumented_unsafe_blocks,
+    reason = "each block calls the C interface under test with pointers to live locals"
+)]
 
 use eddy::*;
 use eddy_testkit::{pattern, test_config, Cluster};

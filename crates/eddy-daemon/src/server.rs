@@ -607,13 +607,26 @@ async fn run_request(
         }
     }
     let carried = crate::stats::carried(&req);
-    let resp = state.serve(conn, req).await;
+    let resp = state
+        .serve(conn, req)
+        .await
+        .map_err(|e| name_a_full_device(state.settings.id, e));
     let _ = crate::stats::REQUEST.try_with(|r| state.stats.finish(r, carried, &resp));
     let Some(frame) = reply_frame(id, &resp, state.settings.config.max_frame_bytes) else {
         return;
     };
     // The writer is gone only if the connection broke; the reply has nowhere to go.
     let _ = tx.send((frame, held));
+}
+
+/// An ENOSPC says which daemon's device is full: the room check names it, a write the device
+/// itself refused (past the room check: a data file's last blocks) gets the name here.
+fn name_a_full_device(id: u32, e: Errno) -> Errno {
+    if e.errno == libc::ENOSPC && !e.msg.starts_with("daemon ") {
+        Errno::new(libc::ENOSPC, format!("daemon {id}: {}", e.msg))
+    } else {
+        e
+    }
 }
 
 /// The frame of a response; one that cannot be encoded or would not fit a frame becomes EIO.
