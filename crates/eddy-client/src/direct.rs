@@ -731,8 +731,11 @@ impl Client {
     /// The release of a file the kernel wrote: the last report (whole), the size, the
     /// lease ended (`close`).
     pub async fn passthrough_close(&self, f: &File) -> Result<(), Errno> {
-        self.passthrough_settle(f).await?;
-        self.close(f).await
+        // Closed even when the size cannot be settled (a full device): the close lets the
+        // handle go and removes a hidden name it kept alive.
+        let settled = self.passthrough_settle(f).await;
+        let closed = self.close(f).await;
+        settled.and(closed)
     }
 }
 

@@ -202,6 +202,13 @@ impl Client {
         }
     }
 
+    /// A handle the front-end lets go without a close (the mount's release of a file with
+    /// nothing to flush): it no longer counts as open, though copies of it may live on a
+    /// while (a deferred report), so an unlink from now on removes the file at once.
+    pub fn let_go(&self, f: &File) {
+        self.0.held.remove(f);
+    }
+
     /// Whether the close of `f` must remove a hidden name (`close_has_work`).
     pub(crate) fn holds_hidden(&self, f: &File) -> bool {
         self.0.held.is_hidden(&f.path())

@@ -419,6 +419,7 @@ impl Filesystem for EddyFs {
             .filter(|p| self.client.unlinked_while_open(p));
         let closed = file.as_ref().map(|f| {
             if !self.close_has_work(f) {
+                self.client.let_go(f);
                 return Ok(());
             }
             let closed = match through {
