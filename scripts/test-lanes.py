@@ -88,6 +88,16 @@ def run(binaries, lane, user=None, fast=()):
     """Runs each binary: in the fast lane without the `needs_*` tests; in the root lane only
     those of the binaries the fast lane runs, and the other integration binaries whole."""
     become, env_extra = demote(user)
+    if become and binaries:
+        # The checkout and its target directory must be reachable by that user (as for the
+        # tests that run programs as another user); say so instead of failing every binary.
+        probe = subprocess.run(["test", "-x", binaries[0][3]], preexec_fn=become)
+        if probe.returncode != 0:
+            sys.exit(
+                f"the fast lane runs as {user}, who cannot execute {binaries[0][3]}: make the "
+                f"checkout's directories searchable by others (chmod o+x on each), or run "
+                f"`make test FAST_USER=` to run it as yourself"
+            )
     failed, times = [], []
     for package, kind, name, exe, pkg_dir in binaries:
         integration = kind == "test"
@@ -131,7 +141,8 @@ def main():
     lane = sys.argv[1]
     user = None
     if "--as" in sys.argv:
-        user = sys.argv[sys.argv.index("--as") + 1]
+        rest = sys.argv[sys.argv.index("--as") + 1 :]
+        user = rest[0] if rest else None  # `--as` with no user: as the caller
     fast = fast_binaries()
     if lane == "fast":
         bins = cargo_json(["--workspace", "--lib", "--bins"])
