@@ -169,16 +169,7 @@ pub fn clean_leftovers(dir: &Path) {
 
 /// Waits up to `bound` for the child to exit.
 pub fn wait_bounded(child: &mut Child, bound: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + bound;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(POLL);
-    }
+    crate::eventually::exited(child, bound)
 }
 
 /// Runs a command to its end within `bound`, killing it past that; `None` if it did not end
@@ -626,21 +617,19 @@ impl SlurmCluster {
     /// Waits up to `bound` for the job to reach one of `states`; Ok: the state reached;
     /// Err: the last state and reason seen, with the daemons' logs.
     pub fn wait_state(&self, id: u32, states: &[&str], bound: Duration) -> Result<String, String> {
-        let deadline = Instant::now() + bound;
-        loop {
-            let state = self.job_state(id);
-            if states.contains(&state.as_str()) {
-                return Ok(state);
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "job {id} not in {states:?} after {bound:?}: state {state:?}, reason {:?}\n{}",
-                    self.job_reason(id),
-                    self.logs()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        let mut state = String::new();
+        let every = Duration::from_millis(250);
+        let reached = crate::eventually::poll_every(bound, every, || {
+            state = self.job_state(id);
+            states.contains(&state.as_str()).then(|| state.clone())
+        });
+        reached.ok_or_else(|| {
+            format!(
+                "job {id} not in {states:?} after {bound:?}: state {state:?}, reason {:?}\n{}",
+                self.job_reason(id),
+                self.logs()
+            )
+        })
     }
 
     /// `scancel [--hurry] id`.
