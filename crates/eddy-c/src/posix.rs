@@ -63,32 +63,16 @@ pub(crate) struct OpenFile {
     pub(crate) handle: std::sync::OnceLock<u64>,
 }
 
-fn type_bits(kind: FileKind) -> u32 {
-    match kind {
-        FileKind::File => libc::S_IFREG,
-        FileKind::Dir => libc::S_IFDIR,
-        FileKind::Symlink => libc::S_IFLNK,
-        FileKind::Fifo => libc::S_IFIFO,
-        FileKind::Socket => libc::S_IFSOCK,
-        FileKind::CharDevice => libc::S_IFCHR,
-        FileKind::BlockDevice => libc::S_IFBLK,
-    }
-}
-
-fn ino(i: &Inode) -> u64 {
-    ((i.file_id as u64) ^ ((i.file_id >> 64) as u64)).max(2)
-}
-
 fn to_stat(i: &Inode) -> eddy_stat {
     let nlink = match i.kind {
         FileKind::Dir => i.nlink.max(2),
         _ => i.nlink.max(1),
     };
     eddy_stat {
-        ino: ino(i),
+        ino: i.st_ino(),
         size: i.size,
         blocks: i.size.div_ceil(512),
-        mode: type_bits(i.kind) | (i.mode & 0o7777),
+        mode: i.st_mode(),
         nlink,
         uid: i.uid,
         gid: i.gid,
@@ -483,9 +467,9 @@ pub unsafe extern "C" fn eddy_readdir(
             }
             let mut d = eddy_dirent {
                 name: [0; EDDY_NAME_MAX],
-                mode: type_bits(e.inode.kind) | (e.inode.mode & 0o7777),
+                mode: e.inode.st_mode(),
                 reserved: 0,
-                ino: ino(&e.inode),
+                ino: e.inode.st_ino(),
                 size: e.inode.size,
             };
             for (to, from) in d.name.iter_mut().zip(name) {

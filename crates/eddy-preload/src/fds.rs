@@ -299,7 +299,7 @@ pub fn fill(o: &Open, cur: &mut Cursor) -> R<bool> {
                 .filter(|e| !eddy_config::is_hidden_orphan(&e.name))
             {
                 let t = crate::stat::dtype(e.inode.kind);
-                cur.buf.push_back((e.name, crate::stat::ino(&e.inode), t));
+                cur.buf.push_back((e.name, e.inode.st_ino(), t));
             }
             Ok(true)
         }

@@ -7,23 +7,6 @@ pub const DEV: u64 = 0x4544_4459;
 /// f_type of statfs ("EDDY").
 pub const FS_MAGIC: i64 = 0x4544_4459;
 
-pub fn ino(i: &Inode) -> u64 {
-    let v = (i.file_id as u64) ^ ((i.file_id >> 64) as u64);
-    v.max(2)
-}
-
-pub fn type_bits(kind: FileKind) -> u32 {
-    match kind {
-        FileKind::File => libc::S_IFREG,
-        FileKind::Dir => libc::S_IFDIR,
-        FileKind::Symlink => libc::S_IFLNK,
-        FileKind::Fifo => libc::S_IFIFO,
-        FileKind::Socket => libc::S_IFSOCK,
-        FileKind::CharDevice => libc::S_IFCHR,
-        FileKind::BlockDevice => libc::S_IFBLK,
-    }
-}
-
 pub fn dtype(kind: FileKind) -> u8 {
     match kind {
         FileKind::File => libc::DT_REG,
@@ -49,8 +32,8 @@ pub fn fill_stat(i: &Inode, blksize: u64, out: &mut libc::stat) {
     // SAFETY: a plain C struct, all zeros is valid.
     *out = unsafe { std::mem::zeroed() };
     out.st_dev = DEV;
-    out.st_ino = ino(i);
-    out.st_mode = type_bits(i.kind) | (i.mode & 0o7777);
+    out.st_ino = i.st_ino();
+    out.st_mode = i.st_mode();
     out.st_nlink = nlink(i);
     out.st_uid = i.uid;
     out.st_gid = i.gid;
@@ -74,8 +57,8 @@ pub fn fill_statx(i: &Inode, blksize: u64, out: &mut libc::statx) {
     out.stx_nlink = nlink(i) as u32;
     out.stx_uid = i.uid;
     out.stx_gid = i.gid;
-    out.stx_mode = (type_bits(i.kind) | (i.mode & 0o7777)) as u16;
-    out.stx_ino = ino(i);
+    out.stx_mode = i.st_mode() as u16;
+    out.stx_ino = i.st_ino();
     out.stx_size = i.size;
     out.stx_blocks = i.size.div_ceil(512);
     let ts = |t: eddy_client::Timespec| {

@@ -32,6 +32,19 @@ impl FileKind {
             FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice
         )
     }
+
+    /// The type bits of `st_mode` (S_IFREG, S_IFDIR, ...).
+    pub fn type_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+        }
+    }
 }
 
 /// Largest extended attribute name, in bytes (Linux XATTR_NAME_MAX).
@@ -118,6 +131,19 @@ pub struct Inode {
     /// record the other fields are a copy of the day it was linked and are not kept up to date;
     /// the identity record and the inodes replies carry for it hold the current ones.
     pub shared: Option<u32>,
+}
+
+impl Inode {
+    /// The inode number the library front-ends report (the preload library, libeddy): the
+    /// file id folded to 64 bits, never 0 or 1.
+    pub fn st_ino(&self) -> u64 {
+        ((self.file_id as u64) ^ ((self.file_id >> 64) as u64)).max(2)
+    }
+
+    /// `st_mode`: the type bits and the permission bits.
+    pub fn st_mode(&self) -> u32 {
+        self.kind.type_bits() | (self.mode & 0o7777)
+    }
 }
 
 impl Inode {
