@@ -768,6 +768,10 @@ impl Client {
     /// on (close-to-open), and reports and ends its direct leases (later I/O takes new ones).
     pub async fn flush(&self, f: &File) -> Result<(), Errno> {
         let reported = self.direct_report(f, true).await;
+        if reported.is_err() {
+            // Direct writes may reach past the size the record keeps (as in `passthrough_close`).
+            self.note_spilled(f.file_id());
+        }
         self.publish_size(f).await?;
         self.0.sizes.release(f.file_id());
         reported

@@ -18,6 +18,10 @@ pub struct DaemonArgs {
     /// Storage root (created if missing): metadata, chunks, socket and ready file live here.
     #[arg(long)]
     pub root: PathBuf,
+    /// Listeners left open by this program before it restarted itself in place
+    /// (`tcp=FD[,metrics=FD]`; decision 0060). Given by the daemon only.
+    #[arg(long, hide = true)]
+    pub inherit_listeners: Option<String>,
     /// TCP listen address; default 0.0.0.0:<config port>. Port 0 picks any free port.
     #[arg(long)]
     pub listen: Option<String>,
@@ -105,6 +109,8 @@ pub struct DaemonSettings {
     pub metrics: Option<SocketAddr>,
     /// The job its counters name (see `DaemonArgs::job`); empty when unknown.
     pub job: String,
+    /// Listeners to serve on instead of binding (see `DaemonArgs::inherit_listeners`).
+    pub inherited: crate::respawn::Inherited,
 }
 
 impl DaemonSettings {
@@ -126,6 +132,7 @@ impl DaemonSettings {
             full: false,
             metrics: None,
             job: String::new(),
+            inherited: Default::default(),
         }
     }
 
@@ -187,6 +194,13 @@ impl DaemonSettings {
                 .job
                 .clone()
                 .or_else(|| deployment.as_ref().map(|d| d.job.label(&d.name)))
+                .unwrap_or_default(),
+            inherited: args
+                .inherit_listeners
+                .as_deref()
+                .map(crate::respawn::Inherited::parse)
+                .transpose()
+                .map_err(DaemonError::Args)?
                 .unwrap_or_default(),
         })
     }

@@ -45,6 +45,7 @@ mod ops;
 mod privilege;
 mod repair;
 mod replicate;
+mod respawn;
 mod room;
 mod rootdir;
 mod server;
@@ -86,20 +87,43 @@ pub fn run(args: DaemonArgs) -> Result<(), DaemonError> {
     let result = runtime.block_on(serve_until_signal(settings));
     // Blocking work still running past the drain (a stuck disk) does not hold the exit.
     runtime.shutdown_timeout(grace);
-    result
+    match result? {
+        Ended::Stopped => Ok(()),
+        // Its store refused every write: the program again, on the same listeners.
+        Ended::Restart(listeners) => Err(DaemonError::Meta {
+            path: args.root.join(META_DIR),
+            message: respawn::exec_in_place(listeners).to_string(),
+        }),
+    }
+}
+
+/// How a daemon served by [`serve_until_signal`] ended.
+pub enum Ended {
+    /// Stopped (a signal, a client's Shutdown).
+    Stopped,
+    /// Its metadata store refuses every write: the program is to run again in place on
+    /// these listeners (decision 0060).
+    Restart(respawn::Listeners),
 }
 
 /// Starts a daemon and serves until SIGTERM, SIGINT or a client's Shutdown, then stops it
-/// cleanly.
-pub async fn serve_until_signal(settings: DaemonSettings) -> Result<(), DaemonError> {
+/// cleanly; or until its metadata store refuses every write, then stops it cleanly too and
+/// says to run it again in place.
+pub async fn serve_until_signal(settings: DaemonSettings) -> Result<Ended, DaemonError> {
     let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
     let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Runtime)?;
-    let daemon = Daemon::start(settings).await?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
-        _ = daemon.stopped() => {}
-    }
+    let mut daemon = Daemon::start(settings).await?;
+    let restart = tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM received"); false }
+        _ = int.recv() => { tracing::info!("SIGINT received"); false }
+        _ = daemon.stopped() => false,
+        _ = daemon.store_failed() => true,
+    };
+    let listeners = daemon.take_listeners();
     daemon.shutdown();
-    daemon.wait().await
+    daemon.wait().await?;
+    Ok(match restart {
+        true => Ended::Restart(listeners),
+        false => Ended::Stopped,
+    })
 }

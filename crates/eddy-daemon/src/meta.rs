@@ -120,6 +120,15 @@ impl MetaStore {
         })
     }
 
+    /// Whether the store refuses every write since one of its journal writes or flushes
+    /// failed (fjall's poisoned state, which lasts until the store is opened again).
+    pub fn refuses_writes(&self) -> bool {
+        matches!(
+            self.db.persist(PersistMode::Buffer),
+            Err(fjall::Error::Poisoned)
+        )
+    }
+
     /// The chunk map's keyspace (decision 0015): in the same journal as the metadata.
     pub fn chunk_records(&self) -> Result<Keyspace, Errno> {
         self.db

@@ -23,6 +23,10 @@ use std::sync::Mutex;
 /// directory).
 pub const RESERVE_FILE: &str = "meta-reserve";
 
+/// The part of the reserve (one in this many) that a full device does not get: it is given to
+/// the store only when the daemon restarts in place (`give_last`).
+const LAST_PART: u64 = 8;
+
 pub(crate) struct Room {
     id: u32,
     meta_dir: PathBuf,
@@ -102,20 +106,22 @@ impl Room {
             return;
         };
         let want = self.reserve_of(size);
-        if held.1 > 0 && free < (want / 16).max(1) {
-            match file.set_len(0) {
+        // The last part is kept for a restart in place (`give_last`).
+        let last = want / LAST_PART;
+        if held.1 > last && free < (want / 16).max(1) {
+            match file.set_len(last) {
                 Ok(()) => {
                     tracing::warn!(
-                        "daemon {}: its metadata device is full ({free} bytes free): the \
-                         {} bytes held in reserve are the store's now; remove files to make room",
+                        "daemon {}: its metadata device is full ({free} bytes free): {} of \
+                         the bytes held in reserve are the store's now; remove files to make room",
                         self.id,
-                        held.1
+                        held.1 - last
                     );
-                    held.1 = 0;
+                    held.1 = last;
                 }
                 Err(e) => tracing::warn!("daemon {}: cannot empty the reserve file: {e}", self.id),
             }
-        } else if held.1 == 0 && want > 0 && free >= want.saturating_mul(3) {
+        } else if held.1 < want && free >= want.saturating_mul(3) {
             let flags = nix::fcntl::FallocateFlags::empty();
             match nix::fcntl::fallocate(file, flags, 0, want as i64) {
                 Ok(()) => held.1 = want,
@@ -128,6 +134,29 @@ impl Room {
                 }
             }
         }
+    }
+
+    /// Before the daemon restarts in place because its store refuses every write
+    /// (`respawn`): what is left of the reserve is given to the store, to open again and
+    /// journal the removals that make room. Whether the store has room to open again: bytes
+    /// were given, or the device has a sixteenth of the reserve free (other daemons' files
+    /// were removed meanwhile).
+    pub fn give_last(&self) -> bool {
+        let mut held = lock(&self.held);
+        if let (Some(file), true) = (held.0.as_ref(), held.1 > 0) {
+            match file.set_len(0) {
+                Ok(()) => {
+                    held.1 = 0;
+                    return true;
+                }
+                Err(e) => tracing::warn!("daemon {}: cannot empty the reserve file: {e}", self.id),
+            }
+        }
+        let want = self
+            .device()
+            .map_or(self.reserve, |(_, size)| self.reserve_of(size));
+        self.device()
+            .is_some_and(|(free, _)| free >= (want / 16).max(1))
     }
 
     /// The bytes kept in reserve on a metadata device of `size` bytes (0: none kept).

@@ -52,6 +52,8 @@ pub struct Daemon {
     socket: Option<PathBuf>,
     state: Arc<State>,
     supervisor: JoinHandle<Result<(), DaemonError>>,
+    /// Copies of the listeners, for a restart in place (`respawn`).
+    listeners: crate::respawn::Listeners,
 }
 
 impl Daemon {
@@ -81,21 +83,11 @@ impl Daemon {
                 "restarted: locks held before are taken back first"
             );
         }
-        let tcp = TcpListener::bind(state.settings.listen)
-            .await
-            .map_err(|source| DaemonError::Listen {
-                addr: state.settings.listen.to_string(),
-                source,
-            })?;
+        let (tcp, metrics, listeners) = crate::respawn::listen(&state.settings).await?;
         let addr = tcp.local_addr().map_err(|source| DaemonError::Listen {
             addr: state.settings.listen.to_string(),
             source,
         })?;
-        // A daemon asked for metrics that cannot serve them does not start.
-        let metrics = match state.settings.metrics {
-            Some(at) => Some(crate::metrics::bind(at).await?),
-            None => None,
-        };
         let socket = state.settings.socket.clone();
         let unix = socket.as_deref().map(bind_unix).transpose()?;
         let info = ReadyInfo {
@@ -159,7 +151,18 @@ impl Daemon {
             socket,
             state,
             supervisor,
+            listeners,
         })
+    }
+
+    /// Resolves when the daemon is to restart in place (`respawn::store_failed`).
+    pub async fn store_failed(&self) {
+        crate::respawn::store_failed(&self.state).await
+    }
+
+    /// The listeners' copies, for a restart in place (none are left to the daemon).
+    pub fn take_listeners(&mut self) -> crate::respawn::Listeners {
+        std::mem::take(&mut self.listeners)
     }
 
     /// The TCP address actually bound.

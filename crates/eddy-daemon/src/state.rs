@@ -30,7 +30,7 @@ pub struct State {
     pub lock_waits: crate::deadlock::WaitGraph,
     io_permits: Semaphore,
     /// The reserve kept on the metadata device.
-    room: crate::room::Room,
+    pub(crate) room: crate::room::Room,
     requests: AtomicU64,
     started: Instant,
     /// This process's instance number, announced in the hello (`ServerHello::instance`).

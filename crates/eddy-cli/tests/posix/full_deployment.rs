@@ -129,6 +129,37 @@ impl Full {
         df(&self.disk).1
     }
 
+    /// Waits until at most `slack` bytes less than `empty` are free on the device: the files
+    /// removed are gone once the kernel's releases of their handles are served.
+    fn space_comes_back(&self, when: &str, empty: u64, slack: u64) {
+        eddy_testkit::eventually::eventually_seen(
+            eddy_testkit::eventually::GUARD,
+            format!("{when}: the space comes back ({empty} bytes free when empty)"),
+            || {
+                let free = self.disk_free();
+                match free + slack >= empty {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "{free} bytes free; large files: {}",
+                        self.large_files()
+                    )),
+                }
+            },
+        );
+    }
+
+    /// The files over 1 MiB on the device, for failure messages.
+    fn large_files(&self) -> String {
+        let out = Command::new("find")
+            .arg(&self.disk)
+            .args([
+                "-type", "f", "-size", "+1M", "-exec", "ls", "-ls", "{}", "+",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The mount logs, for failure messages.
     fn logs(&self) -> String {
         let mut out = String::new();
@@ -145,6 +176,12 @@ impl Full {
                     out.push('\n');
                 }
             }
+        }
+        for i in 0..3 {
+            out.push_str(&format!(
+                "\n--- daemon {i}:\n{}",
+                self.cluster.daemon_log(i)
+            ));
         }
         out
     }
@@ -282,7 +319,6 @@ fn a_full_deployment_gives_enospc_and_its_space_back_three_times() {
 /// else, the mount stays up, the files can be removed and the space is used again, three
 /// times.
 #[test]
-#[ignore = "decision 0060 Limits (Open): one file written through passthrough until ENOSPC keeps its data file after rm since files removed while open live on in the client (decision 0061)"]
 fn a_device_filled_through_passthrough_gives_enospc_and_can_be_emptied() {
     let f = Full::start_with(eddy_config::Config {
         placement: eddy_config::PlacementMode::Local,
@@ -314,23 +350,17 @@ fn a_device_filled_through_passthrough_gives_enospc_and_can_be_emptied() {
         f.ok("i=0; while [ $i -lt 100 ]; do chmod 600 a && touch -m -d @$i b && i=$((i+1)) || exit 1; done");
         f.ok("rm -f a b a.out s1 s2 s3 s4 s5 s6 s7 s8");
         assert_eq!(f.ok("ls | wc -l").trim(), "0", "round {round}");
-        let free = f.disk_free();
-        let big = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "find {} -type f -size +1M -exec ls -ls {{}} +",
-                f.disk.display()
-            ))
-            .output()
-            .unwrap();
-        let big = String::from_utf8_lossy(&big.stdout).into_owned();
-        assert!(
-            free + slack >= empty,
-            "round {round}: after rm {free} bytes free, {empty} when empty; large files: {big}{}",
-            f.logs()
-        );
+        // The kernel sends a FUSE release after the close returned, so `rm` may meet handles
+        // of the 100 `touch`es still open: b lives on under a hidden name until the last of
+        // those releases (decision 0061), and its space comes back then.
+        f.space_comes_back(&format!("round {round}, after rm"), empty, slack);
         // The space is used again, and a new mount connects.
         f.ok("dd if=/dev/zero of=again bs=1M count=64 conv=fsync 2>/dev/null && rm again");
+        f.space_comes_back(
+            &format!("round {round}, after the space was used again"),
+            empty,
+            slack,
+        );
         {
             let again = f.cluster.mount();
             std::fs::read_dir(again.path("")).expect("list through a new mount");
@@ -342,6 +372,60 @@ fn a_device_filled_through_passthrough_gives_enospc_and_can_be_emptied() {
                 "round {round}: daemon {i}'s store met the full device:\n{log}"
             );
         }
+    }
+}
+
+/// Many writers at once fill the device that the daemons' stores share (passthrough `dd`s,
+/// fio jobs and small files): writers still writing may take the blocks the reserve gave
+/// back before a store writes its journal, and a store whose journal write fails refuses
+/// every later write (decision 0060). The daemon restarts itself in place once the device
+/// has room again, so the files can be removed without anyone restarting anything, the
+/// space comes back and the deployment is used again, three times.
+#[test]
+#[ignore = "decision 0060 Limits (Open): about one run in two, data files of files removed while a daemon restarted in place stay on the device"]
+fn concurrent_writers_filling_the_device_leave_a_deployment_that_can_be_emptied() {
+    let f = Full::start_with(eddy_config::Config {
+        placement: eddy_config::PlacementMode::Local,
+        placement_host: Some("localhost".into()),
+        fuse_passthrough: true,
+        ..test_config()
+    });
+    let empty = f.disk_free();
+    let slack = 16 * MIB;
+    for round in 0..3 {
+        // Fails (ENOSPC); what matters is what can be done afterwards.
+        let _ = f.sh(
+            "for i in 1 2 3 4; do dd if=/dev/zero of=d$i bs=1M conv=fsync 2>/dev/null & done; \
+             fio --name=w --directory=. --rw=write --bs=64k --size=100m --numjobs=4 \
+                 --ioengine=psync --end_fsync=1 >/dev/null 2>&1 & \
+             i=0; while [ $i -lt 300 ]; do echo x > s$i 2>/dev/null; i=$((i+1)); done; wait",
+        );
+        // A daemon whose store refused writes restarts meanwhile: requests in flight then
+        // fail as at any daemon's restart, and the mount stays.
+        assert!(
+            eddy_testkit::is_mountpoint(&f.m("")),
+            "the mount went away{}",
+            f.logs()
+        );
+        eddy_testkit::eventually::eventually_seen(
+            eddy_testkit::eventually::GUARD,
+            format!("round {round}: everything written is removed"),
+            || match f.sh("rm -f ./* && ls | wc -l") {
+                (true, out, _) if out.trim() == "0" => Ok(()),
+                (_, out, err) => Err(format!("{out}{err}")),
+            },
+        );
+        f.space_comes_back(&format!("round {round}, after rm"), empty, slack);
+        f.ok(
+            "dd if=/dev/zero of=again bs=1M count=64 conv=fsync 2>/dev/null && \
+              i=0; while [ $i -lt 100 ]; do echo x > t$i || exit 1; i=$((i+1)); done; \
+              rm -f ./*",
+        );
+        f.space_comes_back(
+            &format!("round {round}, after the space was used again"),
+            empty,
+            slack,
+        );
     }
 }
 
