@@ -4,8 +4,9 @@
 //! set-id bits a truncate or a write by an unprivileged caller clears. Callers the library
 //! does not check (root, the kernel through FUSE) pay no lookup here.
 
+use crate::namespace::Namespace;
 use crate::perm::{self, Access};
-use crate::{Client, Creds, Errno, File, FileKind, Inode};
+use crate::{Creds, Errno, File, FileKind, Inode};
 use eddy_proto::{path, req};
 use futures::future::join_all;
 use std::sync::atomic::Ordering;
@@ -22,7 +23,7 @@ fn ancestors(p: &str) -> Vec<&str> {
     dirs
 }
 
-impl Client {
+impl Namespace<'_> {
     /// The directories `p` resolves through, from the root to its parent, for a caller the
     /// library checks: each must exist (ENOENT), be a directory (ENOTDIR) and be searchable
     /// (EACCES); the first failing one from the root decides. They are asked for at once.

@@ -11,89 +11,16 @@
 //! with a damaged chunk answers EIO: the next copy may have it whole). With R = 1 nothing
 //! here is used: every call goes to the one owner, as it always did.
 
+use crate::data::Data;
 use crate::integrity;
 use crate::layout::{self, Batch, Span};
-use crate::{Client, Errno};
-use eddy_proto::{req, typed_reply, Reply, Request, Rpc};
-use eddy_rpc::{Daemons, Failure, Unanswered};
+use crate::Errno;
+use eddy_proto::req;
+use eddy_rpc::{Daemons, Failure};
 use futures::future::join_all;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-impl Client {
-    /// Copies of everything (the deployment's `replicas`).
-    pub fn replicas(&self) -> usize {
-        self.rpc().replicas()
-    }
-
-    /// Whether this client found `daemon` unreachable lately (only tracked with R > 1).
-    pub fn is_down(&self, daemon: u32) -> bool {
-        self.rpc().is_down(daemon)
-    }
-
-    /// Forgets that `daemon` was found unreachable (it told the caller it is up again).
-    pub fn mark_up(&self, daemon: u32) {
-        self.rpc().mark_up(daemon);
-    }
-
-    /// Sends one request to one daemon, telling an error answer apart from an unreachable
-    /// daemon: for tools.
-    pub async fn call_daemon<R: Rpc>(&self, daemon: u32, req: R) -> Result<R::Reply, Failure> {
-        self.rpc().try_call(daemon, req).await
-    }
-
-    /// `call_daemon` for a request as it travels (kept by the caller, e.g. to be sent
-    /// again), answered with the reply as it came.
-    pub async fn call_daemon_raw(&self, daemon: u32, req: &Request) -> Result<Reply, Failure> {
-        self.rpc().send(daemon, req).await.map(|(r, _)| r)
-    }
-
-    /// Sends `req` to the first of `targets` that can be reached; an answer (error or not)
-    /// from any of them is the result.
-    pub(crate) async fn failover_as<R: Rpc>(
-        &self,
-        targets: &[u32],
-        req: R,
-    ) -> Result<R::Reply, Errno> {
-        typed_reply::<R>(self.failover(targets, &req.into()).await?)
-    }
-
-    /// `failover_as` for a request as it travels, answered with the reply as it came: the
-    /// rpc layer's failover, except that an exclusive create refused with EEXIST by a copy
-    /// after another could not be reached is ours if the entry carries our file id.
-    pub(crate) async fn failover(&self, targets: &[u32], req: &Request) -> Result<Reply, Errno> {
-        match self.rpc().failover_to(targets, req).await {
-            Ok(reply) => Ok(reply),
-            Err(Unanswered::Refused {
-                daemon,
-                error,
-                after_unreachable: true,
-            }) if error.errno == libc::EEXIST => {
-                self.created_before(daemon, req).await.ok_or(error)
-            }
-            Err(u) => Err(u.into_errno()),
-        }
-    }
-
-    /// An exclusive create that a copy lost on the way may have applied (and passed on)
-    /// before it died: the entry is ours when it carries our file id.
-    async fn created_before(&self, daemon: u32, req: &Request) -> Option<Reply> {
-        let Request::Create(req::Create {
-            path,
-            inode,
-            exclusive: true,
-        }) = req
-        else {
-            return None;
-        };
-        let stat = req::Stat { path: path.clone() };
-        match self.rpc().try_call(daemon, stat).await {
-            Ok(i) if i.file_id == inode.file_id => Some(Reply::Inode(i)),
-            _ => None,
-        }
-    }
-}
-
-impl Client {
+impl Data<'_> {
     /// The requests that put `len` bytes of a file at `offset` on every copy: one group per
     /// daemon holding any of the chunks (with R = 1, the owner's groups as always).
     pub(crate) fn write_batches(&self, file_id: u128, offset: u64, len: usize) -> Vec<Batch> {

@@ -3,11 +3,12 @@
 //! first name when it was linked; each name's record points there, and a request on a name
 //! is sent on to it (`Client::meta` follows `Reply::Shared`).
 
+use crate::namespace::Namespace;
 use crate::perm::{self, Access};
-use crate::{Client, Creds, Errno, FileId, FileKind, Inode};
+use crate::{Creds, Errno, FileId, FileKind, Inode};
 use eddy_proto::{req, typed_reply, Reply, Request, Rpc};
 
-impl Client {
+impl Namespace<'_> {
     /// link(2): `new` becomes one more name of the file at `old` (any entry but a
     /// directory). Both names then show the same file: one inode, one size, one link count.
     /// Returns the file's inode.
@@ -179,7 +180,7 @@ impl Client {
         // at once, and truncation drops the chunks past the new size. Only a write racing with
         // the removal, or one that failed half-way, can leave unreachable chunks behind
         // (garbage, never visible).
-        let spilled = self.take_spilled(last.file_id);
+        let spilled = self.data().take_spilled(last.file_id);
         if last.kind == FileKind::File && spilled {
             // Chunks past the size may be anywhere (decision 0060).
             self.rpc()
@@ -188,7 +189,7 @@ impl Client {
                 })
                 .await?;
         } else if last.kind == FileKind::File && last.size > 0 {
-            self.drop_data(last.file_id, last.size).await?;
+            self.data().drop_data(last.file_id, last.size).await?;
         }
         Ok(())
     }
