@@ -17,6 +17,7 @@
 //! its own writes reached, published within `size_update_ms` (`size`), and the directories it
 //! looked up, trusted for `dir_cache_ms` (`dircache`); file data is never cached here.
 
+mod access;
 mod data;
 mod dircache;
 pub mod driver;
@@ -187,6 +188,18 @@ impl Client {
     }
 
     // ---------------------------------------------------------------- plumbing
+
+    /// A directory on the way to an entry: from the cache of recent directories, else asked
+    /// for (and remembered).
+    pub(crate) async fn dir_inode(&self, d: &str) -> Result<Inode, Errno> {
+        if let Some(i) = self.0.dircache.get(d) {
+            return Ok(i);
+        }
+        let since = self.0.dircache.epoch();
+        let i = self.ns().stat_raw(d).await?;
+        self.0.dircache.put(d, &i, since);
+        Ok(i)
+    }
 
     pub(crate) fn norm(&self, p: &str) -> Result<String, Errno> {
         path::normalize(p, self.0.limits)

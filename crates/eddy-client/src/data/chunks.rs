@@ -1,15 +1,37 @@
-//! Requests to the holders of a file's chunks over a byte range: dropping a file's data,
-//! or its data past a new size, with one request per holder (every daemon only when the
+//! Requests to the holders of a file's chunks over a byte range: dropping the data of a file
+//! that lost its last name (on every daemon when it may hold chunks past its size), a file's
+//! data, or its data past a new size, with one request per holder (every daemon only when the
 //! range covers more chunks than there are daemons) and hints for copies not reached.
 
 use crate::data::Data;
-use crate::{Errno, FileId};
+use crate::{Errno, FileId, FileKind, Inode};
 use eddy_proto::{req, Rpc};
 use eddy_rpc::Failure;
 use futures::future::join_all;
 use std::collections::{BTreeMap, BTreeSet};
 
 impl Data<'_> {
+    /// Drops the data of a file that lost its last name.
+    pub(crate) async fn drop_file(&self, last: &Inode) -> Result<(), Errno> {
+        self.0.sizes.forget(last.file_id);
+        // A file of size 0 holds no chunk: the first write of every client publishes its size
+        // at once, and truncation drops the chunks past the new size. Only a write racing with
+        // the removal, or one that failed half-way, can leave unreachable chunks behind
+        // (garbage, never visible).
+        let spilled = self.data().take_spilled(last.file_id);
+        if last.kind == FileKind::File && spilled {
+            // Chunks past the size may be anywhere (decision 0060).
+            self.rpc()
+                .all_ok(|| req::RemoveData {
+                    file_id: last.file_id,
+                })
+                .await?;
+        } else if last.kind == FileKind::File && last.size > 0 {
+            self.data().drop_data(last.file_id, last.size).await?;
+        }
+        Ok(())
+    }
+
     /// Drops every chunk of a file of `size` bytes.
     pub(crate) async fn drop_data(&self, file_id: FileId, size: u64) -> Result<(), Errno> {
         self.to_chunk_holders(file_id, 0, size, || req::RemoveData { file_id })

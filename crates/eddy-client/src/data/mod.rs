@@ -14,11 +14,14 @@ mod chunks;
 mod daemons;
 pub(crate) mod direct;
 pub(crate) mod integrity;
-mod io;
 pub(crate) mod layout;
 pub(crate) mod locality;
+mod read;
 mod replica;
+mod space;
+mod sync;
 pub(crate) mod tier;
+mod write;
 
 use crate::{Client, Inner};
 use std::sync::Arc;

@@ -258,34 +258,6 @@ impl Namespace<'_> {
         self.changing_dirs(&dirs, op).await
     }
 
-    /// Creates the entry `p` at its owner (see `Request::Create`) and moves its directory's
-    /// times: alongside when `exclusive` (the entry is new if it succeeds); otherwise, since
-    /// the entry may be there already, deferred and only if this call made it.
-    pub(crate) async fn create_in_parent(
-        &self,
-        p: &str,
-        inode: Inode,
-        exclusive: bool,
-    ) -> Result<Inode, Errno> {
-        let (fresh, time) = (inode.file_id, Timespec::now());
-        let create = self.meta(
-            p,
-            req::Create {
-                path: p.to_string(),
-                inode,
-                exclusive,
-            },
-        );
-        if exclusive {
-            return self.changing_parents(&[p], create).await;
-        }
-        let got = create.await?;
-        if let (true, Some(dir)) = (got.file_id == fresh, parent(p)) {
-            self.changed_dir_later(dir, time);
-        }
-        Ok(got)
-    }
-
     /// `dir` got an entry at `time` by an operation that could not tell beforehand (an open
     /// with O_CREAT, without O_EXCL, that created the file): its touch is deferred.
     pub(crate) fn changed_dir_later(&self, dir: &str, time: Timespec) {

@@ -1,11 +1,15 @@
 //! Namespace operations: stat, create, remove, setattr and listings of entries (rename is in
 //! `rename.rs`).
 
+use crate::namespace::dirtimes::parent;
 use crate::namespace::Namespace;
 use crate::perm;
-use crate::{new_inode, Creds, DirEntry, DirReader, Errno, FileKind, Inode, SetAttr};
+use crate::{
+    new_inode, Creds, DirEntry, DirReader, Errno, File, FileKind, Inode, SetAttr, Timespec,
+};
 use eddy_proto::path;
 use eddy_proto::{req, RemoveKind};
+use std::sync::atomic::Ordering;
 
 impl Namespace<'_> {
     // ---------------------------------------------------------------- metadata
@@ -86,6 +90,34 @@ impl Namespace<'_> {
             self.data().place_new(dir.as_ref(), &mut inode).await;
         }
         self.create_in_parent(p, inode, exclusive).await
+    }
+
+    /// Creates the entry `p` at its owner (see `Request::Create`) and moves its directory's
+    /// times: alongside when `exclusive` (the entry is new if it succeeds); otherwise, since
+    /// the entry may be there already, deferred and only if this call made it.
+    pub(crate) async fn create_in_parent(
+        &self,
+        p: &str,
+        inode: Inode,
+        exclusive: bool,
+    ) -> Result<Inode, Errno> {
+        let (fresh, time) = (inode.file_id, Timespec::now());
+        let create = self.meta(
+            p,
+            req::Create {
+                path: p.to_string(),
+                inode,
+                exclusive,
+            },
+        );
+        if exclusive {
+            return self.changing_parents(&[p], create).await;
+        }
+        let got = create.await?;
+        if let (true, Some(dir)) = (got.file_id == fresh, parent(p)) {
+            self.changed_dir_later(dir, time);
+        }
+        Ok(got)
     }
 
     /// The parent of `p` for its placement attribute, from the directory cache or its owner;
@@ -285,6 +317,42 @@ impl Namespace<'_> {
             self.0.dircache.forget(&p);
         }
         res
+    }
+
+    /// After a truncate (`truncated`) by a caller without the privilege to keep set-id bits,
+    /// clears those the new inode `i` still has; returns the inode as it is then.
+    pub(crate) async fn clear_setid_after(
+        &self,
+        p: &str,
+        i: Inode,
+        truncated: bool,
+        creds: Creds,
+    ) -> Result<Inode, Errno> {
+        if !truncated || creds.keeps_setid() || i.kind != FileKind::File || !perm::has_setid(i.mode)
+        {
+            return Ok(i);
+        }
+        let req = req::ClearSetId {
+            path: p.to_string(),
+        };
+        self.meta(p, req).await
+    }
+
+    /// Clears the set-id bits of an open file on the first write through `f` by a writer
+    /// without the privilege to keep them, when the file had some at open; a no-op otherwise.
+    /// Sent alongside the write's data. (A bit set after the open is not seen by the writer:
+    /// asking the owner with every write would double the metadata requests of writes.)
+    pub(crate) async fn clear_setid_on_write(&self, f: &File, clear: bool) -> Result<(), Errno> {
+        if !clear
+            || !perm::has_setid(f.inode_mode())
+            || f.0.setid_cleared.swap(true, Ordering::AcqRel)
+        {
+            return Ok(());
+        }
+        let req = req::ClearSetId {
+            path: f.path().to_string(),
+        };
+        self.meta(&f.path(), req).await.map(|_| ())
     }
 
     /// The inode of an entry listed in `dir` as this client sees it: the listing's own, or, for

@@ -136,7 +136,7 @@ impl Namespace<'_> {
         removed: &Inode,
     ) -> Result<(), Errno> {
         let Some(daemon) = removed.shared else {
-            return self.drop_file(removed).await;
+            return self.data().drop_file(removed).await;
         };
         let left = self.drop_name_left(daemon, removed.file_id).await?;
         let Some(name) = name else {
@@ -168,29 +168,8 @@ impl Namespace<'_> {
             .failover_as(&self.rpc().identity_holders(daemon), req)
             .await?;
         if left.nlink == 0 {
-            self.drop_file(&left).await?;
+            self.data().drop_file(&left).await?;
         }
         Ok(left.nlink)
-    }
-
-    /// Drops the data of a file that lost its last name.
-    async fn drop_file(&self, last: &Inode) -> Result<(), Errno> {
-        self.0.sizes.forget(last.file_id);
-        // A file of size 0 holds no chunk: the first write of every client publishes its size
-        // at once, and truncation drops the chunks past the new size. Only a write racing with
-        // the removal, or one that failed half-way, can leave unreachable chunks behind
-        // (garbage, never visible).
-        let spilled = self.data().take_spilled(last.file_id);
-        if last.kind == FileKind::File && spilled {
-            // Chunks past the size may be anywhere (decision 0060).
-            self.rpc()
-                .all_ok(|| req::RemoveData {
-                    file_id: last.file_id,
-                })
-                .await?;
-        } else if last.kind == FileKind::File && last.size > 0 {
-            self.data().drop_data(last.file_id, last.size).await?;
-        }
-        Ok(())
     }
 }

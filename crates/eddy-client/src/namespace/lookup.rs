@@ -9,18 +9,6 @@ use crate::{new_inode, Errno, FileId, FileKind, Inode};
 use eddy_proto::{path, req};
 
 impl Namespace<'_> {
-    /// A directory on the way to an entry: from the cache of recent directories, else asked
-    /// for (and remembered).
-    pub(crate) async fn dir_inode(&self, d: &str) -> Result<Inode, Errno> {
-        if let Some(i) = self.0.dircache.get(d) {
-            return Ok(i);
-        }
-        let since = self.0.dircache.epoch();
-        let i = self.stat_raw(d).await?;
-        self.0.dircache.put(d, &i, since);
-        Ok(i)
-    }
-
     /// Makes sure the root directory exists, and that every linked prefix is an entry of
     /// the namespace (its scratch ancestors made, the prefix imported from its backend), so
     /// that listings show the links.

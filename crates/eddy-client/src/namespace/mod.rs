@@ -10,7 +10,6 @@
 //! view of the client: its methods reach the client's state (`self.0`) and, through `Deref`,
 //! the façade's own methods.
 
-pub(crate) mod access;
 pub(crate) mod dir;
 pub(crate) mod dirtimes;
 mod entries;
