@@ -1,8 +1,9 @@
-//! What the library looks up and sends to apply the rules of `perm.rs`: the directories a
-//! path resolves through (search permission on each), the parent of an entry created or
-//! removed (write and search permission), the entry itself in a sticky directory, and the
-//! set-id bits a truncate or a write by an unprivileged caller clears. Callers the library
-//! does not check (root, the kernel through FUSE) pay no lookup here.
+//! What the library looks up to apply the rules of `perm.rs`: the directories a path resolves
+//! through (search permission on each), the parent of an entry created or removed (write and
+//! search permission), the entry itself in a sticky directory. Callers the library does not
+//! check (root, the kernel through FUSE) pay no lookup here. The lookups are the namespace
+//! layer's (`Client::ns`); the set-id bits a truncate or a write clears are cleared there too
+//! (`namespace/entries.rs`).
 
 use crate::perm::{self, Access};
 use crate::{Client, Creds, Errno, FileKind, Inode};

@@ -1,4 +1,9 @@
-//! Open files: open/create, positioned reads and writes, fsync, close and ftruncate.
+//! Open files: the `File` handle and what it knows (its path, which follows renames, the
+//! inode at open, the size it has seen, its read-ahead window, its direct leases), open and
+//! create (symlinks followed, permissions checked, O_TRUNC), fstat, and the atime rule a read
+//! follows. Its data is the data layer's (`data/read.rs`, `data/write.rs`, `data/sync.rs`,
+//! `data/space.rs`); what an open asks of the namespace, the namespace layer's
+//! (`namespace/open.rs`).
 
 use crate::perm::{self, Access};
 use crate::{new_inode, unsynced, Client, Creds, Errno, FileId, FileKind, Inode, SetAttr};

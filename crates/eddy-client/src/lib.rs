@@ -7,10 +7,16 @@
 //! dead daemon gives EIO within the RPC deadline, never a hang.
 //!
 //! The connections, the calls with their deadline, the down marks, the owners of an item and
-//! the fan-out are the rpc layer's (`eddy_rpc::Daemons`, `Client::rpc`); the client's own
-//! state is in subsystems that keep it behind their methods: the size cache (`size`),
-//! directory times (`dirtimes`), recent directories (`dircache`), renames under way
-//! (`rename::Renames`), what an fsync must reach (`unsynced`), the lock session (`locks`).
+//! the fan-out are the rpc layer's (`eddy_rpc::Daemons`, `Client::rpc`). Above it the client
+//! is in layers (decision 0068): `Client` is the façade the front-ends call (`facade.rs`: each
+//! operation handed to a layer); two layers send the requests, each its own: `namespace`
+//! (names and the records they lead to, to a path's metadata owner or a file's identity
+//! record) and `data` (a file's bytes and the daemons that store them); the other modules
+//! keep the client's own state and call into the layers, sending nothing
+//! (`scripts/check-client-layers.py`). That state is in subsystems that keep it behind their
+//! methods: the size cache (`size`), directory times (`dirtimes`), recent directories
+//! (`dircache`), renames under way (`rename::Renames`), what an fsync must reach
+//! (`unsynced`), the lock session (`locks`), the open files (`file`, `held`).
 //!
 //! It must not keep state that other clients need to see: everything shared lives on the
 //! daemons (the intents of directory renames too). Its caches are bounded in time: the sizes

@@ -1,5 +1,7 @@
-//! Namespace operations: stat, create, remove, setattr and listings of entries (rename is in
-//! `rename.rs`).
+//! Namespace operations: stat, create (with its directory's times: `create_in_parent`),
+//! mkdir, symlink, unlink and rmdir, setattr and truncate, the set-id bits a truncate or a
+//! write by an unprivileged caller clears, and listings of entries (rename is in
+//! `rename.rs`, hard links in `links.rs`).
 
 use crate::namespace::dirtimes::parent;
 use crate::namespace::Namespace;

@@ -1,7 +1,8 @@
 //! Hard links (decision 0009): `link`, and what removing a name does to a file with several
 //! names. Such a file's attributes live in one identity record, on the daemon that held its
 //! first name when it was linked; each name's record points there, and a request on a name
-//! is sent on to it (`Client::meta` follows `Reply::Shared`).
+//! is sent on to it (`Namespace::meta` follows `Reply::Shared`). The data of a file that lost
+//! its last name is dropped by the data layer (`data/chunks.rs`).
 
 use crate::namespace::Namespace;
 use crate::perm::{self, Access};

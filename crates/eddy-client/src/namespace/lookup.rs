@@ -1,7 +1,8 @@
 //! Lookups that every operation starts from: the root and the linked prefixes made sure of,
-//! an entry's inode with this client's unpublished writes counted, the directories on the
-//! way (through the cache of recent ones), ENOENT refined to ENOTDIR, the parent a new entry
-//! goes into, and the publication of a size this client's writes reached.
+//! an entry's inode with this client's unpublished writes counted (the directories on the way
+//! go through the cache of recent ones first: `Client::dir_inode`), ENOENT refined to
+//! ENOTDIR, the parent a new entry goes into, and the publication of a size this client's
+//! writes reached.
 
 use crate::namespace::Namespace;
 use crate::perm::Creds;

@@ -2,7 +2,9 @@
 //! the owner of a path's metadata (`meta`, failing over along its copies) or to the holders
 //! of a file's identity record (decision 0009): lookups and stats, creates and removals,
 //! listings, directory times, renames, hard links, extended attributes and special files,
-//! permission walks, set-id clearing, atime updates, size publications, advisory locks.
+//! set-id clearing, what an open file asks of its name's owner (revalidation, atime, append
+//! offsets, sizes), advisory locks (their table is on the daemon a file's id names; they
+//! belong to the file, not to its bytes).
 //!
 //! It is one of the two parts of the client that send requests (the other is `data`, for
 //! chunks and daemons as stores); the `Client` façade and the modules beside these two call
