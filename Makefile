@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build install check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier lint lint-privileged lint-file-size check-architecture docs clean
+.PHONY: deps build install check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -55,7 +55,7 @@ demo-slurm: build
 ## integration binary: such a test brings a whole deployment (three or more daemons, FUSE
 ## mounts, Slurm, GlusterFS), and two at once on a 2-core machine starve each other's deadlines.
 FAST_USER ?= nobody
-test: deps lint-privileged lint-file-size check-architecture check-c-header docs
+test: deps lint-privileged lint-file-size check-architecture check-client-layers check-c-header docs
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload -p eddy-c
 	python3 scripts/test-lanes.py fast --as $(FAST_USER); fast=$$?; \
@@ -127,7 +127,13 @@ lint-file-size:
 	python3 scripts/lint-file-size.py --self-test
 	python3 scripts/lint-file-size.py
 
-lint: lint-privileged lint-file-size check-architecture
+## Only the client's namespace and data layers send requests, each its own (decision 0068).
+## No build needed.
+check-client-layers:
+	python3 scripts/check-client-layers.py --self-test
+	python3 scripts/check-client-layers.py
+
+lint: lint-privileged lint-file-size check-architecture check-client-layers
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 

@@ -1,14 +1,14 @@
-//! What the library looks up and sends to apply the rules of `perm.rs`: the directories a
-//! path resolves through (search permission on each), the parent of an entry created or
-//! removed (write and search permission), the entry itself in a sticky directory, and the
-//! set-id bits a truncate or a write by an unprivileged caller clears. Callers the library
-//! does not check (root, the kernel through FUSE) pay no lookup here.
+//! What the library looks up to apply the rules of `perm.rs`: the directories a path resolves
+//! through (search permission on each), the parent of an entry created or removed (write and
+//! search permission), the entry itself in a sticky directory. Callers the library does not
+//! check (root, the kernel through FUSE) pay no lookup here. The lookups are the namespace
+//! layer's (`Client::ns`); the set-id bits a truncate or a write clears are cleared there too
+//! (`namespace/entries.rs`).
 
 use crate::perm::{self, Access};
-use crate::{Client, Creds, Errno, File, FileKind, Inode};
-use eddy_proto::{path, req};
+use crate::{Client, Creds, Errno, FileKind, Inode};
+use eddy_proto::path;
 use futures::future::join_all;
-use std::sync::atomic::Ordering;
 
 /// The directories a path resolves through, from the root to its parent.
 fn ancestors(p: &str) -> Vec<&str> {
@@ -49,7 +49,8 @@ impl Client {
     /// The entry of `p` for `creds`: a failure to resolve the path (EACCES on a directory
     /// above) comes before the entry's own (ENOENT). Both are asked for at once.
     pub(crate) async fn stat_as(&self, p: &str, creds: Creds) -> Result<Inode, Errno> {
-        let (entry, searched) = futures::join!(self.stat_norm(p), self.check_path(p, creds));
+        let ns = self.ns();
+        let (entry, searched) = futures::join!(ns.stat_norm(p), self.check_path(p, creds));
         searched?;
         entry
     }
@@ -73,7 +74,7 @@ impl Client {
                 Some(dir) => dir,
                 None => {
                     let since = self.0.dircache.epoch();
-                    let dir = self.stat_norm(parent).await?;
+                    let dir = self.ns().stat_norm(parent).await?;
                     self.0.dircache.put(parent, &dir, since);
                     dir
                 }
@@ -111,7 +112,7 @@ impl Client {
         }
         let entry = match entry {
             Some(e) => e.clone(),
-            None => self.stat_norm(p).await?,
+            None => self.ns().stat_norm(p).await?,
         };
         perm::check_sticky(&dir, &entry, creds, p)
     }
@@ -138,42 +139,6 @@ impl Client {
             perm::check(src, creds, Access::WRITE, from)?;
         }
         Ok(())
-    }
-
-    /// After a truncate (`truncated`) by a caller without the privilege to keep set-id bits,
-    /// clears those the new inode `i` still has; returns the inode as it is then.
-    pub(crate) async fn clear_setid_after(
-        &self,
-        p: &str,
-        i: Inode,
-        truncated: bool,
-        creds: Creds,
-    ) -> Result<Inode, Errno> {
-        if !truncated || creds.keeps_setid() || i.kind != FileKind::File || !perm::has_setid(i.mode)
-        {
-            return Ok(i);
-        }
-        let req = req::ClearSetId {
-            path: p.to_string(),
-        };
-        self.meta(p, req).await
-    }
-
-    /// Clears the set-id bits of an open file on the first write through `f` by a writer
-    /// without the privilege to keep them, when the file had some at open; a no-op otherwise.
-    /// Sent alongside the write's data. (A bit set after the open is not seen by the writer:
-    /// asking the owner with every write would double the metadata requests of writes.)
-    pub(crate) async fn clear_setid_on_write(&self, f: &File, clear: bool) -> Result<(), Errno> {
-        if !clear
-            || !perm::has_setid(f.inode_mode())
-            || f.0.setid_cleared.swap(true, Ordering::AcqRel)
-        {
-            return Ok(());
-        }
-        let req = req::ClearSetId {
-            path: f.path().to_string(),
-        };
-        self.meta(&f.path(), req).await.map(|_| ())
     }
 }
 

@@ -103,7 +103,7 @@ impl Client {
         };
         // Another name of the same file changes nothing; a directory cannot replace a file
         // (the rename says ENOTDIR).
-        let source = self.stat_norm(from).await?;
+        let source = self.ns().stat_norm(from).await?;
         if source.file_id == victim || source.kind == FileKind::Dir {
             return Ok(None);
         }
@@ -121,7 +121,7 @@ impl Client {
         let hidden = path::join(parent, &format!("{HIDDEN_ORPHAN}{id:032x}"));
         // Boxed: a rename's future is large, and an unlink or a rename that holds this one
         // inline would carry a second one (a debug build's test thread overflowed its stack).
-        Box::pin(self.rename_norm(p, &hidden, creds)).await?;
+        Box::pin(self.ns().rename_norm(p, &hidden, creds)).await?;
         self.0.dircache.forget_tree(p);
         self.0.dircache.forget_tree(&hidden);
         self.0.held.lock().hidden.insert(hidden.clone());
@@ -132,7 +132,7 @@ impl Client {
     /// Gives a hidden file its name `p` back (a rename over it failed after it was hidden);
     /// best effort.
     pub(crate) async fn unhide(&self, hidden: &str, p: &str) {
-        match Box::pin(self.rename_norm(hidden, p, Creds::root())).await {
+        match Box::pin(self.ns().rename_norm(hidden, p, Creds::root())).await {
             Ok(()) => {
                 self.0.held.lock().hidden.remove(hidden);
                 self.follow_rename(hidden, p);
@@ -156,7 +156,7 @@ impl Client {
                 .collect()
         };
         for f in handles {
-            self.direct_report(&f, false).await?;
+            self.data().direct_report(&f, false).await?;
         }
         Ok(())
     }
@@ -195,7 +195,7 @@ impl Client {
             return Ok(());
         }
         self.0.held.lock().hidden.remove(&*p);
-        match self.unlink_now(&p, Creds::root()).await {
+        match self.ns().unlink_now(&p, Creds::root()).await {
             // Removed meanwhile (by another node): nothing left.
             Err(e) if e.errno == libc::ENOENT => Ok(()),
             res => res,

@@ -7,10 +7,16 @@
 //! dead daemon gives EIO within the RPC deadline, never a hang.
 //!
 //! The connections, the calls with their deadline, the down marks, the owners of an item and
-//! the fan-out are the rpc layer's (`eddy_rpc::Daemons`, `Client::rpc`); the client's own
-//! state is in subsystems that keep it behind their methods: the size cache (`size`),
-//! directory times (`dirtimes`), recent directories (`dircache`), renames under way
-//! (`rename::Renames`), what an fsync must reach (`unsynced`), the lock session (`locks`).
+//! the fan-out are the rpc layer's (`eddy_rpc::Daemons`, `Client::rpc`). Above it the client
+//! is in layers (decision 0068): `Client` is the façade the front-ends call (`facade.rs`: each
+//! operation handed to a layer); two layers send the requests, each its own: `namespace`
+//! (names and the records they lead to, to a path's metadata owner or a file's identity
+//! record) and `data` (a file's bytes and the daemons that store them); the other modules
+//! keep the client's own state and call into the layers, sending nothing
+//! (`scripts/check-client-layers.py`). That state is in subsystems that keep it behind their
+//! methods: the size cache (`size`), directory times (`dirtimes`), recent directories
+//! (`dircache`), renames under way (`rename::Renames`), what an fsync must reach
+//! (`unsynced`), the lock session (`locks`), the open files (`file`, `held`).
 //!
 //! It must not keep state that other clients need to see: everything shared lives on the
 //! daemons (the intents of directory renames too). Its caches are bounded in time: the sizes
@@ -18,27 +24,20 @@
 //! looked up, trusted for `dir_cache_ms` (`dircache`); file data is never cached here.
 
 mod access;
-mod dir;
+mod data;
 mod dircache;
-mod direct;
-mod dirtimes;
 pub mod driver;
+mod facade;
 mod file;
 mod held;
-mod integrity;
-mod layout;
-mod links;
-mod locality;
-mod locks;
-mod ns;
+mod namespace;
 mod paging;
 mod perm;
-mod rename;
-mod replica;
 mod size;
-mod special;
-mod tier;
 mod unsynced;
+
+use data::{direct, integrity, layout, locality, tier};
+use namespace::{dir, dirtimes, locks, rename};
 
 pub use dir::DirReader;
 pub use eddy_proto::{
@@ -53,7 +52,7 @@ pub use tier::FileResult;
 
 use eddy_config::{Config, Deployment};
 use eddy_proto::path::{self, PathLimits};
-use eddy_proto::{req, typed_reply, Reply, Request, Rpc};
+use eddy_proto::Request;
 use std::sync::{Arc, Weak};
 
 /// Aggregated statfs over all daemons.
@@ -115,7 +114,7 @@ impl eddy_rpc::Observer for Watch {
 
     fn reconnected(&self, _daemon: u32) {
         if let Some(inner) = self.client.upgrade() {
-            Client(inner).complete_unfinished_renames_later();
+            Client(inner).ns().complete_unfinished_renames_later();
         }
     }
 }
@@ -131,8 +130,8 @@ impl Client {
     /// request per daemon when there are none; decision 0010).
     pub async fn connect(dep: Deployment) -> Result<Client, Errno> {
         let client = Client::new(dep)?;
-        client.ensure_root().await?;
-        client.complete_unfinished_renames().await;
+        client.ns().ensure_root().await?;
+        client.ns().complete_unfinished_renames().await;
         Ok(client)
     }
 
@@ -194,6 +193,8 @@ impl Client {
         self.rpc().rpc_counts()
     }
 
+    // ---------------------------------------------------------------- plumbing
+
     /// A directory on the way to an entry: from the cache of recent directories, else asked
     /// for (and remembered).
     pub(crate) async fn dir_inode(&self, d: &str) -> Result<Inode, Errno> {
@@ -201,111 +202,13 @@ impl Client {
             return Ok(i);
         }
         let since = self.0.dircache.epoch();
-        let i = self.stat_raw(d).await?;
+        let i = self.ns().stat_raw(d).await?;
         self.0.dircache.put(d, &i, since);
         Ok(i)
     }
 
-    // ---------------------------------------------------------------- plumbing
-
     pub(crate) fn norm(&self, p: &str) -> Result<String, Errno> {
         path::normalize(p, self.0.limits)
-    }
-
-    /// Sends a metadata request to the owner of `path` (the path is only hashed, not kept).
-    /// A path naming a file with several names is answered with where its identity record is
-    /// (decision 0009): the request goes on there.
-    async fn meta<R: Rpc>(&self, path: &str, req: R) -> Result<R::Reply, Errno> {
-        typed_reply::<R>(self.meta_raw(path, req.into()).await?)
-    }
-
-    /// `meta` for a request as it travels, answered with the reply as it came.
-    async fn meta_raw(&self, path: &str, req: Request) -> Result<Reply, Errno> {
-        let owners = self.rpc().meta_owners(path);
-        let reply = match owners.as_slice() {
-            [owner] => self.rpc().call_raw(*owner, &req).await?,
-            _ => self.failover(&owners, &req).await?,
-        };
-        match reply {
-            Reply::Shared { daemon, file_id } => self.on_identity_raw(daemon, file_id, &req).await,
-            reply => Ok(reply),
-        }
-    }
-
-    /// Makes sure the root directory exists, and that every linked prefix is an entry of
-    /// the namespace (its scratch ancestors made, the prefix imported from its backend), so
-    /// that listings show the links.
-    pub(crate) async fn ensure_root(&self) -> Result<(), Errno> {
-        let me = Creds::current();
-        let cfg = self.config();
-        let creds = Creds::user(
-            cfg.root_uid.unwrap_or(me.uid),
-            cfg.root_gid.unwrap_or(me.gid),
-        );
-        let prefixes: Vec<String> = self
-            .config()
-            .links
-            .iter()
-            .map(|l| l.prefix.clone())
-            .collect();
-        let mut dirs = vec!["/".to_string()];
-        for prefix in &prefixes {
-            let mut ancestors = Vec::new();
-            let mut cur = prefix.as_str();
-            while let Some((parent, _)) = path::split(cur) {
-                ancestors.push(parent.to_string());
-                cur = parent;
-            }
-            dirs.extend(ancestors.into_iter().rev().skip(1));
-        }
-        // The root and the scratch directories above linked prefixes are as closed as
-        // `root_mode` says (0700 by default, decision 0023): on a mount every user of the
-        // node can reach, they are the gate to the whole namespace.
-        let mode = cfg.root_mode.0 & 0o7777;
-        for dir in dirs {
-            let inode = new_inode(FileKind::Dir, mode, creds, None);
-            let req = req::Create {
-                path: dir.clone(),
-                inode,
-                exclusive: false,
-            };
-            self.meta(&dir, req).await?;
-        }
-        for prefix in prefixes {
-            self.stat_raw(&prefix).await.map_err(|e| {
-                Errno::new(
-                    e.errno,
-                    format!("linked prefix {prefix}: its backend directory: {e}"),
-                )
-            })?;
-        }
-        Ok(())
-    }
-
-    pub(crate) async fn stat_norm(&self, path: &str) -> Result<Inode, Errno> {
-        match self.stat_raw(path).await {
-            Err(e) if e.errno == libc::ENOENT => Err(self.refine_enoent(path, e).await),
-            other => other,
-        }
-    }
-
-    /// Asks the owner for an entry and adds this client's unpublished writes to a file's
-    /// size (see `merge_pending`), asking again while a publication ends in between.
-    pub(crate) async fn stat_raw(&self, path: &str) -> Result<Inode, Errno> {
-        const TRIES: usize = 4;
-        let mut tries = 0;
-        loop {
-            let epoch = self.0.sizes.epoch();
-            let req = req::Stat {
-                path: path.to_string(),
-            };
-            let i = self.meta(path, req).await?;
-            tries += 1;
-            let (i, settled) = self.merge_pending(i, epoch);
-            if settled || tries == TRIES {
-                return Ok(self.with_dir_times(path, i));
-            }
-        }
     }
 
     /// A file's inode, as its owner answered a request sent after `epoch` was read, with this
@@ -320,23 +223,6 @@ impl Client {
         i.size = i.size.max(self.0.sizes.pending(i.file_id));
         let settled = !self.0.sizes.ended_since(i.file_id, epoch);
         (i, settled)
-    }
-
-    /// Sends a size to the file's owner (merged there with max) and settles the size cache:
-    /// acknowledged, or pending again on failure.
-    pub(crate) async fn send_size(
-        &self,
-        file_id: FileId,
-        path: &str,
-        size: u64,
-    ) -> Result<(), Errno> {
-        let req = req::GrowSize {
-            path: path.to_string(),
-            size,
-        };
-        let res = self.meta(path, req).await;
-        self.0.sizes.done(file_id, size, res.is_ok());
-        res.map(|_| ())
     }
 
     /// Whether `close(f)` has anything to do: this client has written the file (a size may be
@@ -354,7 +240,7 @@ impl Client {
             return Ok(());
         };
         match self.0.sizes.take(f.file_id(), false) {
-            Some((_, size)) => self.send_size(f.file_id(), &f.path(), size).await,
+            Some((_, size)) => self.ns().send_size(f.file_id(), &f.path(), size).await,
             None => Ok(()),
         }
     }
@@ -370,7 +256,7 @@ impl Client {
             let Some((path, size)) = client.0.sizes.take(file_id, true) else {
                 return;
             };
-            match client.send_size(file_id, &path, size).await {
+            match client.ns().send_size(file_id, &path, size).await {
                 Ok(()) => {}
                 // Removed meanwhile: nothing to publish to.
                 Err(e) if e.errno == libc::ENOENT => client.0.sizes.forget(file_id),
@@ -379,35 +265,6 @@ impl Client {
                 }
             }
         });
-    }
-
-    /// Turns ENOENT into ENOTDIR when an ancestor is not a directory, as POSIX wants.
-    pub(crate) async fn refine_enoent(&self, path: &str, e: Errno) -> Errno {
-        let mut cur = path;
-        while let Some((parent, _)) = path::split(cur) {
-            if let Ok(i) = self
-                .meta(
-                    parent,
-                    req::Stat {
-                        path: parent.to_string(),
-                    },
-                )
-                .await
-            {
-                if i.kind != FileKind::Dir {
-                    return Errno::new(libc::ENOTDIR, format!("{parent} is not a directory"));
-                }
-                return e;
-            }
-            cur = parent;
-        }
-        e
-    }
-
-    /// Checks that the parent of `path` is a directory the caller may add entries to (see
-    /// `parent_dir`).
-    pub(crate) async fn check_parent(&self, path: &str, creds: Creds) -> Result<(), Errno> {
-        self.parent_dir(path, creds).await.map(|_| ())
     }
 }
 

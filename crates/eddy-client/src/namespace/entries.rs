@@ -1,18 +1,19 @@
-//! Namespace operations: stat, create, remove, setattr and listings of entries (rename is in
-//! `rename.rs`).
+//! Namespace operations: stat, create (with its directory's times: `create_in_parent`),
+//! mkdir, symlink, unlink and rmdir, setattr and truncate, the set-id bits a truncate or a
+//! write by an unprivileged caller clears, and listings of entries (rename is in
+//! `rename.rs`, hard links in `links.rs`).
 
+use crate::namespace::dirtimes::parent;
+use crate::namespace::Namespace;
 use crate::perm;
-use crate::Failure;
 use crate::{
-    new_inode, Client, Creds, DaemonStatus, DirEntry, DirReader, Errno, FileId, FileKind, FsStats,
-    Inode, SetAttr,
+    new_inode, Creds, DirEntry, DirReader, Errno, File, FileKind, Inode, SetAttr, Timespec,
 };
 use eddy_proto::path;
-use eddy_proto::{req, RemoveKind, Rpc};
-use futures::future::join_all;
-use std::collections::{BTreeMap, BTreeSet};
+use eddy_proto::{req, RemoveKind};
+use std::sync::atomic::Ordering;
 
-impl Client {
+impl Namespace<'_> {
     // ---------------------------------------------------------------- metadata
 
     /// lstat: the entry itself (a symlink is not followed).
@@ -88,9 +89,37 @@ impl Client {
                 Some(d) => Some(d),
                 None => self.parent_for_placement(p).await,
             };
-            self.place_new(dir.as_ref(), &mut inode).await;
+            self.data().place_new(dir.as_ref(), &mut inode).await;
         }
         self.create_in_parent(p, inode, exclusive).await
+    }
+
+    /// Creates the entry `p` at its owner (see `Request::Create`) and moves its directory's
+    /// times: alongside when `exclusive` (the entry is new if it succeeds); otherwise, since
+    /// the entry may be there already, deferred and only if this call made it.
+    pub(crate) async fn create_in_parent(
+        &self,
+        p: &str,
+        inode: Inode,
+        exclusive: bool,
+    ) -> Result<Inode, Errno> {
+        let (fresh, time) = (inode.file_id, Timespec::now());
+        let create = self.meta(
+            p,
+            req::Create {
+                path: p.to_string(),
+                inode,
+                exclusive,
+            },
+        );
+        if exclusive {
+            return self.changing_parents(&[p], create).await;
+        }
+        let got = create.await?;
+        if let (true, Some(dir)) = (got.file_id == fresh, parent(p)) {
+            self.changed_dir_later(dir, time);
+        }
+        Ok(got)
     }
 
     /// The parent of `p` for its placement attribute, from the directory cache or its owner;
@@ -217,85 +246,6 @@ impl Client {
         Ok(())
     }
 
-    /// Drops every chunk of a file of `size` bytes.
-    pub(crate) async fn drop_data(&self, file_id: FileId, size: u64) -> Result<(), Errno> {
-        self.to_chunk_holders(file_id, 0, size, || req::RemoveData { file_id })
-            .await
-    }
-
-    /// Drops the data of a file at and after byte `size`, for a file known to reach `old`.
-    pub(crate) async fn truncate_data(
-        &self,
-        file_id: FileId,
-        size: u64,
-        old: u64,
-    ) -> Result<(), Errno> {
-        let (from, to) = (size.min(old), size.max(old));
-        self.to_chunk_holders(file_id, from, to, || req::TruncateData { file_id, size })
-            .await
-    }
-
-    /// Sends a request to every daemon that may hold a chunk of `file_id` overlapping bytes
-    /// `[from, to)` (at least the chunk holding `from`): the chunks' owners, as placement names
-    /// them, or every daemon when the range covers more chunks than there are daemons. An
-    /// unlink or truncate of a small file so costs one RPC, not one per daemon.
-    pub(crate) async fn to_chunk_holders<R: Rpc, F: Fn() -> R>(
-        &self,
-        file_id: FileId,
-        from: u64,
-        to: u64,
-        make: F,
-    ) -> Result<(), Errno> {
-        let cs = self.config().chunk_size;
-        let first = from / cs;
-        let last = if to > from { (to - 1) / cs } else { first };
-        let ids = self.rpc().placement().ids();
-        let r = self.replicas();
-        if last - first >= ids.len() as u64 && r == 1 {
-            return self.rpc().all_ok(make).await.map(|_| ());
-        }
-        let mut holders: Vec<u32> = if last - first >= ids.len() as u64 {
-            ids.to_vec()
-        } else {
-            (first..=last)
-                .flat_map(|k| self.rpc().chunk_owners(file_id, k))
-                .collect()
-        };
-        holders.sort_unstable();
-        holders.dedup();
-        let calls = holders.iter().map(|&id| {
-            let req = make();
-            async move { self.rpc().try_call(id, req).await }
-        });
-        // With R copies, up to R-1 owners that cannot be reached are left out; the chunks
-        // they own are hinted to an owner that took the change (decision 0021).
-        let mut missed: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
-        for (&id, res) in holders.iter().zip(join_all(calls).await) {
-            match res {
-                Ok(_) => {}
-                Err(Failure::Unreachable(e)) => {
-                    missed.insert(id, BTreeSet::new());
-                    if missed.len() >= r {
-                        return Err(e);
-                    }
-                }
-                Err(f) => return Err(f.into_errno()),
-            }
-        }
-        if missed.is_empty() {
-            return Ok(());
-        }
-        for k in first..=last {
-            for d in self.rpc().chunk_owners(file_id, k) {
-                if let Some(set) = missed.get_mut(&d) {
-                    set.insert(k);
-                }
-            }
-        }
-        self.hint_missed(file_id, missed).await;
-        Ok(())
-    }
-
     pub async fn truncate(&self, path: &str, size: u64, creds: Creds) -> Result<Inode, Errno> {
         self.setattr(
             path,
@@ -350,7 +300,9 @@ impl Client {
             }
             // Sizes this client's earlier writes reached no longer hold.
             self.0.sizes.forget(cur.file_id);
-            self.truncate_data(cur.file_id, size, cur.size).await?;
+            self.data()
+                .truncate_data(cur.file_id, size, cur.size)
+                .await?;
         }
         let req = req::SetAttr {
             path: p.clone(),
@@ -369,25 +321,40 @@ impl Client {
         res
     }
 
-    pub async fn statfs(&self) -> Result<FsStats, Errno> {
-        let mut s = FsStats {
-            block_size: 4096,
-            ..FsStats::default()
+    /// After a truncate (`truncated`) by a caller without the privilege to keep set-id bits,
+    /// clears those the new inode `i` still has; returns the inode as it is then.
+    pub(crate) async fn clear_setid_after(
+        &self,
+        p: &str,
+        i: Inode,
+        truncated: bool,
+        creds: Creds,
+    ) -> Result<Inode, Errno> {
+        if !truncated || creds.keeps_setid() || i.kind != FileKind::File || !perm::has_setid(i.mode)
+        {
+            return Ok(i);
+        }
+        let req = req::ClearSetId {
+            path: p.to_string(),
         };
-        let statuses = self.rpc().all_ok(|| req::Status).await?;
-        let mut devices: BTreeMap<&str, Vec<&DaemonStatus>> = BTreeMap::new();
-        for d in &statuses {
-            devices.entry(d.device.as_str()).or_default().push(d);
+        self.meta(p, req).await
+    }
+
+    /// Clears the set-id bits of an open file on the first write through `f` by a writer
+    /// without the privilege to keep them, when the file had some at open; a no-op otherwise.
+    /// Sent alongside the write's data. (A bit set after the open is not seen by the writer:
+    /// asking the owner with every write would double the metadata requests of writes.)
+    pub(crate) async fn clear_setid_on_write(&self, f: &File, clear: bool) -> Result<(), Errno> {
+        if !clear
+            || !perm::has_setid(f.inode_mode())
+            || f.0.setid_cleared.swap(true, Ordering::AcqRel)
+        {
+            return Ok(());
         }
-        for on in devices.values() {
-            let one = device_stats(on);
-            s.total_bytes += one.total_bytes;
-            s.free_bytes += one.free_bytes;
-            s.avail_bytes += one.avail_bytes;
-            s.files += one.files;
-            s.files_free += one.files_free;
-        }
-        Ok(s)
+        let req = req::ClearSetId {
+            path: f.path().to_string(),
+        };
+        self.meta(&f.path(), req).await.map(|_| ())
     }
 
     /// The inode of an entry listed in `dir` as this client sees it: the listing's own, or, for
@@ -407,143 +374,6 @@ impl Client {
     /// A cursor over the entries of `dir`, resuming after the name `after`.
     pub fn readdir(&self, dir: &str, after: Option<String>) -> Result<DirReader, Errno> {
         let p = self.norm(dir)?;
-        Ok(DirReader::new(self.clone(), p, after))
-    }
-
-    /// Status of every daemon, in id order.
-    pub async fn daemon_status(&self) -> Vec<(u32, Result<DaemonStatus, Errno>)> {
-        self.rpc().all(|| req::Status).await
-    }
-
-    /// What every daemon counted of the I/O it served (`Request::Stats`, decision 0032).
-    pub async fn daemon_stats(&self) -> Vec<(u32, Result<eddy_proto::stats::DaemonStats, Errno>)> {
-        self.rpc().all(|| req::Stats).await
-    }
-
-    /// The snapshots of the daemons that answered, in daemon order (what `eddy stats --json`
-    /// prints and libeddy's `eddy_stats_json` returns), and the daemons that did not, with
-    /// why.
-    pub async fn stats_snapshots(
-        &self,
-    ) -> (Vec<eddy_proto::stats::DaemonStats>, Vec<(u32, Errno)>) {
-        let mut out = Vec::new();
-        let mut failed = Vec::new();
-        for (id, r) in self.daemon_stats().await {
-            match r {
-                Ok(s) => out.push(s),
-                Err(e) => failed.push((id, e)),
-            }
-        }
-        out.sort_by_key(|s| s.daemon);
-        (out, failed)
-    }
-
-    /// One page of a scrub on `daemon`: its stored blocks of up to `limit` chunks after
-    /// `after` verified (`Request::Scrub`).
-    pub async fn scrub_page(
-        &self,
-        daemon: u32,
-        after: Option<(FileId, u64)>,
-        limit: u32,
-    ) -> Result<eddy_proto::ScrubPage, Errno> {
-        self.rpc().call(daemon, req::Scrub { after, limit }).await
-    }
-
-    /// Asks every daemon to stop.
-    pub async fn shutdown_daemons(&self) -> Vec<(u32, Result<(), Errno>)> {
-        self.rpc().all(|| req::Shutdown).await
-    }
-
-    /// Makes every daemon's metadata and chunks durable.
-    pub async fn sync_all(&self) -> Result<(), Errno> {
-        self.rpc()
-            .all_ok(|| req::Sync { file_id: None })
-            .await
-            .map(|_| ())
-    }
-}
-
-/// What the daemons whose roots share one device (`DaemonStatus::device`, the same on all of
-/// them) offer together: the device counted once, bounded by the sum of their capacities when
-/// every one of them has one (`capacity_bytes`), less what they keep in reserve for their
-/// metadata stores (decision 0060).
-pub(crate) fn device_stats(on: &[&DaemonStatus]) -> FsStats {
-    let Some(first) = on.first() else {
-        return FsStats::default();
-    };
-    let (total, free, avail) = (
-        first.fs_total_bytes,
-        first.fs_free_bytes,
-        first.fs_avail_bytes,
-    );
-    let reserve = on.iter().map(|d| d.reserve_bytes).max().unwrap_or(0);
-    let avail = avail.saturating_sub(reserve);
-    // Each daemon may take what its capacity leaves it, and no daemon more than the device
-    // has; together no more than the device has either.
-    let capped = on.iter().all(|d| d.capacity_bytes > 0);
-    let (total, free, avail) = if capped {
-        let caps: u64 = on.iter().map(|d| d.capacity_bytes).sum();
-        let left: u64 = on
-            .iter()
-            .map(|d| d.capacity_bytes.saturating_sub(d.chunk_bytes))
-            .sum();
-        (total.min(caps), free.min(left), avail.min(left))
-    } else {
-        (total, free, avail)
-    };
-    FsStats {
-        block_size: 4096,
-        total_bytes: total,
-        free_bytes: free,
-        avail_bytes: avail,
-        files: first.fs_files,
-        files_free: first.fs_files_free,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn on(device: &str, cap: u64, held: u64) -> DaemonStatus {
-        DaemonStatus {
-            device: device.into(),
-            fs_total_bytes: 1000,
-            fs_free_bytes: 600,
-            fs_avail_bytes: 500,
-            fs_files: 10,
-            fs_files_free: 5,
-            capacity_bytes: cap,
-            chunk_bytes: held,
-            reserve_bytes: 50,
-            ..DaemonStatus::default()
-        }
-    }
-
-    #[test]
-    fn a_shared_device_counts_once_and_capacities_bound_it() {
-        let (a, b, c) = (on("m:1", 0, 0), on("m:1", 0, 0), on("m:1", 0, 0));
-        let s = device_stats(&[&a, &b, &c]);
-        assert_eq!(
-            (s.total_bytes, s.free_bytes, s.avail_bytes),
-            (1000, 600, 450)
-        );
-        assert_eq!((s.files, s.files_free), (10, 5));
-        // Capped daemons: the sum of their caps, never more than the device.
-        let (a, b) = (on("m:1", 200, 150), on("m:1", 300, 0));
-        let s = device_stats(&[&a, &b]);
-        assert_eq!(
-            (s.total_bytes, s.free_bytes, s.avail_bytes),
-            (500, 350, 350)
-        );
-        let (a, b) = (on("m:1", 800, 0), on("m:1", 800, 0));
-        let s = device_stats(&[&a, &b]);
-        assert_eq!(
-            (s.total_bytes, s.free_bytes, s.avail_bytes),
-            (1000, 600, 450)
-        );
-        // One uncapped daemon may take the whole device.
-        let (a, b) = (on("m:1", 200, 0), on("m:1", 0, 0));
-        assert_eq!(device_stats(&[&a, &b]).total_bytes, 1000);
+        Ok(DirReader::new(self.client(), p, after))
     }
 }

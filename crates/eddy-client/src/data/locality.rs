@@ -4,7 +4,8 @@
 //! (`eddy_placement::local_file_id`). A home that is down or full is not taken: the file is
 //! hashed. What the client last learnt of its local daemons is kept `placement_view_ms`.
 
-use crate::{Client, Inode};
+use crate::data::Data;
+use crate::Inode;
 use eddy_config::{PlacementMode, PLACEMENT_XATTR};
 use eddy_proto::{req, FileKind, Xattr};
 use std::collections::HashMap;
@@ -63,7 +64,7 @@ pub(crate) fn dir_mode(dir: &Inode) -> Option<PlacementMode> {
         .and_then(|x| PlacementMode::parse(&x.value))
 }
 
-impl Client {
+impl Data<'_> {
     /// Gives a new entry the placement its directory asks (else the deployment's): a new
     /// directory inherits the directory's attribute; a file placed `local` gets a file id
     /// naming its home, when this host has a daemon that can take it.

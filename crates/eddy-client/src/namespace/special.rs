@@ -9,8 +9,9 @@
 //! Listings leave `trusted.*` out for anyone but root, whatever `enforce` says (the kernel
 //! does not filter them for a FUSE file system).
 
+use crate::namespace::Namespace;
 use crate::perm::{self, Access};
-use crate::{new_inode, Client, Creds, Errno, FileKind, Inode};
+use crate::{new_inode, Creds, Errno, FileKind, Inode};
 use eddy_proto::{req, Rpc, XattrSet};
 
 /// A namespace reserved to root for an operation (`write`: set or remove).
@@ -18,7 +19,7 @@ fn root_only(name: &str, write: bool) -> bool {
     name.starts_with("trusted.") || (write && name.starts_with("security."))
 }
 
-impl Client {
+impl Namespace<'_> {
     /// mknod(2) of a special file: `kind` is a FIFO, a socket or a device node (`rdev` is
     /// its device number, Linux encoding). Device nodes need root (CAP_MKNOD): EPERM for
     /// others when checks are enforced. Regular files are made by `create`.

@@ -1,13 +1,15 @@
 //! Hard links (decision 0009): `link`, and what removing a name does to a file with several
 //! names. Such a file's attributes live in one identity record, on the daemon that held its
 //! first name when it was linked; each name's record points there, and a request on a name
-//! is sent on to it (`Client::meta` follows `Reply::Shared`).
+//! is sent on to it (`Namespace::meta` follows `Reply::Shared`). The data of a file that lost
+//! its last name is dropped by the data layer (`data/chunks.rs`).
 
+use crate::namespace::Namespace;
 use crate::perm::{self, Access};
-use crate::{Client, Creds, Errno, FileId, FileKind, Inode};
+use crate::{Creds, Errno, FileId, FileKind, Inode};
 use eddy_proto::{req, typed_reply, Reply, Request, Rpc};
 
-impl Client {
+impl Namespace<'_> {
     /// link(2): `new` becomes one more name of the file at `old` (any entry but a
     /// directory). Both names then show the same file: one inode, one size, one link count.
     /// Returns the file's inode.
@@ -135,7 +137,7 @@ impl Client {
         removed: &Inode,
     ) -> Result<(), Errno> {
         let Some(daemon) = removed.shared else {
-            return self.drop_file(removed).await;
+            return self.data().drop_file(removed).await;
         };
         let left = self.drop_name_left(daemon, removed.file_id).await?;
         let Some(name) = name else {
@@ -167,29 +169,8 @@ impl Client {
             .failover_as(&self.rpc().identity_holders(daemon), req)
             .await?;
         if left.nlink == 0 {
-            self.drop_file(&left).await?;
+            self.data().drop_file(&left).await?;
         }
         Ok(left.nlink)
-    }
-
-    /// Drops the data of a file that lost its last name.
-    async fn drop_file(&self, last: &Inode) -> Result<(), Errno> {
-        self.0.sizes.forget(last.file_id);
-        // A file of size 0 holds no chunk: the first write of every client publishes its size
-        // at once, and truncation drops the chunks past the new size. Only a write racing with
-        // the removal, or one that failed half-way, can leave unreachable chunks behind
-        // (garbage, never visible).
-        let spilled = self.take_spilled(last.file_id);
-        if last.kind == FileKind::File && spilled {
-            // Chunks past the size may be anywhere (decision 0060).
-            self.rpc()
-                .all_ok(|| req::RemoveData {
-                    file_id: last.file_id,
-                })
-                .await?;
-        } else if last.kind == FileKind::File && last.size > 0 {
-            self.drop_data(last.file_id, last.size).await?;
-        }
-        Ok(())
     }
 }

@@ -17,7 +17,8 @@
 //! O_CREAT but without O_EXCL, which often finds the file there, only ever defers its touch,
 //! and only when it created the file.
 
-use crate::{Client, Errno, FileKind, Inode, Timespec};
+use crate::namespace::Namespace;
+use crate::{Errno, FileKind, Inode, Timespec};
 use eddy_proto::{path, req};
 use futures::future::join_all;
 use std::collections::HashMap;
@@ -189,7 +190,7 @@ pub(crate) fn parent(p: &str) -> Option<&str> {
     path::split(p).map(|(dir, _)| dir)
 }
 
-impl Client {
+impl Namespace<'_> {
     /// Subdirectories were made (+1) or removed or moved away (-1) in the parents of the
     /// paths given: their link counts follow, at once and in parallel, after the change. A
     /// count that cannot be sent is logged and left one off: the change itself succeeded, and
@@ -257,34 +258,6 @@ impl Client {
         self.changing_dirs(&dirs, op).await
     }
 
-    /// Creates the entry `p` at its owner (see `Request::Create`) and moves its directory's
-    /// times: alongside when `exclusive` (the entry is new if it succeeds); otherwise, since
-    /// the entry may be there already, deferred and only if this call made it.
-    pub(crate) async fn create_in_parent(
-        &self,
-        p: &str,
-        inode: Inode,
-        exclusive: bool,
-    ) -> Result<Inode, Errno> {
-        let (fresh, time) = (inode.file_id, Timespec::now());
-        let create = self.meta(
-            p,
-            req::Create {
-                path: p.to_string(),
-                inode,
-                exclusive,
-            },
-        );
-        if exclusive {
-            return self.changing_parents(&[p], create).await;
-        }
-        let got = create.await?;
-        if let (true, Some(dir)) = (got.file_id == fresh, parent(p)) {
-            self.changed_dir_later(dir, time);
-        }
-        Ok(got)
-    }
-
     /// `dir` got an entry at `time` by an operation that could not tell beforehand (an open
     /// with O_CREAT, without O_EXCL, that created the file): its touch is deferred.
     pub(crate) fn changed_dir_later(&self, dir: &str, time: Timespec) {
@@ -311,7 +284,7 @@ impl Client {
 
     /// The deferred touch of `dir`, `delay` from now.
     fn schedule_touch(&self, dir: &str, delay: Duration) {
-        let client = self.clone();
+        let client = self.client();
         let dir = dir.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
@@ -319,7 +292,7 @@ impl Client {
                 return;
             };
             if let Some(time) = client.0.dirs.take(&dir, true) {
-                client.send_touch(&dir, time).await;
+                client.ns().send_touch(&dir, time).await;
             }
         });
     }

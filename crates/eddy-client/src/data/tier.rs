@@ -3,8 +3,9 @@
 //! back its own dirty chunks, then the metadata owners finalise the files: create, size,
 //! mode, times) and unpinning. Results are per file; progress is reported as it comes.
 
+use crate::data::Data;
 use crate::paging::{moved, Pages};
-use crate::{Client, Errno, FileKind};
+use crate::{Errno, FileKind};
 use eddy_proto::{req, FileId, FileOutcome, Flushed, Rpc};
 use futures::stream::{self, StreamExt};
 use std::collections::{BTreeMap, HashSet};
@@ -30,7 +31,7 @@ pub struct FileResult {
     pub error: Option<String>,
 }
 
-impl Client {
+impl Data<'_> {
     /// Prefetches the files under `paths` (files or trees of linked prefixes) into the cache;
     /// `pin` keeps their chunks from eviction. `progress` sees each file's result as it
     /// ends. A path that is not linked, or does not exist, is a failed result.

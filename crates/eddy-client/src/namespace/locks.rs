@@ -12,6 +12,7 @@
 //! daemon does not give back (no grace period: it did not restart, it only lost the
 //! connection, which dropped the lock; or a conflict) is forgotten.
 
+use crate::namespace::Namespace;
 use crate::{Client, File, Inner};
 use eddy_proto::lockset::{self, RangeLock};
 use eddy_proto::{req, Errno, FileId, LockInfo, LockKind, LockOwner, LockRange, LockReply, Rpc};
@@ -189,7 +190,7 @@ fn in_grace(f: &Failure) -> bool {
     matches!(f, Failure::Daemon(e) if e.errno == libc::ENOLCK)
 }
 
-impl Client {
+impl Namespace<'_> {
     /// This client's lock session (part of every lock owner it uses).
     pub fn lock_session(&self) -> u128 {
         self.0.locks.id()
@@ -252,7 +253,7 @@ impl Client {
 
     /// Watches the connection to `daemon` from now on (see the module's doc).
     fn watch_locks(&self, daemon: u32) {
-        let client = std::sync::Arc::downgrade(&self.0);
+        let client = std::sync::Arc::downgrade(self.0);
         tokio::spawn(watch_locks(client, daemon));
     }
 
@@ -308,7 +309,7 @@ impl Client {
         wait: Duration,
     ) -> Result<bool, Errno> {
         // What this handle wrote directly is reported first: a lock orders it (0048).
-        self.direct_report(f, false).await?;
+        self.data().direct_report(f, false).await?;
         let file_id = f.file_id();
         let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
         let r = req::Lock {
@@ -490,7 +491,7 @@ impl Client {
         owner: Option<u64>,
         handle: Option<u64>,
     ) -> Result<(), Errno> {
-        self.direct_report(f, false).await?;
+        self.data().direct_report(f, false).await?;
         let file_id = f.file_id();
         let r = req::ReleaseLocks {
             file_id,
@@ -530,7 +531,7 @@ async fn watch_locks(client: Weak<Inner>, daemon: u32) {
             if c.0.locks.unwatch_if_idle(daemon) {
                 return;
             }
-            match c.reclaim_locks(daemon).await {
+            match c.ns().reclaim_locks(daemon).await {
                 Ok(()) if c.0.locks.unwatch_if_idle(daemon) => return,
                 Ok(()) => break,
                 Err(e) => {

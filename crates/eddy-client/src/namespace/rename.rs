@@ -9,8 +9,9 @@
 //! it by running them again (roll forward): `Client::connect`, a client whose connection to a
 //! daemon was re-established (that daemon restarted), and a retry of the rename.
 
+use crate::namespace::Namespace;
 use crate::paging::{moved, Pages};
-use crate::{Client, Creds, Errno, FileKind, Inode, Timespec};
+use crate::{Creds, Errno, FileKind, Inode, Timespec};
 use eddy_proto::path;
 use eddy_proto::sync::lock;
 use eddy_proto::{req, RemoveKind, RenameIntent, SubtreePage};
@@ -104,7 +105,7 @@ enum Stop {
     Left(Errno),
 }
 
-impl Client {
+impl Namespace<'_> {
     /// rename(2): files, symlinks and directories. A file replaces a file; a directory
     /// replaces an empty directory. Atomic for files as seen by readers: the new name exists
     /// before the old one goes. Data never moves (it is named by file id). A directory rename
@@ -269,7 +270,7 @@ impl Client {
     async fn detach(&self, from: &str, to: &str, src: &Inode) -> Result<(), Errno> {
         let alone = src.shared.is_none();
         if alone {
-            self.stage_in_file(from, true).await?;
+            self.data().stage_in_file(from, true).await?;
         }
         let mut moved = src.clone();
         moved.ctime = Timespec::now();
@@ -488,8 +489,8 @@ impl Client {
 
     /// The same, in the background (a connection to a daemon was re-established).
     pub(crate) fn complete_unfinished_renames_later(&self) {
-        let client = self.clone();
-        tokio::spawn(async move { client.complete_unfinished_renames().await });
+        let client = self.client();
+        tokio::spawn(async move { client.ns().complete_unfinished_renames().await });
     }
 
     /// Takes over every unfinished rename no client holds, on every daemon, and completes

@@ -132,6 +132,7 @@ impl DirReader {
             let file_id = e.inode.file_id;
             async move {
                 self.client
+                    .ns()
                     .on_identity(daemon, file_id, req::Stat { path })
                     .await
             }

@@ -22,7 +22,8 @@
 //! verified. A mismatch sends the read through the daemon, which tells a direct write in
 //! flight from damage.
 
-use crate::{layout, Client, Errno, File};
+use crate::data::Data;
+use crate::{layout, Errno, File};
 use eddy_proto::fdpass::DaemonRoot;
 use eddy_proto::{checksum, req, DirectGrant, FileKind, Piece, Request};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -212,7 +213,7 @@ impl Lease {
     }
 }
 
-impl Client {
+impl Data<'_> {
     /// Whether the chunks `f` has on `daemon` may be read and written directly.
     fn direct_eligible(&self, f: &File, daemon: u32) -> bool {
         f.backing().is_none()
@@ -399,11 +400,11 @@ impl Client {
     /// Reports what is pending under `lease` after `size_update_ms`, as sizes are published
     /// (the daemon's counters and checksums then lag by that much at most).
     fn report_later(&self, f: &File, lease: &Arc<Lease>) {
-        let (client, f, lease) = (self.clone(), f.clone(), Arc::clone(lease));
+        let (client, f, lease) = (self.client(), f.clone(), Arc::clone(lease));
         let delay = std::time::Duration::from_millis(self.config().size_update_ms);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            if let Err(e) = client.report(&f, &lease, false).await {
+            if let Err(e) = client.data().report(&f, &lease, false).await {
                 tracing::debug!(
                     "{}: a deferred report failed (fsync or close retries): {e}",
                     f.path()
@@ -628,7 +629,7 @@ impl Client {
 /// whose chunks all lie on one daemon of this host, and the kernel reads and writes it; the
 /// client never sees those bytes. The lease stays with the open file, as for direct I/O;
 /// its reports say `whole` and the size comes from the data file.
-impl Client {
+impl Data<'_> {
     /// The daemon that holds every chunk of `f`, when it is one of this host's: the file's
     /// home (placed by locality) or the only daemon of the deployment.
     fn sole_local_daemon(&self, f: &File) -> Option<u32> {
@@ -703,7 +704,7 @@ impl Client {
                 if let crate::size::Plan::Now(size) =
                     self.0.sizes.record(f.file_id(), &f.path(), end)
                 {
-                    self.send_size(f.file_id(), &f.path(), size).await?;
+                    self.ns().send_size(f.file_id(), &f.path(), size).await?;
                 }
                 f.raise_known(end);
             }
