@@ -10,15 +10,72 @@ use eddy_rpc::Failure;
 use futures::future::join_all;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// How long a failed removal is tried again in the background (`retry_in_background`).
+const DROP_RETRY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Runs `attempt` again in the background, with pauses from 0.1 s doubling up to 5 s, until it
+/// succeeds or `DROP_RETRY` has passed (then `what` is logged as left behind): for the
+/// second half of a removal whose first half (the name) is done, so that nobody else would
+/// ever drop what it leaves.
+pub(crate) fn retry_in_background<F, Fut>(what: String, attempt: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), Errno>> + Send,
+{
+    tokio::spawn(async move {
+        let mut pause = std::time::Duration::from_millis(100);
+        let began = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(pause).await;
+            match attempt().await {
+                Ok(()) => return,
+                Err(e) if began.elapsed() >= DROP_RETRY => {
+                    tracing::error!(
+                        "{what} could not be removed within {DROP_RETRY:?}; it stays until the \
+                         deployment ends: {e}"
+                    );
+                    return;
+                }
+                Err(_) => pause = (pause * 2).min(std::time::Duration::from_secs(5)),
+            }
+        }
+    });
+}
+
 impl Data<'_> {
     /// Drops the data of a file that lost its last name.
+    /// The name is gone already, so a drop that fails (a daemon restarting, its store
+    /// refusing writes on a full device) is tried again in the background until it succeeds
+    /// (`DROP_RETRY`): otherwise its chunks would stay with no name to reach them. The
+    /// removal itself has succeeded and reports no error.
     pub(crate) async fn drop_file(&self, last: &Inode) -> Result<(), Errno> {
         self.0.sizes.forget(last.file_id);
+        let spilled = self.data().take_spilled(last.file_id);
+        let Err(e) = self.drop_chunks(last, spilled).await else {
+            return Ok(());
+        };
+        tracing::warn!(
+            file = %format!("{:032x}", last.file_id),
+            "dropping the data of a removed file failed, tried again in the background: {e}"
+        );
+        let client = self.client();
+        let last = last.clone();
+        retry_in_background(
+            format!("the data of file {:032x}", last.file_id),
+            move || {
+                let (client, last) = (client.clone(), last.clone());
+                async move { client.data().drop_chunks(&last, spilled).await }
+            },
+        );
+        Ok(())
+    }
+
+    /// The requests of `drop_file`.
+    async fn drop_chunks(&self, last: &Inode, spilled: bool) -> Result<(), Errno> {
         // A file of size 0 holds no chunk: the first write of every client publishes its size
         // at once, and truncation drops the chunks past the new size. Only a write racing with
         // the removal, or one that failed half-way, can leave unreachable chunks behind
         // (garbage, never visible).
-        let spilled = self.data().take_spilled(last.file_id);
         if last.kind == FileKind::File && spilled {
             // Chunks past the size may be anywhere (decision 0060).
             self.rpc()

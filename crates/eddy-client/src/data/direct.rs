@@ -735,12 +735,12 @@ impl Data<'_> {
         // Closed even when the size cannot be settled (a full device): the close lets the
         // handle go and removes a hidden name it kept alive.
         let settled = self.passthrough_settle(f).await;
-        if settled.is_err() {
+        let closed = self.close(f).await;
+        if settled.is_err() || closed.is_err() {
             // The kernel's writes may reach past the size the record keeps: a removal drops
             // the data on every daemon (decision 0060).
             self.note_spilled(f.file_id());
         }
-        let closed = self.close(f).await;
         settled.and(closed)
     }
 }

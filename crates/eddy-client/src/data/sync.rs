@@ -71,12 +71,13 @@ impl Data<'_> {
     /// on (close-to-open), and reports and ends its direct leases (later I/O takes new ones).
     pub async fn flush(&self, f: &File) -> Result<(), Errno> {
         let reported = self.direct_report(f, true).await;
-        if reported.is_err() {
+        let published = self.publish_size(f).await;
+        if reported.is_err() || published.is_err() {
             // Direct writes may reach past the size the record keeps (as in
             // `passthrough_close`): a removal drops the data on every daemon (decision 0060).
             self.note_spilled(f.file_id());
         }
-        self.publish_size(f).await?;
+        published?;
         self.0.sizes.release(f.file_id());
         reported
     }
