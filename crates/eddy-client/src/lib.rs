@@ -35,6 +35,7 @@ mod paging;
 mod perm;
 mod rename;
 mod replica;
+pub mod session;
 mod size;
 mod special;
 mod tier;
