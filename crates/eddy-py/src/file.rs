@@ -115,6 +115,12 @@ impl File {
         Ok(self.open_file()?.writable())
     }
 
+    /// The size the file had when it was opened (no request).
+    #[getter]
+    fn size_at_open(&self) -> PyResult<u64> {
+        Ok(self.open_file()?.inode().size)
+    }
+
     /// Opened with O_APPEND: every write goes to the end, whatever its offset.
     #[getter]
     fn append(&self) -> PyResult<bool> {

@@ -62,6 +62,11 @@ class RawFile(io.RawIOBase):
             self._pos = self._f.size()
         return self._pos
 
+    @property
+    def size_at_open(self) -> int:
+        """The file's size when it was opened (no request)."""
+        return self._f.size_at_open
+
     def readable(self) -> bool:
         self._checkClosed()
         return self._f.readable
