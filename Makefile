@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build install check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
+.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -33,6 +33,23 @@ install: $(if $(NO_BUILD),,build)
 	sed -e 's|@PREFIX@|$(abspath $(PREFIX))|' -e 's|@VERSION@|$(VERSION)|' \
 	  crates/eddy-c/eddy.pc.in > $(PREFIX)/lib/pkgconfig/eddy.pc
 
+## The Python package (crates/eddy-py, decision 0067): one abi3 wheel for Python 3.9 and later,
+## built by maturin in release, into target/wheels/ (of CARGO_TARGET_DIR when set). maturin is
+## installed by scripts/install-deps.sh (in /opt/eddy/maturin-venv); PYO3_PYTHON is the
+## interpreter PyO3 asks for its configuration (any 3.9+: the wheel is abi3).
+TARGET := $(or $(CARGO_TARGET_DIR),target)
+MATURIN ?= /opt/eddy/maturin-venv/bin/maturin
+PYO3_PYTHON ?= /usr/bin/python3
+export PYO3_PYTHON
+wheel: deps
+	$(MATURIN) build --release --manifest-path crates/eddy-py/Cargo.toml --interpreter $(PYO3_PYTHON) --out $(TARGET)/wheels
+
+## The venv the Python package's tests import from (crates/eddy-py/tests/pytest.rs): the pinned
+## numpy, pandas, pyarrow, zarr, xarray, fsspec and pytest of crates/eddy-py/requirements-test.txt,
+## from PyPI, in $(TARGET)/python-test-venv. Kept while the requirements stay the same.
+python-test-env:
+	bash scripts/python-env.sh $(TARGET)/python-test-venv crates/eddy-py/requirements-test.txt
+
 ## libeddy's header against the crate (decision 0066): cbindgen makes it afresh, and a
 ## difference from the committed crates/eddy-c/include/eddy.h fails. Needs cbindgen (deps).
 check-c-header:
@@ -55,7 +72,7 @@ demo-slurm: build
 ## integration binary: such a test brings a whole deployment (three or more daemons, FUSE
 ## mounts, Slurm, GlusterFS), and two at once on a 2-core machine starve each other's deadlines.
 FAST_USER ?= nobody
-test: deps lint-privileged lint-file-size check-architecture check-client-layers check-c-header docs
+test: deps python-test-env lint-privileged lint-file-size check-architecture check-client-layers check-c-header docs
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload -p eddy-c
 	python3 scripts/test-lanes.py fast --as $(FAST_USER); fast=$$?; \

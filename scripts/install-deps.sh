@@ -126,3 +126,15 @@ if ! "$PYDARSHAN_VENV/bin/python" -c "import darshan, sys; sys.exit(darshan.__ve
   $SUDO python3 -m venv "$PYDARSHAN_VENV"
   $SUDO "$PYDARSHAN_VENV/bin/pip" install --quiet --disable-pip-version-check "darshan==$PYDARSHAN_VERSION"
 fi
+
+# maturin builds the Python package (crates/eddy-py: `make wheel`, and crates/eddy-py/tests/pytest.rs
+# before it runs pytest), in a venv of its own as PyDarshan (Debian 12 refuses system-wide pip).
+# 1.9.4 or later: it tells PyO3 it builds an extension module (decision 0067).
+MATURIN_VENV=/opt/eddy/maturin-venv
+MATURIN_VERSION=1.9.6
+if ! "$MATURIN_VENV/bin/maturin" --version 2>/dev/null | grep -qx "maturin $MATURIN_VERSION"; then
+  echo "installing: maturin $MATURIN_VERSION (pip, in $MATURIN_VENV)"
+  $SUDO mkdir -p "$(dirname "$MATURIN_VENV")"
+  $SUDO /usr/bin/python3 -m venv "$MATURIN_VENV"
+  $SUDO "$MATURIN_VENV/bin/pip" install --quiet --disable-pip-version-check "maturin==$MATURIN_VERSION"
+fi

@@ -20,6 +20,7 @@
 pub mod alloc;
 pub mod as_user;
 pub mod directives;
+pub mod history_db;
 pub mod job;
 pub mod nodes;
 pub mod phases;

@@ -105,6 +105,13 @@ pub struct SuiteArgs {
     /// and print its ratio to that run phase by phase.
     #[arg(long)]
     pub client_c: bool,
+    /// Add the Python package's benchmark (decision 0067) on the same deployment, after the
+    /// other runs: a 1 GiB file read whole into a NumPy array by PYTHON against the Rust
+    /// library, and a zarr array of 1,000 chunks written and read through `eddy://` against
+    /// the same array in a directory of the raw storage, with their ratios. PYTHON must
+    /// import eddy (the wheel of `make wheel`), numpy, zarr 2 and fsspec.
+    #[arg(long, value_name = "PYTHON")]
+    pub client_py: Option<PathBuf>,
     /// Configuration file for the deployment (`eddy start --config`), e.g. `checksums =
     /// false` to measure what the checksums cost.
     #[arg(long, value_name = "FILE")]

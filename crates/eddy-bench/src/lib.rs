@@ -119,6 +119,17 @@ fn write_outputs_in(
     title: &str,
     layout: Option<report::Layout>,
 ) -> anyhow::Result<()> {
+    write_outputs_with(out, runs, title, layout, None)
+}
+
+/// `write_outputs_in` with the Python package's benchmark (`suite --client-py`) in the JSON.
+fn write_outputs_with(
+    out: &OutputOpts,
+    runs: Vec<Report>,
+    title: &str,
+    layout: Option<report::Layout>,
+    python: Option<suite::PythonBench>,
+) -> anyhow::Result<()> {
     if let Some(p) = &out.plot {
         let title = match &layout {
             Some(l) => match &l.placement {
@@ -131,7 +142,9 @@ fn write_outputs_in(
         note!("plot written to {}", p.display());
     }
     if let Some(j) = &out.json {
-        ResultsFile::new(runs).with_layout(layout).save(j)?;
+        let mut file = ResultsFile::new(runs).with_layout(layout);
+        file.python = python;
+        file.save(j)?;
     }
     Ok(())
 }

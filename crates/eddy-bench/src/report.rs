@@ -23,6 +23,9 @@ pub struct ResultsFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layout: Option<Layout>,
     pub runs: Vec<Report>,
+    /// The Python package's benchmark (`suite --client-py`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<crate::suite::PythonBench>,
 }
 
 /// The measurement layout of a suite (decision 0042): which "hosts" the daemons and the
@@ -165,6 +168,7 @@ impl ResultsFile {
             format: FORMAT.to_string(),
             layout: None,
             runs,
+            python: None,
         }
     }
 

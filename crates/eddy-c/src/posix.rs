@@ -5,7 +5,7 @@ use crate::handles;
 use crate::run::Conn;
 use crate::{call, call_int, put, str_arg, R};
 use eddy_client::{
-    Creds, DirEntry, Errno, File, FileKind, Inode, LockKind, LockRange, LockRequest, XattrSet,
+    Creds, DirEntry, Errno, File, Inode, LockKind, LockRange, LockRequest, XattrSet,
 };
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
@@ -64,16 +64,12 @@ pub(crate) struct OpenFile {
 }
 
 fn to_stat(i: &Inode) -> eddy_stat {
-    let nlink = match i.kind {
-        FileKind::Dir => i.nlink.max(2),
-        _ => i.nlink.max(1),
-    };
     eddy_stat {
         ino: i.st_ino(),
         size: i.size,
         blocks: i.size.div_ceil(512),
         mode: i.st_mode(),
-        nlink,
+        nlink: i.st_nlink(),
         uid: i.uid,
         gid: i.gid,
         atime_sec: i.atime.sec,

@@ -1,10 +1,10 @@
 //! Connections: a client of a deployment on its own runtime, which the calling threads drive
-//! during their calls and a keeper thread between them (`eddy_client::driver`, decision
-//! 0052, the driver the preload library uses).
+//! during their calls and a keeper thread between them (`eddy_client::session`, over the
+//! driver of decision 0052 the preload library uses; the Python package connects the same way).
 
 use crate::handles;
 use crate::{call_int, put, str_arg, R};
-use eddy_client::driver::Driver;
+use eddy_client::session::{can_run_here, Session};
 use eddy_client::{Client, Errno};
 use std::cell::Cell;
 use std::ffi::c_char;
@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub(crate) struct Conn {
-    driver: Arc<Driver>,
+    session: Session,
     pub(crate) client: Client,
 }
 
@@ -24,16 +24,21 @@ thread_local! {
 impl Conn {
     /// Runs `fut` to its end and returns its result: on this thread, which drives the
     /// runtime meanwhile, or (a thread inside another runtime: a tokio program) as a task of
-    /// the runtime while this thread waits. A call from inside a call (a progress callback
-    /// that calls the library) is EDEADLK: the runtime is this thread's already.
+    /// the runtime while this thread waits (`Session::run`). A call from inside a call (a
+    /// progress callback that calls the library) is EDEADLK: the runtime is this thread's
+    /// already.
     pub(crate) fn run<T: Send + 'static>(
         &self,
         fut: impl Future<Output = R<T>> + Send + 'static,
     ) -> R<T> {
         if !can_run_here() {
-            return self.on_task(fut);
+            if IN_CALL.with(Cell::get) {
+                return Err(in_call());
+            }
+            return self.session.run(fut);
         }
-        self.drive(fut)
+        let _in = InCall::enter()?;
+        self.session.run(fut)
     }
 
     /// `run` for a future that borrows the caller's memory: on this thread only; `None` when
@@ -43,36 +48,34 @@ impl Conn {
         if !can_run_here() {
             return None;
         }
-        Some(self.drive(fut))
-    }
-
-    fn drive<T>(&self, fut: impl Future<Output = R<T>>) -> R<T> {
-        if IN_CALL.with(|c| c.replace(true)) {
-            return Err(in_call());
-        }
-        /// Clears `IN_CALL` however the call ends (a panic included).
-        struct Out;
-        impl Drop for Out {
-            fn drop(&mut self) {
-                let _ = IN_CALL.try_with(|c| c.set(false));
-            }
-        }
-        let _out = Out;
-        self.driver.drive(fut)
-    }
-
-    fn on_task<T: Send + 'static>(&self, fut: impl Future<Output = R<T>> + Send + 'static) -> R<T> {
-        if IN_CALL.with(Cell::get) {
-            return Err(in_call());
-        }
-        self.driver
-            .on_task(fut)
-            .unwrap_or_else(|| Err(Errno::eio("the libeddy runtime stopped")))
+        let _in = match InCall::enter() {
+            Ok(g) => g,
+            Err(e) => return Some(Err(e)),
+        };
+        self.session.run_here(fut)
     }
 
     /// Spawns `fut` on the runtime: whoever drives it next runs it (a call, or the keeper).
     pub(crate) fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
-        self.driver.spawn(fut);
+        self.session.spawn(fut);
+    }
+}
+
+/// Marks this thread as inside a call until dropped (a panic included).
+struct InCall;
+
+impl InCall {
+    fn enter() -> R<InCall> {
+        if IN_CALL.with(|c| c.replace(true)) {
+            return Err(in_call());
+        }
+        Ok(InCall)
+    }
+}
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        let _ = IN_CALL.try_with(|c| c.set(false));
     }
 }
 
@@ -83,39 +86,11 @@ fn in_call() -> Errno {
     )
 }
 
-/// Whether this thread can drive a runtime itself: it is inside no other runtime.
-fn can_run_here() -> bool {
-    matches!(tokio::runtime::Handle::try_current(), Err(e) if e.is_missing_context())
-}
-
+/// The connection: `Session::connect`, as the Python package connects.
 fn connect(state: Option<&str>) -> R<Conn> {
-    let state = match state {
-        Some(s) => s.to_string(),
-        None => std::env::var("EDDY_STATE").map_err(|_| {
-            Errno::einval(
-                "no state directory given and EDDY_STATE is not set (the directory holding deployment.toml)",
-            )
-        })?,
-    };
-    let file = std::path::Path::new(&state).join("deployment.toml");
-    let dep = eddy_config::Deployment::load(&file)
-        .map_err(|e| Errno::new(libc::ENOENT, format!("{}: {e}", file.display())))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .max_blocking_threads(4)
-        .thread_name("libeddy")
-        .enable_all()
-        .build()
-        .map_err(|e| Errno::eio(format!("libeddy runtime: {e}")))?;
-    let driver = Driver::start(rt, "libeddy", || {})
-        .map_err(|e| Errno::eio(format!("libeddy: starting its thread: {e}")))?;
-    let conn = Conn {
-        driver,
-        client: Client::new(dep.clone())?,
-    };
-    // Connecting contacts the daemons (the root directory, unfinished renames): within the
-    // RPC deadline, an unreachable deployment fails here.
-    let client = conn.run(Client::connect(dep))?;
-    Ok(Conn { client, ..conn })
+    let session = Session::connect(state, "libeddy")?;
+    let client = session.client().clone();
+    Ok(Conn { session, client })
 }
 
 /// Connects to the deployment whose state directory is `state_dir` (the directory holding

@@ -11,11 +11,11 @@
 //! per-user default where `eddy stop` stores profiles when nothing names a database
 //! (`$XDG_DATA_HOME/eddy/history.db`, else `~/.local/share/eddy/history.db`).
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{Args, Subcommand};
 use eddy_history::db::mode_name;
 use eddy_history::plot::human_bytes;
-use eddy_history::{Filter, HistoryDb, JobProfile};
+use eddy_history::{Filter, HistoryDb, JobProfile, JobSummary};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
@@ -158,41 +158,12 @@ pub fn parse_time(text: &str) -> Result<f64, String> {
         .map_or(0.0, |d| d.as_secs_f64()))
 }
 
-/// The database the arguments name, else the config's, else the site settings' (with the
-/// password of the site's root-only `[history] password_file` and its bounds).
-fn spec(args: &DbArgs) -> Result<(String, eddy_history::Access)> {
-    if let Some(db) = &args.db {
-        return Ok((db.clone(), Default::default()));
-    }
-    if let Some(path) = &args.config {
-        let config = eddy_config::Config::load(path)
-            .with_context(|| format!("fix the configuration file {}", path.display()))?;
-        if let Some(db) = config.history_db {
-            return Ok((db, Default::default()));
-        }
-    }
-    let site = eddy_bb::site::Site::load(args.site.as_deref())?;
-    if let Some(db) = site.history_db()? {
-        return Ok((db, site.history_access()?));
-    }
-    // Where `eddy stop` stores a profile when nothing names a database.
-    if let Some(db) = eddy_history::user_default_db() {
-        return Ok((db.display().to_string(), Default::default()));
-    }
-    bail!(
-        "no history database: give --db FILE (SQLite) or --db postgres://USER@HOST/DB \
-         (PostgreSQL), or set history_db in the --config file or in the burst-buffer site \
-         settings ({}), or set HOME for the default",
-        args.site
-            .as_deref()
-            .map_or(eddy_bb::site::DEFAULT_SITE.to_string(), |p| p
-                .display()
-                .to_string())
-    )
-}
-
 pub(crate) fn open(args: &DbArgs) -> Result<HistoryDb> {
-    let (spec, access) = spec(args)?;
+    let (spec, access) = eddy_bb::history_db::spec(
+        args.db.as_deref(),
+        args.config.as_deref(),
+        args.site.as_deref(),
+    )?;
     Ok(HistoryDb::open_with(&spec, &access)?)
 }
 
@@ -201,7 +172,7 @@ pub fn history(args: HistoryArgs) -> Result<()> {
     match args.command {
         HistoryCommand::List { db, filter, json } => {
             let jobs = open(&db)?.list(&filter.filter())?;
-            let rows: Vec<Row> = jobs.iter().map(Row::of).collect();
+            let rows: Vec<JobSummary> = jobs.iter().map(JobSummary::of).collect();
             if json {
                 print_json(&rows)
             } else {
@@ -268,42 +239,6 @@ fn print_json<T: Serialize + ?Sized>(v: &T) -> Result<()> {
     Ok(())
 }
 
-/// One job of `list`.
-#[derive(Debug, Serialize)]
-struct Row {
-    key: String,
-    job_id: Option<String>,
-    job_name: Option<String>,
-    user: String,
-    script_hash: Option<String>,
-    start: f64,
-    end: f64,
-    seconds: f64,
-    volume: u64,
-    io_mode: &'static str,
-    io_nodes: Option<u32>,
-    peak_bandwidth: f64,
-}
-
-impl Row {
-    fn of(p: &JobProfile) -> Row {
-        Row {
-            key: p.key.clone(),
-            job_id: p.job_id.clone(),
-            job_name: p.job_name.clone(),
-            user: p.user.clone(),
-            script_hash: p.script_hash.clone(),
-            start: p.start,
-            end: p.end,
-            seconds: p.end - p.start,
-            volume: p.volume(),
-            io_mode: mode_name(p.io_mode),
-            io_nodes: p.io_nodes,
-            peak_bandwidth: p.peak_bandwidth,
-        }
-    }
-}
-
 /// A unix time as RFC 3339 in UTC, to the second.
 fn time_text(t: f64) -> String {
     if !(t.is_finite() && t >= 0.0) {
@@ -325,7 +260,7 @@ fn duration_text(seconds: f64) -> String {
     }
 }
 
-fn print_table(rows: &[Row]) {
+fn print_table(rows: &[JobSummary]) {
     let header = [
         "JOB", "NAME", "USER", "START", "DURATION", "VOLUME", "MODE", "N_A", "PEAK BW",
     ];

@@ -33,6 +33,7 @@ mod held;
 mod namespace;
 mod paging;
 mod perm;
+pub mod session;
 mod size;
 mod unsynced;
 

@@ -144,3 +144,40 @@ impl JobProfile {
         (self.end - self.start).max(0.001)
     }
 }
+
+/// One job of a listing: what `eddy history list --json` prints per job and the Python
+/// package's `eddy.history.list()` returns.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobSummary {
+    pub key: String,
+    pub job_id: Option<String>,
+    pub job_name: Option<String>,
+    pub user: String,
+    pub script_hash: Option<String>,
+    pub start: f64,
+    pub end: f64,
+    pub seconds: f64,
+    pub volume: u64,
+    pub io_mode: &'static str,
+    pub io_nodes: Option<u32>,
+    pub peak_bandwidth: f64,
+}
+
+impl JobSummary {
+    pub fn of(p: &JobProfile) -> JobSummary {
+        JobSummary {
+            key: p.key.clone(),
+            job_id: p.job_id.clone(),
+            job_name: p.job_name.clone(),
+            user: p.user.clone(),
+            script_hash: p.script_hash.clone(),
+            start: p.start,
+            end: p.end,
+            seconds: p.end - p.start,
+            volume: p.volume(),
+            io_mode: crate::db::mode_name(p.io_mode),
+            io_nodes: p.io_nodes,
+            peak_bandwidth: p.peak_bandwidth,
+        }
+    }
+}

@@ -8,6 +8,9 @@
 //! deployments' placement; tables, plot and JSON say which placement was measured.
 
 mod hosts;
+mod python;
+
+pub use python::PythonBench;
 
 use crate::args::{LaunchOpts, SuiteArgs};
 use crate::coord::{run_plan, RunSpec};
@@ -73,7 +76,7 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         extra.extend(["--replicas".into(), r.to_string().into()]);
     }
     let targets = Targets {
-        raw: Target::Dir(raw),
+        raw: Target::Dir(raw.clone()),
         mount: Target::Dir(mount.clone()),
         lib: (!a.no_client).then(|| Target::Eddy {
             state: state.clone(),
@@ -104,6 +107,8 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
     let mut layout: Option<Layout> = None;
     // Per variant (in the order given): the placement its deployment runs with.
     let mut placements: Vec<Option<Placed>> = variants.iter().map(|_| None).collect();
+    // With --client-py: the Python benchmark, on the first deployment measured.
+    let mut py_bench: Option<python::PythonBench> = None;
     for round in 0..a.rounds {
         // Every other round in reverse, so that neither variant always runs on a warmer
         // machine.
@@ -145,7 +150,13 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
                     },
                 });
             }
-            let result = measure(&a, &targets, i == 0, local);
+            let mut result = measure(&a, &targets, i == 0, local);
+            if let (Ok(_), Some(py), None) = (&result, &a.client_py, &py_bench) {
+                match python::run(py, &state, &raw) {
+                    Ok(b) => py_bench = Some(b),
+                    Err(e) => result = Err(e),
+                }
+            }
             let stopped = deployment.stop();
             let mut these = result?;
             stopped?;
@@ -179,12 +190,15 @@ pub fn run(a: SuiteArgs) -> anyhow::Result<()> {
         head.push_str("readback: own (each rank reads back and stats its own files)\n");
     }
     print_suite(&a, &runs, &report::paired_ratios(&rounds), &head);
+    if let Some(b) = &py_bench {
+        crate::human(a.out.json.as_deref(), &format!("\n{}", python::table(b)));
+    }
     let title = if a.no_client {
         "eddy bench suite: Eddy mount vs raw storage"
     } else {
         "eddy bench suite: Eddy mount and client library vs raw storage"
     };
-    crate::write_outputs_in(&a.out, runs, title, layout)
+    crate::write_outputs_with(&a.out, runs, title, layout, py_bench)
 }
 
 /// One deployment the suite measures: its name in labels (none: a single deployment) and

@@ -144,6 +144,15 @@ impl Inode {
     pub fn st_mode(&self) -> u32 {
         self.kind.type_bits() | (self.mode & 0o7777)
     }
+
+    /// `st_nlink` as the library front-ends report it: a directory at least 2, anything
+    /// else at least 1.
+    pub fn st_nlink(&self) -> u32 {
+        match self.kind {
+            FileKind::Dir => self.nlink.max(2),
+            _ => self.nlink.max(1),
+        }
+    }
 }
 
 impl Inode {
