@@ -243,6 +243,16 @@ fn the_wheel_installs_in_a_fresh_venv_and_its_tests_pass_against_real_daemons() 
     check("pytest", &out);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains(" passed"), "{said}");
+    // The examples of examples/python ran among them.
+    for t in [
+        "test_hello_writes_reads_back_and_lists",
+        "test_dataframes_go_through_eddy_urls",
+    ] {
+        assert!(
+            said.contains(&format!("test_examples.py::{t} PASSED")),
+            "{said}"
+        );
+    }
 
     // The stop stores the job's profile in the configured history; the history tests read
     // it through the package and through `eddy history`.
