@@ -121,9 +121,15 @@ pub async fn serve_until_signal(settings: DaemonSettings) -> Result<Ended, Daemo
     };
     let listeners = daemon.take_listeners();
     daemon.shutdown();
-    daemon.wait().await?;
-    Ok(match restart {
-        true => Ended::Restart(listeners),
-        false => Ended::Stopped,
-    })
+    let waited = daemon.wait().await;
+    match restart {
+        // The store's own refusal (its persist at the stop) is what the restart is for.
+        true => {
+            if let Err(e) = waited {
+                tracing::warn!("stopping before the restart in place: {e}");
+            }
+            Ok(Ended::Restart(listeners))
+        }
+        false => waited.map(|()| Ended::Stopped),
+    }
 }

@@ -596,21 +596,16 @@ impl ChunkStore {
     /// Deletes every chunk of the file: one unlink of its data file; nothing there is fine.
     pub fn remove(&self, id: FileId) -> Result<(), Errno> {
         let Some(slot) = self.slot(id) else {
-            return Ok(());
+            // No chunk recorded here, yet a data file may be: one written by a direct or
+            // passthrough writer whose chunk map could not be stored (a full device, a store
+            // that refused writes; decision 0060).
+            return self.unlink_files(id);
         };
         let mut gone = slot.gate.write().unwrap_or_else(|e| e.into_inner());
         if *gone {
             return Ok(());
         }
-        self.fds.remove(&id);
-        let path = self.path_of(id);
-        for p in [sum_path(&path), path] {
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(file_err(&e, id)),
-            }
-        }
+        self.unlink_files(id)?;
         self.forget_bad(id, None);
         let listed: Vec<u64> = lock(&slot.chunks).keys().copied().collect();
         for k in listed {
@@ -620,6 +615,21 @@ impl ChunkStore {
         let mut shard = lock(self.shard(id));
         if shard.get(&id).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
             shard.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Unlinks the file's data and checksum files (absent ones are fine) and forgets its
+    /// open descriptors.
+    fn unlink_files(&self, id: FileId) -> Result<(), Errno> {
+        self.fds.remove(&id);
+        let path = self.path_of(id);
+        for p in [sum_path(&path), path] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(file_err(&e, id)),
+            }
         }
         Ok(())
     }

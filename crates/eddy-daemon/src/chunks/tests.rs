@@ -80,3 +80,19 @@ fn bad_pieces_are_errors_not_panics() {
     assert!(f.store.write(1, &[p(0, 0, 2)], &[0u8; 1]).is_err());
     assert_eq!(f.store.usage(), (0, 0));
 }
+
+/// A data file whose chunk map was never stored (a passthrough writer's on a device that
+/// filled under the store, before the daemon adopted it; decision 0060) is removed too:
+/// before, a file with no chunk recorded was taken as having no data file, which stayed until
+/// the daemon's next start.
+#[test]
+fn a_data_file_with_no_chunk_recorded_is_removed() {
+    let f = open(tempfile::tempdir().unwrap());
+    let path = data_file(&f, 7);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, vec![1u8; 3 * CS as usize]).unwrap();
+    f.store.remove(7).unwrap();
+    assert!(!path.exists(), "the data file stayed");
+    // Removing a file that has nothing here is fine.
+    f.store.remove(8).unwrap();
+}
