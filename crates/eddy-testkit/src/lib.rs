@@ -12,8 +12,9 @@
 //! model of the property tests ([`model`]), the write workload of the replication tests
 //! ([`workload`]), a GlusterFS volume ([`gluster`]), a private Slurm cluster ([`slurm`]),
 //! a burst-buffer site without Slurm ([`bbsite`]), a private PostgreSQL server
-//! ([`postgres`]), job profiles for the I/O history ([`profiles`]) and a private Prometheus
-//! server ([`prometheus`]).
+//! ([`postgres`]), job profiles for the I/O history ([`profiles`]), a private Prometheus
+//! server ([`prometheus`]) and the daemons' request counters as the tests that count
+//! requests read them ([`served`]).
 //!
 //! Test code: a failure panics with what went wrong, and `unwrap` is allowed here.
 #![allow(clippy::unwrap_used)]
@@ -30,6 +31,7 @@ pub mod prometheus;
 pub mod python;
 pub mod raw;
 pub mod require;
+pub mod served;
 pub mod slurm;
 pub mod wire;
 pub mod workload;

@@ -2,9 +2,9 @@
 //! with threads, MPI with POSIX I/O and MPI-IO) see a 3-daemon cluster under /eddy through
 //! LD_PRELOAD; every result is checked through the client library.
 //!
-//! The library is built by `cargo test` because eddy-cli dev-depends on eddy-preload (whose
-//! crate types are cdylib and rlib; the tests never link the rlib). It is found next to the
-//! test binary (target/<profile>/deps) or one directory up.
+//! The library is this crate's cdylib, built by `cargo test` of this crate before its tests
+//! (the tests never link the rlib). It is found next to the test binary
+//! (target/<profile>/deps) or one directory up.
 
 use eddy_client::{Client, Creds, FileKind};
 use eddy_testkit::{pattern, Cluster};

@@ -4,8 +4,8 @@
 //! after this mount's own changes (times, link count, mode) and within the cache's window
 //! after another client's.
 
-use crate::served::{diff, served};
 use eddy_client::{Creds, SetAttr};
+use eddy_testkit::served::{diff, served};
 use eddy_testkit::{test_config, Mounted};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
