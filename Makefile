@@ -93,7 +93,7 @@ SOAK_FIO_ROUNDS ?= 20
 soak: deps
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload
-	EDDY_FSX_OPS=$(SOAK_OPS) EDDY_FIO_ROUNDS=$(SOAK_FIO_ROUNDS) $(CARGO) test -p eddy-cli --test posix -- fsx:: mixed_io:: --test-threads=1
+	EDDY_FSX_OPS=$(SOAK_OPS) EDDY_FIO_ROUNDS=$(SOAK_FIO_ROUNDS) $(CARGO) test -p eddy-fuse --test posix -- fsx:: mixed_io:: --test-threads=1
 
 ## The fuzz targets (crates/eddy-fuzz) under libFuzzer, coverage-guided, a million inputs each,
 ## and the whole-daemon storm with a million frames (`make test` runs them bounded).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The burst buffer under Slurm: a private cluster of three nodes on this host (munged,
 # slurmctld and one slurmd per node n1..n3 on 127.0.0.11-13, BurstBufferType=burst_buffer/lua
-# with the project's slurm/burst_buffer.lua), as crates/eddy-cli/tests/slurm/burst_buffer.rs builds
+# with the project's slurm/burst_buffer.lua), as crates/eddy-bb/tests/slurm/burst_buffer.rs builds
 # it. A user's job (as `nobody`: Slurm gives root no burst buffer) asks for a node-local Eddy
 # with `#EDDY` lines; we follow its states from pending through staging-in, running,
 # staging-out and teardown, check its results in the "parallel file system" (a directory

@@ -2,17 +2,17 @@
 # Installs what building and testing Eddy needs on a fresh Debian machine. Idempotent.
 set -euo pipefail
 
-# slurm-wlm and munge: crates/eddy-cli/tests/slurm/slurm.rs brings up a private Slurm cluster.
+# slurm-wlm and munge: crates/eddy-bb/tests/slurm/slurm.rs brings up a private Slurm cluster.
 # openmpi-bin: `eddy bench --mpi` launches its workers with mpirun (tested in tests/ops/bench.rs).
-# libopenmpi-dev and gcc: tests/posix/preload.rs builds C and MPI programs (mpicc) that run under
+# libopenmpi-dev and gcc: crates/eddy-preload/tests/preload/preload.rs builds C and MPI programs (mpicc) that run under
 # libeddy_preload.so.
-# glusterfs-server and glusterfs-client: crates/eddy-cli/tests/common/gluster.rs serves a real
+# glusterfs-server and glusterfs-client: crates/eddy-testkit/src/gluster.rs serves a real
 # network file system (a GlusterFS volume on this host) as a backend directory.
 # iproute2: tests/faults/netns.rs puts daemons in network namespaces; tests/faults/netns/alloc.rs
 # (eddy bench alloc) also limits links with its tc. util-linux: setpriv, for tests that act as
 # another user on a mount, and unshare, for bench alloc's compute nodes (a host name each). rsync, attr (setfattr/getfattr), python3: tools the
 # tests drive the mount with.
-# python3-h5py: crates/eddy-cli/tests/posix/locks.rs runs HDF5 on the mount (with /usr/bin/python3, the
+# python3-h5py: crates/eddy-fuse/tests/posix/locks.rs runs HDF5 on the mount (with /usr/bin/python3, the
 # interpreter Debian's h5py is built for).
 # python3-venv: the PyDarshan venv below (crates/eddy-history/tests/darshan.rs).
 # postgresql: the I/O history's PostgreSQL tests (crates/eddy-history/src/db/tests.rs,
@@ -22,15 +22,15 @@ set -euo pipefail
 # may also start a system service; the test never uses it) that scrapes the daemons' /metrics.
 # slurmdbd, mariadb-server and mariadb-client: the private Slurm's opt-in accounting
 # (eddy_testkit::slurm, `.accounting()`: a private MariaDB server and slurmdbd) for
-# crates/eddy-cli/tests/slurm/walltime.rs and burst_buffer.rs (staging timed by predicted
+# crates/eddy-bb/tests/slurm/walltime.rs and burst_buffer.rs (staging timed by predicted
 # walltime), which read real `sacct` (package slurm-client, pulled in by slurm-wlm).
-# strace: crates/eddy-cli/tests/posix/preload_meta.rs counts the system calls of a create through
+# strace: crates/eddy-preload/tests/preload/preload_meta.rs counts the system calls of a create through
 # the preload library.
-# xfsprogs: crates/eddy-cli/tests/posix/full_deployment.rs fills a deployment with xfs_io's falloc
+# xfsprogs: crates/eddy-fuse/tests/posix/full_deployment.rs fills a deployment with xfs_io's falloc
 # (fallocate as file-system test suites call it).
-# fio: crates/eddy-cli/tests/posix/mixed_io.rs runs the issue's nine-job mixed-engine fio run
+# fio: crates/eddy-fuse/tests/posix/mixed_io.rs runs the issue's nine-job mixed-engine fio run
 # (sync, libaio, posixaio, splice, mmap, with and without O_DIRECT) through a mount, in a loop.
-# A test whose tool is missing fails and names it (crates/eddy-cli/tests/common/require.rs).
+# A test whose tool is missing fails and names it (crates/eddy-testkit/src/require.rs).
 PACKAGES=(fuse3 pkg-config iproute2 util-linux procps tar diffutils findutils coreutils fonts-dejavu-core build-essential
   slurm-wlm munge openmpi-bin libopenmpi-dev glusterfs-server glusterfs-client rsync attr python3 python3-h5py python3-venv postgresql
   prometheus slurmdbd mariadb-server mariadb-client strace xfsprogs fio)
@@ -89,7 +89,7 @@ if [ "$(printf '%s\n1.90.0\n' "$ver" | sort -V | head -1)" != "1.90.0" ]; then
 fi
 
 # pjdfstest, the public POSIX conformance suite (its Rust edition, from crates.io):
-# crates/eddy-cli/tests/posix/posix_suite.rs runs it on a mount.
+# crates/eddy-fuse/tests/posix/posix_suite.rs runs it on a mount.
 PJDFSTEST_VERSION=0.2.2
 if ! pjdfstest --version 2>/dev/null | grep -qx "pjdfstest $PJDFSTEST_VERSION"; then
   echo "installing: pjdfstest $PJDFSTEST_VERSION (cargo install)"

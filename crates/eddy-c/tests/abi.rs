@@ -63,10 +63,21 @@ fn read(f: eddy_file_t, len: usize, off: u64) -> Vec<u8> {
 
 const RW_CREATE: i32 = libc::O_RDWR | libc::O_CREAT;
 
+/// Three daemons of this host with the test configuration, and a connection to them.
+fn deployment() -> (Cluster, eddy_conn_t) {
+    deployment_with(test_config())
+}
+
+/// Three daemons of this host with `config`, and a connection to them.
+fn deployment_with(config: eddy_config::Config) -> (Cluster, eddy_conn_t) {
+    let cl = Cluster::start_with(3, config);
+    let conn = connect(&cl);
+    (cl, conn)
+}
+
 #[test]
 fn posix_calls_round_trip() {
-    let cl = Cluster::start_with(3, test_config());
-    let conn = connect(&cl);
+    let (_cl, conn) = deployment();
     let d = c("/dir");
     assert_eq!(
         unsafe { eddy_mkdir(conn, d.as_ptr(), 0o755) },
@@ -249,8 +260,7 @@ fn posix_calls_round_trip() {
 
 #[test]
 fn bad_handles_and_bad_input_give_errors_not_crashes() {
-    let cl = Cluster::start_with(3, test_config());
-    let conn = connect(&cl);
+    let (_cl, conn) = deployment();
     let f = open(conn, "/f", RW_CREATE);
     let mut buf = [0u8; 16];
 
@@ -370,8 +380,7 @@ fn bad_handles_and_bad_input_give_errors_not_crashes() {
 
 #[test]
 fn a_batch_gives_each_operation_its_own_result() {
-    let cl = Cluster::start_with(3, test_config());
-    let conn = connect(&cl);
+    let (_cl, conn) = deployment();
     let a = open(conn, "/a", RW_CREATE);
     let b = open(conn, "/b", RW_CREATE);
     let closed = open(conn, "/c", RW_CREATE);
@@ -448,8 +457,7 @@ fn a_batch_gives_each_operation_its_own_result() {
 
 #[test]
 fn threads_share_one_connection() {
-    let cl = Cluster::start_with(3, test_config());
-    let conn = connect(&cl);
+    let (_cl, conn) = deployment();
     let shared = open(conn, "/shared", RW_CREATE);
     const BLK: usize = 100_003;
     let threads: Vec<_> = (0..6u64)
@@ -487,6 +495,40 @@ fn threads_share_one_connection() {
     assert_eq!(eddy_disconnect(conn), 0);
 }
 
+/// `eddy_transfer` of `paths` in `direction` with `flags`, its progress into `seen` and its
+/// results into `results` (none of either: NULL): what it returns.
+fn transfer(
+    conn: eddy_conn_t,
+    direction: i32,
+    paths: &[CString],
+    flags: u32,
+    seen: Option<&mut Seen>,
+    results: Option<&mut [eddy_transfer_result]>,
+) -> i64 {
+    let ptrs: Vec<*const c_char> = paths.iter().map(|p| p.as_ptr()).collect();
+    let (cb, user): (eddy_progress_fn, *mut c_void) = match seen {
+        Some(seen) => (Some(progress), (seen as *mut Seen).cast()),
+        None => (None, null_mut()),
+    };
+    let (out, max) = match results {
+        Some(r) => (r.as_mut_ptr(), r.len()),
+        None => (null_mut(), 0),
+    };
+    unsafe {
+        eddy_transfer(
+            conn,
+            direction,
+            ptrs.as_ptr(),
+            ptrs.len(),
+            flags,
+            cb,
+            user,
+            out,
+            max,
+        )
+    }
+}
+
 struct Seen {
     files: Vec<(String, u64, i32)>,
 }
@@ -516,12 +558,10 @@ fn transfer_stages_a_tree_in_and_out_with_progress() {
         prefix: "/in".into(),
         backend: backend.path().to_path_buf(),
     });
-    let cl = Cluster::start_with(3, config);
-    let conn = connect(&cl);
+    let (_cl, conn) = deployment_with(config);
 
     let mut seen = Seen { files: Vec::new() };
     let paths = [c("/in"), c("/nowhere")];
-    let ptrs: Vec<*const c_char> = paths.iter().map(|p| p.as_ptr()).collect();
     let mut results = vec![
         eddy_transfer_result {
             path: [0; EDDY_PATH_MAX],
@@ -531,19 +571,14 @@ fn transfer_stages_a_tree_in_and_out_with_progress() {
         };
         8
     ];
-    let n = unsafe {
-        eddy_transfer(
-            conn,
-            EDDY_STAGE_IN,
-            ptrs.as_ptr(),
-            2,
-            EDDY_TRANSFER_PIN,
-            Some(progress),
-            (&mut seen as *mut Seen).cast(),
-            results.as_mut_ptr(),
-            results.len(),
-        )
-    };
+    let n = transfer(
+        conn,
+        EDDY_STAGE_IN,
+        &paths,
+        EDDY_TRANSFER_PIN,
+        Some(&mut seen),
+        Some(&mut results),
+    );
     assert_eq!(n, 4, "three files and one failure: {}", last_error());
     assert!(last_error().contains("/nowhere"), "{}", last_error());
     let mut got: Vec<(String, u64, i32)> = results[..4]
@@ -576,20 +611,14 @@ fn transfer_stages_a_tree_in_and_out_with_progress() {
     assert_eq!(eddy_close(g), 0);
     seen.files.clear();
     let out = [c("/in/sub")];
-    let ptrs: Vec<*const c_char> = out.iter().map(|p| p.as_ptr()).collect();
-    let n = unsafe {
-        eddy_transfer(
-            conn,
-            EDDY_STAGE_OUT,
-            ptrs.as_ptr(),
-            1,
-            0,
-            Some(progress),
-            (&mut seen as *mut Seen).cast(),
-            results.as_mut_ptr(),
-            results.len(),
-        )
-    };
+    let n = transfer(
+        conn,
+        EDDY_STAGE_OUT,
+        &out,
+        0,
+        Some(&mut seen),
+        Some(&mut results),
+    );
     assert!(n >= 1, "eddy_transfer out: {n} {}", last_error());
     assert!(
         seen.files
@@ -604,55 +633,18 @@ fn transfer_stages_a_tree_in_and_out_with_progress() {
     );
 
     // A bad direction or flags, and a NULL callback (no progress wanted).
-    let rc = unsafe {
-        eddy_transfer(
-            conn,
-            5,
-            ptrs.as_ptr(),
-            1,
-            0,
-            None,
-            null_mut(),
-            null_mut(),
-            0,
-        )
-    };
+    let rc = transfer(conn, 5, &out, 0, None, None);
     assert_eq!(rc, -(libc::EINVAL as i64));
-    let rc = unsafe {
-        eddy_transfer(
-            conn,
-            EDDY_STAGE_IN,
-            ptrs.as_ptr(),
-            1,
-            0x80,
-            None,
-            null_mut(),
-            null_mut(),
-            0,
-        )
-    };
+    let rc = transfer(conn, EDDY_STAGE_IN, &out, 0x80, None, None);
     assert_eq!(rc, -(libc::EINVAL as i64));
-    let rc = unsafe {
-        eddy_transfer(
-            conn,
-            EDDY_STAGE_IN,
-            ptrs.as_ptr(),
-            1,
-            0,
-            None,
-            null_mut(),
-            null_mut(),
-            0,
-        )
-    };
+    let rc = transfer(conn, EDDY_STAGE_IN, &out, 0, None, None);
     assert!(rc >= 1, "{}", last_error());
     assert_eq!(eddy_disconnect(conn), 0);
 }
 
 #[test]
 fn stats_are_what_eddy_stats_json_prints() {
-    let cl = Cluster::start_with(3, test_config());
-    let conn = connect(&cl);
+    let (cl, conn) = deployment();
     let f = open(conn, "/counted", RW_CREATE);
     write(f, &pattern(4, 0, 500_000), 0);
     assert_eq!(eddy_close(f), 0);
@@ -710,8 +702,7 @@ fn stats_are_what_eddy_stats_json_prints() {
 
 #[test]
 fn an_unreachable_deployment_is_an_error_within_the_deadline() {
-    let mut cl = Cluster::start_with(3, test_config());
-    let conn = connect(&cl);
+    let (mut cl, conn) = deployment();
     let f = open(conn, "/x", RW_CREATE);
     for i in 0..3 {
         cl.kill(i);

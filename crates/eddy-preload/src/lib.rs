@@ -22,8 +22,6 @@ mod real;
 mod stat;
 mod state;
 
-pub use ops::*;
-
 use state::{enter, settings};
 
 /// The exported names whose definitions are C (variadic, or stdio over fopencookie): a Rust

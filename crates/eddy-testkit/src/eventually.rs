@@ -66,6 +66,19 @@ pub fn eventually_seen<T, S: std::fmt::Debug>(
     }
 }
 
+/// [`eventually_within`] whose failure message is made when it fails: what the logs or a
+/// job's output say then, not when the wait began.
+pub fn eventually_else<T>(
+    bound: Duration,
+    probe: impl FnMut() -> Option<T>,
+    failure: impl FnOnce() -> String,
+) -> T {
+    match poll_for(bound, probe) {
+        Some(v) => v,
+        None => panic!("not within {bound:?}: {}", failure()),
+    }
+}
+
 /// The value `probe` gives once the condition holds, or `None` when `bound` passed first
 /// (for a test that goes on either way and says what it saw).
 pub fn poll_for<T>(bound: Duration, probe: impl FnMut() -> Option<T>) -> Option<T> {
@@ -81,25 +94,68 @@ pub fn poll_every<T>(
     poll(bound, Some(every), probe)
 }
 
+/// [`poll_every`] for a probe that says what it saw: `Ok` once the condition holds, else
+/// `Err` with the last thing it saw (for the caller's failure message).
+pub fn poll_seen_every<T, S>(
+    bound: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<T, S>,
+) -> Result<T, Option<S>> {
+    let mut last = None;
+    let got = poll_every(bound, every, || match probe() {
+        Ok(v) => Some(v),
+        Err(seen) => {
+            last = Some(seen);
+            None
+        }
+    });
+    got.ok_or(last)
+}
+
 fn poll<T>(
     bound: Duration,
     every: Option<Duration>,
     mut probe: impl FnMut() -> Option<T>,
 ) -> Option<T> {
-    let start = Instant::now();
-    let mut gap = every.unwrap_or(FIRST);
+    let mut pace = Pace::new(bound, every);
     loop {
         if let Some(v) = probe() {
             return Some(v);
         }
-        let left = bound.saturating_sub(start.elapsed());
+        std::thread::sleep(pace.next_gap()?);
+    }
+}
+
+/// The pace of one wait, shared by the blocking and the asynchronous pollers: the gap before
+/// the next look (`every`, else 1 ms doubling up to 100 ms), never past the bound.
+struct Pace {
+    start: Instant,
+    bound: Duration,
+    every: Option<Duration>,
+    gap: Duration,
+}
+
+impl Pace {
+    fn new(bound: Duration, every: Option<Duration>) -> Pace {
+        Pace {
+            start: Instant::now(),
+            bound,
+            every,
+            gap: every.unwrap_or(FIRST),
+        }
+    }
+
+    /// How long to wait before the next look, or `None` when the bound has passed.
+    fn next_gap(&mut self) -> Option<Duration> {
+        let left = self.bound.saturating_sub(self.start.elapsed());
         if left.is_zero() {
             return None;
         }
-        std::thread::sleep(gap.min(left));
-        if every.is_none() {
-            gap = (gap * 2).min(LONGEST);
+        let gap = self.gap.min(left);
+        if self.every.is_none() {
+            self.gap = (self.gap * 2).min(LONGEST);
         }
+        Some(gap)
     }
 }
 
@@ -137,20 +193,12 @@ pub async fn poll_async<T, F>(
 where
     F: Future<Output = Option<T>>,
 {
-    let start = Instant::now();
-    let mut gap = every.unwrap_or(FIRST);
+    let mut pace = Pace::new(bound, every);
     loop {
         if let Some(v) = probe().await {
             return Some(v);
         }
-        let left = bound.saturating_sub(start.elapsed());
-        if left.is_zero() {
-            return None;
-        }
-        tokio::time::sleep(gap.min(left)).await;
-        if every.is_none() {
-            gap = (gap * 2).min(LONGEST);
-        }
+        tokio::time::sleep(pace.next_gap()?).await;
     }
 }
 
@@ -188,6 +236,19 @@ mod tests {
             "the moon is cheese",
             || None::<()>,
         );
+    }
+
+    #[test]
+    fn the_pace_doubles_to_its_longest_and_stops_at_the_bound() {
+        let mut pace = Pace::new(Duration::from_secs(60), None);
+        let gaps: Vec<_> = (0..9).map(|_| pace.next_gap().unwrap()).collect();
+        let ms: Vec<_> = gaps.iter().map(|g| g.as_millis()).collect();
+        assert_eq!(ms, [1, 2, 4, 8, 16, 32, 64, 100, 100]);
+        let mut fixed = Pace::new(Duration::from_secs(60), Some(Duration::from_millis(7)));
+        assert_eq!(fixed.next_gap(), Some(Duration::from_millis(7)));
+        assert_eq!(fixed.next_gap(), Some(Duration::from_millis(7)));
+        let mut over = Pace::new(Duration::ZERO, None);
+        assert_eq!(over.next_gap(), None);
     }
 
     #[test]

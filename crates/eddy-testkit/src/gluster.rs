@@ -24,6 +24,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::eventually::{poll_every, poll_for};
+
 /// The host name of the bricks; /etc/hosts maps it to 127.0.1.77 (scripts/install-deps.sh).
 pub const GLUSTER_HOST: &str = "eddy-gluster-host";
 /// Bricks per volume: two, so that the distribute (DHT) layer spreads files over them as on a
@@ -211,33 +213,31 @@ impl GlusterVolume {
     /// Waits until every brick of the volume has its glusterfsd process.
     /// (Whether they accept connections is checked on the mount, see `wait_mount_ready`.)
     fn wait_brick_processes(&self) {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let pids = self.brick_pids();
-            if pids.len() >= self.bricks.len() {
-                trace("brick processes up", deadline - READY_TIMEOUT);
-                return;
-            }
-            if Instant::now() > deadline {
-                let status = gluster(&["volume", "status", &self.name]);
-                panic!(
-                    "gluster: volume {} has {} of {} brick processes after {:?}: {}\nglusterd log:\n{}",
-                    self.name,
-                    pids.len(),
-                    self.bricks.len(),
-                    READY_TIMEOUT,
-                    output_text(&status),
-                    tail(Path::new(GLUSTERD_LOG), 30)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let t = Instant::now();
+        let up = poll_for(READY_TIMEOUT, || {
+            (self.brick_pids().len() >= self.bricks.len()).then_some(())
+        });
+        if up.is_none() {
+            let status = gluster(&["volume", "status", &self.name]);
+            panic!(
+                "gluster: volume {} has {} of {} brick processes after {:?}: {}\nglusterd log:\n{}",
+                self.name,
+                self.brick_pids().len(),
+                self.bricks.len(),
+                READY_TIMEOUT,
+                output_text(&status),
+                tail(Path::new(GLUSTERD_LOG), 30)
+            );
         }
+        trace("brick processes up", t);
     }
 
     /// Waits until the mount is a FUSE file system whose client is connected to every brick.
     fn wait_mount_ready(&self, log: &Path) {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
+        let t = Instant::now();
+        // The last look's (is FUSE, client exited); the wait ends early when the client exits.
+        let mut seen = (false, false);
+        let ready = poll_for(READY_TIMEOUT, || {
             let fuse = statfs_type(&self.mnt) == Some(FUSE_SUPER_MAGIC);
             let connected = fuse
                 && (0..self.bricks.len()).all(|i| {
@@ -250,22 +250,24 @@ impl GlusterVolume {
                         .unwrap_or(false)
                 });
             if connected && std::fs::read_dir(&self.mnt).is_ok() {
-                trace("mount ready", deadline - READY_TIMEOUT);
-                return;
+                return Some(true);
             }
             // The client writes its pid file once it runs; gone afterwards means it failed.
             let client_died = self.client_pid_file().exists() && self.client_pid().is_none();
-            if client_died || Instant::now() > deadline {
-                panic!(
-                    "gluster: the mount of volume {} at {} is not usable {:?} after start (fuse: {fuse}, client exited: {client_died})\nclient log:\n{}",
-                    self.name,
-                    self.mnt.display(),
-                    deadline - READY_TIMEOUT,
-                    tail(log, 30)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            seen = (fuse, client_died);
+            client_died.then_some(false)
+        });
+        if ready != Some(true) {
+            let (fuse, client_died) = seen;
+            panic!(
+                "gluster: the mount of volume {} at {} is not usable {:?} after start (fuse: {fuse}, client exited: {client_died})\nclient log:\n{}",
+                self.name,
+                self.mnt.display(),
+                t.elapsed(),
+                tail(log, 30)
+            );
         }
+        trace("mount ready", t);
     }
 }
 
@@ -481,8 +483,8 @@ fn unmount(mnt: &Path) -> bool {
 
 /// Runs `gluster --mode=script ARGS`, retrying while another transaction holds the cluster lock.
 fn gluster<S: AsRef<str>>(args: &[S]) -> Output {
-    let deadline = Instant::now() + COMMAND_TIMEOUT;
-    loop {
+    let mut last = None;
+    let done = poll_for(COMMAND_TIMEOUT, || {
         let out = run(
             Command::new("gluster")
                 .arg("--mode=script")
@@ -493,11 +495,14 @@ fn gluster<S: AsRef<str>>(args: &[S]) -> Output {
         let busy = text.contains("Another transaction is in progress")
             || text.contains("Locking failed")
             || text.contains("try again after some time");
-        if out.status.success() || !busy || Instant::now() > deadline {
-            return out;
+        if out.status.success() || !busy {
+            return Some(out);
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        last = Some(out);
+        None
+    });
+    // Still busy when the bound passed: the last answer, for the caller to show.
+    done.or(last).expect("gluster: at least one run")
 }
 
 /// `gluster` that panics on failure; returns stdout.
@@ -530,24 +535,20 @@ fn run(cmd: &mut Command, timeout: Duration) -> Output {
         .stderr(err.try_clone().expect("gluster: dup"))
         .spawn()
         .unwrap_or_else(|e| panic!("gluster: cannot run {shown}: {e}"));
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    let status = loop {
+    let t = Instant::now();
+    // Looked at every 5 ms: most commands take tens of milliseconds, and there are many.
+    let status = poll_every(timeout, Duration::from_millis(5), || {
         match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("gluster: {shown} did not finish within {timeout:?}");
-            }
+            Ok(status) => status,
             Err(e) => panic!("gluster: waiting for {shown}: {e}"),
         }
+    });
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("gluster: {shown} did not finish within {timeout:?}");
     };
-    trace(&shown, deadline - timeout);
+    trace(&shown, t);
     let read = |f: &mut std::fs::File| {
         let mut v = Vec::new();
         let _ = f.rewind();
@@ -650,10 +651,10 @@ fn stop_bricks(pids: &[i32]) {
             libc::kill(p, libc::SIGTERM);
         }
     }
-    let deadline = t + Duration::from_secs(5);
-    while pids.iter().any(|&p| is_alive(p)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    // Never panics (this runs in drop): bricks still alive are left to `volume stop`.
+    poll_for(Duration::from_secs(5), || {
+        (!pids.iter().any(|&p| is_alive(p))).then_some(())
+    });
     trace("bricks exited", t);
 }
 
@@ -663,17 +664,17 @@ fn signal_and_wait(pids: &[i32], sig: i32, stopped: bool) {
         // SAFETY: kill(2) on pids checked to be this volume's bricks.
         unsafe { libc::kill(p, sig) };
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        let done = pids.iter().all(|&p| match proc_state(p) {
-            Some('T') => stopped,
-            Some('Z') | Some('X') | None => true,
-            Some(_) => !stopped,
-        });
-        if done {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(2));
+    let done = poll_for(Duration::from_secs(5), || {
+        pids.iter()
+            .all(|&p| match proc_state(p) {
+                Some('T') => stopped,
+                Some('Z') | Some('X') | None => true,
+                Some(_) => !stopped,
+            })
+            .then_some(())
+    });
+    if done.is_some() {
+        return;
     }
     eprintln!("gluster: signal {sig} to bricks {pids:?} did not take effect within 5 s");
 }

@@ -12,8 +12,9 @@
 //! model of the property tests ([`model`]), the write workload of the replication tests
 //! ([`workload`]), a GlusterFS volume ([`gluster`]), a private Slurm cluster ([`slurm`]),
 //! a burst-buffer site without Slurm ([`bbsite`]), a private PostgreSQL server
-//! ([`postgres`]), job profiles for the I/O history ([`profiles`]) and a private Prometheus
-//! server ([`prometheus`]).
+//! ([`postgres`]), job profiles for the I/O history ([`profiles`]), a private Prometheus
+//! server ([`prometheus`]) and the daemons' request counters as the tests that count
+//! requests read them ([`served`]).
 //!
 //! Test code: a failure panics with what went wrong, and `unwrap` is allowed here.
 #![allow(clippy::unwrap_used)]
@@ -30,6 +31,7 @@ pub mod prometheus;
 pub mod python;
 pub mod raw;
 pub mod require;
+pub mod served;
 pub mod slurm;
 pub mod wire;
 pub mod workload;
@@ -176,8 +178,15 @@ impl Cluster {
         }
         // Written once before start so daemons read secret and config from it.
         dep.save(&deployment_file).expect("save deployment");
-        for i in 0..n {
-            let (child, addr) = spawn_daemon(&dep.daemons[i], &deployment_file, "127.0.0.1:0");
+        // All started at once, then each awaited: a daemon's start (its stores opened, its
+        // directories made) overlaps the others'.
+        let launched: Vec<Child> = dep
+            .daemons
+            .iter()
+            .map(|d| launch_daemon(d, &deployment_file, "127.0.0.1:0"))
+            .collect();
+        for (i, child) in launched.into_iter().enumerate() {
+            let (child, addr) = await_ready(child, &dep.daemons[i]);
             dep.daemons[i].addr = addr;
             children.push(Some(child));
         }
@@ -223,14 +232,23 @@ impl Cluster {
         }
     }
 
-    /// kill -9 of every daemon, then every one started again on its storage.
+    /// kill -9 of every daemon, then every one started again on its storage (all at once,
+    /// then each awaited).
     pub fn kill_and_restart_all(&mut self) {
         let n = self.children.len();
         for i in 0..n {
             self.kill(i);
         }
-        for i in 0..n {
-            self.restart(i);
+        let launched: Vec<Child> = (0..n)
+            .map(|i| {
+                let d = &self.dep.daemons[i];
+                launch_daemon(d, &self.deployment_file, &d.addr.clone())
+            })
+            .collect();
+        for (i, child) in launched.into_iter().enumerate() {
+            let (child, bound) = await_ready(child, &self.dep.daemons[i]);
+            assert_eq!(bound, self.dep.daemons[i].addr);
+            self.children[i] = Some(child);
         }
     }
 
@@ -256,20 +274,29 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // Every daemon signalled first, then each reaped: their exits overlap.
+        for c in self.children.iter_mut().flatten() {
+            let _ = c.kill();
+        }
         for i in 0..self.children.len() {
             self.kill(i);
         }
     }
 }
 
-// The child is returned to the cluster, which kills and waits for it on drop.
-#[allow(clippy::zombie_processes)]
+/// Starts daemon `d` and waits until it is ready: the child and the address it bound.
 fn spawn_daemon(d: &DaemonEntry, deployment_file: &Path, listen: &str) -> (Child, String) {
+    await_ready(launch_daemon(d, deployment_file, listen), d)
+}
+
+/// Starts daemon `d` (its ready file removed first), without waiting for it.
+// The child is returned to the caller, which awaits it (`await_ready`) and kills it.
+#[allow(clippy::zombie_processes)]
+fn launch_daemon(d: &DaemonEntry, deployment_file: &Path, listen: &str) -> Child {
     std::fs::create_dir_all(&d.root).expect("create root");
-    let ready = d.root.join("eddyd.ready");
-    let _ = std::fs::remove_file(&ready);
+    let _ = std::fs::remove_file(d.root.join("eddyd.ready"));
     let log = std::fs::File::create(log_path(d)).expect("log file");
-    let mut child = Command::new(eddyd_bin())
+    Command::new(eddyd_bin())
         .arg("--root")
         .arg(&d.root)
         .arg("--id")
@@ -284,7 +311,13 @@ fn spawn_daemon(d: &DaemonEntry, deployment_file: &Path, listen: &str) -> (Child
         .stdout(log.try_clone().expect("log"))
         .stderr(log)
         .spawn()
-        .expect("spawn eddyd");
+        .expect("spawn eddyd")
+}
+
+/// Waits until daemon `d`, started as `child`, announced its address in its ready file; kills
+/// it and fails the test when it does not within 30 s.
+fn await_ready(mut child: Child, d: &DaemonEntry) -> (Child, String) {
+    let ready = d.root.join("eddyd.ready");
     let addr = eventually::poll_for(Duration::from_secs(30), || {
         let text = std::fs::read_to_string(&ready).ok()?;
         let v = serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();

@@ -27,7 +27,7 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Every program the cluster and its jobs need.
 pub const TOOLS: [&str; 11] = [
@@ -685,8 +685,10 @@ impl SlurmCluster {
 
     /// Polls `done` until it holds; fails with the logs if a daemon exits or time runs out.
     fn wait_for(&mut self, what: &str, done: impl Fn(&SlurmCluster) -> bool) {
-        let deadline = Instant::now() + BRING_UP;
-        while !done(self) {
+        let reached = crate::eventually::poll_every(BRING_UP, POLL, || {
+            if done(self) {
+                return Some(());
+            }
             let exited: Vec<String> = self
                 .daemons
                 .iter_mut()
@@ -701,13 +703,13 @@ impl SlurmCluster {
                 exited.join(", "),
                 self.logs()
             );
-            assert!(
-                Instant::now() < deadline,
-                "no {what} after {BRING_UP:?}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(POLL);
-        }
+            None
+        });
+        assert!(
+            reached.is_some(),
+            "no {what} after {BRING_UP:?}\n{}",
+            self.logs()
+        );
     }
 
     /// `NODE STATE` lines of sinfo, sorted, e.g. `vm idle`.
@@ -742,10 +744,8 @@ impl Drop for SlurmCluster {
         for id in self.jobs.borrow().iter() {
             let _ = self.client("scancel", &["--hurry", &id.to_string()], None);
         }
-        let deadline = Instant::now() + TEARDOWN_STEP;
-        while !self.jobs().is_empty() && Instant::now() < deadline {
-            std::thread::sleep(POLL);
-        }
+        // Bounded, never a panic (this is drop): jobs still listed die with the daemons.
+        crate::eventually::poll_every(TEARDOWN_STEP, POLL, || self.jobs().is_empty().then_some(()));
         // Stop the daemons in reverse order: slurmd, slurmctld, then munged.
         for (_, child) in self.daemons.iter_mut().rev() {
             if let Ok(pid) = i32::try_from(child.id()) {

@@ -91,9 +91,9 @@ pub fn write_through_a_kill(
             std::thread::spawn(move || mount_writer(root, w, done))
         })
         .collect();
-    while done.load(Ordering::SeqCst) < writers * FILES / 3 {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    crate::eventually::eventually("a third of the writers' files written", || {
+        (done.load(Ordering::SeqCst) >= writers * FILES / 3).then_some(())
+    });
     kill();
     workers
         .into_iter()

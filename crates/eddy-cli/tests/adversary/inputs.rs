@@ -281,6 +281,37 @@ async fn relay_connection(
 }
 
 /// Runs `eddy ARGS` as root, which must end (with an error) within the guard.
+/// `eddy start --local 1` as root on `root` (under a temporary directory) with `more`
+/// arguments, stopped when the guard is dropped: the guard and the deployment it wrote.
+fn start_one(root: &Path, more: &[&str]) -> (StopGuard, eddy_config::Deployment) {
+    let guard = StopGuard(root.to_path_buf());
+    let mut args = vec!["start", "--local", "1", "--root", s(root)];
+    args.extend_from_slice(more);
+    let out = eddy_testkit::cli::eddy(&args);
+    assert!(out.status.success(), "{}", text(&out));
+    let dep = eddy_config::Deployment::load(&root.join("deployment.toml")).unwrap();
+    (guard, dep)
+}
+
+/// `python3 -c SCRIPT` as `nobody`, once it printed the line `says` (its work is done and it
+/// holds what it made until killed).
+fn python_as_nobody(script: &str, says: &str) -> std::process::Child {
+    let mut child = eddy_testkit::as_user(NOBODY)
+        .args(["/usr/bin/python3", "-c", script])
+        .current_dir("/")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), says);
+    child
+}
+
 fn must_end(args: &[&str]) -> std::process::Output {
     let mut cmd = eddy_cmd();
     cmd.args(args);
@@ -306,23 +337,11 @@ fn a_daemon_paging_forever_cannot_hold_roots_stage_in_or_out() {
     }
     std::fs::write(pfs.join("tree/sub/g"), b"data\n").unwrap();
     let root = dir.path().join("root");
-    let _guard = StopGuard(root.clone());
     let link = format!("/d={}", s(&pfs));
-    let started = eddy_testkit::cli::eddy(&[
-        "start",
-        "--local",
-        "1",
-        "--root",
-        s(&root),
-        "--wire",
-        "clear",
-        "--link",
-        &link,
-        "--name",
-        "forever",
-    ]);
-    assert!(started.status.success(), "{}", text(&started));
-    let mut dep = eddy_config::Deployment::load(&root.join("deployment.toml")).unwrap();
+    let (_guard, mut dep) = start_one(
+        &root,
+        &["--wire", "clear", "--link", &link, "--name", "forever"],
+    );
     let daemon: std::net::SocketAddr = dep.daemons[0].addr.parse().unwrap();
     let relay = Relay::start(daemon, Forever::SameCursor);
     // The deployment as root's client reaches it: through the relay, over TCP.
@@ -352,27 +371,14 @@ fn a_daemon_paging_forever_cannot_hold_roots_stage_in_or_out() {
 fn a_squatted_site_metrics_port_does_not_stop_a_job() {
     require::switch_user();
     let squatted = eddy_testkit::cli::free_port();
-    let mut squatter = eddy_testkit::as_user(NOBODY)
-        .args([
-            "/usr/bin/python3",
-            "-c",
-            &format!(
-                "import socket, sys, time\n\
-                 s = socket.socket()\ns.bind(('127.0.0.1', {squatted}))\ns.listen()\n\
-                 print('bound', flush=True)\ntime.sleep(600)\n"
-            ),
-        ])
-        .current_dir("/")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(squatter.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "bound");
+    let mut squatter = python_as_nobody(
+        &format!(
+            "import socket, sys, time\n\
+             s = socket.socket()\ns.bind(('127.0.0.1', {squatted}))\ns.listen()\n\
+             print('bound', flush=True)\ntime.sleep(600)\n"
+        ),
+        "bound",
+    );
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -423,44 +429,18 @@ fn idle_connections_do_not_blind_the_metrics_endpoint() {
     require::switch_user();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    let _guard = StopGuard(root.clone());
-    let out = eddy_testkit::cli::eddy(&[
-        "start",
-        "--local",
-        "1",
-        "--root",
-        s(&root),
-        "--metrics",
-        "127.0.0.1:0",
-        "--name",
-        "idle",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let dep = eddy_config::Deployment::load(&root.join("deployment.toml")).unwrap();
+    let (_guard, dep) = start_one(&root, &["--metrics", "127.0.0.1:0", "--name", "idle"]);
     let addr = dep.daemons[0].metrics.clone().unwrap();
     let url = format!("http://{addr}/metrics");
     // `nobody` holds 12 connections open without a word.
-    let mut idle = eddy_testkit::as_user(NOBODY)
-        .args([
-            "/usr/bin/python3",
-            "-c",
-            &format!(
-                "import socket, time\nhost, port = {addr:?}.rsplit(':', 1)\n\
-                 held = [socket.create_connection((host, int(port))) for _ in range(12)]\n\
-                 print('connected', flush=True)\ntime.sleep(600)\n"
-            ),
-        ])
-        .current_dir("/")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(idle.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "connected");
+    let mut idle = python_as_nobody(
+        &format!(
+            "import socket, time\nhost, port = {addr:?}.rsplit(':', 1)\n\
+             held = [socket.create_connection((host, int(port))) for _ in range(12)]\n\
+             print('connected', flush=True)\ntime.sleep(600)\n"
+        ),
+        "connected",
+    );
     // Accepted in order: the scrape comes after all of them.
     let scraped = eddy_testkit::prometheus::http_get(&url);
     let _ = idle.kill();
@@ -478,20 +458,7 @@ fn idle_connections_do_not_blind_the_metrics_endpoint() {
 fn a_job_cannot_label_its_metrics_as_another_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    let _guard = StopGuard(root.clone());
-    let out = eddy_testkit::cli::eddy(&[
-        "start",
-        "--local",
-        "1",
-        "--root",
-        s(&root),
-        "--metrics",
-        "127.0.0.1:0",
-        "--name",
-        "victim",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let victim = eddy_config::Deployment::load(&root.join("deployment.toml")).unwrap();
+    let (_guard, victim) = start_one(&root, &["--metrics", "127.0.0.1:0", "--name", "victim"]);
     let victim_addr = victim.daemons[0].metrics.clone().unwrap();
 
     // The forger's "daemon": its own endpoint, serving the victim's labels.

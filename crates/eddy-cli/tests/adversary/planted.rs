@@ -268,16 +268,7 @@ fn tail(text: &str) -> String {
 }
 
 fn wait_bounded(child: &mut Child, bound: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + bound;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eddy_testkit::eventually::exited(child, bound)
 }
 
 /// Every entry under `dir` (not following links), with its lstat.
@@ -421,28 +412,10 @@ fn local_case(kind: Plant) {
             scratch.display()
         ),
     );
-    // Data of every kind before the attack: dirty (to stage out), small, cached from the
-    // backend; the counters persisted.
-    w.as_user(
-        "writing through the mount before the attack",
-        &format!(
-            "dd if=/dev/urandom of={0}/out.dat bs=64k count=8 2>&1 && echo small > {0}/small \
-             && cat {0}/in.dat > /dev/null && cat {0}/small",
-            d.display()
-        ),
-    );
-    std::thread::sleep(Duration::from_millis(600));
     let roots: Vec<PathBuf> = (0..3).map(|i| root.join(format!("d{i}"))).collect();
-    let pids = daemon_pids(&roots);
-    if kind.replaces_daemons() {
-        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-        w.as_user(
-            "the user ends its daemons",
-            &format!("kill -9 {}", list.join(" ")),
-        );
-    }
-    let targets: Vec<PathBuf> = roots.iter().flat_map(|r| objects_of(r)).collect();
-    let mut attacker = w.plant(kind, &targets);
+    write_before_attack(&mut w, &d, " && cat {0}/small");
+    counters_persisted(&roots);
+    let (pids, attacker) = attack(&mut w, kind, &roots, &[]);
 
     io_through_mount(&mut w, &d);
     io_through_mount(&mut w, &scratch);
@@ -473,21 +446,83 @@ fn local_case(kind: Plant) {
     {
         eprintln!("[{case}] mount.log: {l}");
     }
-    let mut again = replant(&mut w, kind, &roots, &pids);
+    let again = replant(&mut w, kind, &roots, &pids);
     if !w.eddy("eddy stop", &["stop", "--state", s(&state)]) {
         w.eddy(
             "eddy stop --discard",
             &["stop", "--state", s(&state), "--discard"],
         );
     }
-    for a in again.iter_mut().chain([&mut attacker]) {
+    let mut places = roots.clone();
+    places.push(root.clone());
+    finish_case(w, [again, Some(attacker)], &pids, &places);
+}
+
+/// The user's writes through the mount at `d` before the attack: data of every kind (dirty,
+/// to stage out; small; cached from the backend), then `more` (a shell fragment, `{0}` for
+/// `d`).
+fn write_before_attack(w: &mut World, d: &Path, more: &str) {
+    let script = "dd if=/dev/urandom of={0}/out.dat bs=64k count=8 2>&1 && echo small > {0}/small \
+                  && cat {0}/in.dat > /dev/null"
+        .to_string()
+        + more;
+    w.as_user(
+        "writing through the mount before the attack",
+        &script.replace("{0}", &d.display().to_string()),
+    );
+}
+
+/// Waits until every daemon of `roots` has persisted its counters (a snapshot in
+/// `ROOT/stats` written from now on: `stats_persist_ms` is 200 here), so that the attack
+/// finds them on disk.
+fn counters_persisted(roots: &[PathBuf]) {
+    let written = std::time::SystemTime::now();
+    let persisted = |root: &PathBuf| {
+        std::fs::read_dir(root.join("stats"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t > written)
+            })
+    };
+    eddy_testkit::eventually::eventually(
+        "every daemon persisted its counters after the writes",
+        || roots.iter().all(persisted).then_some(()),
+    );
+}
+
+/// The attack: the user ends its daemons first when `kind` replaces them, then plants `kind`
+/// at every object of `roots` and of `more`. Returns the daemons' pids and the attacker.
+fn attack(w: &mut World, kind: Plant, roots: &[PathBuf], more: &[PathBuf]) -> (Vec<u32>, Child) {
+    let pids = daemon_pids(roots);
+    if kind.replaces_daemons() {
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        w.as_user(
+            "the user ends its daemons",
+            &format!("kill -9 {}", list.join(" ")),
+        );
+    }
+    let targets: Vec<PathBuf> = roots
+        .iter()
+        .chain(more)
+        .flat_map(|r| objects_of(r))
+        .collect();
+    let attacker = w.plant(kind, &targets);
+    (pids, attacker)
+}
+
+/// The end of a case: the attackers killed, whatever is left cleaned up, and the checks of
+/// `World::finish` on the user's `places`.
+fn finish_case(w: World, attackers: [Option<Child>; 2], pids: &[u32], places: &[PathBuf]) {
+    for mut a in attackers.into_iter().flatten() {
         let _ = a.kill();
         let _ = a.wait();
     }
-    cleanup(&w, &pids);
-    let mut places = roots.clone();
-    places.push(root.clone());
-    w.finish(&places);
+    cleanup(&w, pids);
+    w.finish(places);
 }
 
 /// Before the deployment is stopped: the user ends its daemons (kill -9), which were
@@ -565,31 +600,16 @@ fn bb_case(kind: Plant, job: u32) {
     );
     assert!(mounted, "[{case}] node-mount failed: {:?}", w.failures);
     let d = mnt.join("d");
-    w.as_user(
-        "writing through the mount before the attack",
-        &format!(
-            "dd if=/dev/urandom of={0}/out.dat bs=64k count=8 2>&1 && echo small > {0}/small \
-             && cat {0}/in.dat > /dev/null",
-            d.display()
-        ),
-    );
-    std::thread::sleep(Duration::from_millis(600));
     let roots: Vec<PathBuf> = ["io1", "io2", "io3"]
         .iter()
         .map(|h| site.path(&format!("pool/{h}/job-{job}")))
         .collect();
     let user = site.path(&format!("jobs/{job}/user"));
-    let pids = daemon_pids(&roots);
-    if kind.replaces_daemons() {
-        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-        w.as_user(
-            "the user ends its daemons",
-            &format!("kill -9 {}", list.join(" ")),
-        );
-    }
-    let mut targets: Vec<PathBuf> = roots.iter().flat_map(|r| objects_of(r)).collect();
-    targets.extend(objects_of(&user));
-    let mut attacker = w.plant(kind, &targets);
+    write_before_attack(&mut w, &d, "");
+    // (The site persists counters every 10 s, the default: this pause, kept from before,
+    // awaits no snapshot.)
+    std::thread::sleep(Duration::from_millis(600));
+    let (pids, attacker) = attack(&mut w, kind, &roots, std::slice::from_ref(&user));
 
     io_through_mount(&mut w, &d);
     bb(
@@ -602,20 +622,15 @@ fn bb_case(kind: Plant, job: u32) {
         "eddy bb data-out",
         &["data-out", &job_s, s(&script)],
     );
-    let mut again = replant(&mut w, kind, &roots, &pids);
+    let again = replant(&mut w, kind, &roots, &pids);
     bb(
         &mut w,
         "eddy bb teardown",
         &["teardown", &job_s, s(&script), "false"],
     );
-    for a in again.iter_mut().chain([&mut attacker]) {
-        let _ = a.kill();
-        let _ = a.wait();
-    }
-    cleanup(&w, &pids);
     let mut places = roots.clone();
     places.push(user);
-    w.finish(&places);
+    finish_case(w, [again, Some(attacker)], &pids, &places);
 }
 
 #[test]

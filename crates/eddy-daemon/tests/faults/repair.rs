@@ -131,6 +131,27 @@ fn count_copies(inv: &[Inventory], files: &BTreeMap<u128, u64>, cs: u64) {
     }
 }
 
+/// Writes `/a/f<i>` for each `i` of `range` (the workload's file `i` of wave `wave`, see
+/// `file_len`) through a client of `dep`, and adds each (path, length) to `files`.
+async fn write_files(
+    dep: &eddy_config::Deployment,
+    range: std::ops::Range<u64>,
+    wave: usize,
+    files: &mut Vec<(String, usize)>,
+) -> Client {
+    let me = Creds::root();
+    let c = Client::connect(dep.clone()).await.unwrap();
+    for i in range {
+        let p = format!("/a/f{i}");
+        let len = file_len(wave, i as usize);
+        let f = c.create(&p, 0o644, true, me).await.unwrap();
+        c.pwrite(&f, 0, &pattern(i, 0, len)).await.unwrap();
+        c.close(&f).await.unwrap();
+        files.push((p, len));
+    }
+    c
+}
+
 /// The files a workload left: path → (file id, length), by a client of the deployment.
 async fn file_ids(c: &Client, files: &[(String, usize)]) -> BTreeMap<u128, u64> {
     let mut out = BTreeMap::new();
@@ -262,30 +283,13 @@ fn a_wiped_daemon_is_replaced_with_a_full_copy() {
     rt.block_on(async {
         let c = Client::connect(dep.clone()).await.unwrap();
         c.mkdir("/a", 0o755, me).await.unwrap();
-        for i in 0..30 {
-            let p = format!("/a/f{i}");
-            let f = c.create(&p, 0o644, true, me).await.unwrap();
-            c.pwrite(&f, 0, &pattern(i, 0, file_len(0, i as usize)))
-                .await
-                .unwrap();
-            c.close(&f).await.unwrap();
-            files.push((p, file_len(0, i as usize)));
-        }
+        write_files(&dep, 0..30, 0, &mut files).await;
     });
     kill_daemon(&root, 1);
     let d1 = root.join("d1");
     // Written and removed while daemon 1 is dead: hinted as well as copied in full.
     rt.block_on(async {
-        let c = Client::connect(dep.clone()).await.unwrap();
-        for i in 30..40 {
-            let p = format!("/a/f{i}");
-            let f = c.create(&p, 0o644, true, me).await.unwrap();
-            c.pwrite(&f, 0, &pattern(i, 0, file_len(1, i as usize)))
-                .await
-                .unwrap();
-            c.close(&f).await.unwrap();
-            files.push((p, file_len(1, i as usize)));
-        }
+        let c = write_files(&dep, 30..40, 1, &mut files).await;
         for i in [3usize, 31] {
             c.unlink(&format!("/a/f{i}"), me).await.unwrap();
         }
@@ -296,16 +300,7 @@ fn a_wiped_daemon_is_replaced_with_a_full_copy() {
     repair_to_health(&root);
     kill_daemon(&root, 1);
     rt.block_on(async {
-        let c = Client::connect(dep.clone()).await.unwrap();
-        for i in 40..44 {
-            let p = format!("/a/f{i}");
-            let f = c.create(&p, 0o644, true, me).await.unwrap();
-            c.pwrite(&f, 0, &pattern(i, 0, file_len(1, i as usize)))
-                .await
-                .unwrap();
-            c.close(&f).await.unwrap();
-            files.push((p, file_len(1, i as usize)));
-        }
+        let c = write_files(&dep, 40..44, 1, &mut files).await;
         c.unlink("/a/f32", me).await.unwrap();
     });
     files.retain(|(p, _)| p != "/a/f32");

@@ -1,21 +1,24 @@
 //! The FUSE file system. This file holds the mount's state (`EddyFs`: the inode table, open
 //! files and directories, files unlinked while open, cached extended attributes, locks) and
 //! what the requests share: paths of inodes, entries and attributes, setattr. The
-//! `fuser::Filesystem` implementation is `requests.rs`, each request answered there in
-//! place; `names.rs` (renames, files unlinked while open), `files.rs` (how the kernel treats
-//! an open file, fallocate), `dirs.rs` (listings) and `xattrs.rs` hold what it uses beyond.
+//! `fuser::Filesystem` implementation is `requests.rs`: the namespace and directory requests
+//! are answered there in place, those of open files (`io_requests.rs`), of locks
+//! (`lock_requests.rs`) and of extended attributes (`xattr_requests.rs`) by the files of
+//! their concern; `names.rs` (renames, files unlinked while open), `files.rs` (how the kernel
+//! treats an open file, fallocate), `dirs.rs` (listings) and `xattrs.rs` hold what they use
+//! beyond.
 
 use crate::attr::{file_attr, is_noop, set_attr};
 use crate::dir::DirStream;
 use crate::fresh::FreshDirs;
 use crate::table::{join, parent_of, InodeTable};
-use crate::xcache::{cacheable, XattrCache};
+use crate::xcache::XattrCache;
 use crate::MountOptions;
 
 use eddy_client::driver::Driver;
 use eddy_client::{Client, Creds, File};
 use eddy_proto::sync::lock;
-use eddy_proto::{Errno, FileKind, Inode, Xattr, XattrSet};
+use eddy_proto::{Errno, FileKind, Inode, Xattr};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -34,9 +37,12 @@ use tracing::{debug, warn};
 
 mod dirs;
 mod files;
+mod io_requests;
+mod lock_requests;
 mod names;
 mod passthrough;
 mod requests;
+mod xattr_requests;
 mod xattrs;
 
 /// Largest read and write request asked of the kernel. 1 MiB is what the kernel grants by

@@ -1,10 +1,10 @@
-//! The `fuser::Filesystem` implementation: every request the kernel sends is answered here,
-//! by calls of the client library run to completion on the tokio runtime from the FUSE
-//! worker thread, with the mount's state (`mod.rs`) and the helpers of `names.rs`,
-//! `files.rs`, `dirs.rs` and `xattrs.rs`.
+//! The `fuser::Filesystem` implementation: every request the kernel sends arrives here and
+//! is answered by calls of the client library run to completion on the tokio runtime from
+//! the FUSE worker thread, with the mount's state (`mod.rs`). The namespace and directory
+//! requests are answered in place (with the helpers of `names.rs` and `dirs.rs`); those of
+//! open files, locks and extended attributes by `io_requests.rs`, `lock_requests.rs` and
+//! `xattr_requests.rs`.
 
-use super::files::{fopen_flags, passthrough_flags};
-use super::xattrs::{cached_value, reply_xattr};
 use super::*;
 
 impl Filesystem for EddyFs {
@@ -280,47 +280,7 @@ impl Filesystem for EddyFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        // O_CREAT/O_EXCL go to `create`; O_TRUNC comes here (FUSE_ATOMIC_O_TRUNC).
-        let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
-        // The file is asked for again, though the kernel has just looked it up: a file
-        // removed on another node since must give ESTALE (below), not an open of a dead file.
-        let res = self
-            .path(ino)
-            .and_then(|p| self.run(self.client.open(&p, flags, 0, creds(req))));
-        match res {
-            Ok(file) => {
-                let fopen = fopen_flags(&file);
-                let fh = self.add_file(file.clone());
-                // The kernel reads a passthrough file without asking the mount, and leaves
-                // its atime to the mount (decision 0061): a read-only open whose first read
-                // must move the atime is served by the mount, whose READ moves it; one the
-                // kernel reads itself anyway (the inode is passed through already, or it
-                // is open for writing too) moves it at open.
-                let atime_due = self.client.atime_due(&file);
-                let wanted = !atime_due || file.writable();
-                match self.pass_open(ino.0, fh, &file, wanted, |d| reply.open_backing(d)) {
-                    Ok(Some(id)) => {
-                        if atime_due {
-                            self.run(self.client.note_read(&file));
-                        }
-                        reply.opened_passthrough(FileHandle(fh), passthrough_flags(&file), &id)
-                    }
-                    Ok(None) => reply.opened(FileHandle(fh), fopen),
-                    Err(e) => {
-                        lock(&self.files).remove(&fh);
-                        let _ = self.run(self.client.close(&file));
-                        reply.error(failed("open", &e))
-                    }
-                }
-            }
-            // The kernel's cached entry outlived the file (removed on another node within the
-            // entry TTL): ESTALE makes it look the path up again and retry once, so that an
-            // O_CREAT open creates the file anew (SQLite's journal between two mounts).
-            Err(e) if e.errno == libc::ENOENT => {
-                reply.error(failed("open", &Errno::new(libc::ESTALE, e.msg.clone())))
-            }
-            Err(e) => reply.error(failed("open", &e)),
-        }
+        self.open_request(req, ino, flags, reply)
     }
 
     fn read(
@@ -334,18 +294,7 @@ impl Filesystem for EddyFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let res = self.file(fh).and_then(|f| {
-            // An O_DIRECT writer of a passed-through file (`passthrough_flags`): the kernel
-            // wrote the file through its other opens, past the size this client knows.
-            if self.pass_handle(fh.0) {
-                self.run(self.client.passthrough_settle(&f))?;
-            }
-            self.run(self.client.pread(&f, offset, size as usize))
-        });
-        match res {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(failed("read", &e)),
-        }
+        self.read_request(fh, offset, size, reply)
     }
 
     fn write(
@@ -360,17 +309,7 @@ impl Filesystem for EddyFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // A write that bypasses the page cache (write-only and append opens) by a process
-        // without CAP_FSETID: the kernel asks us to clear the set-id bits. (Through the page
-        // cache, the kernel clears them itself with a setattr: no FUSE_HANDLE_KILLPRIV.)
-        let clear = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        let res = self
-            .file(fh)
-            .and_then(|f| self.run(self.client.pwrite_clearing(&f, offset, data, clear)));
-        match res {
-            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
-            Err(e) => reply.error(failed("write", &e)),
-        }
+        self.write_request(fh, offset, data, write_flags, reply)
     }
 
     fn flush(
@@ -381,23 +320,7 @@ impl Filesystem for EddyFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // close(2) of one descriptor: publish the size so that other nodes see it, and drop
-        // the closing process's POSIX locks on the file. A file this client never wrote and
-        // never locked has neither: answered at once, without entering the runtime.
-        let res = self.file(fh).and_then(|f| {
-            if !self.close_has_work(&f) {
-                return Ok(());
-            }
-            let closed = match self.pass_handle(fh.0) {
-                true => self.run(self.client.passthrough_flush(&f)),
-                false => self.run(self.client.flush(&f)),
-            };
-            self.release_owner_locks(&f, lock_owner.0).and(closed)
-        });
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("flush", &e)),
-        }
+        self.flush_request(fh, lock_owner, reply)
     }
 
     fn release(
@@ -410,33 +333,7 @@ impl Filesystem for EddyFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let file = lock(&self.files).remove(&fh.0);
-        let through = self.pass_handle(fh.0);
-        // A hidden name (unlinked or replaced while open) before the close, which may remove it.
-        let hidden = file
-            .as_ref()
-            .map(File::path)
-            .filter(|p| self.client.unlinked_while_open(p));
-        let closed = file.as_ref().map(|f| {
-            if !self.close_has_work(f) {
-                self.client.let_go(f);
-                return Ok(());
-            }
-            let closed = match through {
-                true => self.run(self.client.passthrough_close(f)),
-                false => self.run(self.client.close(f)),
-            };
-            let owner = lock_owner.map(|o| o.0);
-            self.release_handle_locks(f, fh.0, owner).and(closed)
-        });
-        self.pass_release(fh.0);
-        if let Some(p) = hidden {
-            self.forget_orphan(&p);
-        }
-        match closed {
-            Some(Err(e)) => reply.error(failed("release", &e)),
-            Some(Ok(())) | None => reply.ok(),
-        }
+        self.release_request(fh, lock_owner, reply)
     }
 
     fn fsync(
@@ -447,14 +344,7 @@ impl Filesystem for EddyFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let res = self.file(fh).and_then(|f| match self.pass_handle(fh.0) {
-            true => self.run(self.client.passthrough_fsync(&f)),
-            false => self.run(self.client.fsync(&f)),
-        });
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("fsync", &e)),
-        }
+        self.fsync_request(fh, reply)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -574,35 +464,7 @@ impl Filesystem for EddyFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let res = self.child(parent, name).and_then(|path| {
-            let file = self.run(self.client.open(
-                &path,
-                flags | libc::O_CREAT,
-                mode & 0o7777,
-                creds(req),
-            ))?;
-            let attr = self.entry(&path, &file.inode());
-            let fopen = fopen_flags(&file);
-            let fh = self.add_file(file.clone());
-            match self.pass_open(attr.ino.0, fh, &file, true, |d| reply.open_backing(d)) {
-                Ok(Some(id)) => Ok((attr, fh, passthrough_flags(&file), Some(id))),
-                Ok(None) => Ok((attr, fh, fopen, None)),
-                Err(e) => {
-                    lock(&self.files).remove(&fh);
-                    let _ = self.run(self.client.close(&file));
-                    Err(e)
-                }
-            }
-        });
-        match res {
-            Ok((attr, fh, fopen, Some(id))) => {
-                reply.created_passthrough(&self.ttl, &attr, GENERATION, FileHandle(fh), fopen, &id)
-            }
-            Ok((attr, fh, fopen, None)) => {
-                reply.created(&self.ttl, &attr, GENERATION, FileHandle(fh), fopen)
-            }
-            Err(e) => reply.error(failed("create", &e)),
-        }
+        self.create_request(req, parent, name, mode, flags, reply)
     }
 
     fn getlk(
@@ -617,21 +479,7 @@ impl Filesystem for EddyFs {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        use crate::locks::{kernel_end, kind_of, range_of, typ_of};
-        let res = self.file(fh).and_then(|f| {
-            let (kind, range) = (kind_of(typ)?, range_of(start, end)?);
-            self.run(self.client.test_lock(&f, lock_owner.0, kind, range))
-        });
-        match res {
-            Ok(Some(h)) => reply.locked(
-                h.range.start,
-                kernel_end(h.range.end),
-                typ_of(h.kind),
-                h.pid,
-            ),
-            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
-            Err(e) => reply.error(failed("getlk", &e)),
-        }
+        self.getlk_request(fh, lock_owner, start, end, typ, reply)
     }
 
     fn setlk(
@@ -647,57 +495,9 @@ impl Filesystem for EddyFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        // Also reached by flock(2) (FUSE_FLOCK_LOCKS): a whole-file lock owned by the open file.
-        use crate::locks::{invalidate, kind_of, range_of, wait_for_lock};
-        let ask = self.file(fh).and_then(|f| {
-            let lr = eddy_client::LockRequest {
-                owner: lock_owner.0,
-                handle: fh.0,
-                pid,
-                kind: kind_of(typ)?,
-                range: range_of(start, end)?,
-            };
-            Ok((f, lr))
-        });
-        let (f, lr) = match ask {
-            Ok(x) => x,
-            Err(e) => return reply.error(failed("setlk", &e)),
-        };
-        self.note_lock(f.file_id());
-        // Whoever gets the range next must see the size this node's writes reached.
-        let published = match self.pass_handle(fh.0) {
-            true => self.run(self.client.passthrough_flush(&f)),
-            false => self.run(self.client.close(&f)),
-        };
-        if let Err(e) = published {
-            return reply.error(failed("setlk", &e));
-        }
-        let slot = self.locks().notifier_slot();
-        let taking = lr.kind != eddy_client::LockKind::Unlock;
-        if !sleep || !taking {
-            return match self.run(self.client.lock(&f, &lr, false)) {
-                Ok(()) => {
-                    if taking {
-                        invalidate(&slot, ino);
-                    }
-                    reply.ok()
-                }
-                Err(e) => reply.error(failed("setlk", &e)),
-            };
-        }
-        // A blocking lock waits on the runtime, so that it holds no FUSE thread.
-        let (client, tid) = (self.client.clone(), req.pid());
-        self.driver.spawn(async move {
-            match wait_for_lock(client, f, lr, tid, move || invalidate(&slot, ino)).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(failed("setlk", &e)),
-            }
-        });
+        self.setlk_request(req, ino, fh, lock_owner, start, end, typ, pid, sleep, reply)
     }
 
-    // Extended attributes of the entry itself; the kernel has checked the namespaces
-    // (trusted.* and security.* changes need CAP_SYS_ADMIN) and the mode bits
-    // (default_permissions). Size 0 asks for the size the answer needs.
     fn setxattr(
         &self,
         req: &Request,
@@ -708,72 +508,19 @@ impl Filesystem for EddyFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let how = if flags & libc::XATTR_CREATE != 0 {
-            XattrSet::Create
-        } else if flags & libc::XATTR_REPLACE != 0 {
-            XattrSet::Replace
-        } else {
-            XattrSet::Any
-        };
-        let res = self.path(ino).and_then(|p| {
-            let name = utf8(name)?;
-            self.run(self.client.setxattr(&p, name, value, how, creds(req)))
-        });
-        self.xattrs.drop_entry(ino.0);
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("setxattr", &e)),
-        }
+        self.setxattr_request(req, ino, name, value, flags, reply)
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let res = utf8(name).and_then(|name| match self.xattrs.get(ino.0) {
-            Some(cached) if cacheable(name) => cached_value(&cached, name, req.uid()),
-            _ => {
-                let p = self.path(ino)?;
-                self.run(self.client.getxattr(&p, name, creds(req)))
-            }
-        });
-        match res {
-            Ok(value) => reply_xattr(value, size, reply),
-            Err(e) => reply.error(failed("getxattr", &e)),
-        }
+        self.getxattr_request(req, ino, name, size, reply)
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let res = match self.xattrs.get(ino.0) {
-            Some(cached) => Ok(cached
-                .iter()
-                .filter(|x| req.uid() == 0 || !x.name.starts_with("trusted."))
-                .map(|x| x.name.clone())
-                .collect()),
-            None => self
-                .path(ino)
-                .and_then(|p| self.run(self.client.listxattr(&p, creds(req)))),
-        };
-        match res {
-            Ok(names) => {
-                let mut list = Vec::new();
-                for n in names {
-                    list.extend_from_slice(n.as_bytes());
-                    list.push(0);
-                }
-                reply_xattr(list, size, reply)
-            }
-            Err(e) => reply.error(failed("listxattr", &e)),
-        }
+        self.listxattr_request(req, ino, size, reply)
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let res = self.path(ino).and_then(|p| {
-            let name = utf8(name)?;
-            self.run(self.client.removexattr(&p, name, creds(req)))
-        });
-        self.xattrs.drop_entry(ino.0);
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(failed("removexattr", &e)),
-        }
+        self.removexattr_request(req, ino, name, reply)
     }
 
     // lseek(SEEK_DATA/SEEK_HOLE) and copy_file_range: ENOSYS tells the kernel once and for
@@ -830,15 +577,6 @@ impl Filesystem for EddyFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self.do_fallocate(fh, offset, length, mode) {
-            Ok(()) => {
-                // The file grew: a data file the kernel reads (passthrough) grows with it.
-                if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
-                    self.pass_truncated(ino.0, offset.saturating_add(length));
-                }
-                reply.ok()
-            }
-            Err(e) => reply.error(failed("fallocate", &e)),
-        }
+        self.fallocate_request(ino, fh, offset, length, mode, reply)
     }
 }

@@ -1,7 +1,11 @@
 //! access and its `at` forms.
 
-#[allow(unused_imports)]
-use super::*;
+use super::os_err;
+use super::stats::{stat_path, Got};
+use crate::real;
+use crate::state::{creds, R};
+use eddy_client::{Errno, FileKind};
+use libc::{c_char, c_int};
 
 pub(super) fn access_ours(p: String, mode: c_int, follow_links: bool) -> R<c_int> {
     let i = match stat_path(p, follow_links)? {

@@ -1,7 +1,12 @@
 //! chmod, chown and utimes in all their forms.
 
-#[allow(unused_imports)]
-use super::*;
+use super::lookup::follow_path;
+use super::namespace::{real_result, setattr_path};
+use crate::real;
+use crate::state::R;
+use eddy_client::{Errno, SetAttr, SetTime, Timespec};
+use libc::{c_char, c_int, mode_t};
+use std::ffi::CString;
 
 pub(super) fn mode_attr(mode: mode_t) -> SetAttr {
     SetAttr {

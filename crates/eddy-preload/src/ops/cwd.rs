@@ -1,7 +1,13 @@
 //! The process-local working directory (chdir, fchdir, getcwd), and exec, which carries it.
 
-#[allow(unused_imports)]
-use super::*;
+use super::lookup::follow;
+use super::namespace::real_result;
+use crate::path::{outside, Target};
+use crate::real;
+use crate::state::{enter, guarded, settings, CWD, R};
+use eddy_client::{Errno, FileKind};
+use libc::{c_char, c_int, size_t};
+use std::ffi::{CStr, CString};
 
 /// At start: a working directory under the prefix handed down by exec (EDDY_CWD).
 pub fn adopt_cwd() {

@@ -1,7 +1,13 @@
 //! read and write in all their forms, and lseek.
 
-#[allow(unused_imports)]
-use super::*;
+use super::stats::fstat_ours;
+use super::{os_err, WROTE};
+use crate::fds::Open;
+use crate::state::{run_as_task, run_here, R};
+use crate::{fds, real};
+use eddy_client::{Errno, File};
+use libc::{c_int, c_void, off64_t, size_t, ssize_t};
+use std::sync::atomic::Ordering;
 
 pub(super) fn check_data(o: &Open) -> R<()> {
     if o.flags() & libc::O_PATH != 0 {

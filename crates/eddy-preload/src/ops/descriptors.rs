@@ -1,7 +1,15 @@
 //! Descriptor calls: dup, fcntl, locks.
 
-#[allow(unused_imports)]
-use super::*;
+use super::data::{cur_offset, size_of_open};
+use super::namespace::real_result;
+use super::open::{eddy_shim_flush_std, release, std_stream};
+use crate::fds::Open;
+use crate::state::{enter, guarded, run, set_errno, R};
+use crate::{fds, real};
+use eddy_client::{Errno, LockKind, LockRange, LockRequest};
+use libc::{c_int, c_ulong};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// `newfd` now names what `oldfd` names (after the real dup); what `newfd` named is released.
 pub(super) fn after_dup(oldfd: Option<Arc<Open>>, newfd: c_int) -> R<c_int> {

@@ -1,7 +1,13 @@
 //! Directories: opendir, readdir, getdents64 and friends.
 
-#[allow(unused_imports)]
-use super::*;
+use super::data::slice_mut;
+use super::open::{close, open_ours};
+use crate::fds::Open;
+use crate::state::{enter, guarded, R};
+use crate::{fds, real};
+use eddy_client::Errno;
+use libc::{c_char, c_int, c_long, c_void, size_t, ssize_t};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What an Eddy `DIR *` points to.
 pub(super) struct EDir {

@@ -1,7 +1,9 @@
 //! statfs and statvfs.
 
-#[allow(unused_imports)]
-use super::*;
+use super::lookup::lstat_ours;
+use crate::stat as st;
+use crate::state::{global, run, R};
+use libc::{c_char, c_int};
 
 pub(super) fn fsstats() -> R<(eddy_client::FsStats, u64)> {
     let max_name = global()?.client.config().max_name_bytes as u64;

@@ -1,7 +1,8 @@
 //! The library's own descriptors (its sockets, epoll and eventfd), moved out of the program's way.
 
-#[allow(unused_imports)]
-use super::*;
+use crate::state::guarded;
+use crate::{fds, real};
+use libc::{c_int, c_uint, c_ulong};
 
 /// Descriptors the library's runtime makes (epoll, eventfd, sockets) move to high numbers,
 /// out of the way of programs that dup2 onto small ones (a shell's `exec 3>file`).

@@ -1,7 +1,10 @@
 //! Look-ups: an Eddy path's entry, and where its symlinks lead.
 
-#[allow(unused_imports)]
-use super::*;
+use super::MAX_HOPS;
+use crate::path::{link_target, Target};
+use crate::state::{run, R};
+use eddy_client::{Errno, FileKind, Inode};
+use std::ffi::CString;
 
 pub(super) fn lstat_ours(p: &str) -> R<Inode> {
     let p = p.to_string();

@@ -4,23 +4,12 @@
 //! one definition), the path and errno helpers.
 #![allow(clippy::missing_safety_doc)]
 
-use crate::fds::{self, Open};
-use crate::path::{link_target, outside, resolve, Target};
-use crate::real;
-use crate::stat as st;
-use crate::state::{
-    creds, enter, global, guarded, run, run_as_task, run_here, set_errno, settings,
-    umask as cur_umask, CWD, R,
-};
-use eddy_client::{
-    Errno, File, FileKind, Inode, LockKind, LockRange, LockRequest, SetAttr, SetTime, Timespec,
-    XattrSet,
-};
-use libc::{c_char, c_int, c_long, c_uint, c_ulong, c_void, mode_t, off64_t, size_t, ssize_t};
-use std::collections::HashSet;
+use crate::path::{resolve, Target};
+use crate::state::{global, R};
+use eddy_client::Errno;
+use libc::{c_char, c_int};
 use std::ffi::{CStr, CString};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 /// Symlinks followed at most this many times (ELOOP beyond), as Linux.
 const MAX_HOPS: usize = 40;
@@ -53,24 +42,24 @@ unsafe fn target(dirfd: c_int, path: *const c_char) -> T {
 macro_rules! at {
     ($dirfd:expr, $path:expr, $fail:expr, |$p:ident| $ours:expr, |$rp:ident| $real:expr) => {{
         let path = $path;
-        if guarded() {
+        if $crate::state::guarded() {
             let $rp = path;
             return $real;
         }
-        match target($dirfd, path) {
-            T::Real => {
+        match $crate::ops::target($dirfd, path) {
+            $crate::ops::T::Real => {
                 let $rp = path;
                 $real
             }
-            T::RealAt(c) => {
+            $crate::ops::T::RealAt(c) => {
                 let $rp = c.as_ptr();
                 $real
             }
-            T::Err(e) => {
-                set_errno(e);
+            $crate::ops::T::Err(e) => {
+                $crate::state::set_errno(e);
                 $fail
             }
-            T::Ours($p) => enter($fail, || $ours),
+            $crate::ops::T::Ours($p) => $crate::state::enter($fail, || $ours),
         }
     }};
 }
@@ -78,12 +67,12 @@ macro_rules! at {
 /// Dispatches a descriptor call.
 macro_rules! on_fd {
     ($fd:expr, $fail:expr, |$o:ident| $ours:expr, $real:expr) => {{
-        if guarded() {
+        if $crate::state::guarded() {
             return $real;
         }
-        match fds::lookup($fd) {
+        match $crate::fds::lookup($fd) {
             None => $real,
-            Some($o) => enter($fail, || $ours),
+            Some($o) => $crate::state::enter($fail, || $ours),
         }
     }};
 }
@@ -102,12 +91,12 @@ macro_rules! twins {
     ) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            let $next = real::$name;
+            let $next = $crate::real::$name;
             $body
         }
         #[no_mangle]
         pub unsafe extern "C" fn $name64($($arg: $ty),*) -> $ret {
-            let $next = real::$name64;
+            let $next = $crate::real::$name64;
             $body
         }
     };
@@ -162,19 +151,6 @@ mod symlinks;
 mod temp;
 mod xattrs;
 
-pub use access::*;
-pub use attrs::*;
-pub use cwd::*;
-pub use data::*;
-pub use descriptors::*;
-pub use dirs::*;
-pub use fsinfo::*;
-pub use internal::*;
-use lookup::*;
-pub use namespace::*;
-pub use open::*;
-pub use refused::*;
-pub use stats::*;
-pub use symlinks::*;
-pub use temp::*;
-pub use xattrs::*;
+// What the library's start, fork handling and exit call (lib.rs, state.rs).
+pub(crate) use cwd::adopt_cwd;
+pub(crate) use open::{publish_all, reset_after_fork, set_pid, std_stream};

@@ -1,7 +1,14 @@
 //! Names: mkdir, rmdir, unlink, rename, link and their `at` forms; truncate and fsync.
 
-#[allow(unused_imports)]
-use super::*;
+use super::data::check_data;
+use super::lookup::{follow_path, lstat_ours};
+use super::{os_err, target, T, WROTE};
+use crate::fds::Open;
+use crate::real;
+use crate::state::{creds, enter, guarded, run, set_errno, umask as cur_umask, R};
+use eddy_client::{Errno, SetAttr};
+use libc::{c_char, c_int, c_uint, mode_t, off64_t};
+use std::sync::atomic::Ordering;
 
 pub(super) fn mkdir_ours(p: String, mode: mode_t) -> R<c_int> {
     let m = mode & !cur_umask() & 0o7777;

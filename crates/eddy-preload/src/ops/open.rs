@@ -1,7 +1,17 @@
 //! open, creat and close; what a process publishes when it exits.
 
-#[allow(unused_imports)]
-use super::*;
+use super::lookup::lstat_ours;
+use super::{os_err, target, MAX_HOPS, T, WROTE};
+use crate::fds::Open;
+use crate::path::{link_target, Target};
+use crate::state::{creds, enter, global, guarded, run, set_errno, umask as cur_umask, R};
+use crate::{fds, real};
+use eddy_client::{Errno, File, FileKind};
+use libc::{c_char, c_int, c_uint, mode_t};
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 pub(super) fn open_ours(p: String, flags: c_int, mode: c_uint) -> R<c_int> {
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {

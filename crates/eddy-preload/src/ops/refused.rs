@@ -1,8 +1,14 @@
 //! mmap (as a copy), copy_file_range, sendfile and fallocate on Eddy descriptors: served
 //! where Eddy can, else a clear errno.
 
-#[allow(unused_imports)]
-use super::*;
+use super::data::{check_data, read_ours};
+use super::{errno, os_err, WROTE};
+use crate::fds::Open;
+use crate::state::{enter, guarded, run, set_errno, R};
+use crate::{fds, real};
+use eddy_client::Errno;
+use libc::{c_int, c_uint, c_void, off64_t, size_t, ssize_t};
+use std::sync::atomic::Ordering;
 
 /// The bits of mmap's flags that hold the mapping's type (Linux's MAP_TYPE).
 const MAP_TYPE: c_int = 0x0f;

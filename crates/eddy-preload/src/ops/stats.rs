@@ -1,7 +1,14 @@
 //! The stat family.
 
-#[allow(unused_imports)]
-use super::*;
+use super::lookup::{follow, lstat_ours};
+use super::{blksize, os_err};
+use crate::fds::Open;
+use crate::path::Target;
+use crate::state::{enter, guarded, run, R};
+use crate::{fds, real, stat as st};
+use eddy_client::{Errno, Inode};
+use libc::{c_char, c_int, c_uint};
+use std::ffi::CString;
 
 pub(super) fn fstat_ours(o: &Open) -> R<Inode> {
     if o.is_dir || o.flags() & libc::O_PATH != 0 {

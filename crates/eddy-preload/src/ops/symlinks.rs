@@ -1,7 +1,13 @@
 //! symlink and readlink.
 
-#[allow(unused_imports)]
-use super::*;
+use super::lookup::follow_path;
+use super::{cstr, os_err};
+use crate::path::outside;
+use crate::real;
+use crate::state::{creds, run, R};
+use eddy_client::Errno;
+use libc::{c_char, c_int, size_t, ssize_t};
+use std::ffi::CString;
 
 pub(super) fn symlink_ours(target_path: *const c_char, p: String) -> R<c_int> {
     // SAFETY: the caller's string.

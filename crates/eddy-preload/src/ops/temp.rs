@@ -3,8 +3,14 @@
 //! the six X's before the suffix become random letters and digits, tried again while the name
 //! exists.
 
-#[allow(unused_imports)]
-use super::*;
+use super::namespace::mkdir_ours;
+use super::open::open_ours;
+use super::os_err;
+use crate::real;
+use crate::state::R;
+use eddy_client::Errno;
+use libc::{c_char, c_int};
+use std::ffi::CStr;
 
 const LETTERS: &[u8; 62] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 /// Names tried before EEXIST (glibc tries 62^3).

@@ -1,7 +1,13 @@
 //! Extended attributes; mknod and umask.
 
-#[allow(unused_imports)]
-use super::*;
+use super::cstr;
+use super::data::slice;
+use super::lookup::follow_path;
+use super::open::{close, open_ours};
+use crate::real;
+use crate::state::{creds, run, umask as cur_umask, R};
+use eddy_client::{Errno, FileKind, XattrSet};
+use libc::{c_char, c_int, c_void, mode_t, size_t, ssize_t};
 
 /// The Eddy path a call that follows symbolic links reaches from `p`; a link that leads out
 /// of Eddy is EOPNOTSUPP.

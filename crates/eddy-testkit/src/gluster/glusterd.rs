@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::eventually::poll_for;
 
 /// Where the glusterd the kit starts writes its pid (the machine's service uses
 /// /run/glusterd.pid).
@@ -52,8 +54,8 @@ pub(super) fn ensure_glusterd() {
     }
     let _lock = FileLock::acquire(&start_lock_path());
     join_users();
-    let deadline = Instant::now() + READY_TIMEOUT;
-    let list = loop {
+    let mut last = None;
+    let list = poll_for(READY_TIMEOUT, || {
         // (Checked on every round: a glusterd that was shutting down may be gone by now.)
         match running_glusterd() {
             None => start_glusterd(),
@@ -74,19 +76,20 @@ pub(super) fn ensure_glusterd() {
         }
         let out = gluster(&["volume", "list"]);
         if out.status.success() {
-            break String::from_utf8_lossy(&out.stdout).into_owned();
+            return Some(String::from_utf8_lossy(&out.stdout).into_owned());
         }
-        if Instant::now() > deadline {
-            panic!(
-                "gluster: glusterd (pid {:?}) does not answer after {:?}: {}{}\nglusterd log:\n{}",
-                running_glusterd(),
-                READY_TIMEOUT,
-                output_text(&out),
-                foreign_note(),
-                tail(Path::new(GLUSTERD_LOG), 30)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+        last = Some(out);
+        None
+    });
+    let Some(list) = list else {
+        panic!(
+            "gluster: glusterd (pid {:?}) does not answer after {:?}: {}{}\nglusterd log:\n{}",
+            running_glusterd(),
+            READY_TIMEOUT,
+            last.as_ref().map(output_text).unwrap_or_default(),
+            foreign_note(),
+            tail(Path::new(GLUSTERD_LOG), 30)
+        );
     };
     if !SEEN.swap(true, Ordering::SeqCst) {
         super::collect_stale_volumes(&list);
@@ -162,11 +165,7 @@ fn open_lock_file(path: &Path) -> std::io::Result<std::fs::File> {
 fn stop(pid: i32) {
     // SAFETY: kill(2) has no memory preconditions; `pid` is the kit's glusterd.
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let deadline = Instant::now() + STOP_BOUND;
-    while is_alive(pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if is_alive(pid) {
+    if poll_for(STOP_BOUND, || (!is_alive(pid)).then_some(())).is_none() {
         eprintln!("gluster: glusterd {pid} did not end within {STOP_BOUND:?}: killed");
         // SAFETY: as above.
         unsafe { libc::kill(pid, libc::SIGKILL) };

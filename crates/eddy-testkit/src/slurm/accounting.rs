@@ -7,7 +7,7 @@ use super::{
 };
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 impl SlurmCluster {
     pub(super) fn db_socket(&self) -> PathBuf {
@@ -104,28 +104,29 @@ impl SlurmCluster {
 
     /// `sacctmgr -i add cluster CLUSTER`, retried (bounded) until slurmdbd answers.
     pub(super) fn register_cluster(&mut self) {
-        let deadline = Instant::now() + BRING_UP;
-        loop {
-            let said = match self.client("sacctmgr", &["-i", "add", "cluster", CLUSTER], None) {
-                Ok(o) => {
-                    let text = format!(
-                        "{}{}",
-                        String::from_utf8_lossy(&o.stdout),
-                        String::from_utf8_lossy(&o.stderr)
-                    );
-                    if o.status.success() || text.contains("already exists") {
-                        return;
+        let mut said = String::new();
+        let registered =
+            crate::eventually::poll_every(BRING_UP, Duration::from_millis(500), || {
+                said = match self.client("sacctmgr", &["-i", "add", "cluster", CLUSTER], None) {
+                    Ok(o) => {
+                        let text = format!(
+                            "{}{}",
+                            String::from_utf8_lossy(&o.stdout),
+                            String::from_utf8_lossy(&o.stderr)
+                        );
+                        if o.status.success() || text.contains("already exists") {
+                            return Some(());
+                        }
+                        text
                     }
-                    text
-                }
-                Err(e) => e,
-            };
-            assert!(
-                Instant::now() < deadline,
-                "cannot register cluster {CLUSTER} with slurmdbd in {BRING_UP:?}: {said}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+                    Err(e) => e,
+                };
+                None
+            });
+        assert!(
+            registered.is_some(),
+            "cannot register cluster {CLUSTER} with slurmdbd in {BRING_UP:?}: {said}\n{}",
+            self.logs()
+        );
     }
 }

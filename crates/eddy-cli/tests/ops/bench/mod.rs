@@ -125,3 +125,5 @@ fn assert_phases(workloads: &str, got: &[String], want: &[&str]) {
 
 mod eddy;
 mod plain;
+mod tier;
+mod writeback;

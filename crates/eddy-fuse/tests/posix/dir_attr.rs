@@ -4,13 +4,13 @@
 //! after this mount's own changes (times, link count, mode) and within the cache's window
 //! after another client's.
 
-use crate::served::{diff, served};
 use eddy_client::{Creds, SetAttr};
+use eddy_testkit::served::{diff, served};
 use eddy_testkit::{test_config, Mounted};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The touches between two snapshots: at most one per change.
 fn touches(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> u64 {
@@ -180,16 +180,12 @@ fn another_client_s_chmod_of_a_directory_shows_through_the_mount() {
         ..SetAttr::default()
     };
     rt.block_on(c.setattr("/d", attr, Creds::root())).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mode = std::fs::metadata(&d).unwrap().mode() & 0o7777;
-        if mode == 0o700 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the other client's chmod never showed: mode {mode:o}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eddy_testkit::eventually::eventually_seen(
+        Duration::from_secs(20),
+        "the other client's chmod shows through the mount",
+        || match std::fs::metadata(&d).unwrap().mode() & 0o7777 {
+            0o700 => Ok(()),
+            mode => Err(format!("mode {mode:o}")),
+        },
+    );
 }

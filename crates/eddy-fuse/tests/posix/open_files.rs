@@ -85,18 +85,18 @@ fn only_data_of(m: &Mounted, lib: &Client, rt: &tokio::runtime::Runtime, live: &
         .iter()
         .map(|p| rt.block_on(lib.stat(p)).unwrap().file_id)
         .collect();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let left: BTreeSet<u128> = data_file_ids(m).difference(&ids).copied().collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "data files of removed files left on the daemons: {left:032x?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    eddy_testkit::eventually::eventually_seen(
+        std::time::Duration::from_secs(10),
+        "the data files of removed files go from the daemons",
+        || {
+            let left: BTreeSet<u128> = data_file_ids(m).difference(&ids).copied().collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{left:032x?}"))
+            }
+        },
+    );
 }
 
 #[test]

@@ -4,9 +4,10 @@
 //! cluster are those of burst_buffer.rs.
 
 use crate::burst_buffer::{Site, JOB_BOUND, OTHER_USER, USER};
+use eddy_testkit::eventually::{eventually_else, poll_seen_every};
 use eddy_testkit::slurm::SlurmCluster;
 use std::os::unix::fs::MetadataExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The job's I/O profile lands in the site's history at teardown (issue 21): a node-local
 /// job on one node writes a known number of bytes through its mount; after the teardown the
@@ -132,38 +133,40 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
         .sbatch(&script, &["-t", "10:00"], Some(USER))
         .unwrap();
     let started = site.path(&format!("out/started-{job}"));
-    let deadline = Instant::now() + JOB_BOUND;
-    while !started.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "job {job} did not start: {} {}\n{}\n{}",
-            cluster.job_state(job),
-            cluster.job_reason(job),
-            site.job_output(job),
-            cluster.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    eventually_else(
+        JOB_BOUND,
+        || started.exists().then_some(()),
+        || {
+            format!(
+                "job {job} did not start: {} {}\n{}\n{}",
+                cluster.job_state(job),
+                cluster.job_reason(job),
+                site.job_output(job),
+                cluster.logs()
+            )
+        },
+    );
     // The early write-back, started at pre_run with the job's predicted end (EASY++ of 12 s
     // after its start, within the site's 30 s margin: at once), writes the job's output to
     // the backend while the job still runs; data_out is left with nothing of it.
     let early = pfs.join("run/out/sum");
-    let deadline = Instant::now() + JOB_BOUND;
-    while std::fs::metadata(&early).map(|m| m.len()).unwrap_or(0) < 64 {
-        assert!(
-            Instant::now() < deadline,
-            "the early write-back did not write {} while job {job} ran: {}\n{}",
-            early.display(),
-            job_record(&site, job),
-            std::fs::read_to_string(
-                site.path("jobs")
-                    .join(job.to_string())
-                    .join("writeback.log")
+    eventually_else(
+        JOB_BOUND,
+        || (std::fs::metadata(&early).map(|m| m.len()).unwrap_or(0) >= 64).then_some(()),
+        || {
+            format!(
+                "the early write-back did not write {} while job {job} ran: {}\n{}",
+                early.display(),
+                job_record(&site, job),
+                std::fs::read_to_string(
+                    site.path("jobs")
+                        .join(job.to_string())
+                        .join("writeback.log")
+                )
+                .unwrap_or_default()
             )
-            .unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        },
+    );
     assert_eq!(
         cluster.job_state(job),
         "RUNNING",
@@ -226,18 +229,15 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
         .unwrap();
     assert_eq!(state, "COMPLETED", "{}", site.job_output(job));
     // Staged while the job waited: before the blocking job freed the nodes.
-    let deadline = Instant::now() + JOB_BOUND;
-    let blocker_end = loop {
+    // sacct asked every 500 ms, not faster: each look is a query to slurmdbd.
+    let blocker_end = poll_seen_every(JOB_BOUND, Duration::from_millis(500), || {
         let jobs = crate::walltime::sacct_jobs(&cluster, USER);
-        if let Some(j) = jobs.iter().find(|j| j.id == blocker.to_string()) {
-            break j.end;
+        match jobs.iter().find(|j| j.id == blocker.to_string()) {
+            Some(j) => Ok(j.end),
+            None => Err(jobs),
         }
-        assert!(
-            Instant::now() < deadline,
-            "sacct lacks job {blocker}: {jobs:?}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    })
+    .unwrap_or_else(|jobs| panic!("sacct lacks job {blocker}: {jobs:?}"));
     assert!(
         began < blocker_end,
         "stage-in at {began}, nodes free at {blocker_end}: {rec}"
@@ -265,24 +265,26 @@ fn a_pool_jobs_stage_in_begins_at_its_predicted_start_minus_the_estimate() {
     let job2 = cluster
         .sbatch(&script, &["-t", "10:00"], Some(USER))
         .unwrap();
-    let deadline = Instant::now() + JOB_BOUND;
-    let rec2 = loop {
-        let path = site.path("jobs").join(job2.to_string()).join("job.toml");
-        if let Ok(text) = std::fs::read_to_string(&path) {
+    let rec2 = eventually_else(
+        JOB_BOUND,
+        || {
+            let path = site.path("jobs").join(job2.to_string()).join("job.toml");
+            let text = std::fs::read_to_string(&path).ok()?;
             let rec: toml::Value = toml::from_str(&text).unwrap();
-            if rec["walltime"].get("stage_in_began").is_some() {
-                break rec;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {job2}'s stage-in never began: {} {}\n{}",
-            cluster.job_state(job2),
-            cluster.job_reason(job2),
-            cluster.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+            rec["walltime"]
+                .get("stage_in_began")
+                .is_some()
+                .then_some(rec)
+        },
+        || {
+            format!(
+                "job {job2}'s stage-in never began: {} {}\n{}",
+                cluster.job_state(job2),
+                cluster.job_reason(job2),
+                cluster.logs()
+            )
+        },
+    );
     assert_eq!(cluster.job_state(job2), "PENDING", "{rec2}");
     let why = rec2["walltime"]["stage_in_why"].as_str().unwrap();
     assert_eq!(

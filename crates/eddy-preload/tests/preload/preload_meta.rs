@@ -4,8 +4,8 @@
 //! the descriptor POSIX promises: the lowest free number, none left behind by a failed create,
 //! its offset shared by dup and fork, inherited through exec, closed by close-on-exec.
 
-use crate::served::{diff, served};
 use eddy_config::Config;
+use eddy_testkit::served::{diff, served};
 use eddy_testkit::{test_config, Cluster};
 use std::collections::BTreeMap;
 use std::process::{Command, Output};

@@ -2,9 +2,9 @@
 //! with threads, MPI with POSIX I/O and MPI-IO) see a 3-daemon cluster under /eddy through
 //! LD_PRELOAD; every result is checked through the client library.
 //!
-//! The library is built by `cargo test` because eddy-cli dev-depends on eddy-preload (whose
-//! crate types are cdylib and rlib; the tests never link the rlib). It is found next to the
-//! test binary (target/<profile>/deps) or one directory up.
+//! The library is this crate's cdylib, built by `cargo test` of this crate before its tests
+//! (the tests never link the rlib). It is found next to the test binary
+//! (target/<profile>/deps) or one directory up.
 
 use eddy_client::{Client, Creds, FileKind};
 use eddy_testkit::{pattern, Cluster};
@@ -503,14 +503,13 @@ fn a_program_idle_between_calls_still_publishes_its_writes() {
     assert_eq!(line, "written\n");
     // The second write's size is published size_update_ms after it, by a timer of the
     // library's runtime: the program is asleep by then.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let size = loop {
-        let size = p.rt.block_on(p.client.stat("/idle/f")).expect("stat").size;
-        if size == 6000 || std::time::Instant::now() > deadline {
-            break size;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    // The size then, or the last one after the bound (asserted below, with the program's
+    // state).
+    let mut size = 0;
+    eddy_testkit::eventually::poll_for(std::time::Duration::from_secs(20), || {
+        size = p.rt.block_on(p.client.stat("/idle/f")).expect("stat").size;
+        (size == 6000).then_some(())
+    });
     let still_asleep = child.try_wait().expect("try_wait").is_none();
     let _ = child.kill();
     let _ = child.wait();

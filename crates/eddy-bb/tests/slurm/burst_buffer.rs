@@ -9,6 +9,7 @@
 //! Needs root, FUSE and Slurm; without them it fails, naming what is missing. The jobs against
 //! the site's history (profiles, timed stage-in) are in bb_history.rs, on the same `Site`.
 
+use eddy_testkit::eventually::{eventually_else, poll_every};
 use eddy_testkit::require;
 use eddy_testkit::slurm::{processes_mentioning, require_slurm, set_mode, SlurmCluster};
 use std::os::unix::fs::MetadataExt;
@@ -183,17 +184,18 @@ impl Site {
     /// is left: no mount, no storage root, no process serving it.
     pub(crate) fn assert_gone(&self, cluster: &SlurmCluster, job: u32) {
         let dir = self.path("jobs").join(job.to_string());
-        let deadline = Instant::now() + TEARDOWN_BOUND;
-        while dir.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "job {job}'s directory is still there after {TEARDOWN_BOUND:?}: {}\nreason: {}\n{}",
-                std::fs::read_to_string(dir.join("job.toml")).unwrap_or_default(),
-                cluster.job_reason(job),
-                cluster.logs()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        eventually_else(
+            TEARDOWN_BOUND,
+            || (!dir.exists()).then_some(()),
+            || {
+                format!(
+                    "job {job}'s directory is still there: {}\nreason: {}\n{}",
+                    std::fs::read_to_string(dir.join("job.toml")).unwrap_or_default(),
+                    cluster.job_reason(job),
+                    cluster.logs()
+                )
+            },
+        );
         let mnt = self.path("mnt").join(job.to_string());
         assert!(
             !eddy_testkit::is_mountpoint(&mnt),
@@ -332,15 +334,11 @@ pub(crate) fn node_local_jobs_stage_run_stage_out_and_leave_nothing() {
     let started = pfs.join("run/started");
     assert!(!started.exists());
     let mnt_file = site.path("mnt").join(format!("{job}/data/started"));
-    let deadline = Instant::now() + JOB_BOUND;
-    while !mnt_file.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the job never started writing\n{}",
-            site.job_output(job)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually_else(
+        JOB_BOUND,
+        || mnt_file.exists().then_some(()),
+        || format!("the job never started writing\n{}", site.job_output(job)),
+    );
     cluster.cancel(job, true).unwrap();
     site.assert_gone(&cluster, job);
     // Directories reach the backend at once (namespace write-through), files only by
@@ -363,15 +361,12 @@ pub(crate) fn node_local_jobs_stage_run_stage_out_and_leave_nothing() {
     }
     let secret_of = |j: u32| {
         let f = site.path("jobs").join(format!("{j}/user/deployment.toml"));
-        let deadline = Instant::now() + JOB_BOUND;
-        while !site.path("mnt").join(format!("{j}/mine")).exists() {
-            assert!(
-                Instant::now() < deadline,
-                "job {j} did not start\n{}",
-                site.job_output(j)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let mine = site.path("mnt").join(format!("{j}/mine"));
+        eventually_else(
+            JOB_BOUND,
+            || mine.exists().then_some(()),
+            || format!("job {j} did not start\n{}", site.job_output(j)),
+        );
         let meta = std::fs::metadata(&f).unwrap();
         assert_eq!(
             (meta.uid(), meta.mode() & 0o777),
@@ -553,23 +548,21 @@ pub(crate) fn bad_requests_are_refused_or_held_in_words() {
         "true",
     );
     let job = cluster.sbatch(&missing, &[], Some(USER)).unwrap();
-    let deadline = Instant::now() + JOB_BOUND;
-    loop {
-        let reason = cluster.job_reason(job);
-        if reason.contains("not-there") {
-            assert!(
-                reason.contains("stage_in /data/not-there: its source"),
-                "reason: {reason}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no reason about the missing source: {reason:?}\n{}",
-            cluster.logs()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    // squeue asked every 250 ms, not faster: each look is a request to slurmctld.
+    let mut reason = String::new();
+    let said = poll_every(JOB_BOUND, Duration::from_millis(250), || {
+        reason = cluster.job_reason(job);
+        reason.contains("not-there").then_some(())
+    });
+    assert!(
+        said.is_some(),
+        "no reason about the missing source: {reason:?}\n{}",
+        cluster.logs()
+    );
+    assert!(
+        reason.contains("stage_in /data/not-there: its source"),
+        "reason: {reason}"
+    );
     assert_eq!(cluster.job_state(job), "PENDING");
     cluster.cancel(job, false).unwrap();
     site.assert_gone(&cluster, job);

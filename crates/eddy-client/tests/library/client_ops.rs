@@ -580,14 +580,12 @@ async fn batched_sizes_reach_other_clients_without_close() {
     }
     // No fsync, no close: the deferred publication must still come (a liveness check with a
     // generous bound, not a speed test).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while reader.stat("/grow").await.unwrap().size != 50_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the size was never published"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    eddy_testkit::eventually::eventually_async(
+        std::time::Duration::from_secs(30),
+        "the size was never published",
+        || async { (reader.stat("/grow").await.unwrap().size == 50_000).then_some(()) },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

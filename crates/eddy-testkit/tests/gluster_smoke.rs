@@ -1,6 +1,11 @@
-//! The GlusterFS test backend (tests/common/gluster.rs) is a real network file system: data and
-//! metadata round-trip through the FUSE client and the brick processes, volumes are independent,
-//! and freezing the bricks hangs I/O until they are thawed.
+//! The GlusterFS test backend (src/gluster.rs, the tier tests' backend) is a real network file
+//! system: data and metadata round-trip through the FUSE client and the brick processes,
+//! volumes are independent, and freezing the bricks hangs I/O until they are thawed.
+//!
+//! Needs root and GlusterFS (scripts/install-deps.sh); fails, naming them, without.
+
+// Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
+#![allow(clippy::unwrap_used)]
 
 use eddy_testkit::gluster;
 

@@ -1,5 +1,5 @@
-//! eddy-cli's integration tests, one binary (slurm): each module was a test binary of its own
-//! (`tests/<name>.rs`), merged so that the whole stack is linked once, not once per file.
+//! eddy-bb's integration tests, one binary (slurm): Eddy as Slurm's burst buffer, end to end
+//! through the `eddy bb` command of this build.
 //!
 //! Slurm and the burst buffer: a private Slurm cluster, the burst_buffer/lua plugin, `eddy bb`
 //! phase by phase and its security checks.

@@ -54,14 +54,13 @@ fn ops_when(
     name: &str,
     bytes: u64,
 ) -> std::collections::BTreeMap<String, (u64, u64)> {
-    let began = std::time::Instant::now();
-    loop {
-        let now = rt.block_on(ops(c));
-        if op(&now, name).1 >= bytes || began.elapsed() > std::time::Duration::from_secs(20) {
-            return now;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // The counts then, or the last ones after the bound (the caller's assertion says what).
+    let mut now = rt.block_on(ops(c));
+    eddy_testkit::eventually::poll_for(std::time::Duration::from_secs(20), || {
+        now = rt.block_on(ops(c));
+        (op(&now, name).1 >= bytes).then_some(())
+    });
+    now
 }
 
 /// Every daemon verifies every block it holds: none may be bad.
@@ -211,14 +210,11 @@ fn a_lock_turns_passthrough_off_for_later_opens() {
     write_file(&m, "l", &pattern(7, 0, 1_000_000));
     // Passthrough before the lock: its release (which the kernel sends after close(2)
     // returned) reports the file whole, counted as the growth of the chunks (to the page).
-    let began = std::time::Instant::now();
-    let before = loop {
-        let c = op(&rt.block_on(ops(&far)), "direct_commit");
-        if c.1 > 0 || began.elapsed() > std::time::Duration::from_secs(20) {
-            break c;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let mut before = op(&rt.block_on(ops(&far)), "direct_commit");
+    eddy_testkit::eventually::poll_for(std::time::Duration::from_secs(20), || {
+        before = op(&rt.block_on(ops(&far)), "direct_commit");
+        (before.1 > 0).then_some(())
+    });
     assert!(
         (1_000_000..1_004_096).contains(&before.1),
         "passthrough before the lock: {before:?}"
