@@ -111,6 +111,10 @@ pub struct DaemonSettings {
     pub job: String,
     /// Listeners to serve on instead of binding (see `DaemonArgs::inherit_listeners`).
     pub inherited: crate::respawn::Inherited,
+    /// Whether the daemon may restart itself in place (`respawn`): not when root started it
+    /// with `--user`, since the user it became cannot read root's secret and config files
+    /// again.
+    pub restart_in_place: bool,
 }
 
 impl DaemonSettings {
@@ -133,6 +137,7 @@ impl DaemonSettings {
             metrics: None,
             job: String::new(),
             inherited: Default::default(),
+            restart_in_place: false,
         }
     }
 
@@ -202,6 +207,7 @@ impl DaemonSettings {
                 .transpose()
                 .map_err(DaemonError::Args)?
                 .unwrap_or_default(),
+            restart_in_place: args.user.is_none(),
         })
     }
 }

@@ -72,7 +72,8 @@ pub(crate) fn fjall_err(what: &str, e: fjall::Error) -> Errno {
         // fjall refuses every write after one of its journal writes failed.
         return Errno::eio(format!(
             "metadata store: {what}: the store refuses writes since one failed (was its device \
-             full?): make room and restart the daemon"
+             full?): the daemon restarts itself once its device has room (one that root started \
+             with --user must be restarted)"
         ));
     }
     Errno::eio(format!("metadata store: {what}: {e}"))

@@ -27,10 +27,6 @@ fn lookup(spec: &str) -> Result<User, DaemonError> {
 /// deployment's root mark), and becomes that user. Must run before any thread is started.
 pub fn become_user(spec: &str, root: &Path, mark: &[u8]) -> Result<(), DaemonError> {
     let user = lookup(spec)?;
-    // Already that user (a daemon that restarted itself in place, `respawn`): nothing to drop.
-    if !Uid::effective().is_root() && Uid::effective() == user.uid && Gid::effective() == user.gid {
-        return Ok(());
-    }
     let owner = RootOwner {
         uid: user.uid,
         gid: user.gid,

@@ -174,6 +174,11 @@ pub(crate) async fn listen(
 /// flushes failed) and the device has room for it to open again, with the last of the
 /// reserve given to it: the daemon is then to restart in place.
 pub(crate) async fn store_failed(state: &Arc<State>) {
+    if !state.settings.restart_in_place {
+        // Started by root with --user: the store stays refusing writes until the daemon is
+        // restarted (`eddy replace`, or a new start), as the refusal's message says.
+        return std::future::pending().await;
+    }
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let st = Arc::clone(state);
