@@ -390,7 +390,7 @@ fn a_device_filled_through_passthrough_gives_enospc_and_can_be_emptied() {
 /// has room again, so the files can be removed without anyone restarting anything, the
 /// space comes back and the deployment is used again, three times.
 #[test]
-#[ignore = "decision 0060 Limits (Open): in about three runs of ten, data files of files removed while another daemon restarted in place stay on the device"]
+#[ignore = "decision 0060 Limits (Open): in about one run in five, data files of files removed while another daemon restarted in place stay on the device"]
 fn concurrent_writers_filling_the_device_leave_a_deployment_that_can_be_emptied() {
     let f = Full::start_with(eddy_config::Config {
         placement: eddy_config::PlacementMode::Local,
