@@ -195,28 +195,21 @@ impl Client {
             return Ok(());
         }
         self.0.held.lock().hidden.remove(&*p);
-        let p = p.to_string();
-        match self.ns().unlink_now(&p, Creds::root()).await {
-            // Removed meanwhile (by another node): nothing left.
-            Err(e) if e.errno == libc::ENOENT => Ok(()),
-            Ok(()) => Ok(()),
-            // Nobody else would remove the hidden name (listings leave it out): tried again
-            // in the background, as a failed drop of a removed file's data is.
-            Err(e) => {
-                tracing::warn!(path = %p, "removing a hidden name failed, tried again in the background: {e}");
-                let client = self.clone();
-                crate::data::retry_in_background(format!("the hidden name {p}"), move || {
-                    let (client, p) = (client.clone(), p.clone());
-                    async move {
-                        match client.ns().unlink_now(&p, Creds::root()).await {
-                            Err(e) if e.errno == libc::ENOENT => Ok(()),
-                            res => res,
-                        }
-                    }
-                });
-                Ok(())
+        // Nobody else would remove the hidden name (listings leave it out): a failed removal is
+        // tried again in the background, as a failed drop of a removed file's data is.
+        let (client, p) = (self.clone(), p.to_string());
+        crate::data::now_or_in_background(format!("the hidden name {p}"), move || {
+            let (client, p) = (client.clone(), p.clone());
+            async move {
+                match client.ns().unlink_now(&p, Creds::root()).await {
+                    // Removed meanwhile (by another node): nothing left.
+                    Err(e) if e.errno == libc::ENOENT => Ok(()),
+                    res => res,
+                }
             }
-        }
+        })
+        .await;
+        Ok(())
     }
 
     /// A handle the front-end lets go without a close (the mount's release of a file with

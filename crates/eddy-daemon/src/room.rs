@@ -23,6 +23,13 @@ use std::sync::Mutex;
 /// directory).
 pub const RESERVE_FILE: &str = "meta-reserve";
 
+/// Free bytes under which a device counts as run out, for a reserve of `want` bytes: the
+/// reserve is given to the store then (`relieve`), and a store may open again above it
+/// (`give_last`).
+fn least_room(want: u64) -> u64 {
+    (want / 16).max(1)
+}
+
 /// The part of the reserve (one in this many) that a full device does not get: it is given to
 /// the store only when the daemon restarts in place (`give_last`).
 const LAST_PART: u64 = 8;
@@ -108,7 +115,7 @@ impl Room {
         let want = self.reserve_of(size);
         // The last part is kept for a restart in place (`give_last`).
         let last = want / LAST_PART;
-        if held.1 > last && free < (want / 16).max(1) {
+        if held.1 > last && free < least_room(want) {
             match file.set_len(last) {
                 Ok(()) => {
                     tracing::warn!(
@@ -152,11 +159,8 @@ impl Room {
                 Err(e) => tracing::warn!("daemon {}: cannot empty the reserve file: {e}", self.id),
             }
         }
-        let want = self
-            .device()
-            .map_or(self.reserve, |(_, size)| self.reserve_of(size));
         self.device()
-            .is_some_and(|(free, _)| free >= (want / 16).max(1))
+            .is_some_and(|(free, size)| free >= least_room(self.reserve_of(size)))
     }
 
     /// The bytes kept in reserve on a metadata device of `size` bytes (0: none kept).

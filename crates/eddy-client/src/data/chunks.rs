@@ -13,11 +13,23 @@ use std::collections::{BTreeMap, BTreeSet};
 /// How long a failed removal is tried again in the background (`retry_in_background`).
 const DROP_RETRY: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// Runs `attempt` now and, when it fails, again in the background (`retry_in_background`):
+/// for the second half of a removal whose first half (the name) is done, so that nobody else
+/// would ever drop what it leaves. The caller's removal has succeeded either way.
+pub(crate) async fn now_or_in_background<F, Fut>(what: String, attempt: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), Errno>> + Send,
+{
+    if let Err(e) = attempt().await {
+        tracing::warn!("removing {what} failed, tried again in the background: {e}");
+        retry_in_background(what, attempt);
+    }
+}
+
 /// Runs `attempt` again in the background, with pauses from 0.1 s doubling up to 5 s, until it
-/// succeeds or `DROP_RETRY` has passed (then `what` is logged as left behind): for the
-/// second half of a removal whose first half (the name) is done, so that nobody else would
-/// ever drop what it leaves.
-pub(crate) fn retry_in_background<F, Fut>(what: String, attempt: F)
+/// succeeds or `DROP_RETRY` has passed (then `what` is logged as left behind).
+fn retry_in_background<F, Fut>(what: String, attempt: F)
 where
     F: Fn() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<(), Errno>> + Send,
@@ -51,22 +63,13 @@ impl Data<'_> {
     pub(crate) async fn drop_file(&self, last: &Inode) -> Result<(), Errno> {
         self.0.sizes.forget(last.file_id);
         let spilled = self.data().take_spilled(last.file_id);
-        let Err(e) = self.drop_chunks(last, spilled).await else {
-            return Ok(());
-        };
-        tracing::warn!(
-            file = %format!("{:032x}", last.file_id),
-            "dropping the data of a removed file failed, tried again in the background: {e}"
-        );
-        let client = self.client();
-        let last = last.clone();
-        retry_in_background(
-            format!("the data of file {:032x}", last.file_id),
-            move || {
-                let (client, last) = (client.clone(), last.clone());
-                async move { client.data().drop_chunks(&last, spilled).await }
-            },
-        );
+        let (client, last) = (self.client(), last.clone());
+        let what = format!("the data of file {:032x}", last.file_id);
+        now_or_in_background(what, move || {
+            let (client, last) = (client.clone(), last.clone());
+            async move { client.data().drop_chunks(&last, spilled).await }
+        })
+        .await;
         Ok(())
     }
 

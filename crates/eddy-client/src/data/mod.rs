@@ -11,7 +11,7 @@
 //! `Deref`, the façade's own methods.
 
 mod chunks;
-pub(crate) use chunks::retry_in_background;
+pub(crate) use chunks::now_or_in_background;
 mod daemons;
 pub(crate) mod direct;
 pub(crate) mod integrity;

@@ -71,6 +71,17 @@ impl Full {
         Full::start_with(test_config())
     }
 
+    /// Placement `local` with FUSE passthrough: the kernel writes the data files itself,
+    /// past every daemon's room check.
+    fn start_passthrough() -> Full {
+        Full::start_with(eddy_config::Config {
+            placement: eddy_config::PlacementMode::Local,
+            placement_host: Some("localhost".into()),
+            fuse_passthrough: true,
+            ..test_config()
+        })
+    }
+
     fn start_with(config: eddy_config::Config) -> Full {
         require::root("mount a tmpfs");
         let dir = tempfile::tempdir().unwrap();
@@ -328,12 +339,7 @@ fn a_full_deployment_gives_enospc_and_its_space_back_three_times() {
 /// times.
 #[test]
 fn a_device_filled_through_passthrough_gives_enospc_and_can_be_emptied() {
-    let f = Full::start_with(eddy_config::Config {
-        placement: eddy_config::PlacementMode::Local,
-        placement_host: Some("localhost".into()),
-        fuse_passthrough: true,
-        ..test_config()
-    });
+    let f = Full::start_passthrough();
     let empty = f.disk_free();
     let slack = 16 * MIB;
     for round in 0..3 {
@@ -392,12 +398,7 @@ fn a_device_filled_through_passthrough_gives_enospc_and_can_be_emptied() {
 #[test]
 #[ignore = "decision 0060 Limits (Open): in about one run in five, data files of files removed while another daemon restarted in place stay on the device"]
 fn concurrent_writers_filling_the_device_leave_a_deployment_that_can_be_emptied() {
-    let f = Full::start_with(eddy_config::Config {
-        placement: eddy_config::PlacementMode::Local,
-        placement_host: Some("localhost".into()),
-        fuse_passthrough: true,
-        ..test_config()
-    });
+    let f = Full::start_passthrough();
     let empty = f.disk_free();
     let slack = 16 * MIB;
     for round in 0..3 {
