@@ -27,7 +27,7 @@ GROUPS = [
     ("Errors and version", ["eddy_last_error", "eddy_api_version"]),
     ("Connections", ["eddy_connect", "eddy_disconnect"]),
     ("Files", ["eddy_open", "eddy_close", "eddy_pread", "eddy_pwrite", "eddy_fsync",
-               "eddy_ftruncate", "eddy_fstat"]),
+               "eddy_ftruncate", "eddy_fstat", "eddy_fadvise"]),
     ("The namespace", ["eddy_stat", "eddy_mkdir", "eddy_unlink", "eddy_rmdir", "eddy_rename",
                        "eddy_truncate", "eddy_readdir"]),
     ("Extended attributes", ["eddy_getxattr", "eddy_setxattr", "eddy_listxattr",

@@ -207,6 +207,13 @@ int64_t eddy_pwrite(eddy_file_t file, const void *buf, size_t len, uint64_t offs
 // daemon written to has synced (within `rpc_timeout_ms` each).
 int32_t eddy_fsync(eddy_file_t file);
 
+// How the program will read `len` bytes at `offset` of the open file (`len` 0: to its end),
+// with `advice` one of `POSIX_FADV_*` (as posix_fadvise(2)): `POSIX_FADV_WILLNEED` starts a
+// background fetch of a file of a linked prefix from the backend into the cache and returns
+// at once; `POSIX_FADV_SEQUENTIAL` and `POSIX_FADV_RANDOM` turn the handle's read-ahead on
+// for every read and off; the others change nothing. Does not block on the backend.
+int32_t eddy_fadvise(eddy_file_t file, uint64_t offset, uint64_t len, int32_t advice);
+
 // Sets the size of the open file (open for writing) to `size`. One or two requests.
 int32_t eddy_ftruncate(eddy_file_t file, uint64_t size);
 

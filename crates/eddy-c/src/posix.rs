@@ -274,6 +274,28 @@ pub extern "C" fn eddy_fsync(file: crate::eddy_file_t) -> i32 {
     })
 }
 
+/// How the program will read `len` bytes at `offset` of the open file (`len` 0: to its end),
+/// with `advice` one of `POSIX_FADV_*` (as posix_fadvise(2)): `POSIX_FADV_WILLNEED` starts a
+/// background fetch of a file of a linked prefix from the backend into the cache and returns
+/// at once; `POSIX_FADV_SEQUENTIAL` and `POSIX_FADV_RANDOM` turn the handle's read-ahead on
+/// for every read and off; the others change nothing. Does not block on the backend.
+#[no_mangle]
+pub extern "C" fn eddy_fadvise(
+    file: crate::eddy_file_t,
+    offset: u64,
+    len: u64,
+    advice: i32,
+) -> i32 {
+    call_int("eddy_fadvise", || {
+        let of = handles::file(file)?;
+        let advice = eddy_client::Advice::from_posix(advice)?;
+        let (cl, f) = (of.conn.client.clone(), of.file.clone());
+        of.conn
+            .run(async move { cl.advise(&f, offset, len, advice).await })?;
+        Ok(0)
+    })
+}
+
 /// Sets the size of the open file (open for writing) to `size`. One or two requests.
 #[no_mangle]
 pub extern "C" fn eddy_ftruncate(file: crate::eddy_file_t, size: u64) -> i32 {

@@ -98,6 +98,23 @@ fn posix_calls_round_trip() {
     assert_eq!(read(f, 400_000, 0), data);
     assert_eq!(read(f, 10, 300_000), b"");
     assert_eq!(eddy_fsync(f), 0);
+    // Advice: accepted for a file that is not linked (nothing to fetch), and the reads go on.
+    for advice in [
+        libc::POSIX_FADV_WILLNEED,
+        libc::POSIX_FADV_SEQUENTIAL,
+        libc::POSIX_FADV_RANDOM,
+        libc::POSIX_FADV_DONTNEED,
+        libc::POSIX_FADV_NORMAL,
+    ] {
+        assert_eq!(eddy_fadvise(f, 0, 0, advice), 0, "advice {advice}");
+    }
+    assert_eq!(eddy_fadvise(f, 0, 0, 77), -libc::EINVAL);
+    assert!(last_error().contains("eddy_fadvise"), "{}", last_error());
+    assert_eq!(
+        eddy_fadvise(f, u64::MAX, 1, libc::POSIX_FADV_WILLNEED),
+        -libc::EINVAL
+    );
+    assert_eq!(read(f, 400_000, 0), data);
     let mut st = eddy_stat::default();
     assert_eq!(unsafe { eddy_fstat(f, &mut st) }, 0);
     assert_eq!(st.size, 300_000);
@@ -291,6 +308,10 @@ fn bad_handles_and_bad_input_give_errors_not_crashes() {
     let g = open(conn, "/g", RW_CREATE);
     assert_ne!(g, f);
     assert_eq!(eddy_fsync(f), -libc::EBADF);
+    assert_eq!(
+        eddy_fadvise(f, 0, 0, libc::POSIX_FADV_WILLNEED),
+        -libc::EBADF
+    );
     assert_eq!(eddy_fsync(g), 0);
 
     // NULL pointers.

@@ -5,9 +5,9 @@
 //! cache, recent directories) is in the modules beside this one; none of them sends a request.
 
 use crate::{
-    Client, Creds, DaemonStatus, DirEntry, DirReader, Errno, Failure, File, FileId, FileKind,
-    FileResult, FsStats, Inode, LockInfo, LockKind, LockRange, LockRequest, SetAttr, Waiting,
-    XattrSet,
+    Advice, Client, Creds, DaemonStatus, DirEntry, DirReader, Errno, Failure, File, FileId,
+    FileKind, FileResult, FsStats, Inode, LockInfo, LockKind, LockRange, LockRequest, SetAttr,
+    Waiting, XattrSet,
 };
 use eddy_proto::{Reply, Request, Rpc};
 use std::time::Duration;
@@ -367,6 +367,20 @@ impl Client {
     /// own a buffer already: no allocation, no copy beyond the one out of the replies.
     pub async fn pread_into(&self, f: &File, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
         self.data().pread_into(f, offset, buf).await
+    }
+
+    /// `posix_fadvise`: how the program will read `[offset, offset + len)` of `f` (`len` 0: to
+    /// the end). `WillNeed` starts a background fetch of a linked file's range from the
+    /// backend and returns at once; `Sequential` and `Random` turn the handle's read-ahead
+    /// on for every read and off (decision 0070).
+    pub async fn advise(
+        &self,
+        f: &File,
+        offset: u64,
+        len: u64,
+        advice: Advice,
+    ) -> Result<(), Errno> {
+        self.data().advise(f, offset, len, advice).await
     }
 
     /// Writes `data` at `offset` (at the end, reserved atomically, with O_APPEND). The data

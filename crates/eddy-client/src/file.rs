@@ -10,7 +10,7 @@ use crate::{new_inode, unsynced, Client, Creds, Errno, FileId, FileKind, Inode, 
 use eddy_config::Atime;
 use eddy_proto::path;
 use eddy_proto::Backing;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// Symlinks followed at most this many times when opening (ELOOP beyond).
@@ -50,6 +50,8 @@ pub(crate) struct FileInner {
     /// asked for.
     pub(crate) ra_next: AtomicU64,
     pub(crate) ra_upto: AtomicU64,
+    /// Read-ahead as advised (`posix_fadvise`): detected, always, never (`data::advice`).
+    pub(crate) ra_mode: AtomicU8,
     /// Who opened the file: its writes and truncates by a caller without the privilege clear
     /// the file's set-id bits.
     pub(crate) creds: Creds,
@@ -300,6 +302,7 @@ impl Client {
             renewed,
             ra_next: AtomicU64::new(0),
             ra_upto: AtomicU64::new(0),
+            ra_mode: AtomicU8::new(crate::data::RA_DETECT),
             creds,
             setid_cleared: AtomicBool::new(false),
             unsynced: Default::default(),

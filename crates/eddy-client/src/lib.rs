@@ -40,6 +40,7 @@ mod unsynced;
 use data::{direct, integrity, layout, locality, tier};
 use namespace::{dir, dirtimes, locks, rename};
 
+pub use data::Advice;
 pub use dir::DirReader;
 pub use eddy_proto::{
     DaemonStatus, DirEntry, Errno, FileId, FileKind, Inode, SetAttr, SetTime, Timespec, XattrSet,
@@ -96,6 +97,8 @@ struct Inner {
     /// The files open through this client, and the hidden names of those unlinked or
     /// replaced while open (decision 0061).
     held: held::Held,
+    /// Turns of the background fetches advised with `WillNeed` (`data::advice`).
+    willneed: Arc<tokio::sync::Semaphore>,
 }
 
 /// What the client learns of every call through its rpc layer: a change other than a write
@@ -171,6 +174,7 @@ impl Client {
             local,
             direct,
             held: held::Held::default(),
+            willneed: data::willneed_turns(),
             dep,
         })))
     }

@@ -128,6 +128,8 @@ real! {
     ftruncate64(fd: c_int, len: off64_t) -> c_int = -1;
     fsync(fd: c_int) -> c_int = -1;
     fdatasync(fd: c_int) -> c_int = -1;
+    posix_fadvise(fd: c_int, offset: off64_t, len: off64_t, advice: c_int) -> c_int = libc::ENOSYS;
+    posix_fadvise64(fd: c_int, offset: off64_t, len: off64_t, advice: c_int) -> c_int = libc::ENOSYS;
     opendir(path: *const c_char) -> *mut DIR = std::ptr::null_mut();
     fdopendir(fd: c_int) -> *mut DIR = std::ptr::null_mut();
     readdir(d: *mut DIR) -> *mut libc::dirent = std::ptr::null_mut();

@@ -183,6 +183,17 @@ impl File {
         })
     }
 
+    /// How the program will read `length` bytes at `offset` (`length` 0: to the end), with
+    /// `advice` one of `os.POSIX_FADV_*` (as `os.posix_fadvise`): `WILLNEED` starts a
+    /// background fetch of a linked file's range into the cache; `SEQUENTIAL` and `RANDOM`
+    /// turn read-ahead on for every read and off.
+    fn fadvise(&self, py: Python<'_>, offset: u64, length: u64, advice: i32) -> PyResult<()> {
+        self.call(py, move |c, f| async move {
+            let advice = eddy_client::Advice::from_posix(advice)?;
+            c.advise(&f, offset, length, advice).await
+        })
+    }
+
     /// Makes the data and the size durable on the daemons (as fsync(2)).
     fn fsync(&self, py: Python<'_>) -> PyResult<()> {
         self.call(py, |c, f| async move { c.fsync(&f).await })

@@ -10,6 +10,9 @@
 //! is a view of the client: its methods reach the client's state (`self.0`) and, through
 //! `Deref`, the façade's own methods.
 
+mod advice;
+pub use advice::Advice;
+pub(crate) use advice::{willneed_turns, RA_ALWAYS, RA_DETECT, RA_NEVER};
 mod chunks;
 pub(crate) use chunks::now_or_in_background;
 mod daemons;

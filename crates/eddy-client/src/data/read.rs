@@ -157,7 +157,12 @@ impl Data<'_> {
         let end = offset + len as u64;
         // Near where the last read ended: a kernel reading ahead issues several reads at once,
         // not always in order.
-        let sequential = f.0.ra_next.swap(end, Ordering::AcqRel).abs_diff(offset) <= 4 * cs;
+        let near = f.0.ra_next.swap(end, Ordering::AcqRel).abs_diff(offset) <= 4 * cs;
+        let sequential = match f.0.ra_mode.load(Ordering::Relaxed) {
+            crate::data::RA_ALWAYS => true,
+            crate::data::RA_NEVER => false,
+            _ => near,
+        };
         if !sequential || ahead == 0 || len == 0 {
             return;
         }
@@ -170,14 +175,7 @@ impl Data<'_> {
         if from >= want {
             return;
         }
-        let mut by_daemon: std::collections::BTreeMap<u32, Vec<u64>> = Default::default();
-        for k in from..want {
-            by_daemon
-                .entry(self.rpc().placement().chunk_owner(f.file_id(), k))
-                .or_default()
-                .push(k);
-        }
-        for (daemon, chunks) in by_daemon {
+        for (daemon, chunks) in self.by_owner(f.file_id(), from..want) {
             let client = self.client();
             let req = req::Prefetch {
                 file_id: f.file_id(),
@@ -191,6 +189,21 @@ impl Data<'_> {
                 }
             });
         }
+    }
+
+    /// Chunks `ks` of a file, by the daemon that owns each (its first copy's).
+    pub(crate) fn by_owner(
+        &self,
+        file_id: eddy_proto::FileId,
+        ks: std::ops::Range<u64>,
+    ) -> BTreeMap<u32, Vec<u64>> {
+        let mut by: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for k in ks {
+            by.entry(self.rpc().placement().chunk_owner(file_id, k))
+                .or_default()
+                .push(k);
+        }
+        by
     }
 
     /// Reads `spans` of a file into `out` (at each span's buffer position) from the first

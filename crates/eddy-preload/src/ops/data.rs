@@ -402,3 +402,32 @@ twins! {
         )
     }
 }
+
+/// `posix_fadvise` on a file of ours: the client's read-ahead and background fetch
+/// (`eddy_client::Advice`). Answers 0 or an error number, as `posix_fadvise` does.
+fn fadvise_ours(o: &Open, offset: off64_t, len: off64_t, advice: c_int) -> R<c_int> {
+    check_data(o)?;
+    let advice = eddy_client::Advice::from_posix(advice)?;
+    let (Ok(offset), Ok(len)) = (u64::try_from(offset), u64::try_from(len)) else {
+        return Err(Errno::einval("posix_fadvise: a negative offset or length"));
+    };
+    let f = o.file()?;
+    crate::state::run(move |c| async move { c.advise(&f, offset, len, advice).await })?;
+    Ok(0)
+}
+
+twins! {
+    fn posix_fadvise / posix_fadvise64(
+        fd: c_int,
+        offset: off64_t,
+        len: off64_t,
+        advice: c_int,
+    ) -> c_int, real = next {
+        // `on_fd!` fails with -1 and errno; posix_fadvise answers the error number itself
+        // (the real one never answers -1).
+        match on_fd!(fd, -1, |o| fadvise_ours(&o, offset, len, advice), next(fd, offset, len, advice)) {
+            -1 => super::errno(),
+            r => r,
+        }
+    }
+}

@@ -23,7 +23,10 @@ struct Pre {
 
 impl Pre {
     fn start() -> Pre {
-        let cluster = Cluster::start(3);
+        Pre::on(Cluster::start(3))
+    }
+
+    fn on(cluster: Cluster) -> Pre {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let client = rt.block_on(cluster.client());
         Pre {
@@ -637,4 +640,94 @@ fn without_a_deployment_calls_fail_clearly() {
     // No EDDY_PREFIX: the library is inert, the real file system answers.
     let err = run(&[]);
     assert!(err.contains("No such file"), "{err}");
+}
+
+/// `posix_fadvise` from an unmodified program (Python's `os.posix_fadvise`) on a file of a
+/// linked prefix: `WILLNEED` of the whole file fetches every chunk of it from the backend in
+/// the background, and the program's reads afterwards fetch nothing; an unknown advice is
+/// EINVAL, answered as posix_fadvise answers (an error number, not -1).
+#[test]
+fn posix_fadvise_willneed_fetches_a_backend_file_ahead() {
+    eddy_testkit::require::program("python3", "python3");
+    let backend = tempfile::tempdir().expect("tempdir");
+    let cs = 64 * 1024;
+    let data = pattern(7, 0, 24 * cs + 17);
+    std::fs::write(backend.path().join("in.bin"), &data).expect("write the backend file");
+    let config = eddy_config::Config {
+        links: vec![eddy_config::Link {
+            prefix: "/".into(),
+            backend: backend.path().to_owned(),
+        }],
+        ..eddy_testkit::test_config()
+    };
+    let p = Pre::on(Cluster::start_with(3, config));
+    // A figure of the daemons' statuses, summed.
+    let figure = |f: fn(&eddy_client::DaemonStatus) -> u64| -> u64 {
+        p.rt.block_on(p.client.daemon_status())
+            .into_iter()
+            .map(|(id, r)| f(&r.unwrap_or_else(|e| panic!("status of daemon {id}: {e:?}"))))
+            .sum()
+    };
+    let script = "import hashlib, os, sys\n\
+        fd = os.open('/eddy/in.bin', os.O_RDONLY)\n\
+        try:\n\
+        \x20   os.posix_fadvise(fd, 0, 0, 77)\n\
+        \x20   print('accepted', flush=True)\n\
+        except OSError as e:\n\
+        \x20   print('refused', e.errno, flush=True)\n\
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)\n\
+        print('advised', flush=True)\n\
+        sys.stdin.readline()\n\
+        h = hashlib.sha256()\n\
+        while True:\n\
+        \x20   b = os.read(fd, 1 << 20)\n\
+        \x20   if not b: break\n\
+        \x20   h.update(b)\n\
+        print(h.hexdigest(), flush=True)\n";
+    let mut child = p
+        .cmd("python3")
+        .arg("-c")
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+    assert_eq!(line.trim(), format!("refused {}", libc::EINVAL));
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+    assert_eq!(line.trim(), "advised");
+    let chunks = 25;
+    let cached = eddy_testkit::eventually::poll_for(std::time::Duration::from_secs(30), || {
+        (figure(|s| s.tier.cached_chunks) >= chunks).then_some(())
+    });
+    assert!(
+        cached.is_some(),
+        "WILLNEED cached {} of the file's {chunks} chunks",
+        figure(|s| s.tier.cached_chunks)
+    );
+    let fetched = figure(|s| s.tier.fetches);
+    assert_eq!(fetched, chunks, "WILLNEED fetched each chunk once");
+    std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), b"go\n").expect("go");
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "python3 failed");
+    let sum = Command::new("sha256sum")
+        .arg(backend.path().join("in.bin"))
+        .output()
+        .expect("sha256sum");
+    let sum = String::from_utf8_lossy(&sum.stdout);
+    assert_eq!(
+        Some(line.trim()),
+        sum.split_whitespace().next(),
+        "the bytes read"
+    );
+    assert_eq!(
+        figure(|s| s.tier.fetches),
+        fetched,
+        "the program's reads fetched again what WILLNEED had fetched"
+    );
 }

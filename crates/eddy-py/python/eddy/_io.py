@@ -158,6 +158,16 @@ class RawFile(io.RawIOBase):
     def flush(self) -> None:
         self._checkClosed()
 
+    def fadvise(self, offset: int, length: int, advice: int) -> None:
+        """How the program will read `length` bytes at `offset` (0: to the end), `advice`
+        one of os.POSIX_FADV_* (as os.posix_fadvise): WILLNEED starts a background fetch of
+        a linked file's range into the cache, SEQUENTIAL and RANDOM turn read-ahead on for
+        every read and off."""
+        self._checkClosed()
+        if offset < 0 or length < 0:
+            raise OSError(22, "Invalid argument: a negative offset or length", self.name)
+        self._f.fadvise(offset, length, advice)
+
     def fsync(self) -> None:
         """Makes the data and the size durable on the daemons (as os.fsync)."""
         self._checkClosed()

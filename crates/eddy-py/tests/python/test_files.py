@@ -1,6 +1,8 @@
 """Files as io objects: the classes the built-in open returns, modes, positions, buffers."""
 
+import errno
 import io
+import os
 import threading
 
 import numpy as np
@@ -172,3 +174,21 @@ def test_fsync_and_a_file_dropped_open_keeps_its_bytes(client, d):
     del f  # closed by the collector
     with client.open(d + "/s", "rb") as g:
         assert g.read() == b"durable"
+
+
+def test_fadvise_takes_the_os_module_advice(client, d):
+    with client.open(d + "/adv", "wb", buffering=0) as f:
+        f.write(b"x" * 100_000)
+    with client.open(d + "/adv", "rb", buffering=0) as f:
+        for advice in (os.POSIX_FADV_WILLNEED, os.POSIX_FADV_SEQUENTIAL, os.POSIX_FADV_RANDOM,
+                       os.POSIX_FADV_DONTNEED, os.POSIX_FADV_NOREUSE, os.POSIX_FADV_NORMAL):
+            f.fadvise(0, 0, advice)
+        assert f.read() == b"x" * 100_000
+        with pytest.raises(OSError) as e:
+            f.fadvise(0, 0, 77)
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(OSError) as e:
+            f.fadvise(-1, 0, os.POSIX_FADV_WILLNEED)
+        assert e.value.errno == errno.EINVAL
+    with pytest.raises(ValueError):
+        f.fadvise(0, 0, os.POSIX_FADV_WILLNEED)

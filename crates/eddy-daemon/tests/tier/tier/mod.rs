@@ -6,7 +6,7 @@
 //! eviction under a small cache, pins, failures of the backend (read-only, hung) and several
 //! linked prefixes at once.
 
-use eddy_client::{Client, Creds, DaemonStatus, FileKind, FileResult, SetAttr};
+use eddy_client::{Advice, Client, Creds, DaemonStatus, FileKind, FileResult, SetAttr};
 use eddy_config::{Config, Link};
 use eddy_proto::TierStatus;
 use eddy_testkit::cli::{self, s};

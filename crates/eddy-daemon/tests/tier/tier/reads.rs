@@ -342,3 +342,98 @@ async fn backend_changes_are_seen_on_the_next_open() {
     let e = std::fs::read(m.path("g")).expect_err("g was removed from the backend");
     assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
 }
+
+/// `posix_fadvise` through the library: `WILLNEED` of a range fetches exactly its chunks in
+/// the background (reading them afterwards fetches nothing), `RANDOM` stops a sequential
+/// reader's read-ahead, `SEQUENTIAL` makes a reader that jumps read ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advice_fetches_ahead_and_turns_read_ahead_on_and_off() {
+    let backend = tempfile::tempdir().unwrap();
+    let cs = 64 * KIB;
+    let data = random_bytes(40 * cs + 99);
+    std::fs::write(backend.path().join("big.bin"), &data).unwrap();
+    std::fs::write(backend.path().join("rand.bin"), &data).unwrap();
+    std::fs::write(backend.path().join("jump.bin"), &data).unwrap();
+    let cl = Cluster::start_with(3, linked(&[("/", backend.path())]));
+    let c = cl.client().await;
+    let open = |p: &'static str| {
+        let c = c.clone();
+        async move { c.open(p, libc::O_RDONLY, 0, Creds::root()).await.unwrap() }
+    };
+
+    // WILLNEED of chunks 10..30 (bytes 10 cs + 5 up to 30 cs - 5): those 20 chunks, no more.
+    let f = open("/big.bin").await;
+    let cached0 = total(&c, |t| t.cached_chunks).await;
+    let fetched0 = total(&c, |t| t.fetches).await;
+    c.advise(
+        &f,
+        (10 * cs + 5) as u64,
+        (20 * cs - 10) as u64,
+        Advice::WillNeed,
+    )
+    .await
+    .unwrap();
+    assert!(
+        wait_for(&c, |n| n >= cached0 + 20, |t| t.cached_chunks).await,
+        "WILLNEED of 20 chunks cached {} of them",
+        total(&c, |t| t.cached_chunks).await - cached0
+    );
+    let fetched = total(&c, |t| t.fetches).await;
+    assert_eq!(
+        fetched - fetched0,
+        20,
+        "WILLNEED fetched chunks outside its range"
+    );
+    // Read with another handle that reads ahead nothing of its own (RANDOM).
+    let g = open("/big.bin").await;
+    c.advise(&g, 0, 0, Advice::Random).await.unwrap();
+    for k in 10..30 {
+        same(
+            &c.pread(&g, (k * cs) as u64, cs).await.unwrap(),
+            &data[k * cs..(k + 1) * cs],
+            &format!("chunk {k} of big.bin"),
+        );
+    }
+    assert_eq!(
+        total(&c, |t| t.fetches).await,
+        fetched,
+        "chunks fetched by WILLNEED were fetched again"
+    );
+    // Past the end, and with a length of 0 (to the end): nothing wrong, the rest fetched.
+    c.advise(&f, 1 << 40, 10, Advice::WillNeed).await.unwrap();
+    c.advise(&f, (39 * cs) as u64, 0, Advice::WillNeed)
+        .await
+        .unwrap();
+    assert!(
+        wait_for(&c, |n| n >= cached0 + 22, |t| t.cached_chunks).await,
+        "WILLNEED to the end of big.bin cached its last two chunks"
+    );
+
+    // RANDOM: a sequential reader reads ahead nothing.
+    let r = open("/rand.bin").await;
+    c.advise(&r, 0, 0, Advice::Random).await.unwrap();
+    let before = total(&c, |t| t.fetches).await;
+    for k in 0..6 {
+        c.pread(&r, (k * cs) as u64, cs).await.unwrap();
+    }
+    // Anything read ahead would be fetched by now: the reads' own fetches are awaited, and
+    // a read-ahead starts with the read that asks for it. Wait a little for a stray one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        total(&c, |t| t.fetches).await - before,
+        6,
+        "a reader advised RANDOM read ahead"
+    );
+
+    // SEQUENTIAL: a reader that starts in the middle of the file reads ahead at once.
+    let j = open("/jump.bin").await;
+    c.advise(&j, 0, 0, Advice::Sequential).await.unwrap();
+    let before = total(&c, |t| t.cached_chunks).await;
+    c.pread(&j, (30 * cs) as u64, cs).await.unwrap();
+    let ahead = c.config().readahead_chunks as u64;
+    assert!(
+        wait_for(&c, |n| n > before + ahead, |t| t.cached_chunks).await,
+        "a reader advised SEQUENTIAL that started at chunk 30 read ahead nothing"
+    );
+    assert!(Advice::from_posix(99).is_err());
+}
