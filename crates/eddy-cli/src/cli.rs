@@ -38,6 +38,9 @@ pub enum Command {
     Umount(UmountArgs),
     /// Fetch files or trees of linked prefixes from the backend into the cache, ahead of use.
     StageIn(StageInArgs),
+    /// Start fetching files or trees of linked prefixes into the cache in the background and
+    /// return at once (results in STATE/prefetch.log); --wait fetches here instead.
+    Prefetch(PrefetchArgs),
     /// Write the dirty data under linked prefixes back to the backend; returns once it is
     /// durable there.
     StageOut(StageOutArgs),
@@ -237,7 +240,7 @@ pub struct StopArgs {
     pub discard: bool,
 }
 
-/// How the PATH arguments of stage-in, stage-out and unpin are read.
+/// How the PATH arguments of stage-in, prefetch, stage-out and unpin are read.
 const STAGE_PATHS_HELP: &str = "\
 PATH is a namespace path or a local path under a mount of this deployment:
   - a path that lies under a mount point of this deployment that is mounted on this host
@@ -260,6 +263,28 @@ pub struct StageInArgs {
     /// instead of one line per file.
     #[arg(long)]
     pub json: bool,
+    /// Files or trees to fetch (namespace paths, or local paths under a mount).
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = STAGE_PATHS_HELP)]
+pub struct PrefetchArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Fetch here and wait: one line per file (or --json), and a non-zero exit if any file
+    /// failed. Without it the fetch runs in a process of its own, which `eddy stop` ends.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: print one JSON document ({"files": [...], "bytes", "failed", "seconds"})
+    /// on stdout instead of one line per file.
+    #[arg(long, requires = "wait")]
+    pub json: bool,
+    /// The background process itself: PATHs are namespace paths, taken as they are, and the
+    /// results go to the end of STATE/prefetch.log.
+    #[arg(long, hide = true, conflicts_with_all = ["wait", "json"])]
+    pub background: bool,
     /// Files or trees to fetch (namespace paths, or local paths under a mount).
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,

@@ -72,6 +72,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),
         Command::StageIn(args) => stage::stage_in(args),
+        Command::Prefetch(args) => stage::prefetch(args),
         Command::StageOut(args) => stage::stage_out(args),
         Command::Unpin(args) => stage::unpin(args),
         Command::Bench(args) => eddy_bench::run(args),

@@ -464,6 +464,16 @@ impl Client {
         self.data().stage_in(paths, pin, progress).await
     }
 
+    /// `stage_in` without pins and with fewer files at once (`prefetch_files`): what
+    /// `eddy prefetch` and a job's `#EDDY prefetch` run beside the job's own reads.
+    pub async fn prefetch(
+        &self,
+        paths: &[String],
+        progress: &(dyn Fn(&FileResult) + Sync),
+    ) -> Vec<FileResult> {
+        self.data().prefetch(paths, progress).await
+    }
+
     /// Writes every dirty file under `paths` (all linked prefixes when empty) back to the
     /// backend and returns when it is durable there: first every daemon writes back its own
     /// dirty chunks (pwrite + fsync into the backend file), in parallel; then the metadata

@@ -223,6 +223,11 @@ pub struct Config {
     pub cache_low_watermark_pct: u8,
     /// Chunks a sequential reader of a backend file has fetched ahead of it. Default 8.
     pub readahead_chunks: u32,
+    /// Files `eddy prefetch` and a job's `#EDDY prefetch` fetch at once (each with all its
+    /// chunks asked of their owners at once): the bound that leaves the daemons' backend
+    /// threads to the job's own reads meanwhile. `eddy stage-in`, which the job waits for,
+    /// fetches 16 at once. Default 4.
+    pub prefetch_files: u32,
     /// Deadline of one backend operation (a fetch, a flush, a namespace write-through), in
     /// milliseconds; past it the request fails with EIO naming the backend path. At most
     /// three quarters of `rpc_timeout_ms` is used. Default 5 000.
@@ -367,6 +372,7 @@ impl Default for Config {
             cache_high_watermark_pct: 90,
             cache_low_watermark_pct: 75,
             readahead_chunks: 8,
+            prefetch_files: 4,
             backend_timeout_ms: 5_000,
             backend_threads: 16,
             root_uid: None,

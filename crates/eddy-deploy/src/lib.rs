@@ -5,7 +5,7 @@
 //! ready and serves, and records them in the state directory ([`StateDir`]); [`replace`]
 //! starts one again; [`stop()`] writes back, unmounts, leaves the job profile in the I/O
 //! history (`profile`) and stops; [`stage`] moves data
-//! between the backend and the cache. `procs` spawns and stops processes without ever
+//! between the backend and the cache, [`prefetch`] fetches into it in the background. `procs` spawns and stops processes without ever
 //! signalling a reused pid; `secure` does root's file work where users may be watching;
 //! `mounts` reads the FUSE mounts of this host and `mount` starts the one that serves a
 //! namespace.
@@ -17,6 +17,7 @@
 pub mod launch;
 pub mod mount;
 pub mod mounts;
+pub mod prefetch;
 pub mod procs;
 pub mod profile;
 pub mod replace;

@@ -50,8 +50,20 @@ pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<C
     let err = out
         .try_clone()
         .with_context(|| format!("cannot reopen log file {}", log.display()))?;
+    let mut cmd = detached_command(program, args);
+    cmd.stdout(out).stderr(err);
+    spawn(cmd, program)
+}
+
+/// `program args` to be run in a new session (so that the caller's terminal and signals do
+/// not reach it), holding none of the caller's descriptors above stderr, stdin from
+/// /dev/null (stdout and stderr too, unless the caller sets them).
+pub fn detached_command(program: &Path, args: &[OsString]) -> Command {
     let mut cmd = Command::new(program);
-    cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     // SAFETY: setsid, close_range and fcntl are async-signal-safe and touch no memory of
     // the parent.
     unsafe {
@@ -63,6 +75,11 @@ pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<C
             Ok(())
         });
     }
+    cmd
+}
+
+/// Spawns `cmd`, saying which program could not be run.
+pub fn spawn(mut cmd: Command, program: &Path) -> Result<Child> {
     cmd.spawn().with_context(|| {
         format!(
             "cannot run {}: check that it is installed and executable",
@@ -196,6 +213,14 @@ pub fn terminate(procs: &[RecordedProcess], grace: Duration) -> Vec<String> {
 /// The processes of this host whose command line has `--root ROOT` (daemons serving it).
 pub fn serving_root(root: &Path) -> Vec<RecordedProcess> {
     let want = root.as_os_str().as_encoded_bytes();
+    with_args(&format!("daemon of {}", root.display()), |args| {
+        args.windows(2).any(|w| w[0] == b"--root" && w[1] == want)
+    })
+}
+
+/// The processes of this host whose arguments (after the program) satisfy `pred`, this one
+/// excepted, each labelled `label`.
+pub fn with_args(label: &str, pred: impl Fn(&[&[u8]]) -> bool) -> Vec<RecordedProcess> {
     // privileged-path: the kernel's /proc
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -209,13 +234,13 @@ pub fn serving_root(root: &Path) -> Vec<RecordedProcess> {
             let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
                 return false;
             };
-            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-            args.windows(2).any(|w| w[0] == b"--root" && w[1] == want)
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).skip(1).collect();
+            pred(&args)
         })
         .filter_map(|pid| {
             let stat = proc_stat(pid)?;
             Some(RecordedProcess {
-                label: format!("daemon of {}", root.display()),
+                label: label.to_string(),
                 pid,
                 start_time: stat.start_time,
             })

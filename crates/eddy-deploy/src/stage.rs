@@ -146,7 +146,7 @@ pub(crate) fn require_links(dep: &Deployment, state: &StateDir) -> Result<()> {
 // ------------------------------------------------------------------- paths
 
 /// The namespace paths of the PATH arguments (see `to_namespace`).
-fn namespace_paths(state: &StateDir, args: &[PathBuf]) -> Result<Vec<String>> {
+pub fn namespace_paths(state: &StateDir, args: &[PathBuf]) -> Result<Vec<String>> {
     let mounts = live_mounts(state)?;
     let cwd = if args.iter().any(|a| a.is_relative()) {
         std::env::current_dir().context("cannot read the current directory")?

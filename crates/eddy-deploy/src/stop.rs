@@ -45,6 +45,10 @@ pub enum Stopped {
 /// Stops the deployment in `state`; says what it does (the write-back, warnings, the end)
 /// through `say` as it goes.
 pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped> {
+    // Nothing waits for a prefetch: it ends first, whatever the rest of the stop does.
+    for p in crate::prefetch::end_all(state) {
+        say.out(&format!("eddy: ended the {p}"));
+    }
     if !state.has_deployment() {
         say.out(&format!(
             "eddy: nothing is running in {}",

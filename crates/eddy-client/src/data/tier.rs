@@ -41,6 +41,29 @@ impl Data<'_> {
         pin: bool,
         progress: &(dyn Fn(&FileResult) + Sync),
     ) -> Vec<FileResult> {
+        self.fetch_files(paths, pin, STAGE_IN_FILES, progress).await
+    }
+
+    /// `stage_in` without pins, `prefetch_files` files at a time (`eddy prefetch`, a job's
+    /// `#EDDY prefetch`: a fetch that runs beside the reads of a job, which does not wait
+    /// for it).
+    pub async fn prefetch(
+        &self,
+        paths: &[String],
+        progress: &(dyn Fn(&FileResult) + Sync),
+    ) -> Vec<FileResult> {
+        let at_once = self.config().prefetch_files.max(1) as usize;
+        self.fetch_files(paths, false, at_once, progress).await
+    }
+
+    /// The files under `paths` fetched into the cache, `at_once` files at a time.
+    async fn fetch_files(
+        &self,
+        paths: &[String],
+        pin: bool,
+        at_once: usize,
+        progress: &(dyn Fn(&FileResult) + Sync),
+    ) -> Vec<FileResult> {
         let mut files = Vec::new();
         let mut results = Vec::new();
         for p in paths {
@@ -74,7 +97,7 @@ impl Data<'_> {
                 progress(&r);
                 r
             })
-            .buffer_unordered(STAGE_IN_FILES)
+            .buffer_unordered(at_once)
             .collect()
             .await;
         results.append(&mut staged);

@@ -198,3 +198,215 @@ fn cli_stop_keeps_the_daemons_when_it_cannot_write_back() {
         "discarded data reached the backend"
     );
 }
+
+/// The pids of a local deployment's daemons (its state directory's `pids`).
+fn daemon_pids(state: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(state.join("pids")).expect("the state's pids");
+    let pids: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect();
+    assert_eq!(pids.len(), 3, "{text}");
+    pids
+}
+
+/// Sends `signal` (e.g. "STOP", "CONT") to the processes `pids`.
+fn signal(signal: &str, pids: &[String]) {
+    run_ok(Command::new("kill").arg(format!("-{signal}")).args(pids));
+}
+
+/// The command line of process `pid` (arguments joined by spaces), None once it is gone or
+/// a zombie.
+fn command_line(pid: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(String::from_utf8_lossy(&raw).replace('\0', " "))
+}
+
+/// Kills a process the test stopped when the test ends, however it ends.
+struct KillOnDrop(String);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if command_line(&self.0).is_some() {
+            let _ = Command::new("kill").args(["-KILL", &self.0]).status();
+        }
+    }
+}
+
+/// The pid `eddy prefetch` says its background process has ("... (pid N) ...").
+fn background_pid(out: &str) -> String {
+    let after = out
+        .split("(pid ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no pid in: {out}"));
+    after[..after.find(')').expect("pid)")].to_string()
+}
+
+/// A backend tree of `files` files of 200 KiB + i bytes in nested directories under `in`;
+/// returns the files (relative paths) and their chunks of 64 KiB.
+fn backend_tree(b: &Path, files: usize) -> (Vec<(String, Vec<u8>)>, u64) {
+    let mut made = Vec::new();
+    let mut chunks = 0;
+    for i in 0..files {
+        let rel = format!("in/d{}/e{}/f{i}", i % 3, i % 2);
+        let data = random_bytes(200 * KIB + i);
+        std::fs::create_dir_all(b.join(&rel).parent().unwrap()).unwrap();
+        std::fs::write(b.join(&rel), &data).unwrap();
+        chunks += data.len().div_ceil(64 * KIB) as u64;
+        made.push((rel, data));
+    }
+    (made, chunks)
+}
+
+/// `eddy prefetch` of a tree returns while its fetch goes on in a process of its own (the
+/// daemons are held stopped meanwhile, so nothing can be fetched before it returns); the
+/// fetch then caches every chunk of the tree, each fetched once, its results in the state's
+/// prefetch.log, and reading the tree through the mount afterwards fetches nothing.
+#[test]
+fn cli_prefetch_returns_at_once_and_caches_the_tree() {
+    let backend = tempfile::tempdir().unwrap();
+    let b = backend.path();
+    let (tree, chunks) = backend_tree(b, 24);
+    let root = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let state = root.path();
+    let _stop = cli_start(state, b, mnt.path());
+    assert_eq!(status_total(state, "fetches"), 0);
+
+    let daemons = daemon_pids(state);
+    signal("STOP", &daemons);
+    let out = cli::eddy(&["prefetch", "--state", s(state), "/in"]);
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The fetch has not happened (its daemons are stopped) and its process runs.
+    let pid = background_pid(&line);
+    let cmd = command_line(&pid);
+    signal("CONT", &daemons);
+    assert!(out.status.success(), "{}", cli::text(&out));
+    assert!(line.contains("in the background"), "{line}");
+    let cmd = cmd.unwrap_or_else(|| panic!("no background process {pid} after: {line}"));
+    assert!(
+        cmd.contains("prefetch --background --state") && cmd.ends_with("-- /in "),
+        "{cmd}"
+    );
+
+    eddy_testkit::eventually::eventually(
+        format!("the background prefetch {pid} caches the tree's {chunks} chunks"),
+        || (status_total(state, "cached_chunks") == chunks).then_some(()),
+    );
+    eddy_testkit::eventually::eventually(format!("prefetch {pid} ends"), || {
+        command_line(&pid).is_none().then_some(())
+    });
+    assert_eq!(status_total(state, "fetches"), chunks, "each chunk once");
+    assert_eq!(
+        status_total(state, "pinned_bytes"),
+        0,
+        "prefetch pins nothing"
+    );
+    let log = std::fs::read_to_string(state.join("prefetch.log")).unwrap();
+    let mode = std::fs::metadata(state.join("prefetch.log"))
+        .unwrap()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the log is private");
+    assert!(
+        log.contains(&format!("eddy: prefetch {pid}: prefetched 24 files")),
+        "{log}"
+    );
+    for (rel, data) in &tree {
+        same(&std::fs::read(mnt.path().join(rel)).unwrap(), data, rel);
+    }
+    assert_eq!(
+        status_total(state, "fetches"),
+        chunks,
+        "reading the prefetched tree fetched again"
+    );
+}
+
+/// `eddy prefetch --wait --json` fetches before it returns, with one result per file, and
+/// fails naming a path that does not exist; the files that exist are cached all the same.
+#[test]
+fn cli_prefetch_wait_reports_each_file_and_fails_for_a_missing_path() {
+    let backend = tempfile::tempdir().unwrap();
+    let b = backend.path();
+    let (tree, chunks) = backend_tree(b, 5);
+    let root = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let state = root.path();
+    let _stop = cli_start(state, b, mnt.path());
+
+    let local = mnt.path().join("in");
+    let out = cli::eddy(&[
+        "prefetch",
+        "--wait",
+        "--json",
+        "--state",
+        s(state),
+        s(&local),
+        "/in/missing",
+    ]);
+    assert!(!out.status.success(), "{}", cli::text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("prefetch failed for 1 file: /in/missing"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files = json_files(&v);
+    assert_eq!(files.len(), tree.len() + 1, "{v}");
+    for (rel, data) in &tree {
+        assert_eq!(
+            files.get(&format!("/{rel}")),
+            Some(&(data.len() as u64, None)),
+            "{v}"
+        );
+    }
+    let missing = &files["/in/missing"];
+    assert!(
+        missing.1.as_deref().is_some_and(|e| e.contains("ENOENT")),
+        "{v}"
+    );
+    assert_eq!(v["failed"], 1, "{v}");
+    // Fetched before the command returned.
+    assert_eq!(status_total(state, "cached_chunks"), chunks);
+    assert_eq!(status_total(state, "fetches"), chunks);
+    // Plain lines without --json; nothing left to fetch.
+    let out = eddy_ok(&["prefetch", "--wait", "--state", s(state), "/in/d0"]);
+    assert!(out.contains("eddy: prefetched 2 files, 0 B"), "{out}");
+    assert_eq!(status_total(state, "fetches"), chunks);
+}
+
+/// `eddy stop` ends the background prefetches of its deployment, even one that does not
+/// answer SIGTERM (stopped): nothing of it is left after the stop.
+#[test]
+fn cli_stop_leaves_no_prefetch_behind() {
+    let backend = tempfile::tempdir().unwrap();
+    let b = backend.path();
+    backend_tree(b, 6);
+    let root = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let state = root.path();
+    let stopper = cli_start(state, b, mnt.path());
+    let daemons = daemon_pids(state);
+    // Held before it can fetch: the daemons, then the prefetch itself, are stopped.
+    signal("STOP", &daemons);
+    let out = cli::eddy(&["prefetch", "--state", s(state), "/in"]);
+    let pid = background_pid(&String::from_utf8_lossy(&out.stdout));
+    let _kill = KillOnDrop(pid.clone());
+    let running = command_line(&pid).is_some();
+    signal("STOP", std::slice::from_ref(&pid));
+    signal("CONT", &daemons);
+    assert!(out.status.success(), "{}", cli::text(&out));
+    assert!(running, "no background prefetch {pid}");
+
+    let said = eddy_ok(&["stop", "--state", s(state)]);
+    assert!(
+        said.contains(&format!("ended the background prefetch (pid {pid})")),
+        "{said}"
+    );
+    assert_eq!(command_line(&pid), None, "prefetch {pid} outlived the stop");
+    drop(stopper);
+}
