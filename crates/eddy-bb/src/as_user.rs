@@ -92,7 +92,7 @@ fn ask<T: serde::de::DeserializeOwned>(
 }
 
 /// The user's groups: `gid` and those the group database gives the user.
-fn groups_of(uid: u32, gid: u32) -> Result<Vec<libc::gid_t>> {
+pub(crate) fn groups_of(uid: u32, gid: u32) -> Result<Vec<libc::gid_t>> {
     use nix::unistd::{getgrouplist, Gid, Uid, User};
     let user =
         User::from_uid(Uid::from_raw(uid)).with_context(|| format!("cannot look up uid {uid}"))?;

@@ -1,13 +1,13 @@
 //! The `#EDDY` lines of a batch script: what a job asks of its burst buffer.
 //!
 //! One directive per line; a line is `#EDDY` followed by words. Options are `key=value`
-//! words (several may share a line); the verbs `link`, `stage_in` and `stage_out` take one
-//! line each. Every problem is reported with its line number, all of them at once, so that
+//! words (several may share a line); the verbs `link`, `stage_in`, `prefetch` and
+//! `stage_out` take one line each. Every problem is reported with its line number, all of them at once, so that
 //! `sbatch` can refuse the script with one message the user can act on.
 //!
 //! `job_process` runs inside slurmctld, so parsing is linear in the script and bounded: at
 //! most `MAX_LINES` directive lines of at most `MAX_LINE_BYTES` bytes, `MAX_LINKS` links and
-//! `MAX_STAGED` staged trees; overlaps are found on sorted prefixes. Directives are read
+//! `MAX_STAGED` staged or prefetched trees; overlaps are found on sorted prefixes. Directives are read
 //! where Slurm reads them: up to the script's first line that is not a comment (Slurm
 //! charges the capacity it finds there and stops), and a directive below that line is an
 //! error, so that what Eddy obeys is what Slurm charged.
@@ -21,6 +21,7 @@
 //! #EDDY capacity=200G pool=node-local chunk_size=1MiB
 //! #EDDY link /data=/pfs/project/run7
 //! #EDDY stage_in /data/inputs pin
+//! #EDDY prefetch /data/restart
 //! #EDDY stage_out /data/results
 //! ```
 
@@ -71,6 +72,10 @@ pub struct JobRequest {
     pub nodes: Option<u32>,
     pub links: Vec<Link>,
     pub stage_in: Vec<StageIn>,
+    /// Trees fetched into the cache beside the job, which does not wait for them (decision
+    /// 0071): started once the job's deployment is up and its stage-in done.
+    #[serde(default)]
+    pub prefetch: Vec<String>,
     /// Trees written back after the job; none listed means every linked prefix.
     pub stage_out: Vec<String>,
 }
@@ -95,7 +100,7 @@ impl std::error::Error for DirectiveErrors {}
 /// Option names, for the message about an unknown one.
 const OPTIONS: &str = "capacity, pool, mode, chunk_size, nodes";
 /// Verbs, likewise.
-const VERBS: &str = "link, stage_in, stage_out";
+const VERBS: &str = "link, stage_in, prefetch, stage_out";
 
 /// Most directive lines a script may have.
 pub const MAX_LINES: usize = 1000;
@@ -103,7 +108,7 @@ pub const MAX_LINES: usize = 1000;
 pub const MAX_LINE_BYTES: usize = 4096;
 /// Most `link` lines.
 pub const MAX_LINKS: usize = 64;
-/// Most `stage_in` and `stage_out` lines together.
+/// Most `stage_in`, `prefetch` and `stage_out` lines together.
 pub const MAX_STAGED: usize = 256;
 /// Most problems reported one by one; the rest are counted.
 const MAX_REPORTED: usize = 20;
@@ -204,6 +209,7 @@ impl Parser {
         let result = match first {
             "link" => self.link(n, args),
             "stage_in" => self.stage_in(n, args),
+            "prefetch" => self.prefetch(n, args),
             "stage_out" => self.stage_out(n, args),
             _ if first.contains('=') => self.options(n, &words),
             other => Err(format!(
@@ -301,6 +307,17 @@ impl Parser {
         Ok(())
     }
 
+    fn prefetch(&mut self, n: usize, args: &[&str]) -> Result<(), String> {
+        let [path] = args else {
+            return Err("prefetch takes one namespace path (it pins nothing)".into());
+        };
+        let path = namespace_path(path)?;
+        self.count_staged()?;
+        self.staged.push((n, path.clone()));
+        self.req.prefetch.push(path);
+        Ok(())
+    }
+
     fn stage_out(&mut self, n: usize, args: &[&str]) -> Result<(), String> {
         let [path] = args else {
             return Err("stage_out takes one namespace path".into());
@@ -318,7 +335,7 @@ impl Parser {
             return over_bound(
                 self.staged_seen,
                 MAX_STAGED,
-                "stage_in and stage_out lines together",
+                "stage_in, prefetch and stage_out lines together",
             );
         }
         Ok(())
@@ -491,6 +508,54 @@ srun ./simulate
     }
 
     #[test]
+    fn prefetch_takes_one_linked_path_and_counts_as_staged() {
+        let script = "#EDDY link /data=/pfs/run7\n\
+                      #EDDY stage_in /data/inputs\n\
+                      #EDDY prefetch /data/restart/\n\
+                      #EDDY prefetch /data\n";
+        let r = parse(script, "EDDY").unwrap();
+        assert_eq!(
+            r.prefetch,
+            vec!["/data/restart".to_string(), "/data".into()]
+        );
+        assert_eq!(r.stage_in.len(), 1);
+        let bad = "#EDDY link /data=/pfs\n\
+                   #EDDY prefetch /elsewhere\n\
+                   #EDDY prefetch /data/a pin\n\
+                   #EDDY prefetch\n\
+                   #EDDY prefetch data/rel\n\
+                   #EDDY prefetch /data/../etc\n";
+        let e = parse(bad, "EDDY").unwrap_err();
+        let lines: Vec<usize> = e.0.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, vec![2, 3, 4, 5, 6], "{e}");
+        let text = e.to_string();
+        for needle in [
+            "#EDDY line 2: /elsewhere lies under no `link` prefix",
+            "#EDDY line 3: prefetch takes one namespace path",
+            "#EDDY line 4: prefetch takes one namespace path",
+            "#EDDY line 5: \"data/rel\" is not an absolute namespace path",
+            "#EDDY line 6: \"/data/../etc\" is not an absolute namespace path",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+        // Prefetched trees count with the staged ones against MAX_STAGED.
+        let many: String = std::iter::once("#EDDY link /d=/b\n".to_string())
+            .chain((0..MAX_STAGED).map(|i| format!("#EDDY stage_in /d/{i}\n")))
+            .chain(std::iter::once("#EDDY prefetch /d/x\n".to_string()))
+            .collect();
+        let e = parse(&many, "EDDY").unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert!(
+            e.to_string().contains("at most 256 stage_in, prefetch"),
+            "{e}"
+        );
+        // A record written before the field existed reads as no prefetch.
+        let old: JobRequest =
+            toml::from_str("links = []\nstage_in = []\nstage_out = []\n").unwrap();
+        assert!(old.prefetch.is_empty());
+    }
+
+    #[test]
     fn every_problem_is_named_with_its_line() {
         let script = "#EDDY capcity=1G\n\
                       #EDDY mode=fast nodes=0\n\
@@ -595,7 +660,8 @@ srun ./simulate
             .collect();
         let e = parse(&staged, "EDDY").unwrap_err();
         assert!(
-            e.to_string().contains("stage_in and stage_out lines"),
+            e.to_string()
+                .contains("stage_in, prefetch and stage_out lines"),
             "{e}"
         );
         let long = format!("#EDDY link /d=/{}\n", "x".repeat(MAX_LINE_BYTES));

@@ -42,6 +42,13 @@ pub struct JobRecord {
     /// The predicted times of the job (site's `[walltime]`, decision 0040).
     #[serde(default)]
     pub walltime: WalltimeRecord,
+    /// The job's `#EDDY prefetch`, started at pre_run as the job's user on this host: its pid
+    /// and start time (/proc), so that data_out and teardown end it without signalling a
+    /// reused pid (decision 0071).
+    #[serde(default)]
+    pub prefetch_pid: Option<u32>,
+    #[serde(default)]
+    pub prefetch_start_time: Option<u64>,
 }
 
 /// What the walltime prediction said and did, seconds since the epoch (UTC).

@@ -1,7 +1,7 @@
 //! The burst-buffer phases, in the order Slurm calls them. Each one is safe to run again
 //! (Slurm retries, an administrator reruns), and teardown undoes whatever the others did,
 //! however far they got, from root's job record. What runs on each node (the mount, the
-//! clean-up) is in `phases/node.rs`.
+//! clean-up) is in `phases/node.rs`, a job's `#EDDY prefetch` in `phases/prefetch.rs`.
 
 use crate::as_user::{self, Seen};
 use crate::directives::{self, JobRequest, Mode, NODE_LOCAL_POOL};
@@ -84,6 +84,8 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
             nodes: None,
             decision: None,
             walltime: Default::default(),
+            prefetch_pid: None,
+            prefetch_start_time: None,
         }
     };
     jd.save(&rec)?;
@@ -212,6 +214,10 @@ pub fn pre_run(site: &Site, job: u32, say: Say) -> Result<()> {
     if rec.mode == Mode::NodeLocal {
         stage_in(&jd, &rec.request, say)?;
     }
+    // The job does not wait for its prefetch, nor is it held when that cannot start.
+    if let Err(e) = prefetch::start(&jd, &mut rec, say) {
+        say.out(&format!("eddy: job {job}: no prefetch: {e:#}"));
+    }
     if let Some(w) = crate::walltime::settings(site) {
         // A prediction that cannot be made never holds the job.
         if let Err(e) = crate::walltime::record_predicted_end(w, &jd, &mut rec, say) {
@@ -236,8 +242,9 @@ pub fn post_run(site: &Site, job: u32) -> Result<()> {
 pub fn data_out(site: &Site, job: u32, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
     let rec = jd.load()?;
-    // What the early write-back did not write is written here, once.
+    // What the early write-back did not write is written here, once; a prefetch is over.
     crate::walltime::stop_early_writeback(&jd, &rec, say);
+    prefetch::stop(&rec);
     if rec.request.links.is_empty() || !jd.state().has_deployment() {
         return Ok(());
     }
@@ -328,6 +335,7 @@ pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
     };
     if let Some(rec) = &rec {
         crate::walltime::stop_early_writeback(&jd, rec, say);
+        prefetch::stop(rec);
         if let Err(e) = unmount_nodes(site, rec) {
             problems.push(format!("{e:#}"));
         }
@@ -432,6 +440,7 @@ pub fn is_hurry(arg: &str) -> bool {
 // ------------------------------------------------------------------ on a node
 
 mod node;
+mod prefetch;
 pub use node::*;
 
 // ------------------------------------------------------------------ helpers

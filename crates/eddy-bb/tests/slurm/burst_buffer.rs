@@ -656,3 +656,72 @@ git log --oneline > "$R/git.log""#;
     let log = std::fs::read_to_string(results.join("git.log")).unwrap();
     assert!(log.trim().ends_with("first"), "{log}");
 }
+
+/// `#EDDY prefetch`: the tree is fetched beside the job, which does not wait for it, by a
+/// process of the job's user (its log in `$EDDY_STATE` is the user's); while the job runs
+/// the tree's every chunk is cached, each fetched once; after the job nothing of the
+/// prefetch is left.
+#[test]
+pub(crate) fn a_jobs_prefetch_caches_its_tree_while_the_job_runs() {
+    let site = Site::new();
+    let cluster = site.cluster();
+    let pfs = site.pfs();
+    let restart = pfs.join("run/restart");
+    std::fs::create_dir_all(restart.join("sub")).unwrap();
+    let sizes = [(1 << 20) + 1, 700 << 10, 2 << 20];
+    for (i, (name, size)) in ["r0", "r1", "sub/r2"].iter().zip(sizes).enumerate() {
+        std::fs::write(restart.join(name), eddy_testkit::pattern(i as u64, 0, size)).unwrap();
+    }
+    chown_tree(&pfs, NOBODY);
+    // The jobs' chunk size is the default, 512 KiB.
+    let chunks: u64 = sizes.iter().map(|s| s.div_ceil(512 << 10) as u64).sum();
+    let link = format!("link /data={}", pfs.join("run").display());
+    let body = r#"L="$EDDY_STATE/prefetch.log"
+for i in $(seq 600); do grep -q ' prefetched ' "$L" 2>/dev/null && break; sleep 0.1; done
+eddy_status=$("$EDDY" status --json)
+R="$EDDY_MOUNT/data/results"
+mkdir -p "$R"
+echo "$eddy_status" > "$R/status.json"
+stat -c %U "$L" > "$R/owner"
+cp "$L" "$R/prefetch.log""#;
+    let script = site.script(
+        1,
+        &[
+            "capacity=1G pool=node-local",
+            &link,
+            "prefetch /data/restart",
+            "stage_out /data/results",
+        ],
+        body,
+    );
+    let job = site.run_to_completion(&cluster, &script);
+    let results = pfs.join("run/results");
+    let log = std::fs::read_to_string(results.join("prefetch.log"))
+        .unwrap_or_else(|e| panic!("no prefetch log: {e}\n{}", site.job_output(job)));
+    assert!(log.contains(" prefetched 3 files, "), "{log}");
+    let r2 = log
+        .lines()
+        .find(|l| l.ends_with(" 2.0 MiB  /data/restart/sub/r2"));
+    assert!(r2.is_some_and(|l| l.contains(": ok ")), "{log}");
+    let owner = std::fs::read_to_string(results.join("owner")).unwrap();
+    assert_eq!(owner.trim(), USER, "the prefetch ran as another user");
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(results.join("status.json")).unwrap())
+            .unwrap();
+    let sum = |field: &str| -> u64 {
+        status["daemons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["tier"][field].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(sum("cached_chunks"), chunks, "{status}");
+    assert_eq!(sum("fetches"), chunks, "{status}");
+    let user_dir = site.path("jobs").join(format!("{job}/user"));
+    let procs = processes_mentioning(&format!("{}\0", user_dir.display()));
+    assert!(
+        procs.is_empty(),
+        "a prefetch of job {job} is left: {procs:?}"
+    );
+}
