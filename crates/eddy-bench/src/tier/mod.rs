@@ -13,12 +13,15 @@
 //! | `warm-read` | a native `/scratch` Eddy file of the same size through the mount | the `cold-read` files again, now cached by Eddy |
 //! | `warm-read-ram` | the same, Eddy's chunk files in the page cache | the same |
 //! | `stage-in` | `cp -r` of a tree from the backend to a local directory | `eddy stage-in` of the same tree |
+//! | `prefetched-read` | the warm read of another tree through `M/tier`, right after the Eddy side | that tree's first read through `M/tier` after `eddy prefetch --wait` of it (not counted) |
 //! | `stage-out` | writing the bytes directly into the backend, fsync per file | `eddy stage-out` of the same bytes written into `M/tier` |
 //!
-//! Each phase runs `--rounds` times, the two sides alternating which goes first, each round on
+//! Each phase runs `--rounds` times, the two sides alternating which goes first (but in
+//! `prefetched-read`, whose Eddy side is the first read after the prefetch), each round on
 //! files of its own where a side changes what it reads (cold files, trees, staged-out files);
 //! a side's figure is its median time. The page cache is dropped (`sync; echo 3 >
-//! /proc/sys/vm/drop_caches`) before each side of `cold-read`, `warm-read` and `stage-in`;
+//! /proc/sys/vm/drop_caches`) before each side of `cold-read`, `warm-read`, `stage-in` and
+//! `prefetched-read`;
 //! where that is refused, the benchmark's own files get `posix_fadvise(DONTNEED)` instead and
 //! the output says so. Every byte read is checked against the pattern it was written with
 //! (`pattern.rs`), the staged tree, the copy and the files staged out included; the time of
@@ -227,10 +230,10 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
         );
     }
     let storage = storage_or_default(a.storage.as_ref());
-    // Per round the backend holds 5 sets (cold, ram, tree, direct, out), the storage 4 in
-    // the cache (cold, ram, tree, out) and the local copy; plus the native files.
+    // Per round the backend holds 6 sets (cold, ram, tree, pre, direct, out), the storage 5
+    // in the cache (cold, ram, tree, pre, out) and the local copy; plus the native files.
     let per_set = a.size.saturating_mul(u64::from(a.rounds));
-    let (backend_need, storage_need) = (per_set * 5, per_set * 5 + a.size);
+    let (backend_need, storage_need) = (per_set * 6, per_set * 6 + a.size);
     match &a.backend {
         Some(b) => {
             check_room(b, backend_need, "the backend")?;
@@ -317,6 +320,7 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
             ("cold", &sets.flat),
             ("ram", &sets.flat),
             ("tree", &sets.tree),
+            ("pre", &sets.tree),
         ] {
             let name = format!("{dir}/r{r}");
             ctx.write(&files(&work.join(&name), set, &name), true)?;

@@ -230,8 +230,11 @@ pub(super) fn measure(
         ));
     }
     let staged_in = stage_in(ctx, sets, notes)?;
+    let prefetched = prefetched_read(ctx, sets, notes)?;
     let staged_out = stage_out(ctx, sets, notes)?;
-    Ok(vec![cold, cold_ram, warm, warm_ram, staged_in, staged_out])
+    Ok(vec![
+        cold, cold_ram, warm, warm_ram, staged_in, prefetched, staged_out,
+    ])
 }
 
 fn say(what: &str) {
@@ -427,6 +430,72 @@ fn stage_in(ctx: &mut Ctx, sets: &Sets, notes: &mut Vec<String>) -> anyhow::Resu
         tree_bytes,
         &rounds,
         None,
+    ))
+}
+
+/// `prefetched-read`: a tree fetched by `eddy prefetch --wait` beforehand (not counted), then
+/// read through the mount for the first time, against the warm read of the same tree right
+/// after it; page cache dropped before each. The Eddy side goes first in every round: it must
+/// be the first read after the prefetch. A ratio of 1 is a prefetched tree read at Eddy's
+/// warm speed; what the first read still fetched from the backend is the phase's backend
+/// bytes (0 when the prefetch cached it all).
+fn prefetched_read(
+    ctx: &mut Ctx,
+    sets: &Sets,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<TierPhase> {
+    let p = ctx.p;
+    let tree_bytes = sets.tree_bytes();
+    say("prefetched-read");
+    let mut rounds = Rounds::default();
+    let mut prefetches = Vec::new();
+    for r in 0..sets.rounds {
+        interrupt::check()?;
+        let name = format!("pre/r{r}");
+        let ns_tree = format!("{LINK_PREFIX}/{name}");
+        let args = [
+            "prefetch".into(),
+            "--wait".into(),
+            "--state".into(),
+            p.state.clone().into(),
+            ns_tree.clone().into(),
+        ];
+        let (took, fetched) = ctx.eddy_side(Counter::Read, |c| Ok(eddy(&c.p.exe, &args)?.0))?;
+        if let Some(n) = fetched.filter(|n| *n < tree_bytes) {
+            bail!(
+                "eddy prefetch --wait {ns_tree} returned, but the daemons fetched only {} \
+                 from the backend, not the {} of the tree",
+                mib(n),
+                mib(tree_bytes)
+            );
+        }
+        prefetches.push(took);
+        let tree = files(&p.ns(&ns_tree), &sets.tree, &name);
+        ctx.cache.drop_all();
+        let first = ctx.eddy_side(Counter::Read, |c| c.read(&tree))?;
+        ctx.cache.drop_all();
+        let warm = ctx.read(&tree)?;
+        rounds.add(warm, first);
+    }
+    let prefetch = median(&prefetches);
+    notes.push(format!(
+        "prefetched-read: eddy prefetch --wait of the {} tree took {:.2} s ({:.0} MiB/s, \
+         median, not counted)",
+        mib(tree_bytes),
+        prefetch.as_secs_f64(),
+        tree_bytes as f64 / MIB / prefetch.as_secs_f64().max(1e-9)
+    ));
+    Ok(TierPhase::new(
+        "prefetched-read",
+        "the same tree read through the mount again right after: Eddy's warm read (page \
+         cache dropped)",
+        &format!(
+            "{LINK_PREFIX}/pre/rN fetched by eddy prefetch --wait beforehand (not counted), \
+             then read through the mount for the first time (page cache dropped)"
+        ),
+        tree_bytes,
+        &rounds,
+        Some(0.95),
     ))
 }
 

@@ -48,7 +48,13 @@ fn tier_bench_reports_every_phase_with_positive_figures() {
             "{col}: {table}"
         );
     }
-    for phase in ["cold-read", "warm-read", "stage-in", "stage-out"] {
+    for phase in [
+        "cold-read",
+        "warm-read",
+        "stage-in",
+        "prefetched-read",
+        "stage-out",
+    ] {
         assert!(
             table.lines().any(|l| l.starts_with(&format!("{phase} "))),
             "no row for {phase}:\n{table}"
@@ -66,12 +72,22 @@ fn tier_bench_reports_every_phase_with_positive_figures() {
         .iter()
         .map(|p| p["phase"].as_str().unwrap())
         .collect();
-    for phase in ["cold-read", "warm-read", "stage-in", "stage-out"] {
+    for phase in [
+        "cold-read",
+        "warm-read",
+        "stage-in",
+        "prefetched-read",
+        "stage-out",
+    ] {
         assert!(names.contains(&phase), "{phase} missing: {names:?}");
     }
+    // The prefetched tree's first read fetched nothing: the prefetch had cached all of it.
+    let prefetched = &phases[names.iter().position(|n| *n == "prefetched-read").unwrap()];
+    assert_eq!(prefetched["eddy_backend_bytes"], 0, "{prefetched}");
     for p in phases {
         assert_eq!(p["bytes"], 2 << 20, "{p}");
-        // Both sides ran in both rounds (alternating which went first).
+        // Both sides ran in both rounds (alternating which went first, but in
+        // prefetched-read).
         for key in ["baseline_rounds_s", "eddy_rounds_s"] {
             assert_eq!(p[key].as_array().map(Vec::len), Some(2), "{key}: {p}");
         }
