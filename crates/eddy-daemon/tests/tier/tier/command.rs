@@ -410,3 +410,42 @@ fn cli_stop_leaves_no_prefetch_behind() {
     assert_eq!(command_line(&pid), None, "prefetch {pid} outlived the stop");
     drop(stopper);
 }
+
+/// A prefetch gives up once its deployment file is gone (a stop on another host, a teardown
+/// that removed the job's directory), even while its requests wait on daemons that do not
+/// answer: it ends, saying so in its log.
+#[test]
+fn a_prefetch_gives_up_once_its_deployment_is_gone() {
+    let backend = tempfile::tempdir().unwrap();
+    let b = backend.path();
+    backend_tree(b, 6);
+    let root = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let state = root.path();
+    let stopper = cli_start(state, b, mnt.path());
+    let daemons = daemon_pids(state);
+    signal("STOP", &daemons);
+    let out = cli::eddy(&["prefetch", "--state", s(state), "/in"]);
+    let pid = background_pid(&String::from_utf8_lossy(&out.stdout));
+    let _kill = KillOnDrop(pid.clone());
+    let (dep, away) = (state.join("deployment.toml"), state.join("away.toml"));
+    std::fs::rename(&dep, &away).unwrap();
+    let ended = eddy_testkit::eventually::poll_for(Duration::from_secs(30), || {
+        command_line(&pid).is_none().then_some(())
+    });
+    std::fs::rename(&away, &dep).unwrap();
+    signal("CONT", &daemons);
+    assert!(out.status.success(), "{}", cli::text(&out));
+    assert!(
+        ended.is_some(),
+        "prefetch {pid} outlived its deployment file"
+    );
+    let log = std::fs::read_to_string(state.join("prefetch.log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "eddy: prefetch {pid}: prefetch did not complete: the deployment stopped"
+        )),
+        "{log}"
+    );
+    drop(stopper);
+}
