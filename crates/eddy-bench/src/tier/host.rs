@@ -44,8 +44,8 @@ impl PageCache {
     pub(super) fn describe(&self) -> String {
         match &self.refused {
             None => format!(
-                "dropped before each side of cold-read, warm-read and stage-in (sync; echo 3 > \
-                 {DROP_CACHES})"
+                "dropped before each side of cold-read, warm-read, stage-in and prefetched-read \
+                 (sync; echo 3 > {DROP_CACHES})"
             ),
             Some(e) => format!(
                 "NOT dropped ({DROP_CACHES}: {e}); posix_fadvise(DONTNEED) on the benchmark's \
