@@ -428,6 +428,14 @@ fn a_prefetch_gives_up_once_its_deployment_is_gone() {
     let out = cli::eddy(&["prefetch", "--state", s(state), "/in"]);
     let pid = background_pid(&String::from_utf8_lossy(&out.stdout));
     let _kill = KillOnDrop(pid.clone());
+    // Its fetch has begun: it loaded the deployment and waits on a daemon's socket.
+    eddy_testkit::eventually::eventually(format!("prefetch {pid} connects"), || {
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+        fds.flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .any(|l| l.to_string_lossy().starts_with("socket:"))
+            .then_some(())
+    });
     let (dep, away) = (state.join("deployment.toml"), state.join("away.toml"));
     std::fs::rename(&dep, &away).unwrap();
     let ended = eddy_testkit::eventually::poll_for(Duration::from_secs(30), || {
