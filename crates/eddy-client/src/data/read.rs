@@ -89,10 +89,11 @@ impl Data<'_> {
         }
         let len = (size - offset).min(len as u64) as usize;
         let out = dest(len);
+        let hint = self.stream_hint(f, offset, len);
         if self.replicas() > 1 {
             self.read_ahead(f, offset, len, size);
             let spans = layout::pieces(offset, len, self.config().chunk_size);
-            self.read_copies(f.file_id(), &f.path(), f.backing(), spans, out)
+            self.read_copies(f.file_id(), &f.path(), f.backing(), hint, spans, out)
                 .await?;
             return Ok(len);
         }
@@ -118,6 +119,7 @@ impl Data<'_> {
                             file_id: f.file_id(),
                             pieces: pieces.clone(),
                             backing: f.backing(),
+                            hint,
                         },
                     )
                     .await
@@ -214,6 +216,7 @@ impl Data<'_> {
         file_id: u128,
         path: &str,
         backing: Option<eddy_proto::Backing>,
+        hint: Option<eddy_proto::StreamHint>,
         spans: Vec<Span>,
         out: &mut [u8],
     ) -> Result<(), Errno> {
@@ -250,6 +253,7 @@ impl Data<'_> {
                     file_id,
                     pieces: pieces.clone(),
                     backing: backing.clone(),
+                    hint,
                 };
                 async move {
                     let reply = self.rpc().try_call(b.daemon, req).await?;
