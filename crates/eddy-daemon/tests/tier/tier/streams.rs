@@ -288,3 +288,38 @@ async fn absurd_hints_are_ignored() {
     assert_eq!(statuses(&c).await.len(), 3);
     same(&eddy_testkit::read_all(&c, "/f.bin").await, &data, "f.bin");
 }
+
+/// With the client's own read-ahead on (the default), a strided reader whose records are
+/// close enough to look sequential to it (4 KiB records three chunks apart) stops reading
+/// ahead the gaps once its stride is known: no chunk between its records past its first
+/// reads is fetched. Before stream hints, every gap chunk within eight chunks of a read was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strided_reader_does_not_read_the_gaps_ahead() {
+    let backend = tempfile::tempdir().unwrap();
+    let (stride, records) = (3 * CS, 40);
+    let data = random_bytes(records * stride);
+    std::fs::write(backend.path().join("strided.bin"), &data).unwrap();
+    let cl = Cluster::start_with(3, linked(&[("/", backend.path())]));
+    let c = cl.client().await;
+    let f = open(&c, "/strided.bin").await;
+    for r in 0..30 {
+        let off = r * stride;
+        c.pread(&f, off as u64, 4096).await.unwrap();
+    }
+    // Anything read ahead starts with the read that asks for it: wait a little for it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past chunk 20 (what the first two reads, before the stride was seen, may read ahead),
+    // every chunk between records is still in the backend only: reading it fetches it.
+    let g = open(&c, "/strided.bin").await;
+    c.advise(&g, 0, 0, Advice::Random).await.unwrap();
+    let gaps: Vec<usize> = (21..records * 3).filter(|k| k % 3 != 0).collect();
+    let before = total(&c, |t| t.fetches).await;
+    for &k in &gaps {
+        c.pread(&g, (k * CS) as u64, CS).await.unwrap();
+    }
+    assert_eq!(
+        total(&c, |t| t.fetches).await - before,
+        gaps.len() as u64,
+        "gap chunks of a strided reader were read ahead"
+    );
+}
