@@ -128,7 +128,7 @@ impl Sets {
 
 /// Which tier counter an Eddy side moves.
 #[derive(Clone, Copy)]
-enum Counter {
+pub(super) enum Counter {
     Read,
     Written,
 }
@@ -154,7 +154,7 @@ impl Ctx<'_> {
     }
 
     /// Runs the Eddy side `f` and returns its time and what the tier counter moved meanwhile.
-    fn eddy_side(
+    pub(super) fn eddy_side(
         &mut self,
         counter: Counter,
         f: impl FnOnce(&mut Self) -> anyhow::Result<Duration>,
@@ -181,7 +181,7 @@ impl Ctx<'_> {
 }
 
 /// Runs both sides of one round, the baseline first in even rounds and last in odd ones.
-fn pair<B, E>(
+pub(super) fn pair<B, E>(
     ctx: &mut Ctx,
     round: u32,
     rounds: &mut Rounds,
@@ -234,7 +234,7 @@ pub(super) fn measure(
     Ok(vec![cold, cold_ram, warm, warm_ram, staged_in, staged_out])
 }
 
-fn say(what: &str) {
+pub(super) fn say(what: &str) {
     note!("eddy bench tier: {what}");
 }
 
