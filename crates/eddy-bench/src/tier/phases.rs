@@ -40,6 +40,8 @@ struct Figures {
     /// Bytes read from and written to the backend by the tier (None if status does not say).
     backend_read: Option<u64>,
     backend_written: Option<u64>,
+    /// Of `backend_read`, what the daemons fetched ahead of streams on their hints.
+    read_ahead: Option<u64>,
 }
 
 impl Figures {
@@ -66,6 +68,7 @@ impl Figures {
             chunk_bytes: sum(&|d| d["chunk_bytes"].as_u64()),
             backend_read: sum(&|d| d["tier"]["backend_read_bytes"].as_u64()),
             backend_written: sum(&|d| d["tier"]["backend_write_bytes"].as_u64()),
+            read_ahead: sum(&|d| d["tier"]["read_ahead_bytes"].as_u64()),
         }
     }
 }
@@ -166,6 +169,11 @@ impl Ctx<'_> {
         let before = pick(self.figures());
         let took = f(self)?;
         Ok((took, grew(before, pick(self.figures()))))
+    }
+
+    /// Bytes the daemons fetched ahead of streams on their hints so far (decision 0072).
+    pub(super) fn read_ahead(&self) -> Option<u64> {
+        self.figures().read_ahead
     }
 
     /// `eddy stage-in` or `stage-out` of a namespace path; returns its wall time.

@@ -282,6 +282,7 @@ pub(super) fn measure(
                 write_files(&files(&p.work.join(&dir), &set, &dir), &mut ctx.buf, true)?;
             }
             let mut rounds = Rounds::default();
+            let ahead_before = ctx.read_ahead();
             for r in 0..sets.rounds {
                 interrupt::check()?;
                 let dir = format!("streams/{name}/r{r}");
@@ -328,6 +329,12 @@ pub(super) fn measure(
                 .iter()
                 .map(|(_, s)| shape.reads(*s).iter().map(|r| r.1 as u64).sum::<u64>())
                 .sum();
+            if let (Some(a), Some(b)) = (ahead_before, ctx.read_ahead()) {
+                notes.push(format!(
+                    "{name}: the daemons fetched {:.1} MiB ahead of streams on their hints",
+                    b.saturating_sub(a) as f64 / super::MIB
+                ));
+            }
             let hints = matches!(via, Via::Mount(_, true) | Via::Library(_, true));
             phases.push(TierPhase::new(
                 &name,
