@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
+.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier bench-streams lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -111,6 +111,11 @@ crash-cycles: deps
 ## The benchmark suite: Eddy beside the raw storage, with ratios and a plot.
 bench: build
 	$(RELEASE)/eddy bench suite --preload --plot docs/guide/figures/bench-suite.png --json docs/bench-suite.json
+
+## Stream hints (decision 0072): 8 concurrent cold readers, sequential and strided, through the
+## mount and the library, hints on and off, against the direct backend read.
+bench-streams: build
+	$(RELEASE)/eddy bench tier --streams --json docs/bench-streams-dir.json
 
 ## The backend tier beside the backend used directly: a plain directory, then a GlusterFS volume.
 GLUSTER_BENCH_DIR ?= /var/tmp/eddy-bench-gluster

@@ -189,6 +189,12 @@ pub struct TierArgs {
     /// Write the results as JSON to this file (`-` = stdout; the table then goes to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Run the stream phases instead of the usual ones (decision 0072): 8 readers at once,
+    /// each its own cold backend file, sequential and strided, through the mount and the
+    /// library, stream hints on and off, against the direct backend read; --size is what
+    /// the 8 readers' files hold together.
+    #[arg(long)]
+    pub streams: bool,
 }
 
 #[derive(Debug, Args)]

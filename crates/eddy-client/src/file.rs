@@ -52,6 +52,8 @@ pub(crate) struct FileInner {
     pub(crate) ra_upto: AtomicU64,
     /// Read-ahead as advised (`posix_fadvise`): detected, always, never (`data::advice`).
     pub(crate) ra_mode: AtomicU8,
+    /// The stream its reads belong to and what they have shown (decision 0072).
+    pub(crate) stream: crate::data::Stream,
     /// Who opened the file: its writes and truncates by a caller without the privilege clear
     /// the file's set-id bits.
     pub(crate) creds: Creds,
@@ -303,6 +305,7 @@ impl Client {
             ra_next: AtomicU64::new(0),
             ra_upto: AtomicU64::new(0),
             ra_mode: AtomicU8::new(crate::data::RA_DETECT),
+            stream: Default::default(),
             creds,
             setid_cleared: AtomicBool::new(false),
             unsynced: Default::default(),

@@ -228,6 +228,16 @@ pub struct Config {
     /// threads to the job's own reads meanwhile. `eddy stage-in`, which the job waits for,
     /// fetches 16 at once. Default 4.
     pub prefetch_files: u32,
+    /// Whether a client's reads tell the daemons the stream they belong to and how it reads
+    /// (sequential, strided with its stride, random: decision 0072), so that a daemon reads
+    /// ahead, for that stream, the chunks of a backend file it owns. Off: reads carry no
+    /// hint and the daemons read nothing ahead on their own (the client's own read-ahead of
+    /// `readahead_chunks` goes on). Default true.
+    pub stream_hints: bool,
+    /// Chunks of a backend file ahead of a sequential or strided stream's last read among
+    /// which a daemon fetches, in the background, those it owns (decision 0072); 0: none.
+    /// Default 16.
+    pub stream_readahead_chunks: u32,
     /// Deadline of one backend operation (a fetch, a flush, a namespace write-through), in
     /// milliseconds; past it the request fails with EIO naming the backend path. At most
     /// three quarters of `rpc_timeout_ms` is used. Default 5 000.
@@ -373,6 +383,8 @@ impl Default for Config {
             cache_low_watermark_pct: 75,
             readahead_chunks: 8,
             prefetch_files: 4,
+            stream_hints: true,
+            stream_readahead_chunks: 16,
             backend_timeout_ms: 5_000,
             backend_threads: 16,
             root_uid: None,

@@ -647,6 +647,13 @@ impl Collector for StatsCollector {
         )?;
         family(
             &mut enc,
+            "eddy_backend_bytes_read_ahead",
+            "Bytes the backend tier fetched ahead of readers' streams on their hints.",
+            Counter,
+            vec![(self.base(), s.backend.read_ahead_bytes)],
+        )?;
+        family(
+            &mut enc,
             "eddy_backend_bytes_written",
             "Bytes the backend tier wrote to the backend.",
             Counter,

@@ -257,9 +257,7 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
             ),
             false => None,
         };
-        Ok(Arc::new(State::new(
-            settings, meta, chunks, backend, tier, hints,
-        )))
+        Ok(State::new(settings, meta, chunks, backend, tier, hints).into_arc())
     })
     .await
     .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?

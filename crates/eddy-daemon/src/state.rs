@@ -47,7 +47,25 @@ pub struct State {
     pub(crate) direct: crate::direct::Direct,
     /// Whether the descriptor socket is served.
     direct_socket: std::sync::atomic::AtomicBool,
+    /// This state itself, for work a request leaves to the background (read-ahead of a
+    /// stream, decision 0072); set when the state is made (`into_arc`).
+    me: std::sync::Weak<State>,
+    /// Read-ahead fetches of streams planned and not done (at most `READ_AHEAD_QUEUED`), and the
+    /// turns of those that fetch at once (`read_ahead_at_once`).
+    reading_ahead: std::sync::atomic::AtomicUsize,
+    read_ahead_turns: Semaphore,
 }
+
+/// Read-ahead fetches of streams one daemon runs at once (each fetches its chunks one after
+/// the other, on the blocking pool): a quarter of the request threads, so that read-ahead
+/// never holds more backend I/O than that.
+fn read_ahead_at_once(io_threads: usize) -> usize {
+    (io_threads / 4).max(1)
+}
+
+/// Read-ahead fetches planned and waiting for a turn at most; a read that finds this many
+/// plans nothing, and its stream's next read plans again.
+const READ_AHEAD_QUEUED: usize = 256;
 
 /// Rounds of eviction a request that found no room waits for at most (`with_room`).
 const ROOM_ROUNDS: usize = 64;
@@ -97,7 +115,69 @@ impl State {
             shutdown: watch::Sender::new(false),
             direct: Default::default(),
             direct_socket: Default::default(),
+            me: std::sync::Weak::new(),
+            reading_ahead: Default::default(),
+            read_ahead_turns: Semaphore::new(read_ahead_at_once(io_threads)),
         }
+    }
+
+    /// The state in an `Arc` that knows itself (for background work).
+    pub fn into_arc(self) -> Arc<State> {
+        Arc::new_cyclic(|me| State {
+            me: me.clone(),
+            ..self
+        })
+    }
+
+    /// Read-ahead for the stream of a read with a hint (decision 0072): plans the chunks of
+    /// a linked file this daemon owns that the stream reads next, and fetches them in the
+    /// background, on the blocking pool, at most `read_ahead_at_once` at a time, after the
+    /// read's reply. Does nothing with `stream_hints` off or `stream_readahead_chunks` 0,
+    /// or while `READ_AHEAD_QUEUED` fetches wait.
+    pub(crate) fn read_ahead(
+        &self,
+        id: eddy_proto::FileId,
+        pieces: &[eddy_proto::Piece],
+        backing: &Backing,
+        hint: eddy_proto::StreamHint,
+    ) {
+        let cfg = &self.settings.config;
+        if !cfg.stream_hints || cfg.stream_readahead_chunks == 0 {
+            return;
+        }
+        if self.reading_ahead.load(Ordering::Relaxed) >= READ_AHEAD_QUEUED {
+            return;
+        }
+        let (Some(st), Ok(rt)) = (self.me.upgrade(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let ks = self
+            .tier
+            .plan_read_ahead(id, pieces, backing, hint, cfg.stream_readahead_chunks);
+        if ks.is_empty() {
+            return;
+        }
+        self.reading_ahead.fetch_add(1, Ordering::AcqRel);
+        let backing = backing.clone();
+        rt.spawn(async move {
+            let fetched = match st.read_ahead_turns.acquire().await {
+                Ok(_permit) => {
+                    let s = Arc::clone(&st);
+                    tokio::task::spawn_blocking(move || {
+                        s.with_room(|| s.tier.prefetch(&s.chunks, id, &ks, &backing, false))
+                    })
+                    .await
+                    .map_err(|e| Errno::eio(format!("read-ahead failed unexpectedly: {e}")))
+                    .and_then(|r| r)
+                }
+                Err(_) => Err(Errno::eio("the daemon is stopping")),
+            };
+            match fetched {
+                Ok(bytes) => st.tier.read_ahead_done(bytes),
+                Err(e) => tracing::debug!("read-ahead of a stream failed (its reads fetch): {e}"),
+            }
+            st.reading_ahead.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 
     /// Whether this daemon serves a descriptor socket (direct local I/O, decision 0048).

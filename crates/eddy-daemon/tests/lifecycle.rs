@@ -303,7 +303,8 @@ async fn check_recovered(root: &Path, data: &[u8]) {
         c.data(Request::Read(req::Read {
             file_id: 5,
             pieces,
-            backing: None
+            backing: None,
+            hint: None,
         }))
         .await,
         data
@@ -508,6 +509,7 @@ mod needs_root {
                 file_id: 1,
                 pieces: chunks(8),
                 backing: None,
+                hint: None,
             }))
             .await,
             kept

@@ -350,6 +350,7 @@ async fn write_read_holes_and_bounds() {
             file_id: fid,
             pieces: vec![p(0, 0, 200), p(1, 0, 50), p(3, 100, 20)],
             backing: None,
+            hint: None,
         }))
         .await;
     assert_eq!(got.len(), 270);
@@ -362,6 +363,7 @@ async fn write_read_holes_and_bounds() {
             file_id: 999,
             pieces: vec![p(5, 7, 33)],
             backing: None,
+            hint: None,
         }))
         .await;
     assert_eq!(missing, vec![0u8; 33]);
@@ -380,6 +382,7 @@ async fn write_read_holes_and_bounds() {
             file_id: fid,
             pieces: vec![p(0, 48, 8)],
             backing: None,
+            hint: None,
         }))
         .await;
     assert_eq!(got, vec![a[38], a[39], 9, 9, 9, 9, a[44], a[45]]);
@@ -397,6 +400,7 @@ async fn write_read_holes_and_bounds() {
         file_id: fid,
         pieces: vec![p(0, cs, 1)],
         backing: None,
+        hint: None,
     });
     assert_eq!(c.errno(read_beyond).await, libc::EINVAL);
     let short = Request::Write(req::Write {
@@ -413,6 +417,7 @@ async fn write_read_holes_and_bounds() {
             file_id: fid,
             pieces: vec![p(0, cs - 10, 10)],
             backing: None,
+            hint: None,
         }))
         .await;
     assert_eq!(got, vec![0u8; 10]);
@@ -477,6 +482,7 @@ async fn truncate_across_chunks_and_remove_data() {
             file_id: fid,
             pieces: pieces.clone(),
             backing: None,
+            hint: None,
         }))
         .await;
     assert!(got[..cs as usize + 100].iter().all(|&x| x == 0x5a));
@@ -509,6 +515,7 @@ async fn truncate_across_chunks_and_remove_data() {
             file_id: fid,
             pieces,
             backing: None,
+            hint: None,
         }))
         .await;
     assert!(got.iter().all(|&x| x == 0));
@@ -621,6 +628,7 @@ async fn identify_and_stats_count_what_was_served() {
         file_id: fid,
         pieces: vec![Piece { len: 1000, ..piece }],
         backing: None,
+        hint: None,
     });
     assert_eq!(c.data(read).await.len(), 1000);
     assert_eq!(c.errno(stat("/missing")).await, libc::ENOENT);

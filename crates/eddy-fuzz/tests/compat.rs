@@ -66,6 +66,12 @@ fn requests_encoded_by_the_old_code_decode_to_the_same_requests() {
         let bytes = same_variant_today(seed_bytes(seed.parse().unwrap(), len.parse().unwrap()));
         let now = Request::arbitrary(&mut Unstructured::new(&bytes)).unwrap();
         let old = hex::decode(hex_bytes).unwrap();
+        // Protocol 13 appended `hint` to `Read` (decision 0072), drawn from the bytes after
+        // the old fields: the old encoding, then the hint's.
+        let old = match &now {
+            Request::Read(r) => [old, encode(&r.hint).unwrap()].concat(),
+            _ => old,
+        };
         assert_eq!(now.op_name(), op, "seed {seed}: another kind of request");
         assert_eq!(
             encode(&now).unwrap(),
@@ -199,6 +205,7 @@ fn a_daemon_root_written_by_the_old_code_is_served_as_it_was() {
             file_id: 0xf11e,
             pieces,
             backing: None,
+            hint: None,
         });
         let reply = d.handle(read).await.unwrap();
         let ReadReply { data, sums } = eddy_proto::typed_reply::<req::Read>(reply).unwrap();

@@ -198,6 +198,10 @@ pub struct BackendStats {
     pub writes: u64,
     pub read_bytes: u64,
     pub written_bytes: u64,
+    /// Of `read_bytes`, those fetched ahead of readers' streams on their hints (decision
+    /// 0072); absent from snapshots persisted before it.
+    #[serde(default)]
+    pub read_ahead_bytes: u64,
 }
 
 /// Everything one daemon counted since it started: the `Stats` reply.

@@ -8,6 +8,7 @@ mod eddy;
 mod local;
 
 pub use c::CFs;
+pub(crate) use eddy::load_deployment;
 pub use eddy::EddyFs;
 pub use local::LocalFs;
 

@@ -37,6 +37,7 @@
 mod files;
 mod host;
 mod phases;
+mod streams;
 mod table;
 pub mod writeback;
 
@@ -233,7 +234,11 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
     // Per round the backend holds 6 sets (cold, ram, tree, pre, direct, out), the storage 5
     // in the cache (cold, ram, tree, pre, out) and the local copy; plus the native files.
     let per_set = a.size.saturating_mul(u64::from(a.rounds));
-    let (backend_need, storage_need) = (per_set * 6, per_set * 6 + a.size);
+    // With --streams: 8 sets in the backend and as many in the cache.
+    let (backend_need, storage_need) = match a.streams {
+        true => (per_set * 8, per_set * 8),
+        false => (per_set * 6, per_set * 6 + a.size),
+    };
     match &a.backend {
         Some(b) => {
             check_room(b, backend_need, "the backend")?;
@@ -315,7 +320,7 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
         .map_or(0, |d| d.as_secs());
 
     note!("eddy bench tier: writing the backend files");
-    for r in 0..a.rounds {
+    for r in (0..a.rounds).filter(|_| !a.streams) {
         for (dir, set) in [
             ("cold", &sets.flat),
             ("ram", &sets.flat),
@@ -347,7 +352,11 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
     )?;
     let mount_read_ahead_kb = read_ahead_kb(&paths.mount);
     let mut notes = Vec::new();
-    let result = measure(&mut ctx, &sets, &mut notes);
+    let result = if a.streams {
+        streams::measure(&mut ctx, &sets, a.size, base.path(), &mut notes)
+    } else {
+        measure(&mut ctx, &sets, &mut notes)
+    };
     let stopped = deployment.stop();
     let phases = result?;
     stopped?;

@@ -40,6 +40,8 @@ struct Figures {
     /// Bytes read from and written to the backend by the tier (None if status does not say).
     backend_read: Option<u64>,
     backend_written: Option<u64>,
+    /// Of `backend_read`, what the daemons fetched ahead of streams on their hints.
+    read_ahead: Option<u64>,
 }
 
 impl Figures {
@@ -66,6 +68,7 @@ impl Figures {
             chunk_bytes: sum(&|d| d["chunk_bytes"].as_u64()),
             backend_read: sum(&|d| d["tier"]["backend_read_bytes"].as_u64()),
             backend_written: sum(&|d| d["tier"]["backend_write_bytes"].as_u64()),
+            read_ahead: sum(&|d| d["tier"]["read_ahead_bytes"].as_u64()),
         }
     }
 }
@@ -128,7 +131,7 @@ impl Sets {
 
 /// Which tier counter an Eddy side moves.
 #[derive(Clone, Copy)]
-enum Counter {
+pub(super) enum Counter {
     Read,
     Written,
 }
@@ -154,7 +157,7 @@ impl Ctx<'_> {
     }
 
     /// Runs the Eddy side `f` and returns its time and what the tier counter moved meanwhile.
-    fn eddy_side(
+    pub(super) fn eddy_side(
         &mut self,
         counter: Counter,
         f: impl FnOnce(&mut Self) -> anyhow::Result<Duration>,
@@ -166,6 +169,11 @@ impl Ctx<'_> {
         let before = pick(self.figures());
         let took = f(self)?;
         Ok((took, grew(before, pick(self.figures()))))
+    }
+
+    /// Bytes the daemons fetched ahead of streams on their hints so far (decision 0072).
+    pub(super) fn read_ahead(&self) -> Option<u64> {
+        self.figures().read_ahead
     }
 
     /// `eddy stage-in` or `stage-out` of a namespace path; returns its wall time.
@@ -181,7 +189,7 @@ impl Ctx<'_> {
 }
 
 /// Runs both sides of one round, the baseline first in even rounds and last in odd ones.
-fn pair<B, E>(
+pub(super) fn pair<B, E>(
     ctx: &mut Ctx,
     round: u32,
     rounds: &mut Rounds,
@@ -237,7 +245,7 @@ pub(super) fn measure(
     ])
 }
 
-fn say(what: &str) {
+pub(super) fn say(what: &str) {
     note!("eddy bench tier: {what}");
 }
 

@@ -23,6 +23,8 @@ pub(crate) mod locality;
 mod read;
 mod replica;
 mod space;
+mod streams;
+pub(crate) use streams::Stream;
 mod sync;
 pub(crate) mod tier;
 mod write;

@@ -89,10 +89,11 @@ impl Data<'_> {
         }
         let len = (size - offset).min(len as u64) as usize;
         let out = dest(len);
+        let hint = self.stream_hint(f, offset, len);
         if self.replicas() > 1 {
-            self.read_ahead(f, offset, len, size);
+            self.read_ahead(f, offset, len, size, hint);
             let spans = layout::pieces(offset, len, self.config().chunk_size);
-            self.read_copies(f.file_id(), &f.path(), f.backing(), spans, out)
+            self.read_copies(f.file_id(), &f.path(), f.backing(), hint, spans, out)
                 .await?;
             return Ok(len);
         }
@@ -118,6 +119,7 @@ impl Data<'_> {
                             file_id: f.file_id(),
                             pieces: pieces.clone(),
                             backing: f.backing(),
+                            hint,
                         },
                     )
                     .await
@@ -125,7 +127,7 @@ impl Data<'_> {
                 integrity::read_reply(cfg, reply, &pieces, &f.path(), b.daemon)
             }
         });
-        self.read_ahead(f, offset, len, size);
+        self.read_ahead(f, offset, len, size, hint);
         for (b, r) in batches.iter().zip(join_all(reads).await) {
             let data = r?;
             if data.len() != b.bytes {
@@ -148,7 +150,16 @@ impl Data<'_> {
 
     /// Read-ahead for a sequential reader of a linked file: asks the owners of the next
     /// `readahead_chunks` chunks to fetch them from the backend, without waiting for them.
-    fn read_ahead(&self, f: &File, offset: u64, len: usize, size: u64) {
+    /// A stream its hint calls strided is left to the daemons (decision 0072): this would
+    /// fetch the gaps between its records too.
+    fn read_ahead(
+        &self,
+        f: &File,
+        offset: u64,
+        len: usize,
+        size: u64,
+        hint: Option<eddy_proto::StreamHint>,
+    ) {
         let (Some(backing), ahead) = (f.backing(), u64::from(self.config().readahead_chunks))
         else {
             return;
@@ -163,7 +174,9 @@ impl Data<'_> {
             crate::data::RA_NEVER => false,
             _ => near,
         };
-        if !sequential || ahead == 0 || len == 0 {
+        let strided =
+            hint.is_some_and(|h| matches!(h.pattern, eddy_proto::Pattern::Strided { .. }));
+        if !sequential || strided || ahead == 0 || len == 0 {
             return;
         }
         let chunks_in_file = size.div_ceil(cs);
@@ -214,6 +227,7 @@ impl Data<'_> {
         file_id: u128,
         path: &str,
         backing: Option<eddy_proto::Backing>,
+        hint: Option<eddy_proto::StreamHint>,
         spans: Vec<Span>,
         out: &mut [u8],
     ) -> Result<(), Errno> {
@@ -250,6 +264,7 @@ impl Data<'_> {
                     file_id,
                     pieces: pieces.clone(),
                     backing: backing.clone(),
+                    hint,
                 };
                 async move {
                     let reply = self.rpc().try_call(b.daemon, req).await?;

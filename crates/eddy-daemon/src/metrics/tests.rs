@@ -75,6 +75,7 @@ fn snapshot() -> DaemonStats {
             writes: 7,
             read_bytes: 800,
             written_bytes: 900,
+            read_ahead_bytes: 300,
         },
         ..DaemonStats::default()
     }
@@ -273,6 +274,7 @@ fn every_line_is_exposition_and_the_samples_are_the_snapshots() {
     assert_eq!(get("eddy_errors_total", &[("errno", "EIO")]), 1.0);
     assert_eq!(get("eddy_errors_total", &[("errno", "4242")]), 1.0);
     assert_eq!(get("eddy_backend_bytes_read_total", &[]), 800.0);
+    assert_eq!(get("eddy_backend_bytes_read_ahead_total", &[]), 300.0);
     assert_eq!(get("eddy_backend_bytes_written_total", &[]), 900.0);
     assert_eq!(
         get("eddy_backend_operations_total", &[("dir", "read")]),

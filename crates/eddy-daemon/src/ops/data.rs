@@ -32,6 +32,9 @@ impl Apply for req::Read {
         if let Some(b) = self.backing {
             let b = st.linked(b)?;
             let data = st.with_room(|| st.tier.read(chunks, self.file_id, &self.pieces, &b))?;
+            if let Some(hint) = self.hint {
+                st.read_ahead(self.file_id, &self.pieces, &b, hint);
+            }
             // The tier verified what it read from the chunks (and checksummed what it
             // fetched): the reply's checksums are computed over the verified bytes.
             let sums = chunks

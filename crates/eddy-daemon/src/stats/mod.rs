@@ -523,6 +523,7 @@ pub struct BackendCounters {
     writes: AtomicU64,
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
+    read_ahead_bytes: AtomicU64,
 }
 
 impl BackendCounters {
@@ -547,8 +548,16 @@ impl BackendCounters {
         }
     }
 
+    /// Bytes fetched ahead of a stream on its hint (counted by `read` too).
+    pub fn read_ahead(&self, bytes: u64) {
+        if self.on {
+            self.read_ahead_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
     fn snapshot(&self) -> BackendStats {
         BackendStats {
+            read_ahead_bytes: self.read_ahead_bytes.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             read_bytes: self.read_bytes.load(Ordering::Relaxed),

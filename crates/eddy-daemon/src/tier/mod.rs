@@ -26,6 +26,7 @@ mod evict;
 mod finalize;
 mod import;
 mod links;
+mod streams;
 mod write_through;
 mod xattrs;
 
@@ -92,6 +93,10 @@ pub struct Tier {
     write_bytes: AtomicU64,
     fetches: AtomicU64,
     evictions: AtomicU64,
+    /// Bytes fetched ahead of streams on their hints (decision 0072).
+    read_ahead_bytes: AtomicU64,
+    /// The streams' read-ahead state (decision 0072).
+    streams: Mutex<streams::Streams>,
     capacity_cfg: u64,
     high_pct: u64,
     low_pct: u64,
@@ -201,6 +206,8 @@ impl Tier {
             write_bytes: AtomicU64::new(0),
             fetches: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            read_ahead_bytes: AtomicU64::new(0),
+            streams: Mutex::new(streams::Streams::default()),
             capacity_cfg: config.cache_capacity_bytes,
             high_pct: u64::from(config.cache_high_watermark_pct),
             low_pct: u64::from(config.cache_low_watermark_pct),
@@ -472,6 +479,12 @@ impl Tier {
         Ok(fetched)
     }
 
+    /// Counts bytes fetched ahead of a stream on its hint (decision 0072).
+    pub fn read_ahead_done(&self, bytes: u64) {
+        self.read_ahead_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.backend.io.read_ahead(bytes);
+    }
+
     /// Writes back this daemon's dirty chunks of files under `prefix` with ids after
     /// `after`, at most `limit` files; returns one outcome per file and whether more remain.
     pub fn flush_dirty(
@@ -731,6 +744,7 @@ impl Tier {
             backend_write_bytes: self.write_bytes.load(Ordering::Relaxed),
             fetches: self.fetches.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
+            read_ahead_bytes: self.read_ahead_bytes.load(Ordering::Relaxed),
             capacity_bytes: cap,
             high_watermark_bytes: cap / 100 * self.high_pct,
             low_watermark_bytes: cap / 100 * self.low_pct,

@@ -354,6 +354,7 @@ async fn a_payload_damaged_in_flight_is_refused_and_nothing_is_stored() {
         file_id: 77,
         pieces: pieces.clone(),
         backing: None,
+        hint: None,
     });
     match call(&mut s, 4, &read).unwrap() {
         eddy_proto::Reply::Checked { data: got, sums } => {

@@ -163,6 +163,7 @@ async fn replies_nobody_reads_and_huge_frames_stay_within_the_bytes_bound() {
         file_id: 99,
         pieces,
         backing: None,
+        hint: None,
     });
     let body = eddy_proto::encode(&read).unwrap();
     let mut w = s.try_clone().unwrap();

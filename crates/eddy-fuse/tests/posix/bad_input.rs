@@ -162,6 +162,7 @@ async fn a_client_that_never_reads_stalls_only_itself() {
             len: 65_536,
         }],
         backing: None,
+        hint: None,
     });
     let body = eddy_proto::encode(&read).unwrap();
     let served = |st: Vec<(u32, Result<eddy_client::DaemonStatus, eddy_client::Errno>)>| {

@@ -438,6 +438,34 @@ pub struct Backing {
     pub size: u64,
 }
 
+/// What a client knows of the stream a read belongs to (decision 0072): one stream is one
+/// open handle of one client process (`stream`: the client's random session mixed with the
+/// handle), and `pattern` is how it has been reading. A daemon keeps per-stream read-ahead
+/// state from it (no data) and fetches ahead the chunks it owns that the stream will read
+/// next. Only a hint: a daemon ignores one it cannot use (a stride of 0, a stride past
+/// the file), and a request without one is served as before.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StreamHint {
+    pub stream: u64,
+    pub pattern: Pattern,
+}
+
+/// How a stream reads, as its client detected it or was advised (`posix_fadvise`).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Pattern {
+    /// Not known yet (a first read).
+    Unknown,
+    /// Each read starts where the last ended (or near it), or `POSIX_FADV_SEQUENTIAL`.
+    Sequential,
+    /// Reads of the same length at a constant distance `stride` (bytes, from one read's
+    /// start to the next's) larger than the read.
+    Strided { stride: u64 },
+    /// Neither, or `POSIX_FADV_RANDOM`: read nothing ahead for it.
+    Random,
+}
+
 /// The kind of an advisory lock request.
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -72,6 +72,8 @@ pub struct TierStatus {
     pub backend_write_bytes: u64,
     pub fetches: u64,
     pub evictions: u64,
+    /// Bytes fetched ahead of readers' streams on their hints (decision 0072).
+    pub read_ahead_bytes: u64,
     pub capacity_bytes: u64,
     pub high_watermark_bytes: u64,
     pub low_watermark_bytes: u64,

@@ -172,13 +172,17 @@ pub struct Write {
 /// with the pieces' bytes back to back, or `Checked` with their checksums too (a daemon
 /// with checksums on: the stored checksums were verified first, a mismatch is EIO naming
 /// the file id, chunk and offset). With `backing`, a chunk missing here is fetched
-/// from the backend (once, whatever the number of concurrent readers) and kept.
+/// from the backend (once, whatever the number of concurrent readers) and kept. `hint`:
+/// the stream the read belongs to and how it reads (decision 0072); with `backing`, a
+/// sequential or strided stream gets the next chunks it will read that this daemon owns
+/// fetched ahead in the background, after the reply's data is read.
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Read {
     pub file_id: FileId,
     pub pieces: Vec<Piece>,
     pub backing: Option<Backing>,
+    pub hint: Option<StreamHint>,
 }
 
 /// Fetches the listed chunks of a backend file that this daemon owns and does not hold

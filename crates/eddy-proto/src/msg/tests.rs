@@ -328,6 +328,7 @@ fn bulk_column_measures_the_bytes() {
         file_id: 8,
         pieces: vec![piece(4096)],
         backing: None,
+        hint: None,
     });
     let b = read.bulk();
     assert_eq!(

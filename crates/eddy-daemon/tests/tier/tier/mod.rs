@@ -299,6 +299,7 @@ mod hidden;
 mod links;
 mod locality;
 mod reads;
+mod streams;
 mod two_writers;
 mod writeback;
 mod writes;
