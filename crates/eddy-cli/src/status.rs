@@ -41,8 +41,9 @@ struct DaemonRow {
     hints_for: Vec<(u32, u64)>,
     /// Whether the daemon is rejoining (taking what it missed; clients use other copies).
     rejoining: Option<bool>,
-    /// The backend tier: cached, dirty and pinned bytes, bytes read from and written to the
-    /// backend, fetches, evictions, capacity and watermarks (all zero when nothing is linked).
+    /// The backend tier: cached, dirty and pinned bytes, bytes read from (read ahead for
+    /// streams among them) and written to the backend, fetches, evictions, capacity and
+    /// watermarks (all zero when nothing is linked).
     tier: Option<TierStatus>,
     /// Its host's latest health probe (`--inventory`), when the host was probed.
     host_health: Option<eddy_sysmap::health::Health>,
@@ -359,12 +360,13 @@ fn print_metrics(rows: &[DaemonRow]) {
 fn print_tier_table(rows: &[DaemonRow]) {
     outln!("backend tier");
     outln!(
-        "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
+        "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
         "ID",
         "CACHED",
         "DIRTY",
         "PINNED",
         "BE READ",
+        "READ AHEAD",
         "BE WRITTEN",
         "EVICTIONS",
         "WATERMARKS HIGH/LOW"
@@ -375,12 +377,13 @@ fn print_tier_table(rows: &[DaemonRow]) {
             continue;
         };
         outln!(
-            "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
+            "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
             r.id,
             human_bytes(t.cached_bytes),
             human_bytes(t.dirty_bytes),
             human_bytes(t.pinned_bytes),
             human_bytes(t.backend_read_bytes),
+            human_bytes(t.read_ahead_bytes),
             human_bytes(t.backend_write_bytes),
             t.evictions,
             watermarks(t),

@@ -85,6 +85,22 @@ async fn strided_and_sequential_streams_are_read_ahead_by_the_owners() {
         "{counted} bytes counted as read ahead, for {} chunks",
         ahead.len()
     );
+    // `eddy status` shows what each daemon read ahead, in its backend tier table.
+    let out = cli::ok(&["status", "--state", s(cl.dir.path())]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    let mut lines = out.lines().skip_while(|l| !l.contains("READ AHEAD"));
+    let header = lines.next().expect("a READ AHEAD column in eddy status");
+    let end = header.find("READ AHEAD").unwrap() + "READ AHEAD".len();
+    for st in statuses(&c).await {
+        let row = lines.next().expect("a row per daemon");
+        let cell = row.get(end - 10..end).unwrap_or_default().trim();
+        assert_eq!(
+            cell == "0 B",
+            st.tier.read_ahead_bytes == 0,
+            "eddy status shows {cell:?} read ahead for a daemon that read ahead {} bytes:\n{out}",
+            st.tier.read_ahead_bytes
+        );
+    }
     // Another handle (a stream of its own, advised RANDOM: nothing read ahead for it)
     // reads the records fetched ahead: nothing is fetched.
     let g = open(&c, "/strided.bin").await;
