@@ -40,11 +40,8 @@ pub fn run(
     paths: &[String],
     progress: &(dyn Fn(&FileResult) + Sync),
 ) -> Result<Report> {
-    let dep = state.load_deployment()?;
-    stage::require_links(&dep, state)?;
-    let secret = dep.secret.clone();
-    let rt = crate::runtime()?;
-    let client = stage::client(dep)?;
+    let (rt, client) = stage::linked_client(state)?;
+    let secret = client.deployment().secret.clone();
     let bar = Bar::new("prefetch");
     let seen = |r: &FileResult| {
         bar.part_ended(r);

@@ -123,7 +123,7 @@ fn linked(state: &StateDir, args: &[PathBuf]) -> Result<(Vec<String>, Runtime, C
 }
 
 /// The runtime and client of the deployment in `state`, which must link a backend.
-fn linked_client(state: &StateDir) -> Result<(Runtime, Client)> {
+pub(crate) fn linked_client(state: &StateDir) -> Result<(Runtime, Client)> {
     let dep = state.load_deployment()?;
     require_links(&dep, state)?;
     let rt = crate::runtime()?;

@@ -247,6 +247,17 @@ fn background_pid(out: &str) -> String {
     after[..after.find(')').expect("pid)")].to_string()
 }
 
+/// `eddy prefetch /in` run while the daemons of `state` are stopped (SIGSTOP), so that
+/// nothing is fetched before it returns: the daemons (still stopped), the command's output
+/// and the pid of its background process.
+fn prefetch_held(state: &Path) -> (Vec<String>, std::process::Output, String) {
+    let daemons = daemon_pids(state);
+    signal("STOP", &daemons);
+    let out = cli::eddy(&["prefetch", "--state", s(state), "/in"]);
+    let pid = background_pid(&String::from_utf8_lossy(&out.stdout));
+    (daemons, out, pid)
+}
+
 /// A backend tree of `files` files of 200 KiB + i bytes in nested directories under `in`;
 /// returns the files (relative paths) and their chunks of 64 KiB.
 fn backend_tree(b: &Path, files: usize) -> (Vec<(String, Vec<u8>)>, u64) {
@@ -278,12 +289,9 @@ fn cli_prefetch_returns_at_once_and_caches_the_tree() {
     let _stop = cli_start(state, b, mnt.path());
     assert_eq!(status_total(state, "fetches"), 0);
 
-    let daemons = daemon_pids(state);
-    signal("STOP", &daemons);
-    let out = cli::eddy(&["prefetch", "--state", s(state), "/in"]);
+    let (daemons, out, pid) = prefetch_held(state);
     let line = String::from_utf8_lossy(&out.stdout).into_owned();
     // The fetch has not happened (its daemons are stopped) and its process runs.
-    let pid = background_pid(&line);
     let cmd = command_line(&pid);
     signal("CONT", &daemons);
     assert!(out.status.success(), "{}", cli::text(&out));
@@ -390,11 +398,8 @@ fn cli_stop_leaves_no_prefetch_behind() {
     let mnt = tempfile::tempdir().unwrap();
     let state = root.path();
     let stopper = cli_start(state, b, mnt.path());
-    let daemons = daemon_pids(state);
     // Held before it can fetch: the daemons, then the prefetch itself, are stopped.
-    signal("STOP", &daemons);
-    let out = cli::eddy(&["prefetch", "--state", s(state), "/in"]);
-    let pid = background_pid(&String::from_utf8_lossy(&out.stdout));
+    let (daemons, out, pid) = prefetch_held(state);
     let _kill = KillOnDrop(pid.clone());
     let running = command_line(&pid).is_some();
     signal("STOP", std::slice::from_ref(&pid));
@@ -423,10 +428,7 @@ fn a_prefetch_gives_up_once_its_deployment_is_gone() {
     let mnt = tempfile::tempdir().unwrap();
     let state = root.path();
     let stopper = cli_start(state, b, mnt.path());
-    let daemons = daemon_pids(state);
-    signal("STOP", &daemons);
-    let out = cli::eddy(&["prefetch", "--state", s(state), "/in"]);
-    let pid = background_pid(&String::from_utf8_lossy(&out.stdout));
+    let (daemons, out, pid) = prefetch_held(state);
     let _kill = KillOnDrop(pid.clone());
     // Its fetch has begun: it loaded the deployment and waits on a daemon's socket.
     eddy_testkit::eventually::eventually(format!("prefetch {pid} connects"), || {
