@@ -49,20 +49,8 @@ fn fio(dir: &std::path::Path) -> std::process::Output {
 
 /// Every daemon verifies every block it holds: none may be bad, none counted.
 async fn scrub_clean(c: &Client) {
+    crate::scrub_clean(c).await;
     for d in c.rpc().ids().to_vec() {
-        let mut after = None;
-        loop {
-            let page = c
-                .rpc()
-                .call(d, req::Scrub { after, limit: 1000 })
-                .await
-                .unwrap();
-            assert!(page.bad.is_empty(), "daemon {d}: {:?}", page.bad);
-            match page.next {
-                Some(n) => after = Some(n),
-                None => break,
-            }
-        }
         let s = c.rpc().call(d, req::Status).await.unwrap();
         assert_eq!(s.checksum_errors, 0, "daemon {d}");
     }

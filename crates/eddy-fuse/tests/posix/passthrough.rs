@@ -63,25 +63,6 @@ fn ops_when(
     now
 }
 
-/// Every daemon verifies every block it holds: none may be bad.
-async fn scrub_clean(c: &Client) {
-    for d in c.rpc().ids().to_vec() {
-        let mut after = None;
-        loop {
-            let page = c
-                .rpc()
-                .call(d, req::Scrub { after, limit: 1000 })
-                .await
-                .unwrap();
-            assert!(page.bad.is_empty(), "daemon {d}: {:?}", page.bad);
-            match page.next {
-                Some(n) => after = Some(n),
-                None => break,
-            }
-        }
-    }
-}
-
 /// `got` is `want`, or where they first differ is said (not the bytes).
 #[track_caller]
 fn same(got: &[u8], want: &[u8]) {
@@ -149,7 +130,7 @@ fn the_kernel_writes_the_data_file_and_a_reader_elsewhere_gets_verified_bytes() 
     rt.block_on(async {
         same(&read_all(&far, "/f").await, &want);
         assert!(op(&ops(&far).await, "read").0 > 0);
-        scrub_clean(&far).await;
+        crate::scrub_clean(&far).await;
         for d in far.rpc().ids().to_vec() {
             let s = far.rpc().call(d, req::Status).await.unwrap();
             assert_eq!(s.checksum_errors, 0, "daemon {d}");
@@ -196,7 +177,7 @@ fn an_fsynced_file_survives_a_kill_of_its_daemon() {
     let far = rt.block_on(remote_client(&m));
     rt.block_on(async {
         same(&read_all(&far, "/k").await, &data);
-        scrub_clean(&far).await;
+        crate::scrub_clean(&far).await;
     });
     same(&std::fs::read(m.path("k")).unwrap(), &data);
 }
@@ -359,6 +340,6 @@ fn an_o_direct_writer_beside_a_shared_mapping_never_makes_msync_fail() {
     let far = rt.block_on(remote_client(&m));
     rt.block_on(async {
         same(&read_all(&far, "/mixed").await, &here);
-        scrub_clean(&far).await;
+        crate::scrub_clean(&far).await;
     });
 }
