@@ -151,11 +151,13 @@ pub fn log_to_state(state: &StateDir) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The background prefetches of the deployment in `state` running on this host (by their
-/// command line: `prefetch --background ... --state STATE`).
+/// The background prefetches of the deployment in `state` running on this host: by their
+/// command line (`prefetch --background ... --state STATE`), run by the caller or by the
+/// state directory's owner; anyone else's process is never one, whatever it says.
 pub fn running(state: &StateDir) -> Vec<RecordedProcess> {
     let dir = state.dir().as_os_str().as_encoded_bytes();
-    crate::procs::with_args("background prefetch", |args| {
+    let owners = crate::procs::owners_of(state.dir());
+    crate::procs::with_args("background prefetch", &owners, |args| {
         args.first() == Some(&&b"prefetch"[..])
             && args.contains(&BACKGROUND.as_bytes())
             && args.windows(2).any(|w| w[0] == b"--state" && w[1] == dir)

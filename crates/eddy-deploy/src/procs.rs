@@ -4,6 +4,7 @@
 use crate::state::RecordedProcess;
 use anyhow::{Context, Result};
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -165,20 +166,62 @@ pub fn is_running(p: &RecordedProcess) -> bool {
 }
 
 /// Sends `signal` to the recorded process's group (it leads its own session), if it runs.
+/// The process is held by a pidfd before its start time is checked, so the signal reaches
+/// the recorded process or nothing: its own signal goes through the pidfd, and its group's
+/// too where the kernel can (Linux 6.9's `PIDFD_SIGNAL_PROCESS_GROUP`); on older kernels
+/// the group is signalled by number right after the check, as before.
 fn signal(p: &RecordedProcess, signal: i32) {
-    if !is_running(p) {
-        return;
-    }
     let Ok(pid) = i32::try_from(p.pid) else {
         return;
     };
-    // SAFETY: plain syscalls on a pid we verified to be the process we started.
+    // SAFETY: a plain syscall; the descriptor it returns is owned below.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let Ok(raw) = i32::try_from(raw) else {
+        return;
+    };
+    if raw < 0 {
+        // Gone (ESRCH), or a kernel before 5.3: the check and the signal by number.
+        if is_running(p) {
+            // SAFETY: plain syscalls on a pid just checked to be the process we recorded.
+            unsafe {
+                if libc::kill(-pid, signal) != 0 {
+                    libc::kill(pid, signal);
+                }
+            }
+        }
+        return;
+    }
+    // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+    // Checked after the pidfd is held: a reused pid now fails the start time, and the pidfd
+    // keeps naming the process checked.
+    if !is_running(p) {
+        return;
+    }
+    let fd = pidfd.as_raw_fd();
+    // SAFETY: plain syscalls on a pidfd we own; no memory is passed (info is null).
     unsafe {
-        if libc::kill(-pid, signal) != 0 {
-            libc::kill(pid, signal);
+        let null = std::ptr::null::<libc::siginfo_t>();
+        let group = libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd,
+            signal,
+            null,
+            PIDFD_SIGNAL_PROCESS_GROUP,
+        );
+        if group != 0 {
+            libc::syscall(libc::SYS_pidfd_send_signal, fd, signal, null, 0u32);
+            // A process that leads a group of its own (a session leader, as the processes
+            // recorded here are) on a kernel without the flag: its group by number.
+            if libc::getpgid(pid) == pid {
+                libc::kill(-pid, signal);
+            }
         }
     }
 }
+
+/// `PIDFD_SIGNAL_PROCESS_GROUP` (linux/pidfd.h, Linux 6.9): signal the pidfd's process group.
+const PIDFD_SIGNAL_PROCESS_GROUP: u32 = 1 << 2;
 
 /// Waits until none of `procs` runs or `bound` passes; returns those still running.
 pub fn wait_gone(procs: &[RecordedProcess], bound: Duration) -> Vec<RecordedProcess> {
@@ -210,17 +253,41 @@ pub fn terminate(procs: &[RecordedProcess], grace: Duration) -> Vec<String> {
         .collect()
 }
 
-/// The processes of this host whose command line has `--root ROOT` (daemons serving it).
+/// The processes of this host whose command line has `--root ROOT` (daemons serving it),
+/// run by the caller or by ROOT's owner (the daemons' user).
 pub fn serving_root(root: &Path) -> Vec<RecordedProcess> {
     let want = root.as_os_str().as_encoded_bytes();
-    with_args(&format!("daemon of {}", root.display()), |args| {
-        args.windows(2).any(|w| w[0] == b"--root" && w[1] == want)
-    })
+    with_args(
+        &format!("daemon of {}", root.display()),
+        &owners_of(root),
+        |args| args.windows(2).any(|w| w[0] == b"--root" && w[1] == want),
+    )
 }
 
-/// The processes of this host whose arguments (after the program) satisfy `pred`, this one
-/// excepted, each labelled `label`.
-pub fn with_args(label: &str, pred: impl Fn(&[&[u8]]) -> bool) -> Vec<RecordedProcess> {
+/// Whose processes may act for a directory: the caller (its effective uid) and the
+/// directory's owner, if it is there (never following a link at its name).
+pub fn owners_of(dir: &Path) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let mut uids = vec![unsafe { libc::geteuid() }];
+    // privileged-path: lstat of the directory, never following a link; only its owner is read
+    if let Ok(meta) = std::fs::symlink_metadata(dir) {
+        if meta.is_dir() && meta.uid() != uids[0] {
+            uids.push(meta.uid());
+        }
+    }
+    uids
+}
+
+/// The processes of this host whose arguments (after the program) satisfy `pred`, whose
+/// real and effective uids are both among `owners`, this one excepted, each labelled
+/// `label`. A process of anyone else is never listed, whatever its command line says: a
+/// command line is whatever its process wants it to be.
+pub fn with_args(
+    label: &str,
+    owners: &[u32],
+    pred: impl Fn(&[&[u8]]) -> bool,
+) -> Vec<RecordedProcess> {
     // privileged-path: the kernel's /proc
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -229,6 +296,9 @@ pub fn with_args(label: &str, pred: impl Fn(&[&[u8]]) -> bool) -> Vec<RecordedPr
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != std::process::id())
+        .filter(|&pid| {
+            proc_uids(pid).is_some_and(|(r, e)| owners.contains(&r) && owners.contains(&e))
+        })
         .filter(|pid| {
             // privileged-path: the kernel's /proc
             let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
@@ -246,6 +316,15 @@ pub fn with_args(label: &str, pred: impl Fn(&[&[u8]]) -> bool) -> Vec<RecordedPr
             })
         })
         .collect()
+}
+
+/// The real and effective uids of a process, from /proc/<pid>/status (None if it is gone).
+fn proc_uids(pid: u32) -> Option<(u32, u32)> {
+    // privileged-path: the kernel's /proc
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let mut ids = line.split_whitespace().map(|f| f.parse::<u32>().ok());
+    Some((ids.next()??, ids.next()??))
 }
 
 /// Kills children spawned by a start that failed, and reaps them.
@@ -286,6 +365,68 @@ mod tests {
         assert_eq!(killed.len(), 1);
         reaper.join().unwrap();
         assert!(!is_running(&rec));
+    }
+
+    #[test]
+    fn a_stale_record_is_never_signalled_and_the_group_is() {
+        use std::io::BufRead;
+        // A session leader with a child of its own, in its group; the child's pid is its
+        // first line.
+        let mut cmd = detached_command(
+            Path::new("sh"),
+            &["-c".into(), "sleep 30 & echo $!; wait".into()],
+        );
+        cmd.stdout(Stdio::piped());
+        let mut leader = spawn(cmd, Path::new("sh")).unwrap();
+        let rec = record("sh".into(), &leader);
+        let mut line = String::new();
+        std::io::BufReader::new(leader.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let member = RecordedProcess {
+            label: "sleep".into(),
+            pid: line.trim().parse().unwrap(),
+            start_time: 0,
+        };
+        let member = RecordedProcess {
+            start_time: proc_stat(member.pid).unwrap().start_time,
+            ..member
+        };
+        let stale = RecordedProcess {
+            start_time: rec.start_time + 1,
+            ..rec.clone()
+        };
+        signal(&stale, libc::SIGKILL);
+        assert!(
+            is_running(&rec),
+            "a record of another start time was signalled"
+        );
+        assert!(is_running(&member));
+        signal(&rec, libc::SIGKILL);
+        leader.wait().unwrap();
+        let left = wait_gone(std::slice::from_ref(&member), Duration::from_secs(20));
+        assert!(
+            left.is_empty(),
+            "the leader's group outlived its signal: {left:?}"
+        );
+    }
+
+    #[test]
+    fn processes_of_other_uids_are_never_listed_whatever_they_say() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("sleep.log");
+        let marker = format!("{}", 31_000 + std::process::id() % 1000);
+        let mut child = spawn_detached(Path::new("sleep"), &[marker.clone().into()], &log).unwrap();
+        // SAFETY: geteuid cannot fail and touches no memory.
+        let me = unsafe { libc::geteuid() };
+        let matches = |args: &[&[u8]]| args.first() == Some(&marker.as_bytes());
+        let mine = with_args("sleep", &[me], matches);
+        let others = with_args("sleep", &[me.wrapping_add(1)], matches);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(mine.len(), 1, "{mine:?}");
+        assert!(others.is_empty(), "{others:?}");
+        assert_eq!(owners_of(dir.path()), vec![me]);
     }
 
     #[test]

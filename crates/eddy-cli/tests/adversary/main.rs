@@ -14,4 +14,5 @@ mod history_alloc;
 mod inputs;
 mod planted;
 mod pool;
+mod processes;
 mod walltime;
