@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier bench-streams lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
+.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier bench-streams bench-streams-gluster lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -116,6 +116,12 @@ bench: build
 ## mount and the library, hints on and off, against the direct backend read.
 bench-streams: build
 	$(RELEASE)/eddy bench tier --streams --json docs/bench-streams-dir.json
+
+## The stream phases against a GlusterFS volume whose bricks wait 2 ms before every read.
+bench-streams-gluster: build
+	bash scripts/gluster-volume.sh up $(GLUSTER_BENCH_DIR)-slow 2 2000
+	$(RELEASE)/eddy bench tier --streams --backend $(GLUSTER_BENCH_DIR)-slow/mnt --json docs/bench-streams-gluster.json; \
+	  rc=$$?; bash scripts/gluster-volume.sh down $(GLUSTER_BENCH_DIR)-slow; exit $$rc
 
 ## The backend tier beside the backend used directly: a plain directory, then a GlusterFS volume.
 GLUSTER_BENCH_DIR ?= /var/tmp/eddy-bench-gluster

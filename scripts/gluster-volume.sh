@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # A GlusterFS volume on this host, for trying Eddy in front of a real network file system:
-#   scripts/gluster-volume.sh up DIR [BRICKS]   creates volume "eddy-<basename DIR>" with BRICKS
+#   scripts/gluster-volume.sh up DIR [BRICKS [READ_DELAY_US]]
+#                                               creates volume "eddy-<basename DIR>" with BRICKS
 #                                               (default 2) bricks under DIR and mounts it at
-#                                               DIR/mnt with the GlusterFS FUSE client
+#                                               DIR/mnt with the GlusterFS FUSE client; with
+#                                               READ_DELAY_US, every read a brick serves waits
+#                                               that long first (GlusterFS's own debug/delay-gen
+#                                               translator): a backend with a network's latency
 #   scripts/gluster-volume.sh down DIR          unmounts, stops and deletes it, removes DIR
 # Bricks are named by the host name eddy-gluster-host (GlusterFS refuses localhost and 127.x;
 # scripts/install-deps.sh adds it to /etc/hosts). Needs root and glusterfs-server/-client.
@@ -43,6 +47,14 @@ up)
   done
   # force: bricks on the root file system and several bricks on one server are refused otherwise.
   gluster --mode=script volume create "$name" "${spec[@]}" force >/dev/null
+  delay=${4:-0}
+  if [ "$delay" -gt 0 ]; then
+    # The translator sits above each brick's storage; READ is the read fop's name.
+    gluster --mode=script volume set "$name" debug.delay-gen posix >/dev/null
+    gluster --mode=script volume set "$name" delay-gen.enable READ >/dev/null
+    gluster --mode=script volume set "$name" delay-gen.delay-percentage 100 >/dev/null
+    gluster --mode=script volume set "$name" delay-gen.delay-duration "$delay" >/dev/null
+  fi
   gluster --mode=script volume start "$name" >/dev/null
   for _ in $(seq 100); do
     mount -t glusterfs "$HOST:/$name" "$dir/mnt" 2>/dev/null && break
