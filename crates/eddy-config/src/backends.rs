@@ -146,6 +146,29 @@ fn nested(a: &Path, b: &Path) -> bool {
 }
 
 impl Placer {
+    /// Each link with its own directory only, no rules (what a deployment without
+    /// `[[backends]]` has).
+    pub fn links_only(links: &[Link]) -> Placer {
+        Placer {
+            links: links
+                .iter()
+                .map(|l| {
+                    (
+                        l.prefix.clone(),
+                        vec![Store {
+                            name: l.prefix.clone(),
+                            kind: String::new(),
+                            path: l.backend.clone(),
+                            capacity_bytes: 0,
+                            read_only: false,
+                        }],
+                    )
+                })
+                .collect(),
+            rules: Vec::new(),
+        }
+    }
+
     /// Checks the backends and rules against the links and compiles them.
     pub fn new(
         links: &[Link],
@@ -153,21 +176,7 @@ impl Placer {
         rules: &[PlacementRule],
     ) -> Result<Placer, ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
-        let mut out: Vec<(String, Vec<Store>)> = links
-            .iter()
-            .map(|l| {
-                (
-                    l.prefix.clone(),
-                    vec![Store {
-                        name: l.prefix.clone(),
-                        kind: String::new(),
-                        path: l.backend.clone(),
-                        capacity_bytes: 0,
-                        read_only: false,
-                    }],
-                )
-            })
-            .collect();
+        let mut out = Placer::links_only(links).links;
         for (i, d) in decls.iter().enumerate() {
             if !valid_name(&d.name) {
                 return bad(format!(
@@ -215,14 +224,20 @@ impl Placer {
                 stores.push(store);
             }
         }
-        // No backend directory may lie within another: a file would be in two backends.
-        let all: Vec<(&str, &Path)> = out
+        // No declared backend directory may lie within another backend's: a file would be
+        // in two backends. (Links' own directories are left as they always were.)
+        let all: Vec<(&str, &Path, bool)> = out
             .iter()
-            .flat_map(|(_, s)| s.iter().map(|s| (s.name.as_str(), s.path.as_path())))
+            .flat_map(|(_, s)| {
+                s.iter().enumerate().map(|(i, s)| {
+                    let declared = i > 0 || decls.iter().any(|d| d.name == s.name);
+                    (s.name.as_str(), s.path.as_path(), declared)
+                })
+            })
             .collect();
-        for (i, (name, path)) in all.iter().enumerate() {
-            for (other, opath) in &all[..i] {
-                if nested(path, opath) {
+        for (i, (name, path, declared)) in all.iter().enumerate() {
+            for (other, opath, odeclared) in &all[..i] {
+                if (*declared || *odeclared) && nested(path, opath) {
                     return bad(format!(
                         "backends {other} ({}) and {name} ({}) overlap: backend directories must be disjoint",
                         opath.display(),
@@ -241,7 +256,10 @@ impl Placer {
                 return bad(format!(
                     "placement rule: backend {:?} is not declared (known: {})",
                     r.backend,
-                    all.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                    all.iter()
+                        .map(|(n, _, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ));
             };
             if store.read_only {

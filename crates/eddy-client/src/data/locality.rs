@@ -56,6 +56,23 @@ pub(crate) fn this_host(config: &eddy_config::Config) -> String {
         .unwrap_or_else(|| eddy_rpc::client_id().host)
 }
 
+/// A new file or directory gets its directory's `user.eddy.backend` (decision 0073): the
+/// backend of a link with several that its data (a file's), or its own new files' (a
+/// directory's), go to at their first write-back.
+fn inherit_backend(dir: Option<&Inode>, inode: &mut Inode) {
+    use eddy_config::BACKEND_XATTR;
+    let Some(x) = dir.and_then(|d| d.xattrs.iter().find(|x| x.name == BACKEND_XATTR)) else {
+        return;
+    };
+    if !matches!(inode.kind, FileKind::File | FileKind::Dir)
+        || inode.xattrs.iter().any(|y| y.name == BACKEND_XATTR)
+    {
+        return;
+    }
+    inode.xattrs.push(x.clone());
+    inode.xattrs.sort_by(|a, b| a.name.cmp(&b.name));
+}
+
 /// The placement a directory asks of the entries created in it, if it says.
 pub(crate) fn dir_mode(dir: &Inode) -> Option<PlacementMode> {
     dir.xattrs
@@ -69,6 +86,7 @@ impl Data<'_> {
     /// directory inherits the directory's attribute; a file placed `local` gets a file id
     /// naming its home, when this host has a daemon that can take it.
     pub(crate) async fn place_new(&self, dir: Option<&Inode>, inode: &mut Inode) {
+        inherit_backend(dir, inode);
         let asked = dir.and_then(dir_mode);
         match inode.kind {
             FileKind::Dir => {

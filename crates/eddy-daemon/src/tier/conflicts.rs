@@ -162,10 +162,21 @@ impl Tier {
             return Ok(());
         };
         out.file_id = ino.file_id;
-        let (Some(base), Some(bp)) = (ino.tier.filter(|t| t.dirty), self.linked(p)) else {
+        let (Some(_), Some(mut bp)) = (ino.tier.filter(|t| t.dirty), self.linked(p)) else {
             return Ok(());
         };
-        let now = self.backend.entry(&bp)?;
+        // With several backends (decision 0073), a file not in any yet is placed now (its
+        // record then holds the new backend file's stamp); one that is stays where it is.
+        let now = match self.place(meta, &key, &mut ino, p)? {
+            Some((i, entry)) => {
+                bp = self.backend.store_path(i, p);
+                Some(entry)
+            }
+            None => self.backend.entry(&bp)?,
+        };
+        let Some(base) = ino.tier.filter(|t| t.dirty) else {
+            return Ok(());
+        };
         let conflict = moved(&base, now.as_ref())
             && !ours.contains(&ino.file_id)
             && !self.has_mark(WRITING, ino.file_id)?;

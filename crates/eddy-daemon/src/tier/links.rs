@@ -70,6 +70,8 @@ impl Tier {
                 "{from}: only regular files are linked in the backend"
             )));
         }
+        // With several backends, both names in the file's (decision 0073).
+        let (bf, bt) = self.link_store(&ino, &from, &to)?.unwrap_or((bf, bt));
         let (f, t) = (bf.clone(), bt);
         let seen = self.backend.run("link", &bf, move || {
             use std::os::unix::fs::OpenOptionsExt;

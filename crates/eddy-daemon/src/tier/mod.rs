@@ -26,6 +26,7 @@ mod evict;
 mod finalize;
 mod import;
 mod links;
+mod stores;
 mod streams;
 mod write_through;
 mod xattrs;
@@ -70,6 +71,10 @@ struct FileRec {
     /// Chunks held here (not persisted: rebuilt from the chunk records).
     #[serde(skip)]
     held: BTreeSet<u64>,
+    /// The backend it is in (an index of `Backend::stores_for`), once this daemon knows
+    /// (not persisted): for the dirty bytes per backend in status.
+    #[serde(skip)]
+    store: Option<usize>,
 }
 
 #[derive(Default)]
@@ -250,9 +255,9 @@ impl Tier {
             .map_err(|e| rec_err("insert", e))
     }
 
-    /// The backend path of a linked file's namespace path, which must be normalised: a path
-    /// with `.`, `..` or empty components could name something outside the backend directory.
-    fn backend_path(&self, path: &str) -> Result<PathBuf, Errno> {
+    /// Checks that a linked file's namespace path is normalised: a path with `.`, `..` or
+    /// empty components could name something outside the backend directory.
+    fn check_form(&self, path: &str) -> Result<(), Errno> {
         let form_only = eddy_proto::path::PathLimits {
             max_path: usize::MAX,
             max_name: usize::MAX,
@@ -262,7 +267,7 @@ impl Tier {
                 "backend path of {path:?}: not a normalised path"
             )));
         }
-        self.backend.resolve_linked(path)
+        self.backend.resolve_linked(path).map(|_| ())
     }
 
     /// Records that chunk k of `id` is held here with `len` bytes, after a fetch (clean) or
@@ -303,6 +308,13 @@ impl Tier {
             rec.path = path.to_string();
             file_changed = true;
         }
+        if rec.store.is_none() {
+            rec.store = self
+                .backend
+                .stores_for(path)
+                .filter(|(_, r)| r.len() == 1)
+                .map(|(_, r)| r.start);
+        }
         rec.held.insert(k);
         file_changed |= rec.evicted.remove(&k);
         let rec_copy = file_changed.then(|| rec.clone());
@@ -314,6 +326,13 @@ impl Tier {
             self.save_file(id, &r)?;
         }
         Ok(())
+    }
+
+    /// This daemon learnt that the file `id` is in backend `store`.
+    fn known_store(&self, id: FileId, store: usize) {
+        if let Some(f) = self.maps().files.get_mut(&id) {
+            f.store = Some(store);
+        }
     }
 
     /// Marks chunk k of `id` as just used; whether it is recorded here, i.e. complete: a
@@ -350,10 +369,17 @@ impl Tier {
         backing: &Backing,
         pin: bool,
     ) -> Result<Vec<u8>, Errno> {
-        let bpath = self.backend_path(&backing.path)?;
+        self.check_form(&backing.path)?;
+        // Not in any backend of its link (a new file not placed yet): nothing there.
+        let Some((store, bpath)) = self.locate(&backing.path)? else {
+            return Ok(Vec::new());
+        };
         let data = self
             .backend
-            .read_at(&bpath, k * self.chunk_size, self.chunk_size as usize)?;
+            .read_at(&bpath, k * self.chunk_size, self.chunk_size as usize)
+            .map_err(|e| self.at_store(store, e))?;
+        self.backend.per_store[store].read(data.len() as u64);
+        self.known_store(id, store);
         self.fetches.fetch_add(1, Ordering::Relaxed);
         self.read_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -569,7 +595,27 @@ impl Tier {
         if dirty.is_empty() {
             return Ok((0, true));
         }
-        let bpath = self.backend_path(path)?;
+        self.check_form(path)?;
+        let (store, bpath) = self.locate_for_write(path)?;
+        self.known_store(id, store);
+        let (bytes, complete) = self
+            .flush_to(chunks, id, &bpath, dirty, deadline)
+            .map_err(|e| self.at_store(store, e))?;
+        self.backend.per_store[store].wrote(bytes);
+        Ok((bytes, complete))
+    }
+
+    /// `flush_file`'s writing: the dirty chunks `dirty` of `id` into the backend file at
+    /// `bpath`, then fsync, then the chunks no write touched meanwhile marked clean.
+    fn flush_to(
+        &self,
+        chunks: &ChunkStore,
+        id: FileId,
+        bpath: &Path,
+        dirty: Vec<u64>,
+        deadline: Instant,
+    ) -> Result<(u64, bool), Errno> {
+        let bpath = bpath.to_path_buf();
         let file = self.backend.open_for_flush(&bpath)?;
         let mut written = Vec::new();
         let mut bytes = 0u64;
@@ -749,18 +795,25 @@ impl Tier {
             high_watermark_bytes: cap / 100 * self.high_pct,
             low_watermark_bytes: cap / 100 * self.low_pct,
             held_back: self.maps().held_back.len() as u64,
+            backends: self.backend.store_stats(),
             ..TierStatus::default()
         };
-        for c in self.maps().chunks.values() {
+        let maps = self.maps();
+        for ((id, _), c) in maps.chunks.iter() {
             s.cached_chunks += 1;
             s.cached_bytes += c.len;
             if c.dirty {
                 s.dirty_bytes += c.len;
+                let store = maps.files.get(id).and_then(|f| f.store);
+                if let Some(b) = store.and_then(|i| s.backends.get_mut(i)) {
+                    b.dirty_bytes += c.len;
+                }
             }
             if c.pinned {
                 s.pinned_bytes += c.len;
             }
         }
+        drop(maps);
         s
     }
 }
