@@ -270,14 +270,16 @@ impl Tier {
     /// The backend a new name `to` of the file `ino` (now named `from`) is made in, under a
     /// link with several backends (decision 0073): the file's (the first backend holding
     /// `from`; placed now by its attribute or the rules if none does), with the directories
-    /// above `to` it lacks. EXDEV when the rules (path, size, owner, group) would place the
-    /// new name on another backend: a hard link never spans two backends.
+    /// above `to` it lacks. When the rules (path, size, owner, group) would place the new
+    /// name on another backend, the EXDEV to answer comes third (a hard link never spans two
+    /// backends): the source is still made in its backend, since the client has already
+    /// made the file one with an identity record, which is written back through its names.
     pub(super) fn link_store(
         &self,
         ino: &Inode,
         from: &str,
         to: &str,
-    ) -> Result<Option<(PathBuf, PathBuf)>, Errno> {
+    ) -> Result<Option<(PathBuf, PathBuf, Option<Errno>)>, Errno> {
         if !self.backend.is_multi(from) {
             return Ok(None);
         }
@@ -294,31 +296,34 @@ impl Tier {
         let i = match self.backend.holders(from)?.into_iter().next() {
             Some((i, _)) => i,
             None => {
-                range.start
-                    + self
-                        .backend
-                        .placer
-                        .choose(prefix, &facts(from, named(ino)))
-                        .0
+                // Placed now: `backend_link` makes it there.
+                let (chosen, _) = self.backend.placer.choose(prefix, &facts(from, named(ino)));
+                let i = range.start + chosen;
+                self.writable(i, from)?;
+                self.backend.per_store[i].placed(ino.size);
+                i
             }
         };
         let j = range.start + self.backend.placer.choose(prefix, &facts(to, None)).0;
-        if i != j {
-            return Err(Errno::new(
+        self.writable(i, from)?;
+        self.parents_in(i, from)?;
+        let refused = (i != j).then(|| {
+            Errno::new(
                 libc::EXDEV,
                 format!(
-                    "{to}: the placement rules put it on {}, and {from} is on {}: a hard link                      cannot span two backends",
+                    "{to}: the placement rules put it on {}, and {from} is on {}: a hard link cannot span two backends",
                     self.backend.store_label(j),
                     self.backend.store_label(i)
                 ),
-            ));
+            )
+        });
+        if refused.is_none() {
+            self.parents_in(i, to)?;
         }
-        self.writable(i, to)?;
-        self.parents_in(i, from)?;
-        self.parents_in(i, to)?;
         Ok(Some((
             self.backend.store_path(i, from),
             self.backend.store_path(i, to),
+            refused,
         )))
     }
 
@@ -333,10 +338,23 @@ impl Tier {
         value: Option<&[u8]>,
     ) -> Result<(), Errno> {
         use eddy_proto::FileKind;
+        // The identity record of a file with several names: through one of them.
+        let name;
+        let norm = match eddy_proto::path::parse_identity(norm) {
+            Some(id) => {
+                name = self
+                    .linked_names(id)?
+                    .into_iter()
+                    .next()
+                    .unwrap_or_default();
+                name.as_str()
+            }
+            None => norm,
+        };
         let Some((prefix, range)) = self.backend.stores_for(norm).filter(|(_, r)| r.len() > 1)
         else {
             return Err(Errno::einval(format!(
-                "{norm}: {BACKEND_XATTR} names a backend of a linked prefix with several                  ([[backends]]); {norm} is not under one"
+                "{norm}: {BACKEND_XATTR} names a backend of a linked prefix with several ([[backends]]); {norm} is not under one"
             )));
         };
         if !matches!(kind, FileKind::File | FileKind::Dir) {
@@ -367,7 +385,7 @@ impl Tier {
                     return Err(Errno::new(
                         libc::EXDEV,
                         format!(
-                            "{norm} is in {}: its backend is not changed in place (copy the                              file to a new name, with {BACKEND_XATTR} set before its first                              write-back, to move it)",
+                            "{norm} is in {}: its backend is not changed in place (copy the file to a new name, with {BACKEND_XATTR} set before its first write-back, to move it)",
                             self.backend.store_label(held)
                         ),
                     ));
