@@ -73,6 +73,80 @@ fn inherit_backend(dir: Option<&Inode>, inode: &mut Inode) {
     inode.xattrs.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
+/// A file renamed to `to` under a link with several backends (decision 0073) goes to the
+/// backend its new name's placement picks: its new directory's `user.eddy.backend` when that
+/// names a backend of the link, else the first placement rule that matches (path, size,
+/// owner, group), else the default. When that is not the backend its record names, the
+/// record names the new one and is marked dirty: the check before its next write-back moves
+/// the data there (a copy, then the old copy removed). A file not in a backend yet keeps
+/// only its new directory's attribute (it is placed at its first write-back). A file with
+/// several names stays.
+pub(crate) fn retarget_backend(
+    config: &eddy_config::Config,
+    dir: Option<&Inode>,
+    to: &str,
+    inode: &mut Inode,
+) {
+    use eddy_config::BACKEND_XATTR;
+    if inode.kind != FileKind::File || inode.shared.is_some() || config.backends.is_empty() {
+        return;
+    }
+    let Some(link) = config.link_for(to) else {
+        return;
+    };
+    let Ok(placer) = config.placer() else {
+        return;
+    };
+    let stores = placer.stores_of(&link.prefix);
+    if stores.len() < 2 {
+        return;
+    }
+    let asked = dir
+        .and_then(|d| d.xattrs.iter().find(|x| x.name == BACKEND_XATTR))
+        .and_then(|x| std::str::from_utf8(&x.value).ok())
+        .filter(|n| stores.iter().any(|s| s.name == *n));
+    if inode
+        .tier
+        .is_some_and(|t| t.backend_mtime == eddy_proto::Timespec::default())
+    {
+        // Not in a backend yet: placed at its first write-back, by its new directory's
+        // attribute or else the rules (with its size then).
+        inode.xattrs.retain(|x| x.name != BACKEND_XATTR);
+        if let Some(name) = asked {
+            inode.xattrs.push(Xattr {
+                name: BACKEND_XATTR.to_string(),
+                value: name.as_bytes().to_vec(),
+            });
+            inode.xattrs.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        return;
+    }
+    let facts = eddy_config::FileFacts {
+        path: to,
+        size: inode.size,
+        uid: inode.uid,
+        gid: inode.gid,
+        asked,
+    };
+    let want = stores[placer.choose(&link.prefix, &facts).0]
+        .name
+        .as_bytes();
+    match inode.xattrs.iter_mut().find(|x| x.name == BACKEND_XATTR) {
+        Some(x) if x.value == want => return,
+        Some(x) => x.value = want.to_vec(),
+        None => {
+            inode.xattrs.push(Xattr {
+                name: BACKEND_XATTR.to_string(),
+                value: want.to_vec(),
+            });
+            inode.xattrs.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+    }
+    if let Some(t) = inode.tier.as_mut() {
+        t.dirty = true;
+    }
+}
+
 /// The placement a directory asks of the entries created in it, if it says.
 pub(crate) fn dir_mode(dir: &Inode) -> Option<PlacementMode> {
     dir.xattrs

@@ -82,6 +82,32 @@ fn make_parents(top: &Path, p: &Path, like: &[PathBuf]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether `size` more bytes fit in the backend `store`: its file system's free space and its
+/// quota (`capacity_bytes`: what its file system uses, counted as `df` does); the reason
+/// when they do not.
+pub(super) fn room(store: &eddy_config::Store, size: u64) -> std::io::Result<Result<(), String>> {
+    let free = nix::sys::statvfs::statvfs(&store.path).map_err(std::io::Error::from)?;
+    let frag = free.fragment_size();
+    let avail = free.blocks_available().saturating_mul(frag);
+    let used = free
+        .blocks()
+        .saturating_sub(free.blocks_free())
+        .saturating_mul(frag);
+    if size > avail {
+        return Ok(Err(format!(
+            "it needs {size} bytes and the backend has {avail} free"
+        )));
+    }
+    if store.capacity_bytes > 0 && used.saturating_add(size) > store.capacity_bytes {
+        return Ok(Err(format!(
+            "it needs {size} bytes and the backend uses {used} of its quota of {} \
+             (capacity_bytes)",
+            store.capacity_bytes
+        )));
+    }
+    Ok(Ok(()))
+}
+
 impl Tier {
     /// Where the entry `norm` is in the backend: a link with one backend, its own directory
     /// (whether or not the entry exists there); with several, the first backend holding it,
@@ -158,9 +184,12 @@ impl Tier {
             return Ok(None);
         }
         if let Some((i, bp)) = self.backend.holders(p)?.into_iter().next() {
-            // Imported, or placed by an earlier check: it stays where it is.
+            // Imported, or placed by an earlier check: it stays where it is, unless its
+            // attribute names another backend (a rename or `setfattr`: `moves.rs`).
             self.writable(i, p)?;
-            if named(ino) != Some(self.backend.store(i).name.as_str()) {
+            if self.move_target(ino, p, i).is_none()
+                && named(ino) != Some(self.backend.store(i).name.as_str())
+            {
                 record_name(ino, &self.backend.store(i).name);
                 meta.put(key, ino, true)?;
             }
@@ -181,6 +210,7 @@ impl Tier {
         let i = range.start + chosen;
         self.writable(i, p)?;
         let store = self.backend.store(i).clone();
+        let room_of = store.clone();
         let bp = self.backend.store_path(i, p);
         let top = store.path.clone();
         let like: Vec<PathBuf> = range
@@ -192,24 +222,8 @@ impl Tier {
         let made = self
             .backend
             .run("place", &bp, move || {
-                let free = nix::sys::statvfs::statvfs(&top).map_err(std::io::Error::from)?;
-                let frag = free.fragment_size();
-                let avail = free.blocks_available().saturating_mul(frag);
-                let used = free
-                    .blocks()
-                    .saturating_sub(free.blocks_free())
-                    .saturating_mul(frag);
-                if size > avail {
-                    return Ok(Err(format!(
-                        "it needs {size} bytes and the backend has {avail} free"
-                    )));
-                }
-                if store.capacity_bytes > 0 && used.saturating_add(size) > store.capacity_bytes {
-                    return Ok(Err(format!(
-                        "it needs {size} bytes and the backend uses {used} of its quota of {} \
-                         (capacity_bytes)",
-                        store.capacity_bytes
-                    )));
+                if let Err(why) = room(&room_of, size)? {
+                    return Ok(Err(why));
                 }
                 make_parents(&top, &target, &like)?;
                 {
@@ -329,8 +343,10 @@ impl Tier {
 
     /// `user.eddy.backend` set (`value`) or removed (`None`) on the entry `norm` of kind
     /// `kind` (decision 0073): only under a link with several backends, naming one of them
-    /// that is not read-only (EINVAL, EROFS), on a regular file or a directory; a file
-    /// already in a backend keeps it (EXDEV: a copy moves it).
+    /// that is not read-only (EINVAL, EROFS), on a regular file or a directory. A file
+    /// already in a backend moves to the one named at its next write-back (`moves.rs`;
+    /// EROFS if the one it is in is read-only); EXDEV for a file with several names, or for
+    /// removing it from a file in a backend.
     pub(super) fn check_backend_attr(
         &self,
         norm: &str,
@@ -339,7 +355,7 @@ impl Tier {
     ) -> Result<(), Errno> {
         use eddy_proto::FileKind;
         // The identity record of a file with several names: through one of them.
-        let name;
+        let mut name = String::new();
         let norm = match eddy_proto::path::parse_identity(norm) {
             Some(id) => {
                 name = self
@@ -381,15 +397,27 @@ impl Tier {
         };
         if kind == FileKind::File {
             if let Some((held, _)) = self.backend.holders(norm)?.into_iter().next() {
-                if asked != Some(held) {
+                if asked == Some(held) {
+                    return Ok(());
+                }
+                // Another backend for a file in one: moved there at its next write-back
+                // (`moves.rs`), which removes it from this one; not for a file with
+                // several names (a hard link spans one backend) nor without a name.
+                if asked.is_none() || !name.is_empty() {
                     return Err(Errno::new(
                         libc::EXDEV,
                         format!(
-                            "{norm} is in {}: its backend is not changed in place (copy the file to a new name, with {BACKEND_XATTR} set before its first write-back, to move it)",
-                            self.backend.store_label(held)
+                            "{norm} is in {}: {}",
+                            self.backend.store_label(held),
+                            if asked.is_none() {
+                                format!("{BACKEND_XATTR} names the backend a written-back file is in, and stays (set another backend's name to move it there)")
+                            } else {
+                                "a file with several names stays in its backend (a hard link spans one)".to_string()
+                            }
                         ),
                     ));
                 }
+                self.writable(held, norm)?;
             }
         }
         Ok(())

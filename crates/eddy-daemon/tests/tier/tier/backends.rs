@@ -3,7 +3,8 @@
 //! imports read every backend (the link's own first), new files go where their attribute,
 //! the rules (path, size, owner) or the default say at their first write-back and nowhere
 //! else, hard links across backends are EXDEV, a rename before the first write-back lands in
-//! the new place's backend while a written-back file keeps its own, a full backend and a
+//! the new place's backend while a written-back file is moved there at the next one
+//! (`backend_moves.rs`), a full backend and a
 //! read-only one keep the data dirty with errors naming them, and `eddy status`, `eddy
 //! stats` and the counters show each backend.
 
@@ -12,7 +13,7 @@ use eddy_client::XattrSet;
 use eddy_config::{BackendDecl, PlacementRule, BACKEND_XATTR};
 
 /// A backend of `prefix` named `name` at `path`.
-fn decl(name: &str, prefix: &str, path: &Path, kind: &str) -> BackendDecl {
+pub(super) fn decl(name: &str, prefix: &str, path: &Path, kind: &str) -> BackendDecl {
     BackendDecl {
         name: name.into(),
         prefix: prefix.into(),
@@ -24,7 +25,7 @@ fn decl(name: &str, prefix: &str, path: &Path, kind: &str) -> BackendDecl {
 }
 
 /// A rule placing on `backend`, with no condition yet.
-fn rule(backend: &str) -> PlacementRule {
+pub(super) fn rule(backend: &str) -> PlacementRule {
     PlacementRule {
         backend: backend.into(),
         path: None,
@@ -36,7 +37,11 @@ fn rule(backend: &str) -> PlacementRule {
 }
 
 /// The test configuration with `/w` linked to `default` and more backends and rules.
-fn multi(default: &Path, backends: Vec<BackendDecl>, rules: Vec<PlacementRule>) -> Config {
+pub(super) fn multi(
+    default: &Path,
+    backends: Vec<BackendDecl>,
+    rules: Vec<PlacementRule>,
+) -> Config {
     Config {
         backends,
         placement_rules: rules,
@@ -45,7 +50,7 @@ fn multi(default: &Path, backends: Vec<BackendDecl>, rules: Vec<PlacementRule>) 
 }
 
 /// The per-backend figures summed over the daemons, by name.
-async fn per_backend(c: &Client) -> BTreeMap<String, eddy_proto::stats::StoreStats> {
+pub(super) async fn per_backend(c: &Client) -> BTreeMap<String, eddy_proto::stats::StoreStats> {
     let mut sums: BTreeMap<String, eddy_proto::stats::StoreStats> = BTreeMap::new();
     for s in statuses(c).await {
         for b in s.tier.backends {
@@ -67,7 +72,7 @@ async fn per_backend(c: &Client) -> BTreeMap<String, eddy_proto::stats::StoreSta
 }
 
 /// The file's `user.eddy.backend`, as the library reads it.
-async fn backend_of(c: &Client, p: &str) -> String {
+pub(super) async fn backend_of(c: &Client, p: &str) -> String {
     let v = c
         .getxattr(p, BACKEND_XATTR, Creds::root())
         .await
@@ -76,7 +81,7 @@ async fn backend_of(c: &Client, p: &str) -> String {
 }
 
 /// Where a relative path exists among the backends (name → directory).
-fn found_in(rel: &str, backends: &[(&str, &Path)]) -> Vec<String> {
+pub(super) fn found_in(rel: &str, backends: &[(&str, &Path)]) -> Vec<String> {
     backends
         .iter()
         .filter(|(_, dir)| dir.join(rel).exists())
@@ -209,11 +214,13 @@ async fn rules_place_new_files_on_their_backends_and_imports_read_every_backend(
     assert!(figures["archive"].written_bytes >= 90_000 + 3000 + 20_000);
     assert!(figures["archive"].read_bytes >= 70_000, "{figures:#?}");
 
-    // A written-back file keeps its backend when renamed (in that backend).
+    // A written-back file renamed to a name ruled for another backend: renamed in its
+    // backend at once, moved to the other at the next write-back (with what changed since).
     c.rename("/w/run/small", "/w/run/small.tar", me)
         .await
         .unwrap();
     assert_eq!(found_in("run/small.tar", &stores), ["fast"]);
+    assert_eq!(backend_of(&c, "/w/run/small.tar").await, "archive");
     let f = c
         .open("/w/run/small.tar", libc::O_RDWR, 0, me)
         .await
@@ -221,10 +228,13 @@ async fn rules_place_new_files_on_their_backends_and_imports_read_every_backend(
     c.pwrite(&f, 0, b"CHANGED").await.unwrap();
     c.close(&f).await.unwrap();
     all_ok(&c.stage_out(&[], &|_| {}).await.unwrap());
-    assert_eq!(found_in("run/small.tar", &stores), ["fast"]);
-    assert_eq!(
-        &std::fs::read(pf.join("run/small.tar")).unwrap()[..7],
-        b"CHANGED"
+    assert_eq!(found_in("run/small.tar", &stores), ["archive"]);
+    let mut small = files[0].1.clone();
+    small[..7].copy_from_slice(b"CHANGED");
+    same(
+        &std::fs::read(pa.join("run/small.tar")).unwrap(),
+        &small,
+        "moved with its change",
     );
 
     // Hard links: within the file's backend, yes; a name the rules put elsewhere, EXDEV.
@@ -248,17 +258,17 @@ async fn rules_place_new_files_on_their_backends_and_imports_read_every_backend(
         "one backend file, two names"
     );
 
-    // The attribute: a backend of the link, not moved once written back.
+    // The attribute: a backend of the link.
     let bad = c
         .setxattr("/w/run", BACKEND_XATTR, b"nowhere", XattrSet::Any, me)
         .await
         .expect_err("an unknown backend");
     assert_eq!(bad.errno, libc::EINVAL, "{bad:?}");
-    let moved = c
+    let linked = c
         .setxattr("/w/run/big", BACKEND_XATTR, b"fast", XattrSet::Any, me)
         .await
-        .expect_err("another backend for a written-back file");
-    assert_eq!(moved.errno, libc::EXDEV, "{moved:?}");
+        .expect_err("another backend for a file with two names");
+    assert_eq!(linked.errno, libc::EXDEV, "{linked:?}");
     c.mkdir("/scratch", 0o755, me).await.unwrap();
     let outside = c
         .setxattr("/scratch", BACKEND_XATTR, b"fast", XattrSet::Any, me)
