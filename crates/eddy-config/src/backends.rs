@@ -2,7 +2,7 @@
 //! one of them at its first write-back (decision 0073). A link's own `backend` directory is
 //! its default backend; `[[backends]]` tables add more under the same prefix (and may name
 //! the default one, giving it a name, a kind and a quota). `[[placement_rules]]` pick a
-//! backend by path pattern, size, owner or group; a file's (or its directory's, copied at
+//! backend by path pattern, size, owner, group or I/O mode (one writer or several); a file's (or its directory's, copied at
 //! creation) `user.eddy.backend` attribute picks one by name. This module holds the types,
 //! their checks and the choice itself (`Placer`), a pure function of what the metadata
 //! owner knows of a file; no I/O.
@@ -65,6 +65,21 @@ pub struct PlacementRule {
     /// The file's group.
     #[serde(default)]
     pub gid: Option<u32>,
+    /// How the file was written until its first write-back: `shared` (N-1: by more than one
+    /// client — mounts, or processes through the preload library — one file for many
+    /// writers) or `per-process` (N-N: by one client).
+    #[serde(default)]
+    pub io_mode: Option<IoMode>,
+}
+
+/// The I/O mode a placement rule may ask for (`io_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IoMode {
+    /// N-1: written by more than one client.
+    Shared,
+    /// N-N: written by one client.
+    PerProcess,
 }
 
 /// One backend of a link, as the daemons use it.
@@ -97,6 +112,12 @@ pub struct FileFacts<'a> {
     pub gid: u32,
     /// Its `user.eddy.backend`, if it has one.
     pub asked: Option<&'a str>,
+    /// Whether more than one client wrote it (its I/O mode), when that is known: on the
+    /// metadata owner at its first write-back.
+    pub shared: Option<bool>,
+    /// The backend it is in, if any. A rule by `io_mode` holds for a file whose I/O mode
+    /// is not known (at a rename or a hard link) when the file is in the rule's backend.
+    pub current: Option<&'a str>,
 }
 
 /// Why a file got its backend (for logs and errors).
@@ -273,9 +294,10 @@ impl Placer {
                 && r.max_size.is_none()
                 && r.uid.is_none()
                 && r.gid.is_none()
+                && r.io_mode.is_none()
             {
                 return bad(format!(
-                    "placement rule for {}: give at least one of path, min_size, max_size, uid, gid",
+                    "placement rule for {}: give at least one of path, min_size, max_size, uid, gid, io_mode",
                     r.backend
                 ));
             }
@@ -309,6 +331,11 @@ impl Placer {
         self.links.iter().map(|(p, s)| (p.as_str(), s.as_slice()))
     }
 
+    /// Whether a rule asks for an I/O mode (the daemons then count each file's writers).
+    pub fn uses_io_mode(&self) -> bool {
+        self.rules.iter().any(|(r, _)| r.io_mode.is_some())
+    }
+
     /// Whether the link with this prefix has more than one backend.
     pub fn is_multi(&self, prefix: &str) -> bool {
         self.stores_of(prefix).len() > 1
@@ -331,7 +358,12 @@ impl Placer {
                 && r.min_size.is_none_or(|m| f.size >= m)
                 && r.max_size.is_none_or(|m| f.size <= m)
                 && r.uid.is_none_or(|u| f.uid == u)
-                && r.gid.is_none_or(|g| f.gid == g);
+                && r.gid.is_none_or(|g| f.gid == g)
+                && match (r.io_mode, f.shared) {
+                    (None, _) => true,
+                    (Some(m), Some(shared)) => shared == (m == IoMode::Shared),
+                    (Some(_), None) => f.current == Some(r.backend.as_str()),
+                };
             if holds {
                 return (i, Because::Rule(n));
             }

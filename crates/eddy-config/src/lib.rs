@@ -15,7 +15,9 @@ pub mod launcher;
 pub mod ready;
 mod values;
 
-pub use backends::{BackendDecl, Because, FileFacts, PlacementRule, Placer, Store, BACKEND_XATTR};
+pub use backends::{
+    BackendDecl, Because, FileFacts, IoMode, PlacementRule, Placer, Store, BACKEND_XATTR,
+};
 pub use deployment::{write_private, DaemonEntry, Deployment, JobInfo};
 pub use values::*;
 

@@ -389,6 +389,8 @@ uid = 7
         uid,
         gid: 0,
         asked,
+        shared: None,
+        current: None,
     };
     assert_eq!(
         p.choose("/out", &f("/out/a/b.tar", 1, 0, None)),
@@ -425,6 +427,52 @@ uid = 7
         p.choose("/out", &f("/out/c", 1, 0, Some("nope"))).1,
         Because::Default
     );
+}
+
+#[test]
+fn rules_by_io_mode_hold_for_shared_or_per_process_files() {
+    let cfg = with_backends(
+        r#"
+[[backends]]
+name = "pfs"
+prefix = "/out"
+path = "/pfs/out"
+[[backends]]
+name = "nn"
+prefix = "/out"
+path = "/nn/out"
+[[placement_rules]]
+backend = "pfs"
+io_mode = "shared"
+[[placement_rules]]
+backend = "nn"
+io_mode = "per-process"
+path = "/out/run/**"
+"#,
+    )
+    .unwrap();
+    let p = cfg.placer().unwrap();
+    assert!(p.uses_io_mode());
+    let f = |path, shared, current| FileFacts {
+        path,
+        size: 1,
+        uid: 0,
+        gid: 0,
+        asked: None,
+        shared,
+        current,
+    };
+    assert_eq!(p.choose("/out", &f("/out/x", Some(true), None)).0, 1);
+    assert_eq!(p.choose("/out", &f("/out/x", Some(false), None)).0, 0);
+    let run = "/out/run/a";
+    assert_eq!(p.choose("/out", &f(run, Some(false), None)).0, 2);
+    assert_eq!(p.choose("/out", &f(run, Some(true), None)).0, 1);
+    // Not known (a rename): a rule by I/O mode holds for a file in its backend only.
+    assert_eq!(p.choose("/out", &f(run, None, Some("pfs"))).0, 1);
+    assert_eq!(p.choose("/out", &f(run, None, Some("nn"))).0, 2);
+    assert_eq!(p.choose("/out", &f(run, None, None)).1, Because::Default);
+    let bad = with_backends("[[placement_rules]]\nbackend = \"/out\"\nio_mode = \"sometimes\"\n");
+    assert!(bad.unwrap_err().contains("sometimes"), "an unknown io_mode");
 }
 
 #[test]

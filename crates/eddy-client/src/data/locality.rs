@@ -121,12 +121,21 @@ pub(crate) fn retarget_backend(
         }
         return;
     }
+    let current = inode
+        .xattrs
+        .iter()
+        .find(|x| x.name == BACKEND_XATTR)
+        .and_then(|x| std::str::from_utf8(&x.value).ok());
     let facts = eddy_config::FileFacts {
         path: to,
         size: inode.size,
         uid: inode.uid,
         gid: inode.gid,
         asked,
+        // Its writers are counted on its metadata owner until its first write-back only: a
+        // rule by I/O mode holds for it here if it is in that rule's backend.
+        shared: None,
+        current,
     };
     let want = stores[placer.choose(&link.prefix, &facts).0]
         .name

@@ -141,6 +141,7 @@ impl Tier {
                 dirty: false,
             });
             meta.put(&key, &ino, true)?;
+            self.forget_writers(p);
             self.settled(ino.file_id)
         })();
         out.error = result.err();

@@ -32,6 +32,7 @@ mod moves;
 mod stores;
 mod streams;
 mod write_through;
+mod writers;
 mod xattrs;
 
 use crate::backend::Backend;
@@ -119,6 +120,8 @@ pub struct Tier {
     members: Option<(Placement, u32)>,
     /// The path limits names imported from the backend are checked against.
     limits: PathLimits,
+    /// The clients writing each file not yet placed, for rules by I/O mode (`writers.rs`).
+    writers: Mutex<writers::Writers>,
 }
 
 fn rec_err(what: &str, e: fjall::Error) -> Errno {
@@ -227,6 +230,7 @@ impl Tier {
                 max_path: config.max_path_bytes,
                 max_name: config.max_name_bytes,
             },
+            writers: Mutex::default(),
         })
     }
 

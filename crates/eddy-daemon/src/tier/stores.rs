@@ -205,6 +205,8 @@ impl Tier {
             uid: ino.uid,
             gid: ino.gid,
             asked: named(ino),
+            shared: Some(self.written_by_several(p)),
+            current: None,
         };
         let (chosen, because) = self.backend.placer.choose(prefix, &facts);
         let i = range.start + chosen;
@@ -278,6 +280,7 @@ impl Tier {
         }
         meta.put(key, ino, true)?;
         self.backend.per_store[i].placed(size);
+        self.forget_writers(p);
         Ok(Some((i, entry)))
     }
 
@@ -300,25 +303,37 @@ impl Tier {
         let Some((prefix, range)) = self.backend.stores_for(from) else {
             return Ok(None);
         };
-        let facts = |path, asked| FileFacts {
+        let facts = |path, asked, current| FileFacts {
             path,
             size: ino.size,
             uid: ino.uid,
             gid: ino.gid,
             asked,
+            shared: None,
+            current,
         };
         let i = match self.backend.holders(from)?.into_iter().next() {
             Some((i, _)) => i,
             None => {
                 // Placed now: `backend_link` makes it there.
-                let (chosen, _) = self.backend.placer.choose(prefix, &facts(from, named(ino)));
+                let facts = FileFacts {
+                    shared: Some(self.written_by_several(from)),
+                    ..facts(from, named(ino), None)
+                };
+                let (chosen, _) = self.backend.placer.choose(prefix, &facts);
                 let i = range.start + chosen;
                 self.writable(i, from)?;
                 self.backend.per_store[i].placed(ino.size);
                 i
             }
         };
-        let j = range.start + self.backend.placer.choose(prefix, &facts(to, None)).0;
+        let current = Some(self.backend.store(i).name.as_str());
+        let j = range.start
+            + self
+                .backend
+                .placer
+                .choose(prefix, &facts(to, None, current))
+                .0;
         self.writable(i, from)?;
         self.parents_in(i, from)?;
         let refused = (i != j).then(|| {

@@ -10,7 +10,7 @@
 
 use super::*;
 use eddy_client::XattrSet;
-use eddy_config::{BackendDecl, PlacementRule, BACKEND_XATTR};
+use eddy_config::{BackendDecl, IoMode, PlacementRule, BACKEND_XATTR};
 
 /// A backend of `prefix` named `name` at `path`.
 pub(super) fn decl(name: &str, prefix: &str, path: &Path, kind: &str) -> BackendDecl {
@@ -33,6 +33,7 @@ pub(super) fn rule(backend: &str) -> PlacementRule {
         max_size: None,
         uid: None,
         gid: None,
+        io_mode: None,
     }
 }
 
@@ -540,4 +541,84 @@ fn several_backends_through_the_mount_and_the_preload() {
         stats.lines().any(|l| l.contains(" archive ")),
         "eddy stats names the backend:\n{stats}"
     );
+}
+
+/// Rules by I/O mode: a file written by two clients (N-1) goes to the backend for shared
+/// files, each file written by one client (N-N) to the one for per-process files; a rename
+/// later keeps each where it is (its I/O mode is not known then: a rule by I/O mode holds
+/// for a file in its backend).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_by_io_mode_place_shared_and_per_process_files_apart() {
+    let (fast, pfs, nn) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let stores = [
+        ("fast", fast.path()),
+        ("pfs", pfs.path()),
+        ("nn", nn.path()),
+    ];
+    let backends = vec![
+        decl("fast", "/w", fast.path(), "ext4"),
+        decl("pfs", "/w", pfs.path(), "lustre"),
+        decl("nn", "/w", nn.path(), "ext4"),
+    ];
+    let rules = vec![
+        PlacementRule {
+            io_mode: Some(IoMode::Shared),
+            ..rule("pfs")
+        },
+        PlacementRule {
+            io_mode: Some(IoMode::PerProcess),
+            path: Some("/w/out/**".into()),
+            ..rule("nn")
+        },
+    ];
+    let cl = Cluster::start_with(3, multi(fast.path(), backends, rules));
+    let (c1, c2) = (cl.client().await, cl.client().await);
+    let me = Creds::root();
+    c1.mkdir("/w/out", 0o755, me).await.unwrap();
+    // One file, two writers (each its half), as ranks of an N-1 checkpoint.
+    let shared = random_bytes(400_000);
+    let f1 = c1.create("/w/out/ckpt", 0o644, false, me).await.unwrap();
+    let f2 = c2.open("/w/out/ckpt", libc::O_RDWR, 0, me).await.unwrap();
+    c1.pwrite(&f1, 0, &shared[..200_000]).await.unwrap();
+    c2.pwrite(&f2, 200_000, &shared[200_000..]).await.unwrap();
+    c1.close(&f1).await.unwrap();
+    c2.close(&f2).await.unwrap();
+    // A file per writer (N-N).
+    let (r0, r1) = (random_bytes(30_000), random_bytes(40_000));
+    write_all(&c1, "/w/out/rank0", &r0, false).await;
+    write_all(&c2, "/w/out/rank1", &r1, false).await;
+    // Outside the per-process rule's path: the default.
+    write_all(&c1, "/w/alone", b"one writer", false).await;
+    all_ok(&c1.stage_out(&[], &|_| {}).await.unwrap());
+    assert_eq!(found_in("out/ckpt", &stores), ["pfs"]);
+    same(
+        &std::fs::read(pfs.path().join("out/ckpt")).unwrap(),
+        &shared,
+        "the shared file",
+    );
+    assert_eq!(found_in("out/rank0", &stores), ["nn"]);
+    assert_eq!(found_in("out/rank1", &stores), ["nn"]);
+    same(
+        &std::fs::read(nn.path().join("out/rank1")).unwrap(),
+        &r1,
+        "r1",
+    );
+    assert_eq!(found_in("alone", &stores), ["fast"]);
+    assert_eq!(backend_of(&c2, "/w/out/ckpt").await, "pfs");
+    // Renamed once written back: each stays in its backend.
+    c1.rename("/w/out/ckpt", "/w/out/ckpt.done", me)
+        .await
+        .unwrap();
+    c2.rename("/w/out/rank1", "/w/out/rank1.done", me)
+        .await
+        .unwrap();
+    all_ok(&c1.stage_out(&[], &|_| {}).await.unwrap());
+    assert_eq!(found_in("out/ckpt.done", &stores), ["pfs"]);
+    assert_eq!(found_in("out/rank1.done", &stores), ["nn"]);
+    drop((c1, c2));
+    drop(cl);
 }
