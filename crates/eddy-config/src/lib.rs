@@ -292,9 +292,10 @@ pub struct Config {
     pub backends: Vec<BackendDecl>,
     /// Where a new file under a link with several backends is written back (decision
     /// 0073): `[[placement_rules]]` tables with `backend` and any of `path` (a glob),
-    /// `min_size`, `max_size` (bytes, at write-back), `uid`, `gid`; the first rule whose
-    /// conditions all hold wins, after the file's `user.eddy.backend` and before the
-    /// default backend. Default none.
+    /// `min_size`, `max_size` (bytes, at write-back), `uid`, `gid`, `io_mode` (`"shared"`:
+    /// written by more than one client before its first write-back; `"per-process"`: by
+    /// one); the first rule whose conditions all hold wins, after the file's
+    /// `user.eddy.backend` and before the default backend. Default none.
     pub placement_rules: Vec<PlacementRule>,
     /// The I/O history database (decision 0033): an absolute path names an SQLite file
     /// (made 0600), a `postgres://` or `postgresql://` URL a PostgreSQL database (for a site
