@@ -376,6 +376,142 @@ use stores::room;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Backend;
+    use crate::chunks::ChunkStore;
+    use eddy_config::{BackendDecl, Config, Link, BACKEND_XATTR};
+    use eddy_proto::XattrSet;
+
+    /// The stores as `eddyd` opens them, with `/in` linked to backend `a` (its default) and
+    /// a second backend `b`.
+    struct Stores {
+        _root: tempfile::TempDir,
+        a: tempfile::TempDir,
+        b: tempfile::TempDir,
+        meta: MetaStore,
+        _chunks: ChunkStore,
+        tier: Tier,
+    }
+
+    fn stores() -> Stores {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let decl = |name: &str, path: &Path| BackendDecl {
+            name: name.into(),
+            prefix: "/in".into(),
+            path: path.to_path_buf(),
+            kind: String::new(),
+            capacity_bytes: 0,
+            read_only: false,
+        };
+        let config = Config {
+            links: vec![Link {
+                prefix: "/in".into(),
+                backend: a.path().to_owned(),
+            }],
+            backends: vec![decl("a", a.path()), decl("b", b.path())],
+            ..Config::default()
+        };
+        let meta = MetaStore::open(&root.path().join("meta"), &config).unwrap();
+        let chunks = ChunkStore::open(
+            &root.path().join("chunks"),
+            meta.chunk_records().unwrap(),
+            config.chunk_size,
+            1 << 20,
+        )
+        .unwrap();
+        let tier = Tier::open(
+            meta.tier_records(),
+            Backend::new(&config),
+            &config,
+            root.path(),
+            &chunks,
+        )
+        .unwrap();
+        Stores {
+            _root: root,
+            a,
+            b,
+            meta,
+            _chunks: chunks,
+            tier,
+        }
+    }
+
+    /// `/in/f` imported from backend a, then asked to move to b (its attribute).
+    fn asked_to_move(s: &Stores, data: &[u8]) -> Inode {
+        std::fs::write(s.a.path().join("f"), data).unwrap();
+        s.meta.stat("/in/f", &s.tier).unwrap();
+        s.meta
+            .set_xattr(
+                "/in/f",
+                BACKEND_XATTR,
+                b"b".to_vec(),
+                XattrSet::Any,
+                &s.tier,
+            )
+            .unwrap();
+        let ino = s.meta.stat("/in/f", &s.tier).unwrap();
+        assert!(ino.tier.is_some_and(|t| t.dirty), "to be written back");
+        ino
+    }
+
+    fn check(s: &Stores) -> Vec<eddy_proto::FileOutcome> {
+        let (out, _) = s
+            .tier
+            .check_dirty(&s.meta, "/in", None, 100, (false, &[]))
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_move_cut_short_after_its_copy_is_finished_by_the_next_check() {
+        let s = stores();
+        let data = b"every byte of the file".to_vec();
+        let ino = asked_to_move(&s, &data);
+        // A crash after step 3: both backends hold the file, the mark says "copied".
+        std::fs::write(s.b.path().join("f"), &data).unwrap();
+        let there = read_entry(&s.a.path().join("f")).unwrap().unwrap();
+        let m = Moving {
+            to: "b".into(),
+            copied: true,
+            from: (there.stat.mtime, there.stat.size),
+        };
+        s.tier.set_moving(ino.file_id, &m).unwrap();
+        let out = check(&s);
+        assert!(out.iter().all(|o| o.error.is_none()), "{out:?}");
+        assert!(!s.a.path().join("f").exists(), "the old copy removed");
+        assert_eq!(std::fs::read(s.b.path().join("f")).unwrap(), data);
+        assert_eq!(s.tier.moving(ino.file_id).unwrap(), None);
+        let now = s.meta.stat("/in/f", &s.tier).unwrap();
+        assert_eq!(stores::named(&now), Some("b"));
+    }
+
+    #[test]
+    fn a_move_cut_short_before_its_copy_replaces_what_the_target_held() {
+        let s = stores();
+        let data = b"the file's own bytes, newer".to_vec();
+        let ino = asked_to_move(&s, &data);
+        // A crash before step 3, over a stale copy of the same name in b, and a hidden copy
+        // half made: the mark says "copying".
+        std::fs::write(s.b.path().join("f"), b"stale").unwrap();
+        std::fs::write(hidden(&s.b.path().join("f"), ino.file_id), b"the f").unwrap();
+        let m = Moving {
+            to: "b".into(),
+            copied: false,
+            from: (Timespec { sec: 1, nsec: 0 }, 3),
+        };
+        s.tier.set_moving(ino.file_id, &m).unwrap();
+        let out = check(&s);
+        assert!(out.iter().all(|o| o.error.is_none()), "{out:?}");
+        assert!(!s.a.path().join("f").exists(), "the old copy removed");
+        assert_eq!(std::fs::read(s.b.path().join("f")).unwrap(), data);
+        assert_eq!(
+            std::fs::read_dir(s.b.path()).unwrap().count(),
+            1,
+            "no hidden copy left"
+        );
+        assert_eq!(s.tier.moving(ino.file_id).unwrap(), None);
+    }
 
     #[test]
     fn a_move_mark_reads_back() {

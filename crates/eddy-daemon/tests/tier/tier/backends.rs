@@ -525,6 +525,15 @@ fn several_backends_through_the_mount_and_the_preload() {
     assert_eq!(std::fs::read(f.join("run/p")).unwrap(), b"plain");
     let data = std::fs::read(m.path("w/run/data.tar")).unwrap();
     assert_eq!(std::fs::read(a.join("run/data.tar")).unwrap(), data);
+    // `mv` of written-back files out of the archive's rule (a file) and its directory's
+    // attribute (another): moved to the default backend at the next stage-out.
+    let log = std::fs::read(a.join("run/log.tar")).unwrap();
+    m.ok("mv w/run/log.tar w/run/log && mv w/arch/note w/run/note");
+    cli::ok(&["stage-out", "--state", s(&state)]);
+    assert_eq!(std::fs::read(f.join("run/log")).unwrap(), log);
+    assert_eq!(std::fs::read(f.join("run/note")).unwrap(), b"note");
+    assert!(!a.join("run/log.tar").exists() && !a.join("run/log").exists());
+    assert!(!a.join("arch/note").exists() && !a.join("run/note").exists());
     let status =
         String::from_utf8_lossy(&cli::ok(&["status", "--state", s(&state)]).stdout).into_owned();
     let line = status
