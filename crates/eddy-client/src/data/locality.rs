@@ -233,3 +233,95 @@ impl Data<'_> {
         ok.then_some(home)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_config::{BackendDecl, Config, Link, PlacementRule, BACKEND_XATTR};
+    use eddy_proto::{TierState, Timespec};
+
+    fn config() -> Config {
+        let decl = |name: &str, path: &str| BackendDecl {
+            name: name.into(),
+            prefix: "/w".into(),
+            path: path.into(),
+            kind: String::new(),
+            capacity_bytes: 0,
+            read_only: false,
+        };
+        Config {
+            links: vec![Link {
+                prefix: "/w".into(),
+                backend: "/a".into(),
+            }],
+            backends: vec![decl("fast", "/a"), decl("archive", "/b")],
+            placement_rules: vec![PlacementRule {
+                backend: "archive".into(),
+                path: Some("/w/**/*.tar".into()),
+                min_size: None,
+                max_size: None,
+                uid: None,
+                gid: None,
+                io_mode: None,
+            }],
+            ..Config::default()
+        }
+    }
+
+    fn file(backend: &str, in_backend: bool) -> Inode {
+        let mut i = Inode::new(FileKind::File, 9, 0o644, 0, 0);
+        i.xattrs.push(Xattr {
+            name: BACKEND_XATTR.into(),
+            value: backend.as_bytes().to_vec(),
+        });
+        i.tier = Some(TierState {
+            backend_mtime: Timespec {
+                sec: i64::from(in_backend),
+                nsec: 0,
+            },
+            backend_size: 0,
+            dirty: false,
+        });
+        i
+    }
+
+    fn named(i: &Inode) -> Option<&[u8]> {
+        i.xattrs
+            .iter()
+            .find(|x| x.name == BACKEND_XATTR)
+            .map(|x| &x.value[..])
+    }
+
+    #[test]
+    fn a_rename_names_the_backend_of_the_new_place() {
+        let cfg = config();
+        // In a backend: moved to where the new name's rule says, at its next write-back.
+        let mut i = file("fast", true);
+        retarget_backend(&cfg, None, "/w/run/x.tar", &mut i);
+        assert_eq!(named(&i), Some(&b"archive"[..]));
+        assert!(i.tier.is_some_and(|t| t.dirty));
+        // Where it is already: nothing changes.
+        let mut i = file("fast", true);
+        retarget_backend(&cfg, None, "/w/run/x", &mut i);
+        assert_eq!(named(&i), Some(&b"fast"[..]));
+        assert!(i.tier.is_some_and(|t| !t.dirty));
+        // The new directory's attribute comes before the rules.
+        let mut dir = Inode::new(FileKind::Dir, 3, 0o755, 0, 0);
+        dir.xattrs.push(Xattr {
+            name: BACKEND_XATTR.into(),
+            value: b"fast".to_vec(),
+        });
+        let mut i = file("archive", true);
+        retarget_backend(&cfg, Some(&dir), "/w/keep/x.tar", &mut i);
+        assert_eq!(named(&i), Some(&b"fast"[..]));
+        // Not in a backend yet: only the new directory's attribute, placed later.
+        let mut i = file("archive", false);
+        retarget_backend(&cfg, None, "/w/run/x", &mut i);
+        assert_eq!(named(&i), None);
+        // Several names: stays.
+        let mut i = file("fast", true);
+        i.shared = Some(Default::default());
+        retarget_backend(&cfg, None, "/w/run/x.tar", &mut i);
+        assert_eq!(named(&i), Some(&b"fast"[..]));
+    }
+}

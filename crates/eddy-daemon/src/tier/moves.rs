@@ -194,8 +194,12 @@ impl Tier {
         };
         let to = range.clone().find(|j| self.backend.store(*j).name == m.to);
         let holders = self.backend.holders(p)?;
+        // Copied: the mark says so, or the target is the first backend holding the name (a
+        // crash between the rename into place and the mark: before the move, the name was
+        // not in the target, or the file would have been there).
+        let first = holders.first().map(|(i, _)| *i);
         match to {
-            Some(j) if m.copied && holders.iter().any(|(h, _)| *h == j) => {
+            Some(j) if (m.copied || first == Some(j)) && holders.iter().any(|(h, _)| *h == j) => {
                 self.finish_move(meta, key, ino, p, j, &holders).map(Some)
             }
             _ if m.copied => {
