@@ -247,6 +247,51 @@ fn print_tables(before: &[DaemonStats], now: &[DaemonStats]) {
             human_bytes(row.written)
         );
     }
+    print_backends(now);
+}
+
+/// Per backend of the linked prefixes (decision 0073), summed over the daemons since they
+/// started: shown when `[[backends]]` name some.
+fn print_backends(now: &[DaemonStats]) {
+    let mut sums: BTreeMap<(String, String), [u64; 5]> = BTreeMap::new();
+    for b in now.iter().flat_map(|s| &s.backends) {
+        let e = sums.entry((b.prefix.clone(), b.name.clone())).or_default();
+        for (v, add) in e.iter_mut().zip([
+            b.read_bytes,
+            b.written_bytes,
+            b.placed_files,
+            b.placed_bytes,
+            b.failures,
+        ]) {
+            *v += add;
+        }
+    }
+    if sums.keys().all(|(_, name)| name.starts_with('/')) {
+        return;
+    }
+    outln!("");
+    outln!(
+        "{:<12} {:<16} {:>12} {:>12} {:>8} {:>12} {:>8}",
+        "PREFIX",
+        "BACKEND",
+        "READ",
+        "WRITTEN",
+        "PLACED",
+        "PLACED B",
+        "FAILURES"
+    );
+    for ((prefix, name), [read, written, files, bytes, failures]) in &sums {
+        outln!(
+            "{:<12} {:<16} {:>12} {:>12} {:>8} {:>12} {:>8}",
+            prefix,
+            name,
+            human_bytes(*read),
+            human_bytes(*written),
+            files,
+            human_bytes(*bytes),
+            failures
+        );
+    }
 }
 
 /// Which daemons are slow, given each one's (bytes/s, requests queued): below `ratio` × the

@@ -318,7 +318,70 @@ fn print_table(report: &Report) {
     print_metrics(&report.daemons);
     if !report.links.is_empty() {
         print_tier_table(&report.daemons);
+        print_backends(&report.daemons);
         print_conflicts(&report.daemons);
+    }
+}
+
+/// Per backend of the linked prefixes, summed over the daemons that answered (decision
+/// 0073): shown when `[[backends]]` name some.
+fn print_backends(rows: &[DaemonRow]) {
+    let mut sums: Vec<eddy_proto::stats::StoreStats> = Vec::new();
+    for t in rows.iter().filter_map(|r| r.tier.as_ref()) {
+        for (i, b) in t.backends.iter().enumerate() {
+            if sums.len() <= i {
+                sums.push(eddy_proto::stats::StoreStats {
+                    name: b.name.clone(),
+                    prefix: b.prefix.clone(),
+                    kind: b.kind.clone(),
+                    read_only: b.read_only,
+                    ..Default::default()
+                });
+            }
+            let s = &mut sums[i];
+            s.placed_files += b.placed_files;
+            s.placed_bytes += b.placed_bytes;
+            s.dirty_bytes += b.dirty_bytes;
+            s.read_bytes += b.read_bytes;
+            s.written_bytes += b.written_bytes;
+            s.failures += b.failures;
+        }
+    }
+    if sums.iter().all(|b| b.name.starts_with('/')) {
+        return;
+    }
+    outln!("backends");
+    outln!(
+        "{:<16} {:<12} {:<10} {:>7} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "NAME",
+        "PREFIX",
+        "KIND",
+        "PLACED",
+        "PLACED B",
+        "DIRTY",
+        "READ",
+        "WRITTEN",
+        "FAILURES"
+    );
+    for b in &sums {
+        let kind = match (b.kind.as_str(), b.read_only) {
+            ("", true) => "read-only".to_string(),
+            ("", false) => "-".to_string(),
+            (k, true) => format!("{k},ro"),
+            (k, false) => k.to_string(),
+        };
+        outln!(
+            "{:<16} {:<12} {:<10} {:>7} {:>10} {:>10} {:>10} {:>10} {:>8}",
+            b.name,
+            b.prefix,
+            kind,
+            b.placed_files,
+            human_bytes(b.placed_bytes),
+            human_bytes(b.dirty_bytes),
+            human_bytes(b.read_bytes),
+            human_bytes(b.written_bytes),
+            b.failures
+        );
     }
 }
 

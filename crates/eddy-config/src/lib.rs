@@ -9,11 +9,15 @@
 
 #![forbid(unsafe_code)]
 
+mod backends;
 mod deployment;
 pub mod launcher;
 pub mod ready;
 mod values;
 
+pub use backends::{
+    BackendDecl, Because, FileFacts, IoMode, PlacementRule, Placer, Store, BACKEND_XATTR,
+};
 pub use deployment::{write_private, DaemonEntry, Deployment, JobInfo};
 pub use values::*;
 
@@ -279,6 +283,20 @@ pub struct Config {
     /// written back by stage-out, eviction and stop. The rest of the namespace is scratch.
     /// TOML: `[[links]]` tables with `prefix = "/data"` and `backend = "/pfs/run7"`.
     pub links: Vec<Link>,
+    /// More backend directories under linked prefixes (decision 0073): `[[backends]]`
+    /// tables with `name`, `prefix` (a `[[links]]` prefix), `path`, and optionally `kind`,
+    /// `capacity_bytes` (a quota) and `read_only`. The link's own `backend` is the default
+    /// backend of its prefix (a `[[backends]]` entry with its path names it). Imports look
+    /// in every backend of a link, the default first, then in the declared order. Default
+    /// none.
+    pub backends: Vec<BackendDecl>,
+    /// Where a new file under a link with several backends is written back (decision
+    /// 0073): `[[placement_rules]]` tables with `backend` and any of `path` (a glob),
+    /// `min_size`, `max_size` (bytes, at write-back), `uid`, `gid`, `io_mode` (`"shared"`:
+    /// written by more than one client before its first write-back; `"per-process"`: by
+    /// one); the first rule whose conditions all hold wins, after the file's
+    /// `user.eddy.backend` and before the default backend. Default none.
+    pub placement_rules: Vec<PlacementRule>,
     /// The I/O history database (decision 0033): an absolute path names an SQLite file
     /// (made 0600), a `postgres://` or `postgresql://` URL a PostgreSQL database (for a site
     /// whose login nodes share one history; `?host=/dir` for a unix socket). A deployment's
@@ -395,6 +413,8 @@ impl Default for Config {
             stats_series_max: 3_600,
             stats_persist_ms: 10_000,
             links: Vec::new(),
+            backends: Vec::new(),
+            placement_rules: Vec::new(),
             history_db: None,
             metrics_addr: None,
             metrics_max_connections: 8,
@@ -549,7 +569,13 @@ impl Config {
                 }
             }
         }
-        Ok(())
+        self.placer().map(|_| ())
+    }
+
+    /// The backends of every link and the placement rules, checked and compiled (decision
+    /// 0073).
+    pub fn placer(&self) -> Result<Placer, ConfigError> {
+        Placer::new(&self.links, &self.backends, &self.placement_rules)
     }
 
     /// Deadline of one backend operation: `backend_timeout_ms`, but at most three quarters of

@@ -332,3 +332,206 @@ fn a_tiny_series_bound_is_refused() {
     assert!(c.validate().is_err());
     assert!(Config::default().stats_counting);
 }
+
+/// A config with `/out` linked to /pfs/fast and the TOML of backends and rules after it.
+fn with_backends(more: &str) -> Result<Config, String> {
+    let text = format!("[[links]]\nprefix = \"/out\"\nbackend = \"/pfs/fast\"\n{more}");
+    let cfg: Config = toml::from_str(&text).map_err(|e| e.to_string())?;
+    cfg.validate().map_err(|e| e.to_string())?;
+    Ok(cfg)
+}
+
+#[test]
+fn backends_and_rules_place_by_attribute_rule_and_default() {
+    let cfg = with_backends(
+        r#"
+[[backends]]
+name = "fast"
+prefix = "/out"
+path = "/pfs/fast"
+kind = "ext4"
+[[backends]]
+name = "archive"
+prefix = "/out"
+path = "/archive/out"
+kind = "archive"
+capacity_bytes = 1000000
+[[backends]]
+name = "old"
+prefix = "/out"
+path = "/ro/out"
+read_only = true
+[[placement_rules]]
+backend = "archive"
+path = "/out/**/*.tar"
+[[placement_rules]]
+backend = "archive"
+min_size = 1000
+uid = 7
+"#,
+    )
+    .unwrap();
+    let p = cfg.placer().unwrap();
+    let names: Vec<&str> = p
+        .stores_of("/out")
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["fast", "archive", "old"],
+        "the default first, then as declared"
+    );
+    assert!(p.is_multi("/out"));
+    let f = |path, size, uid, asked| FileFacts {
+        path,
+        size,
+        uid,
+        gid: 0,
+        asked,
+        shared: None,
+        current: None,
+    };
+    assert_eq!(
+        p.choose("/out", &f("/out/a/b.tar", 1, 0, None)),
+        (1, Because::Rule(0))
+    );
+    assert_eq!(
+        p.choose("/out", &f("/out/b.tar", 1, 0, None)),
+        (1, Because::Rule(0))
+    );
+    // `*` stays within a name.
+    let nested = FileFacts {
+        path: "/out/x.tar/y",
+        ..f("", 1, 0, None)
+    };
+    assert_eq!(p.choose("/out", &nested).1, Because::Default);
+    assert_eq!(
+        p.choose("/out", &f("/out/c", 5000, 7, None)),
+        (1, Because::Rule(1))
+    );
+    assert_eq!(
+        p.choose("/out", &f("/out/c", 5, 7, None)),
+        (0, Because::Default)
+    );
+    assert_eq!(
+        p.choose("/out", &f("/out/c", 5000, 8, None)),
+        (0, Because::Default)
+    );
+    assert_eq!(
+        p.choose("/out", &f("/out/b.tar", 1, 0, Some("fast"))),
+        (0, Because::Attribute)
+    );
+    // An attribute naming no backend of the link is not taken.
+    assert_eq!(
+        p.choose("/out", &f("/out/c", 1, 0, Some("nope"))).1,
+        Because::Default
+    );
+}
+
+#[test]
+fn rules_by_io_mode_hold_for_shared_or_per_process_files() {
+    let cfg = with_backends(
+        r#"
+[[backends]]
+name = "pfs"
+prefix = "/out"
+path = "/pfs/out"
+[[backends]]
+name = "nn"
+prefix = "/out"
+path = "/nn/out"
+[[placement_rules]]
+backend = "pfs"
+io_mode = "shared"
+[[placement_rules]]
+backend = "nn"
+io_mode = "per-process"
+path = "/out/run/**"
+"#,
+    )
+    .unwrap();
+    let p = cfg.placer().unwrap();
+    assert!(p.uses_io_mode());
+    let f = |path, shared, current| FileFacts {
+        path,
+        size: 1,
+        uid: 0,
+        gid: 0,
+        asked: None,
+        shared,
+        current,
+    };
+    assert_eq!(p.choose("/out", &f("/out/x", Some(true), None)).0, 1);
+    assert_eq!(p.choose("/out", &f("/out/x", Some(false), None)).0, 0);
+    let run = "/out/run/a";
+    assert_eq!(p.choose("/out", &f(run, Some(false), None)).0, 2);
+    assert_eq!(p.choose("/out", &f(run, Some(true), None)).0, 1);
+    // Not known (a rename): a rule by I/O mode holds for a file in its backend only.
+    assert_eq!(p.choose("/out", &f(run, None, Some("pfs"))).0, 1);
+    assert_eq!(p.choose("/out", &f(run, None, Some("nn"))).0, 2);
+    assert_eq!(p.choose("/out", &f(run, None, None)).1, Because::Default);
+    let bad = with_backends("[[placement_rules]]\nbackend = \"/out\"\nio_mode = \"sometimes\"\n");
+    assert!(bad.unwrap_err().contains("sometimes"), "an unknown io_mode");
+}
+
+#[test]
+fn bad_backends_and_rules_are_refused_with_what_is_wrong() {
+    let cases = [
+        (
+            "[[backends]]\nname = \"a\"\nprefix = \"/elsewhere\"\npath = \"/x\"\n",
+            "no [[links]] entry has the prefix",
+        ),
+        (
+            "[[backends]]\nname = \"a b\"\nprefix = \"/out\"\npath = \"/x\"\n",
+            "letters, digits",
+        ),
+        (
+            "[[backends]]\nname = \"a\"\nprefix = \"/out\"\npath = \"/pfs/fast/sub\"\n",
+            "overlap",
+        ),
+        (
+            "[[backends]]\nname = \"a\"\nprefix = \"/out\"\npath = \"rel\"\n",
+            "absolute",
+        ),
+        (
+            "[[backends]]\nname = \"a\"\nprefix = \"/out\"\npath = \"/x\"\n[[backends]]\nname = \"a\"\nprefix = \"/out\"\npath = \"/y\"\n",
+            "declared twice",
+        ),
+        (
+            "[[backends]]\nname = \"fast\"\nprefix = \"/out\"\npath = \"/pfs/fast\"\nread_only = true\n",
+            "must not be read-only",
+        ),
+        (
+            "[[placement_rules]]\nbackend = \"nope\"\npath = \"/out/*\"\n",
+            "is not declared",
+        ),
+        (
+            "[[backends]]\nname = \"ro\"\nprefix = \"/out\"\npath = \"/ro\"\nread_only = true\n[[placement_rules]]\nbackend = \"ro\"\npath = \"/out/*\"\n",
+            "read-only",
+        ),
+        (
+            "[[backends]]\nname = \"a\"\nprefix = \"/out\"\npath = \"/x\"\n[[placement_rules]]\nbackend = \"a\"\n",
+            "at least one of",
+        ),
+        (
+            "[[backends]]\nname = \"a\"\nprefix = \"/out\"\npath = \"/x\"\n[[placement_rules]]\nbackend = \"a\"\npath = \"/out/[\"\n",
+            "is not a glob",
+        ),
+        (
+            "[[backends]]\nname = \"a\"\nprefix = \"/out\"\npath = \"/x\"\n[[placement_rules]]\nbackend = \"a\"\npath = \"*.h5\"\n",
+            "absolute namespace paths",
+        ),
+        (
+            "[[backends]]\nname = \"a\"\nprefix = \"/out\"\npath = \"/x\"\n[[placement_rules]]\nbackend = \"a\"\nmin_size = 9\nmax_size = 2\n",
+            "above max_size",
+        ),
+    ];
+    for (toml_text, want) in cases {
+        let err = with_backends(toml_text).unwrap_err();
+        assert!(err.contains(want), "{toml_text}: {err} (wanted {want:?})");
+    }
+    // One link with one backend, as before: nothing more to say.
+    let plain = with_backends("").unwrap();
+    assert!(!plain.placer().unwrap().is_multi("/out"));
+}

@@ -98,6 +98,15 @@ pub struct Backend {
     /// What the tier read from and wrote to the backend (decision 0032).
     pub io: crate::stats::BackendCounters,
     links: Vec<Link>,
+    /// Every link's backends and the placement rules (decision 0073); a link with one
+    /// backend has its own directory only.
+    pub placer: eddy_config::Placer,
+    /// Per backend (in the placer's order of links, then of their backends): what the tier
+    /// placed there, read and wrote back.
+    pub per_store: Vec<crate::stats::StoreCounters>,
+    /// The same backends, flattened: (prefix, backend); a link's are consecutive, the
+    /// default first.
+    stores: Vec<(String, eddy_config::Store)>,
     jobs: Mutex<mpsc::Sender<Job>>,
     deadline: Duration,
 }
@@ -243,8 +252,28 @@ impl Backend {
                 tracing::error!("cannot start backend thread {i}: {e}");
             }
         }
+        // The configuration was checked at start (`Config::validate`); should it not
+        // compile here, each link keeps its own directory only.
+        let placer = config.placer().unwrap_or_else(|e| {
+            tracing::error!(
+                "backends and placement rules: {e}; each link keeps its own backend only"
+            );
+            eddy_config::Placer::links_only(&config.links)
+        });
+        let per_store = placer
+            .links()
+            .flat_map(|(_, stores)| stores.iter())
+            .map(crate::stats::StoreCounters::new)
+            .collect();
+        let stores = placer
+            .links()
+            .flat_map(|(prefix, stores)| stores.iter().map(|s| (prefix.to_string(), s.clone())))
+            .collect();
         Arc::new(Backend {
             io: crate::stats::BackendCounters::new(config.stats_counting),
+            stores,
+            placer,
+            per_store,
             links: config.links.clone(),
             jobs: Mutex::new(tx),
             deadline: config.backend_deadline(),
@@ -270,6 +299,80 @@ impl Backend {
     pub fn resolve_linked(&self, path: &str) -> Result<PathBuf, Errno> {
         self.resolve(path)
             .ok_or_else(|| Errno::einval(format!("{path} is not under a linked prefix")))
+    }
+
+    /// The backends of the link covering `norm` (indexes into every link's backends, the
+    /// default first) and the link's prefix.
+    pub fn stores_for(&self, norm: &str) -> Option<(&str, std::ops::Range<usize>)> {
+        let link = self.link_for(norm)?;
+        let start = self.stores.iter().position(|(p, _)| *p == link.prefix)?;
+        let len = self.stores[start..]
+            .iter()
+            .take_while(|(p, _)| *p == link.prefix)
+            .count();
+        Some((link.prefix.as_str(), start..start + len))
+    }
+
+    /// Whether the link covering `norm` has several backends (decision 0073).
+    pub fn is_multi(&self, norm: &str) -> bool {
+        self.stores_for(norm).is_some_and(|(_, r)| r.len() > 1)
+    }
+
+    /// Whether backend `i` is one of several of its link.
+    pub fn store_is_multi(&self, i: usize) -> bool {
+        self.placer.is_multi(&self.stores[i].0)
+    }
+
+    /// Backend `i` (an index of `stores_for`).
+    pub fn store(&self, i: usize) -> &eddy_config::Store {
+        &self.stores[i].1
+    }
+
+    /// The path in backend `i` of the normalised namespace path `norm`.
+    pub fn store_path(&self, i: usize, norm: &str) -> PathBuf {
+        let (prefix, store) = &self.stores[i];
+        store.path_of(prefix, norm)
+    }
+
+    /// How one names backend `i` in errors: its name, kind and directory.
+    pub fn store_label(&self, i: usize) -> String {
+        let s = self.store(i);
+        let kind = if s.kind.is_empty() {
+            String::new()
+        } else {
+            format!("{}, ", s.kind)
+        };
+        format!("backend {} ({kind}{})", s.name, s.path.display())
+    }
+
+    /// The backends of `norm`'s link holding an entry at `norm` (lstat in each, in their
+    /// order, on one backend thread), with its path there; empty when none does (or `norm`
+    /// is not linked).
+    pub fn holders(&self, norm: &str) -> Result<Vec<(usize, PathBuf)>, Errno> {
+        let Some((_, range)) = self.stores_for(norm) else {
+            return Ok(Vec::new());
+        };
+        let paths: Vec<(usize, PathBuf)> = range.map(|i| (i, self.store_path(i, norm))).collect();
+        let first = paths[0].1.clone();
+        self.run("lstat", &first, move || {
+            let mut out = Vec::new();
+            for (i, p) in paths {
+                if reach_existing(&p)?.is_some_and(|r| std::fs::symlink_metadata(r.path()).is_ok())
+                {
+                    out.push((i, p));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Every backend's figures (decision 0073), without the dirty bytes (the tier's).
+    pub fn store_stats(&self) -> Vec<eddy_proto::stats::StoreStats> {
+        self.stores
+            .iter()
+            .zip(&self.per_store)
+            .map(|((prefix, _), c)| c.snapshot(prefix))
+            .collect()
     }
 
     /// Runs `f` on a backend thread and waits at most the backend deadline for it. `what`

@@ -26,6 +26,10 @@
 //! with `client_host="_others"`, so each series stays monotonic and their number bounded),
 //! `eddy_errors_total{errno}` (the errno's name), `eddy_backend_bytes_read_total`,
 //! `eddy_backend_bytes_written_total`, `eddy_backend_operations_total{dir="read"|"write"}`,
+//! per backend of the linked prefixes (decision 0073) `eddy_backend_store_bytes_read_total`,
+//! `eddy_backend_store_bytes_written_total`, `eddy_backend_store_placed_files_total`,
+//! `eddy_backend_store_placed_bytes_total` and `eddy_backend_store_failures_total`, each
+//! with `backend="name"`,
 //! `eddy_start_time_seconds` and `eddy_counting` (0 only while counting is switched off to
 //! measure its cost).
 //!
@@ -669,6 +673,42 @@ impl Collector for StatsCollector {
                 (self.with(&[("dir", "write".into())]), s.backend.writes),
             ],
         )?;
+        // Per backend of the linked prefixes (decision 0073), labelled `backend="name"`.
+        let per = |f: fn(&eddy_proto::stats::StoreStats) -> u64| {
+            s.backends
+                .iter()
+                .map(|b| (self.with(&[("backend", b.name.clone())]), f(b)))
+                .collect::<Vec<_>>()
+        };
+        for (name, help, f) in [
+            (
+                "eddy_backend_store_bytes_read",
+                "Bytes the backend tier read from each backend.",
+                (|b| b.read_bytes) as fn(&eddy_proto::stats::StoreStats) -> u64,
+            ),
+            (
+                "eddy_backend_store_bytes_written",
+                "Bytes the backend tier wrote back to each backend.",
+                |b| b.written_bytes,
+            ),
+            (
+                "eddy_backend_store_placed_files",
+                "New files this daemon placed on each backend at their first write-back.",
+                |b| b.placed_files,
+            ),
+            (
+                "eddy_backend_store_placed_bytes",
+                "Bytes of the new files this daemon placed on each backend.",
+                |b| b.placed_bytes,
+            ),
+            (
+                "eddy_backend_store_failures",
+                "Write-backs each backend refused (full, over quota, read-only, unreachable).",
+                |b| b.failures,
+            ),
+        ] {
+            family(&mut enc, name, help, Counter, per(f))?;
+        }
         let mut start = enc.encode_descriptor(
             "eddy_start_time_seconds",
             "Unix time the daemon's counting started.",

@@ -204,6 +204,29 @@ pub struct BackendStats {
     pub read_ahead_bytes: u64,
 }
 
+/// One backend of a linked prefix, as one daemon saw it (decision 0073): named in
+/// `[[backends]]`, or a link's own directory (named by its prefix).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStats {
+    pub name: String,
+    /// The prefix it serves.
+    pub prefix: String,
+    /// What it is (`[[backends]]` `kind`), for people.
+    pub kind: String,
+    pub read_only: bool,
+    /// Files this daemon (as their metadata owner) placed there at their first write-back,
+    /// and their bytes then.
+    pub placed_files: u64,
+    pub placed_bytes: u64,
+    /// Dirty bytes this daemon holds of files it knows to be there (status only).
+    pub dirty_bytes: u64,
+    /// Bytes this daemon read from it and wrote back to it.
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    /// Write-backs refused there (full, over quota, read-only, unreachable).
+    pub failures: u64,
+}
+
 /// Everything one daemon counted since it started: the `Stats` reply.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DaemonStats {
@@ -230,6 +253,10 @@ pub struct DaemonStats {
     /// One-second samples, oldest first; older ones merged into wider samples beyond a
     /// bound.
     pub series: Vec<Sample>,
+    /// Per backend of the linked prefixes (decision 0073); absent from snapshots persisted
+    /// before it.
+    #[serde(default)]
+    pub backends: Vec<StoreStats>,
 }
 
 impl Eq for DaemonStats {}

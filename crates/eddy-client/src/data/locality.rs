@@ -56,6 +56,106 @@ pub(crate) fn this_host(config: &eddy_config::Config) -> String {
         .unwrap_or_else(|| eddy_rpc::client_id().host)
 }
 
+/// A new file or directory gets its directory's `user.eddy.backend` (decision 0073): the
+/// backend of a link with several that its data (a file's), or its own new files' (a
+/// directory's), go to at their first write-back.
+fn inherit_backend(dir: Option<&Inode>, inode: &mut Inode) {
+    use eddy_config::BACKEND_XATTR;
+    let Some(x) = dir.and_then(|d| d.xattrs.iter().find(|x| x.name == BACKEND_XATTR)) else {
+        return;
+    };
+    if !matches!(inode.kind, FileKind::File | FileKind::Dir)
+        || inode.xattrs.iter().any(|y| y.name == BACKEND_XATTR)
+    {
+        return;
+    }
+    inode.xattrs.push(x.clone());
+    inode.xattrs.sort_by(|a, b| a.name.cmp(&b.name));
+}
+
+/// A file renamed to `to` under a link with several backends (decision 0073) goes to the
+/// backend its new name's placement picks: its new directory's `user.eddy.backend` when that
+/// names a backend of the link, else the first placement rule that matches (path, size,
+/// owner, group), else the default. When that is not the backend its record names, the
+/// record names the new one and is marked dirty: the check before its next write-back moves
+/// the data there (a copy, then the old copy removed). A file not in a backend yet keeps
+/// only its new directory's attribute (it is placed at its first write-back). A file with
+/// several names stays.
+pub(crate) fn retarget_backend(
+    config: &eddy_config::Config,
+    dir: Option<&Inode>,
+    to: &str,
+    inode: &mut Inode,
+) {
+    use eddy_config::BACKEND_XATTR;
+    if inode.kind != FileKind::File || inode.shared.is_some() || config.backends.is_empty() {
+        return;
+    }
+    let Some(link) = config.link_for(to) else {
+        return;
+    };
+    let Ok(placer) = config.placer() else {
+        return;
+    };
+    let stores = placer.stores_of(&link.prefix);
+    if stores.len() < 2 {
+        return;
+    }
+    let asked = dir
+        .and_then(|d| d.xattrs.iter().find(|x| x.name == BACKEND_XATTR))
+        .and_then(|x| std::str::from_utf8(&x.value).ok())
+        .filter(|n| stores.iter().any(|s| s.name == *n));
+    if inode
+        .tier
+        .is_some_and(|t| t.backend_mtime == eddy_proto::Timespec::default())
+    {
+        // Not in a backend yet: placed at its first write-back, by its new directory's
+        // attribute or else the rules (with its size then).
+        inode.xattrs.retain(|x| x.name != BACKEND_XATTR);
+        if let Some(name) = asked {
+            inode.xattrs.push(Xattr {
+                name: BACKEND_XATTR.to_string(),
+                value: name.as_bytes().to_vec(),
+            });
+            inode.xattrs.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        return;
+    }
+    let current = inode
+        .xattrs
+        .iter()
+        .find(|x| x.name == BACKEND_XATTR)
+        .and_then(|x| std::str::from_utf8(&x.value).ok());
+    let facts = eddy_config::FileFacts {
+        path: to,
+        size: inode.size,
+        uid: inode.uid,
+        gid: inode.gid,
+        asked,
+        // Its writers are counted on its metadata owner until its first write-back only: a
+        // rule by I/O mode holds for it here if it is in that rule's backend.
+        shared: None,
+        current,
+    };
+    let want = stores[placer.choose(&link.prefix, &facts).0]
+        .name
+        .as_bytes();
+    match inode.xattrs.iter_mut().find(|x| x.name == BACKEND_XATTR) {
+        Some(x) if x.value == want => return,
+        Some(x) => x.value = want.to_vec(),
+        None => {
+            inode.xattrs.push(Xattr {
+                name: BACKEND_XATTR.to_string(),
+                value: want.to_vec(),
+            });
+            inode.xattrs.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+    }
+    if let Some(t) = inode.tier.as_mut() {
+        t.dirty = true;
+    }
+}
+
 /// The placement a directory asks of the entries created in it, if it says.
 pub(crate) fn dir_mode(dir: &Inode) -> Option<PlacementMode> {
     dir.xattrs
@@ -69,6 +169,7 @@ impl Data<'_> {
     /// directory inherits the directory's attribute; a file placed `local` gets a file id
     /// naming its home, when this host has a daemon that can take it.
     pub(crate) async fn place_new(&self, dir: Option<&Inode>, inode: &mut Inode) {
+        inherit_backend(dir, inode);
         let asked = dir.and_then(dir_mode);
         match inode.kind {
             FileKind::Dir => {
@@ -130,5 +231,97 @@ impl Data<'_> {
         };
         view.note(home, ok);
         ok.then_some(home)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eddy_config::{BackendDecl, Config, Link, PlacementRule, BACKEND_XATTR};
+    use eddy_proto::{TierState, Timespec};
+
+    fn config() -> Config {
+        let decl = |name: &str, path: &str| BackendDecl {
+            name: name.into(),
+            prefix: "/w".into(),
+            path: path.into(),
+            kind: String::new(),
+            capacity_bytes: 0,
+            read_only: false,
+        };
+        Config {
+            links: vec![Link {
+                prefix: "/w".into(),
+                backend: "/a".into(),
+            }],
+            backends: vec![decl("fast", "/a"), decl("archive", "/b")],
+            placement_rules: vec![PlacementRule {
+                backend: "archive".into(),
+                path: Some("/w/**/*.tar".into()),
+                min_size: None,
+                max_size: None,
+                uid: None,
+                gid: None,
+                io_mode: None,
+            }],
+            ..Config::default()
+        }
+    }
+
+    fn file(backend: &str, in_backend: bool) -> Inode {
+        let mut i = Inode::new(FileKind::File, 9, 0o644, 0, 0);
+        i.xattrs.push(Xattr {
+            name: BACKEND_XATTR.into(),
+            value: backend.as_bytes().to_vec(),
+        });
+        i.tier = Some(TierState {
+            backend_mtime: Timespec {
+                sec: i64::from(in_backend),
+                nsec: 0,
+            },
+            backend_size: 0,
+            dirty: false,
+        });
+        i
+    }
+
+    fn named(i: &Inode) -> Option<&[u8]> {
+        i.xattrs
+            .iter()
+            .find(|x| x.name == BACKEND_XATTR)
+            .map(|x| &x.value[..])
+    }
+
+    #[test]
+    fn a_rename_names_the_backend_of_the_new_place() {
+        let cfg = config();
+        // In a backend: moved to where the new name's rule says, at its next write-back.
+        let mut i = file("fast", true);
+        retarget_backend(&cfg, None, "/w/run/x.tar", &mut i);
+        assert_eq!(named(&i), Some(&b"archive"[..]));
+        assert!(i.tier.is_some_and(|t| t.dirty));
+        // Where it is already: nothing changes.
+        let mut i = file("fast", true);
+        retarget_backend(&cfg, None, "/w/run/x", &mut i);
+        assert_eq!(named(&i), Some(&b"fast"[..]));
+        assert!(i.tier.is_some_and(|t| !t.dirty));
+        // The new directory's attribute comes before the rules.
+        let mut dir = Inode::new(FileKind::Dir, 3, 0o755, 0, 0);
+        dir.xattrs.push(Xattr {
+            name: BACKEND_XATTR.into(),
+            value: b"fast".to_vec(),
+        });
+        let mut i = file("archive", true);
+        retarget_backend(&cfg, Some(&dir), "/w/keep/x.tar", &mut i);
+        assert_eq!(named(&i), Some(&b"fast"[..]));
+        // Not in a backend yet: only the new directory's attribute, placed later.
+        let mut i = file("archive", false);
+        retarget_backend(&cfg, None, "/w/run/x", &mut i);
+        assert_eq!(named(&i), None);
+        // Several names: stays.
+        let mut i = file("fast", true);
+        i.shared = Some(Default::default());
+        retarget_backend(&cfg, None, "/w/run/x.tar", &mut i);
+        assert_eq!(named(&i), Some(&b"fast"[..]));
     }
 }

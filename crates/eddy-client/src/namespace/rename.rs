@@ -251,6 +251,14 @@ impl Namespace<'_> {
         }
         let mut moved = src.clone();
         moved.ctime = Timespec::now();
+        if linked && !self.config().backends.is_empty() {
+            // Its new name may place it on another backend of the link (decision 0073).
+            let dir = match path::split(to) {
+                Some((dir, _)) => self.stat_norm(dir).await.ok(),
+                None => None,
+            };
+            crate::data::locality::retarget_backend(self.config(), dir.as_ref(), to, &mut moved);
+        }
         self.meta(to, insert(to, moved, true)).await?;
         self.meta(from, remove_any(from)).await?;
         if linked {

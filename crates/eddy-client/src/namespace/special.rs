@@ -105,7 +105,7 @@ impl Namespace<'_> {
     /// directory's placement attribute: this client's next create in it must not go by the
     /// directory as cached (decision 0043).
     fn placement_changed(&self, p: &str, name: &str) {
-        if name == eddy_config::PLACEMENT_XATTR {
+        if name == eddy_config::PLACEMENT_XATTR || name == eddy_config::BACKEND_XATTR {
             self.0.dircache.forget_tree(p);
         } else {
             self.0.dircache.forget(p);

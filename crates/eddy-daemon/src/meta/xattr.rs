@@ -156,7 +156,22 @@ impl MetaStore {
         via: &dyn Through,
     ) -> Result<Inode, Errno> {
         self.update(p, via, |norm, old| {
-            let new = set(norm, old, name, value, how)?;
+            let before = old
+                .xattrs
+                .iter()
+                .find(|x| x.name == name)
+                .map(|x| x.value.clone());
+            let mut new = set(norm, old, name, value, how)?;
+            // Another backend named for a linked file (decision 0073): the check before its
+            // next write-back moves it there, so that write-back must happen.
+            if name == eddy_config::BACKEND_XATTR && new.kind == FileKind::File {
+                let named = new.xattrs.iter().find(|x| x.name == name);
+                if named.map(|x| &x.value) != before.as_ref() {
+                    if let Some(t) = new.tier.as_mut() {
+                        t.dirty = true;
+                    }
+                }
+            }
             let value = new
                 .xattrs
                 .iter()

@@ -1,7 +1,7 @@
 //! The encoding of a hand-built snapshot, parsed back line by line.
 
 use super::*;
-use eddy_proto::stats::{BackendStats, ClientId, ClientStats, OpStats};
+use eddy_proto::stats::{BackendStats, ClientId, ClientStats, OpStats, StoreStats};
 use std::collections::{BTreeMap, BTreeSet};
 
 fn hist(values: &[u64]) -> Histogram {
@@ -77,6 +77,22 @@ fn snapshot() -> DaemonStats {
             written_bytes: 900,
             read_ahead_bytes: 300,
         },
+        backends: vec![
+            StoreStats {
+                name: "fast".into(),
+                read_bytes: 500,
+                written_bytes: 600,
+                placed_files: 2,
+                placed_bytes: 700,
+                ..StoreStats::default()
+            },
+            StoreStats {
+                name: "archive".into(),
+                written_bytes: 300,
+                failures: 1,
+                ..StoreStats::default()
+            },
+        ],
         ..DaemonStats::default()
     }
 }
@@ -284,6 +300,18 @@ fn every_line_is_exposition_and_the_samples_are_the_snapshots() {
         get("eddy_backend_operations_total", &[("dir", "write")]),
         7.0
     );
+    // Per backend (decision 0073).
+    let fast = [("backend", "fast")];
+    let archive = [("backend", "archive")];
+    assert_eq!(get("eddy_backend_store_bytes_read_total", &fast), 500.0);
+    assert_eq!(get("eddy_backend_store_bytes_written_total", &fast), 600.0);
+    assert_eq!(get("eddy_backend_store_placed_files_total", &fast), 2.0);
+    assert_eq!(get("eddy_backend_store_placed_bytes_total", &fast), 700.0);
+    assert_eq!(
+        get("eddy_backend_store_bytes_written_total", &archive),
+        300.0
+    );
+    assert_eq!(get("eddy_backend_store_failures_total", &archive), 1.0);
     assert_eq!(get("eddy_start_time_seconds", &[]), 1_700_000_000.5);
     assert_eq!(get("eddy_counting", &[]), 1.0);
     // The exact bounds: 4096-byte writes are above le=4095, within le=16383.

@@ -50,6 +50,7 @@ macro_rules! define_route {
         id: $id:tt, bulk: [$($kind:ident($bf:ident)),*]; )*) => {
         /// Serves one request that came over connection `conn`, by its handler.
         pub(crate) async fn route(st: &Arc<State>, conn: ConnId, request: Request) -> Response {
+            st.note_writer(conn, &request);
             match request {
                 $( Request::$name(r) => define_route!(@$served st, conn, r), )*
             }
@@ -124,6 +125,16 @@ impl State {
         match r.apply(self) {
             Err(e) if e.errno == crate::meta::ESHARED => self.meta.shared_reply(&e.msg),
             other => other.map(ReplyType::into_reply),
+        }
+    }
+
+    /// A size publication tells the tier which client writes the file (its I/O mode, for
+    /// the placement rules that ask for one: decision 0073).
+    fn note_writer(&self, conn: ConnId, request: &Request) {
+        match request {
+            Request::GrowSize(r) => self.tier.note_writer(&r.path, conn),
+            Request::ReserveAppend(r) => self.tier.note_writer(&r.path, conn),
+            _ => {}
         }
     }
 

@@ -511,6 +511,7 @@ impl Stats {
             errors,
             backend: backend.io.snapshot(),
             series: eddy_proto::sync::lock(&self.series).to_vec(),
+            backends: backend.store_stats(),
         }
     }
 }
@@ -562,6 +563,68 @@ impl BackendCounters {
             writes: self.writes.load(Ordering::Relaxed),
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
             written_bytes: self.written_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the tier did with one backend (decision 0073).
+/// Counted always (the tier's own figures, as its dirty bytes), also with counting off.
+pub struct StoreCounters {
+    name: String,
+    kind: String,
+    read_only: bool,
+    pub placed_files: AtomicU64,
+    pub placed_bytes: AtomicU64,
+    read_bytes: AtomicU64,
+    written_bytes: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl StoreCounters {
+    pub fn new(store: &eddy_config::Store) -> StoreCounters {
+        StoreCounters {
+            name: store.name.clone(),
+            kind: store.kind.clone(),
+            read_only: store.read_only,
+            placed_files: AtomicU64::new(0),
+            placed_bytes: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
+            written_bytes: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// A file was placed here with `bytes`.
+    pub fn placed(&self, bytes: u64) {
+        self.placed_files.fetch_add(1, Ordering::Relaxed);
+        self.placed_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn read(&self, bytes: u64) {
+        self.read_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn wrote(&self, bytes: u64) {
+        self.written_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn failed(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The figures, under the link's `prefix`.
+    pub fn snapshot(&self, prefix: &str) -> eddy_proto::stats::StoreStats {
+        eddy_proto::stats::StoreStats {
+            name: self.name.clone(),
+            prefix: prefix.to_string(),
+            kind: self.kind.clone(),
+            read_only: self.read_only,
+            placed_files: self.placed_files.load(Ordering::Relaxed),
+            placed_bytes: self.placed_bytes.load(Ordering::Relaxed),
+            dirty_bytes: 0,
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            written_bytes: self.written_bytes.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
         }
     }
 }

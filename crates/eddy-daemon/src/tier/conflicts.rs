@@ -141,7 +141,7 @@ impl Tier {
                 error: None,
                 complete: true,
             };
-            if let Err(e) = self.check_one(meta, &p, (overwrite, &ours), &mut out) {
+            if let Err(e) = self.check_one(meta, &p, (overwrite, &ours), deadline, &mut out) {
                 out.error = Some(e);
             }
             outcomes.push(out);
@@ -154,6 +154,7 @@ impl Tier {
         meta: &MetaStore,
         p: &str,
         (overwrite, ours): (bool, &HashSet<FileId>),
+        deadline: std::time::Instant,
         out: &mut FileOutcome,
     ) -> Result<(), Errno> {
         let key = path::meta_key(p);
@@ -162,10 +163,27 @@ impl Tier {
             return Ok(());
         };
         out.file_id = ino.file_id;
-        let (Some(base), Some(bp)) = (ino.tier.filter(|t| t.dirty), self.linked(p)) else {
+        let (Some(_), Some(mut bp)) = (ino.tier.filter(|t| t.dirty), self.linked(p)) else {
             return Ok(());
         };
-        let now = self.backend.entry(&bp)?;
+        // With several backends (decision 0073), a move between two whose copy was made
+        // is finished first; a file not in any yet is placed now (its record then holds the
+        // new backend file's stamp); one that is stays where it is until the conflict check
+        // let it through (below).
+        let placed = match self.resume_move(meta, &key, &mut ino, p)? {
+            Some(moved) => Some(moved),
+            None => self.place(meta, &key, &mut ino, p)?,
+        };
+        let now = match placed {
+            Some((i, entry)) => {
+                bp = self.backend.store_path(i, p);
+                Some(entry)
+            }
+            None => self.backend.entry(&bp)?,
+        };
+        let Some(base) = ino.tier.filter(|t| t.dirty) else {
+            return Ok(());
+        };
         let conflict = moved(&base, now.as_ref())
             && !ours.contains(&ino.file_id)
             && !self.has_mark(WRITING, ino.file_id)?;
@@ -190,6 +208,15 @@ impl Tier {
             });
             meta.put(&key, &ino, true)?;
             self.clear_mark(CONFLICT, ino.file_id)?;
+        }
+        // A rename or `setfattr` asked for another backend (`moves.rs`): the copy there
+        // now, before any chunk is written back.
+        if self.backend.is_multi(p) {
+            if let Some((from, _)) = self.backend.holders(p)?.into_iter().next() {
+                if let Some(to) = self.move_target(&ino, p, from) {
+                    self.move_file(meta, &key, &mut ino, p, (from, to), deadline)?;
+                }
+            }
         }
         self.set_mark(WRITING, ino.file_id, &[])
     }

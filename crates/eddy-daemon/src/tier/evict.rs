@@ -121,6 +121,12 @@ impl Tier {
                 _ => return Ok(false),
             }
         };
+        // A name two backends hold is being moved between them (`moves.rs`), or shadows a
+        // later backend's copy: its dirty chunks wait for a stage-out, whose check settles
+        // which copy is the file's.
+        if dirty && self.backend.is_multi(&path) && self.backend.holders(&path)?.len() > 1 {
+            return Ok(false);
+        }
         if dirty {
             let no_limit = Instant::now() + Duration::from_secs(3600);
             self.flush_file(chunks, id, &path, Some(k), no_limit)?;

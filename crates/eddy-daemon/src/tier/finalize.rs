@@ -124,19 +124,24 @@ impl Tier {
             };
             out.file_id = ino.file_id;
             self.refuse_conflict(ino.file_id)?;
-            let bp = self
-                .linked(p)
+            self.linked(p)
                 .ok_or_else(|| Errno::einval(format!("{p} is not linked")))?;
-            let seen = self.backend.run("finalize", &bp, {
-                let (bp, ino) = (bp.clone(), ino.clone());
-                move || finalize_backend_file(&bp, &ino)
-            })?;
+            // Its backend (decision 0073): where the check placed it, or it was imported from.
+            let (store, bp) = self.locate_for_write(p)?;
+            let seen = self
+                .backend
+                .run("finalize", &bp, {
+                    let (bp, ino) = (bp.clone(), ino.clone());
+                    move || finalize_backend_file(&bp, &ino)
+                })
+                .map_err(|e| self.at_store(store, e))?;
             ino.tier = Some(TierState {
                 backend_mtime: seen.stat.mtime,
                 backend_size: seen.stat.size,
                 dirty: false,
             });
             meta.put(&key, &ino, true)?;
+            self.forget_writers(p);
             self.settled(ino.file_id)
         })();
         out.error = result.err();

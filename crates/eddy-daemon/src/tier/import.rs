@@ -75,6 +75,19 @@ pub(super) fn import_stub(bp: &std::path::Path) -> std::io::Result<Option<Inode>
     Ok(Some(inode))
 }
 
+/// The stub of the first of `candidates` (backend, path) holding an entry, and its backend.
+/// Runs on a backend thread.
+pub(super) fn import_first(
+    candidates: &[(usize, PathBuf)],
+) -> std::io::Result<Option<(Inode, usize)>> {
+    for (store, p) in candidates {
+        if let Some(inode) = import_stub(p)? {
+            return Ok(Some((inode, *store)));
+        }
+    }
+    Ok(None)
+}
+
 /// The tier's record of the backend mtime a linked directory was imported at.
 fn dir_marker_key(norm: &str) -> Vec<u8> {
     [b"d".as_slice(), norm.as_bytes()].concat()
@@ -87,13 +100,38 @@ impl Tier {
     }
 
     /// The stub of the backend entry of `norm`, if it is linked and the backend has one.
+    /// With several backends (decision 0073), the first holding it, and a file records
+    /// the backend's name in its `user.eddy.backend`.
     pub(super) fn import_entry(&self, norm: &str) -> Result<Option<Inode>, Errno> {
         let Some(bp) = self.linked(norm) else {
             return Ok(None);
         };
-        let p = bp.clone();
-        let inode = self.backend.run("lstat", &bp, move || import_stub(&p))?;
-        Ok(inode.map(|i| self.share(i)))
+        let candidates = self.candidates(norm);
+        let inode = self
+            .backend
+            .run("lstat", &bp, move || import_first(&candidates))?;
+        Ok(inode.map(|(i, store)| self.share(self.named_store(i, store))))
+    }
+
+    /// The backends an entry of `norm` may be imported from, in order, with its path there
+    /// (the link's own directory only, for a link with one backend), and their names when
+    /// there are several.
+    fn candidates(&self, norm: &str) -> Vec<(usize, PathBuf)> {
+        match self.backend.stores_for(norm) {
+            Some((_, range)) => range
+                .map(|i| (i, self.backend.store_path(i, norm)))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// An imported stub of backend `store`: a file of a link with several backends records
+    /// its backend's name (decision 0073).
+    fn named_store(&self, mut inode: Inode, store: usize) -> Inode {
+        if inode.kind == FileKind::File && self.backend.store_is_multi(store) {
+            super::stores::record_name(&mut inode, &self.backend.store(store).name);
+        }
+        inode
     }
 
     /// Makes sure the children of the linked directory `dir` that this daemon owns are in
@@ -104,14 +142,31 @@ impl Tier {
         let Some(bp) = self.linked(&norm) else {
             return Ok(());
         };
-        let Some(dir) = self.backend.entry(&bp)? else {
-            return Ok(());
-        };
-        if dir.stat.kind != BackendKind::Dir {
+        // Every backend of the link holding the directory (decision 0073): the listing is
+        // the union of theirs; the marker, their mtimes (the one backend's alone, as before,
+        // for a link with one).
+        let candidates = self.candidates(&norm);
+        let dirs: Vec<(PathBuf, eddy_proto::Timespec)> =
+            self.backend.run("lstat", &bp, move || {
+                let mut out = Vec::new();
+                for (_, p) in candidates {
+                    if let Some(e) = read_entry(&p)? {
+                        if e.stat.kind == BackendKind::Dir {
+                            out.push((p, e.stat.mtime));
+                        }
+                    }
+                }
+                Ok(out)
+            })?;
+        if dirs.is_empty() {
             return Ok(());
         }
         let marker = dir_marker_key(&norm);
-        let seen = bincode::serialize(&dir.stat.mtime).unwrap_or_default();
+        let seen = if dirs.len() == 1 {
+            bincode::serialize(&dirs[0].1).unwrap_or_default()
+        } else {
+            bincode::serialize(&dirs.iter().map(|d| d.1).collect::<Vec<_>>()).unwrap_or_default()
+        };
         if let Some(old) = self.records.get(&marker).map_err(|e| fjall_err("get", e))? {
             if *old == *seen {
                 return Ok(());
@@ -122,15 +177,17 @@ impl Tier {
                 "this daemon was started without --members, so it cannot import linked directories",
             )
         })?;
-        let listed = bp.clone();
+        let listed: Vec<PathBuf> = dirs.into_iter().map(|d| d.0).collect();
         let names: Vec<String> = self.backend.run("readdir", &bp, move || {
-            let mut out = Vec::new();
-            for e in std::fs::read_dir(crate::backend::reach(&listed)?.path())? {
-                if let Ok(name) = e?.file_name().into_string() {
-                    out.push(name);
+            let mut out = std::collections::BTreeSet::new();
+            for dir in listed {
+                for e in std::fs::read_dir(crate::backend::reach(&dir)?.path())? {
+                    if let Ok(name) = e?.file_name().into_string() {
+                        out.insert(name);
+                    }
                 }
             }
-            Ok(out)
+            Ok(out.into_iter().collect())
         })?;
         let missing: Vec<String> = names
             .into_iter()
@@ -181,20 +238,21 @@ impl Tier {
         let Some(first) = batch.first() else {
             return Ok(());
         };
-        let targets: Vec<(String, PathBuf)> = batch
+        let targets: Vec<(String, Vec<(usize, PathBuf)>)> = batch
             .iter()
-            .filter_map(|p| self.linked(p).map(|b| (p.clone(), b)))
+            .map(|p| (p.clone(), self.candidates(p)))
+            .filter(|(_, c)| !c.is_empty())
             .collect();
         let first_bp = self.linked(first).unwrap_or_default();
         let entries = self.backend.run("lstat", &first_bp, move || {
             let mut out = Vec::with_capacity(targets.len());
-            for (p, b) in targets {
-                out.push((p, import_stub(&b)?));
+            for (p, c) in targets {
+                out.push((p, import_first(&c)?));
             }
             Ok(out)
         })?;
         for (p, e) in entries {
-            let Some(inode) = e.map(|i| self.share(i)) else {
+            let Some(inode) = e.map(|(i, store)| self.share(self.named_store(i, store))) else {
                 continue;
             };
             let key = path::meta_key(&p);
@@ -231,13 +289,25 @@ impl Tier {
             }
             return Ok((ino, None));
         }
-        let (Some(tier), FileKind::File, Some(bp)) = (ino.tier, ino.kind, self.linked(&norm))
-        else {
+        let (Some(tier), FileKind::File, Some(_)) = (ino.tier, ino.kind, self.linked(&norm)) else {
             return Ok((ino, None));
         };
+        // Where it is (with several backends, the first holding it; none: as if gone from
+        // the one backend, unless it is a new file here).
+        let located = self.locate(&norm)?;
+        let bp = match &located {
+            Some((_, p)) => p.clone(),
+            None => self.linked(&norm).unwrap_or_default(),
+        };
+        let multi_unplaced = located.is_none();
         let mut dropped = None;
         if !tier.dirty {
-            match self.backend.entry(&bp)? {
+            let now = if multi_unplaced {
+                None
+            } else {
+                self.backend.entry(&bp)?
+            };
+            match now {
                 None => {
                     // The backend copy is gone and nothing here is unsaved: so is the entry.
                     meta.delete(&key)?;
@@ -259,12 +329,19 @@ impl Tier {
                             xattrs,
                             ..fresh
                         };
+                        if let Some((store, _)) = located {
+                            ino = self.named_store(ino, store);
+                        }
                     }
                 }
                 Some(_) => {}
             }
         } else {
-            let now = self.backend.entry(&bp)?;
+            let now = if multi_unplaced {
+                None
+            } else {
+                self.backend.entry(&bp)?
+            };
             self.note_if_moved(&norm, &ino, now.as_ref())?;
         }
         if for_write {

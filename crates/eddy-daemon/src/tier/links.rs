@@ -70,7 +70,10 @@ impl Tier {
                 "{from}: only regular files are linked in the backend"
             )));
         }
+        // With several backends, both names in the file's (decision 0073).
+        let (bf, bt, refused) = self.link_store(&ino, &from, &to)?.unwrap_or((bf, bt, None));
         let (f, t) = (bf.clone(), bt);
+        let only_source = refused.is_some();
         let seen = self.backend.run("link", &bf, move || {
             use std::os::unix::fs::OpenOptionsExt;
             let (reached_f, reached_t) = (crate::backend::reach(&f)?, crate::backend::reach(&t)?);
@@ -85,6 +88,9 @@ impl Tier {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 other => drop(other?),
             }
+            if only_source {
+                return std::fs::symlink_metadata(f);
+            }
             std::fs::hard_link(f, t)?;
             std::fs::symlink_metadata(t)
         })?;
@@ -96,12 +102,21 @@ impl Tier {
                 paths: Vec::new(),
             };
         }
-        for p in [from, to] {
-            if !names.paths.contains(&p) {
-                names.paths.push(p);
+        let made: &[String] = if refused.is_some() {
+            &[from]
+        } else {
+            &[from, to]
+        };
+        for p in made {
+            if !names.paths.contains(p) {
+                names.paths.push(p.clone());
             }
         }
-        self.save_names(id, &names)
+        self.save_names(id, &names)?;
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// The names of the file `id` that still name its backend file (checked there).
@@ -111,7 +126,8 @@ impl Tier {
         };
         let mut out = Vec::new();
         for p in &names.paths {
-            let Some(bp) = self.linked(p) else {
+            // With several backends, where the name is (decision 0073).
+            let Some((_, bp)) = self.locate(p)? else {
                 continue;
             };
             let q = bp.clone();
@@ -207,7 +223,7 @@ impl Tier {
         let Ok((norm, _)) = meta.key_of(name) else {
             return Ok(());
         };
-        let Some(bp) = self.linked(&norm) else {
+        let Some((_, bp)) = self.locate(&norm)? else {
             return Ok(());
         };
         let key = path::identity_key(id);
@@ -257,9 +273,9 @@ impl Tier {
         let Some(id) = path::parse_identity(norm) else {
             return Ok(self.linked(norm));
         };
-        Ok(self
-            .linked_names(id)?
-            .first()
-            .and_then(|name| self.linked(name)))
+        match self.linked_names(id)?.first() {
+            Some(name) => Ok(self.locate(name)?.map(|(_, p)| p)),
+            None => Ok(None),
+        }
     }
 }

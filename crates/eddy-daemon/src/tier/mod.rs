@@ -16,7 +16,8 @@
 //! the file's namespace path and the chunks written back and evicted, `d<path>` → the
 //! backend mtime a linked directory's children were imported at; `x<id>`, `w<id>` and
 //! `h<id>`: a file in conflict with its backend copy, being written back, held back
-//! (`conflicts.rs`). Every chunk operation
+//! (`conflicts.rs`); `m<id>`: a file being moved between two backends of its link
+//! (`moves.rs`). Every chunk operation
 //! runs under the chunk's lock in the chunk store, so concurrent readers of a missing chunk
 //! cause one backend read, and a write racing a write-back is never marked clean.
 //! No coordination with other daemons: each one evicts and writes back its own chunks.
@@ -25,9 +26,13 @@ mod conflicts;
 mod evict;
 mod finalize;
 mod import;
+mod lifecycle;
 mod links;
+mod moves;
+mod stores;
 mod streams;
 mod write_through;
+mod writers;
 mod xattrs;
 
 use crate::backend::Backend;
@@ -70,6 +75,10 @@ struct FileRec {
     /// Chunks held here (not persisted: rebuilt from the chunk records).
     #[serde(skip)]
     held: BTreeSet<u64>,
+    /// The backend it is in (an index of `Backend::stores_for`), once this daemon knows
+    /// (not persisted): for the dirty bytes per backend in status.
+    #[serde(skip)]
+    store: Option<usize>,
 }
 
 #[derive(Default)]
@@ -111,6 +120,8 @@ pub struct Tier {
     members: Option<(Placement, u32)>,
     /// The path limits names imported from the backend are checked against.
     limits: PathLimits,
+    /// The clients writing each file not yet placed, for rules by I/O mode (`writers.rs`).
+    writers: Mutex<writers::Writers>,
 }
 
 fn rec_err(what: &str, e: fjall::Error) -> Errno {
@@ -219,6 +230,7 @@ impl Tier {
                 max_path: config.max_path_bytes,
                 max_name: config.max_name_bytes,
             },
+            writers: Mutex::default(),
         })
     }
 
@@ -250,9 +262,9 @@ impl Tier {
             .map_err(|e| rec_err("insert", e))
     }
 
-    /// The backend path of a linked file's namespace path, which must be normalised: a path
-    /// with `.`, `..` or empty components could name something outside the backend directory.
-    fn backend_path(&self, path: &str) -> Result<PathBuf, Errno> {
+    /// Checks that a linked file's namespace path is normalised: a path with `.`, `..` or
+    /// empty components could name something outside the backend directory.
+    fn check_form(&self, path: &str) -> Result<(), Errno> {
         let form_only = eddy_proto::path::PathLimits {
             max_path: usize::MAX,
             max_name: usize::MAX,
@@ -262,7 +274,7 @@ impl Tier {
                 "backend path of {path:?}: not a normalised path"
             )));
         }
-        self.backend.resolve_linked(path)
+        self.backend.resolve_linked(path).map(|_| ())
     }
 
     /// Records that chunk k of `id` is held here with `len` bytes, after a fetch (clean) or
@@ -303,6 +315,13 @@ impl Tier {
             rec.path = path.to_string();
             file_changed = true;
         }
+        if rec.store.is_none() {
+            rec.store = self
+                .backend
+                .stores_for(path)
+                .filter(|(_, r)| r.len() == 1)
+                .map(|(_, r)| r.start);
+        }
         rec.held.insert(k);
         file_changed |= rec.evicted.remove(&k);
         let rec_copy = file_changed.then(|| rec.clone());
@@ -314,6 +333,13 @@ impl Tier {
             self.save_file(id, &r)?;
         }
         Ok(())
+    }
+
+    /// This daemon learnt that the file `id` is in backend `store`.
+    fn known_store(&self, id: FileId, store: usize) {
+        if let Some(f) = self.maps().files.get_mut(&id) {
+            f.store = Some(store);
+        }
     }
 
     /// Marks chunk k of `id` as just used; whether it is recorded here, i.e. complete: a
@@ -350,10 +376,17 @@ impl Tier {
         backing: &Backing,
         pin: bool,
     ) -> Result<Vec<u8>, Errno> {
-        let bpath = self.backend_path(&backing.path)?;
+        self.check_form(&backing.path)?;
+        // Not in any backend of its link (a new file not placed yet): nothing there.
+        let Some((store, bpath)) = self.locate(&backing.path)? else {
+            return Ok(Vec::new());
+        };
         let data = self
             .backend
-            .read_at(&bpath, k * self.chunk_size, self.chunk_size as usize)?;
+            .read_at(&bpath, k * self.chunk_size, self.chunk_size as usize)
+            .map_err(|e| self.at_store(store, e))?;
+        self.backend.per_store[store].read(data.len() as u64);
+        self.known_store(id, store);
         self.fetches.fetch_add(1, Ordering::Relaxed);
         self.read_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -569,7 +602,27 @@ impl Tier {
         if dirty.is_empty() {
             return Ok((0, true));
         }
-        let bpath = self.backend_path(path)?;
+        self.check_form(path)?;
+        let (store, bpath) = self.locate_for_write(path)?;
+        self.known_store(id, store);
+        let (bytes, complete) = self
+            .flush_to(chunks, id, &bpath, dirty, deadline)
+            .map_err(|e| self.at_store(store, e))?;
+        self.backend.per_store[store].wrote(bytes);
+        Ok((bytes, complete))
+    }
+
+    /// `flush_file`'s writing: the dirty chunks `dirty` of `id` into the backend file at
+    /// `bpath`, then fsync, then the chunks no write touched meanwhile marked clean.
+    fn flush_to(
+        &self,
+        chunks: &ChunkStore,
+        id: FileId,
+        bpath: &Path,
+        dirty: Vec<u64>,
+        deadline: Instant,
+    ) -> Result<(u64, bool), Errno> {
+        let bpath = bpath.to_path_buf();
         let file = self.backend.open_for_flush(&bpath)?;
         let mut written = Vec::new();
         let mut bytes = 0u64;
@@ -614,128 +667,6 @@ impl Tier {
         Ok((bytes, complete))
     }
 
-    /// Releases the pins of chunks of files under `prefix`; returns how many were pinned.
-    pub fn unpin(&self, prefix: &str) -> Result<u64, Errno> {
-        let changed: Vec<((FileId, u64), Chunk)> = {
-            let mut maps = self.maps();
-            let ids: Vec<FileId> = maps
-                .files
-                .iter()
-                .filter(|(_, f)| under(&f.path, prefix))
-                .map(|(id, _)| *id)
-                .collect();
-            let mut out = Vec::new();
-            for id in ids {
-                let held: Vec<u64> = maps.files[&id].held.iter().copied().collect();
-                for k in held {
-                    if let Some(c) = maps.chunks.get_mut(&(id, k)) {
-                        if c.pinned {
-                            c.pinned = false;
-                            out.push(((id, k), *c));
-                        }
-                    }
-                }
-            }
-            out
-        };
-        for ((id, k), c) in &changed {
-            self.save_chunk(*id, *k, c)?;
-        }
-        Ok(changed.len() as u64)
-    }
-
-    /// A linked entry moved from `from` to `to`: the records of files under it follow. When
-    /// `to` is not linked (a hidden name of Eddy's own, `eddy_config::HIDDEN_ORPHAN`), the
-    /// files leave the tier: their records are forgotten and their chunks stay in the chunk
-    /// store as scratch data, never written back nor evicted.
-    pub fn rebind(&self, from: &str, to: &str) -> Result<(), Errno> {
-        if self.backend.link_for(to).is_none() {
-            let leaving: Vec<FileId> = self
-                .maps()
-                .files
-                .iter()
-                .filter(|(_, f)| under(&f.path, from))
-                .map(|(id, _)| *id)
-                .collect();
-            for id in leaving {
-                self.forget(id)?;
-            }
-            return Ok(());
-        }
-        let moved: Vec<(FileId, FileRec)> = {
-            let mut maps = self.maps();
-            let mut out = Vec::new();
-            for (id, f) in maps.files.iter_mut() {
-                if under(&f.path, from) {
-                    f.path = format!("{to}{}", &f.path[from.len()..]);
-                    out.push((*id, f.clone()));
-                }
-            }
-            out
-        };
-        for (id, rec) in &moved {
-            self.save_file(*id, rec)?;
-        }
-        self.rebind_names(from, to)
-    }
-
-    /// The file's chunks are gone (unlink, new generation): forget them.
-    pub fn forget(&self, id: FileId) -> Result<(), Errno> {
-        self.hold_back(&[id], false)?;
-        self.written_back_whole(id)?;
-        let held = {
-            let mut maps = self.maps();
-            let Some(f) = maps.files.remove(&id) else {
-                return Ok(());
-            };
-            for k in &f.held {
-                maps.chunks.remove(&(id, *k));
-            }
-            f.held
-        };
-        for k in held {
-            self.records
-                .remove(chunk_key(id, k))
-                .map_err(|e| rec_err("remove", e))?;
-        }
-        self.records
-            .remove(file_key(id))
-            .map_err(|e| rec_err("remove", e))
-    }
-
-    /// The file was cut to `size` bytes (its chunks too): forget what lies beyond.
-    pub fn truncated(&self, id: FileId, size: u64) -> Result<(), Errno> {
-        let cs = self.chunk_size;
-        let (gone, rec) = {
-            let mut maps = self.maps();
-            let Some(f) = maps.files.get_mut(&id) else {
-                return Ok(());
-            };
-            let gone: Vec<u64> = f.held.iter().copied().filter(|k| k * cs >= size).collect();
-            for k in &gone {
-                f.held.remove(k);
-            }
-            f.evicted.retain(|k| k * cs < size);
-            let rec = f.clone();
-            for k in &gone {
-                maps.chunks.remove(&(id, *k));
-            }
-            if !size.is_multiple_of(cs) {
-                let k = size / cs;
-                if let Some(c) = maps.chunks.get_mut(&(id, k)) {
-                    c.len = c.len.min(size - k * cs);
-                }
-            }
-            (gone, rec)
-        };
-        for k in gone {
-            self.records
-                .remove(chunk_key(id, k))
-                .map_err(|e| rec_err("remove", e))?;
-        }
-        self.save_file(id, &rec)
-    }
-
     /// The tier's figures for status (without the conflicts: `conflicts`).
     pub fn status(&self, chunks: &ChunkStore) -> TierStatus {
         let (cap, _) = self.capacity(chunks);
@@ -749,18 +680,25 @@ impl Tier {
             high_watermark_bytes: cap / 100 * self.high_pct,
             low_watermark_bytes: cap / 100 * self.low_pct,
             held_back: self.maps().held_back.len() as u64,
+            backends: self.backend.store_stats(),
             ..TierStatus::default()
         };
-        for c in self.maps().chunks.values() {
+        let maps = self.maps();
+        for ((id, _), c) in maps.chunks.iter() {
             s.cached_chunks += 1;
             s.cached_bytes += c.len;
             if c.dirty {
                 s.dirty_bytes += c.len;
+                let store = maps.files.get(id).and_then(|f| f.store);
+                if let Some(b) = store.and_then(|i| s.backends.get_mut(i)) {
+                    b.dirty_bytes += c.len;
+                }
             }
             if c.pinned {
                 s.pinned_bytes += c.len;
             }
         }
+        drop(maps);
         s
     }
 }

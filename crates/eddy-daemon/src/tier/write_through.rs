@@ -83,6 +83,15 @@ impl Through for Tier {
             });
             return Ok(());
         }
+        // With several backends (decision 0073) in the default one, with the directories
+        // above it that only another backend held.
+        let bp = match self.backend.stores_for(norm) {
+            Some((_, range)) if range.len() > 1 => {
+                self.parents_in(range.start, norm)?;
+                self.backend.store_path(range.start, norm)
+            }
+            _ => bp,
+        };
         let p = bp.clone();
         let made = self.backend.run("create", &bp, move || {
             let reached = crate::backend::reach(&p)?;
@@ -114,29 +123,112 @@ impl Through for Tier {
     }
 
     /// An entry missing in the backend (a file never written back) is fine.
+    /// With several backends (decision 0073), from every backend holding it (a name in two
+    /// backends is one name); refused (EROFS) when one of them is read-only.
     fn remove(&self, norm: &str, kind: FileKind) -> Result<(), Errno> {
-        let Some(bp) = Tier::linked(self, norm) else {
+        if Tier::linked(self, norm).is_none() {
             return Ok(());
-        };
-        let p = bp.clone();
-        self.backend.run("remove", &bp, move || {
-            let Some(reached) = crate::backend::reach_existing(&p)? else {
-                return Ok(());
-            };
-            let p = reached.path();
-            ignore_missing(if kind == FileKind::Dir {
-                std::fs::remove_dir(p)
-            } else {
-                std::fs::remove_file(p)
-            })
-        })
+        }
+        for (i, bp) in self.through_all(norm)? {
+            let p = bp.clone();
+            self.backend
+                .run("remove", &bp, move || {
+                    let Some(reached) = crate::backend::reach_existing(&p)? else {
+                        return Ok(());
+                    };
+                    let p = reached.path();
+                    ignore_missing(if kind == FileKind::Dir {
+                        std::fs::remove_dir(p)
+                    } else {
+                        std::fs::remove_file(p)
+                    })
+                })
+                .map_err(|e| self.store_err(i, e))?;
+        }
+        Ok(())
     }
 
     /// chmod, chown, truncate and utimens of the backend copy, if it was written back.
     fn set_attr(&self, norm: &str, attr: &SetAttr, new: &mut Inode) -> Result<(), Errno> {
-        let Some(bp) = self.through_path(norm)? else {
-            return Ok(());
-        };
+        for (n, bp) in self.through_paths(norm)?.into_iter().enumerate() {
+            self.set_attr_at(&bp, attr, new, n == 0)?;
+        }
+        Ok(())
+    }
+
+    /// setxattr and removexattr of the backend copy, if it exists (decision 0029).
+    fn xattr(
+        &self,
+        norm: &str,
+        kind: FileKind,
+        name: &str,
+        value: Option<&[u8]>,
+    ) -> Result<(), Errno> {
+        if name == eddy_config::BACKEND_XATTR {
+            self.check_backend_attr(norm, kind, value)?;
+        }
+        for bp in self.through_paths(norm)? {
+            let (p, name, value) = (bp.clone(), name.to_string(), value.map(<[u8]>::to_vec));
+            self.backend.run("setxattr", &bp, move || {
+                let reached = crate::backend::reach(&p)?;
+                let p = reached.path();
+                super::xattrs::write_through(p, kind, &name, value.as_deref())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Tier {
+    /// Where a change of `norm` is written through: the backend path of `through_path`, or
+    /// with several backends (decision 0073) that of every backend holding it (EROFS if one
+    /// is read-only).
+    fn through_paths(&self, norm: &str) -> Result<Vec<std::path::PathBuf>, Errno> {
+        if eddy_proto::path::parse_identity(norm).is_none() && self.backend.is_multi(norm) {
+            return Ok(self
+                .through_all(norm)?
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect());
+        }
+        Ok(self.through_path(norm)?.into_iter().collect())
+    }
+
+    /// Every backend of `norm`'s link holding it, with its path there (the link's own
+    /// directory alone for a link with one backend); EROFS naming the first read-only one.
+    pub(super) fn through_all(
+        &self,
+        norm: &str,
+    ) -> Result<Vec<(usize, std::path::PathBuf)>, Errno> {
+        if !self.backend.is_multi(norm) {
+            return Ok(self.locate(norm)?.into_iter().collect());
+        }
+        let held = self.backend.holders(norm)?;
+        for (i, _) in &held {
+            self.writable(*i, norm)?;
+        }
+        Ok(held)
+    }
+
+    /// An error of backend `i`, named after it when the link has several.
+    fn store_err(&self, i: usize, e: Errno) -> Errno {
+        if self.backend.store_is_multi(i) {
+            self.at_store(i, e)
+        } else {
+            e
+        }
+    }
+
+    /// chmod, chown, truncate and utimens of one backend copy; `first`: the record takes
+    /// the stamp it shows.
+    fn set_attr_at(
+        &self,
+        bp: &std::path::Path,
+        attr: &SetAttr,
+        new: &mut Inode,
+        first: bool,
+    ) -> Result<(), Errno> {
+        let bp = bp.to_path_buf();
         let p = bp.clone();
         let (attr, kind) = (attr.clone(), new.kind);
         let (atime, mtime) = (new.atime, new.mtime);
@@ -173,34 +265,12 @@ impl Through for Tier {
             }
             read_entry(p)
         })?;
-        if let (Some(e), Some(t)) = (seen, new.tier.as_mut()) {
+        if let (Some(e), Some(t), true) = (seen, new.tier.as_mut(), first) {
             t.backend_mtime = e.stat.mtime;
             t.backend_size = e.stat.size;
         }
         Ok(())
     }
-
-    /// setxattr and removexattr of the backend copy, if it exists (decision 0029).
-    fn xattr(
-        &self,
-        norm: &str,
-        kind: FileKind,
-        name: &str,
-        value: Option<&[u8]>,
-    ) -> Result<(), Errno> {
-        let Some(bp) = self.through_path(norm)? else {
-            return Ok(());
-        };
-        let (p, name, value) = (bp.clone(), name.to_string(), value.map(<[u8]>::to_vec));
-        self.backend.run("setxattr", &bp, move || {
-            let reached = crate::backend::reach(&p)?;
-            let p = reached.path();
-            super::xattrs::write_through(p, kind, &name, value.as_deref())
-        })
-    }
-}
-
-impl Tier {
     /// Renames the backend copy of a linked entry (the client moves the metadata after).
     /// `meta` gives the paths' keys and whether a directory rename is recorded there.
     pub fn backend_rename(&self, meta: &MetaStore, from: &str, to: &str) -> Result<(), Errno> {
@@ -215,6 +285,9 @@ impl Tier {
         // A directory rename recorded here (decision 0010) may be run again to complete it:
         // a missing source then means the backend renamed it already.
         let resuming = meta.renaming(&from, &to);
+        if self.backend.is_multi(&from) {
+            return self.rename_in_stores(&from, &to, resuming);
+        }
         let (f, t) = (bf.clone(), bt);
         self.backend.run("rename", &bf, move || {
             let reached_t = crate::backend::reach(&t)?;
@@ -236,6 +309,52 @@ impl Tier {
                 other => other,
             }
         })
+    }
+}
+
+impl Tier {
+    /// `backend_rename` under a link with several backends (decision 0073): in each backend
+    /// holding the source, renamed there (with the directories above the target it lacks);
+    /// in each other one holding the target, the target removed (unless a directory rename
+    /// is being completed). Refused (EROFS) before anything when a backend holding either
+    /// is read-only. A file keeps its backend: a rename moves no data between backends.
+    fn rename_in_stores(&self, from: &str, to: &str, resuming: bool) -> Result<(), Errno> {
+        let sources = self.through_all(from)?;
+        let targets = self.through_all(to)?;
+        let Some((_, range)) = self.backend.stores_for(from) else {
+            return Ok(());
+        };
+        for i in range {
+            let (f, t) = (
+                self.backend.store_path(i, from),
+                self.backend.store_path(i, to),
+            );
+            if sources.iter().any(|(s, _)| *s == i) {
+                self.parents_in(i, to).map_err(|e| self.at_store(i, e))?;
+                self.backend
+                    .run("rename", &f.clone(), move || {
+                        let (rf, rt) = (crate::backend::reach(&f)?, crate::backend::reach(&t)?);
+                        std::fs::rename(rf.path(), rt.path())
+                    })
+                    .map_err(|e| self.at_store(i, e))?;
+            } else if !resuming && targets.iter().any(|(s, _)| *s == i) {
+                self.backend
+                    .run("rename", &t.clone(), move || {
+                        let Some(reached) = crate::backend::reach_existing(&t)? else {
+                            return Ok(());
+                        };
+                        let t = reached.path();
+                        match std::fs::symlink_metadata(t) {
+                            Ok(m) if m.is_dir() => ignore_missing(std::fs::remove_dir(t)),
+                            Ok(_) => ignore_missing(std::fs::remove_file(t)),
+                            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                            Err(e) => Err(e),
+                        }
+                    })
+                    .map_err(|e| self.at_store(i, e))?;
+            }
+        }
+        Ok(())
     }
 }
 

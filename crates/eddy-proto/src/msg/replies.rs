@@ -83,6 +83,8 @@ pub struct TierStatus {
     pub conflict_paths: Vec<String>,
     /// Files whose dirty chunks here are held back from write-back (in conflict).
     pub held_back: u64,
+    /// Per backend of the linked prefixes (decision 0073): placed, dirty, written back.
+    pub backends: Vec<crate::stats::StoreStats>,
 }
 
 /// The outcome for one file of a flush or finalisation on one daemon.

@@ -292,6 +292,8 @@ fn set_mtime(p: &Path, sec: u64, nsec: u32) {
         .unwrap();
 }
 
+mod backend_moves;
+mod backends;
 mod cache;
 mod command;
 mod failures;
