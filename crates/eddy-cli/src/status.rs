@@ -360,7 +360,7 @@ fn print_metrics(rows: &[DaemonRow]) {
 fn print_tier_table(rows: &[DaemonRow]) {
     outln!("backend tier");
     outln!(
-        "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
+        "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>15} {:>9} {:>21}",
         "ID",
         "CACHED",
         "DIRTY",
@@ -368,6 +368,7 @@ fn print_tier_table(rows: &[DaemonRow]) {
         "BE READ",
         "READ AHEAD",
         "BE WRITTEN",
+        "WRITES(+MERGED)",
         "EVICTIONS",
         "WATERMARKS HIGH/LOW"
     );
@@ -377,7 +378,7 @@ fn print_tier_table(rows: &[DaemonRow]) {
             continue;
         };
         outln!(
-            "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
+            "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>15} {:>9} {:>21}",
             r.id,
             human_bytes(t.cached_bytes),
             human_bytes(t.dirty_bytes),
@@ -385,6 +386,7 @@ fn print_tier_table(rows: &[DaemonRow]) {
             human_bytes(t.backend_read_bytes),
             human_bytes(t.read_ahead_bytes),
             human_bytes(t.backend_write_bytes),
+            format!("{}(+{})", t.backend_writes, t.merged_writes),
             t.evictions,
             watermarks(t),
         );

@@ -662,11 +662,25 @@ impl Collector for StatsCollector {
         family(
             &mut enc,
             "eddy_backend_operations",
-            "Backend reads and writes, by direction.",
+            "Backend read and write calls, by direction (a merged call counts once).",
             Counter,
             vec![
                 (self.with(&[("dir", "read".into())]), s.backend.reads),
                 (self.with(&[("dir", "write".into())]), s.backend.writes),
+            ],
+        )?;
+        family(
+            &mut enc,
+            "eddy_backend_merged_requests",
+            "Backend reads and writes that went in another's call, merged by the per-object \
+             queues, by direction.",
+            Counter,
+            vec![
+                (self.with(&[("dir", "read".into())]), s.backend.merged_reads),
+                (
+                    self.with(&[("dir", "write".into())]),
+                    s.backend.merged_writes,
+                ),
             ],
         )?;
         let mut start = enc.encode_descriptor(

@@ -50,7 +50,7 @@ pub use msg::*;
 /// Version of the protocol; the handshake refuses a peer with another one. Raise it with
 /// any change to the wire: a request's fields, a reply, a frame, or the request table
 /// (then record the table's fingerprint in `TABLE_FINGERPRINTS`).
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// The fingerprint of `request_table!` (the first 16 hex digits of the BLAKE3 hash of
 /// `TABLE_TEXT` without its white space) under each protocol version since they were
@@ -62,6 +62,9 @@ pub const TABLE_FINGERPRINTS: &[(u32, &str)] = &[
     (12, "023a7d0f41ceba22"),
     // Version 13: `req::Read` carries a `StreamHint` (decision 0072); the table is the same.
     (13, "023a7d0f41ceba22"),
+    // Version 14: `TierStatus` counts backend calls and merged requests, `BackendStats`
+    // merged requests (decision 0074); the table is the same.
+    (14, "023a7d0f41ceba22"),
 ];
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.

@@ -74,6 +74,12 @@ pub struct TierStatus {
     pub evictions: u64,
     /// Bytes fetched ahead of readers' streams on their hints (decision 0072).
     pub read_ahead_bytes: u64,
+    /// Backend read and write calls of fetches and write-backs, and the requests that went
+    /// in another's call, merged by the per-object queues (decision 0074).
+    pub backend_reads: u64,
+    pub backend_writes: u64,
+    pub merged_reads: u64,
+    pub merged_writes: u64,
     pub capacity_bytes: u64,
     pub high_watermark_bytes: u64,
     pub low_watermark_bytes: u64,

@@ -298,6 +298,7 @@ mod failures;
 mod hidden;
 mod links;
 mod locality;
+mod merging;
 mod reads;
 mod streams;
 mod two_writers;
