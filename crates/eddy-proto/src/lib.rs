@@ -62,8 +62,9 @@ pub const TABLE_FINGERPRINTS: &[(u32, &str)] = &[
     (12, "023a7d0f41ceba22"),
     // Version 13: `req::Read` carries a `StreamHint` (decision 0072); the table is the same.
     (13, "023a7d0f41ceba22"),
-    // Version 14: `TierStatus` counts backend calls and merged requests, `BackendStats`
-    // merged requests (decision 0074); the table is the same.
+    // Version 14: `req::Write` carries a `StreamHint`, `TierStatus` counts backend calls
+    // and merged requests, `BackendStats` merged requests (decision 0074); the table is the
+    // same.
     (14, "023a7d0f41ceba22"),
 ];
 

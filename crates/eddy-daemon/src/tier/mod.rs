@@ -479,6 +479,12 @@ impl Tier {
         Ok(fetched)
     }
 
+    /// Whether this daemon is the first owner of chunk k of `id` by the placement (every
+    /// chunk, without the deployment's members).
+    pub fn owns_chunk(&self, id: FileId, k: u64) -> bool {
+        self.owns(id, k)
+    }
+
     /// Counts bytes fetched ahead of a stream on its hint (decision 0072).
     pub fn read_ahead_done(&self, bytes: u64) {
         self.read_ahead_bytes.fetch_add(bytes, Ordering::Relaxed);

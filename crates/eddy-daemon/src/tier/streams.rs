@@ -168,7 +168,7 @@ impl Tier {
 
     /// Whether this daemon is the first owner of chunk k of `id` (all chunks, without the
     /// deployment's members).
-    fn owns(&self, id: FileId, k: u64) -> bool {
+    pub(super) fn owns(&self, id: FileId, k: u64) -> bool {
         self.members
             .as_ref()
             .is_none_or(|(p, me)| p.chunk_owner(id, k) == *me)

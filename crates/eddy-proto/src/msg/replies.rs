@@ -26,6 +26,10 @@ pub struct DaemonStatus {
     pub chunk_bytes: u64,
     /// Chunk files held.
     pub chunks: u64,
+    /// Bytes of chunk slots preallocated for sequential writers and not yet written whole,
+    /// and all bytes ever preallocated (decision 0074).
+    pub preallocated_bytes: u64,
+    pub preallocated_total_bytes: u64,
     /// The backend tier: bytes of cached backend chunks, of those not yet written back, of
     /// pinned ones; bytes read from and written to the backend; chunks evicted; the
     /// capacity and the watermarks (bytes) eviction works between.

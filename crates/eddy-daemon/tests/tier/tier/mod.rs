@@ -299,6 +299,7 @@ mod hidden;
 mod links;
 mod locality;
 mod merging;
+mod prealloc;
 mod reads;
 mod streams;
 mod two_writers;
