@@ -138,6 +138,20 @@ fn read_range(p: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// A write-back handing its writes over (`Backend::hold`); dropped: they go.
+pub struct Held<'a> {
+    backend: &'a Backend,
+    file: &'a Arc<std::fs::File>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Some(q) = &self.backend.queues {
+            q.kick_file(self.file);
+        }
+    }
+}
+
 /// A write handed to the backend: done already (no queues), or waiting in its file's queue.
 pub enum Pending {
     Done,
@@ -423,7 +437,8 @@ impl Backend {
     }
 
     /// pwrite of `data` at `offset` into an open backend file, handed to the file's queue
-    /// (when there are queues) without waiting: wait for it with `finish`, after `kick`.
+    /// (when there are queues) without waiting: wait for it with `finish`, once the `hold`
+    /// on the file is dropped.
     pub fn write_at(
         &self,
         file: &Arc<std::fs::File>,
@@ -447,10 +462,16 @@ impl Backend {
         .map(|()| Pending::Done)
     }
 
-    /// Nothing more is coming for `file` now: its queued writes go without waiting.
-    pub fn kick(&self, file: &std::fs::File) {
+    /// Holds the queue of `file`'s writes open while a write-back hands its chunks over
+    /// (they go when the queue is full, or all at once when the guard is dropped), however
+    /// long it takes to read them.
+    pub fn hold<'a>(&'a self, file: &'a Arc<std::fs::File>) -> Held<'a> {
         if let Some(q) = &self.queues {
-            q.kick_file(file);
+            q.hold_file(file);
+        }
+        Held {
+            backend: self,
+            file,
         }
     }
 

@@ -83,6 +83,9 @@ struct Queue {
     kicked: bool,
     /// Batches of this object out now.
     out: usize,
+    /// Writers still handing requests over (`hold_file`): the window does not run out on
+    /// them; only a full queue goes.
+    holders: usize,
 }
 
 #[derive(Default)]
@@ -216,39 +219,37 @@ impl Queues {
 
     /// Queues a write of `data` at `offset` of `file` (opened for writing back).
     pub fn write(&self, file: &Arc<File>, offset: u64, data: Vec<u8>, wait: Duration) -> Ticket {
-        use std::os::unix::fs::MetadataExt;
-        let object = match file.metadata() {
-            Ok(m) => Object::File {
-                dev: m.dev(),
-                ino: m.ino(),
-            },
-            // Cannot tell the file: a queue of its own (the descriptor's address) that
-            // merges with nothing else.
-            Err(_) => Object::File {
-                dev: u64::MAX,
-                ino: Arc::as_ptr(file) as u64,
-            },
-        };
         let target = Target::Write(Arc::clone(file));
-        self.submit(object, target, offset, Op::Write { data }, wait)
+        self.submit(file_object(file), target, offset, Op::Write { data }, wait)
     }
 
-    /// The object of `file`'s writes goes at once: nothing more is coming for it now.
-    pub fn kick_file(&self, file: &File) {
-        use std::os::unix::fs::MetadataExt;
-        if let Ok(m) = file.metadata() {
-            let object = Object::File {
-                dev: m.dev(),
-                ino: m.ino(),
-            };
-            let mut inner = lock(&self.shared.inner);
-            if let Some(q) = inner.objects.get_mut(&object) {
-                if !q.reqs.is_empty() {
-                    q.kicked = true;
-                    self.shared.wake.notify_all();
-                }
-            }
+    /// A writer is about to hand over several writes of `file` (a write-back of its dirty
+    /// chunks): until `kick_file`, its queue goes only when full, however long the writer
+    /// takes to read its chunks. Every `hold_file` must be followed by a `kick_file`.
+    pub fn hold_file(&self, file: &Arc<File>) {
+        let mut inner = lock(&self.shared.inner);
+        inner
+            .objects
+            .entry(file_object(file))
+            .or_insert_with(|| Queue::new(Target::Write(Arc::clone(file))))
+            .holders += 1;
+    }
+
+    /// The writer of `file` has handed over what it had (`hold_file`): its queue goes at
+    /// once.
+    pub fn kick_file(&self, file: &Arc<File>) {
+        let object = file_object(file);
+        let mut inner = lock(&self.shared.inner);
+        let Some(q) = inner.objects.get_mut(&object) else {
+            return;
+        };
+        q.holders = q.holders.saturating_sub(1);
+        if !q.reqs.is_empty() {
+            q.kicked = true;
+        } else if q.out == 0 && q.holders == 0 {
+            inner.objects.remove(&object);
         }
+        self.shared.wake.notify_all();
     }
 
     fn submit(
@@ -294,13 +295,10 @@ impl Queues {
         req.arrived = Instant::now();
         let len = req.len();
         let inner_ref = &mut *inner;
-        let q = inner_ref.objects.entry(object.clone()).or_insert(Queue {
-            target,
-            reqs: VecDeque::new(),
-            bytes: 0,
-            kicked: false,
-            out: 0,
-        });
+        let q = inner_ref
+            .objects
+            .entry(object.clone())
+            .or_insert_with(|| Queue::new(target));
         if q.reqs.is_empty() {
             inner_ref.ring.push_back(object);
         }
@@ -308,6 +306,36 @@ impl Queues {
         q.bytes += len;
         s.wake.notify_all();
         Ticket { rx }
+    }
+}
+
+impl Queue {
+    fn new(target: Target) -> Queue {
+        Queue {
+            target,
+            reqs: VecDeque::new(),
+            bytes: 0,
+            kicked: false,
+            out: 0,
+            holders: 0,
+        }
+    }
+}
+
+/// The object of a file opened for writing back: its device and inode numbers.
+fn file_object(file: &Arc<File>) -> Object {
+    use std::os::unix::fs::MetadataExt;
+    match file.metadata() {
+        Ok(m) => Object::File {
+            dev: m.dev(),
+            ino: m.ino(),
+        },
+        // Cannot tell the file: a queue of its own (the descriptor's address) that merges
+        // with nothing else.
+        Err(_) => Object::File {
+            dev: u64::MAX,
+            ino: Arc::as_ptr(file) as u64,
+        },
     }
 }
 
@@ -332,9 +360,15 @@ fn due(q: &Queue, s: &Shared, now: Instant) -> Result<(), Option<Instant>> {
     // A read of a file none of whose reads is out goes at once (a lone reader waits for
     // nothing); reads that come while one is out wait for each other, up to the window.
     let idle_read = !writes && q.out == 0;
+    if idle_read || q.kicked || q.bytes >= s.max || q.reqs.len() >= MAX_QUEUED {
+        return Ok(());
+    }
+    if q.holders > 0 {
+        return Err(None);
+    }
     let oldest = q.reqs.iter().map(|r| r.arrived).min().unwrap_or(now);
     let at = oldest + s.window;
-    if idle_read || q.kicked || q.bytes >= s.max || q.reqs.len() >= MAX_QUEUED || at <= now {
+    if at <= now {
         Ok(())
     } else {
         Err(Some(at))
@@ -462,7 +496,7 @@ fn dispatch(s: &Arc<Shared>, jobs: &mpsc::Sender<Job>) {
             inner.out = inner.out.saturating_sub(1);
             if let Some(q) = inner.objects.get_mut(&object) {
                 q.out = q.out.saturating_sub(1);
-                if q.out == 0 && q.reqs.is_empty() {
+                if q.out == 0 && q.reqs.is_empty() && q.holders == 0 {
                     inner.objects.remove(&object);
                 }
             }
@@ -588,6 +622,7 @@ mod tests {
         let f = open_rw(&path);
         let mut want = vec![0u8; 16 * rec];
         let mut tickets = Vec::new();
+        q.hold_file(&f);
         // Out of order (odd records first), as several ranks' records come.
         for i in (1..16).step_by(2).chain((0..16).step_by(2)) {
             let data: Vec<u8> = (0..rec).map(|b| (i * 31 + b % 251) as u8).collect();
@@ -645,6 +680,7 @@ mod tests {
         let path = dir.path().join("f");
         let q = queues(Duration::from_secs(30), 1 << 20, 4, threads(4));
         let f = open_rw(&path);
+        q.hold_file(&f);
         let a = q.write(&f, 100, vec![1u8; 100], WAIT);
         let b = q.write(&f, 0, vec![2u8; 150], WAIT); // ends inside a: not adjacent
         let c = q.write(&f, 200, vec![3u8; 100], WAIT); // adjacent to a, overlaps nothing
@@ -726,6 +762,66 @@ mod tests {
         assert_eq!(
             std::fs::read(&big).unwrap(),
             vec![7u8; (bigs * 4096) as usize]
+        );
+    }
+
+    /// A write-back that hands over more than a queue holds: it waits for room as batches
+    /// go, and adjacent writes still go together, `max` bytes at a time.
+    #[test]
+    fn a_full_queue_still_merges_what_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let q = queues(Duration::from_secs(600), 4 * 4096, 4, threads(4));
+        let f = open_rw(&path);
+        q.hold_file(&f);
+        let tickets: Vec<_> = (0..12u64)
+            .map(|i| q.write(&f, i * 4096, vec![i as u8; 4096], WAIT))
+            .collect();
+        q.kick_file(&f);
+        for t in tickets {
+            t.wait(WAIT).unwrap().unwrap();
+        }
+        let c = q.counts();
+        assert_eq!(c.writes.load(Ordering::Relaxed), 3);
+        assert_eq!(c.merged_writes.load(Ordering::Relaxed), 9);
+    }
+
+    /// A write-back of scattered chunks through a queue that fills: one pwrite per run of
+    /// adjacent chunks, however the queue's batches and the hand-over interleave.
+    #[test]
+    fn scattered_chunks_go_as_one_write_per_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let cs = 4096u64;
+        let q = queues(Duration::from_micros(200), 16 * cs, 16, threads(16));
+        let f = open_rw(&path);
+        // Every chunk k whose pseudo-random draw is below a third, of 300.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let owned: Vec<u64> = (0..300u64)
+            .filter(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.is_multiple_of(3)
+            })
+            .collect();
+        let runs = 1 + owned.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64;
+        q.hold_file(&f);
+        let mut tickets = Vec::new();
+        for &k in &owned {
+            std::thread::sleep(Duration::from_micros(300));
+            tickets.push(q.write(&f, k * cs, vec![k as u8; cs as usize], WAIT));
+        }
+        q.kick_file(&f);
+        for t in tickets {
+            t.wait(WAIT).unwrap().unwrap();
+        }
+        let c = q.counts();
+        let writes = c.writes.load(Ordering::Relaxed);
+        assert!(
+            writes <= runs + owned.len() as u64 / 16,
+            "{writes} writes for {runs} runs of {} chunks",
+            owned.len()
         );
     }
 

@@ -583,6 +583,7 @@ impl Tier {
         let mut handed = Vec::new();
         let mut complete = true;
         let mut failed = None;
+        let held = self.backend.hold(&file);
         for k in dirty {
             if Instant::now() >= deadline && !handed.is_empty() {
                 complete = false;
@@ -608,7 +609,7 @@ impl Tier {
                 }
             }
         }
-        self.backend.kick(&file);
+        drop(held);
         let mut written = Vec::new();
         let mut bytes = 0u64;
         for (k, version, n, pending) in handed {

@@ -72,6 +72,7 @@ async fn an_ior_hard_file_is_written_back_in_fewer_pwrites_when_merged() {
     assert!(window > 0, "merging is on by default");
     let (on, chunks) = write_back_ior_hard(window, &data).await;
     let (off, chunks_off) = write_back_ior_hard(0, &data).await;
+    eprintln!("merging on: {on:?}\nmerging off: {off:?}\nchunks: {chunks}");
     assert_eq!(chunks, chunks_off);
     assert!(chunks > 100, "{chunks} chunks");
     // Off: as before, one pwrite per dirty chunk.
