@@ -479,12 +479,6 @@ impl Tier {
         Ok(fetched)
     }
 
-    /// Whether this daemon is the first owner of chunk k of `id` by the placement (every
-    /// chunk, without the deployment's members).
-    pub fn owns_chunk(&self, id: FileId, k: u64) -> bool {
-        self.owns(id, k)
-    }
-
     /// Counts bytes fetched ahead of a stream on its hint (decision 0072).
     pub fn read_ahead_done(&self, bytes: u64) {
         self.read_ahead_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -577,9 +571,8 @@ impl Tier {
         }
         let bpath = self.backend_path(path)?;
         let file = self.backend.open_for_flush(&bpath)?;
-        // Each chunk is read under its lock and handed to the backend file's queue
-        // (decision 0074), where adjacent chunks go as one pwrite; a chunk written back twice
-        // at once reaches the backend in the order it was read.
+        // Each chunk is read and handed to the file's queue under its lock (decision 0074):
+        // adjacent ones go as one pwrite, two write-backs of a chunk in the order they read it.
         let mut handed = Vec::new();
         let mut complete = true;
         let mut failed = None;

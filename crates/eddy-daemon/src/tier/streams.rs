@@ -166,9 +166,16 @@ impl Tier {
         ks
     }
 
+    /// Whether this daemon is the first owner of chunk k of `id` by the placement (every
+    /// chunk, without the deployment's members): whose chunks it reads ahead, and
+    /// preallocates for a sequential writer (decision 0074).
+    pub fn owns_chunk(&self, id: FileId, k: u64) -> bool {
+        self.owns(id, k)
+    }
+
     /// Whether this daemon is the first owner of chunk k of `id` (all chunks, without the
     /// deployment's members).
-    pub(super) fn owns(&self, id: FileId, k: u64) -> bool {
+    fn owns(&self, id: FileId, k: u64) -> bool {
         self.members
             .as_ref()
             .is_none_or(|(p, me)| p.chunk_owner(id, k) == *me)
