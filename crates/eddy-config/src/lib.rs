@@ -256,9 +256,11 @@ pub struct Config {
     pub backend_merge_max_bytes: u64,
     /// Chunks ahead of a sequential writer's last write (known from the hint its writes
     /// carry, decision 0074) among which a daemon preallocates (`fallocate`) the slots of
-    /// those it owns in its data file, so that the writer's data lands on contiguous blocks;
-    /// at most 16 such windows per daemon, given back at the first ENOSPC, by truncate and
-    /// at removal. 0: none. Default 8.
+    /// those it owns in its data file, for file systems that would otherwise scatter the
+    /// writer's blocks; at most 16 such windows per daemon, given back at the first ENOSPC,
+    /// by truncate and at removal. 0: none. Default 0: on ext4, whose delayed allocation
+    /// already lays a sequential writer's chunks out contiguously, preallocating chunk by
+    /// chunk left the data files in six times as many extents (decision 0074).
     pub write_prealloc_chunks: u32,
     /// Owner (uid and gid) of the namespace's root directory, and of the scratch directories
     /// above linked prefixes, when they are made; unset: whoever connects first (the user who
@@ -405,7 +407,7 @@ impl Default for Config {
             backend_threads: 16,
             backend_merge_window_us: 200,
             backend_merge_max_bytes: 8 * 1024 * 1024,
-            write_prealloc_chunks: 8,
+            write_prealloc_chunks: 0,
             root_uid: None,
             root_gid: None,
             root_mode: FileMode(0o700),

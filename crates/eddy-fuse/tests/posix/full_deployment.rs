@@ -526,9 +526,9 @@ fn a_mount_whose_log_device_is_full_stays_up() {
 fn a_device_filled_by_a_writer_with_space_ahead_gives_enospc_and_is_emptied() {
     let f = Full::start_with(eddy_config::Config {
         direct_io: false,
+        write_prealloc_chunks: 8,
         ..test_config()
     });
-    assert!(f.cluster.dep.config.write_prealloc_chunks > 0);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(f.cluster.client());
     let prealloc = || -> (u64, u64) {
