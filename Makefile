@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier bench-streams bench-streams-gluster lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
+.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier bench-streams bench-streams-gluster bench-merging lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -129,6 +129,17 @@ bench-tier: build
 	$(RELEASE)/eddy bench tier --json docs/bench-tier-dir.json
 	bash scripts/gluster-volume.sh up $(GLUSTER_BENCH_DIR)
 	$(RELEASE)/eddy bench tier --backend $(GLUSTER_BENCH_DIR)/mnt --json docs/bench-tier-gluster.json; \
+	  rc=$$?; bash scripts/gluster-volume.sh down $(GLUSTER_BENCH_DIR); exit $$rc
+
+## Per-object merging of the write-back (decision 0074): an ior-hard file staged out with merging
+## on and off, to a plain directory, then to a GlusterFS volume (hashed, then local placement).
+bench-merging: build
+	$(RELEASE)/eddy bench tier --merging --json docs/bench-merging-dir.json
+	bash scripts/gluster-volume.sh up $(GLUSTER_BENCH_DIR)
+	echo 'placement = "local"' > $(GLUSTER_BENCH_DIR)/local.toml
+	$(RELEASE)/eddy bench tier --merging --backend $(GLUSTER_BENCH_DIR)/mnt --json docs/bench-merging-gluster.json && \
+	  $(RELEASE)/eddy bench tier --merging --backend $(GLUSTER_BENCH_DIR)/mnt --config $(GLUSTER_BENCH_DIR)/local.toml \
+	    --json docs/bench-merging-gluster-local.json; \
 	  rc=$$?; bash scripts/gluster-volume.sh down $(GLUSTER_BENCH_DIR); exit $$rc
 
 ## The privileged-path lint: every path-based file call in the code that runs as root or

@@ -195,6 +195,12 @@ pub struct TierArgs {
     /// the 8 readers' files hold together.
     #[arg(long)]
     pub streams: bool,
+    /// Run the merging phase instead (decision 0074): --files ranks write one shared file of
+    /// about --size bytes in 47,008-byte records (ior-hard), through the client library, on
+    /// two deployments side by side, one with the daemons' per-object merging on and one
+    /// with it off; each one's stage-out is timed and its backend writes counted.
+    #[arg(long, conflicts_with = "streams")]
+    pub merging: bool,
 }
 
 #[derive(Debug, Args)]

@@ -27,6 +27,9 @@ struct DaemonRow {
     storage_free_bytes: Option<u64>,
     chunk_bytes: Option<u64>,
     chunks: Option<u64>,
+    /// Bytes preallocated for sequential writers now, and ever (decision 0074).
+    preallocated_bytes: Option<u64>,
+    preallocated_total_bytes: Option<u64>,
     entries: Option<u64>,
     uptime_s: Option<u64>,
     /// Requests served since the daemon started.
@@ -232,6 +235,8 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
         storage_free_bytes: None,
         chunk_bytes: None,
         chunks: None,
+        preallocated_bytes: None,
+        preallocated_total_bytes: None,
         entries: None,
         uptime_s: None,
         requests: None,
@@ -249,6 +254,8 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
             row.storage_free_bytes = Some(s.fs_avail_bytes);
             row.chunk_bytes = Some(s.chunk_bytes);
             row.chunks = Some(s.chunks);
+            row.preallocated_bytes = Some(s.preallocated_bytes);
+            row.preallocated_total_bytes = Some(s.preallocated_total_bytes);
             row.entries = Some(s.entries);
             row.uptime_s = Some(s.uptime_s);
             row.requests = Some(s.requests);
@@ -423,7 +430,7 @@ fn print_metrics(rows: &[DaemonRow]) {
 fn print_tier_table(rows: &[DaemonRow]) {
     outln!("backend tier");
     outln!(
-        "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
+        "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>15} {:>9} {:>21}",
         "ID",
         "CACHED",
         "DIRTY",
@@ -431,6 +438,7 @@ fn print_tier_table(rows: &[DaemonRow]) {
         "BE READ",
         "READ AHEAD",
         "BE WRITTEN",
+        "WRITES(+MERGED)",
         "EVICTIONS",
         "WATERMARKS HIGH/LOW"
     );
@@ -440,7 +448,7 @@ fn print_tier_table(rows: &[DaemonRow]) {
             continue;
         };
         outln!(
-            "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>21}",
+            "{:>4}  {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>15} {:>9} {:>21}",
             r.id,
             human_bytes(t.cached_bytes),
             human_bytes(t.dirty_bytes),
@@ -448,6 +456,7 @@ fn print_tier_table(rows: &[DaemonRow]) {
             human_bytes(t.backend_read_bytes),
             human_bytes(t.read_ahead_bytes),
             human_bytes(t.backend_write_bytes),
+            format!("{}(+{})", t.backend_writes, t.merged_writes),
             t.evictions,
             watermarks(t),
         );

@@ -13,6 +13,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod queues;
+
+pub use queues::{CallCounts, Ticket};
+
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
 /// The longest path handed to the kernel in one call (PATH_MAX counts the NUL).
@@ -96,7 +100,9 @@ pub fn reach(p: &Path) -> std::io::Result<Reach> {
 /// The linked prefixes and the threads that reach their backends.
 pub struct Backend {
     /// What the tier read from and wrote to the backend (decision 0032).
-    pub io: crate::stats::BackendCounters,
+    pub io: Arc<crate::stats::BackendCounters>,
+    /// Its data calls, always counted (decision 0074).
+    pub calls: Arc<CallCounts>,
     links: Vec<Link>,
     /// Every link's backends and the placement rules (decision 0073); a link with one
     /// backend has its own directory only.
@@ -109,6 +115,56 @@ pub struct Backend {
     stores: Vec<(String, eddy_config::Store)>,
     jobs: Mutex<mpsc::Sender<Job>>,
     deadline: Duration,
+    /// The per-object queues of reads and writes; `None` with `backend_merge_window_us` 0.
+    queues: Option<queues::Queues>,
+    /// How long a queued request may wait for its turn before its call's deadline starts.
+    window: Duration,
+}
+
+/// Reads up to `len` bytes at `offset` of the backend file at `p`; short at its end, empty
+/// if it does not exist.
+fn read_range(p: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let Some(reached) = reach_existing(p)? else {
+        return Ok(Vec::new());
+    };
+    let f = match std::fs::File::open(reached.path()) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        match f.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(done);
+    Ok(buf)
+}
+
+/// A write-back handing its writes over (`Backend::hold`); dropped: they go.
+pub struct Held<'a> {
+    backend: &'a Backend,
+    file: &'a Arc<std::fs::File>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Some(q) = &self.backend.queues {
+            q.kick_file(self.file);
+        }
+    }
+}
+
+/// A write handed to the backend: done already (no queues), or waiting in its file's queue.
+pub enum Pending {
+    Done,
+    Queued(Ticket),
 }
 
 /// What a backend stat tells the tier.
@@ -269,14 +325,30 @@ impl Backend {
             .links()
             .flat_map(|(prefix, stores)| stores.iter().map(|s| (prefix.to_string(), s.clone())))
             .collect();
+        let io = Arc::new(crate::stats::BackendCounters::new(config.stats_counting));
+        let calls = Arc::new(CallCounts::default());
+        let window = Duration::from_micros(config.backend_merge_window_us);
+        let queues = (threads > 0 && !window.is_zero()).then(|| {
+            queues::Queues::new(
+                window,
+                config.backend_merge_max_bytes,
+                threads,
+                tx.clone(),
+                Arc::clone(&calls),
+                Arc::clone(&io),
+            )
+        });
         Arc::new(Backend {
-            io: crate::stats::BackendCounters::new(config.stats_counting),
+            io,
+            calls,
             stores,
             placer,
             per_store,
             links: config.links.clone(),
             jobs: Mutex::new(tx),
             deadline: config.backend_deadline(),
+            queues,
+            window,
         })
     }
 
@@ -418,34 +490,37 @@ impl Backend {
     }
 
     /// Reads up to `len` bytes at `offset` of a backend file; short at its end, empty if the
-    /// file does not exist (a file created in Eddy and not yet written back).
+    /// file does not exist (a file created in Eddy and not yet written back). Through the
+    /// file's queue when there are queues: adjacent reads asked for meanwhile go in one call.
     pub fn read_at(&self, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        if let Some(q) = &self.queues {
+            let ticket = q.read(path.to_owned(), offset, len, self.deadline);
+            return self
+                .answer(ticket, "read", path)
+                .map_err(|e| Errno::eio(e.msg));
+        }
         let p = path.to_owned();
-        self.run("read", path, move || {
-            use std::os::unix::fs::FileExt;
-            let Some(reached) = reach_existing(&p)? else {
-                return Ok(Vec::new());
-            };
-            let f = match std::fs::File::open(reached.path()) {
-                Ok(f) => f,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-                Err(e) => return Err(e),
-            };
-            let mut buf = vec![0u8; len];
-            let mut done = 0;
-            while done < len {
-                match f.read_at(&mut buf[done..], offset + done as u64) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            buf.truncate(done);
-            Ok(buf)
-        })
-        .inspect(|buf| self.io.read(buf.len() as u64))
-        .map_err(|e| Errno::eio(e.msg))
+        self.run("read", path, move || read_range(&p, offset, len))
+            .inspect(|buf| {
+                self.calls.read(1);
+                self.io.read(buf.len() as u64, 1);
+            })
+            .map_err(|e| Errno::eio(e.msg))
+    }
+
+    /// The answer of a queued request: it may wait its window and the batches of its file
+    /// ahead of it (at most `backend_merge_max_bytes` each), then its call's deadline.
+    fn answer(&self, ticket: Ticket, what: &str, path: &Path) -> Result<Vec<u8>, Errno> {
+        match ticket.wait(self.window + self.deadline * 2) {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(backend_err(&e, what, path)),
+            None => Err(Errno::eio(format!(
+                "backend {what} {}: no answer within {} ms (is the parallel file system \
+                 reachable?)",
+                path.display(),
+                (self.window + self.deadline * 2).as_millis()
+            ))),
+        }
     }
 
     /// Opens a backend file for writing back, creating it (mode 0600 until finalised) if it
@@ -464,21 +539,51 @@ impl Backend {
         })
     }
 
-    /// pwrite of `data` at `offset` into an open backend file.
+    /// pwrite of `data` at `offset` into an open backend file, handed to the file's queue
+    /// (when there are queues) without waiting: wait for it with `finish`, once the `hold`
+    /// on the file is dropped.
     pub fn write_at(
         &self,
         file: &Arc<std::fs::File>,
         path: &Path,
         offset: u64,
         data: Vec<u8>,
-    ) -> Result<(), Errno> {
+    ) -> Result<Pending, Errno> {
+        if let Some(q) = &self.queues {
+            return Ok(Pending::Queued(q.write(file, offset, data, self.deadline)));
+        }
         let f = Arc::clone(file);
         let len = data.len() as u64;
         self.run("write", path, move || {
             use std::os::unix::fs::FileExt;
             f.write_all_at(&data, offset)
         })
-        .inspect(|_| self.io.wrote(len))
+        .inspect(|_| {
+            self.calls.wrote(1);
+            self.io.wrote(len, 1);
+        })
+        .map(|()| Pending::Done)
+    }
+
+    /// Holds the queue of `file`'s writes open while a write-back hands its chunks over
+    /// (they go when the queue is full, or all at once when the guard is dropped), however
+    /// long it takes to read them.
+    pub fn hold<'a>(&'a self, file: &'a Arc<std::fs::File>) -> Held<'a> {
+        if let Some(q) = &self.queues {
+            q.hold_file(file);
+        }
+        Held {
+            backend: self,
+            file,
+        }
+    }
+
+    /// Waits for a write handed over by `write_at`.
+    pub fn finish(&self, pending: Pending, path: &Path) -> Result<(), Errno> {
+        match pending {
+            Pending::Done => Ok(()),
+            Pending::Queued(t) => self.answer(t, "write", path).map(|_| ()),
+        }
     }
 
     /// fsync of an open backend file.

@@ -666,7 +666,7 @@ impl Collector for StatsCollector {
         family(
             &mut enc,
             "eddy_backend_operations",
-            "Backend reads and writes, by direction.",
+            "Backend read and write calls, by direction (a merged call counts once).",
             Counter,
             vec![
                 (self.with(&[("dir", "read".into())]), s.backend.reads),
@@ -709,6 +709,20 @@ impl Collector for StatsCollector {
         ] {
             family(&mut enc, name, help, Counter, per(f))?;
         }
+        family(
+            &mut enc,
+            "eddy_backend_merged_requests",
+            "Backend reads and writes that went in another's call, merged by the per-object \
+             queues, by direction.",
+            Counter,
+            vec![
+                (self.with(&[("dir", "read".into())]), s.backend.merged_reads),
+                (
+                    self.with(&[("dir", "write".into())]),
+                    s.backend.merged_writes,
+                ),
+            ],
+        )?;
         let mut start = enc.encode_descriptor(
             "eddy_start_time_seconds",
             "Unix time the daemon's counting started.",

@@ -313,6 +313,13 @@ impl State {
     pub(crate) fn with_room<T>(&self, attempt: impl Fn() -> Result<T, Errno>) -> Result<T, Errno> {
         let mut refusals = self.chunks.capacity_refusals();
         let mut result = attempt();
+        // Space preallocated for sequential writers is given back first (decision 0074).
+        if matches!(&result, Err(e) if e.errno == libc::ENOSPC)
+            && self.chunks.release_preallocated() > 0
+        {
+            refusals = self.chunks.capacity_refusals();
+            result = attempt();
+        }
         // Concurrent fetches and writes may take the room made before this one retries:
         // evicting goes on while it frees something, a bounded number of rounds.
         for _ in 0..ROOM_ROUNDS {
@@ -355,6 +362,7 @@ impl State {
             .map_err(|e| Errno::new(e as i32, format!("statvfs {}: {e}", root.display())))?;
         let frag = vfs.fragment_size() as u64;
         let (chunk_bytes, chunks) = self.chunks.usage();
+        let (preallocated_bytes, preallocated_total_bytes) = self.chunks.preallocated();
         let (checksum_errors, corrupt_payloads) = self.chunks.integrity_counters();
         Ok(DaemonStatus {
             id: self.settings.id,
@@ -369,6 +377,8 @@ impl State {
             fs_files: vfs.files() as u64,
             fs_files_free: vfs.files_free() as u64,
             chunk_bytes,
+            preallocated_bytes,
+            preallocated_total_bytes,
             chunks,
             tier: {
                 let mut t = self.tier.status(&self.chunks);

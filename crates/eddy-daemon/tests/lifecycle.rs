@@ -159,9 +159,10 @@ async fn bad_input_closes_only_its_connection() {
         pieces: vec![],
         data: Default::default(),
         backing: None,
+        hint: None,
     }))
     .unwrap();
-    let n = body.len() - 1; // the trailing `backing: None` byte
+    let n = body.len() - 2; // the trailing `backing: None` and `hint: None` bytes
     body[n - 8..n].copy_from_slice(&(1u64 << 60).to_le_bytes());
     write_frame(&mut s, 6, &body, &[], MAX).await.unwrap();
     assert_closed(&mut s).await;
@@ -272,6 +273,7 @@ where
         pieces,
         data: data.clone().into(),
         backing: None,
+        hint: None,
     }))
     .await;
     c.inode(Request::GrowSize(req::GrowSize {
@@ -490,6 +492,7 @@ mod needs_root {
             pieces: chunks(8),
             data: kept.clone().into(),
             backing: None,
+            hint: None,
         }))
         .await;
         c.inode(create("/kept", file(1))).await;
@@ -500,6 +503,7 @@ mod needs_root {
             pieces: chunks(16),
             data: vec![0xee; 16 * 4096].into(),
             backing: None,
+            hint: None,
         });
         assert_eq!(c.errno(too_much).await, libc::ENOSPC);
 
@@ -526,6 +530,7 @@ mod needs_root {
             pieces: chunks(4),
             data: vec![7; 4 * 4096].into(),
             backing: None,
+            hint: None,
         }))
         .await;
         let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {

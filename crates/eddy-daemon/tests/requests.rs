@@ -340,6 +340,7 @@ async fn write_read_holes_and_bounds() {
         pieces: vec![p(0, 10, 100), p(3, 0, cs)],
         data: data.into(),
         backing: None,
+        hint: None,
     });
     assert!(matches!(c.ok(write).await, Reply::Ok));
 
@@ -375,6 +376,7 @@ async fn write_read_holes_and_bounds() {
         pieces: vec![p(0, 50, 4)],
         data: vec![9, 9, 9, 9].into(),
         backing: None,
+        hint: None,
     });
     c.ok(write).await;
     let got = c
@@ -394,6 +396,7 @@ async fn write_read_holes_and_bounds() {
         pieces: vec![p(0, cs - 10, 11)],
         data: vec![0; 11].into(),
         backing: None,
+        hint: None,
     });
     assert_eq!(c.errno(beyond).await, libc::EINVAL);
     let read_beyond = Request::Read(req::Read {
@@ -409,6 +412,7 @@ async fn write_read_holes_and_bounds() {
         pieces: vec![p(0, 0, 10)],
         data: vec![0; 9].into(),
         backing: None,
+        hint: None,
     });
     assert_eq!(c.errno(short).await, libc::EINVAL);
     // Nothing of the refused writes landed.
@@ -444,6 +448,7 @@ async fn truncate_across_chunks_and_remove_data() {
         pieces: pieces.clone(),
         data: data.into(),
         backing: None,
+        hint: None,
     }))
     .await;
     c.ok(Request::Sync(req::Sync { file_id: Some(fid) })).await;
@@ -461,7 +466,7 @@ async fn truncate_across_chunks_and_remove_data() {
     let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
         panic!()
     };
-    assert_eq!(usage(s), (3, 3 * u64::from(cs)));
+    assert_eq!(usage(*s), (3, 3 * u64::from(cs)));
 
     // Cut inside chunk 1: chunk 0 intact, chunk 1 keeps 100 bytes, chunk 2 is gone.
     c.ok(Request::TruncateData(req::TruncateData {
@@ -472,7 +477,7 @@ async fn truncate_across_chunks_and_remove_data() {
     let Reply::Status(s) = c.ok(Request::Status(req::Status)).await else {
         panic!()
     };
-    assert_eq!(usage(s), (2, u64::from(cs) + 100));
+    assert_eq!(usage(*s), (2, u64::from(cs) + 100));
     assert_eq!(
         std::fs::metadata(&data_file).unwrap().len(),
         u64::from(cs) + 100
@@ -622,6 +627,7 @@ async fn identify_and_stats_count_what_was_served() {
         pieces: vec![piece],
         data: vec![7u8; 3000].into(),
         backing: None,
+        hint: None,
     });
     c.ok(write).await;
     let read = Request::Read(req::Read {

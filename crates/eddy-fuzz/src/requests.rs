@@ -309,6 +309,7 @@ fn seed_requests() -> Vec<Request> {
             ],
             data: Bytes::from(vec![5u8; 70_000]),
             backing: None,
+            hint: None,
         }),
         Request::Stat(req::Stat {
             path: "/l/d/a".into(),

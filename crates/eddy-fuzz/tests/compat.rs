@@ -68,8 +68,10 @@ fn requests_encoded_by_the_old_code_decode_to_the_same_requests() {
         let old = hex::decode(hex_bytes).unwrap();
         // Protocol 13 appended `hint` to `Read` (decision 0072), drawn from the bytes after
         // the old fields: the old encoding, then the hint's.
+        // Protocol 14 appended `hint` to `Write` the same way (decision 0074).
         let old = match &now {
             Request::Read(r) => [old, encode(&r.hint).unwrap()].concat(),
+            Request::Write(w) => [old, encode(&w.hint).unwrap()].concat(),
             _ => old,
         };
         assert_eq!(now.op_name(), op, "seed {seed}: another kind of request");

@@ -63,7 +63,8 @@ pub const TABLE_FINGERPRINTS: &[(u32, &str)] = &[
     // Version 13: `req::Read` carries a `StreamHint` (decision 0072); the table is the same.
     (13, "023a7d0f41ceba22"),
     // Version 14: `TierStatus` and `DaemonStats` carry per-backend figures (decision 0073);
-    // the table is the same.
+    // `req::Write` carries a `StreamHint`, `TierStatus` counts backend calls and merged
+    // requests, `BackendStats` merged requests (decision 0074); the table is the same.
     (14, "023a7d0f41ceba22"),
 ];
 

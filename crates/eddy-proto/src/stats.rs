@@ -194,6 +194,7 @@ impl Sample {
 /// The backend tier's share of the I/O.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendStats {
+    /// Backend read and write calls (a merged call counts once, decision 0074).
     pub reads: u64,
     pub writes: u64,
     pub read_bytes: u64,
@@ -202,6 +203,13 @@ pub struct BackendStats {
     /// 0072); absent from snapshots persisted before it.
     #[serde(default)]
     pub read_ahead_bytes: u64,
+    /// Requests that went in another's backend call, merged by the per-object queues
+    /// (decision 0074): `reads + merged_reads` fetches were asked for. Absent from snapshots
+    /// persisted before it.
+    #[serde(default)]
+    pub merged_reads: u64,
+    #[serde(default)]
+    pub merged_writes: u64,
 }
 
 /// One backend of a linked prefix, as one daemon saw it (decision 0073): named in

@@ -36,6 +36,7 @@
 
 mod files;
 mod host;
+mod merging;
 mod phases;
 mod streams;
 mod table;
@@ -220,6 +221,9 @@ fn mib(bytes: u64) -> String {
 }
 
 pub fn run(a: TierArgs) -> anyhow::Result<()> {
+    if a.merging {
+        return merging::run(a);
+    }
     if a.files == 0 || a.tree_files == 0 || a.tree_dirs == 0 || a.daemons == 0 || a.rounds == 0 {
         bail!("--files, --tree-files, --tree-dirs, --daemons and --rounds must be at least 1");
     }

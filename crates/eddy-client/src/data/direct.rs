@@ -605,6 +605,7 @@ impl Data<'_> {
                     pieces,
                     data: buf.into(),
                     backing: None,
+                    hint: None,
                 });
                 let (_, generation) = self
                     .rpc()

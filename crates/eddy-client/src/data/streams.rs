@@ -4,6 +4,10 @@
 //! where the last ended), strided (three reads in a row at the same distance, larger than
 //! the read), random (neither), unknown (the first read). `posix_fadvise` overrides it
 //! (`SEQUENTIAL`: sequential, `RANDOM`: random). `stream_hints = false`: no hint is sent.
+//!
+//! Writes carry a hint too (decision 0074), from a detector of their own per handle (the
+//! same rules; advice is about reads and does not change it), for every file, linked or
+//! not: a daemon preallocates the next chunks of a sequential writer.
 
 use crate::data::{Data, RA_ALWAYS, RA_NEVER};
 use crate::File;
@@ -23,6 +27,8 @@ const STRIDE_REPEATS: u32 = 2;
 pub(crate) struct Stream {
     handle: u64,
     seen: Mutex<Seen>,
+    /// What its writes have shown (decision 0074).
+    written: Mutex<Seen>,
 }
 
 #[derive(Debug, Default)]
@@ -40,6 +46,7 @@ impl Default for Stream {
         Stream {
             handle: HANDLES.fetch_add(1, Ordering::Relaxed),
             seen: Mutex::new(Seen::default()),
+            written: Mutex::new(Seen::default()),
         }
     }
 }
@@ -98,6 +105,22 @@ impl Data<'_> {
             RA_NEVER => Pattern::Random,
             _ => seen,
         };
+        Some(StreamHint {
+            stream: stream_id(self.lock_session(), stream.handle),
+            pattern,
+        })
+    }
+
+    /// The hint of a write of `len` bytes at `offset` of `f` (decision 0074): how the
+    /// handle's writes go, for any file; none with `stream_hints` off.
+    pub(crate) fn write_hint(&self, f: &File, offset: u64, len: usize) -> Option<StreamHint> {
+        let cfg = self.config();
+        if !cfg.stream_hints {
+            return None;
+        }
+        let stream = &f.0.stream;
+        let pattern =
+            eddy_proto::sync::lock(&stream.written).observe(offset, len as u64, 4 * cfg.chunk_size);
         Some(StreamHint {
             stream: stream_id(self.lock_session(), stream.handle),
             pattern,

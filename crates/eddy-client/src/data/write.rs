@@ -49,6 +49,7 @@ impl Data<'_> {
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| Errno::new(libc::EFBIG, "write beyond the largest file size"))?;
         let all = self.write_batches(f.file_id(), offset, data.len());
+        let hint = self.write_hint(f, offset, data.len());
         // The chunks on a daemon of this host are written directly (decision 0048), but
         // under a lease the kernel writes through (the O_DIRECT writer of a passed-through
         // file the mount serves, decision 0059): those go through the daemon, which writes
@@ -75,6 +76,7 @@ impl Data<'_> {
                 pieces: b.spans.iter().map(|s| s.piece).collect(),
                 data,
                 backing: f.backing(),
+                hint,
             });
             async move {
                 let (_, generation) = self.rpc().send(b.daemon, &req).await?;

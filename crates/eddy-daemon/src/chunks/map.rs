@@ -220,7 +220,12 @@ impl ChunkStore {
             }
             None => ends.values().sum(),
         };
-        let held = self.bytes.load(Ordering::Relaxed);
+        // Preallocated slots count (decision 0074): a refusal releases them first
+        // (`State::with_room`), and the write is tried again.
+        let held = self
+            .bytes
+            .load(Ordering::Relaxed)
+            .saturating_add(self.preallocated().0);
         if held.saturating_add(more) > self.capacity {
             return Err(self.over_capacity(held, more));
         }

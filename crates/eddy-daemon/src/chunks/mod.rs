@@ -40,6 +40,7 @@ mod io;
 mod journal;
 mod layout;
 mod map;
+mod prealloc;
 mod scrub;
 mod sums;
 
@@ -100,6 +101,8 @@ pub struct ChunkStore {
     left: Mutex<Vec<Change>>,
     /// Files with direct writers (decision 0048, `direct.rs`).
     direct: Mutex<HashMap<FileId, direct::Marked>>,
+    /// Chunk slots preallocated for sequential writers (decision 0074, `prealloc.rs`).
+    prealloc: prealloc::Preallocs,
 }
 
 /// Bytes read and the checksums of their block-aligned segments.
@@ -145,6 +148,7 @@ impl ChunkStore {
             journal,
             left: Mutex::new(left),
             direct: Mutex::default(),
+            prealloc: Default::default(),
         }
         .checksums(Some(DEFAULT_BLOCK.min(chunk_size)));
         store.load().map_err(|e| DaemonError::Meta {
@@ -365,6 +369,7 @@ impl ChunkStore {
                 }
                 return Err(e);
             }
+            self.prealloc_written(id, p.chunk, new_len);
             return Ok(());
         }
     }
@@ -492,6 +497,7 @@ impl ChunkStore {
         };
         let _sizing = lock(&slot.sizing);
         self.daemon_changes(id);
+        self.prealloc_truncated(id, size);
         let listed: Vec<(u64, u64)> = lock(&slot.chunks).iter().map(|(k, l)| (*k, *l)).collect();
         for (k, _) in listed {
             let start = k.saturating_mul(self.chunk_size);
@@ -595,6 +601,7 @@ impl ChunkStore {
 
     /// Deletes every chunk of the file: one unlink of its data file; nothing there is fine.
     pub fn remove(&self, id: FileId) -> Result<(), Errno> {
+        self.prealloc_forget(id);
         let Some(slot) = self.slot(id) else {
             // No chunk recorded here, yet a data file may be: one written by a direct or
             // passthrough writer whose chunk map could not be stored (a full device, a store

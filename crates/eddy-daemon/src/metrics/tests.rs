@@ -76,6 +76,8 @@ fn snapshot() -> DaemonStats {
             read_bytes: 800,
             written_bytes: 900,
             read_ahead_bytes: 300,
+            merged_reads: 11,
+            merged_writes: 13,
         },
         backends: vec![
             StoreStats {
@@ -295,6 +297,14 @@ fn every_line_is_exposition_and_the_samples_are_the_snapshots() {
     assert_eq!(
         get("eddy_backend_operations_total", &[("dir", "read")]),
         6.0
+    );
+    assert_eq!(
+        get("eddy_backend_merged_requests_total", &[("dir", "read")]),
+        11.0
+    );
+    assert_eq!(
+        get("eddy_backend_merged_requests_total", &[("dir", "write")]),
+        13.0
     );
     assert_eq!(
         get("eddy_backend_operations_total", &[("dir", "write")]),

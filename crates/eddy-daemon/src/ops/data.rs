@@ -4,7 +4,7 @@
 
 use super::Apply;
 use crate::state::State;
-use eddy_proto::{req, Backing, Errno, FileId, Piece, ReadReply, ScrubPage};
+use eddy_proto::{req, Backing, Errno, FileId, Pattern, Piece, ReadReply, ScrubPage, StreamHint};
 
 impl Apply for req::Write {
     fn apply(self, st: &State) -> Result<(), Errno> {
@@ -20,7 +20,11 @@ impl Apply for req::Write {
             &self.data,
             sums,
             backing.as_ref(),
-        )
+        )?;
+        if let Some(hint) = self.hint {
+            st.preallocate_ahead(self.file_id, &self.pieces, hint);
+        }
+        Ok(())
     }
 }
 
@@ -100,6 +104,32 @@ impl Apply for req::Scrub {
 }
 
 impl State {
+    /// Space ahead of a sequential writer (decision 0074): the slots of the chunks this
+    /// daemon owns among the `write_prealloc_chunks` after the write's last piece are
+    /// preallocated, within 16 such windows per daemon. Other patterns, `stream_hints` off
+    /// or a window of 0: nothing.
+    pub(crate) fn preallocate_ahead(&self, id: FileId, pieces: &[Piece], hint: StreamHint) {
+        let cfg = &self.settings.config;
+        let window = u64::from(cfg.write_prealloc_chunks);
+        if !cfg.stream_hints || window == 0 || hint.pattern != Pattern::Sequential {
+            return;
+        }
+        let Some(last) = pieces.iter().map(|p| p.chunk).max() else {
+            return;
+        };
+        let ks: Vec<u64> = (1..=window)
+            .filter_map(|j| last.checked_add(j))
+            .filter(|&k| {
+                k.checked_add(1)
+                    .and_then(|e| e.checked_mul(cfg.chunk_size))
+                    .is_some_and(|e| e <= i64::MAX as u64)
+            })
+            .filter(|&k| self.tier.owns_chunk(id, k))
+            .collect();
+        let bound = window.saturating_mul(cfg.chunk_size).saturating_mul(16);
+        self.chunks.preallocate(id, &ks, bound);
+    }
+
     /// A write: through the tier for a linked file.
     fn write(
         &self,

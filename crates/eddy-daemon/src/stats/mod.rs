@@ -516,7 +516,8 @@ impl Stats {
     }
 }
 
-/// The backend tier's I/O (`Backend::read_at`, `Backend::write_at`).
+/// The backend tier's I/O (`Backend::read_at`, `Backend::write_at`, and the queues' merged
+/// calls, decision 0074).
 #[derive(Default)]
 pub struct BackendCounters {
     on: bool,
@@ -525,6 +526,8 @@ pub struct BackendCounters {
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
     read_ahead_bytes: AtomicU64,
+    merged_reads: AtomicU64,
+    merged_writes: AtomicU64,
 }
 
 impl BackendCounters {
@@ -535,17 +538,23 @@ impl BackendCounters {
         }
     }
 
-    pub fn read(&self, bytes: u64) {
+    /// One backend read call of `bytes`, made of `requests` merged requests (decision 0074).
+    pub fn read(&self, bytes: u64, requests: u64) {
         if self.on {
             self.reads.fetch_add(1, Ordering::Relaxed);
             self.read_bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.merged_reads
+                .fetch_add(requests.saturating_sub(1), Ordering::Relaxed);
         }
     }
 
-    pub fn wrote(&self, bytes: u64) {
+    /// One backend write call of `bytes`, made of `requests` merged requests.
+    pub fn wrote(&self, bytes: u64, requests: u64) {
         if self.on {
             self.writes.fetch_add(1, Ordering::Relaxed);
             self.written_bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.merged_writes
+                .fetch_add(requests.saturating_sub(1), Ordering::Relaxed);
         }
     }
 
@@ -559,6 +568,8 @@ impl BackendCounters {
     fn snapshot(&self) -> BackendStats {
         BackendStats {
             read_ahead_bytes: self.read_ahead_bytes.load(Ordering::Relaxed),
+            merged_reads: self.merged_reads.load(Ordering::Relaxed),
+            merged_writes: self.merged_writes.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             read_bytes: self.read_bytes.load(Ordering::Relaxed),

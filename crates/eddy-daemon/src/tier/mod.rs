@@ -624,11 +624,14 @@ impl Tier {
     ) -> Result<(u64, bool), Errno> {
         let bpath = bpath.to_path_buf();
         let file = self.backend.open_for_flush(&bpath)?;
-        let mut written = Vec::new();
-        let mut bytes = 0u64;
+        // Each chunk is read and handed to the file's queue under its lock (decision 0074):
+        // adjacent ones go as one pwrite, two write-backs of a chunk in the order they read it.
+        let mut handed = Vec::new();
         let mut complete = true;
+        let mut failed = None;
+        let held = self.backend.hold(&file);
         for k in dirty {
-            if Instant::now() >= deadline && !written.is_empty() {
+            if Instant::now() >= deadline && !handed.is_empty() {
                 complete = false;
                 break;
             }
@@ -641,10 +644,33 @@ impl Tier {
                 continue;
             };
             let n = data.len() as u64;
-            self.backend
-                .write_at(&file, &bpath, k * self.chunk_size, data)?;
-            bytes += n;
-            written.push((k, version));
+            match self
+                .backend
+                .write_at(&file, &bpath, k * self.chunk_size, data)
+            {
+                Ok(pending) => handed.push((k, version, n, pending)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        drop(held);
+        let mut written = Vec::new();
+        let mut bytes = 0u64;
+        for (k, version, n, pending) in handed {
+            match self.backend.finish(pending, &bpath) {
+                Ok(()) => {
+                    bytes += n;
+                    written.push((k, version));
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         self.backend.sync(&file, &bpath)?;
         self.write_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -676,6 +702,10 @@ impl Tier {
             fetches: self.fetches.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
             read_ahead_bytes: self.read_ahead_bytes.load(Ordering::Relaxed),
+            backend_reads: self.backend.calls.reads.load(Ordering::Relaxed),
+            backend_writes: self.backend.calls.writes.load(Ordering::Relaxed),
+            merged_reads: self.backend.calls.merged_reads.load(Ordering::Relaxed),
+            merged_writes: self.backend.calls.merged_writes.load(Ordering::Relaxed),
             capacity_bytes: cap,
             high_watermark_bytes: cap / 100 * self.high_pct,
             low_watermark_bytes: cap / 100 * self.low_pct,

@@ -166,6 +166,13 @@ impl Tier {
         ks
     }
 
+    /// Whether this daemon is the first owner of chunk k of `id` by the placement (every
+    /// chunk, without the deployment's members): whose chunks it reads ahead, and
+    /// preallocates for a sequential writer (decision 0074).
+    pub fn owns_chunk(&self, id: FileId, k: u64) -> bool {
+        self.owns(id, k)
+    }
+
     /// Whether this daemon is the first owner of chunk k of `id` (all chunks, without the
     /// deployment's members).
     fn owns(&self, id: FileId, k: u64) -> bool {

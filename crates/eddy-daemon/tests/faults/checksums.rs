@@ -336,6 +336,7 @@ async fn a_payload_damaged_in_flight_is_refused_and_nothing_is_stored() {
             sums,
             data: data.to_vec().into(),
             backing: None,
+            hint: None,
         })
     };
     let e = call(&mut s, 1, &write(&damaged, sums.clone())).unwrap_err();

@@ -232,6 +232,7 @@ fn forged_write(cl: &Cluster, file_id: u128, offset: u64, data: &[u8], tag: usiz
         sums,
         data: data.to_vec().into(),
         backing: None,
+        hint: None,
     });
     let mut f = req
         .to_frame(1 << 40, cl.dep.config.max_frame_bytes)

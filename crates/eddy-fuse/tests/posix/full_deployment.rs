@@ -517,3 +517,46 @@ fn a_mount_whose_log_device_is_full_stays_up() {
     );
     assert!(alive, "the mount's process ended");
 }
+
+/// Space for sequential writers on (decision 0074): `dd` through the daemons (direct local
+/// I/O off, as a writer on another node) gets the slots of its next chunks preallocated on
+/// each daemon; the device fills all the same, the writer gets ENOSPC and nothing else, and
+/// removing the file gives every block back (nothing stays preallocated), three times.
+#[test]
+fn a_device_filled_by_a_writer_with_space_ahead_gives_enospc_and_is_emptied() {
+    let f = Full::start_with(eddy_config::Config {
+        direct_io: false,
+        write_prealloc_chunks: 8,
+        ..test_config()
+    });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = rt.block_on(f.cluster.client());
+    let prealloc = || -> (u64, u64) {
+        rt.block_on(c.daemon_status())
+            .into_iter()
+            .map(|(id, r)| r.unwrap_or_else(|e| panic!("status of daemon {id}: {e:?}")))
+            .fold((0, 0), |(n, e), s| {
+                (n + s.preallocated_bytes, e + s.preallocated_total_bytes)
+            })
+    };
+    let empty = f.disk_free();
+    let slack = 16 * MIB;
+    for round in 0..3 {
+        let ever = prealloc().1;
+        f.enospc("dd if=/dev/zero of=fill bs=1M conv=fsync");
+        f.mount_alive();
+        assert!(
+            prealloc().1 > ever,
+            "round {round}: the sequential writer got no space ahead"
+        );
+        f.ok("rm fill");
+        f.space_comes_back(&format!("round {round}: after rm"), empty, slack);
+        assert_eq!(
+            data_blocks(&f.cluster),
+            0,
+            "round {round}: a removed file left chunk data behind: {}",
+            chunk_files(&f.disk)
+        );
+        assert_eq!(prealloc().0, 0, "round {round}: preallocations left");
+    }
+}

@@ -26,6 +26,10 @@ pub struct DaemonStatus {
     pub chunk_bytes: u64,
     /// Chunk files held.
     pub chunks: u64,
+    /// Bytes of chunk slots preallocated for sequential writers and not yet written whole,
+    /// and all bytes ever preallocated (decision 0074).
+    pub preallocated_bytes: u64,
+    pub preallocated_total_bytes: u64,
     /// The backend tier: bytes of cached backend chunks, of those not yet written back, of
     /// pinned ones; bytes read from and written to the backend; chunks evicted; the
     /// capacity and the watermarks (bytes) eviction works between.
@@ -74,6 +78,12 @@ pub struct TierStatus {
     pub evictions: u64,
     /// Bytes fetched ahead of readers' streams on their hints (decision 0072).
     pub read_ahead_bytes: u64,
+    /// Backend read and write calls of fetches and write-backs, and the requests that went
+    /// in another's call, merged by the per-object queues (decision 0074).
+    pub backend_reads: u64,
+    pub backend_writes: u64,
+    pub merged_reads: u64,
+    pub merged_writes: u64,
     pub capacity_bytes: u64,
     pub high_watermark_bytes: u64,
     pub low_watermark_bytes: u64,
@@ -115,7 +125,8 @@ pub enum Reply {
     Subtree(SubtreePage),
     /// Bytes read (travel as the frame's payload, outside the encoding).
     Data(#[serde(with = "outside")] Bytes),
-    Status(DaemonStatus),
+    /// Boxed (as `Stats`): the largest reply by far, which would size every other.
+    Status(Box<DaemonStatus>),
     Count(u64),
     Revalidated(Revalidated),
     Flushed(Flushed),
@@ -246,7 +257,6 @@ variant_replies! {
     DirPage => Entries,
     SubtreePage => Subtree,
     Bytes => Data,
-    DaemonStatus => Status,
     u64 => Count,
     Revalidated => Revalidated,
     Flushed => Flushed,
@@ -257,6 +267,18 @@ variant_replies! {
     Vec<crate::repair::Digest> => Digests,
     Vec<LockOwner> => LockOwners,
     DirectGrant => Direct,
+}
+
+impl ReplyType for DaemonStatus {
+    fn into_reply(self) -> Reply {
+        Reply::Status(Box::new(self))
+    }
+    fn from_reply(r: Reply) -> Result<Self, Box<Reply>> {
+        match r {
+            Reply::Status(s) => Ok(*s),
+            other => Err(Box::new(other)),
+        }
+    }
 }
 
 impl ReplyType for crate::stats::DaemonStats {

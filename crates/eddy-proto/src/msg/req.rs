@@ -154,7 +154,9 @@ pub struct OnIdentity {
 /// backend before a partial write, and written chunks are dirty until written back.
 /// `sums`: the CRC32C of each block-aligned segment of the pieces (`checksum::sums`),
 /// checked before anything is written (a mismatch is EIO, nothing written); empty when
-/// the client sends none (the daemon then computes what it stores).
+/// the client sends none (the daemon then computes what it stores). `hint`: the stream the
+/// write belongs to and how it writes (decision 0074): a sequential stream gets the next
+/// chunks it will write that this daemon owns preallocated (`write_prealloc_chunks`).
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Write {
@@ -166,6 +168,7 @@ pub struct Write {
     #[cfg_attr(feature = "arbitrary", arbitrary(with = crate::fuzzing::bytes))]
     pub data: Bytes,
     pub backing: Option<Backing>,
+    pub hint: Option<StreamHint>,
 }
 
 /// Reads the pieces; holes and bytes past a chunk's end read as zeros. Replies `Data`

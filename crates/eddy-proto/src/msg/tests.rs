@@ -67,6 +67,7 @@ fn request_round_trip() {
             path: "/in/x".into(),
             size: 5,
         }),
+        hint: None,
     });
     let frame = read_back(r.to_frame(4, 1 << 20).unwrap());
     assert_eq!((frame.id, &frame.payload[..]), (4, &[1u8, 2, 3][..]));
@@ -203,9 +204,10 @@ fn huge_length_prefix_does_not_allocate() {
         pieces: vec![],
         data: Bytes::new(),
         backing: None,
+        hint: None,
     }))
     .unwrap();
-    let n = bytes.len() - 1; // the trailing `backing: None` byte
+    let n = bytes.len() - 2; // the trailing `backing: None` and `hint: None` bytes
     bytes[n - 8..n].copy_from_slice(&(1u64 << 60).to_le_bytes());
     assert_eq!(
         decode::<Request>(&bytes, 1 << 20).unwrap_err().errno,
@@ -316,6 +318,7 @@ fn bulk_column_measures_the_bytes() {
         sums: vec![],
         data: Bytes::from(vec![1u8; 15]),
         backing: None,
+        hint: None,
     });
     let b = write.bulk();
     assert_eq!(

@@ -300,6 +300,8 @@ mod failures;
 mod hidden;
 mod links;
 mod locality;
+mod merging;
+mod prealloc;
 mod reads;
 mod streams;
 mod two_writers;
