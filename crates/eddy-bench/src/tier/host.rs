@@ -170,3 +170,53 @@ pub(super) fn sync_all() {
     // SAFETY: sync(2) has no arguments and cannot fail.
     unsafe { libc::sync() };
 }
+
+/// Where a tier benchmark's run works: `base`, a fresh directory in the storage (the caches,
+/// mount points, state directories), and `work`, where the backend's files go: a fresh
+/// sub-directory of the backend (removed with this), else `base/backend`.
+pub(super) struct Scratch {
+    pub base: tempfile::TempDir,
+    pub work: std::path::PathBuf,
+    _backend: Option<tempfile::TempDir>,
+}
+
+/// Checks the room a run needs (`backend_need` bytes in the backend, `storage_need` in the
+/// storage; both in the storage without a backend), then makes the run's directories, their
+/// names starting with `prefix`.
+pub(super) fn scratch(
+    storage: &Path,
+    backend: Option<&std::path::PathBuf>,
+    (backend_need, storage_need): (u64, u64),
+    prefix: &str,
+) -> anyhow::Result<Scratch> {
+    use anyhow::Context;
+    match backend {
+        Some(b) => {
+            check_room(b, backend_need, "the backend")?;
+            check_room(storage, storage_need, "the storage")?;
+        }
+        None => check_room(storage, backend_need + storage_need, "the storage")?,
+    }
+    let fresh = |dir: &Path, what: &str| {
+        tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(dir)
+            .with_context(|| {
+                format!(
+                    "cannot create a directory in {what}{} (missing or not writable?)",
+                    dir.display()
+                )
+            })
+    };
+    let base = fresh(storage, "")?;
+    let backend = backend.map(|b| fresh(b, "the backend ")).transpose()?;
+    let work = match &backend {
+        Some(d) => d.path().to_path_buf(),
+        None => base.path().join("backend"),
+    };
+    Ok(Scratch {
+        base,
+        work,
+        _backend: backend,
+    })
+}

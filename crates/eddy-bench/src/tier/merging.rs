@@ -13,7 +13,7 @@
 //! backend writes saved and the stage-out time (higher is better).
 
 use super::files::{files, read_files, DataFile};
-use super::host::{check_room, fs_type, sync_all};
+use super::host::{fs_type, scratch, sync_all};
 use super::phases::eddy;
 use super::{median, mib, storage_or_default, IO_BYTES, LINK_PREFIX, MIB};
 use crate::args::TierArgs;
@@ -135,32 +135,13 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
     let storage = storage_or_default(a.storage.as_ref());
     // Per round: two staged-out copies and the direct one in the backend, two in the caches.
     let need = file_bytes.saturating_mul(u64::from(a.rounds));
-    match &a.backend {
-        Some(b) => {
-            check_room(b, need * 3, "the backend")?;
-            check_room(&storage, need * 2, "the storage")?;
-        }
-        None => check_room(&storage, need * 5, "the storage")?,
-    }
-    let base = tempfile::Builder::new()
-        .prefix("eddy-bench-merging.")
-        .tempdir_in(&storage)
-        .with_context(|| format!("cannot create a directory in {}", storage.display()))?;
-    let backend_dir = match &a.backend {
-        Some(b) => Some(
-            tempfile::Builder::new()
-                .prefix("eddy-bench-merging.")
-                .tempdir_in(b)
-                .with_context(|| {
-                    format!("cannot create a directory in the backend {}", b.display())
-                })?,
-        ),
-        None => None,
-    };
-    let work = match &backend_dir {
-        Some(d) => d.path().to_path_buf(),
-        None => base.path().join("backend"),
-    };
+    let scratch = scratch(
+        &storage,
+        a.backend.as_ref(),
+        (need * 3, need * 2),
+        "eddy-bench-merging.",
+    )?;
+    let (base, work) = (&scratch.base, scratch.work.clone());
     let exe = std::env::current_exe().context("cannot find the eddy program's path")?;
     let backend_fs = fs_type(&work);
     note!(

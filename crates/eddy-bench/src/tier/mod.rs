@@ -47,7 +47,7 @@ use crate::interrupt;
 use crate::suite::Deployment;
 use anyhow::{bail, Context};
 use files::{files, flat_set, tree_set};
-use host::{check_room, cpu_busy_pct, fs_type, read_ahead_kb, PageCache};
+use host::{cpu_busy_pct, fs_type, read_ahead_kb, PageCache};
 use phases::{measure, Ctx, Paths, Sets};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -243,41 +243,14 @@ pub fn run(a: TierArgs) -> anyhow::Result<()> {
         true => (per_set * 8, per_set * 8),
         false => (per_set * 6, per_set * 6 + a.size),
     };
-    match &a.backend {
-        Some(b) => {
-            check_room(b, backend_need, "the backend")?;
-            check_room(&storage, storage_need, "the storage")?;
-        }
-        None => check_room(&storage, backend_need + storage_need, "the storage")?,
-    }
-    let base = tempfile::Builder::new()
-        .prefix("eddy-bench-tier.")
-        .tempdir_in(&storage)
-        .with_context(|| {
-            format!(
-                "cannot create a directory in {} (missing or not writable?)",
-                storage.display()
-            )
-        })?;
     // Given a backend, work in a fresh sub-directory of it, removed at the end.
-    let backend_dir = match &a.backend {
-        Some(b) => Some(
-            tempfile::Builder::new()
-                .prefix("eddy-bench-tier.")
-                .tempdir_in(b)
-                .with_context(|| {
-                    format!(
-                        "cannot create a directory in the backend {} (missing or not writable?)",
-                        b.display()
-                    )
-                })?,
-        ),
-        None => None,
-    };
-    let work = match &backend_dir {
-        Some(d) => d.path().to_path_buf(),
-        None => base.path().join("backend"),
-    };
+    let scratch = host::scratch(
+        &storage,
+        a.backend.as_ref(),
+        (backend_need, storage_need),
+        "eddy-bench-tier.",
+    )?;
+    let (base, work) = (&scratch.base, scratch.work.clone());
     let paths = Paths {
         exe: std::env::current_exe().context("cannot find the eddy program's path")?,
         work: work.clone(),

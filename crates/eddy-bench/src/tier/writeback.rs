@@ -19,7 +19,7 @@
 //! the stage-out time without over the time with early write-back (higher is better).
 
 use super::files::{files, flat_set, read_files, FileSet};
-use super::host::{check_room, fs_type, sync_all};
+use super::host::{fs_type, sync_all};
 use super::phases::eddy;
 use super::{median, mib, IO_BYTES, LINK_PREFIX, MIB};
 use crate::args::WritebackArgs;
@@ -136,32 +136,13 @@ pub fn run(mut a: WritebackArgs) -> anyhow::Result<()> {
     let storage = super::storage_or_default(a.storage.as_ref());
     // Per round the backend holds 3 copies (without, with, direct), the cache 2.
     let need = a.size.saturating_mul(u64::from(a.rounds));
-    match &a.backend {
-        Some(b) => {
-            check_room(b, need * 3, "the backend")?;
-            check_room(&storage, need * 2, "the storage")?;
-        }
-        None => check_room(&storage, need * 5, "the storage")?,
-    }
-    let base = tempfile::Builder::new()
-        .prefix("eddy-bench-writeback.")
-        .tempdir_in(&storage)
-        .with_context(|| format!("cannot create a directory in {}", storage.display()))?;
-    let backend_dir = match &a.backend {
-        Some(b) => Some(
-            tempfile::Builder::new()
-                .prefix("eddy-bench-writeback.")
-                .tempdir_in(b)
-                .with_context(|| {
-                    format!("cannot create a directory in the backend {}", b.display())
-                })?,
-        ),
-        None => None,
-    };
-    let work = match &backend_dir {
-        Some(d) => d.path().to_path_buf(),
-        None => base.path().join("backend"),
-    };
+    let scratch = super::host::scratch(
+        &storage,
+        a.backend.as_ref(),
+        (need * 3, need * 2),
+        "eddy-bench-writeback.",
+    )?;
+    let (base, work) = (&scratch.base, scratch.work.clone());
     let (root, mount) = (base.path().join("root"), base.path().join("mnt"));
     for d in [&mount, &work] {
         std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;

@@ -380,7 +380,6 @@ use stores::room;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
     use crate::chunks::ChunkStore;
     use eddy_config::{BackendDecl, Config, Link, BACKEND_XATTR};
     use eddy_proto::XattrSet;
@@ -415,22 +414,7 @@ mod tests {
             backends: vec![decl("a", a.path()), decl("b", b.path())],
             ..Config::default()
         };
-        let meta = MetaStore::open(&root.path().join("meta"), &config).unwrap();
-        let chunks = ChunkStore::open(
-            &root.path().join("chunks"),
-            meta.chunk_records().unwrap(),
-            config.chunk_size,
-            1 << 20,
-        )
-        .unwrap();
-        let tier = Tier::open(
-            meta.tier_records(),
-            Backend::new(&config),
-            &config,
-            root.path(),
-            &chunks,
-        )
-        .unwrap();
+        let (meta, chunks, tier) = crate::tier::tests::open_with_meta(root.path(), &config);
         Stores {
             _root: root,
             a,

@@ -61,6 +61,31 @@ fn open(root: &Path, config: &Config) -> (Database, ChunkStore, Tier) {
     (db, chunks, tier)
 }
 
+/// The stores at `root` as `eddyd` opens them, through the metadata store: for the tests of
+/// the tier's modules that work on records (write-through, moves).
+pub(super) fn open_with_meta(
+    root: &Path,
+    config: &Config,
+) -> (crate::meta::MetaStore, ChunkStore, Tier) {
+    let meta = crate::meta::MetaStore::open(&root.join("meta"), config).unwrap();
+    let chunks = ChunkStore::open(
+        &root.join("chunks"),
+        meta.chunk_records().unwrap(),
+        config.chunk_size,
+        1 << 20,
+    )
+    .unwrap();
+    let tier = Tier::open(
+        meta.tier_records(),
+        Backend::new(config),
+        config,
+        root,
+        &chunks,
+    )
+    .unwrap();
+    (meta, chunks, tier)
+}
+
 fn backing(path: &str, size: u64) -> Backing {
     Backing {
         path: path.into(),

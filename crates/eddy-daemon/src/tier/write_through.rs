@@ -361,7 +361,6 @@ impl Tier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
     use crate::chunks::ChunkStore;
     use eddy_config::{Config, Link};
     use eddy_proto::RemoveKind;
@@ -385,22 +384,7 @@ mod tests {
             }],
             ..Config::default()
         };
-        let meta = MetaStore::open(&root.path().join("meta"), &config).unwrap();
-        let chunks = ChunkStore::open(
-            &root.path().join("chunks"),
-            meta.chunk_records().unwrap(),
-            config.chunk_size,
-            1 << 20,
-        )
-        .unwrap();
-        let tier = Tier::open(
-            meta.tier_records(),
-            Backend::new(&config),
-            &config,
-            root.path(),
-            &chunks,
-        )
-        .unwrap();
+        let (meta, chunks, tier) = crate::tier::tests::open_with_meta(root.path(), &config);
         Stores {
             _root: root,
             pfs,
