@@ -268,6 +268,19 @@ fn records_of(rank: u32, ranks: u32, records: u64) -> impl Iterator<Item = u64> 
     (0..records).map(move |i| (i * u64::from(ranks) + u64::from(rank)) * RECORD)
 }
 
+/// Runs `rank(r)` for every rank at once, each on a thread of its own; the first error.
+fn each_rank(ranks: u32, rank: impl Fn(u32) -> anyhow::Result<()> + Sync) -> anyhow::Result<()> {
+    std::thread::scope(|s| {
+        let rank = &rank;
+        let threads: Vec<_> = (0..ranks).map(|r| s.spawn(move || rank(r))).collect();
+        for t in threads {
+            t.join()
+                .map_err(|_| anyhow::anyhow!("a rank's thread panicked"))??;
+        }
+        Ok(())
+    })
+}
+
 fn one_round(
     exe: &Path,
     d: &Dep,
@@ -285,27 +298,15 @@ fn one_round(
     let ns = f.path().to_path_buf();
     fs.close(fs.open(&ns, OpenMode::Truncate)?)?;
     let clock = Instant::now();
-    std::thread::scope(|s| -> anyhow::Result<()> {
-        let writers: Vec<_> = (0..ranks)
-            .map(|rank| {
-                let (f, ns) = (&f, &ns);
-                s.spawn(move || -> anyhow::Result<()> {
-                    let h = fs.open(ns, OpenMode::Write)?;
-                    let mut buf = vec![0u8; RECORD as usize];
-                    for off in records_of(rank, ranks, records) {
-                        pattern::fill(&mut buf, f.key(), off);
-                        fs.write_all_at(&h, &buf, off)
-                            .with_context(|| format!("rank {rank}: write at {off}"))?;
-                    }
-                    fs.close(h)?;
-                    Ok(())
-                })
-            })
-            .collect();
-        for w in writers {
-            w.join()
-                .map_err(|_| anyhow::anyhow!("a rank's thread panicked"))??;
+    each_rank(ranks, |rank| {
+        let h = fs.open(&ns, OpenMode::Write)?;
+        let mut buf = vec![0u8; RECORD as usize];
+        for off in records_of(rank, ranks, records) {
+            pattern::fill(&mut buf, f.key(), off);
+            fs.write_all_at(&h, &buf, off)
+                .with_context(|| format!("rank {rank}: write at {off}"))?;
         }
+        fs.close(h)?;
         Ok(())
     })?;
     let write = clock.elapsed();
@@ -365,23 +366,11 @@ fn write_direct(work: &Path, r: u32, ranks: u32, records: u64) -> anyhow::Result
         .with_context(|| format!("cannot create {}", f.path().display()))?;
     sync_all();
     let clock = Instant::now();
-    std::thread::scope(|s| -> anyhow::Result<()> {
-        let writers: Vec<_> = (0..ranks)
-            .map(|rank| {
-                let (file, f) = (&file, &f);
-                s.spawn(move || -> std::io::Result<()> {
-                    let mut buf = vec![0u8; RECORD as usize];
-                    for off in records_of(rank, ranks, records) {
-                        pattern::fill(&mut buf, f.key(), off);
-                        file.write_all_at(&buf, off)?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        for w in writers {
-            w.join()
-                .map_err(|_| anyhow::anyhow!("a rank's thread panicked"))??;
+    each_rank(ranks, |rank| {
+        let mut buf = vec![0u8; RECORD as usize];
+        for off in records_of(rank, ranks, records) {
+            pattern::fill(&mut buf, f.key(), off);
+            file.write_all_at(&buf, off)?;
         }
         Ok(())
     })?;

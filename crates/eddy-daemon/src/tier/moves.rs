@@ -74,6 +74,18 @@ fn hidden(dst: &Path, id: FileId) -> PathBuf {
     dst.with_file_name(format!(".eddy-move-{id:032x}"))
 }
 
+/// The hidden copy `tmp`, opened for writing (made 0600 if missing, never through a link).
+fn open_copy(tmp: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(reach(tmp)?.path())
+}
+
 /// Copies `[at, at + PIECE)` of `src` into `tmp` (made if missing); returns the bytes copied.
 fn copy_piece(src: &Path, tmp: &Path, at: u64) -> std::io::Result<u64> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -81,13 +93,7 @@ fn copy_piece(src: &Path, tmp: &Path, at: u64) -> std::io::Result<u64> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(reach(src)?.path())?;
-    let to = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(reach(tmp)?.path())?;
+    let to = open_copy(tmp)?;
     let mut buf = vec![0u8; PIECE as usize];
     let mut done = 0u64;
     while done < PIECE {
@@ -111,14 +117,7 @@ fn sync_dir(p: &Path) -> std::io::Result<()> {
 
 /// Ends the copy: `tmp` cut to `size`, fsynced, renamed to `dst`, the directory fsynced.
 fn land(tmp: &Path, dst: &Path, size: u64) -> std::io::Result<Option<BackendEntry>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(reach(tmp)?.path())?;
+    let f = open_copy(tmp)?;
     f.set_len(size)?;
     f.sync_all()?;
     drop(f);
