@@ -62,14 +62,24 @@ impl ChunkStore {
         let file = match OpenOptions::new().read(true).write(true).open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound && create => {
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .mode(0o600)
-                    .open(path)
-                    .map_err(|e| file_err(&e, id))?;
+                let make = || {
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .mode(0o600)
+                        .open(path)
+                };
+                let f = match make() {
+                    // Its subdirectory is made by the first data file that goes into it.
+                    Err(e) if e.kind() == ErrorKind::NotFound => {
+                        self.make_subdir(id).map_err(|e| file_err(&e, id))?;
+                        make()
+                    }
+                    made => made,
+                }
+                .map_err(|e| file_err(&e, id))?;
                 slot.fresh.store(true, Ordering::Release);
                 f
             }

@@ -1,5 +1,6 @@
 //! Where a file's data lives: the layout marker of the chunk directory, its 256 hashed
-//! subdirectories, a data file's path `<hh>/<id as 32 hex>` and its sum file's beside it.
+//! subdirectories (each made when the first data file goes into it, decision 0076), a data
+//! file's path `<hh>/<id as 32 hex>` and its sum file's beside it.
 
 use super::io::sync_dir;
 use super::ChunkStore;
@@ -24,10 +25,34 @@ impl ChunkStore {
     pub(super) fn path_of(&self, id: FileId) -> PathBuf {
         self.dir.join(subdir_of(id)).join(format!("{id:032x}"))
     }
+
+    /// Makes the subdirectory data file `id` goes into (private, 0700), if it is missing,
+    /// and its name durable in the chunk directory: the subdirectories are made when the
+    /// first data file goes into each, not at start (decision 0076), so that a sync of the
+    /// data file and of its subdirectory (`sync`) finds it after a crash.
+    pub(super) fn make_subdir(&self, id: FileId) -> Result<(), std::io::Error> {
+        use std::os::unix::fs::DirBuilderExt;
+        let sub = self.dir.join(subdir_of(id));
+        // As the daemon's user, in its own chunk directory; never follows a link at `sub`.
+        match std::fs::DirBuilder::new().mode(0o700).create(&sub) {
+            Ok(()) => {}
+            // Made by a writer of another file of the same subdirectory meanwhile.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        File::open(&self.dir).and_then(|d| d.sync_all())
+    }
+}
+
+/// Whether `name` is one of the hashed subdirectories' names (`00` .. `ff`).
+fn is_subdir_name(name: &str) -> bool {
+    name.len() == 2 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Checks the layout of the chunk directory: writes the layout file into a new (or empty)
-/// one and makes the subdirectories; refuses a directory of another layout.
+/// one; refuses a directory of another layout. The subdirectories are not made here but by
+/// the first write into each (`make_subdir`; decision 0076); those an older eddyd made, all
+/// 256 and maybe open to others, are made private.
 pub(super) fn prepare_layout(dir: &Path) -> Result<(), DaemonError> {
     let refuse = |message: String| DaemonError::Layout {
         path: dir.to_owned(),
@@ -35,11 +60,17 @@ pub(super) fn prepare_layout(dir: &Path) -> Result<(), DaemonError> {
     };
     let io = |what: &str, e: std::io::Error| refuse(format!("{what}: {e}"));
     let marker = dir.join(LAYOUT_FILE);
-    let private_subdirs = || {
-        (0..FANOUT).try_for_each(|sub| {
-            crate::rootdir::private_dir(&dir.join(format!("{sub:02x}")))
-                .map_err(|e| io("making a subdirectory private", e))
-        })
+    let private_subdirs = || -> Result<(), DaemonError> {
+        let rd = std::fs::read_dir(dir).map_err(|e| io("listing", e))?;
+        for entry in rd {
+            let entry = entry.map_err(|e| io("listing", e))?;
+            let name = entry.file_name();
+            if name.to_str().is_some_and(is_subdir_name) {
+                crate::rootdir::private_dir(&entry.path())
+                    .map_err(|e| io("making a subdirectory private", e))?;
+            }
+        }
+        Ok(())
     };
     match std::fs::read_to_string(&marker) {
         // Subdirectories made before they were private are closed now (decision 0023).
@@ -67,7 +98,6 @@ pub(super) fn prepare_layout(dir: &Path) -> Result<(), DaemonError> {
             ));
         }
     }
-    private_subdirs()?;
     let tmp = dir.join(format!("{LAYOUT_FILE}.tmp"));
     let _ = std::fs::remove_file(&tmp);
     OpenOptions::new()
@@ -110,9 +140,59 @@ mod tests {
         assert_eq!(mode(&data_file(&f, 9)), 0o600);
         assert_eq!(mode(&sum_path(&data_file(&f, 9))), 0o600);
         // A directory of an older eddyd, open to others, is closed when opened again.
-        std::fs::set_permissions(dir.join("00"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            dir.join(subdir_of(9)),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         let f = reopen(f);
-        assert_eq!(mode(&f.dir.path().join("chunks/00")), 0o700);
+        assert_eq!(mode(&f.dir.path().join("chunks").join(subdir_of(9))), 0o700);
+    }
+
+    #[test]
+    fn subdirectories_are_made_by_the_first_data_file_that_goes_into_each() {
+        let subdirs = |f: &Fixture| -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(f.dir.path().join("chunks"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| is_subdir_name(n))
+                .collect();
+            names.sort();
+            names
+        };
+        let f = open(tempfile::tempdir().unwrap());
+        assert_eq!(subdirs(&f), Vec::<String>::new(), "a new store makes none");
+        // Two files of one subdirectory and one of another.
+        let ids: Vec<FileId> = (1..4000u128).collect();
+        let a = ids[0];
+        let b = *ids[1..]
+            .iter()
+            .find(|&&i| subdir_of(i) == subdir_of(a))
+            .unwrap();
+        let c = *ids[1..]
+            .iter()
+            .find(|&&i| subdir_of(i) != subdir_of(a))
+            .unwrap();
+        for id in [a, b, c] {
+            f.store.write(id, &[p(0, 0, 10)], &[3u8; 10]).unwrap();
+            f.store.sync(id).unwrap();
+        }
+        let mut want = vec![subdir_of(a), subdir_of(c)];
+        want.sort();
+        assert_eq!(subdirs(&f), want);
+        // Reopened (the start's check of the data files walks the subdirectories there are),
+        // every file reads back.
+        let f = reopen(f);
+        for id in [a, b, c] {
+            assert_eq!(f.store.read(id, &[p(0, 0, 10)]).unwrap(), vec![3u8; 10]);
+        }
+        // A store of an older eddyd that made all 256 at once opens as before.
+        for sub in 0..FANOUT {
+            let _ = std::fs::create_dir(f.dir.path().join("chunks").join(format!("{sub:02x}")));
+        }
+        let f = reopen(f);
+        assert_eq!(subdirs(&f).len(), FANOUT as usize);
+        assert_eq!(f.store.read(c, &[p(0, 0, 10)]).unwrap(), vec![3u8; 10]);
     }
 
     #[test]

@@ -85,8 +85,12 @@ impl ChunkStore {
         }
         for sub in 0..FANOUT {
             let sub = self.dir.join(format!("{sub:02x}"));
-            let rd = std::fs::read_dir(&sub)
-                .map_err(|e| Errno::from_io(&e, format!("listing {}", sub.display())))?;
+            let rd = match std::fs::read_dir(&sub) {
+                Ok(rd) => rd,
+                // Made by the first data file that goes into it (decision 0076).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Errno::from_io(&e, format!("listing {}", sub.display()))),
+            };
             for entry in rd {
                 let entry =
                     entry.map_err(|e| Errno::from_io(&e, format!("listing {}", sub.display())))?;
@@ -394,6 +398,7 @@ mod tests {
         let f = reopen(f);
         // A data file the map does not know (its records were not persisted), and a map
         // entry whose data file is gone.
+        std::fs::create_dir_all(orphan.parent().unwrap()).unwrap();
         std::fs::write(&orphan, b"junk").unwrap();
         std::fs::remove_file(&lost).unwrap();
         let f = reopen(f);

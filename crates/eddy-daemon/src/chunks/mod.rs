@@ -1,6 +1,6 @@
 //! Chunk storage (decision 0015): one sparse data file per file id, `<hh>/<id as 32 hex>`
-//! under the chunk directory (`hh`: one of 256 subdirectories, made once, chosen by a hash
-//! of the id), with chunk k at offset k × chunk_size. Which chunks of a file this daemon
+//! under the chunk directory (`hh`: one of 256 subdirectories chosen by a hash of the id,
+//! each made when the first data file goes into it), with chunk k at offset k × chunk_size. Which chunks of a file this daemon
 //! holds and their lengths are the chunk map: the keyspace `chunks` of the daemon's store
 //! (key id ‖ k, value the length; same journal as the metadata, so a Sync persists both),
 //! mirrored in memory. A map entry is written before the bytes it covers (write-ahead): a
@@ -109,7 +109,8 @@ pub struct ChunkStore {
 pub type Checked = (Vec<u8>, Vec<u32>);
 
 impl ChunkStore {
-    /// Opens the chunk directory `dir` (made with its subdirectories if missing) and the
+    /// Opens the chunk directory `dir` (made if missing; its subdirectories are made as
+    /// data files go into them) and the
     /// chunk map in `records`; drops map entries whose data file is gone and data files the
     /// map does not know (a crash between the two). Refuses a directory of the first layout.
     pub fn open(
