@@ -530,3 +530,120 @@ fn replicas_are_started_and_status_tells_healthy_from_degraded() {
         }
     });
 }
+
+/// The processes of this host serving a daemon root under `root` (`eddyd --root ROOT/d<i>`).
+fn daemons_under(root: &Path) -> Vec<u32> {
+    let prefix = format!("{}/d", root.display());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<String> = cmdline
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            alive(pid)
+                && args
+                    .windows(2)
+                    .any(|w| w[0] == "--root" && w[1].starts_with(&prefix))
+        })
+        .collect()
+}
+
+/// A configuration of small metadata reserves (1 MiB each), for deployments of hundreds.
+fn small_reserve(dir: &Path) -> PathBuf {
+    let config = dir.join("small-reserve.toml");
+    std::fs::write(&config, "meta_reserve_bytes = 1048576\n").unwrap();
+    config
+}
+
+/// 256 daemons on one host, started by the real `eddy start` (launched several at a time,
+/// their chunk subdirectories made as data arrives; decision 0076): every one answers and
+/// is ready, a file striped over them reads back, and the stop leaves no daemon running.
+#[test]
+fn a_deployment_of_256_local_daemons_serves_and_stops_without_leaving_any() {
+    const N: usize = 256;
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_reserve(dir.path());
+    let (state, _guard) = start_local(dir.path(), N as u32, &["--config", s(&config)]);
+    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    assert_eq!(dep.daemons.len(), N);
+    let (up, v) = status_json(&state);
+    assert!(up, "status failed: {v}");
+    let daemons = v["daemons"].as_array().unwrap();
+    assert_eq!(daemons.len(), N);
+    for (i, d) in daemons.iter().enumerate() {
+        assert_eq!(d["id"], i as u64);
+        assert_eq!(d["up"], true, "{d}");
+    }
+    // 512 chunks of 64 KiB, each on the daemon its hash names.
+    let data: Vec<u8> = (0..32u32 << 20).map(|i| (i % 251) as u8).collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = eddy_client::Client::connect(dep.clone()).await.unwrap();
+        let me = eddy_client::Creds::root();
+        let f = c.create("/striped", 0o644, true, me).await.unwrap();
+        c.pwrite(&f, 0, &data).await.unwrap();
+        c.close(&f).await.unwrap();
+        let f = c.open("/striped", libc::O_RDONLY, 0, me).await.unwrap();
+        let back = c.pread(&f, 0, data.len()).await.unwrap();
+        assert!(back == data, "the striped file read back differs");
+    });
+    let procs = pids(&state);
+    assert_eq!(procs.len(), N);
+    assert_eq!(daemons_under(&state).len(), N);
+    let out = ok(&["stop", "--state", s(&state)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("warning"), "{}", text(&out));
+    assert!(
+        procs.iter().all(|&p| !alive(p)),
+        "daemons still run after stop"
+    );
+    assert_eq!(daemons_under(&state), Vec::<u32>::new());
+}
+
+/// A start of many daemons that fails part-way, in a launch (daemon 40's log cannot be
+/// made) or in a daemon (daemon 37's root holds chunks of a layout it refuses), names the
+/// daemon and its log and leaves none of the daemons launched running, and no deployment.
+#[test]
+fn a_large_start_that_fails_part_way_names_the_daemon_and_leaves_none_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_reserve(dir.path());
+    let start = |state: &Path| {
+        fails(&[
+            "start",
+            "--local",
+            "64",
+            "--root",
+            s(state),
+            "--config",
+            s(&config),
+        ])
+    };
+    let launch = dir.path().join("launch");
+    std::fs::create_dir_all(launch.join("daemon-40.log")).unwrap();
+    let err = start(&launch);
+    assert!(
+        err.contains(&launch.join("daemon-40.log").display().to_string()),
+        "{err}"
+    );
+    assert_eq!(daemons_under(&launch), Vec::<u32>::new());
+    assert!(!launch.join("deployment.toml").exists());
+
+    let daemon = dir.path().join("daemon");
+    let old = daemon.join("d37/chunks").join(format!("{:032x}", 5u128));
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(old.join("0"), b"old").unwrap();
+    let err = start(&daemon);
+    assert!(err.contains("daemon 37 exited"), "{err}");
+    assert!(
+        err.contains(&daemon.join("daemon-37.log").display().to_string()),
+        "{err}"
+    );
+    assert_eq!(daemons_under(&daemon), Vec::<u32>::new());
+    assert!(!daemon.join("deployment.toml").exists());
+}
