@@ -33,6 +33,10 @@ pub enum BenchCommand {
     /// writes steadily into a linked prefix, without and with early write-back timed by the
     /// job's end, in the same run, with the backend's raw write rate beside them.
     Writeback(WritebackArgs),
+    /// Measure how long `eddy start --local N` takes until every daemon serves and `eddy
+    /// stop` until none runs, and the memory of an idle daemon, for each N of --daemons
+    /// (decision 0076).
+    Deploy(DeployArgs),
     /// Measure DFRA's allocation on a live pool: I/O servers and compute nodes in network
     /// namespaces, each server's link rate-limited with `tc`; scaling, isolation and anomaly
     /// screening, each against its baseline in the same run (needs root; decision 0039).
@@ -148,6 +152,28 @@ pub struct SuiteArgs {
     pub launch: LaunchOpts,
     #[command(flatten)]
     pub out: OutputOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// Numbers of local daemons to start, one deployment after the other, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "256,1024")]
+    pub daemons: Vec<u32>,
+    /// Directory for the daemons' storage roots and the state directory (a fresh
+    /// sub-directory, removed at the end); default /var/tmp. Roots on tmpfs hold each
+    /// daemon's metadata reserve in memory: see --reserve.
+    #[arg(long, value_name = "DIR")]
+    pub storage: Option<PathBuf>,
+    /// Each daemon's metadata reserve (`meta_reserve_bytes`; suffixes K, M, G): small, since
+    /// a thousand daemons of the default 64 MiB on tmpfs would take 64 GiB of memory.
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_bytes)]
+    pub reserve: u64,
+    /// How long the daemons stay idle before their memory is read, in seconds.
+    #[arg(long, default_value_t = 2)]
+    pub idle_s: u64,
+    /// Write the results as JSON to this file (`-` = stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -23,6 +23,7 @@ macro_rules! note {
 mod alloc;
 pub mod args;
 mod coord;
+mod deploy;
 pub mod fs;
 mod hist;
 mod interrupt;
@@ -53,6 +54,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Scale(a) => cmd_scale(a),
         BenchCommand::Tier(a) => tier::run(a),
         BenchCommand::Writeback(a) => tier::writeback::run(a),
+        BenchCommand::Deploy(a) => deploy::run(a),
         BenchCommand::Alloc(a) => alloc::run(a),
         BenchCommand::Worker(a) => worker::main(a),
     }

@@ -75,7 +75,7 @@ pub(super) fn fadvise_tree(dir: &Path) {
 }
 
 /// The type of the file system holding `p` (the longest mount point above it).
-pub(super) fn fs_type(p: &Path) -> String {
+pub(crate) fn fs_type(p: &Path) -> String {
     let Ok(canon) = p.canonicalize() else {
         return "unknown".into();
     };

@@ -35,7 +35,7 @@
 //! the human output.
 
 mod files;
-mod host;
+pub(crate) mod host;
 mod merging;
 mod phases;
 mod streams;
