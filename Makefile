@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier bench-streams bench-streams-gluster bench-merging lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
+.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier bench-streams bench-streams-gluster bench-merging bench-deploy lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -141,6 +141,11 @@ bench-merging: build
 	  $(RELEASE)/eddy bench tier --merging --backend $(GLUSTER_BENCH_DIR)/mnt --config $(GLUSTER_BENCH_DIR)/local.toml \
 	    --json docs/bench-merging-gluster-local.json; \
 	  rc=$$?; bash scripts/gluster-volume.sh down $(GLUSTER_BENCH_DIR); exit $$rc
+
+## Starting and stopping many local daemons (decision 0076): eddy start --local 256 and 1024
+## (roots on /var/tmp, 1 MiB metadata reserve each), the stop, an idle daemon's memory.
+bench-deploy: build
+	$(RELEASE)/eddy bench deploy --daemons 256,1024 --json docs/bench-deploy.json
 
 ## The privileged-path lint: every path-based file call in the code that runs as root or
 ## SlurmUser (scripts/privileged-files.txt) goes through a directory descriptor, runs as the
