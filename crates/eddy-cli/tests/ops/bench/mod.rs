@@ -123,6 +123,7 @@ fn assert_phases(workloads: &str, got: &[String], want: &[&str]) {
     }
 }
 
+mod deploy;
 mod eddy;
 mod plain;
 mod tier;
