@@ -205,3 +205,98 @@ async fn leases_off_is_as_before() {
     let (grants, _, _, batched) = lease_counts(&c).await;
     assert_eq!((grants, batched), (0, 0));
 }
+
+/// A tmpfs mounted for the test; unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_device_reaches_the_holder_and_the_directory_empties() {
+    eddy_testkit::require::root("mount a tmpfs");
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk");
+    std::fs::create_dir_all(&disk).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount a tmpfs at {}", disk.display());
+    let _tmpfs = Tmpfs(disk.clone());
+    let config = eddy_config::Config {
+        meta_reserve_bytes: 4 * 1024 * 1024,
+        ..eddy_testkit::test_config()
+    };
+    let cl = Cluster::start_on(3, config, |i| disk.join(format!("d{i}")));
+    let c = cl.client().await;
+    let me = Creds::root();
+    c.mkdir("/full", 0o755, me).await.unwrap();
+    for i in 0..10 {
+        create(&c, &format!("/full/a{i}"), EXCL).await.unwrap();
+    }
+    assert!(c.known_absent("/full/g0"), "the directory is leased");
+    // The device fills up (another user of it); the daemons give their reserve files to
+    // their stores (decision 0060), and that fills up too.
+    let fill = |name: &str| {
+        let _ = std::process::Command::new("dd")
+            .args(["if=/dev/zero", "bs=64k"])
+            .arg(format!("of={}", disk.join(name).display()))
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+    };
+    // Each daemon gives its reserve up once, at its first request on the full device: the
+    // device is filled again until every one did.
+    for round in 0..4 {
+        fill(&format!("filler{round}"));
+        for i in 0..12 {
+            let _ = create(&c, &format!("/z{round}.{i}"), EXCL).await;
+        }
+    }
+    fill("filler4");
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let mut files = Vec::new();
+        for i in 0..10 {
+            // Answered under the lease: the create is queued.
+            let f = c.open(&format!("/full/g{i}"), EXCL, 0o644, me).await;
+            files.push(f.expect("an exclusive create of a known-absent name"));
+        }
+        let mut first = None;
+        for f in &files {
+            if let Err(e) = c.fsync(f).await {
+                first.get_or_insert(e);
+            }
+        }
+        for f in &files {
+            let _ = c.close(f).await;
+        }
+        first.map_or(Ok(()), Err)
+    })
+    .await
+    .expect("creates on a full device did not finish within 60 s");
+    assert_eq!(errno(outcome), libc::ENOSPC);
+    assert_eq!(errno(create(&c, "/full/h", EXCL).await), libc::ENOSPC);
+    // The directory lists and empties on the full device.
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        for n in names(&c, "/full").await {
+            c.unlink(&format!("/full/{n}"), me).await.unwrap();
+        }
+        c.rmdir("/full", me).await.unwrap();
+    })
+    .await
+    .expect("emptying the directory did not finish within 60 s");
+    for round in 0..5 {
+        std::fs::remove_file(disk.join(format!("filler{round}"))).unwrap();
+    }
+    c.mkdir("/again", 0o755, me).await.unwrap();
+    create(&c, "/again/x", EXCL).await.unwrap();
+    drop(cl);
+}
