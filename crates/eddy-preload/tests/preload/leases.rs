@@ -161,3 +161,47 @@ fn a_holder_that_does_not_answer_is_revoked_and_the_other_request_completes() {
         .unwrap();
     check("rm", &out);
 }
+
+#[test]
+fn a_process_in_its_own_directory_sends_creates_in_batches_and_answers_lookups() {
+    let p = Pre::start();
+    let before = eddy_testkit::served::served(&p.rt, &p.client);
+    let script = r#"
+import os
+d = "/eddy/own"
+os.mkdir(d)
+for i in range(200):
+    os.close(os.open(f"{d}/f{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+for i in range(200):
+    assert os.stat(f"{d}/f{i}").st_size == 0
+    try:
+        os.stat(f"{d}/g{i}")
+        raise SystemExit(f"g{i} exists")
+    except FileNotFoundError:
+        pass
+for i in range(100):
+    os.unlink(f"{d}/f{i}")
+"#;
+    let out = p
+        .cmd("python3")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .expect("python3");
+    check("python3", &out);
+    let after = eddy_testkit::served::served(&p.rt, &p.client);
+    let d = eddy_testkit::served::diff(&before, &after);
+    let get = |op: &str| d.get(op).copied().unwrap_or(0);
+    // The root made sure of at connect and the mkdir are the only creates sent on their
+    // own; the files' creates and unlinks went in batches (a close sends its own); stats of
+    // names made or known absent were answered in the process.
+    assert_eq!(get("create"), 2, "{d:?}");
+    assert_eq!(get("remove"), 0, "{d:?}");
+    assert!(get("stat") < 10, "{d:?}");
+    assert!(get("batch") >= 1 && get("batch") <= 300, "{d:?}");
+    let names = p.names("/own");
+    assert_eq!(names.len(), 100);
+    assert!(names
+        .iter()
+        .all(|n| n[1..].parse::<usize>().unwrap() >= 100));
+}
