@@ -601,7 +601,7 @@ impl Namespace<'_> {
                         let Request::Batch(req::Batch { ops: batch, .. }) = req else {
                             continue;
                         };
-                        self.failed_batch(l, batch, f.into_errno()).await;
+                        self.failed_batch(l, batch, f).await;
                     }
                 }
             }
@@ -615,13 +615,13 @@ impl Namespace<'_> {
             let outcomes = match reply.await {
                 Ok((reply, generation)) => {
                     self.0.unsynced.note(daemon, generation);
-                    eddy_proto::typed_reply::<req::Batch>(reply)
+                    eddy_proto::typed_reply::<req::Batch>(reply).map_err(Failure::Daemon)
                 }
-                Err(f) => Err(f.into_errno()),
+                Err(f) => Err(f),
             };
             match outcomes {
                 Ok(outcomes) => self.batch_outcomes(l, ops, outcomes),
-                Err(e) => self.failed_batch(l, ops, e).await,
+                Err(f) => self.failed_batch(l, ops, f).await,
             }
         }
     }
@@ -651,7 +651,12 @@ impl Namespace<'_> {
     /// A batch refused as a whole: on a full device its removals are sent one by one (they
     /// are served there) and its creates fail with ENOSPC; otherwise (the lease revoked, a
     /// daemon not reached) every operation fails with EIO. The lease is given back.
-    async fn failed_batch(&self, l: &Arc<DirLease>, ops: Vec<BatchOp>, e: Errno) {
+    async fn failed_batch(&self, l: &Arc<DirLease>, ops: Vec<BatchOp>, f: Failure) {
+        if f.is_unreachable() && self.rpc().replicas() > 1 {
+            self.replay_one_by_one(l, ops).await;
+            return;
+        }
+        let e = f.into_errno();
         for op in ops {
             match op {
                 BatchOp::Remove(r) if e.errno == libc::ENOSPC => {
@@ -667,6 +672,42 @@ impl Namespace<'_> {
             self.0.leases.refused(&l.dir, NOT_AGAIN);
         }
         self.give_back_later(l);
+    }
+
+    /// A batch whose daemon could not be reached (or whose reply was lost with it), with
+    /// other copies: each operation goes on its own to the first copy that answers, as
+    /// without the lease (a create the lost daemon applied and passed on is ours if the
+    /// entry carries our file id; a removal it applied is done).
+    async fn replay_one_by_one(&self, l: &Arc<DirLease>, ops: Vec<BatchOp>) {
+        let mut failed = false;
+        for op in ops {
+            let p = op.path().to_string();
+            let done = match &op {
+                BatchOp::Create(c) => match self.meta(&p, c.clone()).await {
+                    // Applied by the copy that was lost, and passed on: ours if the entry
+                    // carries our file id.
+                    Err(e) if e.errno == libc::EEXIST => {
+                        match self.meta(&p, req::Stat { path: p.clone() }).await {
+                            Ok(i) if i.file_id == c.inode.file_id => Ok(()),
+                            _ => Err(e),
+                        }
+                    }
+                    other => other.map(|_| ()),
+                },
+                BatchOp::Remove(r) => match self.meta(&p, r.clone()).await {
+                    // Applied by the copy that was lost, and passed on.
+                    Err(e) if e.errno == libc::ENOENT => Ok(()),
+                    other => other.map(|_| ()),
+                },
+            };
+            if let Err(e) = done {
+                failed = true;
+                self.deferred_failed(l, &op, &e);
+            }
+        }
+        if failed {
+            self.give_back_later(l);
+        }
     }
 
     /// A deferred operation failed: noted for the calls that depend on it (its close,
