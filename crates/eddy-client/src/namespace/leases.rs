@@ -179,38 +179,51 @@ impl Namespace<'_> {
             hook(l.dir.clone()).await;
         }
         self.flush_lease(l).await;
-        let returns = futures::future::join_all(self.rpc().ids().iter().map(|&d| {
+        let ret = |d: u32| {
             let req = req::LeaseReturn {
                 dir: l.dir.clone(),
                 lease: l.lease,
             };
-            async move { (d, self.rpc().call(d, req).await) }
-        }))
-        .await;
-        for (d, r) in returns {
-            match r {
-                Err(e) if d == l.lease.daemon && e.errno == libc::ESTALE => {
-                    tracing::warn!(dir = %l.dir, "lease revoked before it was given back: {e}");
+            let client = self.client();
+            async move { client.rpc().call(d, req).await }
+        };
+        // The other daemons drop their registrations in the background (one that does not
+        // answer recalls it lazily, its granter then answering at once); the granter's answer
+        // is awaited: it ends the lease, or says it was revoked.
+        for d in self
+            .rpc()
+            .ids()
+            .iter()
+            .copied()
+            .filter(|&d| d != l.lease.daemon)
+        {
+            let (dir, ret) = (l.dir.clone(), ret(d));
+            tokio::spawn(async move {
+                if let Err(e) = ret.await {
+                    tracing::debug!(%dir, daemon = d, "lease return: {e}");
                 }
-                Err(e) => tracing::debug!(dir = %l.dir, daemon = d, "lease return: {e}"),
-                Ok(()) => {}
+            });
+        }
+        match ret(l.lease.daemon).await {
+            Err(e) if e.errno == libc::ESTALE => {
+                tracing::warn!(dir = %l.dir, "lease revoked before it was given back: {e}");
             }
+            Err(e) => tracing::debug!(dir = %l.dir, "lease return: {e}"),
+            Ok(()) => {}
         }
         self.0.leases.remove(l);
     }
 
     /// Gives back every lease on `dir` or below it (a rename or removal of the directory).
     pub(crate) async fn give_back_within(&self, dir: &str) {
-        for l in self.0.leases.within(dir) {
-            self.give_back(&l).await;
-        }
+        let leases = self.0.leases.within(dir);
+        futures::future::join_all(leases.iter().map(|l| self.give_back(l))).await;
     }
 
-    /// Gives back every lease this client holds.
+    /// Gives back every lease this client holds, all at once.
     pub(crate) async fn give_back_all(&self) {
-        for l in self.0.leases.all() {
-            self.give_back(&l).await;
-        }
+        let leases = self.0.leases.all();
+        futures::future::join_all(leases.iter().map(|l| self.give_back(l))).await;
     }
 
     // ------------------------------------------------------------ local answers
