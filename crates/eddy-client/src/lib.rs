@@ -21,7 +21,9 @@
 //! It must not keep state that other clients need to see: everything shared lives on the
 //! daemons (the intents of directory renames too). Its caches are bounded in time: the sizes
 //! its own writes reached, published within `size_update_ms` (`size`), and the directories it
-//! looked up, trusted for `dir_cache_ms` (`dircache`); file data is never cached here.
+//! looked up, trusted for `dir_cache_ms` (`dircache`); file data is never cached here. What
+//! it knows of a directory it holds a lease on (`leases`: the names there, its queued creates
+//! and unlinks) lasts until another client's request recalls the lease (decision 0075).
 
 mod access;
 mod data;
@@ -30,6 +32,7 @@ pub mod driver;
 mod facade;
 mod file;
 mod held;
+mod leases;
 mod namespace;
 mod paging;
 mod perm;
@@ -48,6 +51,7 @@ pub use eddy_proto::{
 pub use eddy_proto::{LockInfo, LockKind, LockRange};
 pub use eddy_rpc::{wire_mode, Daemons, Failure};
 pub use file::File;
+pub use leases::LeaseReturnHook;
 pub use locks::{LockRequest, Waiting};
 pub use perm::{Creds, Groups};
 pub use tier::FileResult;
@@ -99,6 +103,8 @@ struct Inner {
     held: held::Held,
     /// Turns of the background fetches advised with `WillNeed` (`data::advice`).
     willneed: Arc<tokio::sync::Semaphore>,
+    /// The directory leases this client holds (decision 0075).
+    leases: leases::Leases,
 }
 
 /// What the client learns of every call through its rpc layer: a change other than a write
@@ -175,6 +181,7 @@ impl Client {
             direct,
             held: held::Held::default(),
             willneed: data::willneed_turns(),
+            leases: leases::Leases::new(&dep.config),
             dep,
         })))
     }
@@ -236,7 +243,10 @@ impl Client {
     /// may skip it (the mount answers FLUSH and RELEASE of a clean file without entering the
     /// runtime).
     pub fn close_has_work(&self, f: &File) -> bool {
-        self.0.sizes.written(f.file_id()) || !f.0.direct.is_empty() || self.holds_hidden(f)
+        self.0.sizes.written(f.file_id())
+            || !f.0.direct.is_empty()
+            || self.holds_hidden(f)
+            || self.ns().lease_pending(&f.path())
     }
 
     /// Publishes the size this client's writes to `f` reached, if any is pending.
