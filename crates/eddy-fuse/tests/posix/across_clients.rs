@@ -343,10 +343,42 @@ for name in names:
 print(json.dumps(out), flush=True)
 "#;
 
-/// Six processes — two under the preload library, two on each of two mounts — make the same
-/// names with O_CREAT|O_EXCL (and mkdir) at once: exactly one wins each name, every other
-/// gets EEXIST and nothing else, every name exists afterwards, and a file holds its winner's
-/// tag.
+/// RACE through the client library: one more client racing beside the processes.
+async fn library_race(c: Client, dir: &str, tag: &str, n: usize) -> serde_json::Value {
+    let root = eddy_client::Creds::root();
+    let mut out = serde_json::Map::new();
+    // Its own order: from the other end.
+    let names: Vec<String> = (0..n)
+        .map(|i| format!("f{i}"))
+        .chain((0..n / 8).map(|i| format!("sub{i}")))
+        .rev()
+        .collect();
+    for name in names {
+        let path = format!("{dir}/{name}");
+        let r = if name.starts_with("sub") {
+            c.mkdir(&path, 0o755, root).await.map(|_| ())
+        } else {
+            match c.create(&path, 0o644, true, root).await {
+                Ok(f) => {
+                    c.pwrite(&f, 0, tag.as_bytes()).await.unwrap();
+                    c.close(&f).await
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let v = match r {
+            Ok(()) => serde_json::json!("won"),
+            Err(e) => serde_json::json!(e.errno),
+        };
+        out.insert(name, v);
+    }
+    serde_json::Value::Object(out)
+}
+
+/// Eight racers — two processes under the preload library, two on each of two mounts, two
+/// clients of the library — make the same names with O_CREAT|O_EXCL (and mkdir) at once:
+/// exactly one wins each name, every other gets EEXIST and nothing else, every name exists
+/// afterwards, and a file holds its winner's tag.
 #[test]
 fn o_excl_races_between_preloaded_processes_and_mounts_have_one_winner_per_name() {
     let config = strict();
@@ -367,16 +399,31 @@ fn o_excl_races_between_preloaded_processes_and_mounts_have_one_winner_per_name(
             _ => Proc::on_mount(RACE, &[b, &tag, &n], &what),
         });
     }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let clients = [
+        rt.block_on(m.cluster.client()),
+        rt.block_on(m.cluster.client()),
+    ];
     for p in &procs {
         p.expect("ready", guard(&config));
     }
     for p in &mut procs {
         p.go();
     }
-    let results: Vec<(String, serde_json::Value)> = procs
+    let lib: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            rt.spawn(async move { library_race(c, "/race", &format!("lib{i}"), N).await })
+        })
+        .collect();
+    let mut results: Vec<(String, serde_json::Value)> = procs
         .into_iter()
         .map(|p| (p.what.clone(), p.result(guard(&config))))
         .collect();
+    for (i, task) in lib.into_iter().enumerate() {
+        results.push((format!("racer lib{i}"), rt.block_on(task).unwrap()));
+    }
     let mut winners: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (what, r) in &results {
         for (name, got) in r.as_object().unwrap() {
