@@ -45,7 +45,8 @@ NAMESPACE = {
     "BackendRename", "Rebind", "SetXattr", "GetXattr", "ListXattr", "RemoveXattr", "Lock",
     "TestLock", "ReleaseLocks", "ReclaimLock", "LockHolders", "WaitsFor", "BeginRename",
     "ClaimRenames", "EndRename", "ReleaseRename", "TouchDir", "ClearSetId", "CountSubdirs",
-    "BackendLink", "LinkedNames", "Accessed",
+    "BackendLink", "LinkedNames", "Accessed", "Lease", "LeaseNote", "LeaseWait", "LeaseReturn",
+    "Batch",
 }
 # Sent to the owners of a file's chunks (and their copies), or to daemons as stores.
 DATA = {
@@ -54,7 +55,7 @@ DATA = {
     "HoldBack", "WrittenBack", "Stats", "DirectOpen", "DirectCommit",
 }
 # Sent by daemons to their peers, or in the handshake: never built by the client.
-NOT_SENT = {"Replicate", "PutChunk", "RepairFor", "Repair", "Identify"}
+NOT_SENT = {"Replicate", "PutChunk", "RepairFor", "Repair", "Identify", "Recall"}
 
 TABLE_LINE = re.compile(r"^\s*([A-Z]\w*) \"\w+\" \{", re.M)
 BUILDS = re.compile(r"\b(?:req|Request)::([A-Z]\w*)")

@@ -107,6 +107,8 @@ impl Client {
     /// directory). Both names then show the same file: one inode, one size, one link count.
     /// Returns the file's inode.
     pub async fn link(&self, old: &str, new: &str, creds: Creds) -> Result<Inode, Errno> {
+        self.ns().settle_path(old).await;
+        self.ns().settle_path(new).await;
         self.ns().link(old, new, creds).await
     }
 
@@ -129,6 +131,7 @@ impl Client {
         req: &LockRequest,
         wait: Duration,
     ) -> Result<bool, Errno> {
+        self.ns().settle_path(&f.path()).await;
         self.ns().lock_once(f, req, wait).await
     }
 
@@ -136,6 +139,7 @@ impl Client {
     /// granted, EDEADLK when the wait would close a cycle of owners; dropping the future
     /// stops waiting).
     pub async fn lock(&self, f: &File, req: &LockRequest, wait: bool) -> Result<(), Errno> {
+        self.ns().settle_path(&f.path()).await;
         self.ns().lock(f, req, wait).await
     }
 
@@ -209,7 +213,10 @@ impl Client {
     /// name until the last of them is closed, and the handles open at or below `from` follow
     /// the rename (`held`, decision 0061).
     pub async fn rename(&self, from: &str, to: &str, creds: Creds) -> Result<(), Errno> {
-        self.ns().rename(from, to, creds).await
+        self.ns().settle_rename(from, to).await;
+        self.ns().rename(from, to, creds).await?;
+        self.ns().renamed_leased(from, to);
+        Ok(())
     }
 
     // ---------------------------------------------------------------- namespace/special
@@ -240,6 +247,7 @@ impl Client {
         how: XattrSet,
         creds: Creds,
     ) -> Result<(), Errno> {
+        self.ns().settle_path(path).await;
         self.ns().setxattr(path, name, value, how, creds).await
     }
 
@@ -256,6 +264,7 @@ impl Client {
 
     /// removexattr(2): ENODATA if the attribute is absent.
     pub async fn removexattr(&self, path: &str, name: &str, creds: Creds) -> Result<(), Errno> {
+        self.ns().settle_path(path).await;
         self.ns().removexattr(path, name, creds).await
     }
 
@@ -314,6 +323,7 @@ impl Client {
 
     /// Makes every daemon's metadata and chunks durable.
     pub async fn sync_all(&self) -> Result<(), Errno> {
+        self.ns().flush_all_leases().await;
         self.data().sync_all().await
     }
 
@@ -412,20 +422,74 @@ impl Client {
     /// answers on a newer connection than a change it covers (it may have restarted and
     /// lost it).
     pub async fn fsync(&self, f: &File) -> Result<(), Errno> {
+        self.ns().fsync_leased(&f.path()).await?;
         self.data().fsync(f).await
     }
 
     /// Closes the handle: `flush`, and the last handle of a file unlinked or replaced while
     /// open through this client removes it for good (its data freed; decision 0061).
     pub async fn close(&self, f: &File) -> Result<(), Errno> {
-        self.data().close(f).await
+        let closed = self.data().close(f).await;
+        let sent = self.ns().close_leased(&f.path()).await;
+        closed.and(sent)
     }
 
     /// What the close of one descriptor does while the handle may stay open (a mount's
     /// FLUSH): publishes the size its writes reached, so that every client sees it from now
     /// on (close-to-open), and reports and ends its direct leases (later I/O takes new ones).
     pub async fn flush(&self, f: &File) -> Result<(), Errno> {
-        self.data().flush(f).await
+        let flushed = self.data().flush(f).await;
+        let sent = self.ns().close_leased(&f.path()).await;
+        flushed.and(sent)
+    }
+
+    // ---------------------------------------------------------------- namespace/leases
+
+    /// Whether this client takes directory leases (decision 0075): the config's `leases`
+    /// unless a front end said otherwise (`set_leases`).
+    pub fn leases_on(&self) -> bool {
+        self.0.leases.on()
+    }
+
+    /// Lets this client take directory leases, or not (the mount turns them off until it
+    /// answers the kernel's lookups with them). Turning them off gives none back: see
+    /// `return_leases`.
+    pub fn set_leases(&self, on: bool) {
+        self.0.leases.set_on(on);
+    }
+
+    /// Whether `path` is known absent under a lease this client holds on its directory:
+    /// then no other client can create it without the lease being recalled first (and the
+    /// hook of `on_lease_return` runs before it goes back), so a front end may answer a
+    /// lookup of it with a negative entry it keeps until then. False when unknown.
+    pub fn known_absent(&self, path: &str) -> bool {
+        let Ok(p) = self.norm(path) else {
+            return false;
+        };
+        let Some((dir, name)) = eddy_proto::path::split(&p) else {
+            return false;
+        };
+        self.0.leases.get(dir).is_some_and(|l| l.knows_absent(name))
+    }
+
+    /// Registers (or, with `None`, removes) what runs before this client gives a lease back
+    /// (recalled by another client, or given back by this one): it is called with the
+    /// directory's path (normalised) and awaited; the lease answers nothing from the time it
+    /// is called. A front end that cached negative entries of the directory drops them there.
+    pub fn on_lease_return(&self, hook: Option<crate::LeaseReturnHook>) {
+        self.0.leases.set_hook(hook);
+    }
+
+    /// Sends everything queued under this client's leases and waits for the replies (what
+    /// an fsync of every directory does); failures are reported by the calls that depend
+    /// on them.
+    pub async fn flush_leases(&self) {
+        self.ns().flush_all_leases().await;
+    }
+
+    /// Gives every lease this client holds back (after flushing it).
+    pub async fn return_leases(&self) {
+        self.ns().give_back_all().await;
     }
 
     /// Truncates an open file (permission was checked at open); by a caller other than root,

@@ -211,6 +211,10 @@ impl Client {
             return Ok((i, false, renewed));
         }
         let exclusive = flags & libc::O_EXCL != 0;
+        // Under a lease on the directory: answered here (decision 0075).
+        if let Some((i, created)) = self.ns().create_leased(p, mode, exclusive, creds).await? {
+            return Ok((i, created, false));
+        }
         // An enforcing caller may open an existing file in a directory it cannot write to, so
         // look first; otherwise a non-exclusive Create returns the existing entry by itself.
         if !exclusive && creds.enforce {
@@ -228,6 +232,7 @@ impl Client {
         let got = self.ns().create_entry(p, fresh, exclusive, creds).await?;
         let created = got.file_id == fresh_id;
         if created {
+            self.ns().created_without_lease(p).await;
             return Ok((got, true, false));
         }
         let (i, renewed) = self.ns().validate_linked(p, got, flags).await?;

@@ -62,6 +62,11 @@ impl Held {
             .collect()
     }
 
+    /// Whether a handle of this client has the file at `p` open.
+    pub fn is_open(&self, p: &str) -> bool {
+        !self.open_at(p, false).is_empty()
+    }
+
     fn is_hidden(&self, p: &str) -> bool {
         self.lock().hidden.contains(p)
     }

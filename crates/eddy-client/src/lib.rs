@@ -30,6 +30,7 @@ pub mod driver;
 mod facade;
 mod file;
 mod held;
+mod leases;
 mod namespace;
 mod paging;
 mod perm;
@@ -48,6 +49,7 @@ pub use eddy_proto::{
 pub use eddy_proto::{LockInfo, LockKind, LockRange};
 pub use eddy_rpc::{wire_mode, Daemons, Failure};
 pub use file::File;
+pub use leases::LeaseReturnHook;
 pub use locks::{LockRequest, Waiting};
 pub use perm::{Creds, Groups};
 pub use tier::FileResult;
@@ -99,6 +101,8 @@ struct Inner {
     held: held::Held,
     /// Turns of the background fetches advised with `WillNeed` (`data::advice`).
     willneed: Arc<tokio::sync::Semaphore>,
+    /// The directory leases this client holds (decision 0075).
+    leases: leases::Leases,
 }
 
 /// What the client learns of every call through its rpc layer: a change other than a write
@@ -175,6 +179,7 @@ impl Client {
             direct,
             held: held::Held::default(),
             willneed: data::willneed_turns(),
+            leases: leases::Leases::new(&dep.config),
             dep,
         })))
     }
@@ -236,7 +241,10 @@ impl Client {
     /// may skip it (the mount answers FLUSH and RELEASE of a clean file without entering the
     /// runtime).
     pub fn close_has_work(&self, f: &File) -> bool {
-        self.0.sizes.written(f.file_id()) || !f.0.direct.is_empty() || self.holds_hidden(f)
+        self.0.sizes.written(f.file_id())
+            || !f.0.direct.is_empty()
+            || self.holds_hidden(f)
+            || self.ns().lease_pending(&f.path())
     }
 
     /// Publishes the size this client's writes to `f` reached, if any is pending.

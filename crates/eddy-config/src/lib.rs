@@ -372,6 +372,30 @@ pub struct Config {
     /// a daemon hands out a write descriptor only with at least this much room below its
     /// capacity. Default 64 MiB.
     pub direct_batch_bytes: u64,
+    /// Directory leases (decision 0075): a client that made a directory, or created
+    /// `lease_after_creates` files in one, asks the daemon owning the directory's record for
+    /// an exclusive lease on its names; it then answers lookups of names it knows absent and
+    /// `O_EXCL` creates locally and sends creates and unlinks in batches. Another client's
+    /// lookup, listing or create there recalls the lease first. Default true.
+    pub leases: bool,
+    /// Leases: operations a holder queues for one daemon before it sends them as one batch
+    /// (close and fsync send earlier). At most 1 024. Default 64.
+    pub lease_batch_max: u32,
+    /// Leases: how long, in milliseconds, a holder keeps a queued create or unlink before it
+    /// sends it anyway. Default 5.
+    pub lease_batch_age_ms: u64,
+    /// Leases: how long, in milliseconds, the daemon owning a leased directory waits for its
+    /// holder to give the lease back when another client needs the directory; then it
+    /// revokes the lease (the holder's unsent operations there fail with EIO on its side).
+    /// Must stay well below `rpc_timeout_ms`. Default 2 000.
+    pub lease_recall_timeout_ms: u64,
+    /// Leases: after a recall, the directory is not leased again for this long, in
+    /// milliseconds; each further recall within 8 times that doubles it, up to 64 times it:
+    /// this bounds the recalls per second of a directory many clients share. Default 200.
+    pub lease_cooldown_ms: u64,
+    /// Leases: creates by one client in one directory after which it asks for a lease on it.
+    /// Default 8.
+    pub lease_after_creates: u32,
 }
 
 impl Default for Config {
@@ -448,6 +472,12 @@ impl Default for Config {
             placement_view_ms: 1_000,
             direct_io: true,
             direct_batch_bytes: 64 * 1024 * 1024,
+            leases: true,
+            lease_batch_max: 64,
+            lease_batch_age_ms: 5,
+            lease_recall_timeout_ms: 2_000,
+            lease_cooldown_ms: 200,
+            lease_after_creates: 8,
         }
     }
 }
@@ -513,6 +543,19 @@ impl Config {
         }
         if self.rpc_timeout_ms == 0 || self.connect_timeout_ms == 0 {
             return Err(ConfigError::Invalid("timeouts must be positive".into()));
+        }
+        if self.lease_batch_max == 0 || self.lease_batch_max > 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "lease_batch_max {} must be between 1 and 1024",
+                self.lease_batch_max
+            )));
+        }
+        if self.leases && self.lease_recall_timeout_ms.saturating_mul(2) > self.rpc_timeout_ms {
+            return Err(ConfigError::Invalid(format!(
+                "lease_recall_timeout_ms {} must be at most half of rpc_timeout_ms {} \
+                 (a recall waits inside another client's request)",
+                self.lease_recall_timeout_ms, self.rpc_timeout_ms
+            )));
         }
         if self.direct_batch_bytes < 1024 * 1024 {
             return Err(ConfigError::Invalid(format!(

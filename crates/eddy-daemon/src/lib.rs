@@ -38,6 +38,7 @@ mod embedded;
 mod error;
 mod gate;
 mod hints;
+mod leases;
 mod locks;
 mod meta;
 mod metrics;

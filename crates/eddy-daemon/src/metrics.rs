@@ -723,6 +723,35 @@ impl Collector for StatsCollector {
                 ),
             ],
         )?;
+        for (name, help, n) in [
+            (
+                "eddy_lease_grants",
+                "Directory leases this daemon granted as the owner of their directories' records.",
+                s.leases.grants,
+            ),
+            (
+                "eddy_lease_recalls",
+                "Directory leases recalled because another client needed the directory.",
+                s.leases.recalls,
+            ),
+            (
+                "eddy_lease_revocations",
+                "Recalled directory leases revoked: their holder did not give them back in time.",
+                s.leases.revocations,
+            ),
+            (
+                "eddy_lease_refused",
+                "Directory lease requests refused because the directory cooled down after a recall.",
+                s.leases.refused,
+            ),
+            (
+                "eddy_lease_batched_ops",
+                "Creates and unlinks applied from lease holders' batches.",
+                s.leases.batched_ops,
+            ),
+        ] {
+            family(&mut enc, name, help, Counter, vec![(self.base(), n)])?;
+        }
         let mut start = enc.encode_descriptor(
             "eddy_start_time_seconds",
             "Unix time the daemon's counting started.",

@@ -536,6 +536,10 @@ async fn serve_connection<R, W>(
     if dropped > 0 {
         tracing::info!(%peer, dropped, "connection closed; its file locks are released");
     }
+    let leases = state.leases.close_conn(conn);
+    if leases > 0 {
+        tracing::info!(%peer, leases, "connection closed; the directory leases it held end");
+    }
     let renames = state.meta.release_renames_of(conn);
     if renames > 0 {
         tracing::warn!(%peer, renames, "connection closed during directory renames; they are completed by the next client that connects");

@@ -54,6 +54,11 @@ pub struct State {
     /// turns of those that fetch at once (`read_ahead_at_once`).
     reading_ahead: std::sync::atomic::AtomicUsize,
     read_ahead_turns: Semaphore,
+    /// Directory leases granted here and noted here (decision 0075).
+    pub(crate) leases: crate::leases::Leases,
+    /// The connections to the other daemons a recall is sent over: made from the
+    /// deployment file when first needed (and again after a failure).
+    lease_peers: std::sync::Mutex<Option<Arc<eddy_rpc::Daemons>>>,
 }
 
 /// Read-ahead fetches of streams one daemon runs at once (each fetches its chunks one after
@@ -96,6 +101,8 @@ impl State {
         };
         let stats =
             crate::stats::Stats::new(&settings.config, settings.id, &settings.host, &settings.job);
+        let instance = rand::random();
+        let leases = crate::leases::Leases::new(&settings.config, instance);
         State {
             stats,
             replicator,
@@ -111,7 +118,9 @@ impl State {
             io_permits: Semaphore::new(io_threads),
             requests: AtomicU64::new(0),
             started: Instant::now(),
-            instance: rand::random(),
+            instance,
+            leases,
+            lease_peers: Default::default(),
             shutdown: watch::Sender::new(false),
             direct: Default::default(),
             direct_socket: Default::default(),
@@ -230,7 +239,100 @@ impl State {
                 }
             }
         }
-        crate::ops::route(self, conn, req).await
+        if !self.leases.any_registered() {
+            return crate::ops::route(self, conn, req).await;
+        }
+        let Some((dir, adds)) = self.lease_key(&req) else {
+            return crate::ops::route(self, conn, req).await;
+        };
+        loop {
+            self.clear_leases(conn, &dir).await;
+            if !adds {
+                return crate::ops::route(self, conn, req).await;
+            }
+            // A request that may add a name runs under the gate: a lease registered from now
+            // on lists the names only once it ended (`Leases::gate`).
+            let _gate = self.leases.gate.read().await;
+            if self.leases.registered(&dir).is_none_or(|r| r.conn == conn) {
+                return crate::ops::route(self, conn, req).await;
+            }
+        }
+    }
+
+    /// The directory whose lease a request of another client than its holder recalls (the
+    /// parent of the name it is about, or the directory it lists), and whether it may add a
+    /// name there. `None` for a request about no name (or about a directory's own record:
+    /// its times, its link count).
+    fn lease_key(&self, req: &Request) -> Option<(String, bool)> {
+        use eddy_proto::Op;
+        let op = req.op();
+        let path = match op {
+            Op::TouchDir | Op::CountSubdirs | Op::Accessed => return None,
+            _ => normalize(req.path()?, self.meta.limits()).ok()?,
+        };
+        match op {
+            Op::Readdir | Op::HasChildren | Op::ListSubtree => Some((path, false)),
+            _ => {
+                let (parent, _) = eddy_proto::path::split(&path)?;
+                let adds = matches!(op, Op::Create | Op::Link | Op::Insert);
+                Some((parent.to_string(), adds))
+            }
+        }
+    }
+
+    /// Before a request of connection `conn` about names in `dir`: while a lease of another
+    /// connection is registered on `dir`, its granter takes it back (the holder flushes what
+    /// it queued and gives it back, or it is revoked after `lease_recall_timeout_ms`); then
+    /// the registration is dropped here. A granter that cannot be reached has lost its
+    /// leases with its connections: the registration is dropped too.
+    pub(crate) async fn clear_leases(self: &Arc<Self>, conn: ConnId, dir: &str) {
+        while let Some(r) = self.leases.registered(dir) {
+            if r.conn == conn {
+                return;
+            }
+            let granter = r.lease.daemon;
+            if granter == self.settings.id {
+                self.leases.recall(dir, r.lease.id).await;
+            } else if let Err(e) = self.recall_at(granter, dir, r.lease.id).await {
+                tracing::warn!(dir, granter, "cannot recall a lease from its granter: {e}");
+            }
+            self.leases.unregister(dir, r.lease);
+        }
+    }
+
+    /// Sends a `Recall` to the granter `daemon`.
+    async fn recall_at(&self, daemon: u32, dir: &str, id: u64) -> Result<(), Errno> {
+        let peers = self.lease_peers()?;
+        let req = eddy_proto::req::Recall {
+            dir: dir.to_string(),
+            id,
+        };
+        match peers.try_call(daemon, req).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if matches!(e, eddy_rpc::Failure::Unreachable(_)) {
+                    // The deployment file may have changed: read again next time.
+                    *eddy_proto::sync::lock(&self.lease_peers) = None;
+                }
+                Err(e.into_errno())
+            }
+        }
+    }
+
+    /// The connections to the other daemons, for recalls.
+    fn lease_peers(&self) -> Result<Arc<eddy_rpc::Daemons>, Errno> {
+        let mut peers = eddy_proto::sync::lock(&self.lease_peers);
+        if let Some(p) = peers.as_ref() {
+            return Ok(p.clone());
+        }
+        let file = self.settings.peers.as_ref().ok_or_else(|| {
+            Errno::eio("the daemon was not told the other daemons (--peers or --deployment)")
+        })?;
+        let dep = eddy_config::Deployment::load(file)
+            .map_err(|e| Errno::eio(format!("cannot read {}: {e}", file.display())))?;
+        let daemons = Arc::new(eddy_rpc::Daemons::new(&dep)?);
+        *peers = Some(daemons.clone());
+        Ok(daemons)
     }
 
     /// Whether a request the room check refused would add nothing after all: a non-exclusive
@@ -247,6 +349,11 @@ impl State {
                 .rsplit('/')
                 .next()
                 .is_some_and(eddy_config::is_hidden_orphan),
+            // Removals only: a directory can be emptied on a full device.
+            Request::Batch(b) => b
+                .ops
+                .iter()
+                .all(|o| matches!(o, eddy_proto::BatchOp::Remove(_))),
             Request::Create(c) if !c.exclusive => self
                 .meta
                 .key_of(&c.path)
@@ -352,7 +459,9 @@ impl State {
     /// What this daemon counted of the I/O it served so far (the `Stats` reply; the
     /// Prometheus endpoint reads it too). Touches no storage.
     pub fn snapshot(&self) -> eddy_proto::stats::DaemonStats {
-        self.stats.snapshot(&self.backend)
+        let mut s = self.stats.snapshot(&self.backend);
+        s.leases = self.leases.stats();
+        s
     }
 
     /// What `Status` replies: storage use, the tier's figures, integrity and repair counters.

@@ -190,6 +190,9 @@ fn new_session(
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<fuser::Session<fs::EddyFs>, FuseError> {
+    // The mount does not take directory leases yet (decision 0075): the kernel's own
+    // negative entries would outlive a recall.
+    client.set_leases(false);
     let fs = fs::EddyFs::new(client, driver, opts);
     let notifier = fs.locks().notifier_slot();
     let session = fuser::Session::new(fs, mountpoint, &session_config(opts)).map_err(|source| {

@@ -50,7 +50,7 @@ pub use msg::*;
 /// Version of the protocol; the handshake refuses a peer with another one. Raise it with
 /// any change to the wire: a request's fields, a reply, a frame, or the request table
 /// (then record the table's fingerprint in `TABLE_FINGERPRINTS`).
-pub const PROTOCOL_VERSION: u32 = 14;
+pub const PROTOCOL_VERSION: u32 = 15;
 
 /// The fingerprint of `request_table!` (the first 16 hex digits of the BLAKE3 hash of
 /// `TABLE_TEXT` without its white space) under each protocol version since they were
@@ -66,6 +66,9 @@ pub const TABLE_FINGERPRINTS: &[(u32, &str)] = &[
     // `req::Write` carries a `StreamHint`, `TierStatus` counts backend calls and merged
     // requests, `BackendStats` merged requests (decision 0074); the table is the same.
     (14, "023a7d0f41ceba22"),
+    // Version 15: directory leases (decision 0075): `Lease`, `LeaseNote`, `Recall`,
+    // `LeaseWait`, `LeaseReturn`, `Batch`; `DaemonStats` counts leases.
+    (15, "4940f474582c487d"),
 ];
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.

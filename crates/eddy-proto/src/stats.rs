@@ -265,9 +265,26 @@ pub struct DaemonStats {
     /// before it.
     #[serde(default)]
     pub backends: Vec<StoreStats>,
+    /// Directory leases (decision 0075); absent from snapshots persisted before them.
+    #[serde(default)]
+    pub leases: LeaseStats,
 }
 
 impl Eq for DaemonStats {}
+
+/// What one daemon counted of directory leases (decision 0075).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseStats {
+    /// Leases granted (as the owner of their directories' records).
+    pub grants: u64,
+    /// Leases recalled for another client, and of those revoked (not given back in time).
+    pub recalls: u64,
+    pub revocations: u64,
+    /// Lease requests refused because the directory cooled down after a recall.
+    pub refused: u64,
+    /// Operations applied from holders' batches.
+    pub batched_ops: u64,
+}
 
 /// The directory under a daemon's root where it persists its snapshots (`PersistedStats`).
 pub const PERSIST_DIR: &str = "stats";

@@ -561,6 +561,55 @@ impl Link {
         }
     }
 
+    /// Sends one request (its frame queued on the connection in order, written at once
+    /// unless the socket is full) and returns, without its reply: the future that waits for
+    /// the reply within the RPC deadline, as `call_classified` would. Requests started one
+    /// after the other on a link go out in that order.
+    pub async fn start(
+        &self,
+        req: &Request,
+    ) -> Result<
+        impl std::future::Future<Output = Result<(Reply, u64), Failure>> + Send + 'static,
+        Failure,
+    > {
+        let deadline = self.rpc_timeout;
+        let what = format!("{} {}", req.op_name(), self.describe());
+        let conn = tokio::time::timeout(deadline, self.connection())
+            .await
+            .map_err(|_| {
+                Failure::Unreachable(Errno::eio(format!(
+                    "{what}: no connection within {} ms",
+                    deadline.as_millis()
+                )))
+            })?
+            .map_err(Failure::Unreachable)?;
+        let generation = self.generation.load(Ordering::Acquire);
+        let rx = match conn.send(req) {
+            Ok(rx) => rx,
+            Err(NotSent::Refused(e)) => return Err(Failure::Daemon(e)),
+            Err(NotSent::Closed(why)) => {
+                return Err(Failure::Unreachable(Errno::eio(format!("{what}: {why}"))))
+            }
+        };
+        Ok(async move {
+            let _conn = conn;
+            match tokio::time::timeout(deadline, rx).await {
+                Ok(Ok(Ok(resp))) => resp.map(|r| (r, generation)).map_err(|e| match e.errno {
+                    libc::EHOSTDOWN => Failure::Unreachable(e),
+                    _ => Failure::Daemon(e),
+                }),
+                Ok(Ok(Err(why))) => Err(Failure::Unreachable(Errno::eio(format!("{what}: {why}")))),
+                Ok(Err(_)) => Err(Failure::Unreachable(Errno::eio(format!(
+                    "{what}: connection lost"
+                )))),
+                Err(_) => Err(Failure::Unreachable(Errno::eio(format!(
+                    "{what}: no answer within {} ms",
+                    deadline.as_millis()
+                )))),
+            }
+        })
+    }
+
     fn live(&self) -> Option<Arc<Conn>> {
         read(&self.conn).as_ref().filter(|c| !c.is_dead()).cloned()
     }

@@ -162,6 +162,27 @@ impl Daemons {
         reply
     }
 
+    /// Sends a request to one daemon and returns once it is on its connection (queued in
+    /// order, written at once unless the socket is full), with the future of its reply and
+    /// the generation of the connection that carried it. Requests started one after the
+    /// other to one daemon reach it in that order. The observer is not told of the answer.
+    pub async fn start(
+        &self,
+        daemon: u32,
+        req: &Request,
+    ) -> Result<
+        impl std::future::Future<Output = Result<(Reply, u64), Failure>> + Send + 'static,
+        Failure,
+    > {
+        self.rpcs[req.op() as usize].fetch_add(1, Ordering::Relaxed);
+        let Some(link) = self.links.get(&daemon) else {
+            return Err(Failure::Daemon(Errno::eio(format!(
+                "daemon {daemon} is not part of this deployment"
+            ))));
+        };
+        link.start(req).await
+    }
+
     /// Sends a typed request to one daemon, telling an error answer apart from a daemon that
     /// cannot be reached.
     pub async fn try_call<R: Rpc>(&self, daemon: u32, req: R) -> Result<R::Reply, Failure> {

@@ -159,6 +159,8 @@ impl DirReader {
         if need.is_empty() {
             return Ok(());
         }
+        // What this client queued in the directory under a lease is listed too.
+        self.client.ns().settle_dir(&self.dir).await;
         let calls = need.iter().map(|&i| {
             let s = &self.streams[i];
             let req = req::Readdir {

@@ -69,6 +69,10 @@ impl Namespace<'_> {
         };
         // Just made by this exclusive create: as its owner has it (a stat may answer it).
         self.0.dircache.put(&p, &made, self.0.dircache.epoch());
+        // Empty and made here: every name in it is known absent under a lease.
+        if self.0.leases.on() {
+            self.acquire_lease(&p).await;
+        }
         Ok(made)
     }
 
@@ -113,9 +117,12 @@ impl Namespace<'_> {
             },
         );
         if exclusive {
-            return self.changing_parents(&[p], create).await;
+            let made = self.changing_parents(&[p], create).await?;
+            self.note_present(p);
+            return Ok(made);
         }
         let got = create.await?;
+        self.note_present(p);
         if let (true, Some(dir)) = (got.file_id == fresh, parent(p)) {
             self.changed_dir_later(dir, time);
         }
@@ -174,6 +181,9 @@ impl Namespace<'_> {
     pub async fn unlink(&self, path: &str, creds: Creds) -> Result<(), Errno> {
         let p = self.norm(path)?;
         self.check_remove(&p, None, creds).await?;
+        if self.unlink_leased(&p).await {
+            return Ok(());
+        }
         if self.hide_if_open(&p, creds).await? {
             return Ok(());
         }
@@ -188,6 +198,7 @@ impl Namespace<'_> {
     }
 
     async fn remove_name(&self, p: &str) -> Result<(), Errno> {
+        self.settle_name(p).await;
         let p = p.to_string();
         let remove = self.meta(
             &p,
@@ -201,6 +212,7 @@ impl Namespace<'_> {
             Err(e) if e.errno == libc::ENOENT => return Err(self.refine_enoent(&p, e).await),
             Err(e) => return Err(e),
         };
+        self.note_absent(&p);
         self.release_name(Some(&p), &removed).await
     }
 
@@ -209,6 +221,9 @@ impl Namespace<'_> {
         if p == "/" {
             return Err(Errno::new(libc::EBUSY, "cannot remove the root directory"));
         }
+        // Its own lease (and those below) go back first; its name is settled in its parent.
+        self.give_back_within(&p).await;
+        self.settle_name(&p).await;
         self.check_remove(&p, None, creds).await?;
         let dir = self.stat_norm(&p).await?;
         if dir.kind != FileKind::Dir {
@@ -227,11 +242,13 @@ impl Namespace<'_> {
         // A stat that crossed the remove is not kept either.
         self.0.dircache.forget_tree(&p);
         removed?;
+        self.note_absent(&p);
         self.count_subdirs(&[(&p, -1)]).await;
         Ok(())
     }
 
     pub(crate) async fn ensure_empty(&self, dir: &str) -> Result<(), Errno> {
+        self.settle_dir(dir).await;
         for r in self
             .rpc()
             .all_ok(|| req::HasChildren {
@@ -261,6 +278,7 @@ impl Namespace<'_> {
     /// chmod, chown, utimens and truncate in one call; returns the new inode.
     pub async fn setattr(&self, path: &str, attr: SetAttr, creds: Creds) -> Result<Inode, Errno> {
         let p = self.norm(path)?;
+        self.settle_name(&p).await;
         let cur = self.stat_as(&p, creds).await?;
         let attr = perm::check_setattr(&cur, &attr, creds, &p)?;
         if cur.kind == FileKind::Dir {

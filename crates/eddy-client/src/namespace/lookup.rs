@@ -61,6 +61,9 @@ impl Namespace<'_> {
     }
 
     pub(crate) async fn stat_norm(&self, path: &str) -> Result<Inode, Errno> {
+        if let Some(answer) = self.lease_answer(path) {
+            return answer;
+        }
         match self.stat_raw(path).await {
             Err(e) if e.errno == libc::ENOENT => Err(self.refine_enoent(path, e).await),
             other => other,
@@ -70,6 +73,9 @@ impl Namespace<'_> {
     /// Asks the owner for an entry and adds this client's unpublished writes to a file's
     /// size (see `merge_pending`), asking again while a publication ends in between.
     pub(crate) async fn stat_raw(&self, path: &str) -> Result<Inode, Errno> {
+        if let Some(answer) = self.lease_answer(path) {
+            return answer;
+        }
         const TRIES: usize = 4;
         let mut tries = 0;
         loop {
@@ -94,6 +100,8 @@ impl Namespace<'_> {
         path: &str,
         size: u64,
     ) -> Result<(), Errno> {
+        // Its create may still be queued under a lease: it goes first.
+        self.settle_name(path).await;
         let req = req::GrowSize {
             path: path.to_string(),
             size,

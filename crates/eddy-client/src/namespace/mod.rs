@@ -15,6 +15,7 @@
 pub(crate) mod dir;
 pub(crate) mod dirtimes;
 mod entries;
+pub(crate) mod leases;
 mod links;
 pub(crate) mod locks;
 mod lookup;

@@ -95,6 +95,13 @@ fn snapshot() -> DaemonStats {
                 ..StoreStats::default()
             },
         ],
+        leases: eddy_proto::stats::LeaseStats {
+            grants: 21,
+            recalls: 5,
+            revocations: 1,
+            refused: 3,
+            batched_ops: 640,
+        },
         ..DaemonStats::default()
     }
 }
@@ -310,6 +317,12 @@ fn every_line_is_exposition_and_the_samples_are_the_snapshots() {
         get("eddy_backend_operations_total", &[("dir", "write")]),
         7.0
     );
+    // Directory leases (decision 0075).
+    assert_eq!(get("eddy_lease_grants_total", &[]), 21.0);
+    assert_eq!(get("eddy_lease_recalls_total", &[]), 5.0);
+    assert_eq!(get("eddy_lease_revocations_total", &[]), 1.0);
+    assert_eq!(get("eddy_lease_refused_total", &[]), 3.0);
+    assert_eq!(get("eddy_lease_batched_ops_total", &[]), 640.0);
     // Per backend (decision 0073).
     let fast = [("backend", "fast")];
     let archive = [("backend", "archive")];

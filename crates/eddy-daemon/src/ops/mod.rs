@@ -17,6 +17,7 @@ mod daemon;
 mod data;
 mod direct;
 mod intents;
+mod leases;
 mod links;
 mod locks;
 mod meta;

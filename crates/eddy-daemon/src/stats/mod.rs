@@ -512,6 +512,7 @@ impl Stats {
             backend: backend.io.snapshot(),
             series: eddy_proto::sync::lock(&self.series).to_vec(),
             backends: backend.store_stats(),
+            leases: Default::default(),
         }
     }
 }

@@ -514,3 +514,33 @@ pub struct KeyState {
     pub key: Vec<u8>,
     pub value: Option<Vec<u8>>,
 }
+
+/// A directory lease (decision 0075): the daemon that granted it (the owner of the
+/// directory's record) and its id there.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseRef {
+    pub daemon: u32,
+    pub id: u64,
+}
+
+/// One operation of a `Batch`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchOp {
+    Create(crate::req::Create),
+    Remove(crate::req::Remove),
+}
+
+impl BatchOp {
+    /// The path the operation is about.
+    pub fn path(&self) -> &str {
+        match self {
+            BatchOp::Create(c) => &c.path,
+            BatchOp::Remove(r) => &r.path,
+        }
+    }
+}
+
+/// The outcome of one operation of a `Batch`: the entry made or removed, or why not.
+pub type BatchOutcome = Result<Inode, crate::Errno>;

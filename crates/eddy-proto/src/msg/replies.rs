@@ -163,6 +163,30 @@ pub enum Reply {
     Stats(Box<crate::stats::DaemonStats>),
     /// A lease for direct local I/O (`DirectOpen`).
     Direct(DirectGrant),
+    /// A directory lease granted or refused (`Lease`, decision 0075).
+    LeaseGrant(LeaseGrant),
+    /// The names a daemon holds in a leased directory (`LeaseNote`).
+    LeaseNames(LeaseNames),
+    /// Ids of recalled leases (`LeaseWait`).
+    Recalled(Vec<u64>),
+    /// One outcome per operation of a `Batch`.
+    Batched(Vec<BatchOutcome>),
+}
+
+/// The answer to a `Lease`: granted with the lease's id (unique on its granter), or refused;
+/// a refused client does not ask again for `retry_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaseGrant {
+    Granted { id: u64 },
+    Refused { retry_ms: u64 },
+}
+
+/// The names one daemon holds in a leased directory, all of them when `complete`; past
+/// `req::LEASE_NAMES_MAX` none and not complete.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseNames {
+    pub names: Vec<String>,
+    pub complete: bool,
 }
 
 impl Reply {
@@ -267,6 +291,10 @@ variant_replies! {
     Vec<crate::repair::Digest> => Digests,
     Vec<LockOwner> => LockOwners,
     DirectGrant => Direct,
+    LeaseGrant => LeaseGrant,
+    LeaseNames => LeaseNames,
+    Vec<u64> => Recalled,
+    Vec<BatchOutcome> => Batched,
 }
 
 impl ReplyType for DaemonStatus {

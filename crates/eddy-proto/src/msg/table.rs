@@ -8,7 +8,7 @@
 //! in the daemon's `ops`: the compiler checks the rest (decision 0065).
 
 use super::codec::{decode, unexpected_payload};
-use super::records::{Inode, LockInfo, LockOwner, Piece, RenameIntent};
+use super::records::{BatchOutcome, Inode, LockInfo, LockOwner, Piece, RenameIntent};
 use super::replies::*;
 use super::req::*;
 use crate::frame::{Frame, OutFrame};
@@ -207,6 +207,12 @@ macro_rules! request_table {
             DirectOpen "direct_open" {} -> DirectGrant, conn, STORAGE, id: -, bulk: [];
             DirectCommit "direct_commit" {} -> (), conn, CHANGES | STORAGE | GROWS, id: -, bulk: [writes(ranges)];
             Accessed "accessed" { path } -> (), store, CHANGES, id: same, bulk: [];
+            Lease "lease" {} -> LeaseGrant, conn, 0, id: -, bulk: [];
+            LeaseNote "lease_note" {} -> LeaseNames, conn, 0, id: -, bulk: [];
+            Recall "recall" {} -> (), conn, REJOINING, id: -, bulk: [];
+            LeaseWait "lease_wait" {} -> Vec<u64>, conn, 0, id: -, bulk: [];
+            LeaseReturn "lease_return" {} -> (), conn, 0, id: -, bulk: [];
+            Batch "batch" {} -> Vec<BatchOutcome>, store, CHANGES | GROWS, id: -, bulk: [];
         }
     };
 }

@@ -14,7 +14,7 @@ fn operation_names_are_distinct() {
     assert_eq!(names.len(), OP_NAMES.len());
     assert_eq!(Request::Status(req::Status).op_name(), "status");
     assert_eq!(Request::Shutdown(req::Shutdown).op_name(), "shutdown");
-    assert_eq!(Op::ALL.len(), 61);
+    assert_eq!(Op::ALL.len(), 67);
 }
 use proptest::prelude::*;
 
@@ -367,4 +367,30 @@ fn bulk_of_ranges_past_u64_saturates() {
         3
     ];
     assert_eq!(crate::Piece::total(&pieces), 3 * u64::from(u32::MAX));
+}
+
+/// A batch of a lease's holder and its outcomes travel as they are (decision 0075).
+#[test]
+fn lease_batches_round_trip() {
+    let batch = Request::Batch(req::Batch {
+        dir: "/d".into(),
+        lease: LeaseRef { daemon: 2, id: 7 },
+        ops: vec![
+            BatchOp::Create(req::Create {
+                path: "/d/a".into(),
+                inode: inode(),
+                exclusive: true,
+            }),
+            BatchOp::Remove(req::Remove {
+                path: "/d/a".into(),
+                kind: RemoveKind::NotDir,
+            }),
+        ],
+    });
+    let frame = read_back(batch.to_frame(3, 1 << 20).unwrap());
+    assert_eq!(Request::from_frame(frame, 1 << 20).unwrap(), batch);
+    let outcomes: Vec<BatchOutcome> = vec![Ok(inode()), Err(Errno::new(libc::EEXIST, "there"))];
+    let reply = outcomes.clone().into_reply();
+    let back: Response = decode(&encode(&Ok::<Reply, Errno>(reply)).unwrap(), 1 << 20).unwrap();
+    assert_eq!(typed_reply::<req::Batch>(back.unwrap()).unwrap(), outcomes);
 }

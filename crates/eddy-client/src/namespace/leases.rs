@@ -1,0 +1,683 @@
+//! Directory leases (decision 0075), what the holder sends: the lease asked for at the owner
+//! of the directory's record and noted at every daemon, the long poll that hears of
+//! recalls, the batches of queued creates and unlinks (per owning daemon), the lease given
+//! back. The local answers (`lease_answer`, `create_leased`, `unlink_leased`) and the
+//! flushes every other operation on a name in a leased directory makes first
+//! (`settle_name`, `settle_dir`) are here too; the state is in `crate::leases`.
+
+use crate::leases::{DirLease, LeaseState};
+use crate::namespace::Namespace;
+use crate::perm::Creds;
+use crate::{new_inode, Errno, FileKind, Inode, Timespec};
+use eddy_proto::req::{self, LEASE_BATCH_MAX, LEASE_NAMES_MAX};
+use eddy_proto::{path, BatchOp, BatchOutcome, LeaseGrant, LeaseRef, RemoveKind, Request};
+use eddy_rpc::Failure;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a client does not ask again for a lease it could not get for another reason
+/// than a refusal (a daemon not reached, names not all listed).
+const NOT_AGAIN: Duration = Duration::from_secs(10);
+
+/// A batch on its way: its operations and the future of its reply.
+type Pending = (
+    u32,
+    Vec<BatchOp>,
+    std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(eddy_proto::Reply, u64), Failure>> + Send>,
+    >,
+);
+
+impl Namespace<'_> {
+    // ------------------------------------------------------------ taking a lease
+
+    /// Asks for a lease on `dir` (normalised) and notes it at every daemon; true when it is
+    /// held and answers from now on. Refused, or a daemon not reached: false, and this
+    /// client works as without (and does not ask again for a while).
+    pub(crate) async fn acquire_lease(&self, dir: &str) -> bool {
+        let leases = &self.0.leases;
+        if !leases.on() || leases.get(dir).is_some() || !leases.may_ask(dir) {
+            return false;
+        }
+        let held = self.acquire(dir).await;
+        leases.done_asking(dir);
+        held
+    }
+
+    async fn acquire(&self, dir: &str) -> bool {
+        let leases = &self.0.leases;
+        let Some(&granter) = self.rpc().meta_owners(dir).first() else {
+            return false;
+        };
+        let req = req::Lease {
+            dir: dir.to_string(),
+        };
+        let id = match self.rpc().call(granter, req).await {
+            Ok(LeaseGrant::Granted { id }) => id,
+            Ok(LeaseGrant::Refused { retry_ms }) => {
+                leases.refused(dir, Duration::from_millis(retry_ms));
+                return false;
+            }
+            Err(e) => {
+                tracing::debug!(dir, "no lease: {e}");
+                leases.refused(dir, NOT_AGAIN);
+                return false;
+            }
+        };
+        let l = Arc::new(DirLease {
+            dir: dir.to_string(),
+            lease: LeaseRef {
+                daemon: granter,
+                id,
+            },
+            st: Mutex::new(LeaseState::default()),
+            sending: Default::default(),
+            replies: Default::default(),
+        });
+        // Installed before the notes (not active yet): names this client creates meanwhile
+        // are noted as present.
+        leases.insert(Arc::clone(&l));
+        self.watch_granter(granter);
+        let notes = futures::future::join_all(self.rpc().ids().iter().map(|&d| {
+            let req = req::LeaseNote {
+                dir: dir.to_string(),
+                lease: l.lease,
+            };
+            async move { self.rpc().call(d, req).await }
+        }))
+        .await;
+        let mut names = HashSet::new();
+        let mut complete = true;
+        for n in notes {
+            match n {
+                Ok(n) if n.complete && n.names.len() <= LEASE_NAMES_MAX => names.extend(n.names),
+                Ok(_) => complete = false,
+                Err(e) => {
+                    tracing::debug!(dir, "a daemon did not note the lease: {e}");
+                    complete = false;
+                }
+            }
+        }
+        if !complete {
+            leases.refused(dir, NOT_AGAIN);
+            self.give_back(&l).await;
+            return false;
+        }
+        let mut st = l.state();
+        if st.returning {
+            return false;
+        }
+        st.present.extend(names);
+        st.active = true;
+        true
+    }
+
+    /// Runs the long poll at `granter` unless it runs already.
+    fn watch_granter(&self, granter: u32) {
+        if !eddy_proto::sync::lock(&self.0.leases.watching).insert(granter) {
+            return;
+        }
+        let client = self.client();
+        tokio::spawn(async move { client.ns().watch(granter).await });
+    }
+
+    /// The long poll at `granter` while this client holds leases it granted: a recalled
+    /// lease is given back; a granter that cannot be reached has lost its leases with the
+    /// connection: they are given back too (what can still be flushed is).
+    async fn watch(&self, granter: u32) {
+        let leases = &self.0.leases;
+        let wait_ms = u32::try_from(self.config().rpc_timeout_ms / 2).unwrap_or(u32::MAX);
+        loop {
+            if leases.of_granter(granter).is_empty() {
+                eddy_proto::sync::lock(&leases.watching).remove(&granter);
+                // One taken meanwhile would have found this poll running.
+                if leases.of_granter(granter).is_empty()
+                    || !eddy_proto::sync::lock(&leases.watching).insert(granter)
+                {
+                    return;
+                }
+            }
+            let recalled = self.rpc().call(granter, req::LeaseWait { wait_ms }).await;
+            let held = leases.of_granter(granter);
+            let ids: Vec<u64> = match recalled {
+                Ok(ids) => ids,
+                Err(e) => {
+                    tracing::debug!(granter, "lease poll failed, its leases are given back: {e}");
+                    held.iter().map(|l| l.lease.id).collect()
+                }
+            };
+            let mut fresh = false;
+            for l in held.into_iter().filter(|l| ids.contains(&l.lease.id)) {
+                if l.state().returning {
+                    continue;
+                }
+                fresh = true;
+                let client = self.client();
+                tokio::spawn(async move { client.ns().give_back(&l).await });
+            }
+            if !ids.is_empty() && !fresh {
+                // Being given back already: the granter answers again until it is.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    }
+
+    /// Gives lease `l` back: no more local answers, the front end's hook, what is queued
+    /// flushed (its failures noted for the calls that depend on them), the registrations
+    /// dropped at every daemon and the lease ended at its granter.
+    pub(crate) async fn give_back(&self, l: &Arc<DirLease>) {
+        {
+            let mut st = l.state();
+            if st.returning {
+                return;
+            }
+            st.returning = true;
+            st.active = false;
+        }
+        if let Some(hook) = self.0.leases.hook() {
+            hook(l.dir.clone()).await;
+        }
+        self.flush_lease(l).await;
+        let returns = futures::future::join_all(self.rpc().ids().iter().map(|&d| {
+            let req = req::LeaseReturn {
+                dir: l.dir.clone(),
+                lease: l.lease,
+            };
+            async move { (d, self.rpc().call(d, req).await) }
+        }))
+        .await;
+        for (d, r) in returns {
+            match r {
+                Err(e) if d == l.lease.daemon && e.errno == libc::ESTALE => {
+                    tracing::warn!(dir = %l.dir, "lease revoked before it was given back: {e}");
+                }
+                Err(e) => tracing::debug!(dir = %l.dir, daemon = d, "lease return: {e}"),
+                Ok(()) => {}
+            }
+        }
+        self.0.leases.remove(l);
+    }
+
+    /// Gives back every lease on `dir` or below it (a rename or removal of the directory).
+    pub(crate) async fn give_back_within(&self, dir: &str) {
+        for l in self.0.leases.within(dir) {
+            self.give_back(&l).await;
+        }
+    }
+
+    /// Gives back every lease this client holds.
+    pub(crate) async fn give_back_all(&self) {
+        for l in self.0.leases.all() {
+            self.give_back(&l).await;
+        }
+    }
+
+    // ------------------------------------------------------------ local answers
+
+    /// A lookup of `p` answered from a lease on its directory: ENOENT for a name known
+    /// absent, the entry for one created under the lease; `None` when the daemon must be
+    /// asked.
+    pub(crate) fn lease_answer(&self, p: &str) -> Option<Result<Inode, Errno>> {
+        let (dir, name) = path::split(p)?;
+        let l = self.0.leases.get(dir)?;
+        let st = l.state();
+        if !st.active {
+            return None;
+        }
+        if let Some(i) = st.created.get(name) {
+            let epoch = self.0.sizes.epoch();
+            return Some(Ok(self.merge_pending(i.clone(), epoch).0));
+        }
+        if !st.present.contains(name) {
+            return Some(Err(Errno::new(
+                libc::ENOENT,
+                format!("{p} does not exist (under this client's lease on {dir})"),
+            )));
+        }
+        None
+    }
+
+    /// An `open(O_CREAT)` of `p` answered from a lease on its directory: an absent name is
+    /// created here (its create queued), a present one is EEXIST with `exclusive`, and a
+    /// file this client created under the lease is opened as it is. `None`: as without.
+    pub(crate) async fn create_leased(
+        &self,
+        p: &str,
+        mode: u32,
+        exclusive: bool,
+        creds: Creds,
+    ) -> Result<Option<(Inode, bool)>, Errno> {
+        let Some((dir, name)) = path::split(p) else {
+            return Ok(None);
+        };
+        let Some(l) = self.0.leases.get(dir) else {
+            return Ok(None);
+        };
+        {
+            let st = l.state();
+            if !st.active {
+                return Ok(None);
+            }
+            if st.present.contains(name) {
+                if exclusive {
+                    return Err(Errno::new(libc::EEXIST, format!("{p} exists")));
+                }
+                return Ok(st.created.get(name).map(|i| (i.clone(), false)));
+            }
+        }
+        if let Some(e) = self.0.leases.take_error_in(dir) {
+            return Err(e);
+        }
+        // The parent as checked (permission to add entries), for the placement it asks.
+        let parent = self.parent_dir(p, creds).await?;
+        let mut inode = new_inode(FileKind::File, mode, creds, None);
+        let parent = match parent {
+            Some(d) => Some(d),
+            None => self.0.dircache.get(dir),
+        };
+        self.data().place_new(parent.as_ref(), &mut inode).await;
+        let owner = self.rpc().meta_owners(p).first().copied();
+        let Some(owner) = owner else {
+            return Ok(None);
+        };
+        let full = {
+            let mut st = l.state();
+            // Recalled meanwhile, or made by another call of this client: as without.
+            if !st.active || st.present.contains(name) {
+                return Ok(None);
+            }
+            st.present.insert(name.to_string());
+            st.created.insert(name.to_string(), inode.clone());
+            let op = BatchOp::Create(req::Create {
+                path: p.to_string(),
+                inode: inode.clone(),
+                exclusive: true,
+            });
+            self.queue(&l, &mut st, owner, op)
+        };
+        self.changed_dir_later(dir, Timespec::now());
+        if full {
+            self.send_lease(&l).await;
+        }
+        Ok(Some((inode, true)))
+    }
+
+    /// An unlink of `p` answered from a lease on its directory: a file this client created
+    /// under the lease, not open here, that never held data, is removed here (its removal
+    /// queued). False: as without (after what is queued in the directory was flushed).
+    pub(crate) async fn unlink_leased(&self, p: &str) -> bool {
+        let Some((dir, name)) = path::split(p) else {
+            return false;
+        };
+        let Some(l) = self.0.leases.get(dir) else {
+            return false;
+        };
+        let owner = self.rpc().meta_owners(p).first().copied();
+        // Some(full): queued; None: as without.
+        let queued = {
+            let mut st = l.state();
+            let clean = st.created.get(name).is_some_and(|i| {
+                st.active
+                    && i.size == 0
+                    && !self.0.sizes.written(i.file_id)
+                    && !self.0.held.is_open(p)
+                    && !eddy_proto::sync::lock(&self.0.spilled).contains(&i.file_id)
+            });
+            st.created.remove(name);
+            match (clean, owner) {
+                (true, Some(owner)) => {
+                    st.present.remove(name);
+                    let op = BatchOp::Remove(req::Remove {
+                        path: p.to_string(),
+                        kind: RemoveKind::NotDir,
+                    });
+                    Some(self.queue(&l, &mut st, owner, op))
+                }
+                _ => None,
+            }
+        };
+        let Some(full) = queued else {
+            self.flush_lease(&l).await;
+            return false;
+        };
+        self.changed_dir_later(dir, Timespec::now());
+        if full {
+            self.send_lease(&l).await;
+        }
+        true
+    }
+
+    /// Before an operation on the name `p` that the lease does not answer: what is queued
+    /// in its directory is flushed, and the name is no longer answered from the lease.
+    pub(crate) async fn settle_name(&self, p: &str) {
+        if !self.0.leases.any() {
+            return;
+        }
+        let Some((dir, name)) = path::split(p) else {
+            return;
+        };
+        let Some(l) = self.0.leases.get(dir) else {
+            return;
+        };
+        l.state().created.remove(name);
+        self.flush_lease(&l).await;
+    }
+
+    /// Before an operation on the directory `dir` as a whole (a listing, a removal): what
+    /// is queued there is flushed.
+    pub(crate) async fn settle_dir(&self, dir: &str) {
+        if !self.0.leases.any() {
+            return;
+        }
+        if let Some(l) = self.0.leases.get(dir) {
+            self.flush_lease(&l).await;
+        }
+    }
+
+    /// Flushes every lease (an fsync of everything).
+    pub(crate) async fn flush_all_leases(&self) {
+        for l in self.0.leases.all() {
+            self.flush_lease(&l).await;
+        }
+    }
+
+    /// A name this client made in `p`'s directory without the lease answering (a mkdir,
+    /// a symlink, a create while the lease was being noted): known present.
+    pub(crate) fn note_present(&self, p: &str) {
+        if let Some((dir, name)) = path::split(p) {
+            if let Some(l) = self.0.leases.get(dir) {
+                l.state().present.insert(name.to_string());
+            }
+        }
+    }
+
+    /// A name this client removed (or renamed away) without the lease answering: known
+    /// absent.
+    pub(crate) fn note_absent(&self, p: &str) {
+        if let Some((dir, name)) = path::split(p) {
+            if let Some(l) = self.0.leases.get(dir) {
+                let mut st = l.state();
+                st.present.remove(name);
+                st.created.remove(name);
+            }
+        }
+    }
+
+    /// A file this client created in `p`'s directory without a lease: after
+    /// `lease_after_creates` of them, it asks for one.
+    pub(crate) async fn created_without_lease(&self, p: &str) {
+        let leases = &self.0.leases;
+        if !leases.on() {
+            return;
+        }
+        let Some((dir, _)) = path::split(p) else {
+            return;
+        };
+        if leases.get(dir).is_none() && leases.count_create(dir) {
+            self.acquire_lease(dir).await;
+        }
+    }
+
+    /// Whether operations of the lease on `p`'s directory are queued, or one on `p`
+    /// failed (a close has work then).
+    pub(crate) fn lease_pending(&self, p: &str) -> bool {
+        let Some((dir, _)) = path::split(p) else {
+            return false;
+        };
+        self.0
+            .leases
+            .get(dir)
+            .is_some_and(|l| l.state().queued > 0 || l.state().returning)
+    }
+
+    /// At the close of the file at `p`: what is queued in its directory is sent (on its
+    /// connections, without waiting for the replies); an earlier failure of a deferred
+    /// operation on `p` is its error.
+    pub(crate) async fn close_leased(&self, p: &str) -> Result<(), Errno> {
+        if !self.0.leases.any() {
+            return Ok(());
+        }
+        if let Some((dir, _)) = path::split(p) {
+            if let Some(l) = self.0.leases.get(dir) {
+                self.send_lease(&l).await;
+            }
+        }
+        match self.0.leases.take_error(p) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// At an fsync of the file at `p`: what is queued in its directory is flushed; an
+    /// earlier failure of a deferred operation on `p` is its error.
+    pub(crate) async fn fsync_leased(&self, p: &str) -> Result<(), Errno> {
+        if !self.0.leases.any() {
+            return Ok(());
+        }
+        if let Some((dir, _)) = path::split(p) {
+            self.settle_dir(dir).await;
+        }
+        match self.0.leases.take_error(p) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// `settle_name` for a path as the caller gave it.
+    pub(crate) async fn settle_path(&self, p: &str) {
+        if !self.0.leases.any() {
+            return;
+        }
+        if let Ok(p) = self.norm(p) {
+            self.settle_name(&p).await;
+        }
+    }
+
+    /// Before a rename of `from` to `to`: both names settled, the leases on `from` (a
+    /// directory) and below it given back, and those on `to` too (it may be replaced).
+    pub(crate) async fn settle_rename(&self, from: &str, to: &str) {
+        if !self.0.leases.any() {
+            return;
+        }
+        let (Ok(from), Ok(to)) = (self.norm(from), self.norm(to)) else {
+            return;
+        };
+        self.settle_name(&from).await;
+        self.settle_name(&to).await;
+        self.give_back_within(&from).await;
+        self.give_back_within(&to).await;
+    }
+
+    /// After a rename of `from` to `to`: `from` absent, `to` present.
+    pub(crate) fn renamed_leased(&self, from: &str, to: &str) {
+        if !self.0.leases.any() {
+            return;
+        }
+        if let (Ok(from), Ok(to)) = (self.norm(from), self.norm(to)) {
+            self.note_absent(&from);
+            self.note_present(&to);
+        }
+    }
+
+    // ------------------------------------------------------------ batches
+
+    /// Queues `op` for `owner`; true when the queue is full (the caller sends it). The
+    /// first operation of a queue plans its send after `lease_batch_age_ms`.
+    fn queue(&self, l: &Arc<DirLease>, st: &mut LeaseState, owner: u32, op: BatchOp) -> bool {
+        st.queue.entry(owner).or_default().push(op);
+        st.queued += 1;
+        st.oldest.get_or_insert_with(Instant::now);
+        if st.queued >= self.0.leases.batch_max {
+            return true;
+        }
+        if !st.timer {
+            st.timer = true;
+            let (client, l, age) = (self.client(), Arc::clone(l), self.0.leases.batch_age);
+            tokio::spawn(async move {
+                tokio::time::sleep(age).await;
+                l.state().timer = false;
+                client.ns().send_lease(&l).await;
+            });
+        }
+        false
+    }
+
+    /// Sends what is queued under `l`, once it is on its connections (not waiting for the
+    /// replies: they are handled in the background). What `close` does.
+    pub(crate) async fn send_lease(&self, l: &Arc<DirLease>) {
+        let pending = {
+            let _order = l.sending.lock().await;
+            let queue = l.take_queue();
+            if queue.is_empty() {
+                return;
+            }
+            self.start_batches(l, queue).await
+        };
+        let replies = Arc::clone(&l.replies).read_owned().await;
+        let (client, l) = (self.client(), Arc::clone(l));
+        tokio::spawn(async move {
+            client.ns().settle_batches(&l, pending).await;
+            drop(replies);
+        });
+    }
+
+    /// Sends what is queued under `l` and waits for the replies of every batch of it sent
+    /// so far. What `fsync` does, and every operation the lease does not answer.
+    pub(crate) async fn flush_lease(&self, l: &Arc<DirLease>) {
+        let pending = {
+            let _order = l.sending.lock().await;
+            let queue = l.take_queue();
+            self.start_batches(l, queue).await
+        };
+        self.settle_batches(l, pending).await;
+        // Batches sent earlier without waiting (by a close) are answered too.
+        drop(l.replies.write().await);
+    }
+
+    /// Puts the batches of `queue` on their connections, in order, at most
+    /// `LEASE_BATCH_MAX` operations each; one that cannot be sent fails its operations.
+    async fn start_batches(
+        &self,
+        l: &Arc<DirLease>,
+        queue: BTreeMap<u32, Vec<BatchOp>>,
+    ) -> Vec<Pending> {
+        let mut pending: Vec<Pending> = Vec::new();
+        for (daemon, ops) in queue {
+            let mut ops = ops;
+            while !ops.is_empty() {
+                let rest = ops.split_off(ops.len().min(LEASE_BATCH_MAX));
+                let batch = std::mem::replace(&mut ops, rest);
+                let req = Request::Batch(req::Batch {
+                    dir: l.dir.clone(),
+                    lease: l.lease,
+                    ops: batch,
+                });
+                match self.rpc().start(daemon, &req).await {
+                    Ok(reply) => {
+                        let Request::Batch(req::Batch { ops: batch, .. }) = req else {
+                            continue;
+                        };
+                        pending.push((daemon, batch, Box::pin(reply)));
+                    }
+                    Err(f) => {
+                        let Request::Batch(req::Batch { ops: batch, .. }) = req else {
+                            continue;
+                        };
+                        self.failed_batch(l, batch, f.into_errno()).await;
+                    }
+                }
+            }
+        }
+        pending
+    }
+
+    /// Waits for the replies of batches and notes what failed.
+    async fn settle_batches(&self, l: &Arc<DirLease>, pending: Vec<Pending>) {
+        for (daemon, ops, reply) in pending {
+            let outcomes = match reply.await {
+                Ok((reply, generation)) => {
+                    self.0.unsynced.note(daemon, generation);
+                    eddy_proto::typed_reply::<req::Batch>(reply)
+                }
+                Err(f) => Err(f.into_errno()),
+            };
+            match outcomes {
+                Ok(outcomes) => self.batch_outcomes(l, ops, outcomes),
+                Err(e) => self.failed_batch(l, ops, e).await,
+            }
+        }
+    }
+
+    /// The outcomes of a batch: a failed operation is noted for the calls that depend on
+    /// it, and the lease answers nothing more (it is given back).
+    fn batch_outcomes(&self, l: &Arc<DirLease>, ops: Vec<BatchOp>, outcomes: Vec<BatchOutcome>) {
+        let n = ops.len();
+        let mut failed = false;
+        let mut outcomes = outcomes.into_iter();
+        for op in ops {
+            let outcome = outcomes.next().unwrap_or_else(|| {
+                Err(Errno::eio(format!(
+                    "a batch of {n} operations answered fewer"
+                )))
+            });
+            if let Err(e) = outcome {
+                failed = true;
+                self.deferred_failed(l, &op, &e);
+            }
+        }
+        if failed {
+            self.give_back_later(l);
+        }
+    }
+
+    /// A batch refused as a whole: on a full device its removals are sent one by one (they
+    /// are served there) and its creates fail with ENOSPC; otherwise (the lease revoked, a
+    /// daemon not reached) every operation fails with EIO. The lease is given back.
+    async fn failed_batch(&self, l: &Arc<DirLease>, ops: Vec<BatchOp>, e: Errno) {
+        for op in ops {
+            match op {
+                BatchOp::Remove(r) if e.errno == libc::ENOSPC => {
+                    let p = r.path.clone();
+                    if let Err(e) = self.meta(&p, r).await {
+                        self.0.leases.note_error(&p, e);
+                    }
+                }
+                op => self.deferred_failed(l, &op, &e),
+            }
+        }
+        if e.errno == libc::ENOSPC {
+            self.0.leases.refused(&l.dir, NOT_AGAIN);
+        }
+        self.give_back_later(l);
+    }
+
+    /// A deferred operation failed: noted for the calls that depend on it (its close,
+    /// fsync, the next create in the directory), and no longer answered from the lease.
+    fn deferred_failed(&self, l: &DirLease, op: &BatchOp, e: &Errno) {
+        let p = op.path();
+        let errno = match e.errno {
+            libc::ENOSPC | libc::EDQUOT => e.errno,
+            _ => libc::EIO,
+        };
+        let what = match op {
+            BatchOp::Create(_) => "create",
+            BatchOp::Remove(_) => "unlink",
+        };
+        tracing::warn!(path = p, "a deferred {what} failed: {e}");
+        self.0.leases.note_error(
+            p,
+            Errno::new(errno, format!("the deferred {what} of {p} failed: {e}")),
+        );
+        if let Some((_, name)) = path::split(p) {
+            let mut st = l.state();
+            st.active = false;
+            st.created.remove(name);
+        }
+    }
+
+    fn give_back_later(&self, l: &Arc<DirLease>) {
+        let (client, l) = (self.client(), Arc::clone(l));
+        tokio::spawn(async move { client.ns().give_back(&l).await });
+    }
+}
