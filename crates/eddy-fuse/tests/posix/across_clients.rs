@@ -805,3 +805,27 @@ fn many_processes_of_both_kinds_in_one_shared_directory_lose_and_duplicate_nothi
         assert_eq!(data, content(name, 3901), "{name}");
     }
 }
+
+// ----- the kernel's negative entries under a lease (decision 0077) --------------------------
+
+/// With the default entry times (a negative entry kept for `fuse_negative_ttl_ms`, 1 s):
+/// mount A made a directory (its client holds the lease on it) and looked a name up there
+/// (missing: a negative entry its kernel keeps); mount B creates the name. The recall makes A
+/// drop that entry before B's create is answered, so A reads the file at once, not a second
+/// later. Without leases A's kernel would answer ENOENT from its entry until it expired.
+/// (A directory another client made or used lately is not leased at once: after a recall it
+/// cools down, decision 0075; then the negative TTL applies as without leases.)
+#[test]
+fn a_negative_entry_kept_under_a_lease_is_dropped_when_another_mount_creates_the_name() {
+    let m = Mounted::start_with(3, test_config());
+    let other = m.another_mount();
+    std::fs::create_dir(m.path("d")).unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            kind(std::fs::metadata(m.path("d/x"))),
+            Some(ErrorKind::NotFound)
+        );
+    }
+    std::fs::write(other.path("d/x"), b"made on B").unwrap();
+    assert_eq!(std::fs::read(m.path("d/x")).unwrap(), b"made on B");
+}
