@@ -109,7 +109,9 @@ impl Client {
     pub async fn link(&self, old: &str, new: &str, creds: Creds) -> Result<Inode, Errno> {
         self.ns().settle_path(old).await;
         self.ns().settle_path(new).await;
-        self.ns().link(old, new, creds).await
+        let i = self.ns().link(old, new, creds).await?;
+        self.ns().made_leased(new);
+        Ok(i)
     }
 
     // ---------------------------------------------------------------- namespace/locks

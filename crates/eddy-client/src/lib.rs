@@ -21,7 +21,9 @@
 //! It must not keep state that other clients need to see: everything shared lives on the
 //! daemons (the intents of directory renames too). Its caches are bounded in time: the sizes
 //! its own writes reached, published within `size_update_ms` (`size`), and the directories it
-//! looked up, trusted for `dir_cache_ms` (`dircache`); file data is never cached here.
+//! looked up, trusted for `dir_cache_ms` (`dircache`); file data is never cached here. What
+//! it knows of a directory it holds a lease on (`leases`: the names there, its queued creates
+//! and unlinks) lasts until another client's request recalls the lease (decision 0075).
 
 mod access;
 mod data;

@@ -95,6 +95,11 @@ pub struct Global {
 static GLOBAL: AtomicPtr<Global> = AtomicPtr::new(std::ptr::null_mut());
 static INIT: parking_lot::Mutex<()> = parking_lot::const_mutex(());
 
+/// Whether this process connected its client (it never does at exit).
+pub fn connected() -> bool {
+    !GLOBAL.load(Ordering::Acquire).is_null()
+}
+
 /// The client, connected on first use.
 pub fn global() -> R<&'static Global> {
     let p = GLOBAL.load(Ordering::Acquire);

@@ -220,6 +220,10 @@ impl Namespace<'_> {
     /// asked.
     pub(crate) fn lease_answer(&self, p: &str) -> Option<Result<Inode, Errno>> {
         let (dir, name) = path::split(p)?;
+        // Hidden names of files unlinked while open are made by renames of their own.
+        if eddy_config::is_hidden_orphan(name) {
+            return None;
+        }
         let l = self.0.leases.get(dir)?;
         let st = l.state();
         if !st.active {
@@ -251,6 +255,9 @@ impl Namespace<'_> {
         let Some((dir, name)) = path::split(p) else {
             return Ok(None);
         };
+        if eddy_config::is_hidden_orphan(name) {
+            return Ok(None);
+        }
         let Some(l) = self.0.leases.get(dir) else {
             return Ok(None);
         };
@@ -497,6 +504,16 @@ impl Namespace<'_> {
         if let (Ok(from), Ok(to)) = (self.norm(from), self.norm(to)) {
             self.note_absent(&from);
             self.note_present(&to);
+        }
+    }
+
+    /// After a name was made outside the lease's own creates (a hard link): present.
+    pub(crate) fn made_leased(&self, p: &str) {
+        if !self.0.leases.any() {
+            return;
+        }
+        if let Ok(p) = self.norm(p) {
+            self.note_present(&p);
         }
     }
 

@@ -56,6 +56,7 @@ impl Namespace<'_> {
         if rule == Atime::Relatime && f.0.atime_checked.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.settle_name(&f.path()).await;
         let req = req::Accessed {
             path: f.path().to_string(),
             time: eddy_proto::Timespec::now(),
@@ -69,6 +70,8 @@ impl Namespace<'_> {
     /// Reserves `len` bytes at the end of the file open for appending through `f` (at the
     /// owner, atomically): the offset to write them at.
     pub(crate) async fn reserve_append(&self, f: &File, len: u64) -> Result<u64, Errno> {
+        // Its create may still be queued under a lease: it goes first.
+        self.settle_name(&f.path()).await;
         let req = req::ReserveAppend {
             path: f.path().to_string(),
             len,
@@ -79,6 +82,7 @@ impl Namespace<'_> {
     /// Tells the owner of `path` that its file reaches `size` bytes (merged there with max),
     /// leaving the size cache alone (`send_size` settles it).
     pub(crate) async fn grow_size(&self, path: &str, size: u64) -> Result<(), Errno> {
+        self.settle_name(path).await;
         let req = req::GrowSize {
             path: path.to_string(),
             size,

@@ -9,4 +9,5 @@
 
 mod client_ops;
 mod client_prop;
+mod leases;
 mod shared_file;

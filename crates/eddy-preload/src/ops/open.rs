@@ -311,7 +311,10 @@ pub fn reset_after_fork() {
 
 /// Publishes what this process wrote (at exit): every open handle closed.
 pub fn publish_all() {
-    if guarded() || !WROTE.load(Ordering::Relaxed) {
+    let wrote = WROTE.load(Ordering::Relaxed);
+    // Creates and unlinks queued under directory leases (decision 0075) go too.
+    let leases = crate::state::connected();
+    if guarded() || !(wrote || leases) {
         return;
     }
     // SAFETY: getpid cannot fail.
@@ -319,17 +322,25 @@ pub fn publish_all() {
         return;
     }
     enter((), || {
-        let mut seen = HashSet::new();
-        for fd in 0..65536 {
-            if let Some(o) = fds::lookup(fd) {
-                if seen.insert(Arc::as_ptr(&o) as usize) {
-                    if let Some(f) = o.take_file() {
-                        let _ = run(move |c| async move { c.close(&f).await });
+        if wrote {
+            let mut seen = HashSet::new();
+            for fd in 0..65536 {
+                if let Some(o) = fds::lookup(fd) {
+                    if seen.insert(Arc::as_ptr(&o) as usize) {
+                        if let Some(f) = o.take_file() {
+                            let _ = run(move |c| async move { c.close(&f).await });
+                        }
                     }
                 }
             }
+            WROTE.store(false, Ordering::Relaxed);
         }
-        WROTE.store(false, Ordering::Relaxed);
+        if leases {
+            let _ = run(|c| async move {
+                c.flush_leases().await;
+                Ok(())
+            });
+        }
         Ok(())
     })
 }

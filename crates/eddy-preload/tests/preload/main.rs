@@ -9,5 +9,6 @@
 // Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
 #![allow(clippy::unwrap_used)]
 
+mod leases;
 mod preload;
 mod preload_meta;

@@ -13,16 +13,16 @@ use std::process::{Command, Output};
 
 const PREFIX: &str = "/eddy";
 
-struct Pre {
-    cluster: Cluster,
-    rt: tokio::runtime::Runtime,
-    client: Client,
+pub(crate) struct Pre {
+    pub(crate) cluster: Cluster,
+    pub(crate) rt: tokio::runtime::Runtime,
+    pub(crate) client: Client,
     /// A real directory for things outside the prefix.
     scratch: tempfile::TempDir,
 }
 
 impl Pre {
-    fn start() -> Pre {
+    pub(crate) fn start() -> Pre {
         Pre::on(Cluster::start(3))
     }
 
@@ -37,7 +37,7 @@ impl Pre {
         }
     }
 
-    fn cmd(&self, program: &str) -> Command {
+    pub(crate) fn cmd(&self, program: &str) -> Command {
         let mut c = eddy_testkit::preloaded(program, PREFIX, self.cluster.dir.path());
         c.env("EDDY_PRELOAD_LOG", "1")
             .current_dir(self.scratch.path());
@@ -45,7 +45,7 @@ impl Pre {
     }
 
     /// Runs a shell script under the library; it must succeed. Returns its stdout.
-    fn sh(&self, script: &str) -> String {
+    pub(crate) fn sh(&self, script: &str) -> String {
         let out = self.cmd("sh").arg("-c").arg(script).output().expect("sh");
         check(script, &out);
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -62,7 +62,7 @@ impl Pre {
     }
 
     /// The whole contents of an Eddy file, read through the client library.
-    fn read(&self, path: &str) -> Vec<u8> {
+    pub(crate) fn read(&self, path: &str) -> Vec<u8> {
         self.rt.block_on(async {
             let f = self
                 .client
@@ -95,7 +95,7 @@ impl Pre {
             .map(|i| i.kind)
     }
 
-    fn names(&self, dir: &str) -> Vec<String> {
+    pub(crate) fn names(&self, dir: &str) -> Vec<String> {
         self.rt.block_on(async {
             let mut r = self.client.readdir(dir, None).expect("readdir");
             let mut names = Vec::new();
@@ -107,7 +107,7 @@ impl Pre {
     }
 }
 
-fn check(what: &str, out: &Output) {
+pub(crate) fn check(what: &str, out: &Output) {
     assert!(
         out.status.success(),
         "`{what}` failed ({}):\nstdout: {}\nstderr: {}",

@@ -103,7 +103,15 @@ fn marginal(
 fn preload_create_stat_unlink_cost_one_request_each() {
     eddy_testkit::require::program("strace", "strace");
     eddy_testkit::require::program("python3", "python3");
-    let cl = Cluster::start(3);
+    // What each operation costs on its own: without directory leases (decision 0075), which
+    // answer some here and send others in batches (`leases::a_process_in_its_own_directory`).
+    let cl = Cluster::start_with(
+        3,
+        Config {
+            leases: false,
+            ..test_config()
+        },
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(cl.client());
     for d in ["/few", "/many"] {
