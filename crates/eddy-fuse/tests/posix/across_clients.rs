@@ -829,3 +829,41 @@ fn a_negative_entry_kept_under_a_lease_is_dropped_when_another_mount_creates_the
     std::fs::write(other.path("d/x"), b"made on B").unwrap();
     assert_eq!(std::fs::read(m.path("d/x")).unwrap(), b"made on B");
 }
+
+/// Makes directory argv[1], then three times: creates `x.lock` with O_EXCL, writes, unlinks it
+/// while it is still open, closes it (as git's lock files go, with the mount's release
+/// arriving after the unlink), and creates it again with O_EXCL; prints "done".
+const RELOCK: &str = r#"
+import os, sys
+d = sys.argv[1]
+os.mkdir(d)
+for i in range(3):
+    fd = os.open(f"{d}/x.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    os.write(fd, b"1")
+    os.unlink(f"{d}/x.lock")
+    os.close(fd)
+fd = os.open(f"{d}/x.lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+os.close(fd)
+print("done", flush=True)
+"#;
+
+/// A name unlinked while open in a directory this client made (so leased) is free again: an
+/// O_CREAT|O_EXCL create of it succeeds, through the mount and under the preload library
+/// (it got EEXIST from the lease, which still counted the name present).
+#[test]
+fn a_name_unlinked_while_open_is_free_again_for_o_excl() {
+    let config = test_config();
+    let m = Mounted::start_with(3, config.clone());
+    let on_mount = m.path("m");
+    let p = Proc::on_mount(RELOCK, &[on_mount.to_str().unwrap()], "on the mount");
+    p.expect("done", guard(&config));
+    let p = Proc::preloaded(&m.cluster, RELOCK, &["/eddy/p"], "under the preload");
+    p.expect("done", guard(&config));
+    for d in ["m", "p"] {
+        assert_eq!(
+            listing(&m.path(d)),
+            BTreeSet::from(["x.lock".to_string()]),
+            "{d}"
+        );
+    }
+}
