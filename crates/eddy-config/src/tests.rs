@@ -535,3 +535,19 @@ fn bad_backends_and_rules_are_refused_with_what_is_wrong() {
     let plain = with_backends("").unwrap();
     assert!(!plain.placer().unwrap().is_multi("/out"));
 }
+
+/// The daemons read the deployment's configuration with half its RPC deadline for the
+/// copies they send each other (`replicate.rs`): leases on with their default recall time
+/// must still validate there, or replication stops (it did, decision 0075).
+#[test]
+fn a_halved_rpc_deadline_with_leases_still_validates() {
+    for rpc_timeout_ms in [10_000, 5_000, 2_500, 1_000, 1] {
+        let c = Config {
+            rpc_timeout_ms,
+            connect_timeout_ms: rpc_timeout_ms,
+            ..Config::default()
+        };
+        assert!(c.leases);
+        c.validate().unwrap();
+    }
+}

@@ -117,7 +117,10 @@ pub(crate) enum Recalled {
 impl Leases {
     pub fn new(cfg: &eddy_config::Config, instance: u64) -> Leases {
         Leases {
-            recall_timeout: Duration::from_millis(cfg.lease_recall_timeout_ms),
+            // Within the request that waits for it: at most half the RPC deadline.
+            recall_timeout: Duration::from_millis(
+                cfg.lease_recall_timeout_ms.min(cfg.rpc_timeout_ms / 2),
+            ),
             cooldown: Duration::from_millis(cfg.lease_cooldown_ms),
             // Unique per process: a restarted granter never reuses an id of its previous life.
             next_id: AtomicU64::new((instance & 0xffff_ffff) << 32 | 1),

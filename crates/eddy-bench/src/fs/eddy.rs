@@ -1,5 +1,6 @@
-//! `Fs` over the Eddy client library: one tokio runtime and one `Client` per process, every
-//! operation a `block_on`, so the workloads measure the library without a kernel in the path.
+//! `Fs` over the Eddy client library: one runtime and one `Client` per process, every
+//! operation driven on the calling thread (`Driver`, whose keeper drives the runtime between
+//! operations), so the workloads measure the library without a kernel in the path.
 
 use super::{Entry, Fs, Meta, OpenMode};
 use eddy_client::{Client, Creds, File};
@@ -9,7 +10,6 @@ use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::runtime::Runtime;
 
 /// The deployment file in a state directory, as `eddy start` writes it.
 const DEPLOYMENT_FILE: &str = "deployment.toml";
@@ -21,7 +21,9 @@ const DIR_MODE: u32 = 0o755;
 
 /// A deployment's namespace, through the client library.
 pub struct EddyFs {
-    rt: Runtime,
+    /// The client's runtime, driven by the calls and, between them, by its keeper thread:
+    /// a lease's recall is answered while the rank waits for the others (decision 0075).
+    rt: std::sync::Arc<eddy_client::driver::Driver>,
     client: Client,
     creds: Creds,
     state: PathBuf,
@@ -85,11 +87,10 @@ impl EddyFs {
     /// Connects to the deployment whose state directory is `state`.
     pub fn connect(state: &Path) -> anyhow::Result<EddyFs> {
         let dep = load_deployment(state)?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+        let rt = eddy_client::driver::Driver::runtime()
+            .and_then(|rt| eddy_client::driver::Driver::start(rt, "eddy-bench", || {}))
             .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
-        let client = rt.block_on(Client::connect(dep)).map_err(|e| {
+        let client = rt.drive(Client::connect(dep)).map_err(|e| {
             anyhow::anyhow!(
                 "cannot reach the Eddy deployment in {}: {e}",
                 state.display()
@@ -112,7 +113,7 @@ impl EddyFs {
     /// fails if one does not answer.
     pub fn daemon_stats(&self) -> anyhow::Result<Vec<eddy_proto::stats::DaemonStats>> {
         let mut out = Vec::new();
-        for (id, r) in self.rt.block_on(self.client.daemon_stats()) {
+        for (id, r) in self.rt.drive(self.client.daemon_stats()) {
             out.push(r.map_err(|e| anyhow::anyhow!("daemon {id} gave no statistics: {e}"))?);
         }
         out.sort_by_key(|s| s.daemon);
@@ -120,7 +121,7 @@ impl EddyFs {
     }
 
     fn run<T>(&self, f: impl Future<Output = Result<T, Errno>>) -> io::Result<T> {
-        self.rt.block_on(f).map_err(errno)
+        self.rt.drive(f).map_err(errno)
     }
 
     fn inode(&self, path: &Path) -> io::Result<Inode> {

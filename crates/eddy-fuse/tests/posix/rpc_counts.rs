@@ -44,6 +44,9 @@ fn metadata_operations_take_one_request() {
     let cl = Cluster::start_with(3, no_leases());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(cl.client());
+    // What each operation costs on its own: leases off (`no_leases`), which answer some
+    // operations locally and batch others (their costs: eddy-client's and eddy-preload's
+    // `leases` tests).
     let me = Creds::root();
     rt.block_on(async {
         // The first operation in a directory looks it up once.
