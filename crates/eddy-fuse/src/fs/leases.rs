@@ -85,7 +85,10 @@ impl EddyFs {
         let negatives = Arc::clone(&self.negatives);
         let changing = Arc::clone(&self.changing);
         let notifier = self.locks().notifier_slot();
-        let bound = Duration::from_millis(self.client.config().lease_recall_timeout_ms / 4);
+        // The recall timeout as the daemons apply it: at most half the RPC deadline.
+        let cfg = self.client.config();
+        let recall_ms = cfg.lease_recall_timeout_ms.min(cfg.rpc_timeout_ms / 2);
+        let bound = Duration::from_millis(recall_ms / 4);
         Arc::new(move |dir: String| {
             let negatives = Arc::clone(&negatives);
             let changing = Arc::clone(&changing);
