@@ -37,6 +37,7 @@ mod dir;
 mod fresh;
 mod fs;
 mod locks;
+mod negatives;
 mod table;
 mod xcache;
 
@@ -190,10 +191,11 @@ fn new_session(
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<fuser::Session<fs::EddyFs>, FuseError> {
-    // The mount does not take directory leases yet (decision 0075): the kernel's own
-    // negative entries would outlive a recall.
-    client.set_leases(false);
     let fs = fs::EddyFs::new(client, driver, opts);
+    // Directory leases as the configuration says (`leases`): the kernel's negative entries
+    // handed out on a lease's word are invalidated before it goes back (decision 0077).
+    fs.client_ref()
+        .on_lease_return(Some(fs.lease_return_hook()));
     let notifier = fs.locks().notifier_slot();
     let session = fuser::Session::new(fs, mountpoint, &session_config(opts)).map_err(|source| {
         FuseError::Mount {

@@ -185,6 +185,9 @@ impl Namespace<'_> {
             return Ok(());
         }
         if self.hide_if_open(&p, creds).await? {
+            // The name is gone (the file lives on under its hidden name): a lease on its
+            // directory must not count it present, or an O_EXCL create of it gets EEXIST.
+            self.note_absent(&p);
             return Ok(());
         }
         self.remove_name(&p).await

@@ -38,6 +38,7 @@ use tracing::{debug, warn};
 mod dirs;
 mod files;
 mod io_requests;
+mod leases;
 mod lock_requests;
 mod names;
 mod passthrough;
@@ -117,6 +118,10 @@ pub(crate) struct EddyFs {
     locks: crate::locks::MountLocks,
     /// FUSE passthrough (decision 0049).
     passthrough: passthrough::Passthrough,
+    /// Negative entries handed to the kernel on a directory lease's word (decision 0077).
+    negatives: Arc<crate::negatives::LeaseNegatives>,
+    /// Directories this mount is removing or renaming (their lease goes back meanwhile).
+    changing: Arc<leases::Changing>,
 }
 
 impl EddyFs {
@@ -136,6 +141,10 @@ impl EddyFs {
             fresh: FreshDirs::new(opts.negative_ttl, opts.fresh_dirs),
             locks: Default::default(),
             passthrough: passthrough::Passthrough::new(opts.passthrough),
+            negatives: Arc::new(crate::negatives::LeaseNegatives::new(
+                crate::negatives::MAX_TRACKED,
+            )),
+            changing: Arc::default(),
         }
     }
 
@@ -169,6 +178,7 @@ impl EddyFs {
     /// Registers a kernel lookup of `path` and builds its attributes.
     fn entry(&self, path: &str, inode: &Inode) -> fuser::FileAttr {
         self.fresh.seen(path);
+        self.entry_replaced(path);
         let ino = lock(&self.table).lookup_entry(path, shared_id(inode));
         self.xattrs.put(ino, &inode.xattrs);
         file_attr(ino, inode, self.blksize)

@@ -33,6 +33,7 @@ impl EddyFs {
         // A file a handle has open at `to` is hidden by the client first (decision 0061);
         // the kernel's inode of it follows to its hidden name.
         let victim = self.open_at(to);
+        let _changing = (self.changing(from), self.changing(to));
         self.run(self.client.rename(from, to, creds(req)))?;
         let mut table = lock(&self.table);
         if let Some(hidden) = victim.map(|f| f.path()).filter(|h| **h != *to) {

@@ -39,6 +39,16 @@ impl Filesystem for EddyFs {
             let ttl = left.min(self.negative_ttl);
             return reply.entry_with_ttls(&self.ttl, &ttl, &missing, GENERATION);
         }
+        // A name the client's lease on the directory knows absent: missing, and the kernel
+        // may keep that until the lease goes back (decision 0077).
+        if let Some(ttl) = utf8(name)
+            .ok()
+            .filter(|_| valid)
+            .and_then(|n| self.lease_negative(parent, &path, n))
+        {
+            let missing = file_attr(0, &dot_inode(), self.blksize);
+            return reply.entry_with_ttls(&self.ttl, &ttl, &missing, GENERATION);
+        }
         let res = self
             .run(self.client.lookup(&path))
             .map(|inode| self.entry(&path, &inode));
@@ -207,6 +217,7 @@ impl Filesystem for EddyFs {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let res = self.child(parent, name).and_then(|path| {
+            let _changing = self.changing(&path);
             self.run(self.client.rmdir(&path, creds(req)))?;
             self.fresh.forget(&path);
             lock(&self.table).remove(&path);

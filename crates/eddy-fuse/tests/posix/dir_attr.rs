@@ -36,11 +36,13 @@ fn nlink(p: &Path) -> u64 {
 
 /// Long caches (the kernel's and the client's, ten minutes): whatever this test sees right
 /// comes from the invalidations that follow the mount's own changes, not from an expiry, and
-/// no request depends on the pace.
+/// no request depends on the pace. Without directory leases: the counts are those of
+/// requests sent one by one, not batched under a lease (decision 0075).
 fn long_caches() -> eddy_config::Config {
     eddy_config::Config {
         dir_cache_ms: 600_000,
         fuse_attr_ttl_ms: 600_000,
+        leases: false,
         ..test_config()
     }
 }

@@ -1,7 +1,8 @@
 //! eddy-fuse's integration tests, one binary (posix): the file system as programs see it
 //! through a real FUSE mount (`eddy mount`) of real daemons: its property test, permissions,
-//! xattrs, links, locks, the POSIX suite, RPC counts, passthrough, bad input and a full
-//! device, with the preload library beside the mount where a test compares the two (built by
+//! xattrs, links, locks, the POSIX suite, RPC counts, passthrough, bad input, a full device
+//! and clients contending on one directory (two mounts and preloaded processes), with the
+//! preload library beside the mount where a test compares the two (built by
 //! `cargo build -p eddy-preload`, as `make test` does: this crate does not depend on that one,
 //! not even for its tests, ARCHITECTURE.md). The library client's own
 //! tests are eddy-client's (`tests/library`), the preload library's eddy-preload's
@@ -10,6 +11,7 @@
 // Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
 #![allow(clippy::unwrap_used)]
 
+mod across_clients;
 mod bad_input;
 mod corners;
 mod deadlock;

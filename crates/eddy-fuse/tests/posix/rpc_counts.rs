@@ -1,7 +1,8 @@
 //! What each metadata operation costs in requests, through the library, on three daemons:
 //! a create, stat, open, unlink and mkdir in a directory the client knows take one request
 //! on their critical path (a directory's time update may go alongside, never before or
-//! after). Printed as a table, asserted per operation.
+//! after). Printed as a table, asserted per operation. Without directory leases, whose
+//! batches (decision 0075) would send them later and together.
 
 use eddy_client::{Client, Creds};
 use eddy_testkit::Cluster;
@@ -27,19 +28,25 @@ async fn cost<T, F: std::future::Future<Output = T>>(
     (out, diff)
 }
 
+fn no_leases() -> eddy_config::Config {
+    eddy_config::Config {
+        leases: false,
+        ..eddy_testkit::test_config()
+    }
+}
+
 fn one(kind: &'static str) -> BTreeMap<&'static str, u64> {
     BTreeMap::from([(kind, 1)])
 }
 
 #[test]
 fn metadata_operations_take_one_request() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, no_leases());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(cl.client());
-    // What each operation costs on its own, as the mount sends it: without directory leases
-    // (decision 0075), which answer some operations locally and batch others (their costs:
-    // eddy-client's and eddy-preload's `leases` tests).
-    c.set_leases(false);
+    // What each operation costs on its own: leases off (`no_leases`), which answer some
+    // operations locally and batch others (their costs: eddy-client's and eddy-preload's
+    // `leases` tests).
     let me = Creds::root();
     rt.block_on(async {
         // The first operation in a directory looks it up once.
@@ -100,10 +107,28 @@ fn served(rt: &tokio::runtime::Runtime, c: &Client) -> u64 {
 
 /// Through the mount, a missing name is asked for once per negative TTL: the kernel keeps
 /// the answer. A create through the same mount replaces it at once; a file created through
-/// another mount appears when it expires.
+/// another mount appears when it expires (without leases: `remembers_missing_names`).
 #[test]
 fn a_mount_remembers_missing_names() {
-    let m = eddy_testkit::Mounted::start(3);
+    remembers_missing_names(false);
+}
+
+/// The same in a directory the mount made, so holds the lease on (decisions 0075, 0077): the
+/// lease knows the name missing, so the daemons are not asked at all, and a file another
+/// mount creates there is seen at once (the recall drops the kernel's negative entry).
+#[test]
+fn a_mount_with_a_lease_asks_nothing_for_missing_names() {
+    remembers_missing_names(true);
+}
+
+fn remembers_missing_names(leases: bool) {
+    let m = eddy_testkit::Mounted::start_with(
+        3,
+        eddy_config::Config {
+            leases,
+            ..eddy_testkit::test_config()
+        },
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = rt.block_on(m.cluster.client());
     m.ok("mkdir d && ls d");
@@ -114,7 +139,8 @@ fn a_mount_remembers_missing_names() {
     }
     let asked = served(&rt, &c) - before - overhead;
     assert_eq!(
-        asked, 1,
+        asked,
+        u64::from(!leases),
         "five stats of a missing name reached the daemons {asked} times"
     );
     // The same mount creates it: seen at once.
@@ -125,6 +151,9 @@ fn a_mount_remembers_missing_names() {
     assert!(std::fs::metadata(m.path("d/later")).is_err());
     let other = m.another_mount();
     std::fs::write(other.path("d/later"), b"x").unwrap();
+    if leases {
+        assert_eq!(std::fs::read(m.path("d/later")).unwrap(), b"x");
+    }
     eddy_testkit::eventually::eventually_within(
         std::time::Duration::from_secs(10),
         "d/later appears through the mount",
