@@ -28,11 +28,17 @@ pub type LeaseReturnHook =
 const COUNTED_MAX: usize = 1024;
 /// Errors of deferred operations kept for the calls that depend on them, at most.
 const ERRORS_MAX: usize = 4096;
+/// Leases one client holds at most: each is an entry in every daemon's registry, and a
+/// tree made directory by directory (an archive unpacked) would otherwise hold one per
+/// directory until recalled. Past it the oldest is given back.
+pub(crate) const HELD_MAX: usize = 256;
 
 /// One lease this client holds.
 pub(crate) struct DirLease {
     pub dir: String,
     pub lease: LeaseRef,
+    /// When it was granted (the oldest goes first past `HELD_MAX`).
+    pub since: Instant,
     pub st: Mutex<LeaseState>,
     /// Held while a batch of this lease is sent (so that batches to one daemon leave in
     /// the order their operations were made) and, by a flush, until the replies came.
@@ -172,6 +178,19 @@ impl Leases {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(l.dir.clone(), l);
+    }
+
+    /// The oldest lease held, when `HELD_MAX` are: to be given back before another is
+    /// taken.
+    pub fn oldest_past_cap(&self) -> Option<Arc<DirLease>> {
+        let held = self.held.read().unwrap_or_else(|p| p.into_inner());
+        if held.len() < HELD_MAX {
+            return None;
+        }
+        held.values()
+            .filter(|l| !l.state().returning)
+            .min_by_key(|l| l.since)
+            .cloned()
     }
 
     /// Forgets the lease `l` (if it is still the one held on its directory).

@@ -12,9 +12,10 @@
 //!   batch of a revoked lease is refused.
 //!
 //! The registry is read on every path-addressed request only when it is not empty (one
-//! atomic load otherwise). A registration lists the names held here after every request
-//! that may add a name under the directory and that passed the check before the lease was
-//! installed has ended (`gate`): what it lists is then complete.
+//! atomic load otherwise); a request that may add a name holds the read side of the `gate`
+//! whatever the registry holds. A registration lists the names held here once every such
+//! request that began before the lease was installed has ended (`gate`): what it lists is
+//! then complete.
 
 use crate::advisory::ConnId;
 use eddy_proto::sync::lock;

@@ -240,7 +240,17 @@ impl State {
             }
         }
         if !self.leases.any_registered() {
-            return crate::ops::route(self, conn, req).await;
+            if !adds_name(req.op()) {
+                return crate::ops::route(self, conn, req).await;
+            }
+            // Under the gate, so that a registration that begins meanwhile lists this name
+            // (it waits for the gate) or this request sees the registration (it was
+            // installed before the gate was asked for).
+            let gate = self.leases.gate.read().await;
+            if !self.leases.any_registered() {
+                return crate::ops::route(self, conn, req).await;
+            }
+            drop(gate);
         }
         let Some((dir, adds)) = self.lease_key(&req) else {
             return crate::ops::route(self, conn, req).await;
@@ -274,7 +284,7 @@ impl State {
             Op::Readdir | Op::HasChildren | Op::ListSubtree => Some((path, false)),
             _ => {
                 let (parent, _) = eddy_proto::path::split(&path)?;
-                let adds = matches!(op, Op::Create | Op::Link | Op::Insert);
+                let adds = adds_name(op);
                 Some((parent.to_string(), adds))
             }
         }
@@ -527,4 +537,11 @@ fn device_of(root: &std::path::Path) -> String {
         // Unknown: a name of its own, so it is counted alone.
         Err(_) => format!("{machine}:{}", root.display()),
     }
+}
+
+/// Whether a request may add a name to a directory (a lease's registration lists names
+/// only once those that began before it ended: `Leases::gate`).
+fn adds_name(op: eddy_proto::Op) -> bool {
+    use eddy_proto::Op;
+    matches!(op, Op::Create | Op::Link | Op::Insert)
 }

@@ -40,6 +40,10 @@ impl Namespace<'_> {
         if !leases.on() || leases.get(dir).is_some() || !leases.may_ask(dir) {
             return false;
         }
+        if let Some(oldest) = leases.oldest_past_cap() {
+            let client = self.client();
+            tokio::spawn(async move { client.ns().give_back(&oldest).await });
+        }
         let held = self.acquire(dir).await;
         leases.done_asking(dir);
         held
@@ -71,6 +75,7 @@ impl Namespace<'_> {
                 daemon: granter,
                 id,
             },
+            since: Instant::now(),
             st: Mutex::new(LeaseState::default()),
             sending: Default::default(),
             replies: Default::default(),

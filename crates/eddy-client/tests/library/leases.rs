@@ -325,3 +325,36 @@ async fn a_full_device_reaches_the_holder_and_the_directory_empties() {
     create(&c, "/again/x", EXCL).await.unwrap();
     drop(cl);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_holds_a_bounded_number_of_leases_giving_back_the_oldest() {
+    let cl = Cluster::start(3);
+    let c = cl.client().await;
+    let me = Creds::root();
+    // One lease per directory made here (an archive unpacked): past the cap, the oldest
+    // goes back before another is taken.
+    let dirs = 300;
+    for i in 0..dirs {
+        c.mkdir(&format!("/t{i}"), 0o755, me).await.unwrap();
+    }
+    assert!(
+        c.known_absent(&format!("/t{}/x", dirs - 1)),
+        "the newest is held"
+    );
+    eddy_testkit::eventually::eventually_async(
+        std::time::Duration::from_secs(30),
+        "the oldest leases were never given back",
+        || async { (!c.known_absent("/t0/x") && !c.known_absent("/t40/x")).then_some(()) },
+    )
+    .await;
+    let held = (0..dirs)
+        .filter(|i| c.known_absent(&format!("/t{i}/x")))
+        .count();
+    assert!(held <= 256, "{held} leases held");
+    // What was given back stays correct: another client creates in the oldest directory
+    // and the first one sees it.
+    let other = cl.client().await;
+    create(&other, "/t0/y", EXCL).await.unwrap();
+    assert_eq!(c.stat("/t0/y").await.unwrap().size, 0);
+    assert_eq!(errno(create(&c, "/t0/y", EXCL).await), libc::EEXIST);
+}
