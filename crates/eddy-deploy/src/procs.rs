@@ -224,15 +224,77 @@ fn signal(p: &RecordedProcess, signal: i32) {
 const PIDFD_SIGNAL_PROCESS_GROUP: u32 = 1 << 2;
 
 /// Waits until none of `procs` runs or `bound` passes; returns those still running.
+/// Each process is held by a pidfd, which becomes readable when it exits, and the wait
+/// sleeps in `poll(2)` on all of them: an exit is seen when it happens, and only the
+/// processes that exited are looked at again. A process no pidfd holds (a kernel before
+/// 5.3, no descriptor left) is looked at every `POLL_INTERVAL`, as before. Whatever the
+/// pidfd says, a process counts as gone only once `is_running` says so.
 pub fn wait_gone(procs: &[RecordedProcess], bound: Duration) -> Vec<RecordedProcess> {
     let deadline = Instant::now() + bound;
+    let mut waiting: Vec<(RecordedProcess, Option<std::os::fd::OwnedFd>)> = procs
+        .iter()
+        .filter_map(|p| {
+            // Held before the check: a pid reused after it is never the one waited on.
+            let fd = pidfd(p.pid);
+            is_running(p).then(|| (p.clone(), fd))
+        })
+        .collect();
     loop {
-        let alive: Vec<RecordedProcess> = procs.iter().filter(|p| is_running(p)).cloned().collect();
-        if alive.is_empty() || Instant::now() >= deadline {
-            return alive;
+        let now = Instant::now();
+        if waiting.is_empty() || now >= deadline {
+            return waiting.into_iter().map(|(p, _)| p).collect();
         }
-        std::thread::sleep(POLL_INTERVAL);
+        let polled = waiting.iter().any(|(_, fd)| fd.is_none());
+        let step = if polled { POLL_INTERVAL } else { MAX_POLL_WAIT };
+        let timeout = (deadline - now).min(step);
+        let mut fds: Vec<libc::pollfd> = waiting
+            .iter()
+            .filter_map(|(_, fd)| fd.as_ref())
+            .map(|fd| libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let ms = i32::try_from(timeout.as_millis().max(1)).unwrap_or(i32::MAX);
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd for the length of the call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let timed_out = ready == 0;
+        let mut flagged = fds.iter().map(|f| f.revents != 0);
+        let mut next = Vec::with_capacity(waiting.len());
+        for (p, fd) in waiting {
+            // Looked at again: the processes whose pidfd is readable, those without one,
+            // and all of them when the poll timed out or failed.
+            let look = match fd {
+                Some(_) => flagged.next().unwrap_or(true) || ready <= 0,
+                None => true,
+            };
+            if !look || is_running(&p) {
+                // Readable yet running (not expected): polled from now on, never spun on.
+                let fd = if look && !timed_out && ready > 0 {
+                    None
+                } else {
+                    fd
+                };
+                next.push((p, fd));
+            }
+        }
+        waiting = next;
     }
+}
+
+/// The longest one `poll(2)` of `wait_gone` sleeps when every process is held by a pidfd:
+/// then every process is looked at again.
+const MAX_POLL_WAIT: Duration = Duration::from_secs(1);
+
+/// A pidfd for `pid` (None if it is gone or pidfds cannot be had here).
+fn pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    let pid = i32::try_from(pid).ok()?;
+    // SAFETY: a plain syscall; the descriptor it returns is owned below.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let raw = i32::try_from(raw).ok().filter(|r| *r >= 0)?;
+    // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
 }
 
 /// Stops recorded processes: waits `grace` for them to exit by themselves, then SIGTERM and
@@ -344,6 +406,31 @@ pub fn kill_children(children: &mut [Child]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wait_ends_with_the_exits_and_returns_what_still_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let short = spawn_detached(Path::new("sleep"), &["0.3".into()], &dir.path().join("a"));
+        let long = spawn_detached(Path::new("sleep"), &["30".into()], &dir.path().join("b"));
+        let (mut short, mut long) = (short.unwrap(), long.unwrap());
+        let recs = [record("short".into(), &short), record("long".into(), &long)];
+        let stale = RecordedProcess {
+            start_time: recs[1].start_time + 1,
+            ..recs[1].clone()
+        };
+        // The stale record is never waited on; the long sleep is still running at the bound.
+        let left = wait_gone(
+            &[recs[0].clone(), recs[1].clone(), stale],
+            Duration::from_secs(2),
+        );
+        assert_eq!(left, vec![recs[1].clone()]);
+        assert!(!is_running(&recs[0]), "the short sleep has exited");
+        short.wait().unwrap();
+        let reaper = std::thread::spawn(move || long.wait().unwrap());
+        signal(&recs[1], libc::SIGKILL);
+        assert!(wait_gone(&recs, Duration::from_secs(60)).is_empty());
+        reaper.join().unwrap();
+    }
 
     #[test]
     fn detached_child_is_recorded_and_stopped() {

@@ -291,10 +291,10 @@ fn read_persisted(dep: &Deployment, say: Say) -> Vec<PersistedStats> {
         }
     };
     let tag = deployment_tag(&secret);
-    let mut out = Vec::new();
-    for d in &dep.daemons {
+    let per_daemon = each_daemon(dep, |d| {
+        let mut found = Vec::new();
         let Some((dir, names)) = persisted_files(&d.root) else {
-            continue;
+            return found;
         };
         for name in names {
             let read = dir
@@ -304,16 +304,56 @@ fn read_persisted(dep: &Deployment, say: Say) -> Vec<PersistedStats> {
                     serde_json::from_slice::<PersistedStats>(&b).map_err(|e| e.to_string())
                 });
             match read {
-                Ok(p) if p.deployment == tag && p.stats.daemon == d.id => out.push(p),
+                Ok(p) if p.deployment == tag && p.stats.daemon == d.id => found.push(Ok(p)),
                 Ok(_) => {} // another deployment's, or another daemon's
-                Err(e) => say.err(&format!(
+                Err(e) => found.push(Err(format!(
                     "eddy: warning: job profile: cannot read {}: {e}",
                     dir.path().join(&name).display()
-                )),
+                ))),
             }
+        }
+        found
+    });
+    let mut out = Vec::new();
+    for found in per_daemon.into_iter().flatten() {
+        match found {
+            Ok(p) => out.push(p),
+            Err(e) => say.err(&e),
         }
     }
     out
+}
+
+/// How many daemon roots are read (or cleaned) at once: a thousand local daemons' roots one
+/// after the other made the stop wait on a thousand directory reads, file reads and unlinks
+/// in a row (decision 0076).
+const ROOTS_AT_ONCE: usize = 16;
+
+/// `f` of each daemon of `dep`, on up to `ROOTS_AT_ONCE` threads; the results in the
+/// daemons' order.
+fn each_daemon<T: Send>(
+    dep: &Deployment,
+    f: impl Fn(&eddy_config::DaemonEntry) -> T + Sync,
+) -> Vec<T> {
+    let daemons = &dep.daemons;
+    if daemons.len() <= 1 {
+        return daemons.iter().map(&f).collect();
+    }
+    let per_thread = daemons.len().div_ceil(ROOTS_AT_ONCE);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = daemons
+            .chunks(per_thread)
+            .map(|chunk| scope.spawn(move || chunk.iter().map(f).collect::<Vec<T>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(v) => v,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
 }
 
 /// The snapshot files under a daemon root, by name in its `stats` directory held open (none
@@ -342,9 +382,9 @@ pub fn remove_persisted(dep: &Deployment) {
         return;
     };
     let tag = deployment_tag(&secret);
-    for d in &dep.daemons {
+    each_daemon(dep, |d| {
         let Some((dir, names)) = persisted_files(&d.root) else {
-            continue;
+            return;
         };
         for name in names {
             let ours = dir
@@ -356,7 +396,7 @@ pub fn remove_persisted(dep: &Deployment) {
                 let _ = dir.remove_file(&name);
             }
         }
-    }
+    });
 }
 
 /// The snapshots the profile is made from, one or more per daemon, and what is missing.
