@@ -206,124 +206,129 @@ async fn leases_off_is_as_before() {
     assert_eq!((grants, batched), (0, 0));
 }
 
-/// The `i`th name `/full/<prefix>N` whose owner is daemon 0 (the one on the full device).
-fn full_name(c: &Client, prefix: &str, i: usize) -> String {
-    (0..)
-        .map(|n| format!("/full/{prefix}{n}"))
-        .filter(|p| c.rpc().meta_owners(p).first() == Some(&0))
-        .nth(i)
-        .unwrap_or_default()
-}
+/// Tests that need root (a tmpfs mounted for a full device): the root lane runs them.
+mod needs_root {
+    use super::*;
 
-/// A tmpfs mounted for the test; unmounted when dropped.
-struct Tmpfs(std::path::PathBuf);
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
+    /// The `i`th name `/full/<prefix>N` whose owner is daemon 0 (the one on the full device).
+    fn full_name(c: &Client, prefix: &str, i: usize) -> String {
+        (0..)
+            .map(|n| format!("/full/{prefix}{n}"))
+            .filter(|p| c.rpc().meta_owners(p).first() == Some(&0))
+            .nth(i)
+            .unwrap_or_default()
     }
-}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_full_device_reaches_the_holder_and_the_directory_empties() {
-    eddy_testkit::require::root("mount a tmpfs");
-    let dir = tempfile::tempdir().unwrap();
-    let disk = dir.path().join("disk");
-    std::fs::create_dir_all(&disk).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
-        .arg(&disk)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount a tmpfs at {}", disk.display());
-    let _tmpfs = Tmpfs(disk.clone());
-    let config = eddy_config::Config {
-        meta_reserve_bytes: 4 * 1024 * 1024,
-        ..eddy_testkit::test_config()
-    };
-    // Daemon 0 on the small device, the others where the cluster is.
-    let cl = Cluster::start_on(3, config, |i| match i {
-        0 => disk.join("d0"),
-        _ => std::path::PathBuf::new(),
-    });
-    let c = cl.client().await;
-    let me = Creds::root();
-    c.mkdir("/full", 0o755, me).await.unwrap();
-    for i in 0..10 {
-        create(&c, &format!("/full/a{i}"), EXCL).await.unwrap();
-    }
-    assert!(c.known_absent("/full/g0"), "the directory is leased");
-    // The device fills up (another user of it); the daemons give their reserve files to
-    // their stores (decision 0060), and that fills up too but for 1 MiB, which the stores
-    // keep for the removals: under the reserve, entries are refused.
-    let fill = |name: &str, blocks: Option<u64>| {
-        let mut dd = std::process::Command::new("dd");
-        dd.args(["if=/dev/zero", "bs=64k"])
-            .arg(format!("of={}", disk.join(name).display()));
-        if let Some(n) = blocks {
-            dd.arg(format!("count={n}"));
+    /// A tmpfs mounted for the test; unmounted when dropped.
+    struct Tmpfs(std::path::PathBuf);
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
         }
-        let _ = dd.stderr(std::process::Stdio::null()).status().unwrap();
-    };
-    // Daemon 0 gives its reserve up at its first request on a device that has run out.
-    fill("filler0", None);
-    for i in 0..40 {
-        let _ = create(&c, &format!("/z{i}"), EXCL).await;
     }
-    let df = std::process::Command::new("df")
-        .args(["--output=avail", "-B1"])
-        .arg(&disk)
-        .output()
-        .unwrap();
-    let avail: u64 = String::from_utf8_lossy(&df.stdout)
-        .lines()
-        .nth(1)
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap();
-    fill("filler1", Some(avail.saturating_sub(1 << 20) / (64 << 10)));
-    let outcome = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        let mut files = Vec::new();
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_full_device_reaches_the_holder_and_the_directory_empties() {
+        eddy_testkit::require::root("mount a tmpfs");
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("disk");
+        std::fs::create_dir_all(&disk).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+            .arg(&disk)
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount a tmpfs at {}", disk.display());
+        let _tmpfs = Tmpfs(disk.clone());
+        let config = eddy_config::Config {
+            meta_reserve_bytes: 4 * 1024 * 1024,
+            ..eddy_testkit::test_config()
+        };
+        // Daemon 0 on the small device, the others where the cluster is.
+        let cl = Cluster::start_on(3, config, |i| match i {
+            0 => disk.join("d0"),
+            _ => std::path::PathBuf::new(),
+        });
+        let c = cl.client().await;
+        let me = Creds::root();
+        c.mkdir("/full", 0o755, me).await.unwrap();
         for i in 0..10 {
-            // Answered under the lease: the create is queued (for daemon 0).
-            let f = c.open(&full_name(&c, "g", i), EXCL, 0o644, me).await;
-            files.push(f.expect("an exclusive create of a known-absent name"));
+            create(&c, &format!("/full/a{i}"), EXCL).await.unwrap();
         }
-        let mut first = None;
-        for f in &files {
-            if let Err(e) = c.fsync(f).await {
-                first.get_or_insert(e);
+        assert!(c.known_absent("/full/g0"), "the directory is leased");
+        // The device fills up (another user of it); the daemons give their reserve files to
+        // their stores (decision 0060), and that fills up too but for 1 MiB, which the stores
+        // keep for the removals: under the reserve, entries are refused.
+        let fill = |name: &str, blocks: Option<u64>| {
+            let mut dd = std::process::Command::new("dd");
+            dd.args(["if=/dev/zero", "bs=64k"])
+                .arg(format!("of={}", disk.join(name).display()));
+            if let Some(n) = blocks {
+                dd.arg(format!("count={n}"));
             }
+            let _ = dd.stderr(std::process::Stdio::null()).status().unwrap();
+        };
+        // Daemon 0 gives its reserve up at its first request on a device that has run out.
+        fill("filler0", None);
+        for i in 0..40 {
+            let _ = create(&c, &format!("/z{i}"), EXCL).await;
         }
-        for f in &files {
-            let _ = c.close(f).await;
+        let df = std::process::Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(&disk)
+            .output()
+            .unwrap();
+        let avail: u64 = String::from_utf8_lossy(&df.stdout)
+            .lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap();
+        fill("filler1", Some(avail.saturating_sub(1 << 20) / (64 << 10)));
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+            let mut files = Vec::new();
+            for i in 0..10 {
+                // Answered under the lease: the create is queued (for daemon 0).
+                let f = c.open(&full_name(&c, "g", i), EXCL, 0o644, me).await;
+                files.push(f.expect("an exclusive create of a known-absent name"));
+            }
+            let mut first = None;
+            for f in &files {
+                if let Err(e) = c.fsync(f).await {
+                    first.get_or_insert(e);
+                }
+            }
+            for f in &files {
+                let _ = c.close(f).await;
+            }
+            first.map_or(Ok(()), Err)
+        })
+        .await
+        .expect("creates on a full device did not finish within 60 s");
+        assert_eq!(errno(outcome), libc::ENOSPC);
+        assert_eq!(
+            errno(create(&c, &full_name(&c, "h", 0), EXCL).await),
+            libc::ENOSPC
+        );
+        // The directory lists and empties on the full device.
+        tokio::time::timeout(std::time::Duration::from_secs(60), async {
+            for n in names(&c, "/full").await {
+                c.unlink(&format!("/full/{n}"), me).await.unwrap();
+            }
+            c.rmdir("/full", me).await.unwrap();
+        })
+        .await
+        .expect("emptying the directory did not finish within 60 s");
+        for n in 0..2 {
+            std::fs::remove_file(disk.join(format!("filler{n}"))).unwrap();
         }
-        first.map_or(Ok(()), Err)
-    })
-    .await
-    .expect("creates on a full device did not finish within 60 s");
-    assert_eq!(errno(outcome), libc::ENOSPC);
-    assert_eq!(
-        errno(create(&c, &full_name(&c, "h", 0), EXCL).await),
-        libc::ENOSPC
-    );
-    // The directory lists and empties on the full device.
-    tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        for n in names(&c, "/full").await {
-            c.unlink(&format!("/full/{n}"), me).await.unwrap();
-        }
-        c.rmdir("/full", me).await.unwrap();
-    })
-    .await
-    .expect("emptying the directory did not finish within 60 s");
-    for n in 0..2 {
-        std::fs::remove_file(disk.join(format!("filler{n}"))).unwrap();
+        c.mkdir("/again", 0o755, me).await.unwrap();
+        create(&c, "/again/x", EXCL).await.unwrap();
+        drop(cl);
     }
-    c.mkdir("/again", 0o755, me).await.unwrap();
-    create(&c, "/again/x", EXCL).await.unwrap();
-    drop(cl);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
