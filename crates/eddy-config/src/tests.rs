@@ -541,13 +541,17 @@ fn bad_backends_and_rules_are_refused_with_what_is_wrong() {
 /// must still validate there, or replication stops (it did, decision 0075).
 #[test]
 fn a_halved_rpc_deadline_with_leases_still_validates() {
+    assert!(
+        !Config::default().leases,
+        "leases are opt-in (decision 0075)"
+    );
     for rpc_timeout_ms in [10_000, 5_000, 2_500, 1_000, 1] {
         let c = Config {
             rpc_timeout_ms,
             connect_timeout_ms: rpc_timeout_ms,
+            leases: true,
             ..Config::default()
         };
-        assert!(c.leases);
         c.validate().unwrap();
     }
 }

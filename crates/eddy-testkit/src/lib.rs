@@ -120,6 +120,15 @@ pub fn test_config() -> Config {
     }
 }
 
+/// `test_config` with directory leases on (they are opt-in: decision 0075, "Off by
+/// default"), for the tests of leases.
+pub fn leased_config() -> Config {
+    Config {
+        leases: true,
+        ..test_config()
+    }
+}
+
 /// `test_config` with a namespace root other users may search and list (`root_mode` 0755),
 /// for tests where several users share one namespace; the default root is 0700, its
 /// owner's only (decision 0023).

@@ -42,7 +42,7 @@ async fn create(c: &Client, p: &str, flags: i32) -> Result<(), eddy_client::Errn
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_holders_batches_are_seen_by_another_client_at_once() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, eddy_testkit::leased_config());
     let holder = cl.client().await;
     let other = cl.client().await;
     let me = Creds::root();
@@ -112,7 +112,7 @@ async fn a_holders_batches_are_seen_by_another_client_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_clients_in_one_directory_lose_no_name_and_recall_little() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, eddy_testkit::leased_config());
     let a = cl.client().await;
     let b = cl.client().await;
     let me = Creds::root();
@@ -156,7 +156,7 @@ async fn two_clients_in_one_directory_lose_no_name_and_recall_little() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exclusive_creates_racing_the_holder_have_one_winner_each() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, eddy_testkit::leased_config());
     let holder = cl.client().await;
     let other = cl.client().await;
     let me = Creds::root();
@@ -193,7 +193,7 @@ async fn exclusive_creates_racing_the_holder_have_one_winner_each() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leases_off_is_as_before() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, eddy_testkit::leased_config());
     let c = cl.client().await;
     c.set_leases(false);
     let me = Creds::root();
@@ -246,7 +246,7 @@ mod needs_root {
         let _tmpfs = Tmpfs(disk.clone());
         let config = eddy_config::Config {
             meta_reserve_bytes: 4 * 1024 * 1024,
-            ..eddy_testkit::test_config()
+            ..eddy_testkit::leased_config()
         };
         // Daemon 0 on the small device, the others where the cluster is.
         let cl = Cluster::start_on(3, config, |i| match i {
@@ -333,7 +333,7 @@ mod needs_root {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_client_holds_a_bounded_number_of_leases_giving_back_the_oldest() {
-    let cl = Cluster::start(3);
+    let cl = Cluster::start_with(3, eddy_testkit::leased_config());
     let c = cl.client().await;
     let me = Creds::root();
     // One lease per directory made here (an archive unpacked): past the cap, the oldest

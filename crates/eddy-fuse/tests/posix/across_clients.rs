@@ -570,7 +570,7 @@ fn many_processes_of_both_kinds_in_one_shared_directory_lose_and_duplicate_nothi
 /// cools down, decision 0075; then the negative TTL applies as without leases.)
 #[test]
 fn a_negative_entry_kept_under_a_lease_is_dropped_when_another_mount_creates_the_name() {
-    let m = Mounted::start_with(3, test_config());
+    let m = Mounted::start_with(3, eddy_testkit::leased_config());
     let other = m.another_mount();
     std::fs::create_dir(m.path("d")).unwrap();
     for _ in 0..3 {
@@ -605,7 +605,7 @@ print("done", flush=True)
 /// (it got EEXIST from the lease, which still counted the name present).
 #[test]
 fn a_name_unlinked_while_open_is_free_again_for_o_excl() {
-    let config = test_config();
+    let config = eddy_testkit::leased_config();
     let m = Mounted::start_with(3, config.clone());
     let on_mount = m.path("m");
     let p = Proc::on_mount(RELOCK, &[on_mount.to_str().unwrap()], "on the mount");

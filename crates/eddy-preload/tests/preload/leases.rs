@@ -48,7 +48,10 @@ os.fsync(fd)
 
 #[test]
 fn a_holder_killed_loses_nothing_it_closed_or_synced() {
-    let p = Pre::start();
+    let p = Pre::on(eddy_testkit::Cluster::start_with(
+        3,
+        eddy_testkit::leased_config(),
+    ));
     let script = holder_script("k", "os.kill(os.getpid(), 9)");
     let out = p
         .cmd("python3")
@@ -105,7 +108,10 @@ fn a_holder_killed_loses_nothing_it_closed_or_synced() {
 
 #[test]
 fn a_holder_that_does_not_answer_is_revoked_and_the_other_request_completes() {
-    let p = Pre::start();
+    let p = Pre::on(eddy_testkit::Cluster::start_with(
+        3,
+        eddy_testkit::leased_config(),
+    ));
     let script = holder_script("h", "print('ready', flush=True)\ntime.sleep(120)");
     let mut holder = p
         .cmd("python3")
@@ -164,7 +170,10 @@ fn a_holder_that_does_not_answer_is_revoked_and_the_other_request_completes() {
 
 #[test]
 fn a_process_in_its_own_directory_sends_creates_in_batches_and_answers_lookups() {
-    let p = Pre::start();
+    let p = Pre::on(eddy_testkit::Cluster::start_with(
+        3,
+        eddy_testkit::leased_config(),
+    ));
     let before = eddy_testkit::served::served(&p.rt, &p.client);
     let script = r#"
 import os

@@ -26,7 +26,7 @@ impl Pre {
         Pre::on(Cluster::start(3))
     }
 
-    fn on(cluster: Cluster) -> Pre {
+    pub(crate) fn on(cluster: Cluster) -> Pre {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         let client = rt.block_on(cluster.client());
         Pre {
