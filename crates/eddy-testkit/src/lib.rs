@@ -33,6 +33,7 @@ pub mod raw;
 pub mod require;
 pub mod served;
 pub mod slurm;
+pub mod tmpfs;
 pub mod wire;
 pub mod workload;
 

@@ -219,31 +219,11 @@ mod needs_root {
             .unwrap_or_default()
     }
 
-    /// A tmpfs mounted for the test; unmounted when dropped.
-    struct Tmpfs(std::path::PathBuf);
-
-    impl Drop for Tmpfs {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_full_device_reaches_the_holder_and_the_directory_empties() {
-        eddy_testkit::require::root("mount a tmpfs");
         let dir = tempfile::tempdir().unwrap();
         let disk = dir.path().join("disk");
-        std::fs::create_dir_all(&disk).unwrap();
-        let mounted = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
-            .arg(&disk)
-            .status()
-            .unwrap();
-        assert!(mounted.success(), "mount a tmpfs at {}", disk.display());
-        let _tmpfs = Tmpfs(disk.clone());
+        let _tmpfs = eddy_testkit::tmpfs::Tmpfs::mount(&disk, 64 * 1024 * 1024);
         let config = eddy_config::Config {
             meta_reserve_bytes: 4 * 1024 * 1024,
             ..eddy_testkit::leased_config()

@@ -4,7 +4,7 @@
 //! can be mounted, listed, read and emptied; a failed fallocate gives back what it took and a
 //! removed file's chunks are freed, so the space comes back every time.
 
-use crate::full_device::Tmpfs;
+use eddy_testkit::tmpfs::Tmpfs;
 use eddy_testkit::{require, test_config, Cluster, ExtraMount};
 use std::path::{Path, PathBuf};
 use std::process::Command;

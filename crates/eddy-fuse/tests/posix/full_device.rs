@@ -4,41 +4,13 @@
 //! reserves real blocks on the daemons' storage, and modes it cannot honour are EOPNOTSUPP.
 
 use eddy_client::{Client, Creds};
+use eddy_testkit::tmpfs::Tmpfs;
 use eddy_testkit::{errno, Cluster, Mounted};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const MIB: u64 = 1024 * 1024;
-
-/// A tmpfs mounted for the test; unmounted when dropped.
-pub(crate) struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    pub(crate) fn mount(at: &Path, bytes: u64) -> Tmpfs {
-        std::fs::create_dir_all(at).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o"])
-            .arg(format!("size={bytes}"))
-            .arg("tmpfs")
-            .arg(at)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "cannot mount a tmpfs at {} (this test needs root): {}",
-            at.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs(at.to_owned())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 fn daemon_pid(root: &Path) -> i64 {
     let text = std::fs::read_to_string(root.join("eddyd.ready")).expect("ready file");

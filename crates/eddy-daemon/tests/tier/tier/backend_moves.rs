@@ -10,15 +10,6 @@ use super::*;
 use eddy_client::XattrSet;
 use eddy_config::{PlacementRule, BACKEND_XATTR};
 
-/// Unmounts a tmpfs at its end.
-struct Unmount(PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// The error of the stage-out result for `path`.
 fn error_of(results: &[FileResult], path: &str) -> String {
     let r = results
@@ -32,18 +23,11 @@ fn error_of(results: &[FileResult], path: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_renamed_into_another_backend_moves_there_at_the_next_write_back() {
-    eddy_testkit::require::root("mounts a tmpfs as a small backend");
     let (fast, archive, small) = (
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
+        Tmpfs::new(MIB as u64),
     );
-    run_ok(
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=1m", "eddy-move-small"])
-            .arg(small.path()),
-    );
-    let _tmpfs = Unmount(small.path().to_path_buf());
     let (pf, pa, ps) = (fast.path(), archive.path(), small.path());
     let stores = [("fast", pf), ("archive", pa), ("small", ps)];
     // In the default backend already, never read through Eddy: none of it is cached (and

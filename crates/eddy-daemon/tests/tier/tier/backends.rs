@@ -292,22 +292,9 @@ async fn rules_place_new_files_on_their_backends_and_imports_read_every_backend(
 /// backend over its quota (`capacity_bytes`) is refused before anything is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_backend_keeps_the_data_dirty_until_there_is_room() {
-    eddy_testkit::require::root("mounts a tmpfs as a small backend");
     let fast = tempfile::tempdir().unwrap();
-    let small = tempfile::tempdir().unwrap();
+    let small = Tmpfs::new(MIB as u64);
     let quota = tempfile::tempdir().unwrap();
-    run_ok(
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=1m", "eddy-small"])
-            .arg(small.path()),
-    );
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _tmpfs = Unmount(small.path().to_path_buf());
     let backends = vec![
         decl("small", "/w", small.path(), "tmpfs"),
         BackendDecl {

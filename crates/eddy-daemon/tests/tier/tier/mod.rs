@@ -11,6 +11,7 @@ use eddy_config::{Config, Link};
 use eddy_proto::TierStatus;
 use eddy_testkit::cli::{self, s};
 use eddy_testkit::gluster::GlusterVolume;
+use eddy_testkit::tmpfs::Tmpfs;
 use eddy_testkit::{test_config, Cluster, Mounted};
 use std::collections::BTreeMap;
 use std::io::Read;

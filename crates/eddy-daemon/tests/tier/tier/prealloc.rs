@@ -3,12 +3,24 @@
 //! in its data file (blocks allocated past what is written); truncate and removal give them
 //! back, a writer that jumps about gets none, and `write_prealloc_chunks = 0` turns it off.
 //! The writes go through the daemons (direct local I/O off), as a writer on another node's.
-//! Blocks and counters are asserted, never times.
+//! Blocks and counters are asserted, never times. The daemons' roots are on a tmpfs of the
+//! test's own: a device less than an eighth free gets no space ahead, so the host's disks
+//! must not decide the outcome.
 
 use super::*;
 use eddy_client::DaemonStatus;
 
 const CS: usize = 64 * KIB;
+
+/// The device the daemons' roots are on: 256 MiB, far more than an eighth free throughout.
+fn disk() -> Tmpfs {
+    Tmpfs::new(256 * 1024 * 1024)
+}
+
+/// Three daemons with their roots on `disk`.
+fn cluster(disk: &Tmpfs, config: Config) -> Cluster {
+    Cluster::start_on(3, config, |i| disk.path().join(format!("d{i}")))
+}
 
 fn config(window: u32) -> Config {
     Config {
@@ -40,7 +52,8 @@ async fn prealloc(c: &Client) -> (u64, u64) {
 /// back; written again and removed, nothing stays preallocated and the data files are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sequential_writer_gets_space_ahead_that_truncate_and_unlink_give_back() {
-    let cl = Cluster::start_with(3, config(8));
+    let disk = disk();
+    let cl = cluster(&disk, config(8));
     let c = cl.client().await;
     let me = Creds::root();
     let data = random_bytes(24 * CS);
@@ -108,7 +121,8 @@ async fn a_sequential_writer_gets_space_ahead_that_truncate_and_unlink_give_back
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_writers_and_a_window_of_0_get_no_space_ahead() {
     for window in [8, 0] {
-        let cl = Cluster::start_with(3, config(window));
+        let disk = disk();
+        let cl = cluster(&disk, config(window));
         let c = cl.client().await;
         let me = Creds::root();
         let data = random_bytes(16 * CS);
@@ -140,8 +154,9 @@ async fn random_writers_and_a_window_of_0_get_no_space_ahead() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_daemon_gives_its_preallocations_back_before_enospc() {
     let capacity = 32 * CS as u64;
-    let cl = Cluster::start_with(
-        3,
+    let disk = disk();
+    let cl = cluster(
+        &disk,
         Config {
             capacity_bytes: capacity,
             ..config(8)
