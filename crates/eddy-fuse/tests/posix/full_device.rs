@@ -8,7 +8,6 @@ use eddy_testkit::tmpfs::Tmpfs;
 use eddy_testkit::{errno, Cluster, Mounted};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const MIB: u64 = 1024 * 1024;
 
