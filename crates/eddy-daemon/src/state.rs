@@ -294,7 +294,10 @@ impl State {
     /// connection is registered on `dir`, its granter takes it back (the holder flushes what
     /// it queued and gives it back, or it is revoked after `lease_recall_timeout_ms`); then
     /// the registration is dropped here. A granter that cannot be reached has lost its
-    /// leases with its connections: the registration is dropped too.
+    /// leases with its connections: the registration is dropped too. With copies, a granter
+    /// found unreachable lately (by a recall or a copy of metadata: the down marks are the
+    /// replication's) is not asked again, and a recall waits at most half the RPC deadline,
+    /// as a copy does: the client's request must not give up on this daemon meanwhile.
     pub(crate) async fn clear_leases(self: &Arc<Self>, conn: ConnId, dir: &str) {
         while let Some(r) = self.leases.registered(dir) {
             if r.conn == conn {
@@ -312,11 +315,22 @@ impl State {
 
     /// Sends a `Recall` to the granter `daemon`.
     async fn recall_at(&self, daemon: u32, dir: &str, id: u64) -> Result<(), Errno> {
-        let peers = self.lease_peers()?;
         let req = eddy_proto::req::Recall {
             dir: dir.to_string(),
             id,
         };
+        if let Some(peers) = self.replicator().and_then(|r| r.peers(false)) {
+            if peers.is_down(daemon) {
+                return Err(Errno::eio(format!(
+                    "daemon {daemon} was found unreachable lately"
+                )));
+            }
+            return peers
+                .try_call(daemon, req)
+                .await
+                .map_err(eddy_rpc::Failure::into_errno);
+        }
+        let peers = self.lease_peers()?;
         match peers.try_call(daemon, req).await {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -329,7 +343,9 @@ impl State {
         }
     }
 
-    /// The connections to the other daemons, for recalls.
+    /// The connections to the other daemons, for recalls with one copy (with more, the
+    /// replication's are used): made from the deployment file, with the deadlines a copy
+    /// of metadata has (half the RPC deadline).
     fn lease_peers(&self) -> Result<Arc<eddy_rpc::Daemons>, Errno> {
         let mut peers = eddy_proto::sync::lock(&self.lease_peers);
         if let Some(p) = peers.as_ref() {
@@ -338,8 +354,9 @@ impl State {
         let file = self.settings.peers.as_ref().ok_or_else(|| {
             Errno::eio("the daemon was not told the other daemons (--peers or --deployment)")
         })?;
-        let dep = eddy_config::Deployment::load(file)
+        let mut dep = eddy_config::Deployment::load(file)
             .map_err(|e| Errno::eio(format!("cannot read {}: {e}", file.display())))?;
+        crate::replicate::peer_deadlines(&mut dep.config);
         let daemons = Arc::new(eddy_rpc::Daemons::new(&dep)?);
         *peers = Some(daemons.clone());
         Ok(daemons)
