@@ -255,3 +255,46 @@ fn two_copies_survive_kill_9_through_a_mount() {
     let other = m.another_mount();
     verify_mount(&other.path(""), &kept);
 }
+
+/// Directory leases with two copies (decision 0075): only the first owner of a directory's
+/// record grants a lease on it. A client that believed the first owner down asked the copy,
+/// which granted a second lease beside the first owner's: noted at every daemon, it replaced
+/// the holder's registrations without a recall, and both clients answered from their leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_first_owner_of_a_directory_grants_a_lease_on_it() {
+    let cl = Cluster::start_with(
+        3,
+        Config {
+            leases: true,
+            ..config(2)
+        },
+    );
+    let a = cl.client().await;
+    a.mkdir("/d", 0o755, Creds::root()).await.unwrap();
+    assert!(a.known_absent("/d/x"), "a lease on /d after its mkdir");
+    let owners = eddy_placement::Placement::new(vec![0, 1, 2])
+        .unwrap()
+        .owners(eddy_placement::path_hash("/d"), 2);
+    let b = cl.client().await;
+    let ask = |d: u32| {
+        let b = &b;
+        async move {
+            b.call_daemon(d, req::Lease { dir: "/d".into() })
+                .await
+                .unwrap_or_else(|e| panic!("a lease asked of daemon {d}: {}", e.errno()))
+        }
+    };
+    // Held by `a`: its granter refuses it for a while.
+    assert!(
+        matches!(ask(owners[0]).await, eddy_proto::LeaseGrant::Refused { .. }),
+        "the first owner granted a lease another client holds"
+    );
+    // Neither the copy nor the third daemon grants one.
+    for d in [0, 1, 2].into_iter().filter(|&d| d != owners[0]) {
+        match ask(d).await {
+            eddy_proto::LeaseGrant::Refused { .. } => {}
+            other => panic!("daemon {d}, not the first owner of /d, answered {other:?}"),
+        }
+    }
+    assert!(a.known_absent("/d/x"), "a still holds its lease");
+}
