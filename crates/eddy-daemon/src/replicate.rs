@@ -30,14 +30,6 @@ pub struct Replicator {
     peers: Mutex<Option<(Arc<Daemons>, Option<SystemTime>)>>,
 }
 
-/// The deadlines of a daemon's calls to its peers (copies of metadata, recalls of leases):
-/// one that cannot be reached must cost the client's request well less than the client's own
-/// deadline (it would give up on this daemon too), so half of it.
-pub(crate) fn peer_deadlines(c: &mut eddy_config::Config) {
-    c.rpc_timeout_ms = (c.rpc_timeout_ms / 2).max(1);
-    c.connect_timeout_ms = c.connect_timeout_ms.min(c.rpc_timeout_ms);
-}
-
 impl Replicator {
     /// `None` with one copy (nothing to send), or when the daemon does not know the other
     /// daemons (no --members or no deployment file: warned).
@@ -146,7 +138,11 @@ impl Replicator {
         let loaded = Deployment::load(&self.peers_file)
             .map_err(|e| e.to_string())
             .and_then(|mut dep| {
-                peer_deadlines(&mut dep.config);
+                // A copy that cannot be reached must cost the client's request well less
+                // than the client's own deadline (it would give up on this daemon too).
+                let c = &mut dep.config;
+                c.rpc_timeout_ms = (c.rpc_timeout_ms / 2).max(1);
+                c.connect_timeout_ms = c.connect_timeout_ms.min(c.rpc_timeout_ms);
                 Daemons::new(&dep).map_err(|e| e.to_string())
             });
         match loaded {
