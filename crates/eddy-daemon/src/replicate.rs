@@ -74,6 +74,12 @@ impl Replicator {
         owners.into_iter().filter(|&d| d != self.me).collect()
     }
 
+    /// The first owner of a path's record: the only daemon that grants a lease on it as a
+    /// directory (decision 0075).
+    pub fn first_owner(&self, path: &str) -> u32 {
+        self.placement.meta_owner(path)
+    }
+
     /// The deployment's daemons.
     pub fn members(&self) -> &[u32] {
         self.placement.ids()

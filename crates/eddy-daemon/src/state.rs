@@ -57,7 +57,7 @@ pub struct State {
     /// Directory leases granted here and noted here (decision 0075).
     pub(crate) leases: crate::leases::Leases,
     /// The connections to the other daemons a recall is sent over: made from the
-    /// deployment file when first needed (and again after a failure).
+    /// deployment file when first needed (and, with one copy, again after a failure).
     lease_peers: std::sync::Mutex<Option<Arc<eddy_rpc::Daemons>>>,
 }
 
@@ -294,7 +294,9 @@ impl State {
     /// connection is registered on `dir`, its granter takes it back (the holder flushes what
     /// it queued and gives it back, or it is revoked after `lease_recall_timeout_ms`); then
     /// the registration is dropped here. A granter that cannot be reached has lost its
-    /// leases with its connections: the registration is dropped too.
+    /// leases with its connections: the registration is dropped too. With copies, a granter
+    /// found unreachable lately (by a recall or a copy of metadata) is not asked again: the
+    /// client's request must not give up on this daemon meanwhile (`recall_at`).
     pub(crate) async fn clear_leases(self: &Arc<Self>, conn: ConnId, dir: &str) {
         while let Some(r) = self.leases.registered(dir) {
             if r.conn == conn {
@@ -310,9 +312,18 @@ impl State {
         }
     }
 
-    /// Sends a `Recall` to the granter `daemon`.
+    /// Sends a `Recall` to the granter `daemon`, unless it was found unreachable lately (by
+    /// a recall, or by a copy of metadata: replication's down marks). A granter that cannot
+    /// be reached is then marked down for the copies too, so that the request the recall
+    /// came before does not wait for it a second time.
     async fn recall_at(&self, daemon: u32, dir: &str, id: u64) -> Result<(), Errno> {
+        let copies = self.replicator().and_then(|r| r.peers(false));
         let peers = self.lease_peers()?;
+        if peers.is_down(daemon) || copies.as_ref().is_some_and(|c| c.is_down(daemon)) {
+            return Err(Errno::eio(format!(
+                "daemon {daemon} was found unreachable lately"
+            )));
+        }
         let req = eddy_proto::req::Recall {
             dir: dir.to_string(),
             id,
@@ -321,15 +332,26 @@ impl State {
             Ok(()) => Ok(()),
             Err(e) => {
                 if matches!(e, eddy_rpc::Failure::Unreachable(_)) {
-                    // The deployment file may have changed: read again next time.
-                    *eddy_proto::sync::lock(&self.lease_peers) = None;
+                    if let Some(c) = &copies {
+                        c.mark_down(daemon);
+                    }
+                    if self.replicator().is_none() {
+                        // The deployment file may have changed: read again next time (with
+                        // copies the down mark is kept instead, until it expires).
+                        *eddy_proto::sync::lock(&self.lease_peers) = None;
+                    }
                 }
                 Err(e.into_errno())
             }
         }
     }
 
-    /// The connections to the other daemons, for recalls.
+    /// The connections to the other daemons a recall is sent over, made from the deployment
+    /// file. A recall must cost the client's request less than the client's own deadline:
+    /// its connect timeout is at most half of it, as a copy's. Its answer may take as long as
+    /// the granter waits for the holder (`lease_recall_timeout_ms`, at most half the RPC
+    /// deadline), so it is waited for three quarters of it: a granter that answers in time is
+    /// never taken for unreachable.
     fn lease_peers(&self) -> Result<Arc<eddy_rpc::Daemons>, Errno> {
         let mut peers = eddy_proto::sync::lock(&self.lease_peers);
         if let Some(p) = peers.as_ref() {
@@ -338,8 +360,12 @@ impl State {
         let file = self.settings.peers.as_ref().ok_or_else(|| {
             Errno::eio("the daemon was not told the other daemons (--peers or --deployment)")
         })?;
-        let dep = eddy_config::Deployment::load(file)
+        let mut dep = eddy_config::Deployment::load(file)
             .map_err(|e| Errno::eio(format!("cannot read {}: {e}", file.display())))?;
+        let c = &mut dep.config;
+        let rpc = c.rpc_timeout_ms;
+        c.rpc_timeout_ms = (rpc / 4 * 3).max(1);
+        c.connect_timeout_ms = c.connect_timeout_ms.min((rpc / 2).max(1));
         let daemons = Arc::new(eddy_rpc::Daemons::new(&dep)?);
         *peers = Some(daemons.clone());
         Ok(daemons)

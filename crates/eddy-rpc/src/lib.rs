@@ -238,6 +238,14 @@ impl Daemons {
         self.down.clear(daemon);
     }
 
+    /// Notes that `daemon` was found unreachable by a call made elsewhere (only tracked with
+    /// R > 1): the calls through these connections skip it as if they had found it so.
+    pub fn mark_down(&self, daemon: u32) {
+        if self.replicas > 1 {
+            self.down.mark(daemon);
+        }
+    }
+
     /// Notes the outcome of a call for the down marks (only with R > 1).
     fn note_outcome<T>(&self, daemon: u32, r: &Result<T, Failure>) {
         if self.replicas == 1 {

@@ -51,9 +51,14 @@ impl Namespace<'_> {
 
     async fn acquire(&self, dir: &str) -> bool {
         let leases = &self.0.leases;
-        let Some(&granter) = self.rpc().meta_owners(dir).first() else {
+        // The first owner of the directory's record grants, never a copy (which would grant
+        // a second lease beside its own). Every daemon must note the lease: with one found
+        // unreachable lately (the granter or another), no lease is asked for, and nothing
+        // waits for that daemon.
+        let granter = self.rpc().placement().meta_owner(dir);
+        if self.rpc().ids().iter().any(|&d| self.rpc().is_down(d)) {
             return false;
-        };
+        }
         let req = req::Lease {
             dir: dir.to_string(),
         };
@@ -194,13 +199,15 @@ impl Namespace<'_> {
         };
         // The other daemons drop their registrations in the background (one that does not
         // answer recalls it lazily, its granter then answering at once); the granter's answer
-        // is awaited: it ends the lease, or says it was revoked.
+        // is awaited: it ends the lease, or says it was revoked. A granter found unreachable
+        // lately is not waited for (it lost the lease with the connection).
+        let granter_down = self.rpc().is_down(l.lease.daemon);
         for d in self
             .rpc()
             .ids()
             .iter()
             .copied()
-            .filter(|&d| d != l.lease.daemon)
+            .filter(|&d| d != l.lease.daemon || granter_down)
         {
             let (dir, ret) = (l.dir.clone(), ret(d));
             tokio::spawn(async move {
@@ -208,6 +215,10 @@ impl Namespace<'_> {
                     tracing::debug!(%dir, daemon = d, "lease return: {e}");
                 }
             });
+        }
+        if granter_down {
+            self.0.leases.remove(l);
+            return;
         }
         match ret(l.lease.daemon).await {
             Err(e) if e.errno == libc::ESTALE => {

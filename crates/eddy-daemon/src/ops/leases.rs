@@ -13,15 +13,29 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long a client asking a daemon that is not the first owner of the directory's record
+/// does not ask again.
+const NOT_FIRST_RETRY_MS: u64 = 10_000;
+
 /// Granted unless leases are off, the directory is under a linked prefix (its names are not
 /// all here: the backend's are imported as they are asked for), another client holds it
-/// or it cools down after a recall.
+/// or it cools down after a recall. Only the first owner of the directory's record grants:
+/// a copy answering for it while that daemon cannot be reached would grant a second lease
+/// on the directory beside the one its first owner granted.
 impl Serve for req::Lease {
     async fn serve(self, st: &Arc<State>, conn: ConnId) -> Result<LeaseGrant, Errno> {
         let dir = normalize(&self.dir, st.meta.limits())?;
         let never = LeaseGrant::Refused { retry_ms: u64::MAX };
         if !st.settings.config.leases || st.is_linked(Some(&dir)) {
             return Ok(never);
+        }
+        if st
+            .replicator()
+            .is_some_and(|r| r.first_owner(&dir) != st.settings.id)
+        {
+            return Ok(LeaseGrant::Refused {
+                retry_ms: NOT_FIRST_RETRY_MS,
+            });
         }
         Ok(st.leases.grant(&dir, conn))
     }

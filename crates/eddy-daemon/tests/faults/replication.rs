@@ -255,3 +255,97 @@ fn two_copies_survive_kill_9_through_a_mount() {
     let other = m.another_mount();
     verify_mount(&other.path(""), &kept);
 }
+
+/// Directory leases with two copies (decision 0075): only the first owner of a directory's
+/// record grants a lease on it. A client that believed the first owner down asked the copy,
+/// which granted a second lease beside the first owner's: noted at every daemon, it replaced
+/// the holder's registrations without a recall, and both clients answered from their leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_first_owner_of_a_directory_grants_a_lease_on_it() {
+    let cl = Cluster::start_with(
+        3,
+        Config {
+            leases: true,
+            ..config(2)
+        },
+    );
+    let a = cl.client().await;
+    a.mkdir("/d", 0o755, Creds::root()).await.unwrap();
+    assert!(a.known_absent("/d/x"), "a lease on /d after its mkdir");
+    let owners = eddy_placement::Placement::new(vec![0, 1, 2])
+        .unwrap()
+        .owners(eddy_placement::path_hash("/d"), 2);
+    let b = cl.client().await;
+    let ask = |d: u32| {
+        let b = &b;
+        async move {
+            b.call_daemon(d, req::Lease { dir: "/d".into() })
+                .await
+                .unwrap_or_else(|e| panic!("a lease asked of daemon {d}: {}", e.errno()))
+        }
+    };
+    // Held by `a`: its granter refuses it for a while.
+    assert!(
+        matches!(ask(owners[0]).await, eddy_proto::LeaseGrant::Refused { .. }),
+        "the first owner granted a lease another client holds"
+    );
+    // Neither the copy nor the third daemon grants one.
+    for d in [0, 1, 2].into_iter().filter(|&d| d != owners[0]) {
+        match ask(d).await {
+            eddy_proto::LeaseGrant::Refused { .. } => {}
+            other => panic!("daemon {d}, not the first owner of /d, answered {other:?}"),
+        }
+    }
+    assert!(a.known_absent("/d/x"), "a still holds its lease");
+}
+
+/// A holder that does not give its lease back is revoked when its granter stops waiting
+/// (`lease_recall_timeout_ms`, at most half the RPC deadline). The daemon that asked for the
+/// recall must not take the granter for unreachable when the answer comes then: a recall sent
+/// with a copy's deadline (half the RPC deadline) gave up at that moment, marked the granter
+/// down, and the create it came before skipped its copy to the granter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recall_answered_by_a_revocation_leaves_the_granter_its_copies() {
+    let cl = Cluster::start_with(
+        3,
+        Config {
+            leases: true,
+            ..config(2)
+        },
+    );
+    let dep = cl.dep.clone();
+    // The holder, on a runtime driven only by its own calls: it answers no recall.
+    let holder = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let a = rt.block_on(async {
+            let a = Client::connect(dep).await.expect("connect");
+            a.mkdir("/d", 0o755, Creds::root()).await.unwrap();
+            a
+        });
+        assert!(a.known_absent("/d/x"), "a lease on /d after its mkdir");
+        (rt, a)
+    })
+    .join()
+    .unwrap();
+    let placement = eddy_placement::Placement::new(vec![0, 1, 2]).unwrap();
+    let granter = placement.meta_owner("/d");
+    // A name whose first owner is another daemon and whose copy is the granter's.
+    let name = (0..)
+        .map(|i| format!("/d/x{i}"))
+        .find(|p| placement.owners(eddy_placement::path_hash(p), 2)[1] == granter)
+        .unwrap();
+    let b = cl.client().await;
+    let f = b.create(&name, 0o644, true, Creds::root()).await.unwrap();
+    b.close(&f).await.unwrap();
+    let made = b.stat(&name).await.unwrap();
+    let copy = b
+        .call_daemon(granter, req::Stat { path: name.clone() })
+        .await
+        .unwrap_or_else(|e| panic!("{name} at daemon {granter}, its copy: {}", e.errno()));
+    assert_eq!(copy.file_id, made.file_id, "{name} at its copy");
+    // A runtime is not dropped from within another.
+    std::thread::spawn(move || drop(holder)).join().unwrap();
+}

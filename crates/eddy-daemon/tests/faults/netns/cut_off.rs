@@ -598,3 +598,5 @@ fn a_daemon_cut_off_with_two_copies_costs_no_operation() {
         );
     });
 }
+
+mod leases;

@@ -1,0 +1,103 @@
+//! Directory leases (decision 0075) with two copies when the daemon that granted a lease is
+//! cut off the network: the other daemons' recalls to it must not cost a client its request.
+
+use super::*;
+
+/// With two copies, the granter of a leased directory (the first owner of its record) cut
+/// off the network while another client creates, looks up and lists names there: every
+/// operation succeeds, each within a bound. The holder's runtime is not driven (it answers
+/// no recall and never notices the cut), so each other daemon still holds its registration
+/// when the other client's first request comes: it recalls the lease from the granter,
+/// which it cannot reach, then serves the request. That recall waited the whole connect
+/// timeout over connections of its own, and the copy of the create to the granter waited
+/// again: together longer than the client's RPC deadline, which then gave up on that daemon
+/// too ("cannot reach daemon N: connect timed out").
+#[test]
+fn a_leased_directory_whose_granter_is_cut_off_costs_no_operation() {
+    use eddy_client::{Client, Creds};
+    use std::time::Duration;
+    let mut net = setup();
+    let dir = tempfile::tempdir().unwrap();
+    // The connect timeout two thirds of the RPC deadline: a recall's connect and a copy's
+    // connect, one after the other, do not fit in it.
+    let tunables = dir.path().join("tunables.toml");
+    std::fs::write(
+        &tunables,
+        "rpc_timeout_ms = 3000\nconnect_timeout_ms = 2000\nleases = true\n",
+    )
+    .unwrap();
+    let state = start_on_hosts(
+        &mut net,
+        dir.path(),
+        &["--replicas", "2", "--config", s(&tunables)],
+    );
+    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    assert_eq!(dep.config.replicas, 2);
+    assert!(dep.config.leases, "the deployment takes leases");
+    let rpc = Duration::from_millis(dep.config.rpc_timeout_ms);
+    let bound = rpc * 6 + Duration::from_secs(2);
+    let placement = eddy_rpc::Daemons::new(&dep)
+        .expect("daemons")
+        .placement()
+        .clone();
+    let granter = placement.meta_owner("/d");
+    let g = placement.ids().iter().position(|&d| d == granter).unwrap();
+    // Names in /d whose records the granter holds a copy of: their creates copy to it.
+    let names: Vec<String> = (0..)
+        .map(|i| format!("/d/x{i}"))
+        .filter(|p| {
+            placement
+                .owners(eddy_placement::path_hash(p), 2)
+                .contains(&granter)
+        })
+        .take(4)
+        .collect();
+
+    // The holder, on a runtime driven only by its own calls.
+    let holder = {
+        let dep = dep.clone();
+        in_netns(&net.client(), move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let a = rt.block_on(async {
+                let a = Client::connect(dep).await.expect("connect");
+                a.mkdir("/d", 0o755, Creds::root()).await.unwrap();
+                a
+            });
+            assert!(a.known_absent("/d/x"), "a lease on /d after its mkdir");
+            (rt, a)
+        })
+    };
+
+    ip(&["-n", &net.host(g), "link", "set", "eth0", "down"]);
+    block_on_in_netns(&net.client(), async move {
+        let me = Creds::root();
+        let b = Client::connect(dep.clone()).await.expect("connect");
+        for p in &names {
+            let f = within(bound, &format!("create {p}"), b.create(p, 0o644, true, me))
+                .await
+                .unwrap_or_else(|e| panic!("create {p} with daemon {granter} cut off: {e}"));
+            within(bound, &format!("close {p}"), b.close(&f))
+                .await
+                .unwrap_or_else(|e| panic!("close {p} with daemon {granter} cut off: {e}"));
+            within(bound, &format!("stat {p}"), b.stat(p))
+                .await
+                .unwrap_or_else(|e| panic!("stat {p} with daemon {granter} cut off: {e}"));
+        }
+        let mut listed = Vec::new();
+        let mut r = b.readdir("/d", None).unwrap();
+        while let Some(page) = within(bound, "listing /d", r.next_page())
+            .await
+            .unwrap_or_else(|e| panic!("listing /d with daemon {granter} cut off: {e}"))
+        {
+            listed.extend(page.into_iter().map(|e| format!("/d/{}", e.name)));
+        }
+        listed.sort();
+        let mut want = names.clone();
+        want.sort();
+        assert_eq!(listed, want);
+    });
+    drop(holder);
+}
