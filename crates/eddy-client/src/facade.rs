@@ -395,8 +395,9 @@ impl Client {
         self.data().advise(f, offset, len, advice).await
     }
 
-    /// Writes `data` at `offset` (at the end, reserved atomically, with O_APPEND). The data
-    /// RPCs and the size update go out together; writers never wait on each other's data.
+    /// Writes `data` at `offset` (at the end, reserved atomically, with O_APPEND). The size
+    /// update follows the data RPCs once they are acknowledged (another client that sees the
+    /// size finds the bytes); writers never wait on each other's data.
     /// The first write through a handle opened by a caller other than root clears the file's
     /// set-id bits (set-group-ID only with group execute), as POSIX allows and Linux does.
     pub async fn pwrite(&self, f: &File, offset: u64, data: &[u8]) -> Result<usize, Errno> {

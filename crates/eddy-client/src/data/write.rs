@@ -12,8 +12,9 @@ use futures::future::join_all;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 impl Data<'_> {
-    /// Writes `data` at `offset` (at the end, reserved atomically, with O_APPEND). The data
-    /// RPCs and the size update go out together; writers never wait on each other's data.
+    /// Writes `data` at `offset` (at the end, reserved atomically, with O_APPEND). The size
+    /// update follows the data RPCs once they are acknowledged (another client that sees the
+    /// size finds the bytes); writers never wait on each other's data.
     /// The first write through a handle opened by a caller other than root clears the file's
     /// set-id bits (set-group-ID only with group execute), as POSIX allows and Linux does.
     pub async fn pwrite(&self, f: &File, offset: u64, data: &[u8]) -> Result<usize, Errno> {
@@ -84,34 +85,30 @@ impl Data<'_> {
                 Ok::<(), Failure>(())
             }
         });
-        // The size this write reached goes to the owner with the data, or later in a batch
-        // (see `size`); O_APPEND reserved its range, and so the size, already.
-        let plan = if f.append() {
-            size::Plan::Wait
-        } else {
-            self.0.sizes.record(f.file_id(), &f.path(), end)
-        };
-        let grow = async {
-            match plan {
-                size::Plan::Now(size) => self.ns().send_size(f.file_id(), &f.path(), size).await,
-                size::Plan::Arm(delay) => {
-                    self.schedule_size_publication(f.file_id(), delay);
-                    Ok(())
-                }
-                size::Plan::Wait => Ok(()),
-            }
-        };
         let ns = self.ns();
         let cleared = ns.clear_setid_on_write(f, clear_setid);
-        let (results, grown, cleared, direct_done) =
-            futures::join!(join_all(writes), grow, cleared, direct_writes);
+        let (results, cleared, direct_done) =
+            futures::join!(join_all(writes), cleared, direct_writes);
         if let Err(e) = self.settle_writes(f.file_id(), &batches, results).await {
             // Some daemons may have stored their part past the size (decision 0060).
             self.note_spilled(f.file_id());
             return Err(e);
         }
         direct_done?;
-        grown?;
+        // The size this write reached goes to the owner once its data is stored, now or
+        // later in a batch (see `size`): another client that sees the size finds the bytes
+        // (a size published beside the data could be read before them, as zeros: a torn
+        // read; decision 0003). O_APPEND reserved its range, and so the size, already.
+        let plan = if f.append() {
+            size::Plan::Wait
+        } else {
+            self.0.sizes.record(f.file_id(), &f.path(), end)
+        };
+        match plan {
+            size::Plan::Now(size) => self.ns().send_size(f.file_id(), &f.path(), size).await?,
+            size::Plan::Arm(delay) => self.schedule_size_publication(f.file_id(), delay),
+            size::Plan::Wait => {}
+        }
         cleared?;
         f.raise_known(end);
         Ok(data.len())

@@ -131,7 +131,7 @@ impl Namespace<'_> {
 
     /// The parent of `p` for its placement attribute, from the directory cache or its owner;
     /// `None` if it cannot be looked up (the create then finds out why).
-    async fn parent_for_placement(&self, p: &str) -> Option<Inode> {
+    pub(crate) async fn parent_for_placement(&self, p: &str) -> Option<Inode> {
         let (parent, _) = path::split(p)?;
         if let Some(d) = self.0.dircache.get(parent) {
             return Some(d);

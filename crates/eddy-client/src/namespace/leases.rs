@@ -305,12 +305,15 @@ impl Namespace<'_> {
         if let Some(e) = self.0.leases.take_error_in(dir) {
             return Err(e);
         }
-        // The parent as checked (permission to add entries), for the placement it asks.
+        // The parent as checked (permission to add entries), for the placement it asks;
+        // unchecked (a kernel resolved it), as a create without the lease finds it: cached,
+        // else looked up. Never the configuration's placement for want of it: a file in a
+        // `hashed` directory placed `local` is written from every host as a local file.
         let parent = self.parent_dir(p, creds).await?;
         let mut inode = new_inode(FileKind::File, mode, creds, None);
         let parent = match parent {
             Some(d) => Some(d),
-            None => self.0.dircache.get(dir),
+            None => self.parent_for_placement(p).await,
         };
         self.data().place_new(parent.as_ref(), &mut inode).await;
         let owner = self.rpc().meta_owners(p).first().copied();

@@ -15,7 +15,7 @@
 use eddy_client::Client;
 use eddy_config::Config;
 use eddy_testkit::python::PYTHON;
-use eddy_testkit::{test_config, Cluster, Mounted};
+use eddy_testkit::{Cluster, Mounted};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::path::Path;
@@ -28,12 +28,13 @@ mod faults;
 /// The preload library's namespace prefix in these tests.
 const PREFIX: &str = "/eddy";
 
-/// The configuration of these tests: the kernel caches no entry or attribute on its own.
+/// The configuration of these tests: directory leases on (they are opt-in), and the kernel
+/// caches no entry or attribute on its own.
 fn strict() -> Config {
     Config {
         fuse_attr_ttl_ms: 0,
         fuse_negative_ttl_ms: 0,
-        ..test_config()
+        ..eddy_testkit::leased_config()
     }
 }
 
@@ -286,8 +287,9 @@ fn two_mounts_at_once_in_one_directory_list_each_name_once_and_lose_none() {
                         match std::fs::read(theirs.join(&seen)) {
                             Ok(data) => assert!(
                                 data.is_empty() || data == content(&seen, 64 + j),
-                                "{seen} read {} bytes through {tag}'s mount",
-                                data.len()
+                                "{seen} read {} bytes through {tag}'s mount: {:?}",
+                                data.len(),
+                                String::from_utf8_lossy(&data)
                             ),
                             Err(e) => assert_eq!(e.kind(), ErrorKind::NotFound, "{seen}: {e}"),
                         }

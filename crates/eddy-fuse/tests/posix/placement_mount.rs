@@ -2,7 +2,8 @@
 //! `user.eddy.placement` on a directory (checked: another value, or a file, is EINVAL),
 //! inherited by a new subdirectory; a file written through the mount in a `local` directory
 //! has all its chunks on one daemon of the mount's host (the three daemons share the host
-//! `localhost`: one by hash), a file elsewhere is hashed.
+//! `localhost`: one by hash), a file elsewhere is hashed. A file created under a directory
+//! lease (decision 0075) is placed as its directory asks, as one created without.
 
 use eddy_config::{Config, PlacementMode};
 use eddy_placement::home_of;
@@ -62,5 +63,50 @@ fn a_local_directory_through_the_mount() {
             let own = if d == home { 1_000_000 } else { 0 };
             assert_eq!(held, hashed + own, "daemon {d} (home {home})");
         }
+    });
+}
+
+/// A file the mount creates under its lease on a directory (made by the mount, so leased at
+/// once) is placed as the directory's `user.eddy.placement` says, not as the configuration
+/// does: the lease's create once placed it by the configuration when the directory's record
+/// was not in the directory cache, and `eddy bench suite --placement local` then wrote
+/// ior-hard's shared file (its directory `hashed`) from three hosts as a local file.
+#[test]
+fn a_file_created_under_a_lease_is_placed_as_its_directory_asks() {
+    eddy_testkit::require::programs(&["setfattr"], "attr");
+    let m = Mounted::start_with(
+        3,
+        Config {
+            placement: PlacementMode::Local,
+            placement_host: Some("localhost".into()),
+            // The directory's record is never cached: looked up for each create.
+            dir_cache_ms: 0,
+            ..eddy_testkit::leased_config()
+        },
+    );
+    m.ok("mkdir shared && setfattr -n user.eddy.placement -v hashed shared");
+    m.ok("mkdir loc");
+    for i in 0..4 {
+        m.ok(&format!("echo {i} > shared/f{i} && echo {i} > loc/f{i}"));
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = m.cluster.client().await;
+        for i in 0..4 {
+            let f = c.lookup(&format!("/shared/f{i}")).await.unwrap();
+            assert_eq!(
+                home_of(f.file_id),
+                None,
+                "shared/f{i}: placed by locality in a hashed directory"
+            );
+            let f = c.lookup(&format!("/loc/f{i}")).await.unwrap();
+            assert!(home_of(f.file_id).is_some(), "loc/f{i}: hashed");
+        }
+        // The creates went in the lease's batches (recalled by the lookups above).
+        let mut batched = 0;
+        for (_, s) in c.daemon_stats().await {
+            batched += s.unwrap().leases.batched_ops;
+        }
+        assert!(batched >= 8, "only {batched} operations went in batches");
     });
 }

@@ -3,7 +3,8 @@
 //! (`--daemon-stats`: every daemon's clients and the files it served), that every file a
 //! rank wrote alone (ior-easy's file per rank) lies on its own host's daemon, named its home
 //! in its file id, and nowhere else, while ior-hard's shared file, in the directory the suite
-//! made `user.eddy.placement = hashed`, is hashed over all three daemons.
+//! made `user.eddy.placement = hashed`, is hashed over all three daemons. The deployment runs
+//! with directory leases on (decision 0075).
 
 use super::*;
 use eddy_proto::stats::DaemonStats;
@@ -15,9 +16,15 @@ fn bench_suite_local_placement_keeps_each_ranks_files_on_its_host() {
     eddy_testkit::require::fuse();
     let dir = tempfile::tempdir().unwrap();
     let counts = dir.path().join("counts");
+    // With directory leases on (decision 0075): each mount holds the directories it made,
+    // and the ranks of the other hosts recall them.
+    let config = dir.path().join("leases.toml");
+    std::fs::write(&config, "leases = true\n").unwrap();
     let (table, v) = host_suite(
         dir.path(),
         &[
+            "--config",
+            s(&config),
             "--placement",
             "local",
             // ior-hard's shared file: 200 transfers of 47008 bytes per rank, 3 ranks,
