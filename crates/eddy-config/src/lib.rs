@@ -376,9 +376,8 @@ pub struct Config {
     /// `lease_after_creates` files in one, asks the daemon owning the directory's record for
     /// an exclusive lease on its names; it then answers lookups of names it knows absent and
     /// `O_EXCL` creates locally and sends creates and unlinks in batches. Another client's
-    /// lookup, listing or create there recalls the lease first. Default false: opt-in until
-    /// the EIO that reads of a shared file written by ranks on three hosts through their
-    /// mounts met with leases on (decision 0075, "Off by default") is understood.
+    /// lookup, listing or create there recalls the lease first. Default true (decision 0075,
+    /// "On by default"); `false` makes every name operation a request of its own.
     pub leases: bool,
     /// Leases: operations a holder queues for one daemon before it sends them as one batch
     /// (close and fsync send earlier). At most 1 024. Default 64.
@@ -475,7 +474,7 @@ impl Default for Config {
             placement_view_ms: 1_000,
             direct_io: true,
             direct_batch_bytes: 64 * 1024 * 1024,
-            leases: false,
+            leases: true,
             lease_batch_max: 64,
             lease_batch_age_ms: 5,
             lease_recall_timeout_ms: 2_000,

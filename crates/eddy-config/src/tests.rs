@@ -542,8 +542,8 @@ fn bad_backends_and_rules_are_refused_with_what_is_wrong() {
 #[test]
 fn a_halved_rpc_deadline_with_leases_still_validates() {
     assert!(
-        !Config::default().leases,
-        "leases are opt-in (decision 0075)"
+        Config::default().leases,
+        "leases are on by default (decision 0075)"
     );
     for rpc_timeout_ms in [10_000, 5_000, 2_500, 1_000, 1] {
         let c = Config {

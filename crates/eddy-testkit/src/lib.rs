@@ -121,7 +121,7 @@ pub fn test_config() -> Config {
     }
 }
 
-/// `test_config` with directory leases on (they are opt-in: decision 0075, "Off by
+/// `test_config` with directory leases on, whatever the default (on: decision 0075, "On by
 /// default"), for the tests of leases.
 pub fn leased_config() -> Config {
     Config {

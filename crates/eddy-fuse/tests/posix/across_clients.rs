@@ -28,7 +28,7 @@ mod faults;
 /// The preload library's namespace prefix in these tests.
 const PREFIX: &str = "/eddy";
 
-/// The configuration of these tests: directory leases on (they are opt-in), and the kernel
+/// The configuration of these tests: directory leases on (whatever the default), and the kernel
 /// caches no entry or attribute on its own.
 fn strict() -> Config {
     Config {
