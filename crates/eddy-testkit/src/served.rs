@@ -2,6 +2,7 @@
 //! daemon's per-request counters and the difference of two.
 
 use eddy_client::Client;
+pub use eddy_proto::stats::LeaseStats;
 use std::collections::BTreeMap;
 
 /// Requests served by all daemons so far, by op name.
@@ -32,4 +33,20 @@ pub fn diff(
             (d > 0).then(|| (k.clone(), d))
         })
         .collect()
+}
+
+/// Directory leases as every daemon counted them so far (decision 0075), summed.
+pub async fn lease_stats(c: &Client) -> LeaseStats {
+    let mut sum = LeaseStats::default();
+    for (id, s) in c.daemon_stats().await {
+        let l = s
+            .unwrap_or_else(|e| panic!("stats of daemon {id}: {e}"))
+            .leases;
+        sum.grants += l.grants;
+        sum.recalls += l.recalls;
+        sum.revocations += l.revocations;
+        sum.refused += l.refused;
+        sum.batched_ops += l.batched_ops;
+    }
+    sum
 }

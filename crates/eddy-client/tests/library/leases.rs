@@ -6,24 +6,12 @@
 //! reaches the holder as ENOSPC and the directory can be emptied after.
 
 use eddy_client::{Client, Creds};
+use eddy_testkit::served::{lease_stats, LeaseStats};
 use eddy_testkit::{errno, Cluster};
 use std::collections::BTreeSet;
 
 const CREAT: i32 = libc::O_RDWR | libc::O_CREAT;
 const EXCL: i32 = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
-
-/// The lease counters of every daemon, summed: (grants, recalls, revocations, batched ops).
-async fn lease_counts(c: &Client) -> (u64, u64, u64, u64) {
-    let mut sum = (0, 0, 0, 0);
-    for (_, s) in c.daemon_stats().await {
-        let l = s.unwrap().leases;
-        sum.0 += l.grants;
-        sum.1 += l.recalls;
-        sum.2 += l.revocations;
-        sum.3 += l.batched_ops;
-    }
-    sum
-}
 
 /// The names in `dir` as `c` lists them.
 async fn names(c: &Client, dir: &str) -> BTreeSet<String> {
@@ -70,7 +58,12 @@ async fn a_holders_batches_are_seen_by_another_client_at_once() {
     );
     assert_eq!(other.stat("/d/f199").await.unwrap().size, 0);
     assert_eq!(errno(other.stat("/d/f3").await), libc::ENOENT);
-    let (grants, recalls, _, batched) = lease_counts(&other).await;
+    let LeaseStats {
+        grants,
+        recalls,
+        batched_ops: batched,
+        ..
+    } = lease_stats(&other).await;
     assert!(
         grants >= 1 && recalls >= 1,
         "grants {grants} recalls {recalls}"
@@ -145,7 +138,7 @@ async fn two_clients_in_one_directory_lose_no_name_and_recall_little() {
         .collect();
     assert_eq!(listed, want);
     assert_eq!(names(&a, "/s").await, want);
-    let (_, recalls, _, _) = lease_counts(&a).await;
+    let LeaseStats { recalls, .. } = lease_stats(&a).await;
     // 2 × (400 creates + 200 unlinks + 57 lookups): the cool-down keeps recalls far below.
     assert!(
         recalls < 100,
@@ -202,7 +195,11 @@ async fn leases_off_is_as_before() {
         create(&c, &format!("/n/f{i}"), CREAT).await.unwrap();
     }
     assert!(!c.known_absent("/n/zzz"));
-    let (grants, _, _, batched) = lease_counts(&c).await;
+    let LeaseStats {
+        grants,
+        batched_ops: batched,
+        ..
+    } = lease_stats(&c).await;
     assert_eq!((grants, batched), (0, 0));
 }
 

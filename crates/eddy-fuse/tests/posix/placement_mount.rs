@@ -103,10 +103,7 @@ fn a_file_created_under_a_lease_is_placed_as_its_directory_asks() {
             assert!(home_of(f.file_id).is_some(), "loc/f{i}: hashed");
         }
         // The creates went in the lease's batches (recalled by the lookups above).
-        let mut batched = 0;
-        for (_, s) in c.daemon_stats().await {
-            batched += s.unwrap().leases.batched_ops;
-        }
+        let batched = eddy_testkit::served::lease_stats(&c).await.batched_ops;
         assert!(batched >= 8, "only {batched} operations went in batches");
     });
 }

@@ -5,24 +5,10 @@
 
 use crate::preload::{check, Pre};
 use eddy_client::Creds;
+use eddy_testkit::served::{lease_stats, LeaseStats};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-/// The lease counters of every daemon, summed: (grants, recalls, revocations, batched ops).
-fn lease_counts(p: &Pre) -> (u64, u64, u64, u64) {
-    p.rt.block_on(async {
-        let mut sum = (0, 0, 0, 0);
-        for (_, s) in p.client.daemon_stats().await {
-            let l = s.unwrap().leases;
-            sum.0 += l.grants;
-            sum.1 += l.recalls;
-            sum.2 += l.revocations;
-            sum.3 += l.batched_ops;
-        }
-        sum
-    })
-}
 
 /// A Python holder: makes `/eddy/<dir>`, creates empty files e0..e99 and files w0..w19 with
 /// content (each closed), and s (written and fsync'd, left open), then `then`.
@@ -65,7 +51,11 @@ fn a_holder_killed_loses_nothing_it_closed_or_synced() {
         "the holder was to kill itself: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (grants, _, _, batched) = lease_counts(&p);
+    let LeaseStats {
+        grants,
+        batched_ops: batched,
+        ..
+    } = p.rt.block_on(lease_stats(&p.client));
     assert!(
         grants >= 1 && batched >= 100,
         "grants {grants}, batched ops {batched}"
@@ -100,7 +90,10 @@ fn a_holder_killed_loses_nothing_it_closed_or_synced() {
             c.close(&f).await.unwrap();
         }
     });
-    let (grants_after, _, _, _) = lease_counts(&p);
+    let LeaseStats {
+        grants: grants_after,
+        ..
+    } = p.rt.block_on(lease_stats(&p.client));
     assert!(grants_after > grants, "a new holder took the directory");
     p.sh("rm -f /eddy/k/* && rmdir /eddy/k");
     assert!(p.rt.block_on(p.client.stat("/k")).is_err());
@@ -152,7 +145,11 @@ fn a_holder_that_does_not_answer_is_revoked_and_the_other_request_completes() {
     // Closed before the holder stopped: sent, so there.
     assert_eq!(e.unwrap(), eddy_client::FileKind::File);
     assert_eq!(nope.unwrap_err(), libc::ENOENT);
-    let (_, recalls, revocations, _) = lease_counts(&p);
+    let LeaseStats {
+        recalls,
+        revocations,
+        ..
+    } = p.rt.block_on(lease_stats(&p.client));
     assert!(
         recalls >= 1 && revocations >= 1,
         "recalls {recalls}, revocations {revocations} after {waited:?}"
