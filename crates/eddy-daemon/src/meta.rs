@@ -13,12 +13,14 @@
 
 pub mod changes;
 mod intents;
+mod lazy;
 mod links;
 mod removals;
 mod stamp;
 mod through;
 mod xattr;
 
+pub use lazy::LazyKeyspace;
 pub use links::{ESHARED, LINK_MAX};
 #[cfg(test)]
 pub use through::NoBackend;
@@ -53,8 +55,9 @@ pub struct Page<T> {
 pub struct MetaStore {
     db: Database,
     meta: Keyspace,
-    /// The backend tier's keyspace, opened here in the same journal and handed to the tier.
-    records: Keyspace,
+    /// The backend tier's keyspace, opened here in the same journal and handed to the tier
+    /// (made on its first record).
+    records: LazyKeyspace,
     /// Unfinished directory renames of paths this daemon owns (decision 0010).
     intents: intents::Intents,
     locks: StripedLocks,
@@ -95,8 +98,7 @@ impl MetaStore {
         let meta = db
             .keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)
             .map_err(|e| meta_err(e.to_string()))?;
-        let records = db
-            .keyspace(crate::tier::TIER_KEYSPACE, KeyspaceCreateOptions::default)
+        let records = LazyKeyspace::open(&db, crate::tier::TIER_KEYSPACE)
             .map_err(|e| meta_err(e.to_string()))?;
         let intents = intents::Intents::open(&db).map_err(|e| meta_err(e.to_string()))?;
         let count = meta
@@ -130,21 +132,17 @@ impl MetaStore {
         )
     }
 
-    /// The chunk map's keyspace (decision 0015): in the same journal as the metadata.
-    pub fn chunk_records(&self) -> Result<Keyspace, Errno> {
-        self.db
-            .keyspace(
-                crate::chunks::CHUNK_KEYSPACE,
-                KeyspaceCreateOptions::default,
-            )
+    /// The chunk map's keyspace (decision 0015): in the same journal as the metadata, made
+    /// on its first record.
+    pub fn chunk_records(&self) -> Result<LazyKeyspace, Errno> {
+        LazyKeyspace::open(&self.db, crate::chunks::CHUNK_KEYSPACE)
             .map_err(|e| fjall_err("chunk map", e))
     }
 
-    /// The hints keyspace (decision 0021): in the same journal as the metadata.
-    pub fn hint_records(&self) -> Result<Keyspace, Errno> {
-        self.db
-            .keyspace(crate::HINTS_KEYSPACE, KeyspaceCreateOptions::default)
-            .map_err(|e| fjall_err("hints", e))
+    /// The hints keyspace (decision 0021): in the same journal as the metadata, made on its
+    /// first record.
+    pub fn hint_records(&self) -> Result<LazyKeyspace, Errno> {
+        LazyKeyspace::open(&self.db, crate::HINTS_KEYSPACE).map_err(|e| fjall_err("hints", e))
     }
 
     /// Every metadata key held and its record, in key order, to `f` (a full resync,
@@ -160,7 +158,7 @@ impl MetaStore {
     }
 
     /// The backend tier's keyspace (shared with the chunk side of the tier).
-    pub fn tier_records(&self) -> Keyspace {
+    pub fn tier_records(&self) -> LazyKeyspace {
         self.records.clone()
     }
 
