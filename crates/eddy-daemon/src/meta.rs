@@ -33,7 +33,7 @@ use eddy_proto::path::{self, PathLimits};
 use eddy_proto::{
     DirEntry, Errno, FileKind, Inode, RemoveKind, SetAttr, SetTime, SubtreeEntry, Timespec,
 };
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, PersistMode};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,7 +54,8 @@ pub struct Page<T> {
 /// The metadata store of one daemon.
 pub struct MetaStore {
     db: Database,
-    meta: Keyspace,
+    /// The records (made on the first one: a fresh daemon holds none).
+    meta: LazyKeyspace,
     /// The backend tier's keyspace, opened here in the same journal and handed to the tier
     /// (made on its first record).
     records: LazyKeyspace,
@@ -95,9 +96,7 @@ impl MetaStore {
             ),
             e => meta_err(e.to_string()),
         })?;
-        let meta = db
-            .keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)
-            .map_err(|e| meta_err(e.to_string()))?;
+        let meta = LazyKeyspace::open(&db, META_KEYSPACE).map_err(|e| meta_err(e.to_string()))?;
         let records = LazyKeyspace::open(&db, crate::tier::TIER_KEYSPACE)
             .map_err(|e| meta_err(e.to_string()))?;
         let intents = intents::Intents::open(&db).map_err(|e| meta_err(e.to_string()))?;

@@ -3,8 +3,8 @@
 //!
 //! Creating a keyspace costs fjall a dozen synced writes (its folder, version and manifest
 //! files, and its entry in the database's own keyspace of keyspaces); a fresh daemon that
-//! made all of its keyspaces at start paid for those of the chunk map, the backend tier's
-//! records and the intents of renames, which most daemons of a short job never fill. A
+//! made all of its keyspaces at start paid for those of the metadata records, the chunk
+//! map, the backend tier's records and the intents of renames, before any request. A
 //! keyspace here that does not exist yet reads as empty; the first write creates it
 //! through `Database::keyspace` (synced before it returns, as fjall makes every keyspace),
 //! then writes into it. A keyspace that exists when the store opens is opened then, so a
@@ -78,6 +78,13 @@ impl LazyKeyspace {
         match self.existing() {
             Some(ks) => ks.contains_key(key),
             None => Ok(false),
+        }
+    }
+
+    pub fn len(&self) -> Result<usize, fjall::Error> {
+        match self.existing() {
+            Some(ks) => ks.len(),
+            None => Ok(0),
         }
     }
 
