@@ -629,6 +629,34 @@ mod tests {
     }
 
     #[test]
+    fn a_fresh_store_makes_its_keyspaces_with_their_first_records_and_finds_them_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default();
+        let made = |store: &MetaStore| {
+            let mut names: Vec<String> = store
+                .db
+                .list_keyspace_names()
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
+            names.sort();
+            names
+        };
+        {
+            let store = MetaStore::open(dir.path(), &config).unwrap();
+            assert_eq!(made(&store), Vec::<String>::new(), "none at open");
+            assert_eq!(store.entries(), 0);
+            assert!(store.stat("/f", &NoBackend).is_err());
+            store.create("/f", file(3), true, &NoBackend).unwrap();
+            assert_eq!(made(&store), vec![META_KEYSPACE.to_string()]);
+            store.persist().unwrap();
+        }
+        let store = MetaStore::open(dir.path(), &config).unwrap();
+        assert_eq!(store.entries(), 1);
+        assert_eq!(store.stat("/f", &NoBackend).unwrap().size, 3);
+    }
+
+    #[test]
     fn apply_attr_masks_mode_and_touches_ctime() {
         let now = Timespec { sec: 100, nsec: 1 };
         let attr = SetAttr {
