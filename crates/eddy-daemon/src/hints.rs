@@ -7,9 +7,9 @@
 //! A chunk hint means "make the target's chunk what this daemon holds", which for a removed
 //! file is "this chunk should not exist on the target".
 
+use crate::meta::LazyKeyspace;
 use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileId};
-use fjall::Keyspace;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -65,13 +65,13 @@ fn err(what: &str, e: fjall::Error) -> Errno {
 /// The hints of one daemon, and how many it holds per target (counted at open, kept by
 /// every insert and removal under `counts`).
 pub struct Hints {
-    records: Keyspace,
+    records: LazyKeyspace,
     counts: Mutex<BTreeMap<u32, u64>>,
 }
 
 impl Hints {
     /// Opens the keyspace and counts what it holds; hints of no known layout are dropped.
-    pub fn open(records: Keyspace) -> Result<Hints, Errno> {
+    pub fn open(records: LazyKeyspace) -> Result<Hints, Errno> {
         let mut counts = BTreeMap::new();
         let mut bad = Vec::new();
         for guard in records.iter() {
@@ -205,9 +205,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let open = |dir: &std::path::Path| {
             let db = fjall::Database::builder(dir).open().unwrap();
-            let ks = db
-                .keyspace("hints", fjall::KeyspaceCreateOptions::default)
-                .unwrap();
+            let ks = crate::meta::LazyKeyspace::open(&db, "hints").unwrap();
             (db, Hints::open(ks).unwrap())
         };
         {

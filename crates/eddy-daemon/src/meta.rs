@@ -13,12 +13,14 @@
 
 pub mod changes;
 mod intents;
+mod lazy;
 mod links;
 mod removals;
 mod stamp;
 mod through;
 mod xattr;
 
+pub use lazy::LazyKeyspace;
 pub use links::{ESHARED, LINK_MAX};
 #[cfg(test)]
 pub use through::NoBackend;
@@ -31,7 +33,7 @@ use eddy_proto::path::{self, PathLimits};
 use eddy_proto::{
     DirEntry, Errno, FileKind, Inode, RemoveKind, SetAttr, SetTime, SubtreeEntry, Timespec,
 };
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, PersistMode};
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,9 +54,11 @@ pub struct Page<T> {
 /// The metadata store of one daemon.
 pub struct MetaStore {
     db: Database,
-    meta: Keyspace,
-    /// The backend tier's keyspace, opened here in the same journal and handed to the tier.
-    records: Keyspace,
+    /// The records (made on the first one: a fresh daemon holds none).
+    meta: LazyKeyspace,
+    /// The backend tier's keyspace, opened here in the same journal and handed to the tier
+    /// (made on its first record).
+    records: LazyKeyspace,
     /// Unfinished directory renames of paths this daemon owns (decision 0010).
     intents: intents::Intents,
     locks: StripedLocks,
@@ -92,11 +96,8 @@ impl MetaStore {
             ),
             e => meta_err(e.to_string()),
         })?;
-        let meta = db
-            .keyspace(META_KEYSPACE, KeyspaceCreateOptions::default)
-            .map_err(|e| meta_err(e.to_string()))?;
-        let records = db
-            .keyspace(crate::tier::TIER_KEYSPACE, KeyspaceCreateOptions::default)
+        let meta = LazyKeyspace::open(&db, META_KEYSPACE).map_err(|e| meta_err(e.to_string()))?;
+        let records = LazyKeyspace::open(&db, crate::tier::TIER_KEYSPACE)
             .map_err(|e| meta_err(e.to_string()))?;
         let intents = intents::Intents::open(&db).map_err(|e| meta_err(e.to_string()))?;
         let count = meta
@@ -130,21 +131,17 @@ impl MetaStore {
         )
     }
 
-    /// The chunk map's keyspace (decision 0015): in the same journal as the metadata.
-    pub fn chunk_records(&self) -> Result<Keyspace, Errno> {
-        self.db
-            .keyspace(
-                crate::chunks::CHUNK_KEYSPACE,
-                KeyspaceCreateOptions::default,
-            )
+    /// The chunk map's keyspace (decision 0015): in the same journal as the metadata, made
+    /// on its first record.
+    pub fn chunk_records(&self) -> Result<LazyKeyspace, Errno> {
+        LazyKeyspace::open(&self.db, crate::chunks::CHUNK_KEYSPACE)
             .map_err(|e| fjall_err("chunk map", e))
     }
 
-    /// The hints keyspace (decision 0021): in the same journal as the metadata.
-    pub fn hint_records(&self) -> Result<Keyspace, Errno> {
-        self.db
-            .keyspace(crate::HINTS_KEYSPACE, KeyspaceCreateOptions::default)
-            .map_err(|e| fjall_err("hints", e))
+    /// The hints keyspace (decision 0021): in the same journal as the metadata, made on its
+    /// first record.
+    pub fn hint_records(&self) -> Result<LazyKeyspace, Errno> {
+        LazyKeyspace::open(&self.db, crate::HINTS_KEYSPACE).map_err(|e| fjall_err("hints", e))
     }
 
     /// Every metadata key held and its record, in key order, to `f` (a full resync,
@@ -160,7 +157,7 @@ impl MetaStore {
     }
 
     /// The backend tier's keyspace (shared with the chunk side of the tier).
-    pub fn tier_records(&self) -> Keyspace {
+    pub fn tier_records(&self) -> LazyKeyspace {
         self.records.clone()
     }
 
@@ -629,6 +626,34 @@ mod tests {
             size,
             ..Inode::new(FileKind::File, 7, 0o644, 1, 1)
         }
+    }
+
+    #[test]
+    fn a_fresh_store_makes_its_keyspaces_with_their_first_records_and_finds_them_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default();
+        let made = |store: &MetaStore| {
+            let mut names: Vec<String> = store
+                .db
+                .list_keyspace_names()
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
+            names.sort();
+            names
+        };
+        {
+            let store = MetaStore::open(dir.path(), &config).unwrap();
+            assert_eq!(made(&store), Vec::<String>::new(), "none at open");
+            assert_eq!(store.entries(), 0);
+            assert!(store.stat("/f", &NoBackend).is_err());
+            store.create("/f", file(3), true, &NoBackend).unwrap();
+            assert_eq!(made(&store), vec![META_KEYSPACE.to_string()]);
+            store.persist().unwrap();
+        }
+        let store = MetaStore::open(dir.path(), &config).unwrap();
+        assert_eq!(store.entries(), 1);
+        assert_eq!(store.stat("/f", &NoBackend).unwrap().size, 3);
     }
 
     #[test]

@@ -104,6 +104,23 @@ pub fn record_end(
         Ending::Stopped => ask_daemons(dep),
         Ending::Killed => Vec::new(),
     };
+    record_answered(state, dep, target, allocation, ending, live, say)
+}
+
+/// The daemons' answers to the request for their counters, by id.
+pub(crate) type Answers = Vec<(u32, Result<DaemonStats, String>)>;
+
+/// `record_end` with the live daemons' answers already asked for (`ask_with`): `eddy stop`
+/// asks through the client it then stops the daemons with.
+pub(crate) fn record_answered(
+    state: &StateDir,
+    dep: &Deployment,
+    target: &HistoryTarget,
+    allocation: Option<&Allocation>,
+    ending: Ending,
+    live: Answers,
+    say: Say,
+) -> Option<JobProfile> {
     let persisted = match target {
         HistoryTarget::User => read_persisted(dep, say),
         HistoryTarget::Site(_) | HistoryTarget::SiteUnavailable(_) => Vec::new(),
@@ -252,7 +269,7 @@ fn store(
 }
 
 /// Every daemon's answer to `Stats`, within the RPC deadline.
-fn ask_daemons(dep: &Deployment) -> Vec<(u32, Result<DaemonStats, String>)> {
+fn ask_daemons(dep: &Deployment) -> Answers {
     let failed = |e: String| dep.daemons.iter().map(|d| (d.id, Err(e.clone()))).collect();
     let rt = match crate::runtime() {
         Ok(rt) => rt,
@@ -262,6 +279,17 @@ fn ask_daemons(dep: &Deployment) -> Vec<(u32, Result<DaemonStats, String>)> {
         Ok(c) => c,
         Err(e) => return failed(format!("cannot connect to the daemons: {e}")),
     };
+    ask_with(&rt, &client, dep)
+}
+
+/// Every daemon's counters, asked through `client` (at once, bounded by twice the RPC
+/// deadline).
+pub(crate) fn ask_with(
+    rt: &tokio::runtime::Runtime,
+    client: &eddy_client::Client,
+    dep: &Deployment,
+) -> Answers {
+    let failed = |e: String| dep.daemons.iter().map(|d| (d.id, Err(e.clone()))).collect();
     // Each call is bounded by the RPC deadline; this bounds them all once more.
     let bound = Duration::from_millis(dep.config.rpc_timeout_ms.saturating_mul(2));
     rt.block_on(async {

@@ -73,15 +73,26 @@ pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped>
             return Err(e);
         }
     }
-    let profile = profile::record_end(
+    // One runtime and one client for both rounds, the counters and the shutdown: the
+    // connections (and their handshakes) made for the first serve the second.
+    let daemons = Daemons::connect(&dep);
+    let live = match &daemons {
+        Ok(d) => profile::ask_with(&d.rt, &d.client, &dep),
+        Err(e) => dep.daemons.iter().map(|d| (d.id, Err(e.clone()))).collect(),
+    };
+    let profile = profile::record_answered(
         state,
         &dep,
         &options.history,
         options.allocation.as_ref(),
         Ending::Stopped,
+        live,
         say,
     );
-    problems.extend(shutdown_daemons(&dep));
+    problems.extend(match daemons {
+        Ok(d) => d.shutdown(),
+        Err(e) => vec![e],
+    });
     // A daemon that acknowledged shutdown is given one RPC timeout to exit before signals.
     let grace = Duration::from_millis(dep.config.rpc_timeout_ms);
     let killed = crate::procs::stop_processes(&state.read_pids()?, grace);
@@ -259,27 +270,36 @@ pub(crate) fn unmount_all(state: &StateDir) -> Vec<String> {
     problems
 }
 
-/// Asks every daemon to stop; returns the daemons that did not acknowledge.
-fn shutdown_daemons(dep: &Deployment) -> Vec<String> {
-    let rt = match crate::runtime() {
-        Ok(rt) => rt,
-        Err(e) => return vec![format!("{e:#}")],
-    };
-    rt.block_on(async {
-        let client = match Client::new(dep.clone()) {
-            Ok(c) => c,
-            Err(e) => return vec![format!("cannot connect to the daemons to stop them: {e}")],
-        };
-        client
-            .shutdown_daemons()
-            .await
-            .into_iter()
-            .filter_map(|(id, r)| {
-                r.err()
-                    .map(|e| format!("daemon {id} did not acknowledge shutdown: {e}"))
-            })
-            .collect()
-    })
+/// The runtime and client a stop asks the daemons through.
+struct Daemons {
+    rt: Runtime,
+    client: Client,
+}
+
+impl Daemons {
+    fn connect(dep: &Deployment) -> Result<Daemons, String> {
+        let rt = crate::runtime().map_err(|e| format!("{e:#}"))?;
+        let client = Client::new(dep.clone())
+            .map_err(|e| format!("cannot connect to the daemons to stop them: {e}"))?;
+        Ok(Daemons { rt, client })
+    }
+
+    /// Asks every daemon to stop; returns the daemons that did not acknowledge. The client
+    /// goes with it: a daemon waits for its connections to close before it exits.
+    fn shutdown(self) -> Vec<String> {
+        let Daemons { rt, client } = self;
+        rt.block_on(async move {
+            client
+                .shutdown_daemons()
+                .await
+                .into_iter()
+                .filter_map(|(id, r)| {
+                    r.err()
+                        .map(|e| format!("daemon {id} did not acknowledge shutdown: {e}"))
+                })
+                .collect()
+        })
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::layout::{subdir_of, sum_path};
 use super::{ChunkStore, CHUNK_KEYSPACE};
 use eddy_proto::{FileId, Piece};
-use fjall::{Database, KeyspaceCreateOptions};
+use fjall::Database;
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -25,9 +25,7 @@ pub(super) fn open(dir: tempfile::TempDir) -> Fixture {
 
 pub(super) fn open_with(dir: tempfile::TempDir, capacity: u64) -> Fixture {
     let db = Database::builder(dir.path().join("meta")).open().unwrap();
-    let ks = db
-        .keyspace(CHUNK_KEYSPACE, KeyspaceCreateOptions::default)
-        .unwrap();
+    let ks = crate::meta::LazyKeyspace::open(&db, CHUNK_KEYSPACE).unwrap();
     let store = ChunkStore::open(&dir.path().join("chunks"), ks, CS, 1 << 20)
         .unwrap()
         .capacity(capacity);

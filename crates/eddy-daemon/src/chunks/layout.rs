@@ -19,7 +19,7 @@ pub(super) const LAYOUT: &str =
 chunk k at k * chunk_size, lengths in the store's keyspace `chunks` (decision 0015)\n";
 // The names are the clients' too: a client checks that a descriptor it was handed is the
 // data file it asked for (decision 0058).
-pub(super) use eddy_proto::fdpass::{data_subdir as subdir_of, mix, FANOUT, SUM_SUFFIX};
+pub(super) use eddy_proto::fdpass::{data_subdir as subdir_of, mix, SUM_SUFFIX};
 
 impl ChunkStore {
     pub(super) fn path_of(&self, id: FileId) -> PathBuf {
@@ -45,7 +45,7 @@ impl ChunkStore {
 }
 
 /// Whether `name` is one of the hashed subdirectories' names (`00` .. `ff`).
-fn is_subdir_name(name: &str) -> bool {
+pub(super) fn is_subdir_name(name: &str) -> bool {
     name.len() == 2 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
@@ -126,7 +126,8 @@ mod tests {
     use super::*;
     use crate::chunks::fixture::*;
     use crate::chunks::CHUNK_KEYSPACE;
-    use fjall::{Database, KeyspaceCreateOptions};
+    use eddy_proto::fdpass::FANOUT;
+    use fjall::Database;
 
     #[test]
     fn chunk_directories_and_files_are_private() {
@@ -162,6 +163,10 @@ mod tests {
         };
         let f = open(tempfile::tempdir().unwrap());
         assert_eq!(subdirs(&f), Vec::<String>::new(), "a new store makes none");
+        assert!(
+            !f.db.keyspace_exists(CHUNK_KEYSPACE),
+            "nor its chunk map's keyspace"
+        );
         // Two files of one subdirectory and one of another.
         let ids: Vec<FileId> = (1..4000u128).collect();
         let a = ids[0];
@@ -180,6 +185,10 @@ mod tests {
         let mut want = vec![subdir_of(a), subdir_of(c)];
         want.sort();
         assert_eq!(subdirs(&f), want);
+        assert!(
+            f.db.keyspace_exists(CHUNK_KEYSPACE),
+            "made by the first chunk"
+        );
         // Reopened (the start's check of the data files walks the subdirectories there are),
         // every file reads back.
         let f = reopen(f);
@@ -202,9 +211,7 @@ mod tests {
         std::fs::create_dir_all(&old).unwrap();
         std::fs::write(old.join("0"), b"old").unwrap();
         let db = Database::builder(dir.path().join("meta")).open().unwrap();
-        let ks = db
-            .keyspace(CHUNK_KEYSPACE, KeyspaceCreateOptions::default)
-            .unwrap();
+        let ks = crate::meta::LazyKeyspace::open(&db, CHUNK_KEYSPACE).unwrap();
         let Err(e) = ChunkStore::open(&dir.path().join("chunks"), ks, CS, 1 << 20) else {
             panic!("a root of the first layout was opened");
         };

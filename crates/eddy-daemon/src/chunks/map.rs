@@ -2,7 +2,7 @@
 //! keyspace `chunks` (key id ‖ k, value the length) and mirrored in memory by slot; loaded
 //! and reconciled with the data files at start; the usage counters and the capacity.
 
-use super::layout::{mix, FANOUT, SUM_SUFFIX};
+use super::layout::{is_subdir_name, mix, SUM_SUFFIX};
 use super::{lock, ChunkStore};
 use eddy_proto::{Errno, FileId, Piece};
 use std::collections::{BTreeMap, HashMap};
@@ -83,11 +83,10 @@ impl ChunkStore {
                 .remove(key)
                 .map_err(|e| Errno::eio(format!("cleaning the chunk map: {e}")))?;
         }
-        for sub in 0..FANOUT {
+        for sub in self.existing_subdirs()? {
             let sub = self.dir.join(format!("{sub:02x}"));
             let rd = match std::fs::read_dir(&sub) {
                 Ok(rd) => rd,
-                // Made by the first data file that goes into it (decision 0076).
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(Errno::from_io(&e, format!("listing {}", sub.display()))),
             };
@@ -135,6 +134,25 @@ impl ChunkStore {
             );
         }
         Ok(())
+    }
+
+    /// The subdirectories of the chunk directory that exist, in order: each is made by the
+    /// first data file that goes into it (decision 0076), so a fresh root has none. One
+    /// listing of the directory instead of a failed lookup of each absent one.
+    fn existing_subdirs(&self) -> Result<Vec<u64>, Errno> {
+        let listing_err =
+            |e: std::io::Error| Errno::from_io(&e, format!("listing {}", self.dir.display()));
+        let mut subs = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(listing_err)? {
+            let name = entry.map_err(listing_err)?.file_name();
+            let sub = name
+                .to_str()
+                .filter(|n| is_subdir_name(n))
+                .and_then(|n| u64::from_str_radix(n, 16).ok());
+            subs.extend(sub);
+        }
+        subs.sort_unstable();
+        Ok(subs)
     }
 
     /// Bytes held in chunks and their number.

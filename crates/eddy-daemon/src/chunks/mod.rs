@@ -45,12 +45,12 @@ mod scrub;
 mod sums;
 
 use crate::locks::StripedLocks;
+use crate::meta::LazyKeyspace;
 use crate::DaemonError;
 use cache::{fd_cache_capacity, Open};
 use eddy_proto::checksum;
 use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileId, Piece};
-use fjall::Keyspace;
 use io::{file_err, io_err, pread_full, pread_uninit, punch, sync_dir};
 use journal::{Change, Journal};
 use layout::{prepare_layout, subdir_of, sum_path};
@@ -74,7 +74,7 @@ pub struct ChunkStore {
     /// Largest read reply, in bytes.
     max_read: u64,
     locks: StripedLocks,
-    records: Keyspace,
+    records: LazyKeyspace,
     /// Sum of the chunks' lengths (apparent size, holes included).
     bytes: AtomicU64,
     /// Most `bytes` may reach (`capacity_bytes`; 0: no limit), and the growths refused.
@@ -115,7 +115,7 @@ impl ChunkStore {
     /// map does not know (a crash between the two). Refuses a directory of the first layout.
     pub fn open(
         dir: &Path,
-        records: Keyspace,
+        records: LazyKeyspace,
         chunk_size: u64,
         max_read: u64,
     ) -> Result<ChunkStore, DaemonError> {

@@ -13,7 +13,7 @@ use crate::advisory::ConnId;
 use bincode::Options;
 use eddy_proto::path;
 use eddy_proto::{Errno, FileId, RenameIntent};
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, PersistMode};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -57,7 +57,8 @@ impl IntentRecord {
 
 /// The intents keyspace and who holds which intent now.
 pub(crate) struct Intents {
-    records: Keyspace,
+    /// Made on the first intent.
+    records: super::LazyKeyspace,
     /// `from` → the connection completing it. Guards every read-modify-write of the records.
     holders: Mutex<HashMap<String, ConnId>>,
 }
@@ -65,7 +66,7 @@ pub(crate) struct Intents {
 impl Intents {
     pub(crate) fn open(db: &Database) -> Result<Intents, fjall::Error> {
         Ok(Intents {
-            records: db.keyspace(INTENTS_KEYSPACE, KeyspaceCreateOptions::default)?,
+            records: super::LazyKeyspace::open(db, INTENTS_KEYSPACE)?,
             holders: Mutex::new(HashMap::new()),
         })
     }

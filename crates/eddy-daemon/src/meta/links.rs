@@ -96,13 +96,14 @@ impl MetaStore {
         };
         super::changes::note(&path::identity_key(identity.file_id));
         super::changes::note(&key);
+        let meta = self.meta.made().map_err(|e| fjall_err("link", e))?;
         let mut batch = self.db.batch();
         batch.insert(
-            &self.meta,
+            meta,
             path::identity_key(identity.file_id),
             identity.to_record(),
         );
-        batch.insert(&self.meta, key, identity.to_record());
+        batch.insert(meta, key, identity.to_record());
         batch.commit().map_err(|e| fjall_err("link", e))?;
         self.entries.fetch_add(1, Ordering::Relaxed);
         Ok(identity)

@@ -37,12 +37,12 @@ mod xattrs;
 
 use crate::backend::Backend;
 use crate::chunks::ChunkStore;
+use crate::meta::LazyKeyspace;
 use eddy_config::Config;
 use eddy_placement::Placement;
 use eddy_proto::path::PathLimits;
 use eddy_proto::sync::lock;
 use eddy_proto::{Backing, Errno, FileId, FileOutcome, Piece, TierStatus};
-use fjall::Keyspace;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,7 +95,7 @@ struct Maps {
 pub struct Tier {
     backend: Arc<Backend>,
     chunk_size: u64,
-    records: Keyspace,
+    records: LazyKeyspace,
     maps: Mutex<Maps>,
     clock: AtomicU64,
     read_bytes: AtomicU64,
@@ -151,7 +151,7 @@ impl Tier {
     /// Loads the records; chunk records whose chunk file is gone (a crash between the two)
     /// are dropped.
     pub fn open(
-        records: Keyspace,
+        records: LazyKeyspace,
         backend: Arc<Backend>,
         config: &Config,
         root: &Path,

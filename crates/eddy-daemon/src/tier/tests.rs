@@ -3,7 +3,7 @@
 
 use super::*;
 use eddy_config::Link;
-use fjall::{Database, KeyspaceCreateOptions};
+use fjall::Database;
 use std::sync::atomic::AtomicBool;
 
 const CS: u64 = 4096;
@@ -47,15 +47,8 @@ fn fixture_in(dir: tempfile::TempDir, capacity: u64, chunk_size: u64) -> Fixture
 
 fn open(root: &Path, config: &Config) -> (Database, ChunkStore, Tier) {
     let db = Database::builder(root.join("meta")).open().unwrap();
-    let ks = db
-        .keyspace(TIER_KEYSPACE, KeyspaceCreateOptions::default)
-        .unwrap();
-    let cks = db
-        .keyspace(
-            crate::chunks::CHUNK_KEYSPACE,
-            KeyspaceCreateOptions::default,
-        )
-        .unwrap();
+    let ks = crate::meta::LazyKeyspace::open(&db, TIER_KEYSPACE).unwrap();
+    let cks = crate::meta::LazyKeyspace::open(&db, crate::chunks::CHUNK_KEYSPACE).unwrap();
     let chunks = ChunkStore::open(&root.join("chunks"), cks, config.chunk_size, 1 << 20).unwrap();
     let tier = Tier::open(ks, Backend::new(config), config, root, &chunks).unwrap();
     (db, chunks, tier)
