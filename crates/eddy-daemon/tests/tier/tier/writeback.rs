@@ -83,24 +83,29 @@ struct Model {
 }
 
 impl Model {
+    /// `data` written at `off`: a new version of every chunk it touches (a write of many
+    /// chunks, such as big.bin's before the writer starts, makes one of each).
     fn put(&mut self, path: &str, off: usize, data: &[u8]) {
         let f = self.files.entry(path.to_string()).or_default();
         if f.len() < off + data.len() {
             f.resize(off + data.len(), 0);
         }
         f[off..off + data.len()].copy_from_slice(data);
-        let k = off / CHUNK;
-        let chunk = f[k * CHUNK..(f.len()).min((k + 1) * CHUNK)].to_vec();
-        self.versions
-            .entry((path.to_string(), k))
-            .or_default()
-            .push(chunk);
+        let last = (off + data.len().max(1) - 1) / CHUNK;
+        for k in off / CHUNK..=last {
+            let chunk = f[k * CHUNK..(f.len()).min((k + 1) * CHUNK)].to_vec();
+            self.versions
+                .entry((path.to_string(), k))
+                .or_default()
+                .push(chunk);
+        }
     }
 }
 
-/// Keeps writing until `stop`: rewrites the 4 chunks of /out/rewrite.bin and appends chunks
-/// to /out/grow.bin, both kept open across the passes, and now and then creates a new file
-/// /out/new-N.bin (whole). Every chunk write carries fresh random bytes.
+/// Keeps writing until `stop`: rewrites the chunks of /out/big.bin (all but the last) twice
+/// each, rewrites the 4 chunks of /out/rewrite.bin and appends chunks to /out/grow.bin, all
+/// kept open across the passes, and now and then creates a new file /out/new-N.bin (whole);
+/// after `stop`, rewrites big.bin's last chunk. Every chunk write carries fresh random bytes.
 async fn writer(c: Client, big: Vec<u8>, go: Arc<AtomicBool>, stop: Arc<AtomicBool>) -> Model {
     let mut m = Model::default();
     m.put("/out/big.bin", 0, &big);
@@ -124,10 +129,10 @@ async fn writer(c: Client, big: Vec<u8>, go: Arc<AtomicBool>, stop: Arc<AtomicBo
     let (mut i, mut appended) = (0usize, 0usize);
     let mut next_big = 0usize;
     while !stop.load(Ordering::SeqCst) {
-        // Each chunk of big.bin twice more, in order, then never again: a second write that
-        // comes after a pass read the chunk and before it marked it clean must leave it
-        // dirty, since no later write would.
-        if next_big * CHUNK < big.len() {
+        // Each chunk of big.bin but the last twice more, in order, then never again: a second
+        // write that comes after a pass read the chunk and before it marked it clean must
+        // leave it dirty, since no later write would.
+        if (next_big + 1) * CHUNK < big.len() {
             for _ in 0..2 {
                 let data = random_bytes(CHUNK);
                 c.pwrite(&big_file, (next_big * CHUNK) as u64, &data)
@@ -153,12 +158,19 @@ async fn writer(c: Client, big: Vec<u8>, go: Arc<AtomicBool>, stop: Arc<AtomicBo
             let path = format!("/out/new-{i}.bin");
             let data = random_bytes(CHUNK * 2 + 100);
             write_all(&c, &path, &data, false).await;
-            m.put(&path, 0, &data[..CHUNK]);
-            m.put(&path, CHUNK, &data[CHUNK..2 * CHUNK]);
-            m.put(&path, 2 * CHUNK, &data[2 * CHUNK..]);
+            m.put(&path, 0, &data);
         }
         i += 1;
     }
+    // A job that writes past its predicted end: once `eddy writeback` has ended, big.bin's
+    // last chunk once more, whose backend copy is then still the one written before the
+    // writer started (as for any chunk the writer had not reached, or rewrote, under load).
+    let last = (big.len() - 1) / CHUNK;
+    let data = random_bytes(big.len() - last * CHUNK);
+    c.pwrite(&big_file, (last * CHUNK) as u64, &data)
+        .await
+        .unwrap();
+    m.put("/out/big.bin", last * CHUNK, &data);
     c.close(&big_file).await.unwrap();
     c.close(&grow).await.unwrap();
     c.close(&rewrite).await.unwrap();
