@@ -65,6 +65,19 @@ pub(crate) struct LeaseState {
     pub timer: bool,
     /// Being given back: nothing more is queued, the give-back runs once.
     pub returning: bool,
+    /// Until when names known absent are answered here: `Leases::valid_for` after this
+    /// client last heard from the granter (its registration's answer, each answer of the
+    /// long poll). Past it, with the granter perhaps cut off, another daemon may have given
+    /// up on the granter and dropped the registration (decision 0075, *Replication*).
+    pub fresh_until: Option<Instant>,
+}
+
+impl LeaseState {
+    /// Whether names known absent are answered from the lease now: active, and the granter
+    /// heard from within `Leases::valid_for`.
+    pub fn answers(&self) -> bool {
+        self.active && self.fresh_until.is_some_and(|t| Instant::now() < t)
+    }
 }
 
 impl DirLease {
@@ -75,7 +88,7 @@ impl DirLease {
     /// Whether `name` is known absent now.
     pub fn knows_absent(&self, name: &str) -> bool {
         let st = self.state();
-        st.active && !st.present.contains(name)
+        st.answers() && !st.present.contains(name)
     }
 
     /// The operations queued, taken for sending.
@@ -95,6 +108,11 @@ pub(crate) struct Leases {
     pub after_creates: u32,
     pub batch_max: usize,
     pub batch_age: Duration,
+    /// How long the long poll at a granter waits at most (`Config::lease_poll_cap`).
+    pub poll_cap: Duration,
+    /// How long a lease answers names known absent after the granter was last heard from
+    /// (`Config::lease_valid_for`).
+    pub valid_for: Duration,
     held: RwLock<HashMap<String, Arc<DirLease>>>,
     /// Creates made per directory without a lease, and directories not to ask for one
     /// before a time (refused).
@@ -116,6 +134,8 @@ impl Leases {
             after_creates: cfg.lease_after_creates,
             batch_max: cfg.lease_batch_max.clamp(1, 1024) as usize,
             batch_age: Duration::from_millis(cfg.lease_batch_age_ms),
+            poll_cap: cfg.lease_poll_cap(),
+            valid_for: cfg.lease_valid_for(),
             held: Default::default(),
             counted: Default::default(),
             refused: Default::default(),

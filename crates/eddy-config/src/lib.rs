@@ -659,6 +659,28 @@ impl Config {
         std::time::Duration::from_millis(ms)
     }
 
+    /// How long the long poll of a lease holder at its granter waits at most (`LeaseWait`,
+    /// decision 0075): a quarter of the RPC deadline.
+    pub fn lease_poll_cap(&self) -> std::time::Duration {
+        std::time::Duration::from_millis((self.rpc_timeout_ms / 4).max(1))
+    }
+
+    /// How long a holder answers names known absent from a lease after it last heard from
+    /// the granter (decision 0075, *Replication*): the poll's cap and an eighth of the RPC
+    /// deadline for the poll's round trip, 3/8 of it.
+    pub fn lease_valid_for(&self) -> std::time::Duration {
+        std::time::Duration::from_millis((self.rpc_timeout_ms / 8 * 3).max(2))
+    }
+
+    /// How long a daemon that found a lease's granter unreachable waits before it drops the
+    /// registration and serves another client (decision 0075, *Replication*): the holder's
+    /// `lease_valid_for` and a sixteenth of the RPC deadline for clocks and packets in
+    /// flight, 7/16 of it. With the recall's connect (at most half the deadline) it fits in
+    /// the other client's RPC deadline.
+    pub fn lease_fence(&self) -> std::time::Duration {
+        std::time::Duration::from_millis((self.rpc_timeout_ms / 16 * 7).max(3))
+    }
+
     /// The link covering the normalised namespace path `path`, if any.
     pub fn link_for(&self, path: &str) -> Option<&Link> {
         self.links.iter().find(|l| l.covers(path))

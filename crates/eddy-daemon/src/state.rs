@@ -294,7 +294,9 @@ impl State {
     /// connection is registered on `dir`, its granter takes it back (the holder flushes what
     /// it queued and gives it back, or it is revoked after `lease_recall_timeout_ms`); then
     /// the registration is dropped here. A granter that cannot be reached has lost its
-    /// leases with its connections: the registration is dropped too. With copies, a granter
+    /// leases with its connections: the registration is dropped too, once the holder has
+    /// stopped answering from the lease for want of news from it (`Config::lease_fence`,
+    /// decision 0075, *Replication*). With copies, a granter
     /// found unreachable lately (by a recall or a copy of metadata) is not asked again: the
     /// client's request must not give up on this daemon meanwhile (`recall_at`).
     pub(crate) async fn clear_leases(self: &Arc<Self>, conn: ConnId, dir: &str) {
@@ -306,7 +308,18 @@ impl State {
             if granter == self.settings.id {
                 self.leases.recall(dir, r.lease.id).await;
             } else if let Err(e) = self.recall_at(granter, dir, r.lease.id).await {
-                tracing::warn!(dir, granter, "cannot recall a lease from its granter: {e}");
+                // The holder may still answer from the lease until `lease_valid_for` after
+                // it last heard from the granter, which was before the granter became
+                // unreachable, so before now: the registration goes once that has passed
+                // for certain (`lease_fence`, measured here from now, on this host's clock).
+                let fence = self.settings.config.lease_fence();
+                tracing::warn!(
+                    dir,
+                    granter,
+                    "cannot recall a lease from its granter ({e}): its holder has stopped \
+                     answering from it in {fence:?}"
+                );
+                tokio::time::sleep(fence).await;
             }
             self.leases.unregister(dir, r.lease);
         }

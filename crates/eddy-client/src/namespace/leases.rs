@@ -89,16 +89,26 @@ impl Namespace<'_> {
         // are noted as present.
         leases.insert(Arc::clone(&l));
         self.watch_granter(granter);
+        // The granter's note answers: the granter is heard from then (the lease's freshness).
+        let noted = Mutex::new(None);
         let notes = futures::future::join_all(self.rpc().ids().iter().map(|&d| {
             let req = req::LeaseNote {
                 dir: dir.to_string(),
                 lease: l.lease,
             };
-            async move { self.rpc().call(d, req).await }
+            let noted = &noted;
+            async move {
+                let n = self.rpc().call(d, req).await;
+                if d == granter && n.is_ok() {
+                    *eddy_proto::sync::lock(noted) = Some(Instant::now());
+                }
+                n
+            }
         }))
         .await;
+        let heard = eddy_proto::sync::lock(&noted).take();
         let mut names = HashSet::new();
-        let mut complete = true;
+        let mut complete = heard.is_some();
         for n in notes {
             match n {
                 Ok(n) if n.complete && n.names.len() <= LEASE_NAMES_MAX => names.extend(n.names),
@@ -120,6 +130,7 @@ impl Namespace<'_> {
         }
         st.present.extend(names);
         st.active = true;
+        st.fresh_until = heard.map(|t| t + leases.valid_for);
         true
     }
 
@@ -137,7 +148,7 @@ impl Namespace<'_> {
     /// connection: they are given back too (what can still be flushed is).
     async fn watch(&self, granter: u32) {
         let leases = &self.0.leases;
-        let wait_ms = u32::try_from(self.config().rpc_timeout_ms / 2).unwrap_or(u32::MAX);
+        let wait_ms = u32::try_from(leases.poll_cap.as_millis()).unwrap_or(u32::MAX);
         loop {
             if leases.of_granter(granter).is_empty() {
                 eddy_proto::sync::lock(&leases.watching).remove(&granter);
@@ -151,7 +162,18 @@ impl Namespace<'_> {
             let recalled = self.rpc().call(granter, req::LeaseWait { wait_ms }).await;
             let held = leases.of_granter(granter);
             let ids: Vec<u64> = match recalled {
-                Ok(ids) => ids,
+                Ok(ids) => {
+                    // Heard from the granter: its leases answer for `valid_for` more (those
+                    // noted at every daemon; the others become so with their notes).
+                    let until = Instant::now() + leases.valid_for;
+                    for l in &held {
+                        let mut st = l.state();
+                        if st.fresh_until.is_some() {
+                            st.fresh_until = Some(until);
+                        }
+                    }
+                    ids
+                }
                 Err(e) => {
                     tracing::debug!(granter, "lease poll failed, its leases are given back: {e}");
                     held.iter().map(|l| l.lease.id).collect()
@@ -258,9 +280,14 @@ impl Namespace<'_> {
         if !st.active {
             return None;
         }
+        // This client's own creates, queued or not, are answered as it made them; a name
+        // known absent only while the granter was heard from lately.
         if let Some(i) = st.created.get(name) {
             let epoch = self.0.sizes.epoch();
             return Some(Ok(self.merge_pending(i.clone(), epoch).0));
+        }
+        if !st.answers() {
+            return None;
         }
         if !st.present.contains(name) {
             return Some(Err(Errno::new(
@@ -290,9 +317,22 @@ impl Namespace<'_> {
         let Some(l) = self.0.leases.get(dir) else {
             return Ok(None);
         };
-        {
+        let stale = {
             let st = l.state();
             if !st.active {
+                return Ok(None);
+            }
+            !st.answers()
+        };
+        if stale {
+            // The granter not heard from lately: as without, after what is queued here (the
+            // daemons must know this client's creates before it asks them).
+            self.flush_lease(&l).await;
+            return Ok(None);
+        }
+        {
+            let st = l.state();
+            if !st.answers() {
                 return Ok(None);
             }
             if st.present.contains(name) {
@@ -323,7 +363,7 @@ impl Namespace<'_> {
         let full = {
             let mut st = l.state();
             // Recalled meanwhile, or made by another call of this client: as without.
-            if !st.active || st.present.contains(name) {
+            if !st.answers() || st.present.contains(name) {
                 return Ok(None);
             }
             st.present.insert(name.to_string());
@@ -357,7 +397,7 @@ impl Namespace<'_> {
         let queued = {
             let mut st = l.state();
             let clean = st.created.get(name).is_some_and(|i| {
-                st.active
+                st.answers()
                     && i.size == 0
                     && !self.0.sizes.written(i.file_id)
                     && !self.0.held.is_open(p)

@@ -101,3 +101,103 @@ fn a_leased_directory_whose_granter_is_cut_off_costs_no_operation() {
     });
     drop(holder);
 }
+
+/// The holder of a lease whose granter is cut off the network, its runtime driven (its long
+/// poll at the granter runs), while another client creates a name in the directory at a
+/// daemon that cannot reach the granter either: once that create has succeeded, the holder
+/// sees the name (a lookup finds it, an exclusive create of it is EEXIST). Before, the
+/// daemon dropped the holder's registration as soon as its recall to the granter failed and
+/// served the create, while the holder answered from its lease until its long poll at the
+/// granter failed (up to the RPC deadline after the cut): ENOENT for the new name, and an
+/// exclusive create of it accepted (its batch later refused, EIO at its close).
+#[test]
+fn a_holder_cut_off_from_its_granter_stops_answering_before_another_client_is_served() {
+    use eddy_client::{Client, Creds};
+    use std::time::Duration;
+    let mut net = setup();
+    let dir = tempfile::tempdir().unwrap();
+    // The default RPC deadline; a short connect timeout, so that the other client's create
+    // ends well before the holder's long poll at the granter could have failed.
+    let tunables = dir.path().join("tunables.toml");
+    std::fs::write(&tunables, "connect_timeout_ms = 1000\nleases = true\n").unwrap();
+    let state = start_on_hosts(
+        &mut net,
+        dir.path(),
+        &["--replicas", "2", "--config", s(&tunables)],
+    );
+    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    assert!(dep.config.leases, "the deployment takes leases");
+    let rpc = Duration::from_millis(dep.config.rpc_timeout_ms);
+    let bound = rpc * 6 + Duration::from_secs(2);
+    let placement = eddy_rpc::Daemons::new(&dep)
+        .expect("daemons")
+        .placement()
+        .clone();
+    let granter = placement.meta_owner("/d");
+    let g = placement.ids().iter().position(|&d| d == granter).unwrap();
+    // A name in /d whose records the granter holds no copy of: its create and lookups never
+    // wait for the granter themselves.
+    let name = (0..)
+        .map(|i| format!("/d/y{i}"))
+        .find(|p| {
+            !placement
+                .owners(eddy_placement::path_hash(p), 2)
+                .contains(&granter)
+        })
+        .unwrap();
+
+    // The holder, on a runtime of its own whose workers drive it (in the client's namespace).
+    let (rt, a) = {
+        let dep = dep.clone();
+        let name = name.clone();
+        in_netns(&net.client(), move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let a = rt.block_on(async {
+                let a = Client::connect(dep).await.expect("connect");
+                a.mkdir("/d", 0o755, Creds::root()).await.unwrap();
+                a
+            });
+            assert!(a.known_absent(&name), "a lease on /d after its mkdir");
+            (rt, a)
+        })
+    };
+
+    ip(&["-n", &net.host(g), "link", "set", "eth0", "down"]);
+    let name = block_on_in_netns(&net.client(), async move {
+        let b = Client::connect(dep).await.expect("connect");
+        let f = within(bound, "create", b.create(&name, 0o644, true, Creds::root()))
+            .await
+            .unwrap_or_else(|e| panic!("create {name} with daemon {granter} cut off: {e}"));
+        within(bound, "close", b.close(&f))
+            .await
+            .unwrap_or_else(|e| panic!("close {name} with daemon {granter} cut off: {e}"));
+        name
+    });
+    // At once, on the holder's own runtime.
+    let (rt, a) = in_netns(&net.client(), move || {
+        rt.block_on(async {
+            let found = within(bound, "stat", a.stat(&name)).await;
+            assert!(
+                found.is_ok(),
+                "the holder does not see {name}, created by another client: {:?}",
+                found.err()
+            );
+            let again = within(bound, "create", a.create(&name, 0o644, true, Creds::root())).await;
+            match again {
+                Err(e) => assert_eq!(e.errno, libc::EEXIST, "O_EXCL create of {name}: {e}"),
+                Ok(_) => panic!("the holder created {name} exclusively, another client made it"),
+            }
+            assert!(
+                !a.known_absent(&name),
+                "the holder still answers {name} absent from its lease"
+            );
+        });
+        (rt, a)
+    });
+    drop(a);
+    rt.shutdown_timeout(Duration::from_secs(1));
+}
