@@ -389,7 +389,8 @@ pub struct Config {
     /// holder to give the lease back when another client needs the directory; then it
     /// revokes the lease (the holder's unsent operations there fail with EIO on its side).
     /// At most half of `rpc_timeout_ms` is used (a recall waits inside another client's
-    /// request). Default 2 000.
+    /// request), and at least `lease_fence` (7/16 of `rpc_timeout_ms`: a holder cut off the
+    /// network answers from its lease until then). Default 2 000.
     pub lease_recall_timeout_ms: u64,
     /// Leases: after a recall, the directory is not leased again for this long, in
     /// milliseconds; each further recall within 8 times that doubles it, up to 64 times it:

@@ -118,10 +118,15 @@ pub(crate) enum Recalled {
 impl Leases {
     pub fn new(cfg: &eddy_config::Config, instance: u64) -> Leases {
         Leases {
-            // Within the request that waits for it: at most half the RPC deadline.
+            // Within the request that waits for it: at most half the RPC deadline. Never
+            // before the holder must have stopped answering from the lease: its last word
+            // from here was sent at the latest when the recall woke its poll, and it answers
+            // at most `lease_valid_for` after that; `lease_fence` adds the margin for packets
+            // in flight and clock rates (decision 0075, *Replication*).
             recall_timeout: Duration::from_millis(
                 cfg.lease_recall_timeout_ms.min(cfg.rpc_timeout_ms / 2),
-            ),
+            )
+            .max(cfg.lease_fence()),
             cooldown: Duration::from_millis(cfg.lease_cooldown_ms),
             // Unique per process: a restarted granter never reuses an id of its previous life.
             next_id: AtomicU64::new((instance & 0xffff_ffff) << 32 | 1),
@@ -203,7 +208,8 @@ impl Leases {
 
     /// Takes lease `id` on `dir` back for another client: marks it recalled (its holder's
     /// long poll answers), starts the directory's cool-down and waits for the holder to give
-    /// it back, at most `lease_recall_timeout_ms`; then revokes it.
+    /// it back, at most `lease_recall_timeout_ms` (and at least `lease_fence`); then revokes
+    /// it.
     pub async fn recall(&self, dir: &str, id: u64) -> Recalled {
         let mut ended = self.ended.subscribe();
         {
@@ -381,3 +387,6 @@ fn stale(dir: &str) -> Errno {
         format!("the lease on {dir} is no longer held (given back or revoked)"),
     )
 }
+
+#[cfg(test)]
+mod tests;
