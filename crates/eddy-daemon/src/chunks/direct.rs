@@ -330,8 +330,24 @@ impl ChunkStore {
                 }
             }
         }
-        if self.block.is_some() && sums {
-            self.resum(&f, &Change::whole(id))?;
+        if let (Some(block), true) = (self.block, sums) {
+            // Chunk by chunk, each under its lock: the daemon serves meanwhile, and its own
+            // writes of the file (another client's, decision 0043's local files written
+            // from several hosts) store their blocks' checksums under the same locks. One
+            // pass over the whole file without them read a block, let such a write store
+            // its checksum, then stored the block's old one over it: once the file's mark
+            // was gone, the block read as damage.
+            let len = f.data.metadata().map_err(|e| io_err(&e, id, 0))?.len();
+            let per_chunk = cs / block;
+            for k in 0..len.div_ceil(cs) {
+                let _guard = self.lock(id, k);
+                let change = Change {
+                    id,
+                    first: k * per_chunk,
+                    blocks: per_chunk,
+                };
+                self.resum(&f, &change, false)?;
+            }
             if let Some(sf) = &f.sums {
                 sf.sync_data()
                     .map_err(|e| Errno::from_io(&e, format!("checksums of file {id:032x}")))?;
@@ -505,5 +521,46 @@ mod tests {
         flip(&data_file(&f, 3), 1500);
         let e = f.store.read(3, &[p(0, 1024, 1024)]).unwrap_err();
         assert!(e.msg.contains("checksum mismatch"), "{e}");
+    }
+
+    /// The checksumming of a whole file after its passthrough writes (`adopt_checksums`)
+    /// while the daemon writes parts of blocks of it for another client: no checksum the
+    /// daemon stored meanwhile may be overwritten with that of the block before the write,
+    /// so every block reads once the file's mark is gone.
+    #[test]
+    fn a_files_adoption_never_undoes_the_daemons_writes_meanwhile() {
+        let f = with_blocks(open(tempfile::tempdir().unwrap()));
+        let chunks = 512u64;
+        let (data, _) = f.store.direct_open(4, true).unwrap();
+        data.write_all_at(&vec![1u8; (chunks * CS) as usize], 0)
+            .unwrap();
+        f.store.adopt_chunks(4).unwrap();
+        f.store.adopt_checksums(4).unwrap();
+        f.store.direct_close(4, false).unwrap();
+        let mut want = vec![1u8; (chunks * CS) as usize];
+        for round in 0..20u8 {
+            f.store.adopt_chunks(4).unwrap();
+            std::thread::scope(|s| {
+                let adoption = s.spawn(|| f.store.adopt_checksums(4).unwrap());
+                // Parts of blocks, from the file's end backwards (the adoption goes forwards).
+                for k in (0..chunks).rev() {
+                    let at = 100 + u32::from(round);
+                    f.store
+                        .write(4, &[p(k, at, 700)], &[round + 2; 700])
+                        .unwrap();
+                    let from = (k * CS) as usize + at as usize;
+                    want[from..from + 700].fill(round + 2);
+                }
+                adoption.join().unwrap();
+            });
+            assert!(!f.store.is_direct(4));
+            for k in 0..chunks {
+                let got = f
+                    .store
+                    .read(4, &[p(k, 0, CS as u32)])
+                    .unwrap_or_else(|e| panic!("round {round}, chunk {k}: {e}"));
+                assert!(got[..] == want[(k * CS) as usize..((k + 1) * CS) as usize]);
+            }
+        }
     }
 }

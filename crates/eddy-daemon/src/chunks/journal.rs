@@ -195,7 +195,7 @@ impl ChunkStore {
         let slot = self.journal.begin(&c)?;
         let out = op();
         if out.is_err() {
-            if let Err(e) = self.resum(f, &c) {
+            if let Err(e) = self.resum(f, &c, true) {
                 tracing::warn!(
                     "cannot checksum again blocks {}..{} of file {:032x} after a failed \
                      change: {e}",
@@ -211,8 +211,11 @@ impl ChunkStore {
     }
 
     /// Computes again, from the data file, the checksums of the blocks of `c` that lie in
-    /// it; the checksums of blocks past its end are cut from the sum file.
-    pub(super) fn resum(&self, f: &Open, c: &Change) -> Result<(), Errno> {
+    /// it; with `trim`, the checksums of blocks past its end are cut from the sum file. No
+    /// lock is taken: the caller keeps writers of those blocks out (the daemon is not
+    /// serving yet, or it holds their chunks' locks), or else a checksum a writer stores
+    /// between this read and this store is overwritten with that of the block before.
+    pub(super) fn resum(&self, f: &Open, c: &Change, trim: bool) -> Result<(), Errno> {
         let (Some(block), Some(sf)) = (self.block, &f.sums) else {
             return Ok(());
         };
@@ -251,7 +254,7 @@ impl ChunkStore {
             .metadata()
             .map_err(|e| Errno::from_io(&e, ctx("checksums")))?
             .len();
-        if c.first.saturating_add(c.blocks) > in_data && sum_len > in_data * SUM_BYTES {
+        if trim && c.first.saturating_add(c.blocks) > in_data && sum_len > in_data * SUM_BYTES {
             sf.set_len(in_data * SUM_BYTES)
                 .map_err(|e| Errno::from_io(&e, ctx("checksums")))?;
         }
@@ -296,7 +299,7 @@ impl ChunkStore {
                     sums: Some(open_sums(&path, *id)?),
                 };
                 for c in changes {
-                    self.resum(&f, c)?;
+                    self.resum(&f, c, true)?;
                     blocks += c.blocks;
                 }
                 if let Some(sf) = &f.sums {

@@ -446,3 +446,104 @@ async fn with_two_copies_the_local_copy_is_direct_and_the_other_goes_by_rpc() {
     let far = remote_client(&cl).await;
     assert_eq!(read_all(&far, "/two").await, data);
 }
+
+/// One file of `local` placement (decision 0043: every chunk on a daemon of the creating
+/// host) written at once, at unaligned offsets, by clients of that host, which write its data
+/// files directly, and by clients elsewhere, whose writes the daemons make (ior-hard's
+/// pattern: records of 47008 bytes, record r written by writer r mod W, so every 64 KiB block
+/// gets bytes of several writers). No write, no read and no daemon may take any of it for
+/// damage, and every byte reads back as the one writer of its record wrote it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn a_local_file_written_at_once_directly_and_through_the_daemons_never_reads_eio() {
+    const RECORD: usize = 47_008;
+    const WRITERS: usize = 6;
+    // One writer on the daemons' host alone (its lease is the file's only one), or more.
+    let locals: usize = std::env::var("EDDY_MIXED_LOCALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    const ROUNDS: usize = 4;
+    let records: usize = std::env::var("EDDY_MIXED_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(240);
+    let cl = Cluster::start_with(
+        3,
+        Config {
+            placement: eddy_config::PlacementMode::Local,
+            ..local()
+        },
+    );
+    let me = Creds::root();
+    let mut clients = Vec::new();
+    for w in 0..WRITERS {
+        // The first writers on the daemons' host (direct), the others elsewhere (by RPC).
+        clients.push(std::sync::Arc::new(if w < locals {
+            cl.client().await
+        } else {
+            remote_client(&cl).await
+        }));
+    }
+    let f = clients[0].open("/shared", CREAT, 0o644, me).await.unwrap();
+    clients[0].close(&f).await.unwrap();
+    let want = move |round: usize, r: usize| pattern((round * records + r) as u64, 0, RECORD);
+    for round in 0..ROUNDS {
+        let mut tasks = Vec::new();
+        for (w, c) in clients.iter().enumerate() {
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                let f = c.open("/shared", libc::O_RDWR, 0, me).await.unwrap();
+                for r in (w..records).step_by(WRITERS) {
+                    let off = (r * RECORD) as u64;
+                    if let Err(e) = c.pwrite(&f, off, &want(round, r)).await {
+                        panic!("round {round}: writer {w}, record {r}: {e:?}");
+                    }
+                    // Read back what a neighbour wrote now and then, while all write.
+                    if r % 7 == 0 && r > 0 {
+                        if let Err(e) = c.pread(&f, off - RECORD as u64, 2 * RECORD).await {
+                            panic!("round {round}: writer {w} reading at {off}: {e:?}");
+                        }
+                    }
+                }
+                c.close(&f).await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for (w, c) in clients.iter().enumerate().skip(locals - 1).take(2) {
+            let got = read_all(c, "/shared").await;
+            assert_eq!(got.len(), records * RECORD, "round {round}, reader {w}");
+            for r in 0..records {
+                assert!(
+                    got[r * RECORD..(r + 1) * RECORD] == want(round, r)[..],
+                    "round {round}, reader {w}: record {r} differs"
+                );
+            }
+        }
+    }
+    let mut errors = 0;
+    for (_, s) in clients[WRITERS - 1]
+        .rpc()
+        .all(|| eddy_proto::req::Status)
+        .await
+    {
+        errors += s.unwrap().checksum_errors;
+    }
+    assert_eq!(errors, 0, "blocks taken for damage");
+    // The file's chunks are on the daemons of its host, and the protection stays: a byte
+    // flipped on disk now reads as EIO.
+    let file_id = clients[0].stat("/shared").await.unwrap().file_id;
+    let path = (0..3)
+        .flat_map(|i| std::fs::read_dir(cl.root_of(i).join("chunks")).unwrap())
+        .map(|d| d.unwrap().path().join(format!("{file_id:032x}")))
+        .find(|p| p.exists())
+        .expect("the data file");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[70_000] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let far = &clients[WRITERS - 1];
+    let g = far.open("/shared", libc::O_RDONLY, 0, me).await.unwrap();
+    let e = far.pread(&g, 65_536, 10_000).await.unwrap_err();
+    assert_eq!(e.errno, libc::EIO, "{e:?}");
+}

@@ -210,5 +210,6 @@ fn layout_namespaces(v: &serde_json::Value) -> Vec<String> {
 mod alloc;
 mod cut_off;
 mod hosts;
+mod local_shared;
 mod suite_hosts;
 mod suite_local;
