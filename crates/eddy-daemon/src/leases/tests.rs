@@ -30,7 +30,10 @@ async fn a_lease_is_revoked_no_earlier_than_its_holder_stops_answering() {
     tokio::time::sleep(Duration::from_millis(cfg.lease_recall_timeout_ms + 1)).await;
     assert!(!recall.is_finished(), "revoked at lease_recall_timeout_ms");
     tokio::time::sleep_until(start + cfg.lease_valid_for()).await;
-    assert!(!recall.is_finished(), "revoked while the holder may still answer");
+    assert!(
+        !recall.is_finished(),
+        "revoked while the holder may still answer"
+    );
     let Ok(Recalled::Revoked) = recall.await else {
         panic!("the recall did not revoke the lease");
     };
