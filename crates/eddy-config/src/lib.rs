@@ -187,6 +187,13 @@ pub struct Config {
     /// the mount. Taken only by a mount run with CAP_SYS_ADMIN on a kernel that offers it
     /// (Linux >= 6.9), and with `direct_io` on. Default true.
     pub fuse_passthrough: bool,
+    /// How the mount's requests cross to the kernel (decision 0078): `auto` takes FUSE over
+    /// io_uring when the kernel offers it (Linux 6.14+ built with `CONFIG_FUSE_IO_URING`, and
+    /// the module parameter `/sys/module/fuse/parameters/enable_uring` set to Y by the site),
+    /// else `/dev/fuse`; `io_uring` insists on it (the mount fails with the reason when the
+    /// kernel does not offer it); `dev_fuse` never asks. Default `dev_fuse` until io_uring
+    /// has run the mount's whole test suite; the mount's log says which transport it runs.
+    pub fuse_transport: FuseTransport,
     /// When reads move a file's atime (decision 0061), through the mount (`eddy mount
     /// --atime` overrides it there) and the library: `relatime` (the default, as Linux's):
     /// a read moves it when it is not later than the mtime or the ctime, or is a day old, so
@@ -435,6 +442,7 @@ impl Default for Config {
             preload_early_descriptor: false,
             fuse_read_ahead_kb: 1024,
             fuse_passthrough: true,
+            fuse_transport: FuseTransport::DevFuse,
             atime: Atime::Relatime,
             max_path_bytes: 32 * 1024,
             max_name_bytes: 255,

@@ -53,6 +53,33 @@ impl Atime {
     }
 }
 
+/// The `fuse_transport` setting: how the mount's requests and replies cross to the kernel
+/// (decision 0078).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FuseTransport {
+    /// FUSE over io_uring when the kernel offers it (Linux 6.14+ with
+    /// `fuse.enable_uring=Y`), else `/dev/fuse`.
+    Auto,
+    /// FUSE over io_uring; the mount fails, with the reason, when the kernel does not offer it.
+    IoUring,
+    /// `read(2)` and `write(2)` on `/dev/fuse`, as before io_uring.
+    #[default]
+    DevFuse,
+}
+
+impl FuseTransport {
+    /// The setting a name (`auto`, `io_uring`, `dev_fuse`) means.
+    pub fn parse(name: &str) -> Option<FuseTransport> {
+        match name {
+            "auto" => Some(FuseTransport::Auto),
+            "io_uring" => Some(FuseTransport::IoUring),
+            "dev_fuse" => Some(FuseTransport::DevFuse),
+            _ => None,
+        }
+    }
+}
+
 /// The `placement` setting and the `user.eddy.placement` attribute's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

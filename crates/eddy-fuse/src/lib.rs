@@ -81,6 +81,9 @@ pub struct MountOptions {
     /// Set-user-ID and set-group-ID bits of programs on the mount count at exec (`suid`);
     /// off by default (`nosuid`). Honoured only for a mount made by root (decision 0061).
     pub suid: bool,
+    /// How requests cross to the kernel (config `fuse_transport`, decision 0078): FUSE over
+    /// io_uring when asked for and offered, else `/dev/fuse`.
+    pub transport: eddy_config::FuseTransport,
 }
 
 impl MountOptions {
@@ -98,6 +101,7 @@ impl MountOptions {
             atime: config.atime,
             dev: false,
             suid: false,
+            transport: config.fuse_transport,
         }
     }
 }
@@ -119,6 +123,11 @@ pub enum FuseError {
         mountpoint: PathBuf,
         source: io::Error,
     },
+    #[error(
+        "cannot mount Eddy at {} over FUSE io_uring (fuse_transport = \"io_uring\"): {reason}",
+        mountpoint.display()
+    )]
+    Transport { mountpoint: PathBuf, reason: String },
     #[error(transparent)]
     Unmount(#[from] eddy_proto::mounts::UnmountError),
 }
@@ -182,7 +191,30 @@ fn session_config(opts: &MountOptions) -> fuser::Config {
     };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
+    config.io_uring = opts.transport != eddy_config::FuseTransport::DevFuse;
     config
+}
+
+/// Where a site turns FUSE over io_uring on (root; Linux 6.14+ with `CONFIG_FUSE_IO_URING`).
+pub const ENABLE_URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Why the kernel did not offer FUSE over io_uring, as far as this host tells.
+fn no_uring_reason() -> String {
+    // privileged-path: the kernel's sysfs
+    match std::fs::read_to_string(ENABLE_URING_PARAMETER) {
+        Ok(v) if v.trim() == "Y" => "the kernel offered it in INIT but refused to register the \
+             rings (see the mount's log)"
+            .to_string(),
+        Ok(v) => format!(
+            "the kernel does not offer it: {ENABLE_URING_PARAMETER} is {} (a site enables it \
+             as root with `echo Y > {ENABLE_URING_PARAMETER}` before mounting)",
+            v.trim()
+        ),
+        Err(e) => format!(
+            "the kernel does not offer it: cannot read {ENABLE_URING_PARAMETER} ({e}): it \
+             needs Linux 6.14 or later built with CONFIG_FUSE_IO_URING"
+        ),
+    }
 }
 
 fn new_session(
@@ -203,9 +235,25 @@ fn new_session(
             source,
         }
     })?;
+    let transport = session.transport();
+    if opts.transport == eddy_config::FuseTransport::IoUring
+        && transport != fuser::Transport::IoUring
+    {
+        // Dropping the session unmounts.
+        drop(session);
+        return Err(FuseError::Transport {
+            mountpoint: mountpoint.to_owned(),
+            reason: no_uring_reason(),
+        });
+    }
     // Set once, right here: the slot cannot be full yet.
     let _ = notifier.set(session.notifier());
-    info!(mountpoint = %mountpoint.display(), threads = opts.threads, "Eddy mounted");
+    info!(
+        mountpoint = %mountpoint.display(),
+        threads = opts.threads,
+        transport = %transport,
+        "Eddy mounted"
+    );
     Ok(session)
 }
 
@@ -412,10 +460,22 @@ mod tests {
             atime: eddy_config::Atime::Relatime,
             dev: false,
             suid: false,
+            transport: eddy_config::FuseTransport::DevFuse,
         };
         let c = session_config(&opts);
         assert_eq!(c.n_threads, Some(3));
         assert!(c.clone_fd);
+        assert!(!c.io_uring);
+        for t in [
+            eddy_config::FuseTransport::Auto,
+            eddy_config::FuseTransport::IoUring,
+        ] {
+            let c = session_config(&MountOptions {
+                transport: t,
+                ..opts.clone()
+            });
+            assert!(c.io_uring, "{t:?} asks fuser for io_uring");
+        }
         assert_eq!(c.acl, fuser::SessionACL::All);
         assert!(c
             .mount_options

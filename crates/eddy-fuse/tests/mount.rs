@@ -105,6 +105,7 @@ fn start(n: u32) -> Fixture {
         atime: eddy_config::Atime::Relatime,
         dev: false,
         suid: false,
+        transport: eddy_config::FuseTransport::DevFuse,
     };
     let guard = spawn_mount(client, driver, &mnt, opts).unwrap();
     Fixture {

@@ -22,6 +22,7 @@ mod fsx;
 mod full_deployment;
 mod full_device;
 mod hard_links;
+mod io_uring;
 mod locks;
 mod mixed_io;
 mod mount_access;

@@ -1,0 +1,307 @@
+//! The mount over FUSE io_uring (decision 0078): `fuse_transport = "io_uring"` on real daemons
+//! with the kernel's `fuse.enable_uring` turned on by the test (root), and the mount failing
+//! with the reason when the parameter is off.
+
+use eddy_config::{Config, FuseTransport};
+use eddy_testkit::{eddy_bin, pattern, require, test_config, Cluster, Mounted};
+use std::fs;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+const PARAMETER: &str = eddy_fuse::ENABLE_URING_PARAMETER;
+
+/// The tests of this file set the kernel's parameter one at a time.
+static PARAMETER_LOCK: Mutex<()> = Mutex::new(());
+
+/// Sets `fuse.enable_uring` for the life of the guard and restores the value it had. The
+/// kernel checks the parameter at every ring command too: drop it only after the mounts that
+/// use the rings are gone.
+struct EnableUring {
+    before: String,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl EnableUring {
+    fn set(on: bool) -> EnableUring {
+        let lock = PARAMETER_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        require::root("setting the kernel's fuse.enable_uring parameter");
+        let before = match fs::read_to_string(PARAMETER) {
+            Ok(v) => v.trim().to_string(),
+            Err(e) => require::missing(&format!(
+                "{PARAMETER} ({e}): FUSE over io_uring needs Linux 6.14 or later built with \
+                 CONFIG_FUSE_IO_URING"
+            )),
+        };
+        let want = if on { "Y" } else { "N" };
+        if let Err(e) = fs::write(PARAMETER, want) {
+            panic!("cannot set {PARAMETER} to {want}: {e}");
+        }
+        assert_eq!(fs::read_to_string(PARAMETER).unwrap().trim(), want);
+        EnableUring {
+            before,
+            _lock: lock,
+        }
+    }
+}
+
+impl Drop for EnableUring {
+    fn drop(&mut self) {
+        if let Err(e) = fs::write(PARAMETER, &self.before) {
+            eprintln!("cannot restore {PARAMETER} to {}: {e}", self.before);
+        }
+    }
+}
+
+fn uring_config() -> Config {
+    Config {
+        fuse_transport: FuseTransport::IoUring,
+        ..test_config()
+    }
+}
+
+/// The times the io_uring queue threads of the mount at `mnt` woke up (their voluntary
+/// context switches, summed): each wait for a request in `io_uring_enter` is one.
+fn queue_wakeups(mnt: &Path) -> u64 {
+    let pid = serving_pid(mnt);
+    let mut sum = 0;
+    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("fuser-uring-") {
+            continue;
+        }
+        let status = fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if let Some(n) = line.strip_prefix("voluntary_ctxt_switches:") {
+                sum += n.trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    sum
+}
+
+fn serving_pid(mnt: &Path) -> String {
+    let want = mnt.to_string_lossy().into_owned();
+    for p in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "mount") && args.contains(&want) {
+            return p.file_name().to_string_lossy().into_owned();
+        }
+    }
+    panic!("no process serves {want}");
+}
+
+/// The names of the threads of the process serving the mount at `mnt`.
+fn serving_threads(mnt: &Path) -> Vec<String> {
+    let want = mnt.to_string_lossy().into_owned();
+    for p in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "mount") && args.contains(&want) {
+            let mut names = Vec::new();
+            for t in fs::read_dir(p.path().join("task")).unwrap().flatten() {
+                if let Ok(c) = fs::read_to_string(t.path().join("comm")) {
+                    names.push(c.trim().to_string());
+                }
+            }
+            return names;
+        }
+    }
+    panic!("no process serves {want}");
+}
+
+/// Starts 3 daemons and a mount that must run on io_uring, and checks that it does: a queue
+/// thread per possible CPU (each registered its entries before the mount went on), and none
+/// of the 8 `/dev/fuse` threads (`fuse_threads`) of the classic transport: its one loop, for
+/// FORGET and INTERRUPT, runs on the mount's main thread.
+fn uring_mount() -> Mounted {
+    let m = Mounted::start_with(3, uring_config());
+    // The mount is in the table before its session answers INIT and starts its threads.
+    fs::metadata(m.path("")).unwrap();
+    let threads = eddy_testkit::eventually::poll_for(Duration::from_secs(30), || {
+        let t = serving_threads(m.mnt.path());
+        t.iter().any(|t| t.starts_with("fuser-")).then_some(t)
+    })
+    .expect("the mount's session started no thread within 30 s");
+    let queues = threads
+        .iter()
+        .filter(|t| t.starts_with("fuser-uring-"))
+        .count();
+    assert!(queues >= 1, "no io_uring queue thread in {threads:?}");
+    let classic = threads.iter().filter(|t| t.starts_with("fuser-")).count() - queues;
+    assert_eq!(classic, 0, "{threads:?}");
+    m
+}
+
+#[test]
+fn io_uring_mount_creates_writes_reads_lists_renames_and_unlinks() {
+    let _on = EnableUring::set(true);
+    let m = uring_mount();
+    let woke = queue_wakeups(m.mnt.path());
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/a"), b"hello ring\n").unwrap();
+    assert_eq!(fs::read(m.path("d/a")).unwrap(), b"hello ring\n");
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(m.path("d/a"))
+        .unwrap();
+    f.write_all(b"more\n").unwrap();
+    drop(f);
+    assert_eq!(m.ok("cat d/a"), "hello ring\nmore\n");
+    for i in 0..50 {
+        fs::write(m.path(&format!("d/f{i}")), format!("{i}")).unwrap();
+    }
+    let mut names: Vec<String> = fs::read_dir(m.path("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = (0..50).map(|i| format!("f{i}")).collect();
+    want.push("a".into());
+    want.sort();
+    assert_eq!(names, want);
+    // The requests came on the rings: their threads woke for them (more than 100 requests
+    // so far; on /dev/fuse the rings' threads would sleep throughout).
+    let woke = queue_wakeups(m.mnt.path()) - woke;
+    assert!(woke >= 50, "the io_uring queue threads woke {woke} times");
+    fs::rename(m.path("d/a"), m.path("d/b")).unwrap();
+    assert!(!m.path("d/a").exists());
+    assert_eq!(fs::read(m.path("d/b")).unwrap(), b"hello ring\nmore\n");
+    assert_eq!(fs::metadata(m.path("d/b")).unwrap().len(), 16);
+    fs::remove_file(m.path("d/b")).unwrap();
+    for i in 0..50 {
+        fs::remove_file(m.path(&format!("d/f{i}"))).unwrap();
+    }
+    fs::remove_dir(m.path("d")).unwrap();
+    assert_eq!(fs::read_dir(m.path("")).unwrap().count(), 0);
+    drop(m);
+}
+
+#[test]
+fn io_uring_mount_carries_a_large_file_byte_for_byte() {
+    let _on = EnableUring::set(true);
+    let m = uring_mount();
+    // 48 MiB in 1 MiB writes (the size of the largest request), read back in 1 MiB reads and
+    // with `cmp` through the kernel's read-ahead.
+    let len = 48usize << 20;
+    let data = pattern(78, 0, len);
+    let mut f = fs::File::create(m.path("big")).unwrap();
+    for c in data.chunks(1 << 20) {
+        f.write_all(c).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(m.path("big")).unwrap().len(), len as u64);
+    let mut back = Vec::with_capacity(len);
+    let mut f = fs::File::open(m.path("big")).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        back.extend_from_slice(&buf[..n]);
+    }
+    assert!(back == data, "the file read back differs");
+    let local = tempfile::NamedTempFile::new().unwrap();
+    fs::write(local.path(), &data).unwrap();
+    m.ok(&format!("cmp big {}", local.path().display()));
+    drop(m);
+}
+
+#[test]
+fn io_uring_mount_serves_many_processes_at_once() {
+    let _on = EnableUring::set(true);
+    let m = uring_mount();
+    // 16 shells, each creating, writing, reading back and listing its own directory of 20
+    // files while the others do the same, then all removing theirs.
+    let script = "d=p$0; mkdir $d && i=0; while [ $i -lt 20 ]; do \
+                  printf 'p%s-%s' $0 $i > $d/f$i || exit 1; \
+                  [ \"$(cat $d/f$i)\" = \"p$0-$i\" ] || exit 2; i=$((i+1)); done; \
+                  [ $(ls $d | wc -l) -eq 20 ] || exit 3; \
+                  dd if=/dev/zero of=$d/big bs=64k count=32 2>/dev/null || exit 4; \
+                  [ $(stat -c %s $d/big) -eq 2097152 ] || exit 5";
+    let children: Vec<_> = (0..16)
+        .map(|p| {
+            Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .arg(p.to_string())
+                .current_dir(m.mnt.path())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (p, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "process {p}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for p in 0..16 {
+        assert_eq!(fs::read_dir(m.path(&format!("p{p}"))).unwrap().count(), 21);
+        assert_eq!(
+            fs::read_to_string(m.path(&format!("p{p}/f7"))).unwrap(),
+            format!("p{p}-7")
+        );
+    }
+    m.ok("rm -r p*");
+    assert_eq!(fs::read_dir(m.path("")).unwrap().count(), 0);
+    drop(m);
+}
+
+#[test]
+fn io_uring_asked_for_with_the_parameter_off_fails_the_mount_with_the_reason() {
+    let _off = EnableUring::set(false);
+    require::fuse();
+    let cluster = Cluster::start_with(3, uring_config());
+    let mnt = tempfile::tempdir().unwrap();
+    let mut child = Command::new(eddy_bin())
+        .arg("mount")
+        .arg("--state")
+        .arg(cluster.dir.path())
+        .arg(mnt.path())
+        .arg("--foreground")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Guard: the mount must end by itself, not serve.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = Command::new("umount").arg("-l").arg(mnt.path()).status();
+            panic!("`eddy mount` asked for io_uring with the parameter off kept running");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the mount succeeded: {err}");
+    assert!(
+        err.contains("io_uring") && err.contains(PARAMETER) && err.contains("is N"),
+        "the failure does not give the reason: {err}"
+    );
+    // Nothing is left mounted there.
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(&*mnt.path().to_string_lossy()), "{mounts}");
+}
