@@ -15,6 +15,7 @@
 pub(crate) mod dir;
 pub(crate) mod dirtimes;
 mod entries;
+mod lease_batches;
 pub(crate) mod leases;
 mod links;
 pub(crate) mod locks;
