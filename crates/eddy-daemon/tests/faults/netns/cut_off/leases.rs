@@ -2,6 +2,41 @@
 //! cut off the network: the other daemons' recalls to it must not cost a client its request.
 
 use super::*;
+use std::time::Duration;
+
+/// A deployment on the hosts with two copies and the tunables `toml` (leases on), as both
+/// tests use it: the bound an operation must end within, the placement, and the granter of
+/// `/d` (the first owner of its record) with its host's index.
+struct Leased {
+    dep: eddy_config::Deployment,
+    bound: Duration,
+    placement: eddy_placement::Placement,
+    granter: u32,
+    g: usize,
+}
+
+fn start_leased(net: &mut Net, dir: &Path, toml: &str) -> Leased {
+    let tunables = dir.join("tunables.toml");
+    std::fs::write(&tunables, toml).unwrap();
+    let state = start_on_hosts(net, dir, &["--replicas", "2", "--config", s(&tunables)]);
+    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
+    assert_eq!(dep.config.replicas, 2);
+    assert!(dep.config.leases, "the deployment takes leases");
+    let bound = Duration::from_millis(dep.config.rpc_timeout_ms) * 6 + Duration::from_secs(2);
+    let placement = eddy_rpc::Daemons::new(&dep)
+        .expect("daemons")
+        .placement()
+        .clone();
+    let granter = placement.meta_owner("/d");
+    let g = placement.ids().iter().position(|&d| d == granter).unwrap();
+    Leased {
+        dep,
+        bound,
+        placement,
+        granter,
+        g,
+    }
+}
 
 /// With two copies, the granter of a leased directory (the first owner of its record) cut
 /// off the network while another client creates, looks up and lists names there: every
@@ -15,33 +50,21 @@ use super::*;
 #[test]
 fn a_leased_directory_whose_granter_is_cut_off_costs_no_operation() {
     use eddy_client::{Client, Creds};
-    use std::time::Duration;
     let mut net = setup();
     let dir = tempfile::tempdir().unwrap();
     // The connect timeout two thirds of the RPC deadline: a recall's connect and a copy's
     // connect, one after the other, do not fit in it.
-    let tunables = dir.path().join("tunables.toml");
-    std::fs::write(
-        &tunables,
-        "rpc_timeout_ms = 3000\nconnect_timeout_ms = 2000\nleases = true\n",
-    )
-    .unwrap();
-    let state = start_on_hosts(
+    let Leased {
+        dep,
+        bound,
+        placement,
+        granter,
+        g,
+    } = start_leased(
         &mut net,
         dir.path(),
-        &["--replicas", "2", "--config", s(&tunables)],
+        "rpc_timeout_ms = 3000\nconnect_timeout_ms = 2000\nleases = true\n",
     );
-    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
-    assert_eq!(dep.config.replicas, 2);
-    assert!(dep.config.leases, "the deployment takes leases");
-    let rpc = Duration::from_millis(dep.config.rpc_timeout_ms);
-    let bound = rpc * 6 + Duration::from_secs(2);
-    let placement = eddy_rpc::Daemons::new(&dep)
-        .expect("daemons")
-        .placement()
-        .clone();
-    let granter = placement.meta_owner("/d");
-    let g = placement.ids().iter().position(|&d| d == granter).unwrap();
     // Names in /d whose records the granter holds a copy of: their creates copy to it.
     let names: Vec<String> = (0..)
         .map(|i| format!("/d/x{i}"))
@@ -113,28 +136,21 @@ fn a_leased_directory_whose_granter_is_cut_off_costs_no_operation() {
 #[test]
 fn a_holder_cut_off_from_its_granter_stops_answering_before_another_client_is_served() {
     use eddy_client::{Client, Creds};
-    use std::time::Duration;
     let mut net = setup();
     let dir = tempfile::tempdir().unwrap();
     // The default RPC deadline; a short connect timeout, so that the other client's create
     // ends well before the holder's long poll at the granter could have failed.
-    let tunables = dir.path().join("tunables.toml");
-    std::fs::write(&tunables, "connect_timeout_ms = 1000\nleases = true\n").unwrap();
-    let state = start_on_hosts(
+    let Leased {
+        dep,
+        bound,
+        placement,
+        granter,
+        g,
+    } = start_leased(
         &mut net,
         dir.path(),
-        &["--replicas", "2", "--config", s(&tunables)],
+        "connect_timeout_ms = 1000\nleases = true\n",
     );
-    let dep = eddy_config::Deployment::load(&state.join("deployment.toml")).unwrap();
-    assert!(dep.config.leases, "the deployment takes leases");
-    let rpc = Duration::from_millis(dep.config.rpc_timeout_ms);
-    let bound = rpc * 6 + Duration::from_secs(2);
-    let placement = eddy_rpc::Daemons::new(&dep)
-        .expect("daemons")
-        .placement()
-        .clone();
-    let granter = placement.meta_owner("/d");
-    let g = placement.ids().iter().position(|&d| d == granter).unwrap();
     // A name in /d whose records the granter holds no copy of: its create and lookups never
     // wait for the granter themselves.
     let name = (0..)
