@@ -82,6 +82,7 @@ fn queue_wakeups(mnt: &Path) -> u64 {
     sum
 }
 
+/// The pid of the `eddy mount` process serving `mnt`.
 fn serving_pid(mnt: &Path) -> String {
     let want = mnt.to_string_lossy().into_owned();
     for p in fs::read_dir("/proc").unwrap().flatten() {
@@ -101,26 +102,13 @@ fn serving_pid(mnt: &Path) -> String {
 
 /// The names of the threads of the process serving the mount at `mnt`.
 fn serving_threads(mnt: &Path) -> Vec<String> {
-    let want = mnt.to_string_lossy().into_owned();
-    for p in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(cmdline) = fs::read(p.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a == "mount") && args.contains(&want) {
-            let mut names = Vec::new();
-            for t in fs::read_dir(p.path().join("task")).unwrap().flatten() {
-                if let Ok(c) = fs::read_to_string(t.path().join("comm")) {
-                    names.push(c.trim().to_string());
-                }
-            }
-            return names;
-        }
-    }
-    panic!("no process serves {want}");
+    let task = Path::new("/proc").join(serving_pid(mnt)).join("task");
+    fs::read_dir(task)
+        .unwrap()
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect()
 }
 
 /// Starts 3 daemons and a mount that must run on io_uring, and checks that it does: a queue
