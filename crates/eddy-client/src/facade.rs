@@ -133,7 +133,7 @@ impl Client {
         req: &LockRequest,
         wait: Duration,
     ) -> Result<bool, Errno> {
-        self.ns().settle_path(&f.path()).await;
+        self.ns().settle_open(&f.path()).await?;
         self.ns().lock_once(f, req, wait).await
     }
 
@@ -141,7 +141,7 @@ impl Client {
     /// granted, EDEADLK when the wait would close a cycle of owners; dropping the future
     /// stops waiting).
     pub async fn lock(&self, f: &File, req: &LockRequest, wait: bool) -> Result<(), Errno> {
-        self.ns().settle_path(&f.path()).await;
+        self.ns().settle_open(&f.path()).await?;
         self.ns().lock(f, req, wait).await
     }
 

@@ -372,7 +372,7 @@ impl Namespace<'_> {
         {
             return Ok(());
         }
-        self.settle_name(&f.path()).await;
+        self.settle_open(&f.path()).await?;
         let req = req::ClearSetId {
             path: f.path().to_string(),
         };

@@ -433,6 +433,18 @@ impl Namespace<'_> {
         self.flush_lease(&l).await;
     }
 
+    /// `settle_name` before an operation on the open file at `p` (a size publication, an
+    /// append reservation, a lock, set-id clearing): when the file's own deferred create
+    /// failed, that failure (ENOSPC on a full device, say) is the operation's error, not the
+    /// ENOENT its request would meet.
+    pub(crate) async fn settle_open(&self, p: &str) -> Result<(), Errno> {
+        self.settle_name(p).await;
+        match self.0.leases.take_error(p) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// Before an operation on the directory `dir` as a whole (a listing, a removal): what
     /// is queued there is flushed.
     pub(crate) async fn settle_dir(&self, dir: &str) {

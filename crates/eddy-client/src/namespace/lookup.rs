@@ -101,12 +101,16 @@ impl Namespace<'_> {
         size: u64,
     ) -> Result<(), Errno> {
         // Its create may still be queued under a lease: it goes first.
-        self.settle_name(path).await;
-        let req = req::GrowSize {
-            path: path.to_string(),
-            size,
+        let res = match self.settle_open(path).await {
+            Ok(()) => {
+                let req = req::GrowSize {
+                    path: path.to_string(),
+                    size,
+                };
+                self.meta(path, req).await
+            }
+            Err(e) => Err(e),
         };
-        let res = self.meta(path, req).await;
         self.0.sizes.done(file_id, size, res.is_ok());
         res.map(|_| ())
     }

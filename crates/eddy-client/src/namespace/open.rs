@@ -71,7 +71,7 @@ impl Namespace<'_> {
     /// owner, atomically): the offset to write them at.
     pub(crate) async fn reserve_append(&self, f: &File, len: u64) -> Result<u64, Errno> {
         // Its create may still be queued under a lease: it goes first.
-        self.settle_name(&f.path()).await;
+        self.settle_open(&f.path()).await?;
         let req = req::ReserveAppend {
             path: f.path().to_string(),
             len,
@@ -82,7 +82,7 @@ impl Namespace<'_> {
     /// Tells the owner of `path` that its file reaches `size` bytes (merged there with max),
     /// leaving the size cache alone (`send_size` settles it).
     pub(crate) async fn grow_size(&self, path: &str, size: u64) -> Result<(), Errno> {
-        self.settle_name(path).await;
+        self.settle_open(path).await?;
         let req = req::GrowSize {
             path: path.to_string(),
             size,
