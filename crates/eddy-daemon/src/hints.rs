@@ -125,6 +125,17 @@ impl Hints {
         Ok(())
     }
 
+    /// Another owner pushed its copy of the metadata key `key` here: what this daemon held
+    /// for the others on that key is superseded (the pusher answers for them).
+    pub fn drop_key(&self, key: &[u8]) -> Result<(), Errno> {
+        let targets: Vec<u32> = self.counts().keys().copied().collect();
+        let item = Item::Key(key.to_vec());
+        for t in targets {
+            self.done(t, &item)?;
+        }
+        Ok(())
+    }
+
     /// Up to `limit` items held for `target`, in key order, after `after` (exclusive).
     pub fn page(
         &self,

@@ -12,9 +12,11 @@
 //! key locks, get, put, delete and scans.
 
 pub mod changes;
+mod copies;
 mod intents;
 mod lazy;
 mod links;
+pub mod pending;
 mod removals;
 mod stamp;
 mod through;
@@ -69,6 +71,8 @@ pub struct MetaStore {
     reply_budget: usize,
     /// Records of removals copied here from another owner, for a retried remove.
     removals: removals::Removals,
+    /// Keys changed here whose copies may not have them yet (decision 0080).
+    pending: pending::Pending,
 }
 
 pub(crate) fn fjall_err(what: &str, e: fjall::Error) -> Errno {
@@ -100,6 +104,9 @@ impl MetaStore {
         let records = LazyKeyspace::open(&db, crate::tier::TIER_KEYSPACE)
             .map_err(|e| meta_err(e.to_string()))?;
         let intents = intents::Intents::open(&db).map_err(|e| meta_err(e.to_string()))?;
+        let pending = LazyKeyspace::open(&db, pending::PENDING_KEYSPACE)
+            .map(pending::Pending::new)
+            .map_err(|e| meta_err(e.to_string()))?;
         let count = meta
             .len()
             .map_err(|e| meta_err(format!("cannot count entries: {e}")))?;
@@ -119,6 +126,7 @@ impl MetaStore {
             removals: removals::Removals::new(std::time::Duration::from_millis(
                 2 * (config.rpc_timeout_ms + config.connect_timeout_ms),
             )),
+            pending,
         })
     }
 
@@ -204,10 +212,10 @@ impl MetaStore {
 
     /// Stores `inode` under `key`; `existed` says whether the key was present before.
     pub(crate) fn put(&self, key: &[u8], inode: &Inode, existed: bool) -> Result<(), Errno> {
+        self.note_change(key)?;
         self.meta
             .insert(key, inode.to_record())
             .map_err(|e| fjall_err("insert", e))?;
-        changes::note(key);
         if !existed {
             self.entries.fetch_add(1, Ordering::Relaxed);
         }
@@ -216,57 +224,9 @@ impl MetaStore {
 
     /// Removes the entry under `key`, which is present.
     pub(crate) fn delete(&self, key: &[u8]) -> Result<(), Errno> {
+        self.note_change(key)?;
         self.meta.remove(key).map_err(|e| fjall_err("remove", e))?;
-        changes::note(key);
         self.entries.fetch_sub(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// The current state of `keys` here (record, or `None` when absent): what the other
-    /// owners of the keys are sent after a change (decision 0020).
-    pub fn key_states(&self, keys: Vec<Vec<u8>>) -> Result<Vec<eddy_proto::KeyState>, Errno> {
-        keys.into_iter()
-            .map(|key| {
-                let value = self
-                    .meta
-                    .get(&key)
-                    .map_err(|e| fjall_err("get", e))?
-                    .map(|v| v.to_vec());
-                Ok(eddy_proto::KeyState { key, value })
-            })
-            .collect()
-    }
-
-    /// Stores the state of keys another owner changed (`Request::Replicate`): each record
-    /// as given (checked to decode), or removed. Not noted as a change here.
-    pub fn apply_replica(&self, changes: &[eddy_proto::KeyState]) -> Result<(), Errno> {
-        for c in changes {
-            if c.key.is_empty() {
-                return Err(Errno::einval("replicated metadata key is empty"));
-            }
-            let _guard = self.locks.lock(&c.key);
-            let existing = self.meta.get(&c.key).map_err(|e| fjall_err("get", e))?;
-            match (&c.value, existing) {
-                (Some(v), existing) => {
-                    Inode::from_record(v)?;
-                    self.meta
-                        .insert(&c.key, v.as_slice())
-                        .map_err(|e| fjall_err("insert", e))?;
-                    if existing.is_none() {
-                        self.entries.fetch_add(1, Ordering::Relaxed);
-                        self.removals.forget(&c.key);
-                    }
-                }
-                (None, Some(old)) => {
-                    self.meta
-                        .remove(c.key.as_slice())
-                        .map_err(|e| fjall_err("remove", e))?;
-                    self.entries.fetch_sub(1, Ordering::Relaxed);
-                    self.removals.note(&c.key, old.to_vec());
-                }
-                (None, None) => {}
-            }
-        }
         Ok(())
     }
 

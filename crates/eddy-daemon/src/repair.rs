@@ -13,6 +13,7 @@
 //! once a round pushes nothing or makes no progress.
 
 use crate::hints::{Hints, Item};
+use crate::replicate::Replicator;
 use crate::state::State;
 use eddy_proto::repair::{digest, verdict, Digest, Verdict};
 use eddy_proto::sync::lock;
@@ -447,6 +448,40 @@ pub(crate) async fn rejoin(state: Arc<State>, full: bool) {
         ))
         .await;
     }
+    // What the others held for this daemon is here now: a change of this daemon's that may
+    // never have left (decision 0080) goes to the key's other owners as a hint.
+    hint_leftover_changes(&state, repair, replicator);
     repair.rejoining.store(false, Ordering::Release);
     tracing::info!("rejoined: serving clients");
+}
+
+/// Each key marked pending before this process (changed here, maybe never sent to its
+/// other owners: decision 0080) becomes a hint for those owners, then is unmarked; a key
+/// whose hints cannot be recorded stays marked.
+fn hint_leftover_changes(state: &State, repair: &Repair, replicator: &Replicator) {
+    let pending = state.meta.pending();
+    let keys = match pending.leftover() {
+        Ok(keys) => keys,
+        Err(e) => {
+            tracing::warn!("cannot read the changes left pending: {e}");
+            return;
+        }
+    };
+    if keys.is_empty() {
+        return;
+    }
+    tracing::info!(
+        keys = keys.len(),
+        "changes this daemon made before it stopped go to their other owners"
+    );
+    for key in keys {
+        let hinted = replicator
+            .targets(&key)
+            .into_iter()
+            .try_for_each(|t| repair.hints.add(t, [Item::Key(key.clone())]));
+        if let Err(e) = hinted.and_then(|()| pending.forget(&key)) {
+            tracing::warn!("cannot pass on a change left pending: {e}");
+        }
+    }
+    repair.wake();
 }

@@ -414,25 +414,46 @@ impl State {
 
     /// Sends the current state of the changed keys to their other owners, before the reply.
     pub(crate) async fn replicate(&self, changed: Vec<Vec<u8>>) {
-        let Some(replicator) = &self.replicator else {
-            return;
-        };
         if changed.is_empty() {
             return;
         }
-        match self.meta.key_states(changed) {
-            Ok(states) => {
-                for (daemon, missed) in replicator.forward(states).await {
-                    tracing::debug!(daemon, keys = missed.len(), "a copy missed changes");
-                    let Some(repair) = &self.repair else { continue };
-                    let items = missed.into_iter().map(|s| crate::hints::Item::Key(s.key));
-                    if let Err(e) = repair.hints.add(daemon, items) {
-                        tracing::warn!(daemon, "cannot record what a copy missed: {e}");
-                    }
-                }
+        let accounted = match &self.replicator {
+            Some(replicator) => self.forward(replicator, changed.clone()).await,
+            None => true,
+        };
+        // Every other owner has the changes now, or a hint says it missed them; else the
+        // marks stay for the next start (decision 0080).
+        self.meta.pending().end(&changed, accounted);
+    }
+
+    /// Sends `changed` to their other owners, with hints for those that missed them; false
+    /// when some change is neither on its owners nor in a hint.
+    async fn forward(
+        &self,
+        replicator: &crate::replicate::Replicator,
+        changed: Vec<Vec<u8>>,
+    ) -> bool {
+        let states = match self.meta.key_states(changed) {
+            Ok(states) => states,
+            Err(e) => {
+                tracing::warn!("cannot read the changed keys to copy them: {e}");
+                return false;
             }
-            Err(e) => tracing::warn!("cannot read the changed keys to copy them: {e}"),
+        };
+        let mut accounted = true;
+        for (daemon, missed) in replicator.forward(states).await {
+            tracing::debug!(daemon, keys = missed.len(), "a copy missed changes");
+            let Some(repair) = &self.repair else {
+                accounted = false;
+                continue;
+            };
+            let items = missed.into_iter().map(|s| crate::hints::Item::Key(s.key));
+            if let Err(e) = repair.hints.add(daemon, items) {
+                tracing::warn!(daemon, "cannot record what a copy missed: {e}");
+                accounted = false;
+            }
         }
+        accounted
     }
 
     /// Runs `f` on the blocking pool under an I/O permit.

@@ -222,6 +222,15 @@ impl Cluster {
         &self.dep.daemons[i].root
     }
 
+    /// Sends `signal` to daemon `i` (SIGSTOP, say: a daemon that accepts connections and
+    /// answers nothing).
+    pub fn signal(&self, i: usize, signal: libc::c_int) {
+        let child = self.children[i].as_ref().expect("daemon running");
+        // SAFETY: plain kill(2) on our own child's pid.
+        let r = unsafe { libc::kill(child.id() as i32, signal) };
+        assert_eq!(r, 0, "kill({}, {signal})", child.id());
+    }
+
     /// kill -9: no chance to flush anything.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.children[i].take() {

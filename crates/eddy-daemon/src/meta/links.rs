@@ -94,10 +94,12 @@ impl MetaStore {
             ctime: now,
             ..ino
         };
-        super::changes::note(&path::identity_key(identity.file_id));
-        super::changes::note(&key);
+        self.note_change(&path::identity_key(identity.file_id))?;
+        self.note_change(&key)?;
         let meta = self.meta.made().map_err(|e| fjall_err("link", e))?;
-        let mut batch = self.db.batch();
+        // Written to the system at once, as every single write is (fjall keeps a batch in
+        // its buffer otherwise: a kill -9 would lose an acknowledged link).
+        let mut batch = self.db.batch().durability(Some(fjall::PersistMode::Buffer));
         batch.insert(
             meta,
             path::identity_key(identity.file_id),

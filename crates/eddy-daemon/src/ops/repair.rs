@@ -12,7 +12,15 @@ use std::sync::Arc;
 impl Apply for req::Replicate {
     fn apply(self, st: &State) -> Result<Vec<Digest>, Errno> {
         st.meta.apply_replica(&self.changes)?;
-        let keys = self.changes.into_iter().map(|c| c.key).collect();
+        let keys: Vec<Vec<u8>> = self.changes.into_iter().map(|c| c.key).collect();
+        // The sender's state of these keys wins here: what this daemon held for the other
+        // owners on them, or left pending before a restart, is superseded (decision 0080).
+        for k in &keys {
+            st.meta.pending().forget(k)?;
+            if let Some(repair) = st.repair() {
+                repair.hints.drop_key(k)?;
+            }
+        }
         let held = st.meta.key_states(keys)?;
         Ok(held
             .iter()

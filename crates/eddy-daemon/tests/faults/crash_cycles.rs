@@ -495,9 +495,16 @@ async fn crash_cycles(replicas: usize) {
                     Err(e) => panic!("unlink {}: {e}", m.path),
                 }
             }
-            c.rmdir(&prev.dir, me)
-                .await
-                .unwrap_or_else(|e| panic!("rmdir {}: {e}", prev.dir));
+            if let Err(e) = c.rmdir(&prev.dir, me).await {
+                // What is left, and what a stat of it says (a name listed and absent: the
+                // copies disagree).
+                let mut left = Vec::new();
+                for n in names_in(&c, &prev.dir).await {
+                    let p = format!("{}/{n}", prev.dir);
+                    left.push(format!("{p}: {:?}", c.stat(&p).await.map(|i| i.size)));
+                }
+                panic!("rmdir {}: {e}; left: {left:?} (seed {seed})", prev.dir);
+            }
         }
         eprintln!(
             "round {r}: {} files, {} fsync'd, in {:?}",

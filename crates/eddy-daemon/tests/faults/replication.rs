@@ -203,6 +203,84 @@ async fn an_unlink_retried_on_the_copy_after_the_first_owner_died_succeeds() {
     }
 }
 
+/// A daemon killed after it applied a create and before its copy had it (the copy stopped:
+/// it takes the change and answers nothing) leaves the change marked pending; after the
+/// whole deployment restarts and `eddy repair` returns, both copies agree (decision 0080).
+/// Before, the copies disagreed for good: a name listed by one and absent on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_applied_by_a_daemon_killed_before_its_copy_had_it_reaches_the_copy() {
+    let mut cl = Cluster::start_with(
+        3,
+        Config {
+            leases: false,
+            ..config(2)
+        },
+    );
+    let c = cl.client().await;
+    let me = Creds::root();
+    c.mkdir("/d", 0o755, me).await.unwrap();
+    c.sync_all().await.unwrap();
+    let path = "/d/made";
+    let owners = eddy_placement::Placement::new(vec![0, 1, 2])
+        .unwrap()
+        .owners(eddy_placement::path_hash(path), 2);
+    let (first, second) = (owners[0], owners[1]);
+    cl.signal(second as usize, libc::SIGSTOP);
+    let creator = {
+        let c = c.clone();
+        tokio::spawn(async move { c.create(path, 0o644, true, Creds::root()).await })
+    };
+    // The first owner applied the create and waits for its copy's answer.
+    let stat = Request::Stat(req::Stat { path: path.into() });
+    let applied = std::time::Instant::now();
+    while c.call_daemon_raw(first, &stat).await.is_err() {
+        assert!(
+            applied.elapsed() < std::time::Duration::from_secs(30),
+            "the first owner never applied the create"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    cl.kill(first as usize);
+    cl.kill(second as usize);
+    creator.abort();
+    for i in 0..3 {
+        cl.kill(i);
+    }
+    for i in 0..3 {
+        cl.restart(i);
+    }
+    let state = cl.dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        eddy_testkit::cli::eddy(&["repair", "--state", eddy_testkit::cli::s(&state)])
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", eddy_testkit::cli::text(&out));
+    let c = cl.client().await;
+    let held = |d: u32| {
+        let c = c.clone();
+        let stat = stat.clone();
+        async move {
+            match c.call_daemon_raw(d, &stat).await {
+                Ok(Reply::Inode(_)) => true,
+                Err(Failure::Daemon(e)) if e.errno == libc::ENOENT => false,
+                other => panic!("stat on daemon {d}: {other:?}"),
+            }
+        }
+    };
+    assert!(
+        held(first).await,
+        "the first owner lost a create it applied"
+    );
+    assert!(
+        held(second).await,
+        "the copy never got the create its first owner applied before it was killed"
+    );
+    // And the directory empties.
+    c.unlink(path, me).await.unwrap();
+    c.rmdir("/d", me).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_copy_still_gives_eio_when_a_daemon_dies() {
     let mut cl = Cluster::start_with(3, config(1));
