@@ -414,3 +414,32 @@ fn eddy_status_and_the_log_name_each_mounts_transport() {
         assert!(status_mounts(&cluster, 0).is_empty());
     }
 }
+
+/// A mount says what it is on every connection it opens, not only on those open when it
+/// started: after a daemon restarts, the mount's next requests to it reconnect, and that
+/// daemon lists the mount again.
+#[test]
+fn a_restarted_daemon_lists_the_mount_again_once_it_reconnects() {
+    let mut m = eddy_testkit::Mounted::start(3);
+    let mounts = status_mounts(&m.cluster, 1);
+    assert_eq!(mounts[0]["daemons"], serde_json::json!([0, 1, 2]));
+    m.cluster.kill(1);
+    m.cluster.restart(1);
+    // Files on every daemon: the mount reconnects to daemon 1 for some of them.
+    let state = m.cluster.dir.path().to_str().unwrap().to_string();
+    let listed = eddy_testkit::eventually::poll_for(Duration::from_secs(60), || {
+        for i in 0..20 {
+            let _ = fs::write(m.path(&format!("f{i}")), b"x");
+        }
+        let out = eddy_testkit::cli::ok(&["status", "--state", &state, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mounts = v["mounts"].as_array().unwrap().clone();
+        (mounts.len() == 1 && mounts[0]["daemons"] == serde_json::json!([0, 1, 2]))
+            .then_some(mounts)
+    });
+    assert!(
+        listed.is_some(),
+        "daemon 1 does not list the mount after it reconnected"
+    );
+    assert_eq!(listed.unwrap()[0]["transport"], "dev_fuse");
+}
