@@ -294,41 +294,68 @@ fn io_uring_asked_for_with_the_parameter_off_fails_the_mount_with_the_reason() {
     assert!(!mounts.contains(&*mnt.path().to_string_lossy()), "{mounts}");
 }
 
-/// `eddy mount --foreground` of `cluster` at `mnt` with `EDDY_LOG=info`, its log in `log`;
-/// returns once the mount is in the table.
-fn logged_mount(cluster: &Cluster, mnt: &Path, log: &Path) -> std::process::Child {
-    let out = fs::File::create(log).unwrap();
-    let mut child = Command::new(eddy_bin())
-        .arg("mount")
-        .arg("--state")
-        .arg(cluster.dir.path())
-        .arg(mnt)
-        .arg("--foreground")
-        .env("EDDY_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    let up = eddy_testkit::eventually::poll_for(Duration::from_secs(30), || {
-        eddy_testkit::is_mountpoint(mnt).then_some(())
-    });
-    if up.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("mount did not appear: {}", fs::read_to_string(log).unwrap());
-    }
-    child
+/// A mount served by `eddy mount --foreground` with `EDDY_LOG=info`; unmounted, and its
+/// process ended, when dropped (also when the test fails).
+struct LoggedMount {
+    mnt: std::path::PathBuf,
+    child: Option<std::process::Child>,
 }
 
-/// Unmounts `mnt` and waits for its serving process.
-fn end_mount(mnt: &Path, mut child: std::process::Child) {
-    eddy_fuse::unmount(mnt).unwrap();
-    let ended = eddy_testkit::eventually::exited(&mut child, Duration::from_secs(30));
-    if ended.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the mount's process did not end after the unmount");
+impl LoggedMount {
+    /// Mounts `cluster` at `mnt`, its log in `log`; returns once the mount is in the table.
+    fn start(cluster: &Cluster, mnt: &Path, log: &Path) -> LoggedMount {
+        let out = fs::File::create(log).unwrap();
+        let child = Command::new(eddy_bin())
+            .arg("mount")
+            .arg("--state")
+            .arg(cluster.dir.path())
+            .arg(mnt)
+            .arg("--foreground")
+            .env("EDDY_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let m = LoggedMount {
+            mnt: mnt.to_owned(),
+            child: Some(child),
+        };
+        let up = eddy_testkit::eventually::poll_for(Duration::from_secs(30), || {
+            eddy_testkit::is_mountpoint(mnt).then_some(())
+        });
+        assert!(
+            up.is_some(),
+            "mount did not appear: {}",
+            fs::read_to_string(log).unwrap()
+        );
+        m
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// Unmounts and waits for the serving process, which must end by itself.
+    fn end(mut self) {
+        eddy_fuse::unmount(&self.mnt).unwrap();
+        let mut child = self.child.take().unwrap();
+        let ended = eddy_testkit::eventually::exited(&mut child, Duration::from_secs(30));
+        if ended.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the mount's process did not end after the unmount");
+        }
+    }
+}
+
+impl Drop for LoggedMount {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = eddy_fuse::unmount(&self.mnt);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -379,12 +406,12 @@ fn eddy_status_and_the_log_name_each_mounts_transport() {
         let mnt = work.path().join(json_name);
         fs::create_dir(&mnt).unwrap();
         let log = work.path().join(format!("{json_name}.log"));
-        let child = logged_mount(&cluster, &mnt, &log);
+        let mount = LoggedMount::start(&cluster, &mnt, &log);
         let mounts = status_mounts(&cluster, 1);
         let m = &mounts[0];
         assert_eq!(m["transport"], json_name, "{mounts:?}");
         assert_eq!(m["mountpoint"], mnt.to_str().unwrap(), "{mounts:?}");
-        assert_eq!(m["pid"], child.id(), "{mounts:?}");
+        assert_eq!(m["pid"], mount.pid(), "{mounts:?}");
         assert_eq!(m["daemons"], serde_json::json!([0, 1, 2]), "{mounts:?}");
         let table = eddy_testkit::cli::ok(&["status", "--state", state]);
         let table = String::from_utf8_lossy(&table.stdout).into_owned();
@@ -393,7 +420,7 @@ fn eddy_status_and_the_log_name_each_mounts_transport() {
             .find(|l| l.ends_with(mnt.to_str().unwrap()))
             .unwrap_or_else(|| panic!("no line for the mount: {table}"));
         assert!(line.contains(table_name), "{line}");
-        assert!(line.contains(&child.id().to_string()), "{line}");
+        assert!(line.contains(&mount.pid().to_string()), "{line}");
         assert!(line.contains("0,1,2"), "{line}");
         // The log: the mount's line with its transport, and fuser's own (its `log` records
         // go through tracing, with the same filter).
@@ -410,7 +437,7 @@ fn eddy_status_and_the_log_name_each_mounts_transport() {
             text.contains(&format!("Mounting {}", mnt.display())),
             "fuser's log is not in the mount's: {text}"
         );
-        end_mount(&mnt, child);
+        mount.end();
         assert!(status_mounts(&cluster, 0).is_empty());
     }
 }
