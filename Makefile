@@ -5,7 +5,7 @@ CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR, as cargo itself, else ./target).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast soak fuzz crash-cycles bench bench-tier bench-streams bench-streams-gluster bench-merging bench-deploy lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
+.PHONY: deps build install wheel python-test-env check-c-header demo demo-slurm test test-fast test-io-uring soak fuzz crash-cycles bench bench-tier bench-streams bench-streams-gluster bench-merging bench-deploy lint lint-privileged lint-file-size check-architecture check-client-layers docs clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -71,13 +71,23 @@ demo-slurm: build
 ## always run; each prints the time of every test binary. One test at a time in each
 ## integration binary: such a test brings a whole deployment (three or more daemons, FUSE
 ## mounts, Slurm, GlusterFS), and two at once on a 2-core machine starve each other's deadlines.
+## Then the io_uring lane: the mount's suites that exercise its FUSE transport (pjdfstest, the
+## fsx-style random I/O, the POSIX operations, the property test, locks, mixed engines) again
+## over FUSE io_uring, with the kernel's fuse.enable_uring set to Y for the lane and restored
+## after it (decision 0079); on a kernel without it they fail, naming why.
 FAST_USER ?= nobody
 test: deps python-test-env lint-privileged lint-file-size check-architecture check-client-layers check-c-header docs
 	$(CARGO) build --bins
 	$(CARGO) build -p eddy-preload -p eddy-c
 	python3 scripts/test-lanes.py fast --as $(FAST_USER); fast=$$?; \
 	  python3 scripts/test-lanes.py root; root=$$?; \
-	  test $$fast -eq 0 && test $$root -eq 0
+	  python3 scripts/test-lanes.py uring; uring=$$?; \
+	  test $$fast -eq 0 && test $$root -eq 0 && test $$uring -eq 0
+
+## The io_uring lane alone (root): the mount's transport suites over FUSE io_uring.
+test-io-uring:
+	$(CARGO) build --bins
+	python3 scripts/test-lanes.py uring
 
 ## The fast lane alone, as the calling user (no root, no services, no set-up): unit and property
 ## tests, the daemon's request and lifecycle tests, the fuzz corpora, the client library's tests.

@@ -54,8 +54,9 @@ DATA = {
     "FinalizeDirty", "Status", "Shutdown", "Allocate", "Scrub", "Hint", "CheckBackend",
     "HoldBack", "WrittenBack", "Stats", "DirectOpen", "DirectCommit",
 }
-# Sent by daemons to their peers, or in the handshake: never built by the client.
-NOT_SENT = {"Replicate", "PutChunk", "RepairFor", "Repair", "Identify", "Recall"}
+# Sent by daemons to their peers, or by the rpc layer on each connection it opens (Identify,
+# a mount's Mounted): never built by the client.
+NOT_SENT = {"Replicate", "PutChunk", "RepairFor", "Repair", "Identify", "Recall", "Mounted"}
 
 TABLE_LINE = re.compile(r"^\s*([A-Z]\w*) \"\w+\" \{", re.M)
 BUILDS = re.compile(r"\b(?:req|Request)::([A-Z]\w*)")

@@ -10,9 +10,17 @@
   root   everything else: the `needs_*` tests of those binaries, every other integration
          test binary, the doc tests. Run as root, after `cargo build --bins` and `cargo build -p eddy-preload`.
 
+  uring  the mount's suites that exercise its FUSE transport (URING_SUITES of the eddy-fuse
+         `posix` binary: pjdfstest, the fsx-style random I/O, the POSIX operations and the
+         property test, locks, mixed engines) once more over FUSE io_uring: the kernel's
+         `fuse.enable_uring` set to Y for the lane and restored after it (root), the test kit
+         told by EDDY_TEST_FUSE_TRANSPORT=io_uring. Where the kernel lacks it, the lane fails
+         with the reason; it never passes on /dev/fuse.
+
 `make test-fast` runs the fast lane as the calling user; `make test` runs the fast lane (as
 the unprivileged user EDDY_FAST_USER, default `nobody`, when it runs as root: that is the check
-that the lane needs no root) and then the root lane, so together they run every test once.
+that the lane needs no root), then the root lane, so together they run every test once, and
+then the io_uring lane.
 
 Each binary runs with the working directory and the environment cargo gives it (the package's
 directory, CARGO_MANIFEST_DIR …); integration binaries one test at a time (each brings a whole
@@ -32,6 +40,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FAST_LIST = ROOT / "scripts" / "fast-lane.txt"
 NEEDS = ["needs_root", "needs_services"]
+
+# The kernel's switch for FUSE over io_uring (decision 0078).
+URING_PARAMETER = Path("/sys/module/fuse/parameters/enable_uring")
+# The test kit's variable naming the mounts' FUSE transport (eddy_testkit::FUSE_TRANSPORT_VAR).
+TRANSPORT_VAR = "EDDY_TEST_FUSE_TRANSPORT"
+# The tests of eddy-fuse's `posix` binary the io_uring lane runs (libtest name filters): those
+# whose requests cross the transport in every shape (decision 0079). `io_uring::` itself runs in
+# the root lane, where it sets and restores the parameter test by test.
+URING_BINARY = ("eddy-fuse", "posix")
+URING_SUITES = [
+    "posix_suite::",
+    "fsx::random_operations_through_the_mount",
+    "mount_ops::",
+    "mount_prop::",
+    "locks::",
+    "mixed_io::",
+]
 
 
 def fast_binaries():
@@ -84,9 +109,11 @@ def demote(user):
     return become, {"HOME": str(home), "TMPDIR": "/tmp", "USER": user, "LOGNAME": user}
 
 
-def run(binaries, lane, user=None, fast=()):
+def run(binaries, lane, user=None, fast=(), only=(), env_more=None):
     """Runs each binary: in the fast lane without the `needs_*` tests; in the root lane only
-    those of the binaries the fast lane runs, and the other integration binaries whole."""
+    those of the binaries the fast lane runs, and the other integration binaries whole; with
+    `only`, the tests those filters name (exactly, in the io_uring lane), with `env_more` in
+    the environment."""
     become, env_extra = demote(user)
     if become and binaries:
         # The checkout and its target directory must be reachable by that user (as for the
@@ -102,7 +129,9 @@ def run(binaries, lane, user=None, fast=()):
     for package, kind, name, exe, pkg_dir in binaries:
         integration = kind == "test"
         args = [exe]
-        if lane == "fast":
+        if only:
+            args += list(only)
+        elif lane == "fast":
             for n in NEEDS:
                 args += ["--skip", n]
         elif not integration or f"{package}:{name}" in fast:
@@ -111,6 +140,7 @@ def run(binaries, lane, user=None, fast=()):
             args += ["--test-threads=1"]
         env = dict(os.environ)
         env.update(env_extra)
+        env.update(env_more or {})
         env["CARGO_MANIFEST_DIR"] = pkg_dir
         env["CARGO_PKG_NAME"] = package
         label = f"{package}:{name}" + ("" if integration else f" ({kind})")
@@ -135,16 +165,42 @@ def run(binaries, lane, user=None, fast=()):
     return failed
 
 
+def uring_lane():
+    """The io_uring lane: `fuse.enable_uring` set to Y around the run of URING_SUITES with the
+    test kit's mounts on io_uring, then restored to what it was. Returns the failed binaries."""
+    package, test = URING_BINARY
+    bins = cargo_json(["-p", package, "--test", test])
+    before = None
+    try:
+        before = URING_PARAMETER.read_text().strip()
+        if before != "Y":
+            URING_PARAMETER.write_text("Y")
+        print(f"{URING_PARAMETER}: Y for this lane (was {before})", flush=True)
+    except OSError as e:
+        # The tests fail, each naming why (eddy_testkit::require::fuse_io_uring).
+        print(f"cannot set {URING_PARAMETER} to Y ({e}): the io_uring tests fail", flush=True)
+    try:
+        return run(bins, "uring", only=URING_SUITES, env_more={TRANSPORT_VAR: "io_uring"})
+    finally:
+        if before is not None and before != "Y":
+            try:
+                URING_PARAMETER.write_text(before)
+            except OSError as e:
+                print(f"cannot restore {URING_PARAMETER} to {before}: {e}", flush=True)
+
+
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("fast", "root"):
-        sys.exit("usage: test-lanes.py fast [--as USER] | root")
+    if len(sys.argv) < 2 or sys.argv[1] not in ("fast", "root", "uring"):
+        sys.exit("usage: test-lanes.py fast [--as USER] | root | uring")
     lane = sys.argv[1]
     user = None
     if "--as" in sys.argv:
         rest = sys.argv[sys.argv.index("--as") + 1 :]
         user = rest[0] if rest else None  # `--as` with no user: as the caller
     fast = fast_binaries()
-    if lane == "fast":
+    if lane == "uring":
+        failed = uring_lane()
+    elif lane == "fast":
         bins = cargo_json(["--workspace", "--lib", "--bins"])
         for entry in fast:
             package, test = entry.split(":")

@@ -52,9 +52,14 @@ fn init_tracing() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // A line that cannot be written (the log's device is full, decision 0060) is lost: the
     // library's report of it would go to the same standard error with `eprintln!`, whose
-    // failure panics (a mount's request thread, or the mount at start-up).
+    // failure panics (a mount's request thread, or the mount at start-up). `init` also routes
+    // the records of the `log` crate into tracing (the `tracing-log` feature), under the same
+    // filter: fuser's, in the mount's log (`EDDY_LOG=fuser=debug`).
+    // Colours only on a terminal: a mount's or a deployment's log is mostly a file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .log_internal_errors(false)
         .init();

@@ -1,7 +1,8 @@
 //! `eddy status`: one line (or JSON object) per daemon; fails if any daemon is down. With a
 //! backend linked, the links and a second table with each daemon's backend-tier figures.
 //! With `--inventory`, a daemon whose host the latest health probe marked anomalous is
-//! flagged (decision 0039).
+//! flagged (decision 0039). Then the FUSE mounts the daemons know, with the transport each
+//! runs on (decision 0079).
 
 use crate::cli::StatusArgs;
 use anyhow::{bail, Result};
@@ -9,7 +10,7 @@ use eddy_client::Client;
 use eddy_config::{Deployment, Link};
 use eddy_deploy::human_bytes;
 use eddy_deploy::StateDir;
-use eddy_proto::{DaemonStatus, TierStatus};
+use eddy_proto::{DaemonStatus, MountSeen, MountTransport, TierStatus};
 use serde::Serialize;
 
 /// What `status` reports about one daemon.
@@ -50,6 +51,25 @@ struct DaemonRow {
     tier: Option<TierStatus>,
     /// Its host's latest health probe (`--inventory`), when the host was probed.
     host_health: Option<eddy_sysmap::health::Health>,
+    /// The mounts connected to it (shown per mount in `Report::mounts`).
+    #[serde(skip)]
+    mounts: Vec<MountSeen>,
+    #[serde(skip)]
+    mounts_unlisted: u64,
+}
+
+/// A FUSE mount of the deployment, as the daemons it is connected to report it (decision
+/// 0079): who serves it, where, on which transport. What the mount told the daemons, shown
+/// as it came (untrusted text, escaped in the table).
+#[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+struct MountRow {
+    host: String,
+    pid: u32,
+    mountpoint: String,
+    /// `io_uring` or `dev_fuse`.
+    transport: MountTransport,
+    /// The daemons it is connected to.
+    daemons: Vec<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -67,6 +87,38 @@ struct Report {
     /// Items under-replicated: the hints held by every daemon that answered.
     under_replicated: u64,
     daemons: Vec<DaemonRow>,
+    /// The FUSE mounts connected to the daemons that answered, and how many more a daemon
+    /// knows than it lists (`MOUNTS_LISTED`).
+    mounts: Vec<MountRow>,
+    mounts_unlisted: u64,
+}
+
+/// The mounts the daemons report, one row per mount (host, pid, mount point, transport) with
+/// the daemons it is connected to.
+fn mount_rows(rows: &[DaemonRow]) -> Vec<MountRow> {
+    let mut by_mount: std::collections::BTreeMap<(String, u32, String, MountTransport), Vec<u32>> =
+        Default::default();
+    for r in rows {
+        for m in &r.mounts {
+            let key = (
+                m.client.host.clone(),
+                m.client.pid,
+                m.mountpoint.clone(),
+                m.transport,
+            );
+            by_mount.entry(key).or_default().push(r.id);
+        }
+    }
+    by_mount
+        .into_iter()
+        .map(|((host, pid, mountpoint, transport), daemons)| MountRow {
+            host,
+            pid,
+            mountpoint,
+            transport,
+            daemons,
+        })
+        .collect()
 }
 
 /// The deployment's health from the daemons that are down, the copies kept, the items
@@ -150,6 +202,8 @@ pub fn status(args: StatusArgs) -> Result<()> {
         replicas,
         health: health(&rows, replicas),
         under_replicated: under_replicated(&rows),
+        mounts: mount_rows(&rows),
+        mounts_unlisted: rows.iter().map(|r| r.mounts_unlisted).max().unwrap_or(0),
         daemons: rows,
     };
     if args.json {
@@ -247,6 +301,8 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
         rejoining: None,
         tier: None,
         host_health: None,
+        mounts: Vec::new(),
+        mounts_unlisted: 0,
     };
     match result {
         Ok(s) => {
@@ -265,6 +321,8 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
             row.hints_for = s.hints_for;
             row.rejoining = Some(s.rejoining);
             row.tier = Some(s.tier);
+            row.mounts = s.mounts;
+            row.mounts_unlisted = s.mounts_unlisted;
         }
         Err(e) => row.error = Some(e),
     }
@@ -323,6 +381,7 @@ fn print_table(report: &Report) {
         }
     }
     print_metrics(&report.daemons);
+    print_mounts(report);
     if !report.links.is_empty() {
         print_tier_table(&report.daemons);
         print_backends(&report.daemons);
@@ -412,6 +471,40 @@ fn anomaly_line(h: &eddy_sysmap::health::Health) -> Option<String> {
         ),
         (Some(b), None) => format!("is on an anomalous host: {} probed at {}", h.host, bw(b)),
     })
+}
+
+/// The FUSE mounts connected to the daemons, with their transport (decision 0079).
+fn print_mounts(report: &Report) {
+    if report.mounts.is_empty() {
+        outln!("mounts: none connected");
+        return;
+    }
+    outln!("mounts");
+    outln!(
+        "{:<16} {:>8} {:<10} {:<12} MOUNT POINT",
+        "HOST",
+        "PID",
+        "TRANSPORT",
+        "DAEMONS"
+    );
+    for m in &report.mounts {
+        let daemons: Vec<String> = m.daemons.iter().map(u32::to_string).collect();
+        // What a mount sent, escaped: no control character reaches the terminal.
+        outln!(
+            "{:<16} {:>8} {:<10} {:<12} {}",
+            m.host.escape_debug().to_string(),
+            m.pid,
+            m.transport.name(),
+            daemons.join(","),
+            m.mountpoint.escape_debug()
+        );
+    }
+    if report.mounts_unlisted > 0 {
+        outln!(
+            "  ... and {} more not listed by a daemon",
+            report.mounts_unlisted
+        );
+    }
 }
 
 /// Where the daemons serve `/metrics`, when they do (`eddy start --metrics`).

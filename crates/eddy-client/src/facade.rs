@@ -293,6 +293,13 @@ impl Client {
         self.data().daemon_status().await
     }
 
+    /// Tells every daemon that this client serves a FUSE mount at `mountpoint`, running on
+    /// `transport` (`Mounted`, decision 0079): on the connections open now and on every one
+    /// opened later; `eddy status` lists the mounts the daemons know. Returns once sent.
+    pub async fn announce_mount(&self, mountpoint: String, transport: eddy_proto::MountTransport) {
+        self.data().announce_mount(mountpoint, transport).await
+    }
+
     /// What every daemon counted of the I/O it served (`Request::Stats`, decision 0032).
     pub async fn daemon_stats(&self) -> Vec<(u32, Result<eddy_proto::stats::DaemonStats, Errno>)> {
         self.data().daemon_stats().await

@@ -42,6 +42,7 @@ mod leases;
 mod locks;
 mod meta;
 mod metrics;
+mod mounts;
 mod ops;
 mod privilege;
 mod repair;

@@ -540,6 +540,7 @@ async fn serve_connection<R, W>(
     if leases > 0 {
         tracing::info!(%peer, leases, "connection closed; the directory leases it held end");
     }
+    state.mounts.close_conn(conn);
     let renames = state.meta.release_renames_of(conn);
     if renames > 0 {
         tracing::warn!(%peer, renames, "connection closed during directory renames; they are completed by the next client that connects");

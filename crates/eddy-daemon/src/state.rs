@@ -56,6 +56,8 @@ pub struct State {
     read_ahead_turns: Semaphore,
     /// Directory leases granted here and noted here (decision 0075).
     pub(crate) leases: crate::leases::Leases,
+    /// The FUSE mounts connected, as they said (decision 0079).
+    pub(crate) mounts: crate::mounts::Mounts,
     /// The connections to the other daemons a recall is sent over: made from the
     /// deployment file when first needed (and, with one copy, again after a failure).
     lease_peers: std::sync::Mutex<Option<Arc<eddy_rpc::Daemons>>>,
@@ -120,6 +122,7 @@ impl State {
             started: Instant::now(),
             instance,
             leases,
+            mounts: Default::default(),
             lease_peers: Default::default(),
             shutdown: watch::Sender::new(false),
             direct: Default::default(),
@@ -543,6 +546,7 @@ impl State {
         let (chunk_bytes, chunks) = self.chunks.usage();
         let (preallocated_bytes, preallocated_total_bytes) = self.chunks.preallocated();
         let (checksum_errors, corrupt_payloads) = self.chunks.integrity_counters();
+        let (mounts, mounts_unlisted) = self.mounts.listed();
         Ok(DaemonStatus {
             id: self.settings.id,
             host: self.settings.host.clone(),
@@ -579,6 +583,8 @@ impl State {
             device: device_of(root),
             capacity_bytes: self.chunks.capacity_limit().unwrap_or(0),
             reserve_bytes: self.room.reserve_of(vfs.blocks() as u64 * frag),
+            mounts,
+            mounts_unlisted,
         })
     }
 }

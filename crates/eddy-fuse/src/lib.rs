@@ -223,7 +223,8 @@ fn new_session(
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<fuser::Session<fs::EddyFs>, FuseError> {
-    let fs = fs::EddyFs::new(client, driver, opts);
+    let announcer = client.clone();
+    let fs = fs::EddyFs::new(client, Arc::clone(&driver), opts);
     // Directory leases as the configuration says (`leases`): the kernel's negative entries
     // handed out on a lease's word are invalidated before it goes back (decision 0077).
     fs.client_ref()
@@ -254,6 +255,13 @@ fn new_session(
         transport = %transport,
         "Eddy mounted"
     );
+    // The daemons learn what serves this connection, and `eddy status` from them (decision
+    // 0079). Sent, not awaited: the replies come in the background.
+    let transport = match transport {
+        fuser::Transport::IoUring => eddy_proto::MountTransport::IoUring,
+        fuser::Transport::DevFuse => eddy_proto::MountTransport::DevFuse,
+    };
+    driver.drive(announcer.announce_mount(mountpoint.display().to_string(), transport));
     Ok(session)
 }
 

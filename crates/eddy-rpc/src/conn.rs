@@ -497,10 +497,23 @@ pub(crate) struct Link {
     max_frame: u32,
     connect_timeout: Duration,
     rpc_timeout: Duration,
+    /// What this client says of itself beyond `Identify` on each of its connections, once it
+    /// has something to say (a mount's `Mounted`, decision 0079): shared by every link of
+    /// the client.
+    announced: Announced,
 }
 
+/// A request a client sends first on each of its connections, after `Identify`, once set
+/// (`Daemons::announce_mount`).
+pub(crate) type Announced = Arc<RwLock<Option<Request>>>;
+
 impl Link {
-    pub fn new(entry: DaemonEntry, secret: Arc<Vec<u8>>, cfg: &Config) -> Link {
+    pub fn new(
+        entry: DaemonEntry,
+        secret: Arc<Vec<u8>>,
+        cfg: &Config,
+        announced: Announced,
+    ) -> Link {
         Link {
             entry,
             conn: RwLock::new(None),
@@ -515,6 +528,7 @@ impl Link {
             max_frame: cfg.max_frame_bytes,
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
             rpc_timeout: Duration::from_millis(cfg.rpc_timeout_ms),
+            announced,
         }
     }
 
@@ -651,9 +665,30 @@ impl Link {
         let req = Request::Identify(eddy_proto::req::Identify {
             client: client_id(),
         });
-        let what = self.describe();
-        let failed = move |why: String| tracing::debug!("identify to {what} failed: {why}");
-        match conn.send(&req) {
+        self.send_unawaited(conn, &req);
+        let announced = read(&self.announced).clone();
+        if let Some(req) = announced {
+            self.send_unawaited(conn, &req);
+        }
+    }
+
+    /// Sends what the client announces (`Daemons::announce_mount`) on the current connection,
+    /// if there is one: a connection opened from now on sends it itself (`identify`). Waits
+    /// for a connection being opened, so that none is missed.
+    pub async fn announce(&self) {
+        let _opening = self.opening.lock().await;
+        let announced = read(&self.announced).clone();
+        if let (Some(conn), Some(req)) = (self.live(), announced) {
+            self.send_unawaited(&conn, &req);
+        }
+    }
+
+    /// Sends `req` on `conn` and awaits its reply in the background: a failure is logged and
+    /// the connection goes on.
+    fn send_unawaited(&self, conn: &Conn, req: &Request) {
+        let what = format!("{} to {}", req.op_name(), self.describe());
+        let failed = move |why: String| tracing::debug!("{what} failed: {why}");
+        match conn.send(req) {
             Ok(rx) => {
                 tokio::spawn(async move {
                     match rx.await {

@@ -76,6 +76,9 @@ pub struct Daemons {
     /// Requests sent, by kind (`eddy_proto::Op` as index).
     rpcs: [AtomicU64; OP_NAMES.len()],
     observer: Option<Box<dyn Observer>>,
+    /// What this client announces on each connection (`announce_mount`), shared with the
+    /// links.
+    announced: conn::Announced,
 }
 
 impl Daemons {
@@ -90,10 +93,14 @@ impl Daemons {
         );
         let placement = Placement::new(dep.daemons.iter().map(|d| d.id).collect())
             .ok_or_else(|| Errno::einval("deployment lists no daemons"))?;
+        let announced: conn::Announced = Default::default();
         let links = dep
             .daemons
             .iter()
-            .map(|d| (d.id, Link::new(d.clone(), secret.clone(), &dep.config)))
+            .map(|d| {
+                let link = Link::new(d.clone(), secret.clone(), &dep.config, announced.clone());
+                (d.id, link)
+            })
             .collect();
         Ok(Daemons {
             links,
@@ -102,6 +109,7 @@ impl Daemons {
             down: Down::new(Duration::from_millis(dep.config.down_hold_ms)),
             rpcs: std::array::from_fn(|_| Default::default()),
             observer: None,
+            announced,
         })
     }
 
@@ -224,6 +232,21 @@ impl Daemons {
         self.links
             .get(&daemon)
             .is_some_and(|link| link.take_reconnected())
+    }
+
+    /// Tells every daemon that this client serves a FUSE mount at `mountpoint` running on
+    /// `transport` (`Mounted`, decision 0079): on each connection open now, and on every
+    /// connection opened from now on, right after `Identify`; `eddy status` lists it. Returns
+    /// once it is sent (the replies are awaited in the background: a daemon that refuses
+    /// it only leaves the mount out of its status).
+    pub async fn announce_mount(&self, mountpoint: String, transport: eddy_proto::MountTransport) {
+        let req = Request::Mounted(eddy_proto::req::Mounted {
+            client: client_id(),
+            mountpoint,
+            transport,
+        });
+        *self.announced.write().unwrap_or_else(|p| p.into_inner()) = Some(req);
+        join_all(self.links.values().map(Link::announce)).await;
     }
 
     // ------------------------------------------------------------------ down marks

@@ -111,13 +111,35 @@ pub fn preloaded(program: impl AsRef<std::ffi::OsStr>, prefix: &str, state: &Pat
     c
 }
 
-/// A small chunk size so that tests cross chunk and daemon boundaries with little data.
+/// A small chunk size so that tests cross chunk and daemon boundaries with little data; the
+/// mount's FUSE transport as `EDDY_TEST_FUSE_TRANSPORT` says ([`test_fuse_transport`]).
 pub fn test_config() -> Config {
     Config {
         chunk_size: 64 * 1024,
         rpc_timeout_ms: 5_000,
         readdir_page: 256,
+        fuse_transport: test_fuse_transport(),
         ..Config::default()
+    }
+}
+
+/// The variable that names the FUSE transport of the test kit's configurations
+/// (`fuse_transport`: `dev_fuse`, `io_uring` or `auto`): `make test` runs the mount's suites
+/// once more with `io_uring` (scripts/test-lanes.py, the io_uring lane).
+pub const FUSE_TRANSPORT_VAR: &str = "EDDY_TEST_FUSE_TRANSPORT";
+
+/// The FUSE transport the tests' mounts use: `EDDY_TEST_FUSE_TRANSPORT`, else the
+/// configuration's default. A value that names no transport fails the test (a run meant for
+/// io_uring must not pass on `/dev/fuse`); a mount asked to run on io_uring fails the test
+/// where the kernel does not offer it ([`require::fuse_io_uring`]).
+pub fn test_fuse_transport() -> eddy_config::FuseTransport {
+    match std::env::var(FUSE_TRANSPORT_VAR) {
+        Err(std::env::VarError::NotPresent) => eddy_config::FuseTransport::default(),
+        Ok(v) if v.is_empty() => eddy_config::FuseTransport::default(),
+        Ok(v) => eddy_config::FuseTransport::parse(&v).unwrap_or_else(|| {
+            panic!("{FUSE_TRANSPORT_VAR}={v:?}: say dev_fuse, io_uring or auto")
+        }),
+        Err(e) => panic!("{FUSE_TRANSPORT_VAR}: {e}"),
     }
 }
 
@@ -522,6 +544,9 @@ impl Drop for ExtraMount {
 // The child is returned to a guard that unmounts and waits for it on drop.
 #[allow(clippy::zombie_processes)]
 fn mount_at(cluster: &Cluster, args: &[&str]) -> (tempfile::TempDir, Child) {
+    if cluster.dep.config.fuse_transport == eddy_config::FuseTransport::IoUring {
+        require::fuse_io_uring();
+    }
     let mnt = tempfile::tempdir().expect("mountpoint");
     let log_path = cluster.dir.path().join(format!(
         "mount-{}.log",

@@ -94,6 +94,32 @@ pub fn fusectl() {
     }
 }
 
+/// The kernel's switch for FUSE over io_uring (decision 0078).
+pub const ENABLE_URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The test mounts over FUSE io_uring (`fuse_transport = "io_uring"`): FUSE, and the kernel's
+/// `fuse.enable_uring` set to `Y` (Linux 6.14+ built with `CONFIG_FUSE_IO_URING`). The test
+/// does not turn it on itself: whoever runs it does (`make test`'s io_uring lane, as root), and
+/// restores it afterwards.
+#[track_caller]
+pub fn fuse_io_uring() {
+    fuse();
+    match std::fs::read_to_string(ENABLE_URING_PARAMETER) {
+        Ok(v) if v.trim() == "Y" => {}
+        Ok(v) => missing(&format!(
+            "the mount is asked to run over FUSE io_uring, and {ENABLE_URING_PARAMETER} is {} \
+             (as root: `echo Y > {ENABLE_URING_PARAMETER}`; `make test`'s io_uring lane sets it \
+             and restores it)",
+            v.trim()
+        )),
+        Err(e) => missing(&format!(
+            "the mount is asked to run over FUSE io_uring, and {ENABLE_URING_PARAMETER} cannot \
+             be read ({e}): FUSE over io_uring needs Linux 6.14 or later built with \
+             CONFIG_FUSE_IO_URING"
+        )),
+    }
+}
+
 /// The test creates network namespaces with iproute2.
 #[track_caller]
 pub fn netns() {

@@ -47,6 +47,12 @@ impl Data<'_> {
         self.rpc().all(|| req::Status).await
     }
 
+    /// Tells every daemon that this client serves a FUSE mount at `mountpoint` on
+    /// `transport`, now and on every connection it opens later (decision 0079).
+    pub async fn announce_mount(&self, mountpoint: String, transport: eddy_proto::MountTransport) {
+        self.rpc().announce_mount(mountpoint, transport).await
+    }
+
     /// What every daemon counted of the I/O it served (`Request::Stats`, decision 0032).
     pub async fn daemon_stats(&self) -> Vec<(u32, Result<eddy_proto::stats::DaemonStats, Errno>)> {
         self.rpc().all(|| req::Stats).await

@@ -1,5 +1,5 @@
 //! The daemon itself: its status, a clean stop, and what it counted (`Identify` names a
-//! connection's client, `Stats` returns the counters).
+//! connection's client, `Stats` returns the counters); the mounts connected (`Mounted`).
 
 use super::{Apply, Serve};
 use crate::advisory::ConnId;
@@ -28,6 +28,13 @@ impl Serve for req::Identify {
     async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<(), Errno> {
         st.stats.identify(self.client);
         Ok(())
+    }
+}
+
+/// The connection serves a FUSE mount (decision 0079): kept while it lives, for `Status`.
+impl Serve for req::Mounted {
+    async fn serve(self, st: &Arc<State>, conn: ConnId) -> Result<(), Errno> {
+        st.mounts.note(conn, self)
     }
 }
 

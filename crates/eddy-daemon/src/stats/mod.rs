@@ -70,7 +70,7 @@ pub fn client_key(c: &ClientId) -> u64 {
 /// Whether requests of this kind count as metadata operations: what is not `STORAGE`,
 /// except the monitoring requests themselves.
 fn is_metadata(op: Op) -> bool {
-    !op.props().storage() && !matches!(op, Op::Identify | Op::Stats)
+    !op.props().storage() && !matches!(op, Op::Identify | Op::Mounted | Op::Stats)
 }
 
 /// The counters of one op kind.
@@ -303,7 +303,7 @@ impl Stats {
             c.errors.fetch_add(1, Ordering::Relaxed);
             self.count_errno(e);
         }
-        if matches!(r.op, Op::Identify | Op::Stats) {
+        if matches!(r.op, Op::Identify | Op::Mounted | Op::Stats) {
             return;
         }
         let client = r.conn.client.get().unwrap_or(&self.unknown);
@@ -416,7 +416,7 @@ impl Stats {
                 Op::Write | Op::DirectCommit => t.written_bytes += c.bytes.load(Ordering::Relaxed),
                 _ => {}
             }
-            if matches!(op, Op::Identify | Op::Stats) {
+            if matches!(op, Op::Identify | Op::Mounted | Op::Stats) {
                 continue;
             }
             t.ops += n;

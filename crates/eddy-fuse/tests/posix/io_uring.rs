@@ -293,3 +293,180 @@ fn io_uring_asked_for_with_the_parameter_off_fails_the_mount_with_the_reason() {
     let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(!mounts.contains(&*mnt.path().to_string_lossy()), "{mounts}");
 }
+
+/// A mount served by `eddy mount --foreground` with `EDDY_LOG=info`; unmounted, and its
+/// process ended, when dropped (also when the test fails).
+struct LoggedMount {
+    mnt: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl LoggedMount {
+    /// Mounts `cluster` at `mnt`, its log in `log`; returns once the mount is in the table.
+    fn start(cluster: &Cluster, mnt: &Path, log: &Path) -> LoggedMount {
+        let out = fs::File::create(log).unwrap();
+        let child = Command::new(eddy_bin())
+            .arg("mount")
+            .arg("--state")
+            .arg(cluster.dir.path())
+            .arg(mnt)
+            .arg("--foreground")
+            .env("EDDY_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let m = LoggedMount {
+            mnt: mnt.to_owned(),
+            child: Some(child),
+        };
+        let up = eddy_testkit::eventually::poll_for(Duration::from_secs(30), || {
+            eddy_testkit::is_mountpoint(mnt).then_some(())
+        });
+        assert!(
+            up.is_some(),
+            "mount did not appear: {}",
+            fs::read_to_string(log).unwrap()
+        );
+        m
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// Unmounts and waits for the serving process, which must end by itself.
+    fn end(mut self) {
+        eddy_fuse::unmount(&self.mnt).unwrap();
+        let mut child = self.child.take().unwrap();
+        let ended = eddy_testkit::eventually::exited(&mut child, Duration::from_secs(30));
+        if ended.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the mount's process did not end after the unmount");
+        }
+    }
+}
+
+impl Drop for LoggedMount {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = eddy_fuse::unmount(&self.mnt);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The mounts `eddy status --json` lists, once it lists `want` of them (within 30 s: a
+/// mount tells the daemons once it runs).
+fn status_mounts(cluster: &Cluster, want: usize) -> Vec<serde_json::Value> {
+    let state = cluster.dir.path().to_str().unwrap();
+    let got = eddy_testkit::eventually::poll_for(Duration::from_secs(30), || {
+        let out = eddy_testkit::cli::ok(&["status", "--state", state, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mounts = v["mounts"].as_array().unwrap().clone();
+        (mounts.len() == want).then_some(mounts)
+    });
+    got.unwrap_or_else(|| {
+        let out = eddy_testkit::cli::eddy(&["status", "--state", state, "--json"]);
+        panic!(
+            "eddy status did not list {want} mounts within 30 s: {}",
+            eddy_testkit::cli::text(&out)
+        )
+    })
+}
+
+/// The mount says which transport it runs on: in its log at start, and to the daemons, from
+/// which `eddy status` (table and `--json`) lists each mount with it; a mount that ends is
+/// no longer listed. One deployment of 3 daemons per transport (the setting is the
+/// deployment's), a mount of each, and fuser's own log lines in the mount's log.
+#[test]
+fn eddy_status_and_the_log_name_each_mounts_transport() {
+    let _on = EnableUring::set(true);
+    require::fuse();
+    let work = tempfile::tempdir().unwrap();
+    for (transport, table_name, json_name) in [
+        (FuseTransport::IoUring, "io_uring", "io_uring"),
+        (FuseTransport::DevFuse, "/dev/fuse", "dev_fuse"),
+    ] {
+        let cluster = Cluster::start_with(
+            3,
+            Config {
+                fuse_transport: transport,
+                ..test_config()
+            },
+        );
+        let state = cluster.dir.path().to_str().unwrap();
+        // Before any mount: none listed.
+        let table = eddy_testkit::cli::ok(&["status", "--state", state]);
+        let table = String::from_utf8_lossy(&table.stdout).into_owned();
+        assert!(table.contains("mounts: none connected"), "{table}");
+        let mnt = work.path().join(json_name);
+        fs::create_dir(&mnt).unwrap();
+        let log = work.path().join(format!("{json_name}.log"));
+        let mount = LoggedMount::start(&cluster, &mnt, &log);
+        let mounts = status_mounts(&cluster, 1);
+        let m = &mounts[0];
+        assert_eq!(m["transport"], json_name, "{mounts:?}");
+        assert_eq!(m["mountpoint"], mnt.to_str().unwrap(), "{mounts:?}");
+        assert_eq!(m["pid"], mount.pid(), "{mounts:?}");
+        assert_eq!(m["daemons"], serde_json::json!([0, 1, 2]), "{mounts:?}");
+        let table = eddy_testkit::cli::ok(&["status", "--state", state]);
+        let table = String::from_utf8_lossy(&table.stdout).into_owned();
+        let line = table
+            .lines()
+            .find(|l| l.ends_with(mnt.to_str().unwrap()))
+            .unwrap_or_else(|| panic!("no line for the mount: {table}"));
+        assert!(line.contains(table_name), "{line}");
+        assert!(line.contains(&mount.pid().to_string()), "{line}");
+        assert!(line.contains("0,1,2"), "{line}");
+        // The log: the mount's line with its transport, and fuser's own (its `log` records
+        // go through tracing, with the same filter).
+        let text = fs::read_to_string(&log).unwrap();
+        let mounted = text
+            .lines()
+            .find(|l| l.contains("Eddy mounted"))
+            .unwrap_or_else(|| panic!("no \"Eddy mounted\" line: {text}"));
+        assert!(
+            mounted.contains(&format!("transport={table_name}")),
+            "{mounted}"
+        );
+        assert!(
+            text.contains(&format!("Mounting {}", mnt.display())),
+            "fuser's log is not in the mount's: {text}"
+        );
+        mount.end();
+        assert!(status_mounts(&cluster, 0).is_empty());
+    }
+}
+
+/// A mount says what it is on every connection it opens, not only on those open when it
+/// started: after a daemon restarts, the mount's next requests to it reconnect, and that
+/// daemon lists the mount again.
+#[test]
+fn a_restarted_daemon_lists_the_mount_again_once_it_reconnects() {
+    let mut m = eddy_testkit::Mounted::start(3);
+    let mounts = status_mounts(&m.cluster, 1);
+    assert_eq!(mounts[0]["daemons"], serde_json::json!([0, 1, 2]));
+    m.cluster.kill(1);
+    m.cluster.restart(1);
+    // Files on every daemon: the mount reconnects to daemon 1 for some of them.
+    let state = m.cluster.dir.path().to_str().unwrap().to_string();
+    let listed = eddy_testkit::eventually::poll_for(Duration::from_secs(60), || {
+        for i in 0..20 {
+            let _ = fs::write(m.path(&format!("f{i}")), b"x");
+        }
+        let out = eddy_testkit::cli::ok(&["status", "--state", &state, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mounts = v["mounts"].as_array().unwrap().clone();
+        (mounts.len() == 1 && mounts[0]["daemons"] == serde_json::json!([0, 1, 2]))
+            .then_some(mounts)
+    });
+    assert!(
+        listed.is_some(),
+        "daemon 1 does not list the mount after it reconnected"
+    );
+    assert_eq!(listed.unwrap()[0]["transport"], "dev_fuse");
+}

@@ -544,3 +544,44 @@ impl BatchOp {
 
 /// The outcome of one operation of a `Batch`: the entry made or removed, or why not.
 pub type BatchOutcome = Result<Inode, crate::Errno>;
+
+/// How a FUSE mount's requests cross to the kernel (decision 0078), as the mount tells the
+/// daemons (`req::Mounted`, decision 0079): what it runs on, not what it was asked for.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MountTransport {
+    /// `read(2)` and `write(2)` on `/dev/fuse`.
+    DevFuse,
+    /// FUSE over io_uring.
+    IoUring,
+}
+
+impl MountTransport {
+    /// As people read it: `/dev/fuse` or `io_uring`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MountTransport::DevFuse => "/dev/fuse",
+            MountTransport::IoUring => "io_uring",
+        }
+    }
+}
+
+/// Longest mount point a daemon keeps of a `req::Mounted` (bytes; PATH_MAX): a longer one is
+/// refused with EINVAL.
+pub const MOUNT_POINT_MAX: usize = 4096;
+/// Longest host name a daemon keeps of a `req::Mounted` (bytes): a longer one is refused.
+pub const MOUNT_HOST_MAX: usize = 255;
+/// Most mounts one `Status` reply lists (`DaemonStatus::mounts`); the rest are counted
+/// (`mounts_unlisted`).
+pub const MOUNTS_LISTED: usize = 256;
+
+/// A mount connected to a daemon, as it said when it started (`req::Mounted`): who it is,
+/// where it is mounted on its host, and its FUSE transport. What the mount sent, checked for
+/// size only: untrusted text.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MountSeen {
+    pub client: crate::stats::ClientId,
+    pub mountpoint: String,
+    pub transport: MountTransport,
+}

@@ -63,6 +63,10 @@ pub struct DaemonStatus {
     /// Bytes of the device kept in reserve for the metadata store (`meta_reserve_bytes`,
     /// decision 0017): not offered to writers.
     pub reserve_bytes: u64,
+    /// The FUSE mounts connected to this daemon now, as they told it (`req::Mounted`,
+    /// decision 0079): at most `MOUNTS_LISTED`, and how many more there are.
+    pub mounts: Vec<MountSeen>,
+    pub mounts_unlisted: u64,
 }
 
 /// Backend-tier figures of one daemon (all zero when nothing is linked).

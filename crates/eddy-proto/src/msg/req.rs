@@ -695,6 +695,21 @@ pub struct Identify {
     pub client: crate::stats::ClientId,
 }
 
+/// Tells the daemon that this connection serves a FUSE mount (decision 0079): who the mount
+/// is, where it is mounted, and the transport it runs on. Sent by the mount's client on each of
+/// its connections once the mount runs, and on every connection it opens after (eddy-rpc's
+/// connection setup, after `Identify`). The daemon keeps it while the connection lives
+/// (another `Mounted` on it replaces it) and lists it in its `Status` reply. EINVAL when the
+/// mount point or the host is longer than `MOUNT_POINT_MAX` or `MOUNT_HOST_MAX` bytes. Replies
+/// `Ok`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mounted {
+    pub client: crate::stats::ClientId,
+    pub mountpoint: String,
+    pub transport: MountTransport,
+}
+
 /// Asks a daemon for what it counted of the I/O it served (`eddy stats`, the job profile).
 /// Answered from memory, without touching storage. Replies `Stats`.
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
