@@ -149,7 +149,9 @@ pub struct Config {
     pub meta_reserve_bytes: u64,
     /// Threads of a daemon's blocking pool for chunk and metadata I/O. Default 32.
     pub io_threads: usize,
-    /// Threads serving FUSE requests in `eddy mount`. Default 8.
+    /// Threads serving FUSE requests in `eddy mount`. Default 8. Over FUSE io_uring
+    /// (`fuse_transport`) the kernel keeps a queue per possible CPU: each gets as many of
+    /// them, and at least one (decision 0078).
     pub fuse_threads: usize,
     /// How long the kernel may cache attributes and entries of the mount, in milliseconds.
     /// Default 1 000.

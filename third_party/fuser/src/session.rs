@@ -502,7 +502,11 @@ impl<FS: Filesystem> Session<FS> {
 
             #[cfg(target_os = "linux")]
             if uring {
-                match crate::uring::register(&self.ch, crate::uring::payload_size(&config)) {
+                match crate::uring::register(
+                    &self.ch,
+                    crate::uring::payload_size(&config),
+                    self.config.n_threads.unwrap_or(1),
+                ) {
                     Ok(rings) => self.rings = Some(rings),
                     Err(e) => {
                         warn!("cannot register the FUSE io_uring queues ({e}): serving /dev/fuse")

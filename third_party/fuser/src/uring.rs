@@ -23,6 +23,7 @@ use std::os::fd::FromRawFd;
 use std::os::fd::OwnedFd;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::thread::ThreadId;
@@ -61,8 +62,11 @@ const IN_HEADER_SIZE: usize = 40;
 const OUT_HEADER_SIZE: usize = 16;
 /// The kernel's smallest request buffer (`FUSE_MIN_READ_BUFFER`).
 const MIN_PAYLOAD: usize = 8192;
-/// Ring entries per queue.
-const QUEUE_DEPTH: usize = 8;
+/// The most ring entries one queue thread registers. It starts with one and registers
+/// another (its memory allocated then) only while every entry it has holds a request
+/// answered later from another thread (a blocking lock's answer), so that such requests do
+/// not hold the queue's other requests back.
+const MAX_ENTRIES: usize = 64;
 /// `user_data` of the eventfd read that wakes a queue's thread.
 const WAKE: u64 = u64::MAX;
 /// Offset of `len` in `struct io_uring_sqe` (kernel ABI, include/uapi/linux/io_uring.h).
@@ -166,10 +170,16 @@ struct Entry {
     awaiting: AtomicBool,
 }
 
-/// What a queue shares with the senders of its replies.
+/// What a queue thread shares with the senders of its replies. A kernel queue (one per
+/// possible CPU) may be served by several such threads, each with a ring of its own.
 pub(crate) struct Queue {
     qid: u16,
-    entries: Vec<Entry>,
+    /// Which of the threads serving the kernel queue `qid` this is.
+    thread: usize,
+    /// `MAX_ENTRIES` slots, filled in order as the thread registers entries.
+    entries: Box<[OnceLock<Entry>]>,
+    /// The payload buffer of each entry.
+    payload: usize,
     /// Replies sent, staged until the queue's thread copies them into their entries.
     done: Mutex<Vec<(u16, Vec<u8>)>>,
     wake: OwnedFd,
@@ -179,11 +189,31 @@ pub(crate) struct Queue {
 
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Queue").field("qid", &self.qid).finish()
+        f.debug_struct("Queue")
+            .field("qid", &self.qid)
+            .field("thread", &self.thread)
+            .finish()
     }
 }
 
 impl Queue {
+    /// Entry `idx`, if registered.
+    fn entry(&self, idx: usize) -> Option<&Entry> {
+        self.entries.get(idx).and_then(OnceLock::get)
+    }
+
+    /// Allocates entry `idx`; `Ok(false)` if there is no such slot or it is taken.
+    fn add_entry(&self, idx: usize) -> io::Result<bool> {
+        let Some(slot) = self.entries.get(idx) else {
+            return Ok(false);
+        };
+        let entry = Entry {
+            mem: EntryMem::new(self.payload)?,
+            awaiting: AtomicBool::new(false),
+        };
+        Ok(slot.set(entry).is_ok())
+    }
+
     fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
@@ -208,7 +238,7 @@ pub(crate) struct RingSender {
 
 impl RingSender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
-        let Some(entry) = self.queue.entries.get(usize::from(self.idx)) else {
+        let Some(entry) = self.queue.entry(usize::from(self.idx)) else {
             return Err(io::Error::other("no such ring entry"));
         };
         if !entry.awaiting.swap(false, Ordering::AcqRel) {
@@ -267,8 +297,10 @@ fn cmd_req(qid: u16, commit_id: u64) -> [u8; 80] {
     cmd
 }
 
-fn register_sqe(fd: RawFd, queue: &Queue, idx: usize) -> squeue::Entry128 {
-    let entry = &queue.entries[idx];
+fn register_sqe(fd: RawFd, queue: &Queue, idx: usize) -> io::Result<squeue::Entry128> {
+    let entry = queue
+        .entry(idx)
+        .ok_or_else(|| io::Error::other("registering an entry without memory"))?;
     let mut sqe = opcode::UringCmd80::new(types::Fd(fd), FUSE_IO_URING_CMD_REGISTER)
         .addr(Some(entry.mem.iov.as_ptr() as u64))
         .cmd(cmd_req(queue.qid, 0))
@@ -287,7 +319,7 @@ fn register_sqe(fd: RawFd, queue: &Queue, idx: usize) -> squeue::Entry128 {
             .cast::<u32>()
             .write_unaligned(2);
     }
-    sqe
+    Ok(sqe)
 }
 
 fn commit_sqe(fd: RawFd, qid: u16, idx: usize, commit_id: u64) -> squeue::Entry128 {
@@ -304,49 +336,61 @@ fn wake_sqe(queue: &Queue, buf: *mut u64) -> squeue::Entry128 {
         .into()
 }
 
-/// Starts one thread per queue, which sets up its ring and registers its entries on the
-/// connection of `ch` (io_uring cancels a command when the task that submitted it exits, so
-/// the thread that serves a queue is the one that registers it). Fails, and leaves nothing
-/// registered, when the kernel refuses a registration.
-pub(crate) fn register<FS: Filesystem>(ch: &Channel, payload: usize) -> io::Result<Rings<FS>> {
+/// Starts `threads` threads (`Config::n_threads`), at least one per kernel queue and as many
+/// for each queue, each of which sets up a ring of its own and registers one entry on the connection of `ch` (io_uring cancels a command when
+/// the task that submitted it exits, so the thread that serves an entry is the one that
+/// registers it). Fails, and leaves nothing registered, when the kernel refuses a
+/// registration.
+///
+/// Why several threads of one entry each, not one thread of several entries: the kernel
+/// hands a request to the entry it made available last, and a queue's thread answers its
+/// requests one at a time. With several entries on one thread, a second request of the same
+/// CPU would wait behind the first even with other threads idle; with one entry per thread,
+/// an available entry always belongs to a thread that waits for a request.
+pub(crate) fn register<FS: Filesystem>(
+    ch: &Channel,
+    payload: usize,
+    threads: usize,
+) -> io::Result<Rings<FS>> {
     let fd = ch.as_fd().as_raw_fd();
     let nr_queues = possible_cpus()?;
     let qids = u16::try_from(nr_queues).map_err(|_| io::Error::other("too many CPUs"))?;
+    let threads_per_queue = threads.div_ceil(nr_queues).max(1);
+    let total = nr_queues * threads_per_queue;
     let mut rings = Rings {
-        queues: Vec::with_capacity(nr_queues),
-        starts: Vec::with_capacity(nr_queues),
-        threads: Vec::with_capacity(nr_queues),
+        queues: Vec::with_capacity(total),
+        starts: Vec::with_capacity(total),
+        threads: Vec::with_capacity(total),
         stop: Arc::new(AtomicBool::new(false)),
     };
-    for qid in 0..qids {
-        // SAFETY: plain system call; the result is checked.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor only we own.
-        let wake = unsafe { OwnedFd::from_raw_fd(efd) };
-        let mut entries = Vec::with_capacity(QUEUE_DEPTH);
-        for _ in 0..QUEUE_DEPTH {
-            entries.push(Entry {
-                mem: EntryMem::new(payload)?,
-                awaiting: AtomicBool::new(false),
+    for thread in 0..threads_per_queue {
+        for qid in 0..qids {
+            // SAFETY: plain system call; the result is checked.
+            let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if efd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: a new descriptor only we own.
+            let wake = unsafe { OwnedFd::from_raw_fd(efd) };
+            let queue = Arc::new(Queue {
+                qid,
+                thread,
+                entries: (0..MAX_ENTRIES).map(|_| OnceLock::new()).collect(),
+                payload,
+                done: Mutex::new(Vec::new()),
+                wake,
+                owner: Mutex::new(None),
+                stop: rings.stop.clone(),
             });
-        }
-        let queue = Arc::new(Queue {
-            qid,
-            entries,
-            done: Mutex::new(Vec::new()),
-            wake,
-            owner: Mutex::new(None),
-            stop: rings.stop.clone(),
-        });
-        let (start_tx, start_rx) = std::sync::mpsc::channel::<SessionEventLoop<FS>>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
-        let q = queue.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("fuser-uring-{qid}"))
-            .spawn(move || {
+            let (start_tx, start_rx) = std::sync::mpsc::channel::<SessionEventLoop<FS>>();
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
+            let q = queue.clone();
+            let name = if thread == 0 {
+                format!("fuser-uring-{qid}")
+            } else {
+                format!("fuser-uring-{qid}.{thread}")
+            };
+            let handle = std::thread::Builder::new().name(name).spawn(move || {
                 let (ring, early) = match setup_queue(&q, fd) {
                     Ok(r) => {
                         let _ = ready_tx.send(Ok(()));
@@ -362,18 +406,19 @@ pub(crate) fn register<FS: Filesystem>(ch: &Channel, payload: usize) -> io::Resu
                     Err(_) => Ok(()),
                 }
             })?;
-        rings.queues.push(queue);
-        rings.starts.push(start_tx);
-        rings.threads.push(thread);
-        ready_rx
-            .recv()
-            .map_err(|_| io::Error::other("io_uring queue thread ended"))??;
+            rings.queues.push(queue);
+            rings.starts.push(start_tx);
+            rings.threads.push(handle);
+            ready_rx
+                .recv()
+                .map_err(|_| io::Error::other("io_uring queue thread ended"))??;
+        }
     }
     Ok(rings)
 }
 
-/// Sets up the ring of `queue` and registers its entries; returns the ring and what completed
-/// at once (requests, once the last queue has registered).
+/// Sets up the ring of `queue` and registers its first entry; returns the ring and what
+/// completed at once (a request, once every queue has an entry).
 fn setup_queue(
     queue: &Queue,
     fd: RawFd,
@@ -385,14 +430,13 @@ fn setup_queue(
     // leaves them off for the same reason.
     let mut ring: IoUring<squeue::Entry128> = IoUring::builder()
         .setup_submit_all()
-        .build((2 * QUEUE_DEPTH + 2) as u32)?;
-    for idx in 0..QUEUE_DEPTH {
-        let sqe = register_sqe(fd, queue, idx);
-        // SAFETY: the iovecs and the memory they name live in `queue`, which outlives the
-        // ring (its thread drops the ring first).
-        unsafe { ring.submission().push(&sqe) }
-            .map_err(|_| io::Error::other("io_uring submission queue full"))?;
-    }
+        .build((2 * MAX_ENTRIES + 2) as u32)?;
+    queue.add_entry(0)?;
+    let sqe = register_sqe(fd, queue, 0)?;
+    // SAFETY: the iovecs and the memory they name live in `queue`, which outlives the
+    // ring (its thread drops the ring first).
+    unsafe { ring.submission().push(&sqe) }
+        .map_err(|_| io::Error::other("io_uring submission queue full"))?;
     ring.submit()?;
     // A refused registration completes at once; a good one only when a request comes.
     let early: Vec<(u64, i32)> = ring
@@ -413,7 +457,7 @@ pub(crate) fn run<FS: Filesystem>(
     event_loop: impl Fn(String, Channel) -> SessionEventLoop<FS>,
 ) -> io::Result<()> {
     for (q, start) in rings.queues.iter().zip(rings.starts.drain(..)) {
-        let se = event_loop(format!("fuser-uring-{}", q.qid), ch.clone());
+        let se = event_loop(format!("fuser-uring-{}.{}", q.qid, q.thread), ch.clone());
         start
             .send(se)
             .map_err(|_| io::Error::other("io_uring queue thread ended"))?;
@@ -445,9 +489,13 @@ fn serve_queue<FS: Filesystem>(
     se: SessionEventLoop<FS>,
 ) -> io::Result<()> {
     let mut commit_ids = vec![0u64; queue.entries.len()];
+    // Entries holding a request whose reply has not been committed yet.
+    let mut held = vec![false; queue.entries.len()];
+    // Entries registered so far (`setup_queue` registered the first).
+    let mut registered = 1usize;
     let mut wake_buf: Box<u64> = Box::new(0);
     let wake_ptr: *mut u64 = &raw mut *wake_buf;
-    let mut live = queue.entries.len();
+    let mut live = registered;
     // SAFETY: `wake_buf` lives until the ring is dropped at the end of this function.
     unsafe { ring.submission().push(&wake_sqe(&queue, wake_ptr)) }
         .map_err(|_| io::Error::other("io_uring submission queue full"))?;
@@ -471,7 +519,7 @@ fn serve_queue<FS: Filesystem>(
             let Ok(idx) = usize::try_from(data) else {
                 continue;
             };
-            if idx >= queue.entries.len() {
+            if idx >= registered {
                 continue;
             }
             if res < 0 {
@@ -480,11 +528,18 @@ fn serve_queue<FS: Filesystem>(
                         let sqe = if commit_ids[idx] == 0 {
                             register_sqe(fd, &queue, idx)
                         } else {
-                            commit_sqe(fd, queue.qid, idx, commit_ids[idx])
+                            Ok(commit_sqe(fd, queue.qid, idx, commit_ids[idx]))
                         };
-                        // SAFETY: as in `register`.
-                        if unsafe { ring.submission().push(&sqe) }.is_err() {
-                            ended = Some(Err(io::Error::other("io_uring submission queue full")));
+                        match sqe {
+                            Ok(sqe) => {
+                                // SAFETY: as in `register`.
+                                if unsafe { ring.submission().push(&sqe) }.is_err() {
+                                    ended = Some(Err(io::Error::other(
+                                        "io_uring submission queue full",
+                                    )));
+                                }
+                            }
+                            Err(e) => ended = Some(Err(e)),
                         }
                     }
                     libc::ENOTCONN | libc::ENODEV => {
@@ -498,6 +553,7 @@ fn serve_queue<FS: Filesystem>(
                 }
                 continue;
             }
+            held[idx] = true;
             match handle_request(&queue, idx, &se) {
                 Ok((commit_id, destroy)) => {
                     commit_ids[idx] = commit_id;
@@ -514,10 +570,33 @@ fn serve_queue<FS: Filesystem>(
         for (idx, reply) in done {
             let idx = usize::from(idx);
             fill_reply(&queue, idx, &reply);
+            held[idx] = false;
             let sqe = commit_sqe(fd, queue.qid, idx, commit_ids[idx]);
             // SAFETY: as in `register`.
             if unsafe { ring.submission().push(&sqe) }.is_err() {
                 ended = Some(Err(io::Error::other("io_uring submission queue full")));
+            }
+        }
+        // Every entry of this thread holds a request answered later, from another thread:
+        // one more entry, so that the thread serves on meanwhile.
+        if ended.is_none()
+            && registered < queue.entries.len()
+            && held[..registered].iter().all(|h| *h)
+        {
+            let added = queue
+                .add_entry(registered)
+                .and_then(|_| register_sqe(fd, &queue, registered));
+            match added {
+                // SAFETY: as in `register` (the entry's memory lives in `queue`).
+                Ok(sqe) => match unsafe { ring.submission().push(&sqe) } {
+                    Ok(()) => {
+                        registered += 1;
+                        live += 1;
+                    }
+                    Err(_) => ended = Some(Err(io::Error::other("io_uring submission queue full"))),
+                },
+                // Out of memory for another entry: serve on with those there are.
+                Err(e) => warn!("io_uring queue {}: no further entry: {e}", queue.qid),
             }
         }
         cqes.clear();
@@ -550,7 +629,9 @@ fn handle_request<FS: Filesystem>(
     idx: usize,
     se: &SessionEventLoop<FS>,
 ) -> io::Result<(u64, bool)> {
-    let entry = &queue.entries[idx];
+    let Some(entry) = queue.entry(idx) else {
+        return Err(io::Error::other("a request on an unregistered ring entry"));
+    };
     let base = entry.mem.ptr;
     // SAFETY: the completion was observed, so the kernel has written the request and will
     // not touch the entry before it is committed again: this thread owns the memory. The
@@ -632,7 +713,9 @@ fn handle_request<FS: Filesystem>(
 
 /// Copies a staged reply (`fuse_out_header` and body) into entry `idx`.
 fn fill_reply(queue: &Queue, idx: usize, reply: &[u8]) {
-    let entry = &queue.entries[idx];
+    let Some(entry) = queue.entry(idx) else {
+        return;
+    };
     let base = entry.mem.ptr;
     let mut header = [0u8; OUT_HEADER_SIZE];
     let n = reply.len().min(OUT_HEADER_SIZE);

@@ -111,8 +111,21 @@ fn serving_threads(mnt: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Starts 3 daemons and a mount that must run on io_uring, and checks that it does: a queue
-/// thread per possible CPU (each registered its entries before the mount went on), and none
+/// The kernel's FUSE queues: one per possible CPU (`/sys/devices/system/cpu/possible`, e.g.
+/// `0-1`).
+fn possible_cpus() -> usize {
+    let text = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let last = text
+        .trim()
+        .split([',', '-'])
+        .filter_map(|n| n.parse::<usize>().ok())
+        .max()
+        .unwrap();
+    last + 1
+}
+
+/// Starts 3 daemons and a mount that must run on io_uring, and checks that it does: queue
+/// threads (each registered its entry before the mount went on), and none
 /// of the 8 `/dev/fuse` threads (`fuse_threads`) of the classic transport: its one loop, for
 /// FORGET and INTERRUPT, runs on the mount's main thread.
 fn uring_mount() -> Mounted {
@@ -128,7 +141,11 @@ fn uring_mount() -> Mounted {
         .iter()
         .filter(|t| t.starts_with("fuser-uring-"))
         .count();
-    assert!(queues >= 1, "no io_uring queue thread in {threads:?}");
+    // `fuse_threads` threads spread over the kernel's queues, one per possible CPU, at least
+    // one and as many each.
+    let cpus = possible_cpus();
+    let want = cpus * test_config().fuse_threads.div_ceil(cpus).max(1);
+    assert_eq!(queues, want, "{cpus} possible CPUs: {threads:?}");
     let classic = threads.iter().filter(|t| t.starts_with("fuser-")).count() - queues;
     assert_eq!(classic, 0, "{threads:?}");
     m
@@ -359,15 +376,22 @@ impl Drop for LoggedMount {
     }
 }
 
-/// The mounts `eddy status --json` lists, once it lists `want` of them (within 30 s: a
-/// mount tells the daemons once it runs).
+/// The mounts `eddy status --json` lists, once it lists `want` of them, each by every daemon
+/// (within 30 s: a mount tells the daemons once it runs).
 fn status_mounts(cluster: &Cluster, want: usize) -> Vec<serde_json::Value> {
     let state = cluster.dir.path().to_str().unwrap();
     let got = eddy_testkit::eventually::poll_for(Duration::from_secs(30), || {
         let out = eddy_testkit::cli::ok(&["status", "--state", state, "--json"]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let mounts = v["mounts"].as_array().unwrap().clone();
-        (mounts.len() == want).then_some(mounts)
+        // Each daemon lists the mount once it has taken the mount's word, which the mount
+        // sends every daemon without waiting for their replies.
+        let everywhere = mounts.iter().all(|m| {
+            m["daemons"]
+                .as_array()
+                .is_some_and(|d| d.len() == cluster.dep.daemons.len())
+        });
+        (mounts.len() == want && everywhere).then_some(mounts)
     });
     got.unwrap_or_else(|| {
         let out = eddy_testkit::cli::eddy(&["status", "--state", state, "--json"]);
@@ -469,4 +493,96 @@ fn a_restarted_daemon_lists_the_mount_again_once_it_reconnects() {
         "daemon 1 does not list the mount after it reconnected"
     );
     assert_eq!(listed.unwrap()[0]["transport"], "dev_fuse");
+}
+
+/// Children killed when the test ends, so that a failing run leaves no process behind that
+/// waits on the mount. One stuck in a request of a hung mount ends only when the mount does
+/// (dropped after them): it is not waited for long.
+struct Reaped(Vec<std::process::Child>);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = eddy_testkit::eventually::exited(c, Duration::from_secs(1));
+        }
+    }
+}
+
+/// Waits for `child` to end, at most the guard's 60 s (a hang, not a speed claim).
+fn ended(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    eddy_testkit::eventually::eventually(format!("{what} ended"), || child.try_wait().unwrap())
+}
+
+/// Whether process `pid` is blocked in flock(2) (`/proc/PID/syscall` names the call a
+/// process sleeps in).
+fn in_flock(pid: u32) -> bool {
+    let text = fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    text.split_whitespace().next() == Some(&libc::SYS_flock.to_string())
+}
+
+/// A blocking lock's request is answered from the client's runtime when the lock is granted,
+/// and until then holds the ring entry it came on. Many such waiters on one CPU (so on one
+/// queue: the kernel picks the queue of the CPU a request is made on) must not hold that
+/// queue's other requests back: neither a new one from the same CPU nor the release of the
+/// lock they wait for. 24 waiters are more than the entries one queue thread used to
+/// register (8).
+#[test]
+fn io_uring_queue_serves_on_while_many_blocking_locks_wait_on_it() {
+    let _on = EnableUring::set(true);
+    let m = uring_mount();
+    let signals = tempfile::tempdir().unwrap();
+    let held = signals.path().join("held");
+    let go = signals.path().join("go");
+    fs::write(m.path("lk"), b"").unwrap();
+    let on_cpu0 = |args: &[&str]| {
+        Command::new("taskset")
+            .arg("-c")
+            .arg("0")
+            .args(args)
+            .current_dir(m.mnt.path())
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("taskset (util-linux) runs")
+    };
+    let hold = format!(
+        "touch {h}; while [ ! -e {g} ] && kill -0 $PPID 2>/dev/null; do sleep 0.02; done",
+        h = held.display(),
+        g = go.display()
+    );
+    let mut holder = Reaped(vec![on_cpu0(&["flock", "-x", "lk", "sh", "-c", &hold])]);
+    eddy_testkit::eventually::eventually("the holder took the lock", || {
+        held.exists().then_some(())
+    });
+    let mut waiters = Reaped(
+        (0..24)
+            .map(|_| on_cpu0(&["flock", "-x", "lk", "true"]))
+            .collect(),
+    );
+    let pids: Vec<u32> = waiters.0.iter().map(|c| c.id()).collect();
+    eddy_testkit::eventually::eventually("all 24 waiters wait in flock(2)", || {
+        pids.iter().all(|p| in_flock(*p)).then_some(())
+    });
+    // A new request from the same CPU is served while they wait.
+    let mut probe = Reaped(vec![on_cpu0(&[
+        "sh",
+        "-c",
+        "echo probe > probe && cat probe > /dev/null",
+    ])]);
+    let status = ended(
+        &mut probe.0[0],
+        "a create and read on CPU 0 beside 24 lock waiters",
+    );
+    assert!(status.success(), "the probe failed: {status}");
+    assert_eq!(fs::read_to_string(m.path("probe")).unwrap(), "probe\n");
+    // The holder lets go: every waiter gets the lock in turn.
+    fs::write(&go, b"").unwrap();
+    let status = ended(&mut holder.0[0], "the holder");
+    assert!(status.success(), "the holder failed: {status}");
+    for (i, w) in waiters.0.iter_mut().enumerate() {
+        let status = ended(w, &format!("waiter {i}"));
+        assert!(status.success(), "waiter {i} failed: {status}");
+    }
+    drop(m);
 }

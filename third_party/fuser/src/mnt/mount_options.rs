@@ -20,8 +20,9 @@ pub struct Config {
     pub clone_fd: bool,
     /// Serve requests over FUSE io_uring (Linux 6.14+, `fuse.enable_uring=Y`) when the kernel
     /// offers it in INIT; otherwise, or when registering the rings fails, the session stays
-    /// on `/dev/fuse` (`Session::transport` says which). `n_threads` and `clone_fd` then
-    /// apply to `/dev/fuse` only; the rings get one queue and thread per possible CPU.
+    /// on `/dev/fuse` (`Session::transport` says which). The kernel keeps one queue per
+    /// possible CPU; `n_threads` threads serve them, at least one per queue and as many for
+    /// each (`clone_fd` applies to `/dev/fuse` only).
     pub io_uring: bool,
 }
 
