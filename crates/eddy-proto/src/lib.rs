@@ -50,7 +50,7 @@ pub use msg::*;
 /// Version of the protocol; the handshake refuses a peer with another one. Raise it with
 /// any change to the wire: a request's fields, a reply, a frame, or the request table
 /// (then record the table's fingerprint in `TABLE_FINGERPRINTS`).
-pub const PROTOCOL_VERSION: u32 = 15;
+pub const PROTOCOL_VERSION: u32 = 16;
 
 /// The fingerprint of `request_table!` (the first 16 hex digits of the BLAKE3 hash of
 /// `TABLE_TEXT` without its white space) under each protocol version since they were
@@ -69,6 +69,9 @@ pub const TABLE_FINGERPRINTS: &[(u32, &str)] = &[
     // Version 15: directory leases (decision 0075): `Lease`, `LeaseNote`, `Recall`,
     // `LeaseWait`, `LeaseReturn`, `Batch`; `DaemonStats` counts leases.
     (15, "4940f474582c487d"),
+    // Version 16: `ShutdownWithStats`, the stop that answers with the counters (decision
+    // 0076).
+    (16, "823c122dc664e2c2"),
 ];
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.

@@ -213,6 +213,7 @@ macro_rules! request_table {
             LeaseWait "lease_wait" {} -> Vec<u64>, conn, 0, id: -, bulk: [];
             LeaseReturn "lease_return" {} -> (), conn, 0, id: -, bulk: [];
             Batch "batch" {} -> Vec<BatchOutcome>, store, CHANGES | GROWS, id: -, bulk: [];
+            ShutdownWithStats "shutdown_with_stats" {} -> $crate::stats::DaemonStats, conn, REJOINING, id: -, bulk: [];
         }
     };
 }
