@@ -330,6 +330,14 @@ impl Client {
         self.data().shutdown_daemons().await
     }
 
+    /// Asks every daemon to stop, each answering with its counters as it stops (decision
+    /// 0076).
+    pub async fn shutdown_daemons_with_stats(
+        &self,
+    ) -> Vec<(u32, Result<eddy_proto::stats::DaemonStats, Errno>)> {
+        self.data().shutdown_daemons_with_stats().await
+    }
+
     /// Makes every daemon's metadata and chunks durable.
     pub async fn sync_all(&self) -> Result<(), Errno> {
         self.ns().flush_all_leases().await;

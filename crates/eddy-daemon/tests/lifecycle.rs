@@ -218,6 +218,43 @@ async fn ready_file_unix_socket_and_shutdown_request() {
     assert!(!sock.exists(), "socket removed on clean exit");
 }
 
+/// `ShutdownWithStats` (what `eddy stop` sends, decision 0076) answers with the counters as
+/// they are when the stop is asked for, then the daemon stops cleanly as after `Shutdown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_stats_answers_the_counters_then_stops() {
+    let root = tempfile::tempdir().unwrap();
+    let d = start(root.path(), 4096).await;
+    let mut c = connect(d.local_addr()).await;
+    c.inode(create("/counted", file(3))).await;
+    assert_eq!(c.inode(stat("/counted")).await.file_id, 3);
+    assert_eq!(c.errno(stat("/missing")).await, libc::ENOENT);
+    let s = match c
+        .ok(Request::ShutdownWithStats(req::ShutdownWithStats))
+        .await
+    {
+        Reply::Stats(s) => *s,
+        other => panic!("not a Stats reply: {other:?}"),
+    };
+    assert_eq!(s.daemon, 0);
+    assert!(s.counting);
+    let op = |name: &str| s.ops.iter().find(|o| o.op == name).cloned();
+    assert_eq!(op("create").map(|o| o.count), Some(1));
+    assert_eq!(op("stat").map(|o| (o.count, o.errors)), Some((2, 1)));
+    assert_eq!(s.errors, vec![(libc::ENOENT, 1)]);
+    // The stop itself is not in the counters it answers with.
+    assert_eq!(op("shutdown_with_stats").map_or(0, |o| o.count), 0);
+    drop(c);
+    // It stops by itself, as after `Shutdown`: nothing else asks it to.
+    tokio::time::timeout(std::time::Duration::from_secs(60), d.wait())
+        .await
+        .expect("the daemon stopped after ShutdownWithStats")
+        .unwrap();
+    assert!(
+        read_ready(root.path()).unwrap().is_none(),
+        "ready file removed on clean exit"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clear_errors_for_a_locked_root_and_a_used_port() {
     let root = tempfile::tempdir().unwrap();

@@ -32,9 +32,9 @@ pub fn daemon_binary() -> PathBuf {
     }
 }
 
-/// Spawns `program args` in a new session (so that the caller's terminal and signals do not
-/// reach it), stdin from /dev/null and stdout/stderr into `log` (truncated; readable by
-/// its owner only: a log names paths of the job).
+/// Spawns `program args` detached (`detached_command`), stdin from /dev/null and
+/// stdout/stderr into `log` (truncated; readable by its owner only: a log names paths of
+/// the job).
 pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<Child> {
     // privileged-path: a log in the caller's state directory (root's 0700/0711)
     let out = std::fs::OpenOptions::new()
@@ -56,26 +56,26 @@ pub fn spawn_detached(program: &Path, args: &[OsString], log: &Path) -> Result<C
     spawn(cmd, program)
 }
 
-/// `program args` to be run in a new session (so that the caller's terminal and signals do
-/// not reach it), holding none of the caller's descriptors above stderr, stdin from
-/// /dev/null (stdout and stderr too, unless the caller sets them).
+/// `program args` to be run detached: in a process group of its own from its first
+/// instruction, so that the signals of the caller's terminal (^C, ^Z, a hang-up: the
+/// kernel sends them to the terminal's foreground group and its session leader) and a
+/// signal to the caller's group (Slurm ending a script) do not reach it, and `stop`
+/// signals its group; holding none of the caller's descriptors above stderr
+/// (`cloexec_inherited`, done here in the caller); stdin from /dev/null (stdout and stderr
+/// too, unless the caller sets them).
+///
+/// Nothing of it runs between fork and exec, so std spawns it with `posix_spawn` (a vfork:
+/// this large process's page tables are not copied), which a `pre_exec` would rule out:
+/// `eddy start --local 1024` launches a thousand daemons (decision 0076). A caller that
+/// adds a `pre_exec` of its own (dropping privileges) gets a fork again.
 pub fn detached_command(program: &Path, args: &[OsString]) -> Command {
+    cloexec_inherited();
     let mut cmd = Command::new(program);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: setsid, close_range and fcntl are async-signal-safe and touch no memory of
-    // the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            cloexec_inherited();
-            Ok(())
-        });
-    }
+        .stderr(Stdio::null())
+        .process_group(0);
     cmd
 }
 
@@ -89,28 +89,43 @@ pub fn spawn(mut cmd: Command, program: &Path) -> Result<Child> {
     })
 }
 
-/// Marks every descriptor above stderr close-on-exec, so that a detached process holds
-/// none its starter inherited: a pipe of the caller's caller (Slurm's slurmscriptd reads the
-/// result of burst_buffer.lua until every writer is gone) must not stay open for the life of
-/// a daemon or a mount. Close-on-exec rather than closed, so that std's own exec-error pipe
-/// keeps working. Runs between fork and exec: async-signal-safe calls only.
+/// Marks every descriptor of this process above stderr close-on-exec, so that a detached
+/// process holds none this one inherited: a pipe of the caller's caller (Slurm's
+/// slurmscriptd reads the result of burst_buffer.lua until every writer is gone) must not
+/// stay open for the life of a daemon or a mount. Done in this process, before the spawn,
+/// where it lasts: what this process opens itself is close-on-exec already (std opens
+/// everything so), nothing it runs is meant to inherit a descriptor but its stdio (which
+/// the spawn puts in place), and the one descriptor this code base hands over on purpose
+/// (fuser's to fusermount) is made inheritable in the child, after its fork.
 fn cloexec_inherited() {
-    // SAFETY: plain syscalls on descriptor numbers; no memory is touched.
-    unsafe {
-        let done = libc::syscall(
+    // SAFETY: a plain syscall on descriptor numbers; no memory is touched.
+    let done = unsafe {
+        libc::syscall(
             libc::SYS_close_range,
             3u32,
             u32::MAX,
             libc::CLOSE_RANGE_CLOEXEC,
-        ) == 0;
-        if !done {
-            // Kernels before 5.11: one descriptor at a time, up to the limit.
-            let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(3, 1 << 16) as i32;
-            for fd in 3..max {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                if flags >= 0 {
-                    libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-                }
+        )
+    } == 0;
+    if done {
+        return;
+    }
+    // Kernels before 5.11: each open descriptor, as /proc lists them.
+    // privileged-path: the kernel's /proc
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: plain syscalls on a descriptor number; no memory is touched.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
             }
         }
     }
@@ -165,7 +180,7 @@ pub fn is_running(p: &RecordedProcess) -> bool {
     }
 }
 
-/// Sends `signal` to the recorded process's group (it leads its own session), if it runs.
+/// Sends `signal` to the recorded process's group (it leads its own), if it runs.
 /// The process is held by a pidfd before its start time is checked, so the signal reaches
 /// the recorded process or nothing: its own signal goes through the pidfd, and its group's
 /// too where the kernel can (Linux 6.9's `PIDFD_SIGNAL_PROCESS_GROUP`); on older kernels
@@ -211,8 +226,8 @@ fn signal(p: &RecordedProcess, signal: i32) {
         );
         if group != 0 {
             libc::syscall(libc::SYS_pidfd_send_signal, fd, signal, null, 0u32);
-            // A process that leads a group of its own (a session leader, as the processes
-            // recorded here are) on a kernel without the flag: its group by number.
+            // A process that leads a group of its own (as the processes recorded here do)
+            // on a kernel without the flag: its group by number.
             if libc::getpgid(pid) == pid {
                 libc::kill(-pid, signal);
             }
@@ -495,6 +510,64 @@ mod tests {
         assert!(
             left.is_empty(),
             "the leader's group outlived its signal: {left:?}"
+        );
+    }
+
+    /// The fields of /proc/<pid>/stat after the command name, from the state on.
+    fn stat_fields(pid: u32) -> Vec<String> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let rest = &text[text.rfind(')').unwrap() + 1..];
+        rest.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_detached_child_leads_its_group_in_the_callers_session_and_inherits_no_descriptor() {
+        use std::os::unix::fs::MetadataExt;
+        // A pipe without close-on-exec, as one this process inherited from its caller.
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe(2) writes two descriptors into `fds`, owned below.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: pipe returned these descriptors, nothing else owns them.
+        let (r, w) = unsafe {
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        let pipe_ino = std::fs::metadata(format!("/proc/self/fd/{}", r.as_raw_fd()))
+            .unwrap()
+            .ino();
+        let dir = tempfile::tempdir().unwrap();
+        let mut child =
+            spawn_detached(Path::new("sleep"), &["30".into()], &dir.path().join("log")).unwrap();
+        let pid = child.id();
+        // Once it runs `sleep` (spawn returns after the exec), its descriptors are its own.
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+        assert!(exe.to_string_lossy().contains("sleep"), "{exe:?}");
+        let held: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::metadata(e.path()).ok())
+            .map(|m| m.ino())
+            .collect();
+        let fields = stat_fields(pid);
+        // SAFETY: getsid(0) reads this process's session and touches no memory.
+        let my_session = unsafe { libc::getsid(0) };
+        let _ = child.kill();
+        let _ = child.wait();
+        drop((r, w));
+        assert!(!held.contains(&pipe_ino), "the caller's pipe was inherited");
+        // Field 5 of stat is the process group, 6 the session (here from the state, 3).
+        assert_eq!(
+            fields[2],
+            pid.to_string(),
+            "not the leader of its own group"
+        );
+        // Nothing ran between its fork and its exec (no setsid): a posix_spawn.
+        assert_eq!(
+            fields[3],
+            my_session.to_string(),
+            "not in the caller's session"
         );
     }
 

@@ -110,8 +110,8 @@ pub fn record_end(
 /// The daemons' answers to the request for their counters, by id.
 pub(crate) type Answers = Vec<(u32, Result<DaemonStats, String>)>;
 
-/// `record_end` with the live daemons' answers already asked for (`ask_with`): `eddy stop`
-/// asks through the client it then stops the daemons with.
+/// `record_end` with the live daemons' answers already asked for: `eddy stop` has them
+/// from the daemons' answers to the stop (`ShutdownWithStats`).
 pub(crate) fn record_answered(
     state: &StateDir,
     dep: &Deployment,
@@ -284,7 +284,7 @@ fn ask_daemons(dep: &Deployment) -> Answers {
 
 /// Every daemon's counters, asked through `client` (at once, bounded by twice the RPC
 /// deadline).
-pub(crate) fn ask_with(
+fn ask_with(
     rt: &tokio::runtime::Runtime,
     client: &eddy_client::Client,
     dep: &Deployment,

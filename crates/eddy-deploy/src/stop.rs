@@ -2,8 +2,9 @@
 //! unmount, stop the daemons, wait for local processes, mark the state stopped. Idempotent:
 //! with nothing running it says so and succeeds. If the write-back fails, nothing is stopped
 //! and the error says what is not written back; `discard` stops without writing back.
-//! Between the unmount and the daemons' shutdown the job profile is made and stored in the
-//! I/O history (`profile.rs`; never a reason for the stop to fail).
+//! After the unmount the daemons are asked to stop, each answering with its counters, from
+//! which the job profile is made and stored in the I/O history while they exit
+//! (`profile.rs`; never a reason for the stop to fail).
 
 use crate::profile::{self, Ending, HistoryTarget};
 use crate::stage::{self, Report};
@@ -73,12 +74,14 @@ pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped>
             return Err(e);
         }
     }
-    // One runtime and one client for both rounds, the counters and the shutdown: the
-    // connections (and their handshakes) made for the first serve the second.
-    let daemons = Daemons::connect(&dep);
-    let live = match &daemons {
-        Ok(d) => profile::ask_with(&d.rt, &d.client, &dep),
-        Err(e) => dep.daemons.iter().map(|d| (d.id, Err(e.clone()))).collect(),
+    // One round: every daemon answers the stop with its counters as it stops (the job
+    // profile's), and exits once the client is gone; the profile is made meanwhile.
+    let (live, not_stopped) = match Daemons::connect(&dep) {
+        Ok(d) => d.stop_with_counters(&dep),
+        Err(e) => (
+            dep.daemons.iter().map(|d| (d.id, Err(e.clone()))).collect(),
+            vec![e],
+        ),
     };
     let profile = profile::record_answered(
         state,
@@ -89,10 +92,7 @@ pub fn stop(state: &StateDir, options: StopOptions, say: Say) -> Result<Stopped>
         live,
         say,
     );
-    problems.extend(match daemons {
-        Ok(d) => d.shutdown(),
-        Err(e) => vec![e],
-    });
+    problems.extend(not_stopped);
     // A daemon that acknowledged shutdown is given one RPC timeout to exit before signals.
     let grace = Duration::from_millis(dep.config.rpc_timeout_ms);
     let killed = crate::procs::stop_processes(&state.read_pids()?, grace);
@@ -284,21 +284,36 @@ impl Daemons {
         Ok(Daemons { rt, client })
     }
 
-    /// Asks every daemon to stop; returns the daemons that did not acknowledge. The client
-    /// goes with it: a daemon waits for its connections to close before it exits.
-    fn shutdown(self) -> Vec<String> {
+    /// Asks every daemon to stop, each answering with its counters as it stops
+    /// (`ShutdownWithStats`: the counters of the job profile and the stop in one round,
+    /// bounded by twice the RPC deadline as the counters alone were). Returns every
+    /// daemon's counters (or why there are none) and the daemons that did not acknowledge
+    /// the stop. The client goes with it: a daemon waits for its connections to close
+    /// before it exits.
+    fn stop_with_counters(self, dep: &Deployment) -> (profile::Answers, Vec<String>) {
         let Daemons { rt, client } = self;
-        rt.block_on(async move {
-            client
-                .shutdown_daemons()
-                .await
-                .into_iter()
-                .filter_map(|(id, r)| {
-                    r.err()
-                        .map(|e| format!("daemon {id} did not acknowledge shutdown: {e}"))
-                })
-                .collect()
-        })
+        let bound = Duration::from_millis(dep.config.rpc_timeout_ms.saturating_mul(2));
+        let answers: profile::Answers = rt.block_on(async move {
+            match tokio::time::timeout(bound, client.shutdown_daemons_with_stats()).await {
+                Ok(answers) => answers
+                    .into_iter()
+                    .map(|(id, r)| (id, r.map_err(|e| e.to_string())))
+                    .collect(),
+                Err(_) => {
+                    let e = format!("no answer within {} ms", bound.as_millis());
+                    dep.daemons.iter().map(|d| (d.id, Err(e.clone()))).collect()
+                }
+            }
+        });
+        let not_stopped = answers
+            .iter()
+            .filter_map(|(id, r)| {
+                r.as_ref()
+                    .err()
+                    .map(|e| format!("daemon {id} did not acknowledge shutdown: {e}"))
+            })
+            .collect();
+        (answers, not_stopped)
     }
 }
 

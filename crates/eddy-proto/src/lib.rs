@@ -50,7 +50,7 @@ pub use msg::*;
 /// Version of the protocol; the handshake refuses a peer with another one. Raise it with
 /// any change to the wire: a request's fields, a reply, a frame, or the request table
 /// (then record the table's fingerprint in `TABLE_FINGERPRINTS`).
-pub const PROTOCOL_VERSION: u32 = 16;
+pub const PROTOCOL_VERSION: u32 = 17;
 
 /// The fingerprint of `request_table!` (the first 16 hex digits of the BLAKE3 hash of
 /// `TABLE_TEXT` without its white space) under each protocol version since they were
@@ -72,6 +72,9 @@ pub const TABLE_FINGERPRINTS: &[(u32, &str)] = &[
     // Version 16: a mount says what it is and its FUSE transport (`Mounted`, decision 0079);
     // `DaemonStatus` lists the mounts connected.
     (16, "a9f6f637209c9165"),
+    // Version 17: `ShutdownWithStats`, the stop that answers with the counters (decision
+    // 0076).
+    (17, "0fffb11acdbf8afc"),
 ];
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.

@@ -104,7 +104,8 @@ fn a_pool_job_lives_and_is_torn_down_without_slurm() {
 #[test]
 fn a_teardown_killed_with_its_process_group_still_finishes() {
     // Slurm kills a job's running burst-buffer scripts (their process group) when the job is
-    // cancelled, a teardown among them: the work goes on in its own session and completes.
+    // cancelled, a teardown among them: the work goes on in its own process group and
+    // completes.
     let site = Site::new("", "capacity = \"1GiB\"");
     let script = site.script(&["capacity=64M pool=io"]);
     let job = "43";
@@ -127,10 +128,9 @@ fn a_teardown_killed_with_its_process_group_still_finishes() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Killed once the detached process has started in its session (its first words are in
-    // its log in the job directory). Killed earlier, between the fork and its setsid, it
-    // would die with its caller: a window of microseconds for Slurm, but the log file exists
-    // before the fork.
+    // Killed once the detached process has started in its own process group (its first
+    // words are in its log in the job directory); it is in that group from its spawn on,
+    // but the log file exists before the spawn.
     let bound = Duration::from_secs(60);
     let started = |dir: &Path| {
         std::fs::read_dir(dir).unwrap().flatten().any(|e| {

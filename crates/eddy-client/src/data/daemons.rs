@@ -92,6 +92,15 @@ impl Data<'_> {
         self.rpc().all(|| req::Shutdown).await
     }
 
+    /// Asks every daemon to stop, each answering with its counters as it stops
+    /// (`Request::ShutdownWithStats`): the counters of a job profile and the stop in one
+    /// round (decision 0076).
+    pub async fn shutdown_daemons_with_stats(
+        &self,
+    ) -> Vec<(u32, Result<eddy_proto::stats::DaemonStats, Errno>)> {
+        self.rpc().all(|| req::ShutdownWithStats).await
+    }
+
     /// Makes every daemon's metadata and chunks durable.
     pub async fn sync_all(&self) -> Result<(), Errno> {
         self.rpc()

@@ -1,5 +1,6 @@
-//! The daemon itself: its status, a clean stop, and what it counted (`Identify` names a
-//! connection's client, `Stats` returns the counters); the mounts connected (`Mounted`).
+//! The daemon itself: its status, a clean stop (with its counters, or without), and what it
+//! counted (`Identify` names a connection's client, `Stats` returns the counters); the mounts
+//! connected (`Mounted`).
 
 use super::{Apply, Serve};
 use crate::advisory::ConnId;
@@ -20,6 +21,17 @@ impl Serve for req::Shutdown {
         tracing::info!("shutdown requested by a client");
         st.shutdown.send_replace(true);
         Ok(())
+    }
+}
+
+/// Replies with the counters as they are when the stop is asked for, then the daemon stops
+/// cleanly, as after `Shutdown`: the counters and the stop in one request (`eddy stop`).
+impl Serve for req::ShutdownWithStats {
+    async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<DaemonStats, Errno> {
+        tracing::info!("shutdown requested by a client, with the counters");
+        let stats = st.snapshot();
+        st.shutdown.send_replace(true);
+        Ok(stats)
     }
 }
 

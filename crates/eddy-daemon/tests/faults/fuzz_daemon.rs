@@ -194,7 +194,11 @@ async fn authenticated_storm(addr: &str, secret: &[u8], n: usize, rng: &mut StdR
 fn random_request(rng: &mut StdRng) -> Option<Request> {
     let bytes = random_bytes(rng, 8..400);
     let req: Request = Unstructured::new(&bytes).arbitrary().ok()?;
-    if matches!(req, Request::Shutdown(req::Shutdown)) || names_the_kept_file(&req) {
+    let stops = matches!(
+        req,
+        Request::Shutdown(req::Shutdown) | Request::ShutdownWithStats(req::ShutdownWithStats)
+    );
+    if stops || names_the_kept_file(&req) {
         return None;
     }
     Some(req)

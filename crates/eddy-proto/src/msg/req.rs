@@ -393,6 +393,13 @@ pub struct Status;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shutdown;
 
+/// Stops the daemon cleanly after replying with what it counted (`Stats`), taken as it
+/// stops: `eddy stop` asks the counters of the job profile and for the stop in one round
+/// (decision 0076). Replies `Stats`.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShutdownWithStats;
+
 // ---- directory rename intents: sent to owner(hash(from)) (decision 0010) ----
 
 /// Records the intent to rename the directory `from` to `to`, durably (journal fsync)

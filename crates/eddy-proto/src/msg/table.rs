@@ -214,6 +214,7 @@ macro_rules! request_table {
             LeaseReturn "lease_return" {} -> (), conn, 0, id: -, bulk: [];
             Batch "batch" {} -> Vec<BatchOutcome>, store, CHANGES | GROWS, id: -, bulk: [];
             Mounted "mounted" {} -> (), conn, REJOINING, id: -, bulk: [];
+            ShutdownWithStats "shutdown_with_stats" {} -> $crate::stats::DaemonStats, conn, REJOINING, id: -, bulk: [];
         }
     };
 }

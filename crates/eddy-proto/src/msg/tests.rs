@@ -14,7 +14,11 @@ fn operation_names_are_distinct() {
     assert_eq!(names.len(), OP_NAMES.len());
     assert_eq!(Request::Status(req::Status).op_name(), "status");
     assert_eq!(Request::Shutdown(req::Shutdown).op_name(), "shutdown");
-    assert_eq!(Op::ALL.len(), 68);
+    assert_eq!(
+        Request::ShutdownWithStats(req::ShutdownWithStats).op_name(),
+        "shutdown_with_stats"
+    );
+    assert_eq!(Op::ALL.len(), 69);
 }
 use proptest::prelude::*;
 
