@@ -52,7 +52,7 @@ NAMESPACE = {
 DATA = {
     "Write", "Read", "Prefetch", "FlushDirty", "Unpin", "TruncateData", "RemoveData", "Sync",
     "FinalizeDirty", "Status", "Shutdown", "Allocate", "Scrub", "Hint", "CheckBackend",
-    "HoldBack", "WrittenBack", "Stats", "DirectOpen", "DirectCommit",
+    "HoldBack", "WrittenBack", "Stats", "DirectOpen", "DirectCommit", "ShutdownWithStats",
 }
 # Sent by daemons to their peers, or by the rpc layer on each connection it opens (Identify,
 # a mount's Mounted): never built by the client.
