@@ -87,22 +87,6 @@ fn hosts_in_network_namespaces_serve_a_client_in_another() {
     net.state = None;
 }
 
-/// Starts `eddy mount --foreground` in namespace `ns`'s network only (nsenter, so that the
-/// mount is visible to every process of this host) and waits for the mount.
-fn mount_in(ns: &str, state: &std::path::Path, mnt: &std::path::Path) -> std::process::Child {
-    let child = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{ns}"))
-        .arg(eddy_bin())
-        .args(["mount", "--state", s(state), s(mnt), "--foreground"])
-        .stdin(std::process::Stdio::null())
-        .spawn()
-        .expect("nsenter eddy mount");
-    eddy_testkit::eventually::eventually(format!("the mount in {ns} appears"), || {
-        eddy_testkit::is_mountpoint(mnt).then_some(())
-    });
-    child
-}
-
 /// A node that dies without closing its connections (its network cut) loses its locks
 /// within the RPC deadline: the daemon's TCP keepalive notices, closes the connection and
 /// drops the locks taken over it; another node's mount then gets the lock.
@@ -117,8 +101,8 @@ fn a_dead_nodes_locks_are_released_within_the_deadline() {
     std::fs::create_dir_all(&ma).unwrap();
     std::fs::create_dir_all(&mb).unwrap();
     // Mount a on the "client node", mount b on host 0.
-    let mut mount_a = mount_in(&net.client(), &state, &ma);
-    let mut mount_b = mount_in(&net.host(0), &state, &mb);
+    let mut mount_a = mount_in(&net.client(), &state, &ma, None);
+    let mut mount_b = mount_in(&net.host(0), &state, &mb, None);
     std::fs::write(ma.join("f"), b"x").unwrap();
     let mut holder = Command::new("flock")
         .arg("-x")

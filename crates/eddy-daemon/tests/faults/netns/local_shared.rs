@@ -15,26 +15,6 @@ use std::os::unix::fs::FileExt;
 const RECORD: usize = 47_008;
 const RECORDS: usize = 240;
 
-/// `eddy mount --foreground` in host `ns`'s network only (visible to this process), naming
-/// itself that host (`SLURMD_NODENAME`, as the suite's mounts do) so that placement `local`
-/// finds its daemon.
-fn mount_as(ns: &str, state: &Path, mnt: &Path) -> std::process::Child {
-    std::fs::create_dir_all(mnt).unwrap();
-    let child = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{ns}"))
-        .arg(eddy_bin())
-        .args(["mount", "--state", s(state), s(mnt), "--foreground"])
-        .env("SLURMD_NODENAME", ns)
-        .env_remove("EDDY_STATE")
-        .stdin(std::process::Stdio::null())
-        .spawn()
-        .expect("nsenter eddy mount");
-    eddy_testkit::eventually::eventually(format!("the mount in {ns} appears"), || {
-        eddy_testkit::is_mountpoint(mnt).then_some(())
-    });
-    child
-}
-
 fn record(round: usize, r: usize) -> Vec<u8> {
     eddy_testkit::pattern((round * RECORDS + r) as u64 + 1, 0, RECORD)
 }
@@ -55,7 +35,7 @@ fn a_local_file_written_from_three_hosts_at_once_reads_back_without_eio() {
         .map(|i| dir.path().join(format!("m{i}")))
         .collect();
     let mut mounts: Vec<std::process::Child> = (0..HOSTS)
-        .map(|i| mount_as(&net.host(i), &state, &mnts[i]))
+        .map(|i| mount_in(&net.host(i), &state, &mnts[i], Some(&net.host(i))))
         .collect();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // Made by host 0: every chunk on daemon 0.

@@ -22,6 +22,27 @@ fn ip(args: &[&str]) {
     assert!(out.status.success(), "ip {args:?}: {}", text(&out));
 }
 
+/// Starts `eddy mount --foreground` in namespace `ns`'s network only (nsenter, so that the
+/// mount is visible to every process of this host) and waits for the mount; `node`, when
+/// given, is the host name the mount calls itself (`SLURMD_NODENAME`), so that a file it
+/// places by locality finds its daemon.
+fn mount_in(ns: &str, state: &Path, mnt: &Path, node: Option<&str>) -> std::process::Child {
+    std::fs::create_dir_all(mnt).unwrap();
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net=/run/netns/{ns}"))
+        .arg(eddy_bin())
+        .args(["mount", "--state", s(state), s(mnt), "--foreground"])
+        .stdin(std::process::Stdio::null());
+    if let Some(node) = node {
+        cmd.env("SLURMD_NODENAME", node);
+    }
+    let child = cmd.spawn().expect("nsenter eddy mount");
+    eddy_testkit::eventually::eventually(format!("the mount in {ns} appears"), || {
+        eddy_testkit::is_mountpoint(mnt).then_some(())
+    });
+    child
+}
+
 /// The namespaces of one test run; everything in them is killed and they are deleted on drop.
 struct Net {
     prefix: String,
