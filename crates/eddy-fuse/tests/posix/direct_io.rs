@@ -25,6 +25,20 @@ async fn remote_client(cl: &Cluster) -> Client {
     Client::connect(dep).await.unwrap()
 }
 
+/// Flips a bit of byte 70,000 of the data file of `file_id`, found on the first of `daemons`
+/// whose chunk directories hold one (a test fails when none does).
+fn damage_data_file(cl: &Cluster, daemons: impl IntoIterator<Item = usize>, file_id: u128) {
+    let path = daemons
+        .into_iter()
+        .flat_map(|i| std::fs::read_dir(cl.root_of(i).join("chunks")).unwrap())
+        .map(|d| d.unwrap().path().join(format!("{file_id:032x}")))
+        .find(|p| p.exists())
+        .expect("the data file");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[70_000] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+}
+
 fn count(c: &Client, op: &str) -> u64 {
     c.rpc_counts().get(op).copied().unwrap_or(0)
 }
@@ -143,14 +157,7 @@ async fn damage_under_a_direct_reader_is_an_error() {
     c.pwrite(&f, 0, &pattern(3, 0, 200_000)).await.unwrap();
     c.close(&f).await.unwrap();
     let file_id = c.stat("/bad").await.unwrap().file_id;
-    let path = std::fs::read_dir(cl.root_of(0).join("chunks"))
-        .unwrap()
-        .map(|d| d.unwrap().path().join(format!("{file_id:032x}")))
-        .find(|p| p.exists())
-        .expect("the data file");
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[70_000] ^= 0x40;
-    std::fs::write(&path, &bytes).unwrap();
+    damage_data_file(&cl, [0], file_id);
     let g = c.open("/bad", libc::O_RDONLY, 0, me).await.unwrap();
     let e = c.pread(&g, 65_536, 10_000).await.unwrap_err();
     assert_eq!(e.errno, libc::EIO, "{e:?}");
@@ -534,14 +541,7 @@ async fn a_local_file_written_at_once_directly_and_through_the_daemons_never_rea
     // The file's chunks are on the daemons of its host, and the protection stays: a byte
     // flipped on disk now reads as EIO.
     let file_id = clients[0].stat("/shared").await.unwrap().file_id;
-    let path = (0..3)
-        .flat_map(|i| std::fs::read_dir(cl.root_of(i).join("chunks")).unwrap())
-        .map(|d| d.unwrap().path().join(format!("{file_id:032x}")))
-        .find(|p| p.exists())
-        .expect("the data file");
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[70_000] ^= 0x40;
-    std::fs::write(&path, &bytes).unwrap();
+    damage_data_file(&cl, 0..3, file_id);
     let far = &clients[WRITERS - 1];
     let g = far.open("/shared", libc::O_RDONLY, 0, me).await.unwrap();
     let e = far.pread(&g, 65_536, 10_000).await.unwrap_err();
