@@ -52,11 +52,11 @@ NAMESPACE = {
 DATA = {
     "Write", "Read", "Prefetch", "FlushDirty", "Unpin", "TruncateData", "RemoveData", "Sync",
     "FinalizeDirty", "Status", "Shutdown", "Allocate", "Scrub", "Hint", "CheckBackend",
-    "HoldBack", "WrittenBack", "Stats", "DirectOpen", "DirectCommit", "ShutdownWithStats",
+    "HoldBack", "WrittenBack", "Stats", "DirectOpen", "DirectCommit", "ShutdownWithStats", "Membership",
 }
 # Sent by daemons to their peers, or by the rpc layer on each connection it opens (Identify,
 # a mount's Mounted): never built by the client.
-NOT_SENT = {"Replicate", "PutChunk", "RepairFor", "Repair", "Identify", "Recall", "Mounted"}
+NOT_SENT = {"Replicate", "PutChunk", "RepairFor", "Repair", "Identify", "Recall", "Mounted", "Epoch"}
 
 TABLE_LINE = re.compile(r"^\s*([A-Z]\w*) \"\w+\" \{", re.M)
 BUILDS = re.compile(r"\b(?:req|Request)::([A-Z]\w*)")

@@ -42,6 +42,20 @@ pub struct Deployment {
     /// recorded.
     #[serde(default)]
     pub job: JobInfo,
+    /// The membership's epoch (decision 0081): 0 at start, one more at each change of what
+    /// clients place by (`eddy grow`, `eddy shrink`). A daemon at a newer epoch refuses a
+    /// client at an older one, which reads this file again.
+    #[serde(default)]
+    pub epoch: u64,
+    /// While items move (decision 0081): the ids of the daemons of the placement they move
+    /// from. Clients place by these meanwhile; the daemons copy every item to its owners
+    /// among the members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving_from: Option<Vec<u32>>,
+    /// Daemons being drained (`eddy shrink`): listed and reachable until their items have
+    /// moved and they stop, but not members (nothing is placed on them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub draining: Vec<u32>,
 }
 
 /// Who a deployment serves: what its counters and its job profile are named by (decision
@@ -111,18 +125,50 @@ impl Deployment {
             .map_err(|e| ConfigError::Invalid(format!("deployment secret is not hex: {e}")))
     }
 
-    /// Checks ids are unique and sorted, and the config is sane.
+    /// The members (decision 0081): the daemons items are placed on once they have moved,
+    /// every daemon listed but those being drained; ascending.
+    pub fn members(&self) -> Vec<u32> {
+        self.daemons
+            .iter()
+            .map(|d| d.id)
+            .filter(|id| !self.draining.contains(id))
+            .collect()
+    }
+
+    /// The daemons clients place by now: those items move from while they move, else the
+    /// members.
+    pub fn placed_on(&self) -> Vec<u32> {
+        match &self.moving_from {
+            Some(from) => from.clone(),
+            None => self.members(),
+        }
+    }
+
+    /// Checks ids are unique and sorted, the membership consistent and the config sane.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.config.validate()?;
         if self.daemons.is_empty() {
             return Err(ConfigError::Invalid("deployment lists no daemons".into()));
         }
-        if self.config.replicas > self.daemons.len() {
+        let listed = |id: &u32| self.daemons.iter().any(|d| d.id == *id);
+        if let Some(bad) = self
+            .draining
+            .iter()
+            .chain(self.moving_from.iter().flatten())
+            .find(|id| !listed(id))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "daemon {bad} is drained or moved from but not listed in the deployment"
+            )));
+        }
+        let members = self.members().len();
+        let placed = self.placed_on().len();
+        if self.config.replicas > members.min(placed) {
             return Err(ConfigError::Invalid(format!(
                 "replicas {} exceeds the {} daemons of the deployment: each copy needs a \
                  daemon of its own",
                 self.config.replicas,
-                self.daemons.len()
+                members.min(placed)
             )));
         }
         for pair in self.daemons.windows(2) {

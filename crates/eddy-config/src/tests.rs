@@ -241,6 +241,9 @@ fn deployment_round_trips_with_private_mode() {
     let dep = Deployment {
         name: "job1".into(),
         job: Default::default(),
+        epoch: 0,
+        moving_from: None,
+        draining: Vec::new(),
         secret: Deployment::new_secret(),
         config: Config::default(),
         daemons: vec![
@@ -273,6 +276,9 @@ fn unordered_ids_are_rejected() {
     let dep = Deployment {
         name: "x".into(),
         job: Default::default(),
+        epoch: 0,
+        moving_from: None,
+        draining: Vec::new(),
         secret: Deployment::new_secret(),
         config: Config::default(),
         daemons: vec![
@@ -554,4 +560,55 @@ fn a_halved_rpc_deadline_with_leases_still_validates() {
         };
         c.validate().unwrap();
     }
+}
+
+#[test]
+fn clients_place_by_the_old_members_while_items_move_and_drained_daemons_are_no_members() {
+    let entry = |id: u32| DaemonEntry {
+        id,
+        host: "h".into(),
+        addr: format!("127.0.0.1:{}", 1 + id),
+        socket: None,
+        root: format!("/r{id}").into(),
+        metrics: None,
+    };
+    let mut dep = Deployment {
+        name: "x".into(),
+        job: Default::default(),
+        epoch: 1,
+        moving_from: Some(vec![0, 1, 2]),
+        draining: Vec::new(),
+        secret: Deployment::new_secret(),
+        config: Config::default(),
+        daemons: (0..5).map(entry).collect(),
+    };
+    dep.validate().unwrap();
+    assert_eq!(dep.placed_on(), vec![0, 1, 2]);
+    assert_eq!(dep.members(), vec![0, 1, 2, 3, 4]);
+    let text = toml::to_string_pretty(&dep).unwrap();
+    assert_eq!(toml::from_str::<Deployment>(&text).unwrap(), dep);
+
+    dep.moving_from = None;
+    dep.draining = vec![1, 3];
+    dep.validate().unwrap();
+    assert_eq!(dep.placed_on(), vec![0, 2, 4]);
+
+    dep.config.replicas = 4;
+    assert!(dep.validate().is_err(), "4 copies on 3 members");
+    dep.config.replicas = 1;
+    dep.draining = vec![9];
+    assert!(dep.validate().is_err(), "drains a daemon it does not list");
+    dep.draining.clear();
+    dep.moving_from = Some(vec![0, 7]);
+    assert!(
+        dep.validate().is_err(),
+        "moves from a daemon it does not list"
+    );
+
+    let old = "name = \"x\"\nsecret = \"00\"\n[[daemons]]\nid = 0\nhost = \"h\"\naddr = \"a:1\"\nroot = \"/r\"\n";
+    let dep: Deployment = toml::from_str(old).unwrap();
+    assert_eq!(
+        (dep.epoch, dep.moving_from, dep.draining),
+        (0, None, vec![])
+    );
 }

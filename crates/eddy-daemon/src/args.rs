@@ -115,6 +115,9 @@ pub struct DaemonSettings {
     /// with `--user`, since the user it became cannot read root's secret and config files
     /// again.
     pub restart_in_place: bool,
+    /// The membership epoch of the deployment file it started from (decision 0081; 0
+    /// without one): the epoch it serves until it adopts a newer membership.
+    pub epoch: u64,
 }
 
 impl DaemonSettings {
@@ -138,6 +141,7 @@ impl DaemonSettings {
             job: String::new(),
             inherited: Default::default(),
             restart_in_place: false,
+            epoch: 0,
         }
     }
 
@@ -208,6 +212,7 @@ impl DaemonSettings {
                 .map_err(DaemonError::Args)?
                 .unwrap_or_default(),
             restart_in_place: args.user.is_none(),
+            epoch: deployment.as_ref().map_or(0, |d| d.epoch),
         })
     }
 }
@@ -365,6 +370,9 @@ mod tests {
         let dep = Deployment {
             name: "job".into(),
             job: Default::default(),
+            epoch: 0,
+            moving_from: None,
+            draining: Vec::new(),
             secret: "0102".into(),
             config: Config {
                 chunk_size: 1 << 20,

@@ -40,6 +40,7 @@ mod gate;
 mod hints;
 mod leases;
 mod locks;
+mod members;
 mod meta;
 mod metrics;
 mod mounts;

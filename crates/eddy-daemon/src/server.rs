@@ -257,7 +257,14 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
             ),
             false => None,
         };
-        Ok(State::new(settings, meta, chunks, backend, tier, hints).into_arc())
+        let members =
+            crate::members::Members::open(settings.id, root, settings.epoch).map_err(|e| {
+                DaemonError::Meta {
+                    path: root.join(crate::members::MEMBERSHIP_FILE),
+                    message: e.to_string(),
+                }
+            })?;
+        Ok(State::new(settings, meta, chunks, backend, tier, hints, members).into_arc())
     })
     .await
     .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?
@@ -541,6 +548,7 @@ async fn serve_connection<R, W>(
         tracing::info!(%peer, leases, "connection closed; the directory leases it held end");
     }
     state.mounts.close_conn(conn);
+    state.members.close_conn(conn);
     let renames = state.meta.release_renames_of(conn);
     if renames > 0 {
         tracing::warn!(%peer, renames, "connection closed during directory renames; they are completed by the next client that connects");

@@ -58,6 +58,9 @@ pub struct State {
     pub(crate) leases: crate::leases::Leases,
     /// The FUSE mounts connected, as they said (decision 0079).
     pub(crate) mounts: crate::mounts::Mounts,
+    /// The membership and its epoch, and the epoch of each client's connection (decision
+    /// 0081).
+    pub(crate) members: crate::members::Members,
     /// The connections to the other daemons a recall is sent over: made from the
     /// deployment file when first needed (and, with one copy, again after a failure).
     lease_peers: std::sync::Mutex<Option<Arc<eddy_rpc::Daemons>>>,
@@ -88,6 +91,7 @@ impl State {
         backend: Arc<Backend>,
         tier: Tier,
         hints: Option<crate::hints::Hints>,
+        members: crate::members::Members,
     ) -> State {
         let io_threads = settings.config.io_threads;
         let room = crate::room::Room::new(
@@ -123,6 +127,7 @@ impl State {
             instance,
             leases,
             mounts: Default::default(),
+            members,
             lease_peers: Default::default(),
             shutdown: watch::Sender::new(false),
             direct: Default::default(),
@@ -215,10 +220,16 @@ impl State {
     }
 
     /// Executes one request that came over connection `conn`, by its handler (`ops`). A
-    /// rejoining daemon answers clients as if it were down (decision 0021); a request that
+    /// client's request on a connection of an older membership epoch is refused (decision
+    /// 0081); a rejoining daemon answers clients as if it were down (decision 0021); a request that
     /// adds entries or data is refused when the room is gone. Never panics; every failure
     /// is an errno for the client.
     pub async fn serve(self: &Arc<Self>, conn: ConnId, req: Request) -> Response {
+        if !req.op().props().rejoining() {
+            if let Some(refused) = self.members.refusal(conn) {
+                return Err(refused);
+            }
+        }
         if let Some(r) = &self.repair {
             if r.is_rejoining() && !req.op().props().rejoining() {
                 return Err(Errno::new(

@@ -502,6 +502,9 @@ mod tests {
                 start_ms: 5_000,
                 ..JobInfo::default()
             },
+            epoch: 0,
+            moving_from: None,
+            draining: Vec::new(),
         }
     }
 

@@ -260,6 +260,9 @@ impl Run {
             config: self.config.clone(),
             daemons,
             job: self.job.clone(),
+            epoch: 0,
+            moving_from: None,
+            draining: Vec::new(),
         }
     }
 

@@ -63,6 +63,9 @@ fn start(n: u32) -> Fixture {
     let mut dep = Deployment {
         name: "fuse-test".into(),
         job: Default::default(),
+        epoch: 0,
+        moving_from: None,
+        draining: Vec::new(),
         secret,
         config: config(),
         daemons: vec![],

@@ -50,7 +50,7 @@ pub use msg::*;
 /// Version of the protocol; the handshake refuses a peer with another one. Raise it with
 /// any change to the wire: a request's fields, a reply, a frame, or the request table
 /// (then record the table's fingerprint in `TABLE_FINGERPRINTS`).
-pub const PROTOCOL_VERSION: u32 = 17;
+pub const PROTOCOL_VERSION: u32 = 18;
 
 /// The fingerprint of `request_table!` (the first 16 hex digits of the BLAKE3 hash of
 /// `TABLE_TEXT` without its white space) under each protocol version since they were
@@ -75,6 +75,8 @@ pub const TABLE_FINGERPRINTS: &[(u32, &str)] = &[
     // Version 17: `ShutdownWithStats`, the stop that answers with the counters (decision
     // 0076).
     (17, "0fffb11acdbf8afc"),
+    // Version 18: `Epoch` and `Membership` (decision 0081).
+    (18, "c2bf6becdafe1e53"),
 ];
 
 /// An error as it crosses the wire: an errno value and a short message saying what failed.
@@ -102,6 +104,21 @@ impl Errno {
     }
     pub fn einval(what: impl Into<String>) -> Errno {
         Errno::new(libc::EINVAL, what)
+    }
+    /// A daemon at membership epoch `daemon` refusing a client of the older epoch `client`
+    /// (decision 0081): the request was not applied; read the hosts file again and resend.
+    pub fn moved(id: u32, daemon: u64, client: u64) -> Errno {
+        Errno::new(
+            libc::EREMCHG,
+            format!(
+                "daemon {id} is at membership epoch {daemon}, this client at {client}: the \
+                 deployment's membership moved on"
+            ),
+        )
+    }
+    /// Whether this is the refusal of a client of an older membership epoch (`moved`).
+    pub fn is_moved(&self) -> bool {
+        self.errno == libc::EREMCHG
     }
     /// Wraps an OS error, keeping its errno (EIO if it has none).
     pub fn from_io(err: &std::io::Error, context: impl std::fmt::Display) -> Errno {

@@ -431,6 +431,9 @@ mod tests {
         Deployment {
             name: "rpc-test".into(),
             job: Default::default(),
+            epoch: 0,
+            moving_from: None,
+            draining: Vec::new(),
             secret: Deployment::new_secret(),
             config: Config {
                 replicas,

@@ -186,6 +186,9 @@ impl Cluster {
         let mut dep = Deployment {
             name: "test".into(),
             job: Default::default(),
+            epoch: 0,
+            moving_from: None,
+            draining: Vec::new(),
             secret,
             config,
             daemons: Vec::new(),

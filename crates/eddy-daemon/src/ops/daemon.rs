@@ -1,12 +1,13 @@
 //! The daemon itself: its status, a clean stop (with its counters, or without), and what it
 //! counted (`Identify` names a connection's client, `Stats` returns the counters); the mounts
-//! connected (`Mounted`).
+//! connected (`Mounted`); the membership (`Epoch` from each client, `Membership` from a
+//! coordinating command, decision 0081).
 
 use super::{Apply, Serve};
 use crate::advisory::ConnId;
 use crate::state::State;
 use eddy_proto::stats::DaemonStats;
-use eddy_proto::{req, DaemonStatus, Errno};
+use eddy_proto::{req, DaemonStatus, Errno, MembershipState};
 use std::sync::Arc;
 
 impl Apply for req::Status {
@@ -54,5 +55,31 @@ impl Serve for req::Mounted {
 impl Serve for req::Stats {
     async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<DaemonStats, Errno> {
         Ok(st.snapshot())
+    }
+}
+
+/// The connection's client places by this epoch (decision 0081).
+impl Serve for req::Epoch {
+    async fn serve(self, st: &Arc<State>, conn: ConnId) -> Result<(), Errno> {
+        st.members.note_conn(conn, self.epoch);
+        Ok(())
+    }
+}
+
+/// A coordinating command's membership: adopted when newer (kept in the root first), else
+/// only a question; replies the daemon's state either way.
+impl Serve for req::Membership {
+    async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<MembershipState, Errno> {
+        if self.epoch > st.members.epoch() {
+            st.members.check(&self)?;
+            if self.moving_from.is_some() {
+                return Err(Errno::new(
+                    libc::EOPNOTSUPP,
+                    "this daemon does not move items between owners yet",
+                ));
+            }
+            st.blocking_any(move |st| st.members.adopt(&self)).await??;
+        }
+        Ok(st.members.state(0, false))
     }
 }

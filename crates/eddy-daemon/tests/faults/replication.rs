@@ -306,6 +306,9 @@ fn replicas_beyond_the_daemons_are_refused() {
     let dep = eddy_config::Deployment {
         name: "t".into(),
         job: Default::default(),
+        epoch: 0,
+        moving_from: None,
+        draining: Vec::new(),
         secret: eddy_config::Deployment::new_secret(),
         config: config(3),
         daemons: vec![eddy_config::DaemonEntry {

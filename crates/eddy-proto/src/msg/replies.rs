@@ -175,6 +175,20 @@ pub enum Reply {
     Recalled(Vec<u64>),
     /// One outcome per operation of a `Batch`.
     Batched(Vec<BatchOutcome>),
+    /// A daemon's membership and the progress of a move (`Membership`, decision 0081).
+    Membership(MembershipState),
+}
+
+/// A daemon's membership as it stands (`Membership`, decision 0081): its epoch, whether items
+/// still move from an older placement, and how many of its items still wait to be copied to
+/// their new owners (its move hints); `collected`: at a settled epoch, what it does not own
+/// any more has been deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipState {
+    pub epoch: u64,
+    pub moving: bool,
+    pub left: u64,
+    pub collected: bool,
 }
 
 /// The answer to a `Lease`: granted with the lease's id (unique on its granter), or refused;
@@ -299,6 +313,7 @@ variant_replies! {
     LeaseNames => LeaseNames,
     Vec<u64> => Recalled,
     Vec<BatchOutcome> => Batched,
+    MembershipState => Membership,
 }
 
 impl ReplyType for DaemonStatus {

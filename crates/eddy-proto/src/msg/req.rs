@@ -11,7 +11,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 mod leases;
+mod members;
 pub use leases::*;
+pub use members::*;
 
 // ---- metadata: sent to owner(hash(path)) ----
 

@@ -215,6 +215,8 @@ macro_rules! request_table {
             Batch "batch" {} -> Vec<BatchOutcome>, store, CHANGES | GROWS, id: -, bulk: [];
             Mounted "mounted" {} -> (), conn, REJOINING, id: -, bulk: [];
             ShutdownWithStats "shutdown_with_stats" {} -> $crate::stats::DaemonStats, conn, REJOINING, id: -, bulk: [];
+            Epoch "epoch" {} -> (), conn, REJOINING, id: -, bulk: [];
+            Membership "membership" {} -> MembershipState, conn, CHANGES | REJOINING, id: -, bulk: [];
         }
     };
 }

@@ -18,7 +18,7 @@ fn operation_names_are_distinct() {
         Request::ShutdownWithStats(req::ShutdownWithStats).op_name(),
         "shutdown_with_stats"
     );
-    assert_eq!(Op::ALL.len(), 69);
+    assert_eq!(Op::ALL.len(), 71);
 }
 use proptest::prelude::*;
 
