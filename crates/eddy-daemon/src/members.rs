@@ -183,6 +183,7 @@ mod tests {
             daemons: ids.iter().map(|&i| member(i)).collect(),
             draining: Vec::new(),
             moving_from: None,
+            collect: false,
         }
     }
 

@@ -34,7 +34,9 @@ pub struct Member {
 /// The membership at `epoch` (from `eddy grow` and `eddy shrink`): every daemon listed,
 /// those being drained, and while items move the ids of the placement they move from. A
 /// daemon adopts it when `epoch` is newer than its own (and keeps it in its root); an epoch not
-/// newer is only a question. Refused with EINVAL when the list is empty, longer than
+/// newer is only a question. With `collect`, at the daemon's settled epoch (no `moving_from`),
+/// the daemon deletes what it holds and does not own any more, locally (the coordinator sends
+/// it once every daemon reported nothing left to copy). Refused with EINVAL when the list is empty, longer than
 /// `MEMBERS_MAX`, names a daemon twice, or leaves this daemon out of it. Replies
 /// `MembershipState`.
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
@@ -44,4 +46,5 @@ pub struct Membership {
     pub daemons: Vec<Member>,
     pub draining: Vec<u32>,
     pub moving_from: Option<Vec<u32>>,
+    pub collect: bool,
 }
