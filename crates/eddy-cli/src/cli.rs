@@ -32,6 +32,12 @@ pub enum Command {
     /// which takes a full copy of everything it owns from the others before serving; with
     /// --keep-root, start the dead one again on its root (it takes what it missed).
     Replace(ReplaceArgs),
+    /// Add daemons to a running deployment: they start, join, and the items they now own move
+    /// to them in the background while the job goes on (decision 0081).
+    Grow(crate::resize::GrowArgs),
+    /// Drain daemons from a running deployment: their items move to their next owners, then
+    /// they stop.
+    Shrink(crate::resize::ShrinkArgs),
     /// Mount the deployment's namespace with FUSE.
     Mount(MountArgs),
     /// Unmount a mount point made by `eddy mount`.

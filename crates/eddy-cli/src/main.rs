@@ -24,6 +24,7 @@ mod debug;
 mod history;
 mod mount;
 mod repair;
+mod resize;
 mod scrub;
 mod stage;
 mod start;
@@ -74,6 +75,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Scrub(args) => scrub::scrub(args),
         Command::Repair(args) => repair::repair(args),
         Command::Replace(args) => repair::replace(args),
+        Command::Grow(args) => resize::grow(args),
+        Command::Shrink(args) => resize::shrink(args),
         Command::Mount(args) => mount::mount(args),
         Command::Umount(args) => mount::umount(args),
         Command::StageIn(args) => stage::stage_in(args),

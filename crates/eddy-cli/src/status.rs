@@ -2,7 +2,8 @@
 //! backend linked, the links and a second table with each daemon's backend-tier figures.
 //! With `--inventory`, a daemon whose host the latest health probe marked anomalous is
 //! flagged (decision 0039). Then the FUSE mounts the daemons know, with the transport each
-//! runs on (decision 0079).
+//! runs on (decision 0079). The membership (decision 0081): the epoch, the members, and while
+//! items move, how many each daemon still has to copy.
 
 use crate::cli::StatusArgs;
 use anyhow::{bail, Result};
@@ -10,7 +11,7 @@ use eddy_client::Client;
 use eddy_config::{Deployment, Link};
 use eddy_deploy::human_bytes;
 use eddy_deploy::StateDir;
-use eddy_proto::{DaemonStatus, MountSeen, MountTransport, TierStatus};
+use eddy_proto::{req, DaemonStatus, MembershipState, MountSeen, MountTransport, TierStatus};
 use serde::Serialize;
 
 /// What `status` reports about one daemon.
@@ -49,6 +50,11 @@ struct DaemonRow {
     /// streams among them) and written to the backend, fetches, evictions, capacity and
     /// watermarks (all zero when nothing is linked).
     tier: Option<TierStatus>,
+    /// Its membership: the epoch it adopted, whether items move, how many of its items are
+    /// still to be copied (decision 0081).
+    membership: Option<MembershipState>,
+    /// Being drained (`eddy shrink`): its items move to their next owners, then it stops.
+    draining: bool,
     /// Its host's latest health probe (`--inventory`), when the host was probed.
     host_health: Option<eddy_sysmap::health::Health>,
     /// The mounts connected to it (shown per mount in `Report::mounts`).
@@ -86,6 +92,11 @@ struct Report {
     health: String,
     /// Items under-replicated: the hints held by every daemon that answered.
     under_replicated: u64,
+    /// The membership's epoch (decision 0081), the members, and while items move the daemons
+    /// clients still place by.
+    epoch: u64,
+    members: Vec<u32>,
+    moving_from: Option<Vec<u32>>,
     daemons: Vec<DaemonRow>,
     /// The FUSE mounts connected to the daemons that answered, and how many more a daemon
     /// knows than it lists (`MOUNTS_LISTED`).
@@ -202,6 +213,9 @@ pub fn status(args: StatusArgs) -> Result<()> {
         replicas,
         health: health(&rows, replicas),
         under_replicated: under_replicated(&rows),
+        epoch: dep.epoch,
+        members: dep.members(),
+        moving_from: dep.moving_from.clone(),
         mounts: mount_rows(&rows),
         mounts_unlisted: rows.iter().map(|r| r.mounts_unlisted).max().unwrap_or(0),
         daemons: rows,
@@ -242,39 +256,58 @@ fn prometheus_targets(dep: &Deployment) -> serde_json::Value {
     }])
 }
 
+/// Every listed daemon's status and membership (those being drained or joining too).
 fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
+    type Answer = (Result<DaemonStatus, String>, Option<MembershipState>);
     let rt = eddy_deploy::runtime()?;
-    let results = rt.block_on(async {
+    let results: Vec<Answer> = rt.block_on(async {
         match Client::new(dep.clone()) {
-            Ok(client) => client
-                .daemon_status()
+            Ok(client) => {
+                let client = &client;
+                futures::future::join_all(dep.daemons.iter().map(|d| async move {
+                    let status = client
+                        .call_daemon(d.id, req::Status)
+                        .await
+                        .map_err(|e| e.errno().to_string());
+                    let membership = match status {
+                        Ok(_) => client.call_daemon(d.id, membership_question()).await.ok(),
+                        Err(_) => None,
+                    };
+                    (status, membership)
+                }))
                 .await
-                .into_iter()
-                .map(|(id, r)| (id, r.map_err(|e| e.to_string())))
-                .collect(),
+            }
             Err(e) => {
                 let msg = format!("the deployment file is not usable: {e}");
                 dep.daemons
                     .iter()
-                    .map(|d| (d.id, Err(msg.clone())))
-                    .collect::<Vec<_>>()
+                    .map(|_| (Err(msg.clone()), None))
+                    .collect()
             }
         }
     });
     Ok(dep
         .daemons
         .iter()
-        .map(|d| {
-            let result = results
-                .iter()
-                .find(|(id, _)| *id == d.id)
-                .map(|(_, r)| r.clone());
-            row(
-                d,
-                result.unwrap_or_else(|| Err("no status returned".into())),
-            )
+        .zip(results)
+        .map(|(d, (status, membership))| {
+            let mut r = row(d, status);
+            r.membership = membership;
+            r.draining = dep.draining.contains(&d.id);
+            r
         })
         .collect())
+}
+
+/// A `Membership` that only asks (epoch 0 is never newer).
+fn membership_question() -> req::Membership {
+    req::Membership {
+        epoch: 0,
+        daemons: Vec::new(),
+        draining: Vec::new(),
+        moving_from: None,
+        collect: false,
+    }
 }
 
 fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> DaemonRow {
@@ -299,6 +332,8 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
         hints: None,
         hints_for: Vec::new(),
         rejoining: None,
+        membership: None,
+        draining: false,
         tier: None,
         host_health: None,
         mounts: Vec::new(),
@@ -332,6 +367,7 @@ fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> Da
 fn print_table(report: &Report) {
     outln!("deployment {:?} (state {})", report.name, report.state);
     outln!("copies {}: {}", report.replicas, report.health);
+    print_membership(report);
     for l in &report.links {
         outln!("link {} -> {}", l.prefix, l.backend.display());
     }
@@ -386,6 +422,51 @@ fn print_table(report: &Report) {
         print_tier_table(&report.daemons);
         print_backends(&report.daemons);
         print_conflicts(&report.daemons);
+    }
+}
+
+/// The membership (decision 0081): the epoch and members, and a move's progress.
+fn print_membership(report: &Report) {
+    let ids = |v: &[u32]| {
+        v.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    outln!(
+        "membership: epoch {}, members {}",
+        report.epoch,
+        ids(&report.members)
+    );
+    let left: u64 = report
+        .daemons
+        .iter()
+        .filter_map(|r| r.membership.map(|m| m.left))
+        .sum();
+    let draining: Vec<u32> = report
+        .daemons
+        .iter()
+        .filter(|r| r.draining)
+        .map(|r| r.id)
+        .collect();
+    if let Some(from) = &report.moving_from {
+        outln!(
+            "moving: clients place by {} while items move; {left} items left to copy",
+            ids(from)
+        );
+    }
+    if !draining.is_empty() {
+        outln!("draining: {}", ids(&draining));
+    }
+    for r in &report.daemons {
+        if let Some(m) = r.membership.filter(|m| m.epoch != report.epoch) {
+            outln!(
+                "      daemon {} is at epoch {} (the hosts file at {})",
+                r.id,
+                m.epoch,
+                report.epoch
+            );
+        }
     }
 }
 

@@ -27,8 +27,8 @@ pub struct HostLine {
 /// config and peers.
 pub struct DaemonLaunch<'a> {
     pub state: &'a StateDir,
-    /// Number of daemons; their ids are 0..members.
-    pub members: u32,
+    /// The ids of the deployment's members (`eddyd --members`).
+    pub members: &'a [u32],
     /// User the daemons run as (`eddyd --user`), if not the caller.
     pub user: Option<&'a str>,
     /// The job the daemons' counters name (`eddyd --job`; decision 0032).
@@ -39,7 +39,7 @@ impl DaemonLaunch<'_> {
     /// The arguments of daemon `id` on `root`, listening on `listen`, serving metrics on
     /// `metrics` (`eddyd --metrics`, see `metrics_listen`) if given.
     pub fn args(&self, root: &Path, id: u32, listen: &str, metrics: Option<&str>) -> Vec<OsString> {
-        let members: Vec<String> = (0..self.members).map(|i| i.to_string()).collect();
+        let members: Vec<String> = self.members.iter().map(|i| i.to_string()).collect();
         let mut args: Vec<OsString> = vec![
             "--root".into(),
             root.into(),
@@ -296,7 +296,7 @@ mod tests {
         let state = StateDir::new(Path::new("/s"));
         let launch = DaemonLaunch {
             state: &state,
-            members: 3,
+            members: &[0, 1, 2],
             user: None,
             job: "",
         };

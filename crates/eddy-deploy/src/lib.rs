@@ -3,7 +3,8 @@
 //! hosts, configuration, state directory, the user the daemons run as); [`start()`] launches
 //! the daemons (`launch`: their command lines and launchers), waits until every one is
 //! ready and serves, and records them in the state directory ([`StateDir`]); [`replace`]
-//! starts one again; [`stop()`] writes back, unmounts, leaves the job profile in the I/O
+//! starts one again; [`grow_local`] and [`shrink`] change the members of a running
+//! deployment, moving the items whose owners change (`resize`, decision 0081); [`stop()`] writes back, unmounts, leaves the job profile in the I/O
 //! history (`profile`) and stops; [`stage`] moves data
 //! between the backend and the cache, [`prefetch`] fetches into it in the background. `procs` spawns and stops processes without ever
 //! signalling a reused pid; `secure` does root's file work where users may be watching;
@@ -21,6 +22,7 @@ pub mod prefetch;
 pub mod procs;
 pub mod profile;
 pub mod replace;
+pub mod resize;
 pub mod secure;
 pub mod stage;
 pub mod start;
@@ -30,6 +32,7 @@ pub mod writeback;
 
 pub use launch::{DaemonLaunch, HostLine};
 pub use replace::{replace, Replaced};
+pub use resize::{grow_local, shrink, Resized};
 pub use start::{start, Placement, Plan};
 pub use state::StateDir;
 pub use stop::{stop, StopOptions, Stopped};

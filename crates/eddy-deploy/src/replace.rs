@@ -89,11 +89,11 @@ pub fn replace(state: &StateDir, id: u32, keep_root: bool) -> Result<Replaced> {
     }
     // The daemon makes its root itself (as the user it runs as, when there is one).
     let user = state.daemon_user()?;
-    let members = dep.daemons.len() as u32;
+    let members = dep.members();
     let job = dep.job.label(&dep.name);
     let launch = DaemonLaunch {
         state,
-        members,
+        members: &members,
         user: user.as_deref(),
         job: &job,
     };

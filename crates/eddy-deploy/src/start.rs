@@ -210,7 +210,7 @@ pub fn start(plan: &Plan) -> Result<Deployment> {
         config: plan.config.clone(),
         name: plan.name.clone(),
         secret: Deployment::new_secret(),
-        daemons,
+        members: (0..daemons).collect(),
         daemon_user: plan.daemon_user.clone(),
         job: eddy_config::JobInfo {
             start_ms: match plan.job.start_ms {
@@ -239,20 +239,34 @@ pub fn start_bound(config: &Config) -> Duration {
     Duration::from_secs(config.start_timeout_s)
 }
 
-/// Everything the daemons of a deployment being started share.
-struct Run {
+/// Everything the daemons of a deployment being started (or grown) share.
+pub(crate) struct Run {
     state: StateDir,
     config: Config,
     name: String,
     secret: String,
-    /// Number of daemons; their ids are 0..daemons.
-    daemons: u32,
+    /// The ids of the deployment's members (`eddyd --members`).
+    members: Vec<u32>,
     /// User the daemons run as (`eddyd --user`), if not the caller.
     daemon_user: Option<String>,
     job: eddy_config::JobInfo,
 }
 
 impl Run {
+    /// What daemons added to the running deployment `dep` of `state` share with its own:
+    /// its configuration, secret, user and job, and `members` for their `--members`.
+    pub(crate) fn joining(state: &StateDir, dep: &Deployment, members: Vec<u32>) -> Result<Run> {
+        Ok(Run {
+            state: state.clone(),
+            config: dep.config.clone(),
+            name: dep.name.clone(),
+            secret: dep.secret.clone(),
+            members,
+            daemon_user: state.daemon_user()?,
+            job: dep.job.clone(),
+        })
+    }
+
     fn deployment(&self, daemons: Vec<DaemonEntry>) -> Deployment {
         Deployment {
             name: self.name.clone(),
@@ -284,9 +298,9 @@ const LAUNCHING_AT_ONCE: usize = 16;
 
 /// Processes spawned by a start in progress; all are killed if the start fails.
 #[derive(Default)]
-struct Spawned {
-    children: Vec<Child>,
-    recorded: Vec<RecordedProcess>,
+pub(crate) struct Spawned {
+    pub(crate) children: Vec<Child>,
+    pub(crate) recorded: Vec<RecordedProcess>,
 }
 
 impl Spawned {
@@ -395,35 +409,40 @@ fn start_local(plan: &Run, n: u32, root: &Path) -> Result<Deployment> {
     let root = absolute(root);
     create_root(&root)?;
     let mut spawned = Spawned::default();
-    let result = spawn_and_wait_local(plan, n, &root, &mut spawned);
+    let ids: Vec<u32> = (0..n).collect();
+    let result = spawn_and_wait_local(plan, &ids, &root, &mut spawned).and_then(|daemons| {
+        let dep = plan.deployment(daemons);
+        verify_known(plan, &dep)?;
+        Ok(dep)
+    });
     spawned.commit(plan, result)
 }
 
-fn spawn_and_wait_local(
+/// Launches daemons `ids` on this host, with roots ROOT/d<id>, and waits until each is
+/// ready: their entries, in the order of `ids`.
+pub(crate) fn spawn_and_wait_local(
     plan: &Run,
-    n: u32,
+    ids: &[u32],
     root: &Path,
     spawned: &mut Spawned,
-) -> Result<Deployment> {
+) -> Result<Vec<DaemonEntry>> {
     let bin = procs::daemon_binary();
-    let roots: Vec<PathBuf> = (0..n).map(|id| root.join(format!("d{id}"))).collect();
+    let roots: Vec<PathBuf> = ids.iter().map(|id| root.join(format!("d{id}"))).collect();
     spawned.launch_all(roots.len(), |i| {
-        let (id, droot) = (to_id(i)?, &roots[i]);
+        let (id, droot) = (ids[i], &roots[i]);
         create_daemon_root(droot)?;
         remove_stale(&eddy_config::ready::ready_path(droot))?;
         let args = local_daemon_args(plan, droot, id)?;
         let child = procs::spawn_detached(&bin, &args, &plan.state.daemon_log(id))?;
         Ok((format!("daemon-{id}"), child))
     })?;
-    let daemons = wait_ready(
+    wait_ready(
         plan,
         &mut spawned.children,
-        |i| format!("daemon {i}"),
+        ids,
+        |i| format!("daemon {}", ids[i]),
         |i| read_ready(&roots[i]),
-    )?;
-    let dep = plan.deployment(daemons);
-    verify_known(plan, &dep)?;
-    Ok(dep)
+    )
 }
 
 /// Daemon `id` of this host: metrics (if asked for) on the configured port plus `id`.
@@ -431,7 +450,7 @@ fn local_daemon_args(plan: &Run, root: &Path, id: u32) -> Result<Vec<OsString>> 
     let metrics = metrics_listen(&plan.config, id)?;
     Ok(DaemonLaunch {
         state: &plan.state,
-        members: plan.daemons,
+        members: &plan.members,
         user: plan.daemon_user.as_deref(),
         job: &plan.job_label(),
     }
@@ -448,11 +467,12 @@ fn remove_stale(path: &Path) -> Result<()> {
     }
 }
 
-/// Waits until daemon i is ready, by `ready(i)`; fails if a process (`what(i)`: the daemon,
-/// or its launcher) exits first.
+/// Waits until daemon i (id `ids[i]`) is ready, by `ready(i)`; fails if a process
+/// (`what(i)`: the daemon, or its launcher) exits first.
 fn wait_ready(
     plan: &Run,
     children: &mut [Child],
+    ids: &[u32],
     what: impl Fn(usize) -> String,
     ready_of: impl Fn(usize) -> Result<Option<DaemonEntry>>,
 ) -> Result<Vec<DaemonEntry>> {
@@ -468,14 +488,14 @@ fn wait_ready(
             return Ok(ready.into_iter().flatten().collect());
         }
         for (i, child) in children.iter_mut().enumerate() {
-            check_alive(plan, child, to_id(i)?, &what(i))?;
+            check_alive(plan, child, ids[i], &what(i))?;
         }
         if Instant::now() >= deadline {
             let missing: Vec<String> = ready
                 .iter()
                 .enumerate()
                 .filter(|(_, r)| r.is_none())
-                .map(|(i, _)| i.to_string())
+                .map(|(i, _)| ids[i].to_string())
                 .collect();
             bail!(
                 "daemons {} did not become ready within {} s (start_timeout_s); see their logs in {}",
@@ -627,7 +647,7 @@ fn remote_daemon_cmd(
     let job = plan.job_label();
     let launch = DaemonLaunch {
         state: &plan.state,
-        members: plan.daemons,
+        members: &plan.members,
         user: plan.daemon_user.as_deref(),
         job: &job,
     };
@@ -690,9 +710,11 @@ fn launch_remote(
         Ok((format!("launcher-{id}"), child))
     })?;
     // The addresses the daemons bound (port 0: any free one), from their ready lines.
+    let ids = (0..hosts.len()).map(to_id).collect::<Result<Vec<_>>>()?;
     let daemons = wait_ready(
         plan,
         &mut spawned.children,
+        &ids,
         |i| format!("the launcher of daemon {i} on {}", hosts[i].name),
         |i| read_ready_line(plan, &roots[i], to_id(i)?),
     )?;

@@ -1,0 +1,400 @@
+//! Growing and shrinking a running deployment (decision 0081): `grow_local` starts daemons
+//! on this host and makes them members, `shrink` drains daemons and stops them. Both write
+//! the hosts file at a new epoch with `moving_from` (clients go on placing by the old
+//! members), make every daemon adopt it (`req::Membership`), wait until every daemon has
+//! copied what moves (`left` 0 everywhere), cut over (a newer epoch without `moving_from`,
+//! adopted by every daemon, then written to the hosts file once nothing is left anywhere),
+//! and have every daemon delete what it no longer owns (`collect`). Drained daemons, then
+//! empty, are stopped and left out of the hosts file.
+//!
+//! Every step is decided from the hosts file and the daemons' answers and may be repeated:
+//! a coordinating command killed at any point is resumed by the next `grow` or `shrink`
+//! (`resume`), which finishes the move under way before it begins its own.
+
+use crate::start::{spawn_and_wait_local, Run, Spawned};
+use crate::state::{absolute, StateDir};
+use crate::Say;
+use anyhow::{bail, Context, Result};
+use eddy_client::Client;
+use eddy_config::{DaemonEntry, Deployment};
+use eddy_proto::{req, MembershipState};
+use std::time::{Duration, Instant};
+
+/// How often the daemons are asked how far the move is.
+const POLL: Duration = Duration::from_millis(200);
+/// How often a move under way says how far it is.
+const REPORT_EVERY: Duration = Duration::from_secs(2);
+/// How long a move may make no progress (no daemon's count of items left goes down, or a
+/// daemon does not answer) before the command gives up; running it again resumes.
+const STALL: Duration = Duration::from_secs(120);
+/// How long drained daemons get to exit once asked to stop.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// What a grow or a shrink did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resized {
+    /// The epoch the deployment is at now.
+    pub epoch: u64,
+    /// The members now.
+    pub members: Vec<u32>,
+    /// Daemons started and made members.
+    pub added: Vec<u32>,
+    /// Daemons drained and stopped.
+    pub removed: Vec<u32>,
+}
+
+/// Starts `k` daemons on this host beside the deployment's (roots next to theirs, same
+/// user, configuration and secret) and moves to them the items they now own.
+pub fn grow_local(state: &StateDir, k: u32, say: Say) -> Result<Resized> {
+    if k == 0 {
+        bail!("--local 0: grow by at least one daemon");
+    }
+    let dep = resume(state, say)?;
+    refuse_unmovable(&dep)?;
+    let root = local_root(state, &dep)?;
+    let first = dep.daemons.iter().map(|d| d.id).max().unwrap_or(0) + 1;
+    let added: Vec<u32> = (first..first + k).collect();
+    let mut members = dep.members();
+    members.extend(&added);
+    let run = Run::joining(state, &dep, members)?;
+    let mut spawned = Spawned::default();
+    let entries = match spawn_and_wait_local(&run, &added, &root, &mut spawned) {
+        Ok(entries) => entries,
+        Err(e) => {
+            crate::procs::kill_children(&mut spawned.children);
+            return Err(e.context("the new daemons did not start; nothing changed"));
+        }
+    };
+    let mut pids = state.read_pids()?;
+    pids.extend(spawned.recorded.iter().cloned());
+    let mut next = dep.clone();
+    next.daemons.extend(entries);
+    next.epoch = dep.epoch + 1;
+    next.moving_from = Some(dep.placed_on());
+    let saved = state
+        .write_pids(&pids)
+        .and_then(|()| next.validate().context("the grown deployment is not valid"))
+        .and_then(|()| state.save_deployment(&next));
+    if let Err(e) = saved {
+        crate::procs::kill_children(&mut spawned.children);
+        return Err(e.context("the grown deployment could not be recorded; nothing changed"));
+    }
+    say.out(&format!(
+        "eddy: started daemons {}; moving what they own to them (epoch {})",
+        list(&added),
+        next.epoch
+    ));
+    let mut done = carry_out(state, next, say)?;
+    done.added = added;
+    Ok(done)
+}
+
+/// Drains daemons `drain` (ids as `eddy status` shows): their items move to their next
+/// owners, then they stop and leave the hosts file.
+pub fn shrink(state: &StateDir, drain: &[u32], say: Say) -> Result<Resized> {
+    if drain.is_empty() {
+        bail!("name the daemons to drain with --drain ID (ids as `eddy status` shows)");
+    }
+    let dep = resume(state, say)?;
+    refuse_unmovable(&dep)?;
+    for id in drain {
+        if !dep.daemons.iter().any(|d| d.id == *id) {
+            bail!(
+                "daemon {id} is not part of the deployment (its daemons: {})",
+                list(&dep.daemons.iter().map(|d| d.id).collect::<Vec<_>>())
+            );
+        }
+    }
+    let mut next = dep.clone();
+    next.draining = drain.to_vec();
+    next.draining.sort_unstable();
+    next.draining.dedup();
+    let left = next.members().len();
+    if left == 0 || left < dep.config.replicas {
+        bail!(
+            "draining {} would leave {left} daemons for {} copies of everything: keep at \
+             least {}",
+            list(&next.draining),
+            dep.config.replicas,
+            dep.config.replicas.max(1)
+        );
+    }
+    next.epoch = dep.epoch + 1;
+    next.moving_from = Some(dep.placed_on());
+    next.validate()
+        .context("the shrunk deployment is not valid")?;
+    state.save_deployment(&next)?;
+    say.out(&format!(
+        "eddy: draining daemons {}; moving what they hold to its next owners (epoch {})",
+        list(&next.draining),
+        next.epoch
+    ));
+    carry_out(state, next, say)
+}
+
+/// Finishes the move the hosts file of `state` records as under way, if any (a coordinating
+/// command was stopped), and returns the deployment as it is then.
+pub fn resume(state: &StateDir, say: Say) -> Result<Deployment> {
+    let dep = state.load_deployment()?;
+    if dep.moving_from.is_none() && dep.draining.is_empty() {
+        return Ok(dep);
+    }
+    say.out(&format!(
+        "eddy: a move of the deployment was under way (epoch {}); finishing it first",
+        dep.epoch
+    ));
+    carry_out(state, dep, say)?;
+    state.load_deployment()
+}
+
+/// A move is refused where decision 0081 does not move everything yet: the records of
+/// hard links and of the backend tier (the daemons check the first; the second is here).
+fn refuse_unmovable(dep: &Deployment) -> Result<()> {
+    if !dep.config.links.is_empty() {
+        bail!(
+            "the deployment caches a backend (links are configured): its daemons cannot move \
+             the backend tier's records yet, so it cannot grow or shrink"
+        );
+    }
+    Ok(())
+}
+
+/// The directory the deployment's daemons have their roots in (ROOT of `eddy start --local
+/// N --root ROOT`): the daemons must all have been started on this host by `eddy start
+/// --local` (recorded as `daemon-ID`), their roots side by side.
+fn local_root(state: &StateDir, dep: &Deployment) -> Result<std::path::PathBuf> {
+    let recorded = state.read_pids()?;
+    if let Some(d) = dep.daemons.iter().find(|d| {
+        !recorded
+            .iter()
+            .any(|p| p.label == format!("daemon-{}", d.id))
+    }) {
+        bail!(
+            "daemon {} was not started on this host by `eddy start --local` (or is not \
+             recorded in {}): --local grows a deployment of local daemons",
+            d.id,
+            state.pids_path().display()
+        );
+    }
+    let parents: Vec<_> = dep
+        .daemons
+        .iter()
+        .map(|d| absolute(&d.root).parent().map(|p| p.to_owned()))
+        .collect();
+    match parents.first() {
+        Some(Some(first)) if parents.iter().all(|p| p.as_ref() == Some(first)) => Ok(first.clone()),
+        _ => bail!(
+            "the deployment's daemons do not have their roots side by side: --local adds \
+             daemons next to them"
+        ),
+    }
+}
+
+/// Steps 1–3 of decision 0081 for the deployment `dep` (saved with `moving_from`, or with
+/// daemons being drained): adopt, copy, cut over, collect, stop the drained ones.
+fn carry_out(state: &StateDir, dep: Deployment, say: Say) -> Result<Resized> {
+    let rt = crate::runtime()?;
+    let client = Client::new(dep.clone()).context("the deployment file is not usable")?;
+    let ids: Vec<u32> = dep.daemons.iter().map(|d| d.id).collect();
+    let mut settled = dep.clone();
+    if dep.moving_from.is_some() {
+        // 1. Copy: every daemon adopts the membership clients do not place by yet.
+        adopt(&rt, &client, &ids, &membership(&dep, false))?;
+        wait_moved(&rt, &client, &ids, dep.epoch, say, "copying")?;
+        // 2. Cut over: every daemon refuses the clients of the copy's epoch, pushes what
+        // changed since, and only then do clients learn the members from the hosts file.
+        settled.epoch = dep.epoch + 1;
+        settled.moving_from = None;
+        adopt(&rt, &client, &ids, &membership(&settled, false))?;
+        wait_moved(&rt, &client, &ids, settled.epoch, say, "cutting over")?;
+        state.save_deployment(&settled)?;
+    }
+    // 3. Collect: each deletes what it does not own any more.
+    let collect = membership(&settled, true);
+    let states = adopt(&rt, &client, &ids, &collect)?;
+    if let Some((id, _)) = states.iter().find(|(_, s)| !s.collected) {
+        bail!("daemon {id} did not delete what it no longer owns; run the command again");
+    }
+    let removed = stop_drained(state, &rt, &client, &settled, say)?;
+    let mut done = settled.clone();
+    done.daemons.retain(|d| !removed.contains(&d.id));
+    done.draining.retain(|id| !removed.contains(id));
+    if !removed.is_empty() {
+        state.save_deployment(&done)?;
+    }
+    say.out(&format!(
+        "eddy: the deployment's members are {} (epoch {})",
+        list(&done.members()),
+        done.epoch
+    ));
+    Ok(Resized {
+        epoch: done.epoch,
+        members: done.members(),
+        added: Vec::new(),
+        removed,
+    })
+}
+
+/// The membership `dep` describes, as a daemon adopts it.
+fn membership(dep: &Deployment, collect: bool) -> req::Membership {
+    req::Membership {
+        epoch: dep.epoch,
+        daemons: dep.daemons.iter().map(member).collect(),
+        draining: dep.draining.clone(),
+        moving_from: dep.moving_from.clone(),
+        collect,
+    }
+}
+
+fn member(d: &DaemonEntry) -> req::Member {
+    req::Member {
+        id: d.id,
+        host: d.host.clone(),
+        addr: d.addr.clone(),
+        socket: d.socket.as_ref().map(|s| s.to_string_lossy().into_owned()),
+        root: d.root.to_string_lossy().into_owned(),
+    }
+}
+
+/// Sends `m` to every daemon of `ids` (each adopts it when newer, else answers how far it
+/// is); every one must answer. A daemon that cannot be reached is asked again until
+/// `STALL` passes.
+fn adopt(
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    ids: &[u32],
+    m: &req::Membership,
+) -> Result<Vec<(u32, MembershipState)>> {
+    let mut states = Vec::with_capacity(ids.len());
+    for &id in ids {
+        let since = Instant::now();
+        loop {
+            match rt.block_on(client.call_daemon(id, m.clone())) {
+                Ok(s) => {
+                    states.push((id, s));
+                    break;
+                }
+                Err(eddy_client::Failure::Daemon(e)) if e.errno != libc::EAGAIN => {
+                    bail!(
+                        "daemon {id} refused the membership of epoch {}: {e}; nothing is lost, \
+                         run the command again once it is fixed",
+                        m.epoch
+                    )
+                }
+                Err(e) if since.elapsed() >= STALL => bail!(
+                    "daemon {id} did not take the membership of epoch {} within {} s ({}); \
+                     run the command again to resume",
+                    m.epoch,
+                    STALL.as_secs(),
+                    e.errno()
+                ),
+                Err(_) => std::thread::sleep(POLL),
+            }
+        }
+    }
+    Ok(states)
+}
+
+/// Waits until every daemon of `ids` is at `epoch` (or later) with nothing left to copy,
+/// saying how far the move is every `REPORT_EVERY`; fails when it makes no progress for
+/// `STALL`.
+fn wait_moved(
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    ids: &[u32],
+    epoch: u64,
+    say: Say,
+    what: &str,
+) -> Result<()> {
+    let ask = req::Membership {
+        epoch: 0,
+        daemons: Vec::new(),
+        draining: Vec::new(),
+        moving_from: None,
+        collect: false,
+    };
+    let mut best = u64::MAX;
+    let mut progressed = Instant::now();
+    let mut reported = Instant::now();
+    loop {
+        let mut left = 0u64;
+        let mut behind = Vec::new();
+        for &id in ids {
+            match rt.block_on(client.call_daemon(id, ask.clone())) {
+                Ok(s) if s.epoch >= epoch => left += s.left,
+                Ok(s) => behind.push(format!("daemon {id} is at epoch {}", s.epoch)),
+                Err(e) => behind.push(format!("daemon {id}: {}", e.errno())),
+            }
+        }
+        if behind.is_empty() && left == 0 {
+            return Ok(());
+        }
+        if behind.is_empty() && left < best {
+            best = left;
+            progressed = Instant::now();
+        }
+        if progressed.elapsed() >= STALL {
+            bail!(
+                "the move made no progress for {} s ({what}: {} items left{}{}); run the \
+                 command again to resume",
+                STALL.as_secs(),
+                left,
+                if behind.is_empty() { "" } else { "; " },
+                behind.join("; ")
+            );
+        }
+        if reported.elapsed() >= REPORT_EVERY {
+            say.out(&format!("eddy: {what}: {left} items left to copy"));
+            reported = Instant::now();
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Stops the drained daemons of `dep` (they hold nothing now) and takes them out of the
+/// recorded processes; returns their ids.
+fn stop_drained(
+    state: &StateDir,
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    dep: &Deployment,
+    say: Say,
+) -> Result<Vec<u32>> {
+    if dep.draining.is_empty() {
+        return Ok(Vec::new());
+    }
+    for &id in &dep.draining {
+        // One that does not answer is stopped already (a command stopped after this).
+        if let Err(e) = rt.block_on(client.call_daemon(id, req::Shutdown)) {
+            tracing::debug!("daemon {id} did not take the stop: {}", e.errno());
+        }
+    }
+    let labels: Vec<String> = dep
+        .draining
+        .iter()
+        .map(|id| format!("daemon-{id}"))
+        .collect();
+    let (theirs, kept): (Vec<_>, Vec<_>) = state
+        .read_pids()?
+        .into_iter()
+        .partition(|p| labels.contains(&p.label));
+    let running = crate::procs::wait_gone(&theirs, STOP_GRACE);
+    if !running.is_empty() {
+        for line in crate::procs::terminate(&running, STOP_GRACE) {
+            say.err(&format!("eddy: warning: {line}"));
+        }
+    }
+    state.write_pids(&kept)?;
+    say.out(&format!(
+        "eddy: stopped the drained daemons {}",
+        list(&dep.draining)
+    ));
+    Ok(dep.draining.clone())
+}
+
+fn list(ids: &[u32]) -> String {
+    ids.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
