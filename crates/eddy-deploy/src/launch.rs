@@ -1,14 +1,15 @@
 //! How a deployment's daemons are launched: the hosts they run on (hosts files, Slurm's
 //! node list, names resolved to addresses), their command line (`DaemonLaunch`, the same for
-//! `start` and `replace`), and the launcher command that starts one on another host
+//! `start`, `replace` and `grow`), the entry a ready daemon is recorded with, and the launcher
+//! command that starts one on another host
 //! (`launcher_argv`, with each word quoted for a remote shell).
 
 use crate::state::StateDir;
 use anyhow::{bail, Context, Result};
-use eddy_config::Config;
+use eddy_config::{Config, DaemonEntry};
 use std::ffi::OsString;
 use std::net::{IpAddr, ToSocketAddrs};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Default launcher for `--hosts`.
 pub const SSH_LAUNCHER: &str = "ssh {host} {cmd}";
@@ -196,6 +197,35 @@ pub(crate) fn listen_addr(address: &str, port: u16) -> String {
         format!("[{address}]:{port}")
     } else {
         format!("{address}:{port}")
+    }
+}
+
+/// The daemon's entry once it has written its ready file.
+pub(crate) fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
+    let ready = eddy_config::ready::read_ready(root).with_context(|| {
+        format!(
+            "cannot read {}",
+            eddy_config::ready::ready_path(root).display()
+        )
+    })?;
+    Ok(ready.map(|r| ready_entry(r, root)))
+}
+
+/// A daemon's entry in the deployment from what it said when ready, and its root. The
+/// daemon (its user) wrote what it said: a Unix socket is recorded only if it lies in the
+/// daemon's own root, never one elsewhere that root's clients would then connect to.
+pub(crate) fn ready_entry(info: eddy_config::ready::ReadyInfo, root: &Path) -> DaemonEntry {
+    let socket = info
+        .socket
+        .map(PathBuf::from)
+        .filter(|s| s.parent() == Some(root) && s.file_name().is_some());
+    DaemonEntry {
+        id: info.id,
+        host: info.host,
+        metrics: info.metrics.map(|m| metrics_reach(&m, &info.addr)),
+        addr: info.addr,
+        socket,
+        root: root.to_owned(),
     }
 }
 

@@ -4,8 +4,8 @@
 //! directory. A start that fails leaves nothing running.
 
 use crate::launch::{
-    fill, launcher_argv, listen_addr, metrics_listen, metrics_reach, resolve_host, DaemonLaunch,
-    HostLine,
+    fill, launcher_argv, listen_addr, metrics_listen, read_ready, ready_entry, resolve_host,
+    DaemonLaunch, HostLine,
 };
 use crate::mounts::LOG_TAIL_LINES;
 use crate::procs::{self, log_tail, POLL_INTERVAL};
@@ -535,35 +535,6 @@ fn read_ready_line(plan: &Run, root: &Path, id: u32) -> Result<Option<DaemonEntr
 
 fn to_id(i: usize) -> Result<u32> {
     u32::try_from(i).context("too many daemons")
-}
-
-/// The daemon's entry once it has written its ready file.
-fn read_ready(root: &Path) -> Result<Option<DaemonEntry>> {
-    let ready = eddy_config::ready::read_ready(root).with_context(|| {
-        format!(
-            "cannot read {}",
-            eddy_config::ready::ready_path(root).display()
-        )
-    })?;
-    Ok(ready.map(|r| ready_entry(r, root)))
-}
-
-/// A daemon's entry in the deployment from what it said when ready, and its root. The
-/// daemon (its user) wrote what it said: a Unix socket is recorded only if it lies in the
-/// daemon's own root, never one elsewhere that root's clients would then connect to.
-fn ready_entry(info: eddy_config::ready::ReadyInfo, root: &Path) -> DaemonEntry {
-    let socket = info
-        .socket
-        .map(PathBuf::from)
-        .filter(|s| s.parent() == Some(root) && s.file_name().is_some());
-    DaemonEntry {
-        id: info.id,
-        host: info.host,
-        metrics: info.metrics.map(|m| metrics_reach(&m, &info.addr)),
-        addr: info.addr,
-        socket,
-        root: root.to_owned(),
-    }
 }
 
 /// Fails with the tail of the log if the process (daemon or launcher) `id` has exited.
