@@ -18,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use eddy_client::Client;
 use eddy_config::{DaemonEntry, Deployment};
 use eddy_proto::{req, MembershipState};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How often the daemons are asked how far the move is.
@@ -52,7 +53,7 @@ pub fn grow_local(state: &StateDir, k: u32, say: Say) -> Result<Resized> {
     let dep = resume(state, say)?;
     refuse_unmovable(&dep)?;
     let root = local_root(state, &dep)?;
-    let first = dep.daemons.iter().map(|d| d.id).max().unwrap_or(0) + 1;
+    let first = end_orphans(state, &dep, &root, say)? + 1;
     let added: Vec<u32> = (first..first + k).collect();
     let mut members = dep.members();
     members.extend(&added);
@@ -145,6 +146,52 @@ pub fn resume(state: &StateDir, say: Say) -> Result<Deployment> {
     ));
     carry_out(state, dep, say)?;
     state.load_deployment()
+}
+
+/// Stops the daemons that a grow stopped before it wrote the hosts file had started: not in
+/// the hosts file (they never held anything: no membership was sent to them), recorded in
+/// the pid list or serving a root `ROOT/d<id>` beside the deployment's. Returns the highest
+/// id listed or found in `root`: new daemons take ids above it (an unfinished grow's roots
+/// are left as they are, never used again).
+fn end_orphans(state: &StateDir, dep: &Deployment, root: &Path, say: Say) -> Result<u32> {
+    let listed = |id: u32| dep.daemons.iter().any(|d| d.id == id);
+    let mut highest = dep.daemons.iter().map(|d| d.id).max().unwrap_or(0);
+    let mut orphans = Vec::new();
+    // privileged-path: lists the deployment's root (the caller's --root), follows nothing
+    let entries = std::fs::read_dir(root)
+        .with_context(|| format!("cannot list the deployment's root {}", root.display()))?;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix('d'))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        highest = highest.max(id);
+        if !listed(id) {
+            orphans.extend(crate::procs::serving_root(&e.path()));
+        }
+    }
+    let (recorded, kept): (Vec<_>, Vec<_>) = state.read_pids()?.into_iter().partition(|p| {
+        p.label
+            .strip_prefix("daemon-")
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|id| !listed(id))
+    });
+    orphans.extend(recorded);
+    orphans.sort_by_key(|p| p.pid);
+    orphans.dedup_by_key(|p| p.pid);
+    for line in crate::procs::terminate(&orphans, STOP_GRACE) {
+        say.err(&format!(
+            "eddy: stopped {line}, started by a grow that did not finish"
+        ));
+    }
+    if kept.len() != state.read_pids()?.len() {
+        state.write_pids(&kept)?;
+    }
+    Ok(highest)
 }
 
 /// A move is refused where decision 0081 does not move everything yet: the records of
