@@ -11,7 +11,8 @@
 //! a coordinating command killed at any point is resumed by the next `grow` or `shrink`
 //! (`resume`), which finishes the move under way before it begins its own.
 
-use crate::start::{spawn_and_wait_local, Run, Spawned};
+use crate::launch::HostLine;
+use crate::start::{spawn_and_wait_local, spawn_and_wait_remote, Run, Spawned};
 use crate::state::{absolute, StateDir};
 use crate::Say;
 use anyhow::{bail, Context, Result};
@@ -55,11 +56,53 @@ pub fn grow_local(state: &StateDir, k: u32, say: Say) -> Result<Resized> {
     let root = local_root(state, &dep)?;
     let first = end_orphans(state, &dep, &root, say)? + 1;
     let added: Vec<u32> = (first..first + k).collect();
+    grow(state, dep, added, say, |run, ids, spawned| {
+        spawn_and_wait_local(run, ids, &root, spawned)
+    })
+}
+
+/// Starts one daemon on each host of `hosts` (`name [address]` lines, as `eddy start
+/// --hosts`), through the launcher, with the root template and port the deployment was
+/// started with, and moves to them the items they now own.
+pub fn grow_hosts(state: &StateDir, hosts: Vec<HostLine>, say: Say) -> Result<Resized> {
+    if hosts.is_empty() {
+        bail!("the hosts file lists no host: grow by at least one daemon");
+    }
+    let hosts = hosts
+        .into_iter()
+        .map(crate::launch::resolve_host)
+        .collect::<Result<Vec<_>>>()?;
+    let Some(launch) = state.remote_launch()? else {
+        bail!(
+            "the deployment in {} was started with --local: grow it with --local K",
+            state.dir().display()
+        );
+    };
+    let dep = resume(state, say)?;
+    refuse_unmovable(&dep)?;
+    let first = dep.daemons.iter().map(|d| d.id).max().unwrap_or(0) + 1;
+    let k = u32::try_from(hosts.len()).context("too many hosts")?;
+    let added: Vec<u32> = (first..first + k).collect();
+    let already: Vec<String> = dep.daemons.iter().map(|d| d.host.clone()).collect();
+    grow(state, dep, added, say, |run, ids, spawned| {
+        spawn_and_wait_remote(run, &hosts, ids, &already, &launch, spawned)
+    })
+}
+
+/// Starts daemons `added` by `spawn`, records them, writes the hosts file with them at a new
+/// epoch that moves items from the current placement, and carries the move out.
+fn grow(
+    state: &StateDir,
+    dep: Deployment,
+    added: Vec<u32>,
+    say: Say,
+    spawn: impl FnOnce(&Run, &[u32], &mut Spawned) -> Result<Vec<DaemonEntry>>,
+) -> Result<Resized> {
     let mut members = dep.members();
     members.extend(&added);
     let run = Run::joining(state, &dep, members)?;
     let mut spawned = Spawned::default();
-    let entries = match spawn_and_wait_local(&run, &added, &root, &mut spawned) {
+    let entries = match spawn(&run, &added, &mut spawned) {
         Ok(entries) => entries,
         Err(e) => {
             crate::procs::kill_children(&mut spawned.children);

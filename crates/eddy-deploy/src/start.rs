@@ -9,7 +9,7 @@ use crate::launch::{
 };
 use crate::mounts::LOG_TAIL_LINES;
 use crate::procs::{self, log_tail, POLL_INTERVAL};
-use crate::state::{absolute, RecordedProcess, StateDir};
+use crate::state::{absolute, RecordedProcess, RemoteLaunch, StateDir};
 use crate::Say;
 use anyhow::{bail, Context, Result};
 use eddy_client::Client;
@@ -642,53 +642,26 @@ fn start_remote(
     launcher: &str,
     port: u16,
 ) -> Result<Deployment> {
+    let launch = RemoteLaunch {
+        launcher: launcher.to_string(),
+        root: absolute(root).to_string_lossy().into_owned(),
+        port,
+    };
+    plan.state.write_remote_launch(&launch)?;
     let mut spawned = Spawned::default();
-    let result = launch_remote(plan, hosts, root, launcher, port, &mut spawned);
+    let result = launch_remote(plan, hosts, &launch, &mut spawned);
     spawned.commit(plan, result)
 }
 
 fn launch_remote(
     plan: &Run,
     hosts: &[HostLine],
-    root: &Path,
-    launcher: &str,
-    port: u16,
+    launch: &RemoteLaunch,
     spawned: &mut Spawned,
 ) -> Result<Deployment> {
-    let root_template = absolute(root).to_string_lossy().into_owned();
-    let bin = procs::daemon_binary();
-    let roots = hosts
-        .iter()
-        .enumerate()
-        .map(|(i, host)| Ok(PathBuf::from(fill(&root_template, &host.name, to_id(i)?))))
-        .collect::<Result<Vec<_>>>()?;
-    // Daemons sharing a host count up from its metrics port.
-    let mut on_host = std::collections::HashMap::<&str, u32>::new();
-    let nths: Vec<u32> = hosts
-        .iter()
-        .map(|h| {
-            let count = on_host.entry(h.name.as_str()).or_default();
-            *count += 1;
-            *count - 1
-        })
-        .collect();
-    spawned.launch_all(hosts.len(), |i| {
-        let (id, host) = (to_id(i)?, &hosts[i]);
-        let cmd = remote_daemon_cmd(plan, &bin, &roots[i], (id, nths[i]), host, port)?;
-        let argv = launcher_argv(launcher, &host.name, id, &cmd)?;
-        let (program, rest) = argv.split_first().context("empty launcher template")?;
-        let child = procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;
-        Ok((format!("launcher-{id}"), child))
-    })?;
-    // The addresses the daemons bound (port 0: any free one), from their ready lines.
     let ids = (0..hosts.len()).map(to_id).collect::<Result<Vec<_>>>()?;
-    let daemons = wait_ready(
-        plan,
-        &mut spawned.children,
-        &ids,
-        |i| format!("the launcher of daemon {i} on {}", hosts[i].name),
-        |i| read_ready_line(plan, &roots[i], to_id(i)?),
-    )?;
+    // Daemons sharing a host count up from its metrics port.
+    let daemons = spawn_and_wait_remote(plan, hosts, &ids, &[], launch, spawned)?;
     let dep = plan.deployment(daemons);
     dep.validate().context("the deployment is not valid")?;
     if dep.config.replicas > 1 {
@@ -702,6 +675,53 @@ fn launch_remote(
         }
     })?;
     Ok(dep)
+}
+
+/// Launches daemon `ids[i]` on `hosts[i]` through the launcher of `launch`, and waits until
+/// each is ready: their entries, in order. Daemons sharing a host count up from its metrics
+/// port, after the daemons `already` placed there.
+pub(crate) fn spawn_and_wait_remote(
+    plan: &Run,
+    hosts: &[HostLine],
+    ids: &[u32],
+    already: &[String],
+    launch: &RemoteLaunch,
+    spawned: &mut Spawned,
+) -> Result<Vec<DaemonEntry>> {
+    let bin = procs::daemon_binary();
+    let roots: Vec<PathBuf> = hosts
+        .iter()
+        .zip(ids)
+        .map(|(host, &id)| PathBuf::from(fill(&launch.root, &host.name, id)))
+        .collect();
+    let mut on_host = std::collections::HashMap::<&str, u32>::new();
+    for h in already {
+        *on_host.entry(h.as_str()).or_default() += 1;
+    }
+    let nths: Vec<u32> = hosts
+        .iter()
+        .map(|h| {
+            let count = on_host.entry(h.name.as_str()).or_default();
+            *count += 1;
+            *count - 1
+        })
+        .collect();
+    spawned.launch_all(hosts.len(), |i| {
+        let (id, host) = (ids[i], &hosts[i]);
+        let cmd = remote_daemon_cmd(plan, &bin, &roots[i], (id, nths[i]), host, launch.port)?;
+        let argv = launcher_argv(&launch.launcher, &host.name, id, &cmd)?;
+        let (program, rest) = argv.split_first().context("empty launcher template")?;
+        let child = procs::spawn_detached(Path::new(program), rest, &plan.state.daemon_log(id))?;
+        Ok((format!("launcher-{id}"), child))
+    })?;
+    // The addresses the daemons bound (port 0: any free one), from their ready lines.
+    wait_ready(
+        plan,
+        &mut spawned.children,
+        ids,
+        |i| format!("the launcher of daemon {} on {}", ids[i], hosts[i].name),
+        |i| read_ready_line(plan, &roots[i], ids[i]),
+    )
 }
 
 /// Waits until a client reaches every daemon, failing early if a launcher fails.

@@ -25,6 +25,19 @@ pub struct StateDir {
     dir: PathBuf,
 }
 
+/// The file of the state directory that records how remote daemons were launched.
+const REMOTE_LAUNCH_FILE: &str = "remote-launch.toml";
+
+/// How a deployment's remote daemons are launched: the launcher template (`{host}`,
+/// `{cmd}`), the root template (absolute; `{host}`, `{id}`) and the port they listen on
+/// (0: any free one).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RemoteLaunch {
+    pub launcher: String,
+    pub root: String,
+    pub port: u16,
+}
+
 /// A process this host started for the deployment (a daemon or a launcher).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedProcess {
@@ -160,6 +173,25 @@ impl StateDir {
 
     fn daemon_user_path(&self) -> PathBuf {
         self.dir.join("daemon-user")
+    }
+
+    /// How the deployment's remote daemons were launched (`eddy start --hosts/--slurm`), for
+    /// `eddy grow --hosts`, which launches its daemons the same way.
+    pub fn write_remote_launch(&self, launch: &RemoteLaunch) -> Result<()> {
+        let text = toml::to_string_pretty(launch).context("cannot encode the launcher")?;
+        write_private(&self.dir.join(REMOTE_LAUNCH_FILE), text.as_bytes())
+    }
+
+    /// How the remote daemons were launched; `None` for a deployment of local daemons.
+    pub fn remote_launch(&self) -> Result<Option<RemoteLaunch>> {
+        let path = self.dir.join(REMOTE_LAUNCH_FILE);
+        let text = read_optional(&path)?;
+        if text.is_empty() {
+            return Ok(None);
+        }
+        toml::from_str(&text)
+            .map(Some)
+            .with_context(|| format!("cannot read {}", path.display()))
     }
 
     pub fn write_config(&self, config: &eddy_config::Config) -> Result<()> {
