@@ -501,6 +501,9 @@ pub(crate) struct Link {
     /// has something to say (a mount's `Mounted`, decision 0079): shared by every link of
     /// the client.
     announced: Announced,
+    /// The membership epoch this client places by, as each new connection announces it
+    /// (`Epoch`, right after `Identify`; decision 0081); raised by `tell_epoch`.
+    epoch: AtomicU64,
 }
 
 /// A request a client sends first on each of its connections, after `Identify`, once set
@@ -513,6 +516,7 @@ impl Link {
         secret: Arc<Vec<u8>>,
         cfg: &Config,
         announced: Announced,
+        epoch: u64,
     ) -> Link {
         Link {
             entry,
@@ -529,7 +533,15 @@ impl Link {
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
             rpc_timeout: Duration::from_millis(cfg.rpc_timeout_ms),
             announced,
+            epoch: AtomicU64::new(epoch),
         }
+    }
+
+    /// Whether this link reaches the daemon `entry` names at the same address.
+    pub fn reaches(&self, entry: &DaemonEntry) -> bool {
+        self.entry.id == entry.id
+            && self.entry.addr == entry.addr
+            && self.entry.socket == entry.socket
     }
 
     fn describe(&self) -> String {
@@ -647,6 +659,26 @@ impl Link {
             })??;
         let (conn, instance) = (Arc::new(conn.0), conn.1);
         self.identify(&conn);
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if epoch > 0 {
+            // The daemon runs a connection's requests concurrently: the epoch must be noted
+            // before any other request of this connection is looked at, or a request sent
+            // right behind it could be refused for the epoch it has not seen yet. New
+            // connections are rare; this costs one round trip each. (At epoch 0, the epoch a
+            // daemon assumes of a connection that said none, nothing needs to wait.)
+            tokio::time::timeout(self.rpc_timeout, self.announce_epoch(&conn, epoch))
+                .await
+                .map_err(|_| {
+                    Errno::eio(format!(
+                        "{}: the membership epoch was not acknowledged within {} ms",
+                        self.describe(),
+                        self.rpc_timeout.as_millis()
+                    ))
+                })??;
+        } else {
+            let req = Request::Epoch(eddy_proto::req::Epoch { epoch });
+            self.send_unawaited(&conn, &req);
+        }
         *write(&self.conn) = Some(conn.clone());
         if self.instance.swap(instance, Ordering::AcqRel) != instance {
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -680,6 +712,41 @@ impl Link {
         let announced = read(&self.announced).clone();
         if let (Some(conn), Some(req)) = (self.live(), announced) {
             self.send_unawaited(&conn, &req);
+        }
+    }
+
+    /// Tells the daemon over `conn` that this client places by `epoch` and waits for its
+    /// reply. A daemon that refuses it is logged and the connection goes on (its requests
+    /// may then be refused for their epoch, which the caller follows); a connection that
+    /// breaks is an error.
+    async fn announce_epoch(&self, conn: &Conn, epoch: u64) -> Result<(), Errno> {
+        let req = Request::Epoch(eddy_proto::req::Epoch { epoch });
+        match conn.call(&req).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::debug!(epoch, daemon = self.entry.id, error = %e, "a daemon refused the membership epoch");
+                Ok(())
+            }
+            Err(why) => Err(Errno::eio(format!("epoch to {}: {why}", self.describe()))),
+        }
+    }
+
+    /// This client places by `epoch` from now on (a newer hosts file was read): a connection
+    /// opened from now on says so, and the current one, if any, is told before this returns
+    /// (waiting for a connection being opened, so that none is missed). A connection that
+    /// cannot be told is given up: the next call opens one that says it first.
+    pub async fn tell_epoch(&self, epoch: u64) {
+        let _opening = self.opening.lock().await;
+        self.epoch.store(epoch, Ordering::Release);
+        let Some(conn) = self.live() else { return };
+        let told = tokio::time::timeout(self.rpc_timeout, self.announce_epoch(&conn, epoch)).await;
+        if !matches!(told, Ok(Ok(()))) {
+            tracing::debug!(
+                epoch,
+                daemon = self.entry.id,
+                "the membership epoch could not be told; the connection is given up"
+            );
+            conn.kill("the membership epoch could not be told");
         }
     }
 

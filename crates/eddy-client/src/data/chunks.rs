@@ -124,7 +124,7 @@ impl Data<'_> {
         let cs = self.config().chunk_size;
         let first = from / cs;
         let last = if to > from { (to - 1) / cs } else { first };
-        let ids = self.rpc().placement().ids();
+        let ids = self.rpc().ids();
         let r = self.replicas();
         if last - first >= ids.len() as u64 && r == 1 {
             return self.rpc().all_ok(make).await.map(|_| ());
