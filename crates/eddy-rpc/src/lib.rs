@@ -10,6 +10,11 @@
 //! plain failover to the copies in turn and the fan-out to every daemon. It counts the
 //! requests it sends, by kind.
 //!
+//! The links, the placement and the membership epoch are one view (`view.rs`, decision
+//! 0081), swapped whole when a daemon refuses a request for an older epoch and the hosts
+//! file says a newer one: a caller that chose owners by the old view gets `EREMCHG` back
+//! (the request was not applied) and chooses again (`Daemons::retry_moved`).
+//!
 //! The POSIX client (`eddy-client`) builds on it, and so does the daemon for its calls to its
 //! peers (copies of metadata, repair, rejoin): the daemon does not link the client. What a
 //! layer above must learn of every call (the client notes changes for the next fsync and
@@ -77,8 +82,10 @@ pub struct Daemons {
     /// The hosts file the deployment was read from, when it was: read again when a daemon
     /// says the membership moved on (decision 0081).
     hosts_file: Option<PathBuf>,
-    /// Held while the hosts file is read again: concurrent refreshes coalesce.
-    refreshing: tokio::sync::Mutex<()>,
+    /// Held while the hosts file is read again: concurrent refreshes coalesce. Holds the
+    /// last refresh that failed (the epoch of the view it started from, its error, when it
+    /// ended): a call that waited for it fails with it rather than wait a deadline more.
+    refreshing: tokio::sync::Mutex<Option<(u64, Errno, std::time::Instant)>>,
     /// What makes the links of a new view.
     maker: LinkMaker,
     /// Copies of everything (the deployment's `replicas`, at least 1).
@@ -213,10 +220,15 @@ impl Daemons {
                 moved.msg
             )));
         };
-        let _refreshing = self.refreshing.lock().await;
+        let asked = std::time::Instant::now();
+        let mut failed = self.refreshing.lock().await;
         let now = self.view();
         if now.epoch > seen {
             return Ok(()); // another call followed it meanwhile
+        }
+        match &*failed {
+            Some((from, e, at)) if *from == now.epoch && *at >= asked => return Err(e.clone()),
+            _ => {}
         }
         let started = std::time::Instant::now();
         let deadline = Duration::from_millis(self.maker.config.rpc_timeout_ms);
@@ -227,7 +239,9 @@ impl Daemons {
                 read => {
                     if started.elapsed() >= deadline {
                         let file = read.ok().map(|d| d.epoch);
-                        return Err(view::stale(moved, path, file, started.elapsed()));
+                        let e = view::stale(moved, path, file, started.elapsed());
+                        *failed = Some((now.epoch, e.clone(), std::time::Instant::now()));
+                        return Err(e);
                     }
                 }
             }
@@ -700,17 +714,19 @@ mod tests {
             "daemon 3 moved to another address: a new link"
         );
 
-        // The daemons moved on again but the file did not: EIO naming both epochs.
+        // The daemons moved on again but the file did not: EIO naming both epochs, for
+        // every call that waited on the one refresh.
         let moved = Errno::moved(1, 2, 1);
-        let e = d
-            .follow(1, &moved)
-            .await
-            .expect_err("the file is not newer");
-        assert_eq!(e.errno, libc::EIO);
-        assert!(
-            e.msg.contains("epoch 2") && e.msg.contains("still at epoch 1"),
-            "{e}"
-        );
+        let all = join_all((0..3).map(|_| d.follow(1, &moved))).await;
+        for r in all {
+            let e = r.expect_err("the file is not newer");
+            assert_eq!(e.errno, libc::EIO);
+            assert!(
+                e.msg.contains("epoch 2") && e.msg.contains("still at epoch 1"),
+                "{e}"
+            );
+        }
+        assert_eq!(d.epoch(), 1);
         let _ = std::fs::remove_dir_all(file.parent().expect("a directory"));
     }
 
