@@ -10,7 +10,8 @@ use std::path::Path;
 pub fn debug(cmd: DebugCommand) -> Result<()> {
     match cmd {
         DebugCommand::Put { state, local, path } => {
-            let dep = StateDir::from_arg(state.state.as_deref())?.load_deployment()?;
+            let state = StateDir::from_arg(state.state.as_deref())?;
+            let dep = (state.load_deployment()?, state.deployment_path());
             // privileged-path: a file the caller names on its own command line
             let data = std::fs::read(&local)
                 .with_context(|| format!("cannot read {}", local.display()))?;
@@ -19,7 +20,8 @@ pub fn debug(cmd: DebugCommand) -> Result<()> {
             Ok(())
         }
         DebugCommand::Get { state, path, local } => {
-            let dep = StateDir::from_arg(state.state.as_deref())?.load_deployment()?;
+            let state = StateDir::from_arg(state.state.as_deref())?;
+            let dep = (state.load_deployment()?, state.deployment_path());
             let data = eddy_deploy::runtime()?.block_on(get(dep, &path))?;
             write_local(&local, &data)?;
             outln!("eddy: read {} bytes from {path}", data.len());
@@ -28,8 +30,11 @@ pub fn debug(cmd: DebugCommand) -> Result<()> {
     }
 }
 
-async fn put(dep: eddy_config::Deployment, path: &str, data: &[u8]) -> Result<()> {
-    let client = Client::connect(dep)
+/// A deployment and the hosts file it was read from.
+type Hosts = (eddy_config::Deployment, std::path::PathBuf);
+
+async fn put((dep, hosts): Hosts, path: &str, data: &[u8]) -> Result<()> {
+    let client = Client::connect_following(dep, hosts)
         .await
         .context("cannot connect to the deployment")?;
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
@@ -56,8 +61,8 @@ async fn put(dep: eddy_config::Deployment, path: &str, data: &[u8]) -> Result<()
         .with_context(|| format!("cannot close {path}"))
 }
 
-async fn get(dep: eddy_config::Deployment, path: &str) -> Result<Vec<u8>> {
-    let client = Client::connect(dep)
+async fn get((dep, hosts): Hosts, path: &str) -> Result<Vec<u8>> {
+    let client = Client::connect_following(dep, hosts)
         .await
         .context("cannot connect to the deployment")?;
     let file = client

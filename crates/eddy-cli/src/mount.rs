@@ -140,7 +140,10 @@ fn mount_foreground(
     let rt = eddy_deploy::runtime()?;
     let driver = Driver::start(Driver::runtime()?, "eddy-mount", || {})?;
     let client = driver
-        .drive(Client::connect(dep.clone()))
+        .drive(Client::connect_following(
+            dep.clone(),
+            state.deployment_path(),
+        ))
         .context("cannot connect to the deployment's daemons; check `eddy status`")?;
     state.add_mount(&target)?;
     rt.spawn(unmount_on_signal(target.clone()));

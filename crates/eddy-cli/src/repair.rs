@@ -76,7 +76,8 @@ pub fn repair(args: RepairArgs) -> Result<()> {
     // No progress for this long (nothing pushed, nothing verified) ends the wait.
     let stall = Duration::from_millis(dep.config.rpc_timeout_ms * 3);
     let ids: Vec<u32> = dep.daemons.iter().map(|d| d.id).collect();
-    let client = Client::new(dep).context("the deployment file is not usable")?;
+    let client = Client::new_following(dep, state.deployment_path())
+        .context("the deployment file is not usable")?;
     let rt = eddy_deploy::runtime()?;
     let quiet = args.json || !std::io::stderr().is_terminal();
     let bar = ProgressBar::with_draw_target(

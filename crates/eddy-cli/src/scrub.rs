@@ -58,7 +58,8 @@ pub fn scrub(args: ScrubArgs) -> Result<()> {
     let chunk_size = dep.config.chunk_size;
     let limit = dep.config.scrub_page_chunks;
     let daemons: Vec<u32> = dep.daemons.iter().map(|d| d.id).collect();
-    let client = Client::new(dep).context("the deployment file is not usable")?;
+    let client = Client::new_following(dep, state.deployment_path())
+        .context("the deployment file is not usable")?;
     let target = if std::io::stderr().is_terminal() {
         ProgressDrawTarget::stderr()
     } else {

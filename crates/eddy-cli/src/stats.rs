@@ -23,7 +23,7 @@ const INTERVAL: Duration = Duration::from_secs(1);
 pub fn stats(args: StatsArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
     let dep = state.load_deployment()?;
-    let client = Client::new(dep.clone())
+    let client = Client::new_following(dep.clone(), state.deployment_path())
         .map_err(|e| anyhow::anyhow!("the deployment file is not usable: {e}"))?;
     let rt = eddy_deploy::runtime()?;
     rt.block_on(async {

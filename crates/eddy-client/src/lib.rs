@@ -59,6 +59,7 @@ pub use tier::FileResult;
 use eddy_config::{Config, Deployment};
 use eddy_proto::path::{self, PathLimits};
 use eddy_proto::Request;
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
 /// Aggregated statfs over all daemons.
@@ -145,10 +146,30 @@ impl Client {
         Ok(client)
     }
 
+    /// `connect` for a deployment read from the hosts file `hosts_file`: when the
+    /// deployment's membership moves on (decision 0081), the client reads the file again and
+    /// follows it (`Daemons::with_hosts_file`).
+    pub async fn connect_following(dep: Deployment, hosts_file: PathBuf) -> Result<Client, Errno> {
+        let client = Client::new_following(dep, hosts_file)?;
+        client.ns().ensure_root().await?;
+        client.ns().complete_unfinished_renames().await;
+        Ok(client)
+    }
+
     /// Prepares the links without contacting any daemon: for tools (status, stop) that must
-    /// work while some daemons are down.
+    /// work while some daemons are down. A client made so cannot follow a change of the
+    /// deployment's membership (its requests then fail with EIO): see `new_following`.
     pub fn new(dep: Deployment) -> Result<Client, Errno> {
-        let rpc = Daemons::new(&dep)?;
+        Client::with_rpc(Daemons::new(&dep)?, dep)
+    }
+
+    /// `new` for a deployment read from the hosts file `hosts_file`, which is read again
+    /// when the membership moves on.
+    pub fn new_following(dep: Deployment, hosts_file: PathBuf) -> Result<Client, Errno> {
+        Client::with_rpc(Daemons::new(&dep)?.with_hosts_file(hosts_file), dep)
+    }
+
+    fn with_rpc(rpc: Daemons, dep: Deployment) -> Result<Client, Errno> {
         let limits = PathLimits {
             max_path: dep.config.max_path_bytes,
             max_name: dep.config.max_name_bytes,

@@ -49,9 +49,9 @@ impl Session {
             .map_err(|e| Errno::eio(format!("{name}: starting its thread: {e}")))?;
         let s = Session {
             driver,
-            client: Client::new(dep.clone())?,
+            client: Client::new_following(dep.clone(), file.clone())?,
         };
-        let client = s.run(Client::connect(dep))?;
+        let client = s.run(Client::connect_following(dep, file))?;
         Ok(Session { client, ..s })
     }
 

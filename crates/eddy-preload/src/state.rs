@@ -142,7 +142,7 @@ fn connect() -> R<Global> {
         .map_err(|e| Errno::eio(format!("eddy-preload runtime: {e}")))?;
     let driver = Driver::start(rt, "eddy-preload", guarded)
         .map_err(|e| Errno::eio(format!("eddy-preload: starting its thread: {e}")))?;
-    let client = on(&driver, Client::connect(dep))?;
+    let client = on(&driver, Client::connect_following(dep, file))?;
     Ok(Global { driver, client })
 }
 

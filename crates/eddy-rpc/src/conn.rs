@@ -396,72 +396,6 @@ async fn reader<R: AsyncRead + Unpin>(
     ended.notify_waiters();
 }
 
-/// Connects to a daemon's Unix socket `sock` without trusting the directory it lies in,
-/// which is the daemon's user's (its storage root) while the client may be root: the
-/// directory is opened without following a link, the socket with `O_PATH|O_NOFOLLOW` in it
-/// (a link planted in its place is refused, never followed to another program's socket), the
-/// connection made to that very inode (`/proc/self/fd/N`), and the peer's uid
-/// (`SO_PEERCRED`) must be the socket's owner, who must own the directory too (or the
-/// directory is root's). A socket of root's planted there (a hard link) or a program of
-/// another user behind it is refused. Errors name the path.
-async fn connect_unix(sock: &std::path::Path) -> std::io::Result<tokio::net::UnixStream> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let refuse = |why: String| {
-        std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!("{}: {why}", sock.display()),
-        )
-    };
-    let (Some(dir), Some(name)) = (sock.parent(), sock.file_name()) else {
-        return Err(refuse("not a socket path".into()));
-    };
-    // privileged-path: the last component is not followed (O_NOFOLLOW); the directories above are root's record (the deployment's roots)
-    let dir = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir)
-        .map_err(|e| {
-            refuse(format!(
-                "cannot open its directory without following a link: {e}"
-            ))
-        })?;
-    // privileged-path: fstat of the directory held open just above
-    let dir_uid = dir.metadata()?.uid();
-    let sock = eddy_proto::fdpass::socket_beneath(&dir.into(), name)
-        .map_err(|e| refuse(format!("{e}")))?;
-    if sock.uid != dir_uid && dir_uid != 0 {
-        return Err(refuse(format!(
-            "belongs to uid {} but its directory to uid {dir_uid}: refused",
-            sock.uid
-        )));
-    }
-    // privileged-path: /proc/self/fd of the socket inode opened O_PATH|O_NOFOLLOW and checked above
-    let stream = tokio::net::UnixStream::connect(sock.proc_path()).await?;
-    let owner = sock.uid;
-    drop(sock);
-    let peer = stream.peer_cred()?.uid();
-    if peer != owner {
-        return Err(refuse(format!(
-            "served by uid {peer}, not by the socket's owner uid {owner}: refused"
-        )));
-    }
-    Ok(stream)
-}
-
-/// TCP keepalive and a user timeout on a connection to a daemon, so that a daemon cut off
-/// the network (no FIN or RST ever comes) costs the connection within the RPC deadline:
-/// the kernel gives it up when the daemon has acknowledged nothing for a whole deadline (sent
-/// requests, or keepalive probes, which start after a quarter of the deadline of silence, two
-/// an eighth apart). The reader then fails what is pending and the next call connects anew.
-/// Without them the connection outlived the cut by minutes (TCP's retransmissions): once the
-/// network was back, calls still went to it and failed with EIO until a retransmission, on
-/// its backoff, met the daemon's reset.
-fn detect_dead_daemon(stream: &tokio::net::TcpStream, rpc_timeout: Duration) {
-    if let Err(e) = eddy_proto::keepalive::detect_dead_peer(stream, rpc_timeout, rpc_timeout) {
-        tracing::warn!(error = %e, "cannot set TCP keepalive on a connection to a daemon");
-    }
-}
-
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
@@ -501,6 +435,9 @@ pub(crate) struct Link {
     /// has something to say (a mount's `Mounted`, decision 0079): shared by every link of
     /// the client.
     announced: Announced,
+    /// The membership epoch this client places by, as each new connection announces it
+    /// (`Epoch`, right after `Identify`; decision 0081); raised by `tell_epoch`.
+    epoch: AtomicU64,
 }
 
 /// A request a client sends first on each of its connections, after `Identify`, once set
@@ -513,6 +450,7 @@ impl Link {
         secret: Arc<Vec<u8>>,
         cfg: &Config,
         announced: Announced,
+        epoch: u64,
     ) -> Link {
         Link {
             entry,
@@ -529,7 +467,15 @@ impl Link {
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
             rpc_timeout: Duration::from_millis(cfg.rpc_timeout_ms),
             announced,
+            epoch: AtomicU64::new(epoch),
         }
+    }
+
+    /// Whether this link reaches the daemon `entry` names at the same address.
+    pub fn reaches(&self, entry: &DaemonEntry) -> bool {
+        self.entry.id == entry.id
+            && self.entry.addr == entry.addr
+            && self.entry.socket == entry.socket
     }
 
     fn describe(&self) -> String {
@@ -647,6 +593,26 @@ impl Link {
             })??;
         let (conn, instance) = (Arc::new(conn.0), conn.1);
         self.identify(&conn);
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if epoch > 0 {
+            // The daemon runs a connection's requests concurrently: the epoch must be noted
+            // before any other request of this connection is looked at, or a request sent
+            // right behind it could be refused for the epoch it has not seen yet. New
+            // connections are rare; this costs one round trip each. (At epoch 0, the epoch a
+            // daemon assumes of a connection that said none, nothing needs to wait.)
+            tokio::time::timeout(self.rpc_timeout, self.announce_epoch(&conn, epoch))
+                .await
+                .map_err(|_| {
+                    Errno::eio(format!(
+                        "{}: the membership epoch was not acknowledged within {} ms",
+                        self.describe(),
+                        self.rpc_timeout.as_millis()
+                    ))
+                })??;
+        } else {
+            let req = Request::Epoch(eddy_proto::req::Epoch { epoch });
+            self.send_unawaited(&conn, &req);
+        }
         *write(&self.conn) = Some(conn.clone());
         if self.instance.swap(instance, Ordering::AcqRel) != instance {
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -680,6 +646,41 @@ impl Link {
         let announced = read(&self.announced).clone();
         if let (Some(conn), Some(req)) = (self.live(), announced) {
             self.send_unawaited(&conn, &req);
+        }
+    }
+
+    /// Tells the daemon over `conn` that this client places by `epoch` and waits for its
+    /// reply. A daemon that refuses it is logged and the connection goes on (its requests
+    /// may then be refused for their epoch, which the caller follows); a connection that
+    /// breaks is an error.
+    async fn announce_epoch(&self, conn: &Conn, epoch: u64) -> Result<(), Errno> {
+        let req = Request::Epoch(eddy_proto::req::Epoch { epoch });
+        match conn.call(&req).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::debug!(epoch, daemon = self.entry.id, error = %e, "a daemon refused the membership epoch");
+                Ok(())
+            }
+            Err(why) => Err(Errno::eio(format!("epoch to {}: {why}", self.describe()))),
+        }
+    }
+
+    /// This client places by `epoch` from now on (a newer hosts file was read): a connection
+    /// opened from now on says so, and the current one, if any, is told before this returns
+    /// (waiting for a connection being opened, so that none is missed). A connection that
+    /// cannot be told is given up: the next call opens one that says it first.
+    pub async fn tell_epoch(&self, epoch: u64) {
+        let _opening = self.opening.lock().await;
+        self.epoch.store(epoch, Ordering::Release);
+        let Some(conn) = self.live() else { return };
+        let told = tokio::time::timeout(self.rpc_timeout, self.announce_epoch(&conn, epoch)).await;
+        if !matches!(told, Ok(Ok(()))) {
+            tracing::debug!(
+                epoch,
+                daemon = self.entry.id,
+                "the membership epoch could not be told; the connection is given up"
+            );
+            conn.kill("the membership epoch could not be told");
         }
     }
 

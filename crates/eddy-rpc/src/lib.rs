@@ -10,6 +10,11 @@
 //! plain failover to the copies in turn and the fan-out to every daemon. It counts the
 //! requests it sends, by kind.
 //!
+//! The links, the placement and the membership epoch are one view (`view.rs`, decision
+//! 0081), swapped whole when a daemon refuses a request for an older epoch and the hosts
+//! file says a newer one: a caller that chose owners by the old view gets `EREMCHG` back
+//! (the request was not applied) and chooses again (`Daemons::retry_moved`).
+//!
 //! The POSIX client (`eddy-client`) builds on it, and so does the daemon for its calls to its
 //! peers (copies of metadata, repair, rejoin): the daemon does not link the client. What a
 //! layer above must learn of every call (the client notes changes for the next fsync and
@@ -17,8 +22,10 @@
 
 mod conn;
 mod down;
+mod view;
 
 pub use conn::{client_id, wire_mode, Closed, Failure, RANK_VARS};
+pub use view::MOVES_MAX;
 
 use conn::Link;
 use down::Down;
@@ -26,10 +33,12 @@ use eddy_config::Deployment;
 use eddy_placement::{path_hash, Placement};
 use eddy_proto::{typed_reply, Errno, Reply, Request, Rpc, OP_NAMES};
 use futures::future::join_all;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use view::{LinkMaker, View};
 
 /// What a layer above learns of the calls made through `Daemons`.
 pub trait Observer: Send + Sync {
@@ -67,8 +76,18 @@ impl Unanswered {
 /// The daemons of a deployment as one caller sees them: a connection to each, the down
 /// marks, the placement and the request counters.
 pub struct Daemons {
-    links: HashMap<u32, Link>,
-    placement: Placement,
+    /// The links, the placement and the membership epoch, swapped as one (`view.rs`): read
+    /// on every call (a read lock held for an `Arc` clone).
+    view: RwLock<Arc<View>>,
+    /// The hosts file the deployment was read from, when it was: read again when a daemon
+    /// says the membership moved on (decision 0081).
+    hosts_file: Option<PathBuf>,
+    /// Held while the hosts file is read again: concurrent refreshes coalesce. Holds the
+    /// last refresh that failed (the epoch of the view it started from, its error, when it
+    /// ended): a call that waited for it fails with it rather than wait a deadline more.
+    refreshing: tokio::sync::Mutex<Option<(u64, Errno, std::time::Instant)>>,
+    /// What makes the links of a new view.
+    maker: LinkMaker,
     /// Copies of everything (the deployment's `replicas`, at least 1).
     replicas: usize,
     /// Daemons found unreachable lately (with replicas > 1).
@@ -84,27 +103,27 @@ pub struct Daemons {
 impl Daemons {
     /// Prepares a link to every daemon of `dep` without contacting any: each connects on its
     /// first call (Unix socket where the daemon's socket exists on this host, TCP otherwise),
-    /// with `dep`'s secret, deadlines and wire setting.
+    /// with `dep`'s secret, deadlines and wire setting, and says `dep`'s membership epoch.
+    /// Items are placed on `dep.placed_on()`. Without a hosts file (`with_hosts_file`), a
+    /// daemon at a newer epoch is an EIO error: this client cannot follow it.
     pub fn new(dep: &Deployment) -> Result<Daemons, Errno> {
         dep.validate().map_err(|e| Errno::einval(e.to_string()))?;
         let secret = Arc::new(
             dep.secret_bytes()
                 .map_err(|e| Errno::einval(e.to_string()))?,
         );
-        let placement = Placement::new(dep.daemons.iter().map(|d| d.id).collect())
-            .ok_or_else(|| Errno::einval("deployment lists no daemons"))?;
         let announced: conn::Announced = Default::default();
-        let links = dep
-            .daemons
-            .iter()
-            .map(|d| {
-                let link = Link::new(d.clone(), secret.clone(), &dep.config, announced.clone());
-                (d.id, link)
-            })
-            .collect();
+        let maker = LinkMaker {
+            secret,
+            config: dep.config.clone(),
+            announced: announced.clone(),
+        };
+        let (view, _) = View::build(dep, &maker, None)?;
         Ok(Daemons {
-            links,
-            placement,
+            view: RwLock::new(Arc::new(view)),
+            hosts_file: None,
+            refreshing: Default::default(),
+            maker,
             replicas: dep.config.replicas.max(1),
             down: Down::new(Duration::from_millis(dep.config.down_hold_ms)),
             rpcs: std::array::from_fn(|_| Default::default()),
@@ -113,20 +132,37 @@ impl Daemons {
         })
     }
 
+    /// The same, knowing the hosts file `dep` was read from: when a daemon says the
+    /// membership moved on, the file is read again and the view follows it (decision 0081).
+    pub fn with_hosts_file(mut self, path: impl Into<PathBuf>) -> Daemons {
+        self.hosts_file = Some(path.into());
+        self
+    }
+
     /// The same, telling `observer` of every answer and reconnection.
     pub fn observed(mut self, observer: Box<dyn Observer>) -> Daemons {
         self.observer = Some(observer);
         self
     }
 
-    /// The placement over the deployment's daemons.
-    pub fn placement(&self) -> &Placement {
-        &self.placement
+    /// The current view.
+    fn view(&self) -> Arc<View> {
+        self.view.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// The deployment's daemon ids, in order.
-    pub fn ids(&self) -> &[u32] {
-        self.placement.ids()
+    /// The placement over the daemons placed on now.
+    pub fn placement(&self) -> Arc<Placement> {
+        self.view().placement.clone()
+    }
+
+    /// The daemons placed on now, in order: the fan-outs' targets.
+    pub fn ids(&self) -> Arc<[u32]> {
+        self.view().ids.clone()
+    }
+
+    /// The membership epoch this client places by (what each connection says, `Epoch`).
+    pub fn epoch(&self) -> u64 {
+        self.view().epoch
     }
 
     /// Copies of everything (the deployment's `replicas`).
@@ -145,35 +181,145 @@ impl Daemons {
             .collect()
     }
 
+    fn link(&self, daemon: u32) -> Option<Arc<Link>> {
+        self.view().links.get(&daemon).cloned()
+    }
+
+    // ------------------------------------------------------------------ membership
+
+    /// Runs `attempt` again while it fails with `EREMCHG` (`Errno::is_moved`: a daemon
+    /// refused a request for its epoch, the view has followed the hosts file since, and the
+    /// request was not applied): the caller's owners are computed again from the new view
+    /// inside `attempt`. At most `MOVES_MAX` times, then EIO.
+    pub async fn retry_moved<T, F, Fut>(&self, mut attempt: F) -> Result<T, Errno>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Errno>>,
+    {
+        let mut last = None;
+        for _ in 0..MOVES_MAX {
+            match attempt().await {
+                Err(e) if e.is_moved() => last = Some(e),
+                r => return r,
+            }
+        }
+        Err(gave_up(last))
+    }
+
+    /// A daemon refused a request of the view at epoch `seen` with `moved` (EREMCHG): reads
+    /// the hosts file again until it is at a newer epoch (every `REREAD`, up to the RPC
+    /// deadline) and installs its view: the links of the daemons still listed kept, their
+    /// connections told the new epoch first; the observer told every daemon reconnected (the
+    /// locks are taken back and unfinished renames completed). Concurrent refreshes
+    /// coalesce. An error (EIO) when there is no hosts file or it is not newer in time.
+    pub async fn follow(&self, seen: u64, moved: &Errno) -> Result<(), Errno> {
+        let Some(path) = &self.hosts_file else {
+            return Err(Errno::eio(format!(
+                "{}; this client was not made from a hosts file and cannot follow the \
+                 membership",
+                moved.msg
+            )));
+        };
+        let asked = std::time::Instant::now();
+        let mut failed = self.refreshing.lock().await;
+        let now = self.view();
+        if now.epoch > seen {
+            return Ok(()); // another call followed it meanwhile
+        }
+        match &*failed {
+            Some((from, e, at)) if *from == now.epoch && *at >= asked => return Err(e.clone()),
+            _ => {}
+        }
+        let started = std::time::Instant::now();
+        let deadline = Duration::from_millis(self.maker.config.rpc_timeout_ms);
+        let dep = loop {
+            let read = view::load(path);
+            match read {
+                Ok(dep) if dep.epoch > now.epoch => break dep,
+                read => {
+                    if started.elapsed() >= deadline {
+                        let file = read.ok().map(|d| d.epoch);
+                        let e = view::stale(moved, path, file, started.elapsed());
+                        *failed = Some((now.epoch, e.clone(), std::time::Instant::now()));
+                        return Err(e);
+                    }
+                }
+            }
+            tokio::time::sleep(view::REREAD).await;
+        };
+        let (new, kept) = View::build(&dep, &self.maker, Some(&now))?;
+        join_all(kept.iter().map(|l| l.tell_epoch(dep.epoch))).await;
+        let listed: Vec<u32> = dep.daemons.iter().map(|d| d.id).collect();
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
+        tracing::info!(
+            from = now.epoch,
+            to = dep.epoch,
+            daemons = listed.len(),
+            "the deployment's membership moved on; this client follows it"
+        );
+        if let Some(o) = &self.observer {
+            for d in listed {
+                o.reconnected(d);
+            }
+        }
+        Ok(())
+    }
+
     // ------------------------------------------------------------------ one daemon
 
     /// Sends a request (as it travels) to one daemon; returns the reply and the generation of
     /// the connection that carried it, or why it failed: an error the daemon answered, or a
     /// daemon that could not be reached within the deadline (marked down with R > 1).
+    ///
+    /// A daemon that refuses the request for this client's membership epoch (EREMCHG) makes
+    /// the view follow the hosts file (`follow`); the request, not applied, is sent again to
+    /// the same daemon when the new view places items as the old one did and still lists it,
+    /// else the refusal (EREMCHG) is the result: the caller computes its owners again and
+    /// resends (`retry_moved`). A view that cannot follow is an EIO error.
     pub async fn send(&self, daemon: u32, req: &Request) -> Result<(Reply, u64), Failure> {
-        self.rpcs[req.op() as usize].fetch_add(1, Ordering::Relaxed);
-        let Some(link) = self.links.get(&daemon) else {
-            return Err(Failure::Daemon(Errno::eio(format!(
-                "daemon {daemon} is not part of this deployment"
-            ))));
-        };
-        let reply = link.call_classified(req).await;
-        if let (Some(o), Ok((_, generation))) = (&self.observer, &reply) {
-            o.answered(daemon, req, *generation);
-        }
-        self.note_outcome(daemon, &reply);
-        if let Some(o) = &self.observer {
-            if link.take_reconnected() {
-                o.reconnected(daemon);
+        let mut moves = 0;
+        loop {
+            self.rpcs[req.op() as usize].fetch_add(1, Ordering::Relaxed);
+            let view = self.view();
+            let Some(link) = view.links.get(&daemon) else {
+                return Err(Failure::Daemon(Errno::eio(format!(
+                    "daemon {daemon} is not part of this deployment"
+                ))));
+            };
+            let reply = link.call_classified(req).await;
+            if let (Some(o), Ok((_, generation))) = (&self.observer, &reply) {
+                o.answered(daemon, req, *generation);
+            }
+            self.note_outcome(daemon, &reply);
+            if let Some(o) = &self.observer {
+                if link.take_reconnected() {
+                    o.reconnected(daemon);
+                }
+            }
+            let moved = match reply {
+                Err(Failure::Daemon(e)) if e.is_moved() => e,
+                reply => return reply,
+            };
+            if let Err(e) = self.follow(view.epoch, &moved).await {
+                return Err(Failure::Daemon(e));
+            }
+            moves += 1;
+            if moves >= MOVES_MAX {
+                return Err(Failure::Daemon(gave_up(Some(moved))));
+            }
+            let now = self.view();
+            if now.placement != view.placement || !now.links.contains_key(&daemon) {
+                return Err(Failure::Daemon(moved));
             }
         }
-        reply
     }
 
     /// Sends a request to one daemon and returns once it is on its connection (queued in
     /// order, written at once unless the socket is full), with the future of its reply and
     /// the generation of the connection that carried it. Requests started one after the
-    /// other to one daemon reach it in that order. The observer is not told of the answer.
+    /// other to one daemon reach it in that order. The observer is not told of the answer;
+    /// a refusal for the membership epoch (EREMCHG) is the reply's outcome as it came: the
+    /// caller's next `send` follows the membership.
     pub async fn start(
         &self,
         daemon: u32,
@@ -183,7 +329,7 @@ impl Daemons {
         Failure,
     > {
         self.rpcs[req.op() as usize].fetch_add(1, Ordering::Relaxed);
-        let Some(link) = self.links.get(&daemon) else {
+        let Some(link) = self.link(daemon) else {
             return Err(Failure::Daemon(Errno::eio(format!(
                 "daemon {daemon} is not part of this deployment"
             ))));
@@ -214,7 +360,7 @@ impl Daemons {
     /// Closes the connection to a daemon that did not answer (the next request opens a new
     /// one); the daemon then drops what this connection held.
     pub async fn drop_connection(&self, daemon: u32) {
-        if let Some(link) = self.links.get(&daemon) {
+        if let Some(link) = self.link(daemon) {
             link.reset().await;
         }
     }
@@ -223,14 +369,13 @@ impl Daemons {
     /// none); it holds nothing of the connection: the client takes its locks back when it
     /// is lost (decision 0028).
     pub fn closed_signal(&self, daemon: u32) -> Option<Closed> {
-        self.links.get(&daemon).and_then(Link::closed_signal)
+        self.link(daemon).and_then(|l| l.closed_signal())
     }
 
     /// True once after a connection to `daemon` replaced an earlier one. With an observer,
     /// `send` takes it and tells the observer.
     pub fn take_reconnected(&self, daemon: u32) -> bool {
-        self.links
-            .get(&daemon)
+        self.link(daemon)
             .is_some_and(|link| link.take_reconnected())
     }
 
@@ -246,7 +391,8 @@ impl Daemons {
             transport,
         });
         *self.announced.write().unwrap_or_else(|p| p.into_inner()) = Some(req);
-        join_all(self.links.values().map(Link::announce)).await;
+        let view = self.view();
+        join_all(view.links.values().map(|l| l.announce())).await;
     }
 
     // ------------------------------------------------------------------ down marks
@@ -292,19 +438,21 @@ impl Daemons {
 
     /// The R owners of a path's metadata, the ones believed down last.
     pub fn meta_owners(&self, path: &str) -> Vec<u32> {
+        let placement = self.placement();
         if self.replicas == 1 {
-            return vec![self.placement.meta_owner(path)];
+            return vec![placement.meta_owner(path)];
         }
-        self.ranked(self.placement.owners(path_hash(path), self.replicas))
+        self.ranked(placement.owners(path_hash(path), self.replicas))
     }
 
     /// The R owners of chunk `k` of a file, in placement order (a file placed by locality:
     /// its home first, decision 0043).
     pub fn chunk_owners(&self, file_id: u128, k: u64) -> Vec<u32> {
+        let placement = self.placement();
         if self.replicas == 1 {
-            return vec![self.placement.chunk_owner(file_id, k)];
+            return vec![placement.chunk_owner(file_id, k)];
         }
-        self.placement.chunk_owners(file_id, k, self.replicas)
+        placement.chunk_owners(file_id, k, self.replicas)
     }
 
     /// The daemons holding the identity record of a shared file that `daemon` holds: it,
@@ -314,7 +462,7 @@ impl Daemons {
         if r == 1 {
             return vec![daemon];
         }
-        let ids = self.placement.ids();
+        let ids = self.ids();
         let start = ids.iter().position(|&d| d == daemon).unwrap_or(0);
         let ring = (0..r.min(ids.len())).map(|i| ids[(start + i) % ids.len()]);
         self.ranked(ring.collect())
@@ -371,19 +519,41 @@ impl Daemons {
     }
 
     /// `all`, telling error answers apart from daemons that cannot be reached.
+    ///
+    /// The daemons are those placed on now. When one refuses the request for this client's
+    /// membership epoch and the view that follows places items otherwise, the whole fan-out
+    /// is sent again to the daemons of the new view (at most `MOVES_MAX` times): the
+    /// daemons that took it the first time take it again, so a fan-out's request must be one
+    /// that can be applied twice (all of them are: statuses, syncs, removals of a file's
+    /// chunks, lookups of children, write-back marks, rebinds to the same name).
     pub async fn all_classified<R: Rpc, F: Fn() -> R>(
         &self,
         make: F,
     ) -> Vec<(u32, Result<R::Reply, Failure>)> {
-        let ids = self.placement.ids();
-        let futs = ids.iter().map(|&id| {
-            let req = make().into();
-            async move {
-                let (reply, _) = self.send(id, &req).await?;
-                typed_reply::<R>(reply).map_err(Failure::Daemon)
+        let mut moves = 0;
+        loop {
+            let ids = self.ids();
+            let futs = ids.iter().map(|&id| {
+                let req = make().into();
+                async move {
+                    let (reply, _) = self.send(id, &req).await?;
+                    typed_reply::<R>(reply).map_err(Failure::Daemon)
+                }
+            });
+            let results: Vec<_> = ids.iter().copied().zip(join_all(futs).await).collect();
+            let moved = results.iter().find_map(|(_, r)| match r {
+                Err(Failure::Daemon(e)) if e.is_moved() => Some(e.clone()),
+                _ => None,
+            });
+            match moved {
+                Some(e) if moves + 1 >= MOVES_MAX => {
+                    let gave_up = Failure::Daemon(gave_up(Some(e)));
+                    return ids.iter().map(|&id| (id, Err(gave_up.clone()))).collect();
+                }
+                Some(_) => moves += 1,
+                None => return results,
             }
-        });
-        ids.iter().copied().zip(join_all(futs).await).collect()
+        }
     }
 
     /// Like `all`, but the first error wins. With R copies, up to R-1 daemons that cannot be
@@ -401,6 +571,15 @@ impl Daemons {
             .map(|(_, r)| r.map_err(Failure::into_errno))
             .collect()
     }
+}
+
+/// The error of a call that followed the membership `MOVES_MAX` times and still found it
+/// moved on.
+fn gave_up(last: Option<Errno>) -> Errno {
+    let last = last.map_or_else(String::new, |e| format!(": {}", e.msg));
+    Errno::eio(format!(
+        "the deployment's membership moved on {MOVES_MAX} times during one call{last}"
+    ))
 }
 
 #[cfg(test)]
@@ -489,5 +668,85 @@ mod tests {
         assert!(all.iter().all(|(_, r)| r.is_err()));
         // Three daemons unreachable with two copies: more than a copy can make up for.
         assert!(d.all_ok(|| req::Status).await.is_err());
+    }
+
+    /// A hosts file of its own for one test.
+    fn hosts_file(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("eddy-rpc-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        dir.join("hosts.toml")
+    }
+
+    #[tokio::test]
+    async fn the_view_follows_a_newer_hosts_file_keeping_the_links_still_listed() {
+        let mut dep = unreachable(3, 1);
+        dep.config.rpc_timeout_ms = 200;
+        let file = hosts_file("follow");
+        dep.save(&file).expect("hosts file written");
+        let d = Daemons::new(&dep).expect("valid").with_hosts_file(&file);
+        let before = d.view();
+        assert_eq!((d.epoch(), &d.ids()[..]), (0, &[1, 2, 3][..]));
+
+        let mut next = dep.clone();
+        next.epoch = 1;
+        next.daemons[2].addr = "127.0.0.1:1".into();
+        let mut extra = next.daemons[0].clone();
+        extra.id = 4;
+        next.daemons.push(extra);
+        next.draining = vec![2];
+        next.save(&file).expect("hosts file written");
+        let moved = Errno::moved(1, 1, 0);
+        // Refreshes that come together read the file once between them; all see the view.
+        let all = join_all((0..4).map(|_| d.follow(0, &moved))).await;
+        assert!(all.iter().all(Result::is_ok), "{all:?}");
+        let after = d.view();
+        assert_eq!(d.epoch(), 1);
+        assert_eq!(
+            &d.ids()[..],
+            &[1, 3, 4],
+            "drained daemon 2 is placed on no more"
+        );
+        assert_eq!(after.links.len(), 4, "every listed daemon has a link");
+        assert!(Arc::ptr_eq(&before.links[&1], &after.links[&1]));
+        assert!(Arc::ptr_eq(&before.links[&2], &after.links[&2]));
+        assert!(
+            !Arc::ptr_eq(&before.links[&3], &after.links[&3]),
+            "daemon 3 moved to another address: a new link"
+        );
+
+        // The daemons moved on again but the file did not: EIO naming both epochs, for
+        // every call that waited on the one refresh.
+        let moved = Errno::moved(1, 2, 1);
+        let all = join_all((0..3).map(|_| d.follow(1, &moved))).await;
+        for r in all {
+            let e = r.expect_err("the file is not newer");
+            assert_eq!(e.errno, libc::EIO);
+            assert!(
+                e.msg.contains("epoch 2") && e.msg.contains("still at epoch 1"),
+                "{e}"
+            );
+        }
+        assert_eq!(d.epoch(), 1);
+        let _ = std::fs::remove_dir_all(file.parent().expect("a directory"));
+    }
+
+    #[tokio::test]
+    async fn without_a_hosts_file_a_moved_membership_is_eio() {
+        let d = Daemons::new(&unreachable(2, 1)).expect("valid deployment");
+        let e = d
+            .follow(0, &Errno::moved(1, 1, 0))
+            .await
+            .expect_err("nothing to follow");
+        assert_eq!(e.errno, libc::EIO);
+        assert!(e.msg.contains("cannot follow"), "{e}");
+        let mut tries = 0;
+        let r: Result<(), Errno> = d
+            .retry_moved(|| {
+                tries += 1;
+                async { Err(Errno::moved(1, 1, 0)) }
+            })
+            .await;
+        assert_eq!(tries, MOVES_MAX);
+        assert_eq!(r.expect_err("gave up").errno, libc::EIO);
     }
 }

@@ -113,7 +113,9 @@ impl Data<'_> {
     /// Sends a request to every daemon that may hold a chunk of `file_id` overlapping bytes
     /// `[from, to)` (at least the chunk holding `from`): the chunks' owners, as placement names
     /// them, or every daemon when the range covers more chunks than there are daemons. An
-    /// unlink or truncate of a small file so costs one RPC, not one per daemon.
+    /// unlink or truncate of a small file so costs one RPC, not one per daemon. Refused for
+    /// this client's membership epoch, it is sent again to the holders under the new view
+    /// (a removal or a truncate can be applied twice; decision 0081).
     pub(crate) async fn to_chunk_holders<R: Rpc, F: Fn() -> R>(
         &self,
         file_id: FileId,
@@ -121,10 +123,22 @@ impl Data<'_> {
         to: u64,
         make: F,
     ) -> Result<(), Errno> {
+        self.rpc()
+            .retry_moved(|| self.to_chunk_holders_once(file_id, from, to, &make))
+            .await
+    }
+
+    async fn to_chunk_holders_once<R: Rpc, F: Fn() -> R>(
+        &self,
+        file_id: FileId,
+        from: u64,
+        to: u64,
+        make: &F,
+    ) -> Result<(), Errno> {
         let cs = self.config().chunk_size;
         let first = from / cs;
         let last = if to > from { (to - 1) / cs } else { first };
-        let ids = self.rpc().placement().ids();
+        let ids = self.rpc().ids();
         let r = self.replicas();
         if last - first >= ids.len() as u64 && r == 1 {
             return self.rpc().all_ok(make).await.map(|_| ());

@@ -20,7 +20,7 @@ impl Data<'_> {
     fn batches(&self, f: &File, offset: u64, len: usize) -> Vec<layout::Batch> {
         let cfg = self.config();
         layout::batches(
-            self.rpc().placement(),
+            &self.rpc().placement(),
             f.file_id(),
             offset,
             len,
@@ -90,12 +90,41 @@ impl Data<'_> {
         let len = (size - offset).min(len as u64) as usize;
         let out = dest(len);
         let hint = self.stream_hint(f, offset, len);
+        self.read_ahead(f, offset, len, size, hint);
+        // Refused for this client's membership epoch (nothing was read): the owners are
+        // computed again from the view that follows the hosts file (decision 0081).
+        let mut moves = 0;
+        loop {
+            match self.read_placed(f, offset, len, hint, out).await {
+                Err(e) if e.is_moved() => {
+                    moves += 1;
+                    if moves >= eddy_rpc::MOVES_MAX {
+                        return Err(Errno::eio(format!(
+                            "reading {}: the membership kept moving: {e}",
+                            f.path()
+                        )));
+                    }
+                }
+                r => return r.map(|()| len),
+            }
+        }
+    }
+
+    /// Reads `len` bytes at `offset` (within the size) into `out`, from the owners of their
+    /// chunks under the current placement (direct from a local data file under a lease).
+    async fn read_placed(
+        &self,
+        f: &File,
+        offset: u64,
+        len: usize,
+        hint: Option<eddy_proto::StreamHint>,
+        out: &mut [u8],
+    ) -> Result<(), Errno> {
         if self.replicas() > 1 {
-            self.read_ahead(f, offset, len, size, hint);
             let spans = layout::pieces(offset, len, self.config().chunk_size);
-            self.read_copies(f.file_id(), &f.path(), f.backing(), hint, spans, out)
-                .await?;
-            return Ok(len);
+            return self
+                .read_copies(f.file_id(), &f.path(), f.backing(), hint, spans, out)
+                .await;
         }
         let all = self.batches(f, offset, len);
         // The chunks on a daemon of this host are read directly (decision 0048); a block
@@ -127,7 +156,6 @@ impl Data<'_> {
                 integrity::read_reply(cfg, reply, &pieces, &f.path(), b.daemon)
             }
         });
-        self.read_ahead(f, offset, len, size, hint);
         for (b, r) in batches.iter().zip(join_all(reads).await) {
             let data = r?;
             if data.len() != b.bytes {
@@ -145,7 +173,7 @@ impl Data<'_> {
                 pos += n;
             }
         }
-        Ok(len)
+        Ok(())
     }
 
     /// Read-ahead for a sequential reader of a linked file: asks the owners of the next

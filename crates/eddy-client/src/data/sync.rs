@@ -13,8 +13,13 @@ impl Data<'_> {
     /// last fsync, to its metadata owner, and to the daemons holding other unsynced changes
     /// of this client (its entries, sizes, truncates; decision 0015). EIO if one of them
     /// answers on a newer connection than a change it covers (it may have restarted and
-    /// lost it).
+    /// lost it). Refused for this client's membership epoch, it is done again under the new
+    /// view (what it covers is kept until it succeeds; decision 0081).
     pub async fn fsync(&self, f: &File) -> Result<(), Errno> {
+        self.rpc().retry_moved(|| self.fsync_once(f)).await
+    }
+
+    async fn fsync_once(&self, f: &File) -> Result<(), Errno> {
         self.direct_report(f, false).await?;
         self.publish_size(f).await?;
         let mut data = f.0.unsynced.take();

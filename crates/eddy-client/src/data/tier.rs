@@ -345,7 +345,8 @@ impl Data<'_> {
         N: Fn(&[FileOutcome], Option<C>) -> Option<C>,
     {
         let max = self.config().max_paged_entries;
-        let per_daemon = self.rpc().placement().ids().iter().map(|&id| {
+        let ids = self.rpc().ids();
+        let per_daemon = ids.iter().map(|&id| {
             let (make, next) = (&make, &next);
             async move {
                 let mut out: Vec<FileOutcome> = Vec::new();

@@ -49,8 +49,45 @@ impl Data<'_> {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| Errno::new(libc::EFBIG, "write beyond the largest file size"))?;
-        let all = self.write_batches(f.file_id(), offset, data.len());
         let hint = self.write_hint(f, offset, data.len());
+        let ns = self.ns();
+        let cleared = ns.clear_setid_on_write(f, clear_setid);
+        // Refused for this client's membership epoch, no copy took it: the owners are
+        // computed again from the view that follows the hosts file (decision 0081).
+        let placed = self
+            .rpc()
+            .retry_moved(|| self.write_placed(f, offset, data, hint));
+        let (placed, cleared) = futures::join!(placed, cleared);
+        placed?;
+        // The size this write reached goes to the owner once its data is stored, now or
+        // later in a batch (see `size`): another client that sees the size finds the bytes
+        // (a size published beside the data could be read before them, as zeros: a torn
+        // read; decision 0003). O_APPEND reserved its range, and so the size, already.
+        let plan = if f.append() {
+            size::Plan::Wait
+        } else {
+            self.0.sizes.record(f.file_id(), &f.path(), end)
+        };
+        match plan {
+            size::Plan::Now(size) => self.ns().send_size(f.file_id(), &f.path(), size).await?,
+            size::Plan::Arm(delay) => self.schedule_size_publication(f.file_id(), delay),
+            size::Plan::Wait => {}
+        }
+        cleared?;
+        f.raise_known(end);
+        Ok(data.len())
+    }
+
+    /// The part of a write sent to the owners of its chunks (and direct to a local data file
+    /// under a lease): cut by the current placement, sent at once, settled.
+    async fn write_placed(
+        &self,
+        f: &File,
+        offset: u64,
+        data: &[u8],
+        hint: Option<eddy_proto::StreamHint>,
+    ) -> Result<(), Errno> {
+        let all = self.write_batches(f.file_id(), offset, data.len());
         // The chunks on a daemon of this host are written directly (decision 0048), but
         // under a lease the kernel writes through (the O_DIRECT writer of a passed-through
         // file the mount serves, decision 0059): those go through the daemon, which writes
@@ -85,33 +122,13 @@ impl Data<'_> {
                 Ok::<(), Failure>(())
             }
         });
-        let ns = self.ns();
-        let cleared = ns.clear_setid_on_write(f, clear_setid);
-        let (results, cleared, direct_done) =
-            futures::join!(join_all(writes), cleared, direct_writes);
+        let (results, direct_done) = futures::join!(join_all(writes), direct_writes);
         if let Err(e) = self.settle_writes(f.file_id(), &batches, results).await {
             // Some daemons may have stored their part past the size (decision 0060).
             self.note_spilled(f.file_id());
             return Err(e);
         }
-        direct_done?;
-        // The size this write reached goes to the owner once its data is stored, now or
-        // later in a batch (see `size`): another client that sees the size finds the bytes
-        // (a size published beside the data could be read before them, as zeros: a torn
-        // read; decision 0003). O_APPEND reserved its range, and so the size, already.
-        let plan = if f.append() {
-            size::Plan::Wait
-        } else {
-            self.0.sizes.record(f.file_id(), &f.path(), end)
-        };
-        match plan {
-            size::Plan::Now(size) => self.ns().send_size(f.file_id(), &f.path(), size).await?,
-            size::Plan::Arm(delay) => self.schedule_size_publication(f.file_id(), delay),
-            size::Plan::Wait => {}
-        }
-        cleared?;
-        f.raise_known(end);
-        Ok(data.len())
+        direct_done
     }
 
     /// The requests that put `len` bytes of a file at `offset` on every copy: one group per
@@ -121,7 +138,7 @@ impl Data<'_> {
         let max = cfg.max_rpc_data_bytes as usize;
         if self.replicas() == 1 {
             return layout::batches(
-                self.rpc().placement(),
+                &self.rpc().placement(),
                 file_id,
                 offset,
                 len,

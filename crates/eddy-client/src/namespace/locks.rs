@@ -230,6 +230,7 @@ impl Namespace<'_> {
         let start = Instant::now();
         let reach_by = start + Duration::from_millis(cfg.rpc_timeout_ms);
         let grace_by = reach_by + Duration::from_millis(cfg.lock_grace_ms);
+        let mut moves = 0;
         loop {
             let failed_over = Instant::now() >= reach_by;
             let daemon = self.lock_daemon(file_id, failed_over);
@@ -239,6 +240,12 @@ impl Namespace<'_> {
             let again = match &reply {
                 Err(f) if f.is_unreachable() => now < reach_by,
                 Err(f) if in_grace(f) => through_grace && now < grace_by,
+                // Refused for this client's membership epoch and the placement changed: the
+                // lock daemon is chosen again from the new view (decision 0081).
+                Err(f) if f.errno().is_moved() => {
+                    moves += 1;
+                    moves < eddy_rpc::MOVES_MAX
+                }
                 _ => false,
             };
             if !again {

@@ -67,20 +67,30 @@ impl Namespace<'_> {
     }
 
     /// `meta` for a request as it travels, answered with the reply as it came.
+    ///
+    /// A request refused for this client's membership epoch was not applied: once the rpc
+    /// layer has followed the hosts file, the owners are computed again from the new view and
+    /// the request sent again (`Daemons::retry_moved`; decision 0081).
     pub(in crate::namespace) async fn meta_raw(
         &self,
         path: &str,
         req: Request,
     ) -> Result<Reply, Errno> {
-        let owners = self.rpc().meta_owners(path);
-        let reply = match owners.as_slice() {
-            [owner] => self.rpc().call_raw(*owner, &req).await?,
-            _ => self.failover(&owners, &req).await?,
-        };
-        match reply {
-            Reply::Shared { daemon, file_id } => self.on_identity_raw(daemon, file_id, &req).await,
-            reply => Ok(reply),
-        }
+        self.rpc()
+            .retry_moved(|| async {
+                let owners = self.rpc().meta_owners(path);
+                let reply = match owners.as_slice() {
+                    [owner] => self.rpc().call_raw(*owner, &req).await?,
+                    _ => self.failover(&owners, &req).await?,
+                };
+                match reply {
+                    Reply::Shared { daemon, file_id } => {
+                        self.on_identity_raw(daemon, file_id, &req).await
+                    }
+                    reply => Ok(reply),
+                }
+            })
+            .await
     }
 
     /// Sends `req` to the first of `targets` that can be reached; an answer (error or not)

@@ -507,7 +507,8 @@ impl Namespace<'_> {
     async fn completion_round(&self) {
         let limit = self.config().readdir_page.max(1);
         let max = self.config().max_paged_entries;
-        let claims = self.rpc().placement().ids().iter().map(|&id| async move {
+        let ids = self.rpc().ids();
+        let claims = ids.iter().map(|&id| async move {
             let mut out = Vec::new();
             // Each page claims renames no page claimed before (a claim is taken), within the
             // bound on a daemon's pages (decision 0056).

@@ -10,4 +10,5 @@
 mod client_ops;
 mod client_prop;
 mod leases;
+mod members;
 mod shared_file;

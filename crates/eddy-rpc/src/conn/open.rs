@@ -2,12 +2,13 @@
 //! (protocol version, proof of the deployment's secret, the wire's protection) and the check of the
 //! daemon's hello.
 
-use super::{connect_unix, detect_dead_daemon, wire_mode, Conn, Link, WriteHalf, HELLO_MAX};
+use super::{wire_mode, Conn, Link, WriteHalf, HELLO_MAX};
 use bytes::Bytes;
 use eddy_proto::auth::{self, HelloResult, ServerHello};
 use eddy_proto::frame::{write_frames, FrameReader, OutFrame};
 use eddy_proto::wire::{Keys, Mode};
 use eddy_proto::{decode_plain, Errno, PROTOCOL_VERSION};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 impl Link {
@@ -150,5 +151,71 @@ impl Link {
             Conn::start(frames, w.into(), self.max_frame, sealer),
             hello.instance,
         ))
+    }
+}
+
+/// Connects to a daemon's Unix socket `sock` without trusting the directory it lies in,
+/// which is the daemon's user's (its storage root) while the client may be root: the
+/// directory is opened without following a link, the socket with `O_PATH|O_NOFOLLOW` in it
+/// (a link planted in its place is refused, never followed to another program's socket), the
+/// connection made to that very inode (`/proc/self/fd/N`), and the peer's uid
+/// (`SO_PEERCRED`) must be the socket's owner, who must own the directory too (or the
+/// directory is root's). A socket of root's planted there (a hard link) or a program of
+/// another user behind it is refused. Errors name the path.
+async fn connect_unix(sock: &std::path::Path) -> std::io::Result<tokio::net::UnixStream> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let refuse = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{}: {why}", sock.display()),
+        )
+    };
+    let (Some(dir), Some(name)) = (sock.parent(), sock.file_name()) else {
+        return Err(refuse("not a socket path".into()));
+    };
+    // privileged-path: the last component is not followed (O_NOFOLLOW); the directories above are root's record (the deployment's roots)
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| {
+            refuse(format!(
+                "cannot open its directory without following a link: {e}"
+            ))
+        })?;
+    // privileged-path: fstat of the directory held open just above
+    let dir_uid = dir.metadata()?.uid();
+    let sock = eddy_proto::fdpass::socket_beneath(&dir.into(), name)
+        .map_err(|e| refuse(format!("{e}")))?;
+    if sock.uid != dir_uid && dir_uid != 0 {
+        return Err(refuse(format!(
+            "belongs to uid {} but its directory to uid {dir_uid}: refused",
+            sock.uid
+        )));
+    }
+    // privileged-path: /proc/self/fd of the socket inode opened O_PATH|O_NOFOLLOW and checked above
+    let stream = tokio::net::UnixStream::connect(sock.proc_path()).await?;
+    let owner = sock.uid;
+    drop(sock);
+    let peer = stream.peer_cred()?.uid();
+    if peer != owner {
+        return Err(refuse(format!(
+            "served by uid {peer}, not by the socket's owner uid {owner}: refused"
+        )));
+    }
+    Ok(stream)
+}
+
+/// TCP keepalive and a user timeout on a connection to a daemon, so that a daemon cut off
+/// the network (no FIN or RST ever comes) costs the connection within the RPC deadline:
+/// the kernel gives it up when the daemon has acknowledged nothing for a whole deadline (sent
+/// requests, or keepalive probes, which start after a quarter of the deadline of silence, two
+/// an eighth apart). The reader then fails what is pending and the next call connects anew.
+/// Without them the connection outlived the cut by minutes (TCP's retransmissions): once the
+/// network was back, calls still went to it and failed with EIO until a retransmission, on
+/// its backoff, met the daemon's reset.
+fn detect_dead_daemon(stream: &tokio::net::TcpStream, rpc_timeout: Duration) {
+    if let Err(e) = eddy_proto::keepalive::detect_dead_peer(stream, rpc_timeout, rpc_timeout) {
+        tracing::warn!(error = %e, "cannot set TCP keepalive on a connection to a daemon");
     }
 }

@@ -26,6 +26,7 @@ fn start_leased(net: &mut Net, dir: &Path, toml: &str) -> Leased {
     let placement = eddy_rpc::Daemons::new(&dep)
         .expect("daemons")
         .placement()
+        .as_ref()
         .clone();
     let granter = placement.meta_owner("/d");
     let g = placement.ids().iter().position(|&d| d == granter).unwrap();
