@@ -37,24 +37,58 @@ fn files() -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// Writes `files` through `c`; returns each file's id and size.
-async fn write_files(c: &Client, files: &BTreeMap<String, Vec<u8>>) -> Vec<(FileId, u64)> {
+/// Writes `files` through `c`.
+async fn write_files(c: &Client, files: &BTreeMap<String, Vec<u8>>) {
     let root = Creds::root();
     for dir in ["/a", "/b", "/c", "/c/d"] {
         c.mkdir(dir, 0o755, root).await.unwrap();
     }
-    let mut ids = Vec::new();
     for (path, data) in files {
         let f = c.create(path, 0o644, true, root).await.unwrap();
         if !data.is_empty() {
             c.pwrite(&f, 0, data).await.unwrap();
         }
         c.close(&f).await.unwrap();
+    }
+}
+
+/// Each file's id and size, as `c` finds them (checked against `files`).
+async fn file_ids(c: &Client, files: &BTreeMap<String, Vec<u8>>) -> Vec<(FileId, u64)> {
+    let mut ids = Vec::new();
+    for (path, data) in files {
         let st = c.stat(path).await.unwrap();
         assert_eq!(st.size, data.len() as u64, "{path}");
         ids.push((st.file_id, st.size));
     }
     ids
+}
+
+/// The file `change_files` removes.
+const REMOVED: &str = "/c/d/f14";
+
+/// Changes made while items move, through a client of the copy epoch (which places by the
+/// daemons items move from): part of a file overwritten, one cut, one removed, one made.
+async fn change_files(c: &Client, files: &mut BTreeMap<String, Vec<u8>>) {
+    let root = Creds::root();
+    let (big, cut) = ("/a/f6", "/b/f22");
+    let f = c.open(big, libc::O_RDWR, 0, root).await.unwrap();
+    let patch = pattern(999, 0, 100_000);
+    c.pwrite(&f, 70_000, &patch).await.unwrap();
+    c.close(&f).await.unwrap();
+    let data = files.get_mut(big).unwrap();
+    data[70_000..170_000].copy_from_slice(&patch);
+
+    c.truncate(cut, 10_000, root).await.unwrap();
+    files.get_mut(cut).unwrap().truncate(10_000);
+
+    c.unlink(REMOVED, root).await.unwrap();
+    assert!(files.remove(REMOVED).is_some_and(|d| !d.is_empty()));
+
+    let made = pattern(1000, 0, 250_000);
+    let f = c.create("/b/made", 0o644, true, root).await.unwrap();
+    c.pwrite(&f, 0, &made).await.unwrap();
+    c.close(&f).await.unwrap();
+    files.insert("/b/made".into(), made);
 }
 
 /// Bytes that must be copied when chunks move from placement `from` to `to`: each chunk's
@@ -145,23 +179,27 @@ async fn client_at(dep: &Deployment) -> Client {
 
 /// What a move did, as the test measured it.
 struct Moved {
-    /// Bytes of chunks the move added on the members, and the least it had to.
+    /// Bytes of chunks the move added (on the daemons that joined, else on every member),
+    /// and the least it had to.
     added: u64,
     least: u64,
     /// Chunks and keys per daemon, before the move and after the collect.
     before: BTreeMap<u32, (u64, u64)>,
     after: BTreeMap<u32, (u64, u64)>,
+    /// Every file's id and size once the changes were made.
+    ids: Vec<(FileId, u64)>,
 }
 
 /// Runs a whole move on `cluster`, from the daemons `from` to the members `to` (the
-/// daemons listed but not in `to` drained), and checks every file reads back after it.
+/// daemons listed but not in `to` drained), with `change_files` during the copy when
+/// `change`, and checks every file reads back after it (the removed one is gone).
 fn run_move(
     cluster: &mut Cluster,
     rt: &tokio::runtime::Runtime,
-    files: &BTreeMap<String, Vec<u8>>,
-    ids: &[(FileId, u64)],
+    files: &mut BTreeMap<String, Vec<u8>>,
     from: &[u32],
     to: &[u32],
+    change: bool,
 ) -> Moved {
     let (cs, r) = (cluster.dep.config.chunk_size, cluster.dep.config.replicas);
     let listed: Vec<u32> = cluster.dep.daemons.iter().map(|d| d.id).collect();
@@ -177,10 +215,18 @@ fn run_move(
             out
         })
     };
+    // The bytes the move added are counted on the daemons that join (only the move writes
+    // there), else on every member (nothing else changes meanwhile then).
+    let joining: Vec<u32> = to.iter().copied().filter(|d| !from.contains(d)).collect();
+    let counted = if joining.is_empty() {
+        to.to_vec()
+    } else {
+        joining
+    };
     let bytes = |t: &Daemons| -> BTreeMap<u32, u64> {
         rt.block_on(async {
             let mut out = BTreeMap::new();
-            for &id in to {
+            for &id in &counted {
                 out.insert(id, status(t, id).await.chunk_bytes);
             }
             out
@@ -197,13 +243,30 @@ fn run_move(
         draining.clone(),
         false,
     );
+    rt.block_on(async {
+        for &id in &listed {
+            let s = t.try_call(id, copy.clone()).await.unwrap();
+            assert!(s.epoch == 1 && s.moving, "daemon {id}: {s:?}");
+        }
+    });
+    // A client of epoch 1 places by `from`.
+    let mut placed = cluster.dep.clone();
+    placed.daemons.retain(|d| from.contains(&d.id));
+    (placed.epoch, placed.moving_from, placed.draining) = (1, None, Vec::new());
+    let ids = rt.block_on(async {
+        let c = client_at(&placed).await;
+        if change {
+            change_files(&c, files).await;
+        }
+        file_ids(&c, files).await
+    });
     let states = rt.block_on(until_nothing_left(&t, &listed, &copy));
     assert!(
         states.iter().all(|s| s.epoch == 1 && s.moving),
         "{states:?}"
     );
     let held_after = bytes(&t);
-    let added: u64 = to
+    let added: u64 = counted
         .iter()
         .map(|id| held_after[id].saturating_sub(held_before[id]))
         .sum();
@@ -240,7 +303,7 @@ fn run_move(
     settled.draining.clear();
     rt.block_on(async {
         let c = client_at(&settled).await;
-        for (path, data) in files {
+        for (path, data) in files.iter() {
             let got = read_all(&c, path).await;
             assert!(
                 got == *data,
@@ -249,18 +312,26 @@ fn run_move(
                 data.len()
             );
         }
+        if change {
+            let e = c
+                .stat(REMOVED)
+                .await
+                .expect_err("a file removed while moving");
+            assert_eq!(e.errno, libc::ENOENT, "{e}");
+        }
     });
     Moved {
         added,
-        least: bytes_to_move(ids, cs, r, from, to),
+        least: bytes_to_move(&ids, cs, r, from, to),
         before,
         after,
+        ids,
     }
 }
 
 fn check_bytes(m: &Moved) {
     eprintln!(
-        "move: {} bytes added on the members, {} bytes had to move ({:.3}x)",
+        "move: {} bytes added, {} bytes had to move ({:.3}x)",
         m.added,
         m.least,
         m.added as f64 / m.least.max(1) as f64
@@ -283,8 +354,9 @@ fn check_bytes(m: &Moved) {
 fn grow(replicas: usize) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut cluster = Cluster::start_with(3, config(replicas));
-    let files = files();
-    let ids = rt.block_on(async {
+    let cs = cluster.dep.config.chunk_size;
+    let mut files = files();
+    rt.block_on(async {
         let c = cluster.client().await;
         write_files(&c, &files).await
     });
@@ -293,10 +365,10 @@ fn grow(replicas: usize) {
     let m = run_move(
         &mut cluster,
         &rt,
-        &files,
-        &ids,
+        &mut files,
         &[0, 1, 2],
         &[0, 1, 2, 3, 4, 5],
+        true,
     );
     check_bytes(&m);
     for old in 0..3 {
@@ -311,10 +383,15 @@ fn grow(replicas: usize) {
         assert!(m.after[&new].0 > 0, "daemon {new} took no chunk");
     }
     let total = |s: &BTreeMap<u32, (u64, u64)>| s.values().map(|c| c.0).sum::<u64>();
+    let chunks = m
+        .ids
+        .iter()
+        .map(|&(_, size)| size.div_ceil(cs))
+        .sum::<u64>();
     assert_eq!(
         total(&m.after),
-        total(&m.before),
-        "the chunks' copies are as many after the move as before: {:?} → {:?}",
+        chunks * replicas as u64,
+        "every chunk is held {replicas} times after the move: {:?} → {:?}",
         m.before,
         m.after
     );
@@ -334,18 +411,18 @@ fn a_deployment_of_three_grows_to_six_with_two_copies_and_keeps_both() {
 fn a_deployment_of_six_shrinks_to_four_and_the_drained_daemons_end_empty() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut cluster = Cluster::start_with(6, config(1));
-    let files = files();
-    let ids = rt.block_on(async {
+    let mut files = files();
+    rt.block_on(async {
         let c = cluster.client().await;
         write_files(&c, &files).await
     });
     let m = run_move(
         &mut cluster,
         &rt,
-        &files,
-        &ids,
+        &mut files,
         &[0, 1, 2, 3, 4, 5],
         &[0, 1, 2, 3],
+        false,
     );
     check_bytes(&m);
     for drained in [4, 5] {
@@ -359,7 +436,7 @@ fn a_deployment_of_six_shrinks_to_four_and_the_drained_daemons_end_empty() {
 }
 
 #[test]
-fn a_move_is_refused_while_hard_links_exist_and_collect_waits_for_the_copies() {
+fn a_move_is_refused_while_hard_links_exist_and_a_collect_while_moving_is_refused() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut cluster = Cluster::start_with(3, config(1));
     rt.block_on(async {
@@ -403,5 +480,52 @@ fn a_move_is_refused_while_hard_links_exist_and_collect_waits_for_the_copies() {
                 other => panic!("daemon {id}: a collect while moving answered {other:?}"),
             }
         }
+    });
+}
+
+#[test]
+fn a_collect_waits_until_every_copy_reached_its_new_owner() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut cluster = Cluster::start_with(3, config(1));
+    let files = files();
+    rt.block_on(async {
+        let c = cluster.client().await;
+        write_files(&c, &files).await
+    });
+    cluster.add_daemons(1, Some(vec![0, 1, 2]));
+    // The new daemon is down: what moves to it stays hinted on the others.
+    cluster.kill(3);
+    let t = tool(&cluster.dep);
+    let copy = membership(&cluster.dep, 1, Some(vec![0, 1, 2]), Vec::new(), false);
+    let cut = membership(&cluster.dep, 2, None, Vec::new(), false);
+    let mut collect = cut.clone();
+    collect.collect = true;
+    rt.block_on(async {
+        let mut left = 0;
+        for id in 0..3 {
+            left += t.try_call(id, copy.clone()).await.unwrap().left;
+        }
+        assert!(left > 0, "items move to daemon 3");
+        let mut refused = 0;
+        for id in 0..3 {
+            t.try_call(id, cut.clone()).await.unwrap();
+            let s = t.try_call(id, cut.clone()).await.unwrap();
+            if s.left == 0 {
+                continue;
+            }
+            match t.try_call(id, collect.clone()).await {
+                Err(Failure::Daemon(e)) => {
+                    assert_eq!(e.errno, libc::EAGAIN, "daemon {id}: {e}");
+                    refused += 1;
+                }
+                other => panic!("daemon {id} holds {} hints; collect: {other:?}", s.left),
+            }
+            let s = t.try_call(id, cut.clone()).await.unwrap();
+            assert!(!s.collected, "daemon {id}: {s:?}");
+        }
+        assert!(
+            refused > 0,
+            "some daemon still holds what moves to daemon 3"
+        );
     });
 }
