@@ -90,8 +90,8 @@ pub struct Config {
     pub lock_grace_ms: u64,
     /// How often a daemon's repair loop pushes the hints it holds (items another owner
     /// missed while it could not be reached) to their targets, in milliseconds; a target
-    /// that cannot be reached is tried again next round (decision 0021). Only used with
-    /// `replicas` > 1. Default 1 000.
+    /// that cannot be reached is tried again next round (decision 0021). Used with
+    /// `replicas` > 1, and while items move to new owners (decision 0081). Default 1 000.
     pub repair_interval_ms: u64,
     /// Items (metadata keys or chunks) one repair push sends at once to one target.
     /// Default 64.
