@@ -105,6 +105,8 @@ impl State {
     ) -> Result<MembershipState, Errno> {
         if m.epoch > self.members.epoch() {
             self.members.check(&m)?;
+            // A membership whose placement or connections cannot be made is not adopted.
+            self.placement().prepare(&m)?;
             if m.moving_from.is_some() {
                 self.blocking_any(|st| st.movable()).await??;
             }

@@ -97,8 +97,10 @@ pub struct Replicator {
     me: u32,
     replicas: usize,
     view: RwLock<Arc<View>>,
-    /// Whether items move (a view with `to`): read without a lock on every change.
+    /// Whether items move (a view with `to`), and whether copies go to other owners as
+    /// replicas (`sends_replicas`): read without a lock on every change.
     moving: AtomicBool,
+    copies: AtomicBool,
     peers_file: Option<PathBuf>,
     /// The connections to the peers, and the modification time of the file they came from.
     peers: Mutex<Option<(Arc<Daemons>, Option<SystemTime>)>>,
@@ -122,6 +124,7 @@ impl Replicator {
                  (--members and --peers or --deployment): no copies of metadata are sent"
             );
         }
+        let copies = replicas > 1 && placed.is_some() && settings.peers.is_some();
         Replicator {
             me: settings.id,
             replicas,
@@ -131,6 +134,7 @@ impl Replicator {
                 to: None,
             })),
             moving: AtomicBool::new(false),
+            copies: AtomicBool::new(copies),
             peers_file: settings.peers.clone(),
             peers: Mutex::new(None),
             adopted: Mutex::new(None),
@@ -141,9 +145,7 @@ impl Replicator {
 
     /// Whether copies of metadata go to other owners as replicas (R > 1, the others known).
     pub fn sends_replicas(&self) -> bool {
-        self.replicas > 1
-            && self.view().placed.is_some()
-            && (self.peers_file.is_some() || lock(&self.adopted).is_some())
+        self.copies.load(Ordering::Acquire)
     }
 
     /// Whether items move to new owners (the membership adopted has `moving_from`).
@@ -162,8 +164,20 @@ impl Replicator {
     }
 
     /// Follows the membership `m` adopted: its placement, and connections to its daemons
-    /// (made now, connected when first used).
+    /// (`prepare`d, connected when first used).
     pub fn follow(&self, m: &req::Membership) -> Result<(), eddy_proto::Errno> {
+        let (view, peers) = self.prepare(m)?;
+        let copies = self.replicas > 1 && view.placed.is_some();
+        *lock(&self.adopted) = Some(Arc::new(peers));
+        self.moving.store(view.to.is_some(), Ordering::Release);
+        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(view);
+        self.copies.store(copies, Ordering::Release);
+        Ok(())
+    }
+
+    /// The placement of membership `m` and the connections to its daemons: refused when
+    /// they cannot be made (checked before `m` is adopted).
+    pub fn prepare(&self, m: &req::Membership) -> Result<(View, Daemons), eddy_proto::Errno> {
         let view = View::of(m);
         let dep = Deployment {
             name: "peers".into(),
@@ -190,10 +204,7 @@ impl Replicator {
         daemons.sort_by_key(|d| d.id);
         let dep = Deployment { daemons, ..dep };
         let peers = Daemons::new(&dep)?;
-        *lock(&self.adopted) = Some(Arc::new(peers));
-        self.moving.store(view.to.is_some(), Ordering::Release);
-        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(view);
-        Ok(())
+        Ok((view, peers))
     }
 
     /// The other owners of a metadata key (this daemon left out); while items move, a path
