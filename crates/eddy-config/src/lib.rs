@@ -90,12 +90,16 @@ pub struct Config {
     pub lock_grace_ms: u64,
     /// How often a daemon's repair loop pushes the hints it holds (items another owner
     /// missed while it could not be reached) to their targets, in milliseconds; a target
-    /// that cannot be reached is tried again next round (decision 0021). Only used with
-    /// `replicas` > 1. Default 1 000.
+    /// that cannot be reached is tried again next round (decision 0021). Used with
+    /// `replicas` > 1, and while items move to new owners (decision 0081). Default 1 000.
     pub repair_interval_ms: u64,
     /// Items (metadata keys or chunks) one repair push sends at once to one target.
     /// Default 64.
     pub repair_batch_items: u32,
+    /// Bytes per second one daemon pushes at most while items move to new owners (`eddy
+    /// grow`, `eddy shrink`: decision 0081), so that a move leaves the clients' I/O its
+    /// bandwidth. 0: unbounded. Default 268 435 456 (256 MiB/s).
+    pub move_bandwidth_bytes: u64,
     /// Deadline to connect and authenticate to a daemon, in milliseconds. Default 3 000.
     pub connect_timeout_ms: u64,
     /// Largest frame accepted on the wire, header included. Default 64 MiB.
@@ -424,6 +428,7 @@ impl Default for Config {
             lock_grace_ms: 5_000,
             repair_interval_ms: 1_000,
             repair_batch_items: 64,
+            move_bandwidth_bytes: 256 << 20,
             connect_timeout_ms: 3_000,
             max_frame_bytes: 64 * 1024 * 1024,
             max_rpc_data_bytes: 8 * 1024 * 1024,

@@ -47,8 +47,9 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub chunk_size: Option<u64>,
     /// Ids of every daemon of the deployment, comma-separated (e.g. 0,1,2): which children
-    /// of a linked backend directory this daemon imports. Needed when links are configured;
-    /// default: the daemons of --deployment.
+    /// of a linked backend directory this daemon imports, and the placement it follows until
+    /// it adopts a membership (decision 0081). Needed when links are configured; default: the
+    /// daemons --deployment places on (its members; while items move, those they move from).
     #[arg(long, value_delimiter = ',')]
     pub members: Option<Vec<u32>>,
     /// The deployment file to read the other daemons' addresses from when copies of
@@ -163,11 +164,12 @@ impl DaemonSettings {
                 "--listen {listen_text:?} is not an ip:port address: {e}"
             ))
         })?;
-        let members = args.members.clone().or_else(|| {
-            deployment
-                .as_ref()
-                .map(|d| d.daemons.iter().map(|e| e.id).collect())
-        });
+        // The placement clients use by that file: while items move (decision 0081), that of
+        // the daemons they move from; a membership adopted later replaces it.
+        let members = args
+            .members
+            .clone()
+            .or_else(|| deployment.as_ref().map(Deployment::placed_on));
         if !config.links.is_empty() && members.is_none() {
             return Err(DaemonError::Args(
                 "backend links are configured but --members is missing: pass the ids of every \

@@ -44,6 +44,7 @@ mod members;
 mod meta;
 mod metrics;
 mod mounts;
+mod moving;
 mod ops;
 mod privilege;
 mod repair;

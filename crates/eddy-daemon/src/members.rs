@@ -12,7 +12,7 @@ use eddy_proto::sync::lock;
 use eddy_proto::{req, Errno, MembershipState};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The file in the root that keeps the membership adopted (bincode of `req::Membership`).
@@ -31,6 +31,9 @@ pub(crate) struct Members {
     adopted: Mutex<Option<req::Membership>>,
     /// The epoch each live connection said its client places by (none said: 0).
     conns: Mutex<HashMap<ConnId, u64>>,
+    /// What this daemon does not own at its settled epoch was deleted (`moving.rs`); reset
+    /// by the next adoption.
+    collected: AtomicBool,
 }
 
 impl Members {
@@ -55,6 +58,7 @@ impl Members {
             epoch: AtomicU64::new(epoch),
             adopted: Mutex::new(adopted),
             conns: Mutex::default(),
+            collected: AtomicBool::new(false),
         })
     }
 
@@ -141,6 +145,7 @@ impl Members {
         eddy_config::write_private(&self.file, &bytes)
             .map_err(|e| Errno::eio(format!("cannot keep the membership: {e}")))?;
         *adopted = Some(m.clone());
+        self.collected.store(false, Ordering::Release);
         self.epoch.store(m.epoch, Ordering::Release);
         tracing::info!(
             epoch = m.epoch,
@@ -149,6 +154,16 @@ impl Members {
             "membership adopted"
         );
         Ok(true)
+    }
+
+    /// Whether what this daemon does not own at its epoch was deleted.
+    pub(crate) fn collected(&self) -> bool {
+        self.collected.load(Ordering::Acquire)
+    }
+
+    /// What this daemon does not own at its epoch is deleted.
+    pub(crate) fn set_collected(&self) {
+        self.collected.store(true, Ordering::Release);
     }
 
     /// What a `Membership` reply says of this daemon (the move's part by the caller).

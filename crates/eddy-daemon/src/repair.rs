@@ -11,6 +11,10 @@
 //! clients `EHOSTDOWN` (taken for a daemon down), asks every peer to push its hints for it
 //! now (`RepairFor`, with `--full` a scan of everything they hold first), and becomes ready
 //! once a round pushes nothing or makes no progress.
+//!
+//! With one copy the hints and the loop exist too, for a move's copies (decision 0081,
+//! `moving.rs`); what replication asks of repair (`RepairFor`, `Repair`, `Hint`, rejoining)
+//! still needs R > 1.
 
 use crate::hints::{Hints, Item};
 use crate::replicate::Replicator;
@@ -28,7 +32,7 @@ use std::time::{Duration, Instant};
 /// it stops waiting and serves (what is left is pushed by the peers' loops).
 const REJOIN_STALLS: u32 = 3;
 
-/// The repair side of a daemon with R > 1.
+/// The repair side of a daemon (hints and pushes; rejoining with R > 1).
 pub struct Repair {
     pub hints: Hints,
     rejoining: AtomicBool,
@@ -79,9 +83,10 @@ impl State {
         target: u32,
         until: Option<Instant>,
     ) -> Result<u64, Failure> {
-        let (Some(repair), Some(replicator)) = (self.repair(), self.replicator()) else {
+        let Some(repair) = self.repair() else {
             return Ok(0);
         };
+        let replicator = self.placement();
         let lock = repair.target_lock(target);
         // A push bounded in time (`RepairFor`) waits for one under way (the loop's) only
         // as long as it may run: that one makes the progress meanwhile.
@@ -197,6 +202,11 @@ impl State {
             }
             _ => Vec::new(),
         };
+        // A move's pushes are paced (`move_bandwidth_bytes`) and counted.
+        if self.mover.is_active() {
+            let len = data.as_ref().map_or(0, |d| d.len() as u64);
+            self.mover.pace(len).await;
+        }
         let req = req::PutChunk {
             file_id: id,
             chunk: k,
@@ -225,7 +235,7 @@ impl State {
     /// Records a hint for every item held here that another owner should hold (`only`:
     /// that owner alone): a full resync. Returns the hints recorded (existing ones included).
     pub(crate) fn hint_everything(&self, only: Option<u32>) -> Result<u64, Errno> {
-        let (Some(repair), Some(replicator)) = (self.repair(), self.replicator()) else {
+        let (Some(repair), Some(replicator)) = (self.copies_repair(), self.replicator()) else {
             return Ok(0);
         };
         let wanted = |t: &u32| only.is_none_or(|o| o == *t);
@@ -263,7 +273,7 @@ impl State {
         target: u32,
         full: bool,
     ) -> Result<u64, Errno> {
-        let Some(repair) = self.repair() else {
+        let Some(repair) = self.copies_repair() else {
             return Err(Errno::einval(
                 "repair needs replicas > 1 and the other daemons known",
             ));
@@ -297,7 +307,7 @@ impl State {
 
     /// `Repair`: wakes the loop, after a full scan for every other owner with `full`.
     pub(crate) async fn repair_all(self: &Arc<Self>, full: bool) -> Result<(), Errno> {
-        let Some(repair) = self.repair() else {
+        let Some(repair) = self.copies_repair() else {
             return Err(Errno::einval(
                 "repair needs replicas > 1 and the other daemons known",
             ));
@@ -320,7 +330,7 @@ impl State {
         file_id: eddy_proto::FileId,
         chunks: &[u64],
     ) -> Result<(), Errno> {
-        let Some(repair) = self.repair() else {
+        let Some(repair) = self.copies_repair() else {
             return Err(Errno::einval(
                 "hints need replicas > 1 and the other daemons known",
             ));
@@ -366,7 +376,7 @@ pub(crate) async fn repair_loop(state: Arc<State>) {
 /// Rejoining: asks every peer to push what this daemon missed until a round leaves
 /// nothing (or stops making progress), then serves clients.
 pub(crate) async fn rejoin(state: Arc<State>, full: bool) {
-    let (Some(repair), Some(replicator)) = (state.repair(), state.replicator()) else {
+    let (Some(repair), Some(replicator)) = (state.copies_repair(), state.replicator()) else {
         return;
     };
     let me = state.settings.id;

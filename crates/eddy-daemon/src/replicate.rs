@@ -1,88 +1,257 @@
-//! Copies of metadata on the other owners (decision 0020). With `replicas` R > 1 the daemon
-//! that applies a metadata change (the first owner of the path a client could reach) sends
-//! the resulting state of every key it changed to the key's other R-1 owners before it
-//! replies: a path's key to the path's placement owners, a shared file's identity record
-//! (decision 0009) to this daemon's R-1 successors in id order. An owner that cannot be
-//! reached within half the RPC deadline misses the change (it is marked down for
-//! `down_hold_ms`, and later changes are not sent to it meanwhile).
+//! Copies of metadata on the other owners (decision 0020), and the placement this daemon
+//! follows. With `replicas` R > 1 the daemon that applies a metadata change (the first owner
+//! of the path a client could reach) sends the resulting state of every key it changed to
+//! the key's other R-1 owners before it replies: a path's key to the path's placement owners,
+//! a shared file's identity record (decision 0009) to this daemon's R-1 successors in id
+//! order. An owner that cannot be reached within half the RPC deadline misses the change (it
+//! is marked down for `down_hold_ms`, and later changes are not sent to it meanwhile).
 //!
-//! The other daemons' addresses come from the deployment file (`--peers`, default
-//! `--deployment`), read when first needed and again when it changed: `eddy start` writes
-//! it only once every daemon listens.
+//! The placement is the membership's (decision 0081): the deployment file's daemons as
+//! started (`--members`), then each membership the daemon adopts (`follow`). While items move
+//! (`moving_from`), owners are those of the placement clients use (the daemons moved from),
+//! and a path key's first owner also sends each change to the key's owners among the members
+//! that are not its owners now (`targets`): the copy of a move, with one copy as with several.
+//!
+//! The other daemons' addresses come from the membership adopted, else from the deployment
+//! file (`--peers`, default `--deployment`), read when first needed and again when it changed:
+//! `eddy start` writes it only once every daemon listens.
 
-use eddy_config::Deployment;
+use eddy_config::{Config, DaemonEntry, Deployment};
 use eddy_placement::{path_hash, Placement};
 use eddy_proto::sync::lock;
-use eddy_proto::{req, KeyState, Request};
+use eddy_proto::{req, FileId, KeyState, Request};
 use eddy_rpc::{Daemons, Failure};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
+
+/// The placement in force here: who owns what now, and while items move, who owns it once
+/// they have.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// Every daemon listed (those drained included): the peers.
+    pub listed: Vec<u32>,
+    /// The placement clients use now (the daemons moved from, while items move).
+    pub placed: Option<Placement>,
+    /// While items move: the members' placement, which they move to.
+    pub to: Option<Placement>,
+}
+
+impl View {
+    /// The view of a membership adopted.
+    pub fn of(m: &req::Membership) -> View {
+        let members: Vec<u32> = m
+            .daemons
+            .iter()
+            .map(|d| d.id)
+            .filter(|id| !m.draining.contains(id))
+            .collect();
+        let (placed, to) = match &m.moving_from {
+            Some(from) => (from.clone(), Some(members)),
+            None => (members, None),
+        };
+        let mut listed: Vec<u32> = m.daemons.iter().map(|d| d.id).collect();
+        listed.sort_unstable();
+        View {
+            listed,
+            placed: Placement::new(placed),
+            to: to.and_then(Placement::new),
+        }
+    }
+
+    /// The owners of a path's key now and, while items move, the new owners: those under
+    /// the members that are not owners now.
+    pub fn key_owners(&self, key: &[u8], r: usize) -> Option<(Vec<u32>, Vec<u32>)> {
+        let placed = self.placed.as_ref()?;
+        let h = path_hash(&eddy_proto::path::key_to_path(key)?);
+        Some(split(
+            placed.owners(h, r),
+            self.to.as_ref().map(|t| t.owners(h, r)),
+        ))
+    }
+
+    /// The same for chunk `k` of a file.
+    pub fn chunk_owners(&self, id: FileId, k: u64, r: usize) -> Option<(Vec<u32>, Vec<u32>)> {
+        let placed = self.placed.as_ref()?;
+        Some(split(
+            placed.chunk_owners(id, k, r),
+            self.to.as_ref().map(|t| t.chunk_owners(id, k, r)),
+        ))
+    }
+}
+
+/// Owners now, and the owners to come that are not among them.
+fn split(now: Vec<u32>, to: Option<Vec<u32>>) -> (Vec<u32>, Vec<u32>) {
+    let new = to
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| !now.contains(d))
+        .collect();
+    (now, new)
+}
 
 /// What a daemon needs to send copies of its changes to their other owners.
 pub struct Replicator {
     me: u32,
     replicas: usize,
-    placement: Placement,
-    peers_file: PathBuf,
+    view: RwLock<Arc<View>>,
+    /// Whether items move (a view with `to`), and whether copies go to other owners as
+    /// replicas (`sends_replicas`): read without a lock on every change.
+    moving: AtomicBool,
+    copies: AtomicBool,
+    peers_file: Option<PathBuf>,
     /// The connections to the peers, and the modification time of the file they came from.
     peers: Mutex<Option<(Arc<Daemons>, Option<SystemTime>)>>,
+    /// The connections made from the membership adopted, when one was (preferred).
+    adopted: Mutex<Option<Arc<Daemons>>>,
+    /// What connections made from a membership need besides its daemons.
+    secret: String,
+    config: Config,
 }
 
 impl Replicator {
-    /// `None` with one copy (nothing to send), or when the daemon does not know the other
-    /// daemons (no --members or no deployment file: warned).
-    pub fn new(settings: &crate::DaemonSettings) -> Option<Replicator> {
-        let replicas = settings.config.replicas;
-        if replicas <= 1 {
-            return None;
+    /// The placement of the deployment file the daemon started from (`--members`); copies
+    /// are sent only with R > 1 and the other daemons known (`copies`).
+    pub fn new(settings: &crate::DaemonSettings) -> Replicator {
+        let replicas = settings.config.replicas.max(1);
+        let listed = settings.members.clone().unwrap_or_default();
+        let placed = settings.members.clone().and_then(Placement::new);
+        if replicas > 1 && (placed.is_none() || settings.peers.is_none()) {
+            tracing::warn!(
+                "replicas = {replicas} but the daemon was not told the other daemons \
+                 (--members and --peers or --deployment): no copies of metadata are sent"
+            );
         }
-        let placement = settings.members.clone().and_then(Placement::new);
-        match (placement, &settings.peers) {
-            (Some(placement), Some(peers_file)) => Some(Replicator {
-                me: settings.id,
-                replicas,
-                placement,
-                peers_file: peers_file.clone(),
-                peers: Mutex::new(None),
-            }),
-            _ => {
-                tracing::warn!(
-                    "replicas = {replicas} but the daemon was not told the other daemons \
-                     (--members and --peers or --deployment): no copies of metadata are sent"
-                );
-                None
-            }
+        let copies = replicas > 1 && placed.is_some() && settings.peers.is_some();
+        Replicator {
+            me: settings.id,
+            replicas,
+            view: RwLock::new(Arc::new(View {
+                listed,
+                placed,
+                to: None,
+            })),
+            moving: AtomicBool::new(false),
+            copies: AtomicBool::new(copies),
+            peers_file: settings.peers.clone(),
+            peers: Mutex::new(None),
+            adopted: Mutex::new(None),
+            secret: hex::encode(&settings.secret),
+            config: settings.config.clone(),
         }
     }
 
-    /// The other owners of a metadata key (this daemon left out).
+    /// Whether copies of metadata go to other owners as replicas (R > 1, the others known).
+    pub fn sends_replicas(&self) -> bool {
+        self.copies.load(Ordering::Acquire)
+    }
+
+    /// Whether items move to new owners (the membership adopted has `moving_from`).
+    pub fn is_moving(&self) -> bool {
+        self.moving.load(Ordering::Acquire)
+    }
+
+    /// Copies per item.
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// The placement in force.
+    pub fn view(&self) -> Arc<View> {
+        self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Follows the membership `m` adopted: its placement, and connections to its daemons
+    /// (`prepare`d, connected when first used).
+    pub fn follow(&self, m: &req::Membership) -> Result<(), eddy_proto::Errno> {
+        let (view, peers) = self.prepare(m)?;
+        let copies = self.replicas > 1 && view.placed.is_some();
+        *lock(&self.adopted) = Some(Arc::new(peers));
+        self.moving.store(view.to.is_some(), Ordering::Release);
+        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(view);
+        self.copies.store(copies, Ordering::Release);
+        Ok(())
+    }
+
+    /// The placement of membership `m` and the connections to its daemons: refused when
+    /// they cannot be made (checked before `m` is adopted).
+    pub fn prepare(&self, m: &req::Membership) -> Result<(View, Daemons), eddy_proto::Errno> {
+        let view = View::of(m);
+        let dep = Deployment {
+            name: "peers".into(),
+            job: Default::default(),
+            epoch: m.epoch,
+            moving_from: m.moving_from.clone(),
+            draining: m.draining.clone(),
+            secret: self.secret.clone(),
+            config: copy_deadlines(self.config.clone()),
+            daemons: m
+                .daemons
+                .iter()
+                .map(|d| DaemonEntry {
+                    id: d.id,
+                    host: d.host.clone(),
+                    addr: d.addr.clone(),
+                    socket: d.socket.as_ref().map(PathBuf::from),
+                    root: PathBuf::from(&d.root),
+                    metrics: None,
+                })
+                .collect(),
+        };
+        let mut daemons = dep.daemons.clone();
+        daemons.sort_by_key(|d| d.id);
+        let dep = Deployment { daemons, ..dep };
+        let peers = Daemons::new(&dep)?;
+        Ok((view, peers))
+    }
+
+    /// The other owners of a metadata key (this daemon left out); while items move, a path
+    /// key's first owner adds the key's new owners.
     pub fn targets(&self, key: &[u8]) -> Vec<u32> {
-        let owners = if eddy_proto::path::is_identity_key(key) {
-            let ids = self.placement.ids();
+        let view = self.view();
+        let Some(placement) = view.placed.as_ref() else {
+            return Vec::new();
+        };
+        let mut owners = if eddy_proto::path::is_identity_key(key) {
+            if self.replicas <= 1 {
+                return Vec::new();
+            }
+            let ids = placement.ids();
             let start = ids.iter().position(|&d| d == self.me).unwrap_or(0);
             (0..self.replicas.min(ids.len()))
                 .map(|i| ids[(start + i) % ids.len()])
                 .collect()
         } else {
-            match eddy_proto::path::key_to_path(key) {
-                Some(p) => self.placement.owners(path_hash(&p), self.replicas),
+            match view.key_owners(key, self.replicas) {
+                Some((now, new)) => {
+                    let first = now.first() == Some(&self.me);
+                    let mut owners = if self.replicas > 1 { now } else { Vec::new() };
+                    if first {
+                        owners.extend(new);
+                    }
+                    owners
+                }
                 None => Vec::new(),
             }
         };
-        owners.into_iter().filter(|&d| d != self.me).collect()
+        owners.retain(|&d| d != self.me);
+        owners
     }
 
     /// The first owner of a path's record: the only daemon that grants a lease on it as a
     /// directory (decision 0075).
     pub fn first_owner(&self, path: &str) -> u32 {
-        self.placement.meta_owner(path)
+        self.view()
+            .placed
+            .as_ref()
+            .map_or(self.me, |p| p.meta_owner(path))
     }
 
-    /// The deployment's daemons.
-    pub fn members(&self) -> &[u32] {
-        self.placement.ids()
+    /// The deployment's daemons (every daemon listed).
+    pub fn members(&self) -> Vec<u32> {
+        self.view().listed.clone()
     }
 
     /// The other owners of a metadata key held here with `record` (a full resync, decision
@@ -96,7 +265,11 @@ impl Replicator {
             .ok()
             .and_then(|i| i.shared)
             .unwrap_or(self.me);
-        let ids = self.placement.ids();
+        let view = self.view();
+        let Some(placement) = view.placed.as_ref() else {
+            return Vec::new();
+        };
+        let ids = placement.ids();
         let start = ids.iter().position(|&d| d == holder).unwrap_or(0);
         (0..self.replicas.min(ids.len()))
             .map(|i| ids[(start + i) % ids.len()])
@@ -105,16 +278,19 @@ impl Replicator {
     }
 
     /// The other owners of chunk `k` of a file.
-    pub fn chunk_targets(&self, file_id: eddy_proto::FileId, k: u64) -> Vec<u32> {
-        self.placement
-            .chunk_owners(file_id, k, self.replicas)
+    pub fn chunk_targets(&self, file_id: FileId, k: u64) -> Vec<u32> {
+        self.view()
+            .placed
+            .as_ref()
+            .map(|p| p.chunk_owners(file_id, k, self.replicas))
+            .unwrap_or_default()
             .into_iter()
             .filter(|&d| d != self.me)
             .collect()
     }
 
     fn file_time(&self) -> Option<SystemTime> {
-        std::fs::metadata(&self.peers_file)
+        std::fs::metadata(self.peers_file.as_ref()?)
             .and_then(|m| m.modified())
             .ok()
     }
@@ -128,6 +304,10 @@ impl Replicator {
     /// The connections to the peers (eddy-rpc): made from the deployment file when first
     /// needed, and again when `fresh` and the file changed since.
     pub fn peers(&self, fresh: bool) -> Option<Arc<Daemons>> {
+        if let Some(adopted) = lock(&self.adopted).as_ref() {
+            return Some(adopted.clone());
+        }
+        let file = self.peers_file.as_ref()?;
         let mut peers = lock(&self.peers);
         let now = self.file_time();
         if let Some((client, at)) = peers.as_ref() {
@@ -135,14 +315,10 @@ impl Replicator {
                 return Some(client.clone());
             }
         }
-        let loaded = Deployment::load(&self.peers_file)
+        let loaded = Deployment::load(file)
             .map_err(|e| e.to_string())
             .and_then(|mut dep| {
-                // A copy that cannot be reached must cost the client's request well less
-                // than the client's own deadline (it would give up on this daemon too).
-                let c = &mut dep.config;
-                c.rpc_timeout_ms = (c.rpc_timeout_ms / 2).max(1);
-                c.connect_timeout_ms = c.connect_timeout_ms.min(c.rpc_timeout_ms);
+                dep.config = copy_deadlines(dep.config);
                 Daemons::new(&dep).map_err(|e| e.to_string())
             });
         match loaded {
@@ -152,7 +328,7 @@ impl Replicator {
                 Some(daemons)
             }
             Err(e) => {
-                tracing::warn!(file = %self.peers_file.display(), "cannot read the other daemons: {e}");
+                tracing::warn!(file = %file.display(), "cannot read the other daemons: {e}");
                 None
             }
         }
@@ -213,4 +389,13 @@ impl Replicator {
             .flatten()
             .collect()
     }
+}
+
+/// The deadlines of a copy's connections: a copy that cannot be reached must cost the
+/// client's request well less than the client's own deadline (it would give up on this
+/// daemon too).
+fn copy_deadlines(mut c: Config) -> Config {
+    c.rpc_timeout_ms = (c.rpc_timeout_ms / 2).max(1);
+    c.connect_timeout_ms = c.connect_timeout_ms.min(c.rpc_timeout_ms);
+    c
 }

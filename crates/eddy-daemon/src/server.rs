@@ -139,6 +139,11 @@ impl Daemon {
         let supervisor = tokio::spawn(supervise(Arc::clone(&state), tcp, unix));
         tokio::spawn(crate::stats::sampler(Arc::clone(&state)));
         tokio::spawn(crate::stats::persister(Arc::clone(&state)));
+        if state.placement().is_moving() {
+            // Restarted during a move: what leaves this daemon is hinted again.
+            let st = Arc::clone(&state);
+            tokio::spawn(async move { st.scan_moves().await });
+        }
         if state.repair().is_some() {
             tokio::spawn(crate::repair::repair_loop(Arc::clone(&state)));
             if state.repair().is_some_and(|r| r.is_rejoining()) {
@@ -246,17 +251,15 @@ pub(crate) async fn open_state(settings: DaemonSettings) -> Result<Arc<State>, D
             message: e.to_string(),
         })?
         .with_members(members.map(|p| (p, settings.id)));
-        let hints = match settings.config.replicas > 1 {
-            true => Some(
-                meta.hint_records()
-                    .and_then(crate::hints::Hints::open)
-                    .map_err(|e| DaemonError::Meta {
-                        path: root.join(META_DIR),
-                        message: e.to_string(),
-                    })?,
-            ),
-            false => None,
-        };
+        // With one copy too: a move's copies are hints (decision 0081).
+        let hints = Some(
+            meta.hint_records()
+                .and_then(crate::hints::Hints::open)
+                .map_err(|e| DaemonError::Meta {
+                    path: root.join(META_DIR),
+                    message: e.to_string(),
+                })?,
+        );
         let members =
             crate::members::Members::open(settings.id, root, settings.epoch).map_err(|e| {
                 DaemonError::Meta {

@@ -37,10 +37,14 @@ pub struct State {
     pub instance: u64,
     /// Set to true to stop the daemon.
     pub shutdown: watch::Sender<bool>,
-    /// Sends copies of metadata changes to their other owners (replicas > 1).
-    replicator: Option<crate::replicate::Replicator>,
-    /// Hints, the repair loop and rejoining (replicas > 1; decision 0021).
+    /// The placement this daemon follows, and the copies of metadata changes it sends to
+    /// their other owners (replicas > 1, or items moving: decision 0081).
+    replicator: crate::replicate::Replicator,
+    /// Hints, the repair loop and rejoining (decision 0021); with one copy, only the hints
+    /// and pushes of a move (decision 0081).
     repair: Option<crate::repair::Repair>,
+    /// A move's scan, pacing and count (decision 0081).
+    pub(crate) mover: crate::moving::Mover,
     /// What this daemon counts of the I/O it serves (decision 0032).
     pub stats: crate::stats::Stats,
     /// Direct local I/O's leases and tokens (decision 0048).
@@ -101,10 +105,15 @@ impl State {
             settings.config.meta_reserve_bytes,
         );
         let replicator = crate::replicate::Replicator::new(&settings);
-        let repair = match (&replicator, hints) {
-            (Some(_), Some(h)) => Some(crate::repair::Repair::new(h, settings.rejoin)),
-            _ => None,
-        };
+        if let Some(m) = members.adopted() {
+            if let Err(e) = replicator.follow(&m) {
+                tracing::warn!(epoch = m.epoch, "cannot follow the membership kept: {e}");
+            }
+        }
+        // Rejoining takes what the other copies hold: with one copy there are none.
+        let rejoin = settings.rejoin && replicator.sends_replicas();
+        let repair = hints.map(|h| crate::repair::Repair::new(h, rejoin));
+        let mover = crate::moving::Mover::new(&settings.config, replicator.is_moving());
         let stats =
             crate::stats::Stats::new(&settings.config, settings.id, &settings.host, &settings.job);
         let instance = rand::random();
@@ -113,6 +122,7 @@ impl State {
             stats,
             replicator,
             repair,
+            mover,
             room,
             settings,
             meta,
@@ -209,14 +219,31 @@ impl State {
             .store(true, std::sync::atomic::Ordering::Release);
     }
 
-    /// The repair side (replicas > 1).
+    /// The hints and their pushes (repair with replicas > 1, a move with any).
     pub(crate) fn repair(&self) -> Option<&crate::repair::Repair> {
         self.repair.as_ref()
     }
 
-    /// The copier of metadata (replicas > 1).
+    /// The placement this daemon follows and its connections to the others.
+    pub(crate) fn placement(&self) -> &crate::replicate::Replicator {
+        &self.replicator
+    }
+
+    /// The copier of metadata as replication knows it: replicas > 1 and the other daemons
+    /// known.
     pub(crate) fn replicator(&self) -> Option<&crate::replicate::Replicator> {
-        self.replicator.as_ref()
+        self.replicator.sends_replicas().then_some(&self.replicator)
+    }
+
+    /// Repair as replication knows it (replicas > 1, the other daemons known): what
+    /// `RepairFor`, `Repair`, `Hint` and rejoining use.
+    pub(crate) fn copies_repair(&self) -> Option<&crate::repair::Repair> {
+        self.replicator().and(self.repair())
+    }
+
+    /// Whether the metadata keys a request changes go to other daemons: copies, or a move.
+    pub(crate) fn sends_changes(&self) -> bool {
+        self.replicator.is_moving() || self.replicator().is_some()
     }
 
     /// Executes one request that came over connection `conn`, by its handler (`ops`). A
@@ -431,9 +458,9 @@ impl State {
         if changed.is_empty() {
             return;
         }
-        let accounted = match &self.replicator {
-            Some(replicator) => self.forward(replicator, changed.clone()).await,
-            None => true,
+        let accounted = match self.sends_changes() {
+            true => self.forward(&self.replicator, changed.clone()).await,
+            false => true,
         };
         // Every other owner has the changes now, or a hint says it missed them; else the
         // marks stay for the next start (decision 0080).

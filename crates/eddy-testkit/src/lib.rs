@@ -307,6 +307,50 @@ impl Cluster {
         }
     }
 
+    /// Starts `n` more daemons on this deployment, with the next ids and the same secret and
+    /// config: the hosts file is rewritten first to list them too (at its epoch, with
+    /// `moving_from` as given: what clients place by while items move to them, decision
+    /// 0081), the new daemons start from it, then it is written again with their addresses.
+    /// Returns their ids.
+    pub fn add_daemons(&mut self, n: usize, moving_from: Option<Vec<u32>>) -> Vec<u32> {
+        let first = self.dep.daemons.iter().map(|d| d.id + 1).max().unwrap_or(0);
+        let ids: Vec<u32> = (first..first + n as u32).collect();
+        for &id in &ids {
+            let root = self.dir.path().join(format!("d{id}"));
+            self.dep.daemons.push(DaemonEntry {
+                id,
+                host: "localhost".into(),
+                addr: "127.0.0.1:0".into(),
+                socket: Some(root.join("eddyd.sock")),
+                root,
+                metrics: None,
+            });
+        }
+        self.dep.moving_from = moving_from;
+        self.dep
+            .save(&self.deployment_file)
+            .expect("save deployment");
+        let at = self.dep.daemons.len() - n;
+        let launched: Vec<Child> = self.dep.daemons[at..]
+            .iter()
+            .map(|d| launch_daemon(d, &self.deployment_file, "127.0.0.1:0"))
+            .collect();
+        for (i, child) in launched.into_iter().enumerate() {
+            let (child, addr) = await_ready(child, &self.dep.daemons[at + i]);
+            self.dep.daemons[at + i].addr = addr;
+            self.children.push(Some(child));
+        }
+        self.dep
+            .save(&self.deployment_file)
+            .expect("save deployment");
+        ids
+    }
+
+    /// Daemon i's entry in the hosts file.
+    pub fn entry(&self, i: usize) -> &DaemonEntry {
+        &self.dep.daemons[i]
+    }
+
     /// Starts daemon i again on the same root and the same address.
     pub fn restart(&mut self, i: usize) {
         let addr = self.dep.daemons[i].addr.clone();

@@ -345,6 +345,16 @@ impl ChunkStore {
         out.sort_unstable();
         out
     }
+
+    /// The chunks of one file held here, ascending.
+    pub fn held_of(&self, id: FileId) -> Vec<u64> {
+        let Some(slot) = self.slot(id) else {
+            return Vec::new();
+        };
+        let mut out: Vec<u64> = lock(&slot.chunks).keys().copied().collect();
+        out.sort_unstable();
+        out
+    }
 }
 
 #[cfg(test)]

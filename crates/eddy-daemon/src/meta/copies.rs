@@ -68,4 +68,30 @@ impl MetaStore {
         }
         Ok(())
     }
+
+    /// Whether an identity record of a hard link (`path::identity_key`) is held here.
+    pub fn holds_identity_records(&self) -> Result<bool, Errno> {
+        match self.meta.prefix([0xFFu8]).next() {
+            Some(guard) => guard.key().map(|_| true).map_err(|e| fjall_err("scan", e)),
+            None => Ok(false),
+        }
+    }
+
+    /// Deletes the key's record here only: no change noted, no copy, no pending mark (a
+    /// move's collect, decision 0081: the record now lives on its owners). Returns whether
+    /// it was held.
+    pub fn drop_local(&self, key: &[u8]) -> Result<bool, Errno> {
+        let _guard = self.locks.lock(key);
+        if self
+            .meta
+            .get(key)
+            .map_err(|e| fjall_err("get", e))?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        self.meta.remove(key).map_err(|e| fjall_err("remove", e))?;
+        self.entries.fetch_sub(1, Ordering::Relaxed);
+        Ok(true)
+    }
 }

@@ -67,19 +67,10 @@ impl Serve for req::Epoch {
 }
 
 /// A coordinating command's membership: adopted when newer (kept in the root first), else
-/// only a question; replies the daemon's state either way.
+/// only a question; a move's copy, cut-over and collect (`moving.rs`); replies the daemon's
+/// state either way.
 impl Serve for req::Membership {
     async fn serve(self, st: &Arc<State>, _conn: ConnId) -> Result<MembershipState, Errno> {
-        if self.epoch > st.members.epoch() {
-            st.members.check(&self)?;
-            if self.moving_from.is_some() {
-                return Err(Errno::new(
-                    libc::EOPNOTSUPP,
-                    "this daemon does not move items between owners yet",
-                ));
-            }
-            st.blocking_any(move |st| st.members.adopt(&self)).await??;
-        }
-        Ok(st.members.state(0, false))
+        st.membership(self).await
     }
 }

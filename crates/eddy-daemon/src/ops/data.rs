@@ -21,6 +21,7 @@ impl Apply for req::Write {
             sums,
             backing.as_ref(),
         )?;
+        st.note_moved_chunks(self.file_id, self.pieces.iter().map(|p| p.chunk))?;
         if let Some(hint) = self.hint {
             st.preallocate_ahead(self.file_id, &self.pieces, hint);
         }
@@ -67,20 +68,25 @@ impl Apply for req::Read {
 
 impl Apply for req::Allocate {
     fn apply(self, st: &State) -> Result<(), Errno> {
-        st.with_room(|| st.chunks.allocate(self.file_id, &self.pieces))
+        st.with_room(|| st.chunks.allocate(self.file_id, &self.pieces))?;
+        st.note_moved_chunks(self.file_id, self.pieces.iter().map(|p| p.chunk))
     }
 }
 
 impl Apply for req::TruncateData {
     fn apply(self, st: &State) -> Result<(), Errno> {
+        let held = st.chunks.held_of(self.file_id);
         st.chunks.truncate(self.file_id, self.size)?;
+        st.note_moved_chunks(self.file_id, held)?;
         st.tier.truncated(self.file_id, self.size)
     }
 }
 
 impl Apply for req::RemoveData {
     fn apply(self, st: &State) -> Result<(), Errno> {
+        let held = st.chunks.held_of(self.file_id);
         st.chunks.remove(self.file_id)?;
+        st.note_moved_chunks(self.file_id, held)?;
         st.tier.forget(self.file_id)
     }
 }

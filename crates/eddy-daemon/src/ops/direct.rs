@@ -68,10 +68,16 @@ impl Serve for req::DirectCommit {
                     // Written by the kernel (FUSE passthrough): anywhere, unreported. Its
                     // chunks are recorded now; its blocks are checksummed after the reply,
                     // the file marked until then (decision 0049).
-                    match whole {
+                    let grown = match whole {
                         true => st.chunks.adopt_chunks(id),
                         false => Ok(0),
+                    }?;
+                    // Direct writes while items move: every chunk of the file held here
+                    // goes to its new owners (the ranges do not name a passthrough's).
+                    if st.placement().is_moving() {
+                        st.note_moved_chunks(id, st.chunks.held_of(id))?;
                     }
+                    Ok::<_, Errno>(grown)
                 })
                 .await??;
             st.stats.wrote_directly(id, grown);

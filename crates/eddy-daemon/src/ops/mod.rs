@@ -114,7 +114,7 @@ impl State {
     /// Applies a request, noting the metadata keys it changed when they have copies on
     /// other daemons (decision 0020).
     fn apply_captured<R: Apply>(&self, r: R) -> (Response, Vec<Vec<u8>>) {
-        if self.replicator().is_none() {
+        if !self.sends_changes() {
             return (self.apply_one(r), Vec::new());
         }
         crate::meta::changes::capture(|| self.apply_one(r))

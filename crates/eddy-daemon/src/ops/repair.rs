@@ -59,6 +59,8 @@ impl Apply for req::PutChunk {
         }
         let data = self.present.then_some(&self.data[..]);
         let digest = st.with_room(|| chunks.put_whole(self.file_id, self.chunk, data, sums))?;
+        // A repair of this daemon's copy while items move: it goes on to the new owners.
+        st.note_moved_chunks(self.file_id, [self.chunk])?;
         Ok(vec![digest])
     }
 }

@@ -14,6 +14,7 @@ mod fault;
 mod fuzz_daemon;
 mod handshake;
 mod lock_restart;
+mod moves;
 mod netns;
 mod peer_bounds;
 mod placement;

@@ -1,0 +1,531 @@
+//! Moves of items between owners (decision 0081) with real daemons: a deployment of three
+//! grows to six and one of six shrinks to four, with one copy and with two. Each test writes
+//! files through a client, makes every daemon adopt the copy epoch (`moving_from`), waits
+//! until none holds anything left to copy, adopts the cut-over, waits again, writes the hosts
+//! file of the new epoch, collects, and reads every file back through a new client made from
+//! that file. The bytes the move added on the members are compared with the bytes whose owner
+//! set changed, computed from placement; the daemons that lost items hold fewer chunks after
+//! the collect, and a drained daemon holds nothing.
+
+use eddy_client::{Client, Creds};
+use eddy_config::{Config, Deployment};
+use eddy_placement::Placement;
+use eddy_proto::{req, DaemonStatus, FileId, MembershipState};
+use eddy_rpc::{Daemons, Failure};
+use eddy_testkit::{pattern, read_all, Cluster};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+fn config(replicas: usize) -> Config {
+    Config {
+        replicas,
+        rpc_timeout_ms: 5_000,
+        connect_timeout_ms: 2_000,
+        repair_interval_ms: 100,
+        ..eddy_testkit::test_config()
+    }
+}
+
+/// The files a test writes: path → bytes (sizes from empty to a few chunks).
+fn files() -> BTreeMap<String, Vec<u8>> {
+    (0..36u64)
+        .map(|i| {
+            let dir = ["a", "b", "c/d"][(i % 3) as usize];
+            let len = ((i * 37_001) % 300_000) as usize;
+            (format!("/{dir}/f{i}"), pattern(i + 1, 0, len))
+        })
+        .collect()
+}
+
+/// Writes `files` through `c`.
+async fn write_files(c: &Client, files: &BTreeMap<String, Vec<u8>>) {
+    let root = Creds::root();
+    for dir in ["/a", "/b", "/c", "/c/d"] {
+        c.mkdir(dir, 0o755, root).await.unwrap();
+    }
+    for (path, data) in files {
+        let f = c.create(path, 0o644, true, root).await.unwrap();
+        if !data.is_empty() {
+            c.pwrite(&f, 0, data).await.unwrap();
+        }
+        c.close(&f).await.unwrap();
+    }
+}
+
+/// Each file's id and size, as `c` finds them (checked against `files`).
+async fn file_ids(c: &Client, files: &BTreeMap<String, Vec<u8>>) -> Vec<(FileId, u64)> {
+    let mut ids = Vec::new();
+    for (path, data) in files {
+        let st = c.stat(path).await.unwrap();
+        assert_eq!(st.size, data.len() as u64, "{path}");
+        ids.push((st.file_id, st.size));
+    }
+    ids
+}
+
+/// The file `change_files` removes.
+const REMOVED: &str = "/c/d/f14";
+
+/// Changes made while items move, through a client of the copy epoch (which places by the
+/// daemons items move from): part of a file overwritten, one cut, one removed, one made.
+async fn change_files(c: &Client, files: &mut BTreeMap<String, Vec<u8>>) {
+    let root = Creds::root();
+    let (big, cut) = ("/a/f6", "/b/f22");
+    let f = c.open(big, libc::O_RDWR, 0, root).await.unwrap();
+    let patch = pattern(999, 0, 100_000);
+    c.pwrite(&f, 70_000, &patch).await.unwrap();
+    c.close(&f).await.unwrap();
+    let data = files.get_mut(big).unwrap();
+    data[70_000..170_000].copy_from_slice(&patch);
+
+    c.truncate(cut, 10_000, root).await.unwrap();
+    files.get_mut(cut).unwrap().truncate(10_000);
+
+    c.unlink(REMOVED, root).await.unwrap();
+    assert!(files.remove(REMOVED).is_some_and(|d| !d.is_empty()));
+
+    let made = pattern(1000, 0, 250_000);
+    let f = c.create("/b/made", 0o644, true, root).await.unwrap();
+    c.pwrite(&f, 0, &made).await.unwrap();
+    c.close(&f).await.unwrap();
+    files.insert("/b/made".into(), made);
+}
+
+/// Bytes that must be copied when chunks move from placement `from` to `to`: each chunk's
+/// length once per owner under `to` that is not an owner under `from`.
+fn bytes_to_move(files: &[(FileId, u64)], cs: u64, r: usize, from: &[u32], to: &[u32]) -> u64 {
+    let (from, to) = (
+        Placement::new(from.to_vec()).unwrap(),
+        Placement::new(to.to_vec()).unwrap(),
+    );
+    let mut n = 0;
+    for &(id, size) in files {
+        for k in 0..size.div_ceil(cs) {
+            let len = cs.min(size - k * cs);
+            let before = from.chunk_owners(id, k, r);
+            let new = to
+                .chunk_owners(id, k, r)
+                .into_iter()
+                .filter(|d| !before.contains(d))
+                .count();
+            n += len * new as u64;
+        }
+    }
+    n
+}
+
+/// The connections a coordinating tool uses: every daemon listed in `dep`.
+fn tool(dep: &Deployment) -> Daemons {
+    Daemons::new(dep).unwrap()
+}
+
+fn membership(
+    dep: &Deployment,
+    epoch: u64,
+    moving_from: Option<Vec<u32>>,
+    draining: Vec<u32>,
+    collect: bool,
+) -> req::Membership {
+    req::Membership {
+        epoch,
+        daemons: dep
+            .daemons
+            .iter()
+            .map(|d| req::Member {
+                id: d.id,
+                host: d.host.clone(),
+                addr: d.addr.clone(),
+                socket: d.socket.as_ref().map(|s| s.display().to_string()),
+                root: d.root.display().to_string(),
+            })
+            .collect(),
+        draining,
+        moving_from,
+        collect,
+    }
+}
+
+/// Sends `m` to every daemon of `ids` until each answers with nothing left to copy (at most
+/// a minute of rounds); returns their answers.
+async fn until_nothing_left(t: &Daemons, ids: &[u32], m: &req::Membership) -> Vec<MembershipState> {
+    let mut last = Vec::new();
+    for _ in 0..600 {
+        last.clear();
+        for &id in ids {
+            last.push(t.try_call(id, m.clone()).await);
+        }
+        if last.iter().all(|r| r.as_ref().is_ok_and(|s| s.left == 0)) {
+            return last.into_iter().map(Result::unwrap).collect();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("items still left to copy after a minute: {last:?}");
+}
+
+async fn status(t: &Daemons, id: u32) -> DaemonStatus {
+    t.try_call(id, req::Status).await.unwrap()
+}
+
+/// A client of the hosts file at its epoch, told that epoch on every connection.
+async fn client_at(dep: &Deployment) -> Client {
+    let c = Client::new(dep.clone()).unwrap();
+    for d in &dep.daemons {
+        c.call_daemon(d.id, req::Epoch { epoch: dep.epoch })
+            .await
+            .unwrap();
+    }
+    c
+}
+
+/// What a move did, as the test measured it.
+struct Moved {
+    /// Bytes of chunks the move added (on the daemons that joined, else on every member),
+    /// and the least it had to.
+    added: u64,
+    least: u64,
+    /// Chunks and keys per daemon, before the move and after the collect.
+    before: BTreeMap<u32, (u64, u64)>,
+    after: BTreeMap<u32, (u64, u64)>,
+    /// Every file's id and size once the changes were made.
+    ids: Vec<(FileId, u64)>,
+}
+
+/// Runs a whole move on `cluster`, from the daemons `from` to the members `to` (the
+/// daemons listed but not in `to` drained), with `change_files` during the copy when
+/// `change`, and checks every file reads back after it (the removed one is gone).
+fn run_move(
+    cluster: &mut Cluster,
+    rt: &tokio::runtime::Runtime,
+    files: &mut BTreeMap<String, Vec<u8>>,
+    from: &[u32],
+    to: &[u32],
+    change: bool,
+) -> Moved {
+    let (cs, r) = (cluster.dep.config.chunk_size, cluster.dep.config.replicas);
+    let listed: Vec<u32> = cluster.dep.daemons.iter().map(|d| d.id).collect();
+    let draining: Vec<u32> = listed.iter().copied().filter(|d| !to.contains(d)).collect();
+    let t = tool(&cluster.dep);
+    let counts = |t: &Daemons| {
+        rt.block_on(async {
+            let mut out = BTreeMap::new();
+            for &id in &listed {
+                let s = status(t, id).await;
+                out.insert(id, (s.chunks, s.entries));
+            }
+            out
+        })
+    };
+    // The bytes the move added are counted on the daemons that join (only the move writes
+    // there), else on every member (nothing else changes meanwhile then).
+    let joining: Vec<u32> = to.iter().copied().filter(|d| !from.contains(d)).collect();
+    let counted = if joining.is_empty() {
+        to.to_vec()
+    } else {
+        joining
+    };
+    let bytes = |t: &Daemons| -> BTreeMap<u32, u64> {
+        rt.block_on(async {
+            let mut out = BTreeMap::new();
+            for &id in &counted {
+                out.insert(id, status(t, id).await.chunk_bytes);
+            }
+            out
+        })
+    };
+    let before = counts(&t);
+    let held_before = bytes(&t);
+
+    // Copy: every daemon adopts epoch 1, moving from `from`.
+    let copy = membership(
+        &cluster.dep,
+        1,
+        Some(from.to_vec()),
+        draining.clone(),
+        false,
+    );
+    rt.block_on(async {
+        for &id in &listed {
+            let s = t.try_call(id, copy.clone()).await.unwrap();
+            assert!(s.epoch == 1 && s.moving, "daemon {id}: {s:?}");
+        }
+    });
+    // A client of epoch 1 places by `from`.
+    let mut placed = cluster.dep.clone();
+    placed.daemons.retain(|d| from.contains(&d.id));
+    (placed.epoch, placed.moving_from, placed.draining) = (1, None, Vec::new());
+    let ids = rt.block_on(async {
+        let c = client_at(&placed).await;
+        if change {
+            change_files(&c, files).await;
+        }
+        file_ids(&c, files).await
+    });
+    let states = rt.block_on(until_nothing_left(&t, &listed, &copy));
+    assert!(
+        states.iter().all(|s| s.epoch == 1 && s.moving),
+        "{states:?}"
+    );
+    let held_after = bytes(&t);
+    let added: u64 = counted
+        .iter()
+        .map(|id| held_after[id].saturating_sub(held_before[id]))
+        .sum();
+
+    // Cut-over: epoch 2 without moving_from; then nothing left anywhere.
+    let cut = membership(&cluster.dep, 2, None, draining.clone(), false);
+    let states = rt.block_on(until_nothing_left(&t, &listed, &cut));
+    assert!(
+        states.iter().all(|s| s.epoch == 2 && !s.moving),
+        "{states:?}"
+    );
+
+    // The hosts file at epoch 2 (drained daemons still listed until they are empty).
+    cluster.dep.epoch = 2;
+    cluster.dep.moving_from = None;
+    cluster.dep.draining = draining.clone();
+    cluster.dep.save(&cluster.deployment_file).unwrap();
+
+    let collect = membership(&cluster.dep, 2, None, draining.clone(), true);
+    rt.block_on(async {
+        for &id in &listed {
+            let s = t.try_call(id, collect.clone()).await.unwrap();
+            assert!(s.collected && s.left == 0, "daemon {id}: {s:?}");
+            // Idempotent.
+            let again = t.try_call(id, collect.clone()).await.unwrap();
+            assert!(again.collected, "daemon {id}: {again:?}");
+        }
+    });
+    let after = counts(&t);
+
+    // The drained daemons leave the hosts file; a new client reads everything back.
+    let mut settled = cluster.dep.clone();
+    settled.daemons.retain(|d| to.contains(&d.id));
+    settled.draining.clear();
+    rt.block_on(async {
+        let c = client_at(&settled).await;
+        for (path, data) in files.iter() {
+            let got = read_all(&c, path).await;
+            assert!(
+                got == *data,
+                "{path}: {} bytes read, {} written",
+                got.len(),
+                data.len()
+            );
+        }
+        if change {
+            let e = c
+                .stat(REMOVED)
+                .await
+                .expect_err("a file removed while moving");
+            assert_eq!(e.errno, libc::ENOENT, "{e}");
+        }
+    });
+    Moved {
+        added,
+        least: bytes_to_move(&ids, cs, r, from, to),
+        before,
+        after,
+        ids,
+    }
+}
+
+fn check_bytes(m: &Moved) {
+    eprintln!(
+        "move: {} bytes added, {} bytes had to move ({:.3}x)",
+        m.added,
+        m.least,
+        m.added as f64 / m.least.max(1) as f64
+    );
+    assert!(m.least > 0, "the test's files must have chunks that move");
+    assert!(
+        m.added >= m.least,
+        "{} added < {} to move",
+        m.added,
+        m.least
+    );
+    assert!(
+        m.added * 10 <= m.least * 12,
+        "{} bytes added for {} that had to move: more than 1.2x",
+        m.added,
+        m.least
+    );
+}
+
+fn grow(replicas: usize) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut cluster = Cluster::start_with(3, config(replicas));
+    let cs = cluster.dep.config.chunk_size;
+    let mut files = files();
+    rt.block_on(async {
+        let c = cluster.client().await;
+        write_files(&c, &files).await
+    });
+    let new = cluster.add_daemons(3, Some(vec![0, 1, 2]));
+    assert_eq!(new, vec![3, 4, 5]);
+    let m = run_move(
+        &mut cluster,
+        &rt,
+        &mut files,
+        &[0, 1, 2],
+        &[0, 1, 2, 3, 4, 5],
+        true,
+    );
+    check_bytes(&m);
+    for old in 0..3 {
+        assert!(
+            m.after[&old].0 < m.before[&old].0,
+            "daemon {old} kept every chunk: {:?} → {:?}",
+            m.before[&old],
+            m.after[&old]
+        );
+    }
+    for new in 3..6 {
+        assert!(m.after[&new].0 > 0, "daemon {new} took no chunk");
+    }
+    let total = |s: &BTreeMap<u32, (u64, u64)>| s.values().map(|c| c.0).sum::<u64>();
+    let chunks = m
+        .ids
+        .iter()
+        .map(|&(_, size)| size.div_ceil(cs))
+        .sum::<u64>();
+    assert_eq!(
+        total(&m.after),
+        chunks * replicas as u64,
+        "every chunk is held {replicas} times after the move: {:?} → {:?}",
+        m.before,
+        m.after
+    );
+}
+
+#[test]
+fn a_deployment_of_three_grows_to_six_with_one_copy_and_every_file_reads_back() {
+    grow(1);
+}
+
+#[test]
+fn a_deployment_of_three_grows_to_six_with_two_copies_and_keeps_both() {
+    grow(2);
+}
+
+#[test]
+fn a_deployment_of_six_shrinks_to_four_and_the_drained_daemons_end_empty() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut cluster = Cluster::start_with(6, config(1));
+    let mut files = files();
+    rt.block_on(async {
+        let c = cluster.client().await;
+        write_files(&c, &files).await
+    });
+    let m = run_move(
+        &mut cluster,
+        &rt,
+        &mut files,
+        &[0, 1, 2, 3, 4, 5],
+        &[0, 1, 2, 3],
+        false,
+    );
+    check_bytes(&m);
+    for drained in [4, 5] {
+        assert!(m.before[&drained].0 > 0, "daemon {drained} held no chunk");
+        assert_eq!(
+            m.after[&drained],
+            (0, 0),
+            "daemon {drained}: chunks and keys left after the collect"
+        );
+    }
+}
+
+#[test]
+fn a_move_is_refused_while_hard_links_exist_and_a_collect_while_moving_is_refused() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut cluster = Cluster::start_with(3, config(1));
+    rt.block_on(async {
+        let c = cluster.client().await;
+        let root = Creds::root();
+        let f = c.create("/x", 0o644, true, root).await.unwrap();
+        c.close(&f).await.unwrap();
+        c.link("/x", "/y", root).await.unwrap();
+    });
+    cluster.add_daemons(1, Some(vec![0, 1, 2]));
+    let t = tool(&cluster.dep);
+    let m = membership(&cluster.dep, 1, Some(vec![0, 1, 2]), Vec::new(), false);
+    let refused = rt.block_on(async {
+        let mut refused = Vec::new();
+        for id in 0..4 {
+            match t.try_call(id, m.clone()).await {
+                Err(Failure::Daemon(e)) => {
+                    assert_eq!(e.errno, libc::EOPNOTSUPP, "daemon {id}: {e}");
+                    assert!(e.msg.contains("hard links"), "{e}");
+                    refused.push(id);
+                }
+                Err(e) => panic!("daemon {id}: {e:?}"),
+                Ok(s) => assert!(s.moving, "daemon {id} answered {s:?}"),
+            }
+        }
+        refused
+    });
+    assert!(
+        !refused.is_empty(),
+        "the daemon holding the identity record refused the move"
+    );
+    // A collect while items move is refused: the daemons that adopted the move are not at a
+    // settled epoch.
+    let adopted: Vec<u32> = (0..4).filter(|id| !refused.contains(id)).collect();
+    rt.block_on(async {
+        for id in adopted {
+            let mut c = m.clone();
+            c.collect = true;
+            match t.try_call(id, c).await {
+                Err(Failure::Daemon(e)) => assert_eq!(e.errno, libc::EINVAL, "{e}"),
+                other => panic!("daemon {id}: a collect while moving answered {other:?}"),
+            }
+        }
+    });
+}
+
+#[test]
+fn a_collect_waits_until_every_copy_reached_its_new_owner() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut cluster = Cluster::start_with(3, config(1));
+    let files = files();
+    rt.block_on(async {
+        let c = cluster.client().await;
+        write_files(&c, &files).await
+    });
+    cluster.add_daemons(1, Some(vec![0, 1, 2]));
+    // The new daemon is down: what moves to it stays hinted on the others.
+    cluster.kill(3);
+    let t = tool(&cluster.dep);
+    let copy = membership(&cluster.dep, 1, Some(vec![0, 1, 2]), Vec::new(), false);
+    let cut = membership(&cluster.dep, 2, None, Vec::new(), false);
+    let mut collect = cut.clone();
+    collect.collect = true;
+    rt.block_on(async {
+        let mut left = 0;
+        for id in 0..3 {
+            left += t.try_call(id, copy.clone()).await.unwrap().left;
+        }
+        assert!(left > 0, "items move to daemon 3");
+        let mut refused = 0;
+        for id in 0..3 {
+            t.try_call(id, cut.clone()).await.unwrap();
+            let s = t.try_call(id, cut.clone()).await.unwrap();
+            if s.left == 0 {
+                continue;
+            }
+            match t.try_call(id, collect.clone()).await {
+                Err(Failure::Daemon(e)) => {
+                    assert_eq!(e.errno, libc::EAGAIN, "daemon {id}: {e}");
+                    refused += 1;
+                }
+                other => panic!("daemon {id} holds {} hints; collect: {other:?}", s.left),
+            }
+            let s = t.try_call(id, cut.clone()).await.unwrap();
+            assert!(!s.collected, "daemon {id}: {s:?}");
+        }
+        assert!(
+            refused > 0,
+            "some daemon still holds what moves to daemon 3"
+        );
+    });
+}
