@@ -37,6 +37,10 @@ pub enum BenchCommand {
     /// stop` until none runs, and the memory of an idle daemon, for each N of --daemons
     /// (decision 0076).
     Deploy(DeployArgs),
+    /// Measure what a grow costs a job that writes through it: the writer's rate before,
+    /// during and after `eddy grow`, and the bytes moved against the minimum (decision 0081),
+    /// with the same writer on the raw storage in the same run.
+    Grow(GrowArgs),
     /// Measure DFRA's allocation on a live pool: I/O servers and compute nodes in network
     /// namespaces, each server's link rate-limited with `tc`; scaling, isolation and anomaly
     /// screening, each against its baseline in the same run (needs root; decision 0039).
@@ -171,6 +175,35 @@ pub struct DeployArgs {
     /// How long the daemons stay idle before their memory is read, in seconds.
     #[arg(long, default_value_t = 2)]
     pub idle_s: u64,
+    /// Write the results as JSON to this file (`-` = stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct GrowArgs {
+    /// Daemons the deployment starts with.
+    #[arg(long, default_value_t = 3)]
+    pub daemons: u32,
+    /// Daemons the grow adds.
+    #[arg(long, default_value_t = 3)]
+    pub add: u32,
+    /// Bytes of the data set the writer rewrites (suffixes K, M, G).
+    #[arg(long, value_name = "BYTES", default_value = "512M", value_parser = parse_bytes)]
+    pub data: u64,
+    /// Bytes of each file of the data set.
+    #[arg(long, value_name = "BYTES", default_value = "8M", value_parser = parse_bytes)]
+    pub file_size: u64,
+    /// The deployment's chunk size, and the writer's request size.
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_bytes)]
+    pub chunk_size: u64,
+    /// Seconds the writer's rate is measured before the grow, and after it.
+    #[arg(long, default_value_t = 5)]
+    pub window_s: u64,
+    /// Directory for the daemons' storage roots and the raw storage's files (a fresh
+    /// sub-directory, removed at the end); default /var/tmp.
+    #[arg(long, value_name = "DIR")]
+    pub storage: Option<PathBuf>,
     /// Write the results as JSON to this file (`-` = stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,

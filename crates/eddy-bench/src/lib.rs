@@ -25,6 +25,7 @@ pub mod args;
 mod coord;
 mod deploy;
 pub mod fs;
+mod grow;
 mod hist;
 mod interrupt;
 mod msg;
@@ -55,6 +56,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Tier(a) => tier::run(a),
         BenchCommand::Writeback(a) => tier::writeback::run(a),
         BenchCommand::Deploy(a) => deploy::run(a),
+        BenchCommand::Grow(a) => grow::run(a),
         BenchCommand::Alloc(a) => alloc::run(a),
         BenchCommand::Worker(a) => worker::main(a),
     }

@@ -152,8 +152,22 @@ impl File {
 impl Client {
     // ---------------------------------------------------------------- files
 
-    /// open(2) with libc O_* flags.
+    /// open(2) with libc O_* flags. An open that met a daemon of a newer membership
+    /// (EREMCHG: the view is followed by then) is made again from the start, under the new
+    /// view (decision 0081).
     pub async fn open(
+        &self,
+        path: &str,
+        flags: i32,
+        mode: u32,
+        creds: Creds,
+    ) -> Result<File, Errno> {
+        self.rpc()
+            .retry_moved(|| self.open_once(path, flags, mode, creds))
+            .await
+    }
+
+    async fn open_once(
         &self,
         path: &str,
         flags: i32,

@@ -167,13 +167,14 @@ impl Members {
     }
 
     /// What a `Membership` reply says of this daemon (the move's part by the caller).
-    pub(crate) fn state(&self, left: u64, collected: bool) -> MembershipState {
+    pub(crate) fn state(&self, left: u64, collected: bool, moved_bytes: u64) -> MembershipState {
         let moving = self.adopted().is_some_and(|m| m.moving_from.is_some());
         MembershipState {
             epoch: self.epoch(),
             moving,
             left,
             collected,
+            moved_bytes,
         }
     }
 }

@@ -133,7 +133,11 @@ impl State {
         if m.collect {
             self.collect_request(m.epoch).await?;
         }
-        Ok(self.members.state(self.left(), self.members.collected()))
+        Ok(self.members.state(
+            self.left(),
+            self.members.collected(),
+            self.mover.moved_bytes(),
+        ))
     }
 
     /// Items still to copy from here: hints held, and one while the scan is not done.

@@ -13,6 +13,7 @@ mod deploy;
 mod history;
 mod metrics;
 mod profile;
+mod resize;
 mod stats;
 mod sysmap;
 mod walltime;

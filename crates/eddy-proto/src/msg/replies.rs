@@ -182,13 +182,15 @@ pub enum Reply {
 /// A daemon's membership as it stands (`Membership`, decision 0081): its epoch, whether items
 /// still move from an older placement, and how many of its items still wait to be copied to
 /// their new owners (its move hints); `collected`: at a settled epoch, what it does not own
-/// any more has been deleted.
+/// any more has been deleted; `moved_bytes`: the bytes of chunks it pushed for moves since it
+/// started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MembershipState {
     pub epoch: u64,
     pub moving: bool,
     pub left: u64,
     pub collected: bool,
+    pub moved_bytes: u64,
 }
 
 /// The answer to a `Lease`: granted with the lease's id (unique on its granter), or refused;
