@@ -8,13 +8,18 @@ use clap::Args;
 use eddy_deploy::{Resized, StateDir};
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["local", "hosts"])))]
 pub struct GrowArgs {
     #[command(flatten)]
     pub state: StateArgs,
     /// Start K more daemons on this host (roots next to the deployment's), as `eddy start
     /// --local` started its own: same user, configuration and secret.
     #[arg(long, value_name = "K")]
-    pub local: u32,
+    pub local: Option<u32>,
+    /// Start one more daemon per host listed in FILE (`name [address]` per line, `#`
+    /// comments), through the launcher, root and port the deployment was started with.
+    #[arg(long, value_name = "FILE")]
+    pub hosts: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -28,7 +33,14 @@ pub struct ShrinkArgs {
 
 pub fn grow(args: GrowArgs) -> Result<()> {
     let state = StateDir::from_arg(args.state.state.as_deref())?;
-    report(&eddy_deploy::grow_local(&state, args.local, say())?);
+    let grown = match (args.local, &args.hosts) {
+        (Some(k), _) => eddy_deploy::grow_local(&state, k, say())?,
+        (None, Some(file)) => {
+            eddy_deploy::grow_hosts(&state, eddy_deploy::launch::read_hosts_file(file)?, say())?
+        }
+        (None, None) => anyhow::bail!("name where the daemons run: --local K or --hosts FILE"),
+    };
+    report(&grown);
     Ok(())
 }
 
