@@ -167,7 +167,12 @@ impl Members {
     }
 
     /// What a `Membership` reply says of this daemon (the move's part by the caller).
-    pub(crate) fn state(&self, left: u64, collected: bool, moved_bytes: u64) -> MembershipState {
+    pub(crate) fn state(
+        &self,
+        left: u64,
+        collected: bool,
+        (moved_bytes, scanning): (u64, bool),
+    ) -> MembershipState {
         let moving = self.adopted().is_some_and(|m| m.moving_from.is_some());
         MembershipState {
             epoch: self.epoch(),
@@ -175,6 +180,7 @@ impl Members {
             left,
             collected,
             moved_bytes,
+            scanning,
         }
     }
 }

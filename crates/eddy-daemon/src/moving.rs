@@ -136,7 +136,10 @@ impl State {
         Ok(self.members.state(
             self.left(),
             self.members.collected(),
-            self.mover.moved_bytes(),
+            (
+                self.mover.moved_bytes(),
+                self.mover.scanning.load(Ordering::Acquire),
+            ),
         ))
     }
 

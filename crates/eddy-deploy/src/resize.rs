@@ -26,8 +26,15 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(200);
 /// How often a move under way says how far it is.
 const REPORT_EVERY: Duration = Duration::from_secs(2);
-/// How long a move may make no progress (no daemon's count of items left goes down, or a
-/// daemon does not answer) before the command gives up; running it again resumes.
+/// The items left to copy at or below which the copy ends and the cut-over begins: the
+/// cut-over copies the rest while clients wait (at most the RPC deadline), so it must be
+/// short; above it, a copy whose writers change items as fast as they are copied cuts over
+/// anyway once `SETTLE` passes without a new low.
+const CUT_OVER_LEFT: u64 = 256;
+/// How long the copy waits for a new low of the items left before it cuts over anyway.
+const SETTLE: Duration = Duration::from_secs(10);
+/// How long a move waits for a daemon that does not answer (or stays at an older epoch)
+/// before the command gives up; running it again resumes.
 const STALL: Duration = Duration::from_secs(120);
 /// How long drained daemons get to exit once asked to stop.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -140,7 +147,6 @@ pub fn shrink(state: &StateDir, drain: &[u32], say: Say) -> Result<Resized> {
         bail!("name the daemons to drain with --drain ID (ids as `eddy status` shows)");
     }
     let dep = resume(state, say)?;
-    refuse_unmovable(&dep)?;
     for id in drain {
         if !dep.daemons.iter().any(|d| d.id == *id) {
             bail!(
@@ -163,6 +169,7 @@ pub fn shrink(state: &StateDir, drain: &[u32], say: Say) -> Result<Resized> {
             dep.config.replicas.max(1)
         );
     }
+    refuse_unmovable(&dep)?;
     next.epoch = dep.epoch + 1;
     next.moving_from = Some(dep.placed_on());
     next.validate()
@@ -237,9 +244,18 @@ fn end_orphans(state: &StateDir, dep: &Deployment, root: &Path, say: Say) -> Res
     Ok(highest)
 }
 
-/// A move is refused where decision 0081 does not move everything yet: the records of
-/// hard links and of the backend tier (the daemons check the first; the second is here).
+/// A move is refused where decision 0081 does not move everything yet: direct local I/O's
+/// descriptors, the records of hard links and of the backend tier (the daemons check the
+/// hard links; the rest is here).
 fn refuse_unmovable(dep: &Deployment) -> Result<()> {
+    if dep.config.direct_io {
+        bail!(
+            "the deployment serves direct local I/O (direct_io, and FUSE passthrough with it): \
+             clients then read and write the daemons' data files through descriptors a move \
+             cannot follow yet, so it cannot grow or shrink; start it with `direct_io = \
+             false` in its --config to resize it"
+        );
+    }
     if !dep.config.links.is_empty() {
         bail!(
             "the deployment caches a backend (links are configured): its daemons cannot move \
@@ -290,13 +306,13 @@ fn carry_out(state: &StateDir, dep: Deployment, say: Say) -> Result<Resized> {
     if dep.moving_from.is_some() {
         // 1. Copy: every daemon adopts the membership clients do not place by yet.
         adopt(&rt, &client, &ids, &membership(&dep, false))?;
-        wait_moved(&rt, &client, &ids, dep.epoch, say, "copying")?;
+        wait_moved(&rt, &client, &ids, dep.epoch, say, Phase::Copy)?;
         // 2. Cut over: every daemon refuses the clients of the copy's epoch, pushes what
         // changed since, and only then do clients learn the members from the hosts file.
         settled.epoch = dep.epoch + 1;
         settled.moving_from = None;
         adopt(&rt, &client, &ids, &membership(&settled, false))?;
-        wait_moved(&rt, &client, &ids, settled.epoch, say, "cutting over")?;
+        wait_moved(&rt, &client, &ids, settled.epoch, say, Phase::CutOver)?;
         state.save_deployment(&settled)?;
     }
     // 3. Collect: each deletes what it does not own any more.
@@ -385,16 +401,25 @@ fn adopt(
     Ok(states)
 }
 
-/// Waits until every daemon of `ids` is at `epoch` (or later) with nothing left to copy,
-/// saying how far the move is every `REPORT_EVERY`; fails when it makes no progress for
-/// `STALL`.
+/// Which wait of a move: the copy (clients place by the old members) or the cut-over
+/// (clients wait).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Copy,
+    CutOver,
+}
+
+/// Waits until every daemon of `ids` is at `epoch` (or later) with its scan done and, for the
+/// cut-over, nothing left to copy; for the copy, at most `CUT_OVER_LEFT` items left, or no new
+/// low for `SETTLE`. Says how far the move is every `REPORT_EVERY`; fails when a daemon does
+/// not answer (or stays behind) for `STALL`.
 fn wait_moved(
     rt: &tokio::runtime::Runtime,
     client: &Client,
     ids: &[u32],
     epoch: u64,
     say: Say,
-    what: &str,
+    phase: Phase,
 ) -> Result<()> {
     let ask = req::Membership {
         epoch: 0,
@@ -403,33 +428,46 @@ fn wait_moved(
         moving_from: None,
         collect: false,
     };
-    let mut best = u64::MAX;
-    let mut progressed = Instant::now();
+    let what = match phase {
+        Phase::Copy => "copying",
+        Phase::CutOver => "cutting over",
+    };
+    let mut low = u64::MAX;
+    let mut lowered = Instant::now();
+    let mut answered = Instant::now();
     let mut reported = Instant::now();
     loop {
         let mut left = 0u64;
+        let mut scanning = false;
         let mut behind = Vec::new();
         for &id in ids {
             match rt.block_on(client.call_daemon(id, ask.clone())) {
-                Ok(s) if s.epoch >= epoch => left += s.left,
+                Ok(s) if s.epoch >= epoch => {
+                    left += s.left;
+                    scanning |= s.scanning;
+                }
                 Ok(s) => behind.push(format!("daemon {id} is at epoch {}", s.epoch)),
                 Err(e) => behind.push(format!("daemon {id}: {}", e.errno())),
             }
         }
-        if behind.is_empty() && left == 0 {
-            return Ok(());
-        }
-        if behind.is_empty() && left < best {
-            best = left;
-            progressed = Instant::now();
-        }
-        if progressed.elapsed() >= STALL {
+        if behind.is_empty() {
+            answered = Instant::now();
+            if left < low {
+                low = left;
+                lowered = Instant::now();
+            }
+            let done = match phase {
+                Phase::CutOver => left == 0 && !scanning,
+                Phase::Copy => !scanning && (left <= CUT_OVER_LEFT || lowered.elapsed() >= SETTLE),
+            };
+            if done {
+                return Ok(());
+            }
+        } else if answered.elapsed() >= STALL {
             bail!(
-                "the move made no progress for {} s ({what}: {} items left{}{}); run the \
-                 command again to resume",
+                "the move waited {} s for its daemons ({what}: {}); run the command again to \
+                 resume",
                 STALL.as_secs(),
-                left,
-                if behind.is_empty() { "" } else { "; " },
                 behind.join("; ")
             );
         }

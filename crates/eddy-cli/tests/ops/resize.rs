@@ -25,8 +25,11 @@ def data(name):
 def check(path):
     with open(path, "rb") as f:
         got = f.read()
-    if got != data(os.path.basename(path)):
-        print("differs:", path, len(got), file=sys.stderr)
+    want = data(os.path.basename(path))
+    if got != want:
+        at = next((j for j in range(min(len(got), len(want))) if got[j] != want[j]), min(len(got), len(want)))
+        zero = got[at:at + 64] == bytes(len(got[at:at + 64]))
+        print("differs:", path, len(got), "first at", at, "zeros" if zero else "other bytes", file=sys.stderr)
         sys.exit(1)
 if mode == "verify":
     names = sorted(os.listdir(d))
@@ -48,6 +51,14 @@ while not os.path.exists(stop) or i < 8:
     i += 1
 print(i)
 "#;
+
+/// A configuration without direct local I/O: a move refuses a deployment that serves it
+/// (its descriptors cannot follow a move yet).
+fn movable_config(dir: &Path) -> PathBuf {
+    let path = dir.join("movable.toml");
+    std::fs::write(&path, "direct_io = false\n").unwrap();
+    path
+}
 
 /// Stops the deployment when the test ends, whatever happened.
 struct StopGuard(PathBuf);
@@ -108,6 +119,8 @@ fn a_deployment_grows_and_shrinks_under_writers_through_the_mount_and_the_preloa
         "65536",
         "--name",
         "t",
+        "--config",
+        s(&movable_config(dir.path())),
     ]);
     let state = root.clone();
     let mnt = dir.path().join("m");
@@ -190,6 +203,8 @@ fn grow_and_shrink_refuse_bad_arguments_and_change_nothing() {
     let root = dir.path().join("root");
     let _guard = StopGuard(root.clone());
     ok(&["start", "--local", "3", "--root", s(&root), "--name", "t"]);
+    let err = fails(&["grow", "--state", s(&root), "--local", "1"]);
+    assert!(err.contains("direct_io = false"), "{err}");
     let err = fails(&["grow", "--state", s(&root), "--local", "0"]);
     assert!(err.contains("at least one daemon"), "{err}");
     let err = fails(&["shrink", "--state", s(&root), "--drain", "9"]);
@@ -252,6 +267,8 @@ fn a_grow_killed_at_any_step_is_finished_by_the_next_command_and_every_byte_read
         "65536",
         "--name",
         "t",
+        "--config",
+        s(&movable_config(dir.path())),
     ]);
     let script = dir.path().join("writer.py");
     std::fs::write(&script, WRITER).unwrap();
@@ -337,6 +354,8 @@ fn a_deployment_started_through_a_launcher_grows_through_it() {
         "0",
         "--chunk-size",
         "65536",
+        "--config",
+        s(&movable_config(dir.path())),
     ]);
     let script = dir.path().join("writer.py");
     std::fs::write(&script, WRITER).unwrap();

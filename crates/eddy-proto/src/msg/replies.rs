@@ -183,7 +183,8 @@ pub enum Reply {
 /// still move from an older placement, and how many of its items still wait to be copied to
 /// their new owners (its move hints); `collected`: at a settled epoch, what it does not own
 /// any more has been deleted; `moved_bytes`: the bytes of chunks it pushed for moves since it
-/// started.
+/// started; `scanning`: it is still hinting what it holds for a move's new owners (until
+/// then `left` is not all that is to copy).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MembershipState {
     pub epoch: u64,
@@ -191,6 +192,7 @@ pub struct MembershipState {
     pub left: u64,
     pub collected: bool,
     pub moved_bytes: u64,
+    pub scanning: bool,
 }
 
 /// The answer to a `Lease`: granted with the lease's id (unique on its granter), or refused;
