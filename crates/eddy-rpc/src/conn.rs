@@ -594,12 +594,13 @@ impl Link {
         let (conn, instance) = (Arc::new(conn.0), conn.1);
         self.identify(&conn);
         let epoch = self.epoch.load(Ordering::Acquire);
+        // At epoch 0, the epoch a daemon assumes of a connection that said none, there is
+        // nothing to say. Otherwise the epoch must be noted before any other request of this
+        // connection is looked at (the daemon runs a connection's requests concurrently, and
+        // one sent right behind it could be refused for the epoch it has not seen yet): the
+        // reply is awaited before the connection is used. New connections are rare; this
+        // costs one round trip each.
         if epoch > 0 {
-            // The daemon runs a connection's requests concurrently: the epoch must be noted
-            // before any other request of this connection is looked at, or a request sent
-            // right behind it could be refused for the epoch it has not seen yet. New
-            // connections are rare; this costs one round trip each. (At epoch 0, the epoch a
-            // daemon assumes of a connection that said none, nothing needs to wait.)
             tokio::time::timeout(self.rpc_timeout, self.announce_epoch(&conn, epoch))
                 .await
                 .map_err(|_| {
@@ -609,9 +610,6 @@ impl Link {
                         self.rpc_timeout.as_millis()
                     ))
                 })??;
-        } else {
-            let req = Request::Epoch(eddy_proto::req::Epoch { epoch });
-            self.send_unawaited(&conn, &req);
         }
         *write(&self.conn) = Some(conn.clone());
         if self.instance.swap(instance, Ordering::AcqRel) != instance {

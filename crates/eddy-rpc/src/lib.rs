@@ -749,4 +749,18 @@ mod tests {
         assert_eq!(tries, MOVES_MAX);
         assert_eq!(r.expect_err("gave up").errno, libc::EIO);
     }
+
+    #[tokio::test]
+    async fn items_are_placed_on_the_daemons_they_move_from_while_every_listed_daemon_has_a_link() {
+        let mut dep = unreachable(4, 2);
+        dep.epoch = 3;
+        dep.moving_from = Some(vec![1, 2, 3]);
+        let d = Daemons::new(&dep).expect("valid deployment");
+        assert_eq!((d.epoch(), &d.ids()[..]), (3, &[1, 2, 3][..]));
+        assert_eq!(d.view().links.len(), 4);
+        for k in 0..64 {
+            assert!(d.chunk_owners(7, k).iter().all(|&o| o != 4));
+        }
+        assert!(d.all(|| req::Status).await.iter().all(|(id, _)| *id != 4));
+    }
 }

@@ -76,6 +76,9 @@ async fn a_client_from_the_hosts_file_follows_a_newer_epoch() {
     let data = eddy_testkit::pattern(1, 0, 3 * chunk + 17);
     c.pwrite(&f, 0, &data).await.unwrap();
 
+    // Another client whose first call after the change is a fan-out (a listing).
+    let lister = following(&cl).await;
+    assert_eq!(names(&lister, "/d").await, ["f"]);
     let tool = cl.client().await;
     let m = membership(&cl.dep, 1, vec![]);
     adopt(&tool, &cl.dep, &m).await;
@@ -91,6 +94,8 @@ async fn a_client_from_the_hosts_file_follows_a_newer_epoch() {
     next.save(&cl.deployment_file).unwrap();
     assert_eq!(stat.await.unwrap().unwrap().size, data.len() as u64);
     assert_eq!(c.rpc().epoch(), 1, "the client places by epoch 1 now");
+    assert_eq!(names(&lister, "/d").await, ["f"]);
+    assert_eq!(lister.rpc().epoch(), 1);
 
     // Every kind of call goes on: reads, writes (one request per chunk), listings (a
     // fan-out), creates.
