@@ -361,3 +361,101 @@ impl State {
         Ok((keys, chunks))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replicate::View;
+
+    fn membership(ids: &[u32], from: Option<Vec<u32>>, draining: Vec<u32>) -> req::Membership {
+        req::Membership {
+            epoch: 1,
+            daemons: ids
+                .iter()
+                .map(|&id| req::Member {
+                    id,
+                    host: "h".into(),
+                    addr: format!("127.0.0.1:{}", 7000 + id),
+                    socket: None,
+                    root: format!("/r/{id}"),
+                })
+                .collect(),
+            draining,
+            moving_from: from,
+            collect: false,
+        }
+    }
+
+    #[test]
+    fn an_item_moves_only_to_its_owners_that_are_not_owners_now() {
+        let grow = View::of(&membership(
+            &[0, 1, 2, 3, 4, 5],
+            Some(vec![0, 1, 2]),
+            vec![],
+        ));
+        let (mut moved, mut stayed) = (0, 0);
+        for k in 0..600 {
+            for r in [1, 2] {
+                let (now, new) = grow.chunk_owners(7, k, r).unwrap();
+                assert_eq!(now.len(), r);
+                assert!(now.iter().all(|d| *d < 3), "{now:?}");
+                assert!(new.iter().all(|d| !now.contains(d) && *d >= 3), "{new:?}");
+                if r == 1 {
+                    if new.is_empty() {
+                        stayed += 1;
+                    } else {
+                        moved += 1;
+                    }
+                }
+            }
+        }
+        // Rendezvous hashing: about half of the items move from 3 daemons to 6.
+        assert!(
+            moved > 200 && stayed > 200,
+            "{moved} moved, {stayed} stayed"
+        );
+
+        let shrink = View::of(&membership(
+            &[0, 1, 2, 3],
+            Some(vec![0, 1, 2, 3]),
+            vec![2, 3],
+        ));
+        assert_eq!(shrink.listed, vec![0, 1, 2, 3]);
+        for k in 0..100 {
+            let (now, new) = shrink
+                .key_owners(format!("/d\0f{k}").as_bytes(), 1)
+                .unwrap();
+            if now[0] < 2 {
+                assert!(new.is_empty(), "an item on a member stays");
+            } else {
+                assert_eq!(new.len(), 1);
+                assert!(new[0] < 2, "{new:?}");
+            }
+        }
+        let settled = View::of(&membership(&[0, 1, 2, 3], None, vec![3]));
+        assert!(settled.to.is_none());
+        assert_eq!(settled.placed.as_ref().unwrap().ids(), &[0, 1, 2]);
+        assert!(settled
+            .key_owners(&eddy_proto::path::identity_key(9), 1)
+            .is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pushes_start_no_faster_than_the_move_bandwidth() {
+        let config = eddy_config::Config {
+            move_bandwidth_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let mover = Mover::new(&config, true);
+        assert!(mover.is_active());
+        let start = Instant::now();
+        for _ in 0..4 {
+            mover.pace(512 << 10).await;
+        }
+        // The fourth starts once three halves of a second's bytes went (on the paused clock).
+        assert!(start.elapsed() >= Duration::from_millis(1_500));
+        assert_eq!(mover.moved_bytes(), 2 << 20);
+        let unbounded = Mover::new(&eddy_config::Config::default(), false);
+        assert!(!unbounded.is_active());
+    }
+}

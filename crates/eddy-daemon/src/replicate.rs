@@ -178,7 +178,16 @@ impl Replicator {
     /// The placement of membership `m` and the connections to its daemons: refused when
     /// they cannot be made (checked before `m` is adopted).
     pub fn prepare(&self, m: &req::Membership) -> Result<(View, Daemons), eddy_proto::Errno> {
-        let view = View::of(m);
+        Ok((View::of(m), self.daemons_of(m, copy_deadlines)?))
+    }
+
+    /// Connections to the daemons of membership `m`, with the daemon's config as `deadlines`
+    /// makes it (their deadlines).
+    pub fn daemons_of(
+        &self,
+        m: &req::Membership,
+        deadlines: impl FnOnce(Config) -> Config,
+    ) -> Result<Daemons, eddy_proto::Errno> {
         let dep = Deployment {
             name: "peers".into(),
             job: Default::default(),
@@ -186,7 +195,7 @@ impl Replicator {
             moving_from: m.moving_from.clone(),
             draining: m.draining.clone(),
             secret: self.secret.clone(),
-            config: copy_deadlines(self.config.clone()),
+            config: deadlines(self.config.clone()),
             daemons: m
                 .daemons
                 .iter()
@@ -203,8 +212,7 @@ impl Replicator {
         let mut daemons = dep.daemons.clone();
         daemons.sort_by_key(|d| d.id);
         let dep = Deployment { daemons, ..dep };
-        let peers = Daemons::new(&dep)?;
-        Ok((view, peers))
+        Daemons::new(&dep)
     }
 
     /// The other owners of a metadata key (this daemon left out); while items move, a path

@@ -67,7 +67,8 @@ pub struct State {
     pub(crate) members: crate::members::Members,
     /// The connections to the other daemons a recall is sent over: made from the
     /// deployment file when first needed (and, with one copy, again after a failure).
-    lease_peers: std::sync::Mutex<Option<Arc<eddy_rpc::Daemons>>>,
+    /// (With the membership epoch they were made at: a newer one makes them again.)
+    lease_peers: std::sync::Mutex<Option<(u64, Arc<eddy_rpc::Daemons>)>>,
 }
 
 /// Read-ahead fetches of streams one daemon runs at once (each fetches its chunks one after
@@ -400,28 +401,43 @@ impl State {
         }
     }
 
-    /// The connections to the other daemons a recall is sent over, made from the deployment
-    /// file. A recall must cost the client's request less than the client's own deadline:
-    /// its connect timeout is at most half of it, as a copy's. Its answer may take as long as
-    /// the granter waits for the holder (`lease_recall_timeout_ms`, at most half the RPC
-    /// deadline), so it is waited for three quarters of it: a granter that answers in time is
-    /// never taken for unreachable.
+    /// The connections to the other daemons a recall is sent over, made from the membership
+    /// adopted (decision 0081), else from the deployment file; made again once a newer
+    /// membership is adopted. A recall must cost the client's request less than the client's
+    /// own deadline: its connect timeout is at most half of it, as a copy's. Its answer may
+    /// take as long as the granter waits for the holder (`lease_recall_timeout_ms`, at most
+    /// half the RPC deadline), so it is waited for three quarters of it: a granter that
+    /// answers in time is never taken for unreachable.
     fn lease_peers(&self) -> Result<Arc<eddy_rpc::Daemons>, Errno> {
         let mut peers = eddy_proto::sync::lock(&self.lease_peers);
-        if let Some(p) = peers.as_ref() {
-            return Ok(p.clone());
+        let epoch = self.members.epoch();
+        if let Some((at, p)) = peers.as_ref() {
+            if *at == epoch {
+                return Ok(p.clone());
+            }
         }
-        let file = self.settings.peers.as_ref().ok_or_else(|| {
-            Errno::eio("the daemon was not told the other daemons (--peers or --deployment)")
-        })?;
-        let mut dep = eddy_config::Deployment::load(file)
-            .map_err(|e| Errno::eio(format!("cannot read {}: {e}", file.display())))?;
-        let c = &mut dep.config;
-        let rpc = c.rpc_timeout_ms;
-        c.rpc_timeout_ms = (rpc / 4 * 3).max(1);
-        c.connect_timeout_ms = c.connect_timeout_ms.min((rpc / 2).max(1));
-        let daemons = Arc::new(eddy_rpc::Daemons::new(&dep)?);
-        *peers = Some(daemons.clone());
+        let deadlines = |mut c: eddy_config::Config| {
+            let rpc = c.rpc_timeout_ms;
+            c.rpc_timeout_ms = (rpc / 4 * 3).max(1);
+            c.connect_timeout_ms = c.connect_timeout_ms.min((rpc / 2).max(1));
+            c
+        };
+        let daemons = match self.members.adopted() {
+            Some(m) => self.replicator.daemons_of(&m, deadlines)?,
+            None => {
+                let file = self.settings.peers.as_ref().ok_or_else(|| {
+                    Errno::eio(
+                        "the daemon was not told the other daemons (--peers or --deployment)",
+                    )
+                })?;
+                let mut dep = eddy_config::Deployment::load(file)
+                    .map_err(|e| Errno::eio(format!("cannot read {}: {e}", file.display())))?;
+                dep.config = deadlines(dep.config);
+                eddy_rpc::Daemons::new(&dep)?
+            }
+        };
+        let daemons = Arc::new(daemons);
+        *peers = Some((epoch, daemons.clone()));
         Ok(daemons)
     }
 

@@ -529,3 +529,60 @@ fn a_collect_waits_until_every_copy_reached_its_new_owner() {
         );
     });
 }
+
+#[test]
+fn a_daemon_restarted_during_a_move_keeps_its_membership_and_does_not_rejoin() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut cluster = Cluster::start_with(3, config(1));
+    let files = files();
+    rt.block_on(async {
+        let c = cluster.client().await;
+        write_files(&c, &files).await
+    });
+    cluster.add_daemons(1, Some(vec![0, 1, 2]));
+    let t = tool(&cluster.dep);
+    let copy = membership(&cluster.dep, 1, Some(vec![0, 1, 2]), Vec::new(), false);
+    rt.block_on(async {
+        for id in 0..4 {
+            t.try_call(id, copy.clone()).await.unwrap();
+        }
+    });
+    assert!(cluster.terminate(0), "daemon 0 did not stop cleanly");
+    cluster.restart(0);
+    let t = tool(&cluster.dep);
+    rt.block_on(async {
+        let s = status(&t, 0).await;
+        assert!(!s.rejoining, "a daemon with one copy never rejoins: {s:?}");
+        // The membership kept in its root: a question at epoch 1 finds it moving at 1.
+        let m = t.try_call(0, copy.clone()).await.unwrap();
+        assert!(m.epoch == 1 && m.moving, "{m:?}");
+    });
+    rt.block_on(until_nothing_left(&t, &[0, 1, 2, 3], &copy));
+    let cut = membership(&cluster.dep, 2, None, Vec::new(), false);
+    rt.block_on(until_nothing_left(&t, &[0, 1, 2, 3], &cut));
+    let mut collect = cut.clone();
+    collect.collect = true;
+    rt.block_on(async {
+        for id in 0..4 {
+            assert!(t.try_call(id, collect.clone()).await.unwrap().collected);
+        }
+    });
+    let mut settled = cluster.dep.clone();
+    (settled.epoch, settled.moving_from) = (2, None);
+    rt.block_on(async {
+        let c = client_at(&settled).await;
+        for (path, data) in &files {
+            assert!(read_all(&c, path).await == *data, "{path}");
+        }
+        // Daemon 3 holds what it owns now; each chunk is held once.
+        let ids = file_ids(&c, &files).await;
+        let cs = settled.config.chunk_size;
+        let chunks: u64 = ids.iter().map(|&(_, size)| size.div_ceil(cs)).sum();
+        let mut held = 0;
+        for id in 0..4 {
+            held += status(&t, id).await.chunks;
+        }
+        assert_eq!(held, chunks);
+        assert!(status(&t, 3).await.chunks > 0);
+    });
+}
