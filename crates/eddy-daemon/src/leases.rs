@@ -179,6 +179,14 @@ impl Leases {
         eddy_proto::LeaseGrant::Granted { id }
     }
 
+    /// Every lease granted here, as (directory, id): a move recalls them all (decision 0081).
+    pub fn granted(&self) -> Vec<(String, u64)> {
+        lock(&self.grants)
+            .iter()
+            .map(|(dir, g)| (dir.clone(), g.id))
+            .collect()
+    }
+
     /// The ids of the leases connection `conn` holds that are recalled.
     fn recalled_of(&self, conn: ConnId) -> Vec<u64> {
         lock(&self.grants)

@@ -96,6 +96,18 @@ impl Mover {
 }
 
 impl State {
+    /// Recalls every directory lease granted here, in the background (a move grants none
+    /// until it is over): the holders send what they queued under them while clients still
+    /// place by the old members, and give them back.
+    fn recall_every_lease(self: &Arc<Self>) {
+        for (dir, id) in self.leases.granted() {
+            let st = Arc::clone(self);
+            tokio::spawn(async move {
+                st.leases.recall(&dir, id).await;
+            });
+        }
+    }
+
     /// `Membership`: adopts `m` when newer (kept in the root first), follows its placement,
     /// and starts a move's copy when it has `moving_from`; with `collect`, collects. Replies
     /// the daemon's state: `left` counts the hints held (for any target) and a scan not done.
@@ -119,6 +131,7 @@ impl State {
                 if m.moving_from.is_some() {
                     self.mover.active.store(true, Ordering::Release);
                     self.mover.scanning.store(true, Ordering::Release);
+                    self.recall_every_lease();
                 } else {
                     self.mover.scanning.store(false, Ordering::Release);
                 }

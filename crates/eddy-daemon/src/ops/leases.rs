@@ -17,9 +17,13 @@ use std::time::Duration;
 /// does not ask again.
 const NOT_FIRST_RETRY_MS: u64 = 10_000;
 
+/// How long a client asking while items move (decision 0081) does not ask again.
+const MOVING_RETRY_MS: u64 = 1_000;
+
 /// Granted unless leases are off, the directory is under a linked prefix (its names are not
 /// all here: the backend's are imported as they are asked for), another client holds it
-/// or it cools down after a recall. Only the first owner of the directory's record grants:
+/// or it cools down after a recall; none while items move (decision 0081: a lease's names
+/// and batches would outlive the placement they were granted under). Only the first owner of the directory's record grants:
 /// a copy answering for it while that daemon cannot be reached would grant a second lease
 /// on the directory beside the one its first owner granted.
 impl Serve for req::Lease {
@@ -28,6 +32,11 @@ impl Serve for req::Lease {
         let never = LeaseGrant::Refused { retry_ms: u64::MAX };
         if !st.settings.config.leases || st.is_linked(Some(&dir)) {
             return Ok(never);
+        }
+        if st.placement().is_moving() {
+            return Ok(LeaseGrant::Refused {
+                retry_ms: MOVING_RETRY_MS,
+            });
         }
         if st
             .replicator()
