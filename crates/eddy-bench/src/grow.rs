@@ -120,6 +120,10 @@ fn measure(exe: &Path, work: &Path, args: &GrowArgs) -> Result<Figures> {
     let files = (args.data / args.file_size).max(1);
     let raw = raw_rate(&work.join("raw"), files, args.file_size, args.chunk_size)?;
     let root = work.join("root");
+    // A move refuses a deployment serving direct local I/O (decision 0081).
+    let config = work.join("config.toml");
+    std::fs::write(&config, "direct_io = false\n")
+        .with_context(|| format!("cannot write {}", config.display()))?;
     let (n, k, cs) = (
         args.daemons.to_string(),
         args.add.to_string(),
@@ -137,6 +141,8 @@ fn measure(exe: &Path, work: &Path, args: &GrowArgs) -> Result<Figures> {
             cs.as_ref(),
             "--name".as_ref(),
             "bench-grow".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
         ],
     )?;
     let stop = || {

@@ -68,9 +68,19 @@ pub fn client_key(c: &ClientId) -> u64 {
 }
 
 /// Whether requests of this kind count as metadata operations: what is not `STORAGE`,
-/// except the monitoring requests themselves.
+/// except the monitoring and membership requests themselves.
 fn is_metadata(op: Op) -> bool {
-    !op.props().storage() && !matches!(op, Op::Identify | Op::Mounted | Op::Stats)
+    !op.props().storage() && !is_control(op)
+}
+
+/// The requests that say who a connection is, what it mounts and at which membership epoch
+/// it places, ask for counters, or change the membership: not the job's I/O, never counted
+/// as its operations.
+fn is_control(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Identify | Op::Mounted | Op::Stats | Op::Epoch | Op::Membership
+    )
 }
 
 /// The counters of one op kind.
@@ -303,7 +313,7 @@ impl Stats {
             c.errors.fetch_add(1, Ordering::Relaxed);
             self.count_errno(e);
         }
-        if matches!(r.op, Op::Identify | Op::Mounted | Op::Stats) {
+        if is_control(r.op) {
             return;
         }
         let client = r.conn.client.get().unwrap_or(&self.unknown);
@@ -416,7 +426,7 @@ impl Stats {
                 Op::Write | Op::DirectCommit => t.written_bytes += c.bytes.load(Ordering::Relaxed),
                 _ => {}
             }
-            if matches!(op, Op::Identify | Op::Mounted | Op::Stats) {
+            if is_control(op) {
                 continue;
             }
             t.ops += n;
