@@ -426,7 +426,7 @@ impl Stats {
                 Op::Write | Op::DirectCommit => t.written_bytes += c.bytes.load(Ordering::Relaxed),
                 _ => {}
             }
-            if is_control(op) {
+            if is_control(*op) {
                 continue;
             }
             t.ops += n;
