@@ -586,3 +586,54 @@ fn a_daemon_restarted_during_a_move_keeps_its_membership_and_does_not_rejoin() {
         assert!(status(&t, 3).await.chunks > 0);
     });
 }
+
+#[test]
+fn a_source_and_a_target_killed_during_the_copy_finish_the_move_after_their_restart() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut cluster = Cluster::start_with(3, config(1));
+    let files = files();
+    rt.block_on(async {
+        let c = cluster.client().await;
+        write_files(&c, &files).await
+    });
+    cluster.add_daemons(3, Some(vec![0, 1, 2]));
+    let t = tool(&cluster.dep);
+    let copy = membership(&cluster.dep, 1, Some(vec![0, 1, 2]), Vec::new(), false);
+    rt.block_on(async {
+        for id in 0..6 {
+            t.try_call(id, copy.clone()).await.unwrap();
+        }
+    });
+    // kill -9 of a daemon items move from and of one they move to, in the middle of the copy.
+    cluster.kill(1);
+    cluster.kill(4);
+    cluster.restart(1);
+    cluster.restart(4);
+    let t = tool(&cluster.dep);
+    rt.block_on(until_nothing_left(&t, &[0, 1, 2, 3, 4, 5], &copy));
+    let cut = membership(&cluster.dep, 2, None, Vec::new(), false);
+    rt.block_on(until_nothing_left(&t, &[0, 1, 2, 3, 4, 5], &cut));
+    let mut collect = cut.clone();
+    collect.collect = true;
+    rt.block_on(async {
+        for id in 0..6 {
+            assert!(t.try_call(id, collect.clone()).await.unwrap().collected);
+        }
+    });
+    let mut settled = cluster.dep.clone();
+    (settled.epoch, settled.moving_from) = (2, None);
+    rt.block_on(async {
+        let c = client_at(&settled).await;
+        for (path, data) in &files {
+            assert!(read_all(&c, path).await == *data, "{path}");
+        }
+        let ids = file_ids(&c, &files).await;
+        let cs = settled.config.chunk_size;
+        let chunks: u64 = ids.iter().map(|&(_, size)| size.div_ceil(cs)).sum();
+        let mut held = 0;
+        for id in 0..6 {
+            held += status(&t, id).await.chunks;
+        }
+        assert_eq!(held, chunks, "every chunk held once after the collect");
+    });
+}
