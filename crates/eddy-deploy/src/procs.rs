@@ -580,7 +580,16 @@ mod tests {
         // SAFETY: geteuid cannot fail and touches no memory.
         let me = unsafe { libc::geteuid() };
         let matches = |args: &[&[u8]]| args.first() == Some(&marker.as_bytes());
-        let mine = with_args("sleep", &[me], matches);
+        // Looked for again while it is not found (for up to 10 s): on a loaded host a scan
+        // of /proc can miss a process that runs.
+        let mut mine = with_args("sleep", &[me], matches);
+        for _ in 0..100 {
+            if mine.len() == 1 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            mine = with_args("sleep", &[me], matches);
+        }
         let others = with_args("sleep", &[me.wrapping_add(1)], matches);
         let _ = child.kill();
         let _ = child.wait();
