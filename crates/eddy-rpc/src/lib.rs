@@ -198,7 +198,9 @@ impl Daemons {
     {
         let mut last = None;
         for _ in 0..MOVES_MAX {
-            match attempt().await {
+            // On the heap: the attempt is often a whole operation, whose future would
+            // otherwise be held inline by every caller up the chain (a thread's stack).
+            match Box::pin(attempt()).await {
                 Err(e) if e.is_moved() => last = Some(e),
                 r => return r,
             }
