@@ -353,15 +353,8 @@ async fn moved_and_minimum(root: &Path, first_new: u32) -> Result<(u64, u64)> {
     let client = Client::new(dep.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (mut moved, mut minimum) = (0, 0);
     for d in &dep.daemons {
-        let ask = req::Membership {
-            epoch: 0,
-            daemons: Vec::new(),
-            draining: Vec::new(),
-            moving_from: None,
-            collect: false,
-        };
         let s = client
-            .call_daemon(d.id, ask)
+            .call_daemon(d.id, req::Membership::question())
             .await
             .map_err(|e| anyhow::anyhow!("daemon {}: {}", d.id, e.errno()))?;
         moved += s.moved_bytes;

@@ -270,7 +270,10 @@ fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
                         .await
                         .map_err(|e| e.errno().to_string());
                     let membership = match status {
-                        Ok(_) => client.call_daemon(d.id, membership_question()).await.ok(),
+                        Ok(_) => client
+                            .call_daemon(d.id, req::Membership::question())
+                            .await
+                            .ok(),
                         Err(_) => None,
                     };
                     (status, membership)
@@ -297,17 +300,6 @@ fn collect(dep: &Deployment) -> Result<Vec<DaemonRow>> {
             r
         })
         .collect())
-}
-
-/// A `Membership` that only asks (epoch 0 is never newer).
-fn membership_question() -> req::Membership {
-    req::Membership {
-        epoch: 0,
-        daemons: Vec::new(),
-        draining: Vec::new(),
-        moving_from: None,
-        collect: false,
-    }
 }
 
 fn row(d: &eddy_config::DaemonEntry, result: Result<DaemonStatus, String>) -> DaemonRow {

@@ -49,7 +49,7 @@ pub use eddy_proto::{
     DaemonStatus, DirEntry, Errno, FileId, FileKind, Inode, SetAttr, SetTime, Timespec, XattrSet,
 };
 pub use eddy_proto::{LockInfo, LockKind, LockRange};
-pub use eddy_rpc::{wire_mode, Daemons, Failure};
+pub use eddy_rpc::{membership_of, wire_mode, Daemons, Failure};
 pub use file::File;
 pub use leases::LeaseReturnHook;
 pub use locks::{LockRequest, Waiting};

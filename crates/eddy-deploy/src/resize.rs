@@ -16,6 +16,7 @@ use crate::start::{spawn_and_wait_local, spawn_and_wait_remote, Run, Spawned};
 use crate::state::{absolute, StateDir};
 use crate::Say;
 use anyhow::{bail, Context, Result};
+use eddy_client::membership_of;
 use eddy_client::Client;
 use eddy_config::{DaemonEntry, Deployment};
 use eddy_proto::{req, MembershipState};
@@ -305,18 +306,18 @@ fn carry_out(state: &StateDir, dep: Deployment, say: Say) -> Result<Resized> {
     let mut settled = dep.clone();
     if dep.moving_from.is_some() {
         // 1. Copy: every daemon adopts the membership clients do not place by yet.
-        adopt(&rt, &client, &ids, &membership(&dep, false))?;
+        adopt(&rt, &client, &ids, &membership_of(&dep, false))?;
         wait_moved(&rt, &client, &ids, dep.epoch, say, Phase::Copy)?;
         // 2. Cut over: every daemon refuses the clients of the copy's epoch, pushes what
         // changed since, and only then do clients learn the members from the hosts file.
         settled.epoch = dep.epoch + 1;
         settled.moving_from = None;
-        adopt(&rt, &client, &ids, &membership(&settled, false))?;
+        adopt(&rt, &client, &ids, &membership_of(&settled, false))?;
         wait_moved(&rt, &client, &ids, settled.epoch, say, Phase::CutOver)?;
         state.save_deployment(&settled)?;
     }
     // 3. Collect: each deletes what it does not own any more.
-    let collect = membership(&settled, true);
+    let collect = membership_of(&settled, true);
     let states = adopt(&rt, &client, &ids, &collect)?;
     if let Some((id, _)) = states.iter().find(|(_, s)| !s.collected) {
         bail!("daemon {id} did not delete what it no longer owns; run the command again");
@@ -339,27 +340,6 @@ fn carry_out(state: &StateDir, dep: Deployment, say: Say) -> Result<Resized> {
         added: Vec::new(),
         removed,
     })
-}
-
-/// The membership `dep` describes, as a daemon adopts it.
-fn membership(dep: &Deployment, collect: bool) -> req::Membership {
-    req::Membership {
-        epoch: dep.epoch,
-        daemons: dep.daemons.iter().map(member).collect(),
-        draining: dep.draining.clone(),
-        moving_from: dep.moving_from.clone(),
-        collect,
-    }
-}
-
-fn member(d: &DaemonEntry) -> req::Member {
-    req::Member {
-        id: d.id,
-        host: d.host.clone(),
-        addr: d.addr.clone(),
-        socket: d.socket.as_ref().map(|s| s.to_string_lossy().into_owned()),
-        root: d.root.to_string_lossy().into_owned(),
-    }
 }
 
 /// Sends `m` to every daemon of `ids` (each adopts it when newer, else answers how far it
@@ -421,13 +401,7 @@ fn wait_moved(
     say: Say,
     phase: Phase,
 ) -> Result<()> {
-    let ask = req::Membership {
-        epoch: 0,
-        daemons: Vec::new(),
-        draining: Vec::new(),
-        moving_from: None,
-        collect: false,
-    };
+    let ask = req::Membership::question();
     let what = match phase {
         Phase::Copy => "copying",
         Phase::CutOver => "cutting over",

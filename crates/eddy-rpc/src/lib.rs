@@ -51,6 +51,29 @@ pub trait Observer: Send + Sync {
     fn reconnected(&self, daemon: u32);
 }
 
+/// The membership the hosts file `dep` describes (its epoch, daemons, those drained and
+/// those items move from), as a daemon adopts it (decision 0081); with `collect`, asking
+/// each daemon to delete what it no longer owns.
+pub fn membership_of(dep: &Deployment, collect: bool) -> eddy_proto::req::Membership {
+    eddy_proto::req::Membership {
+        epoch: dep.epoch,
+        daemons: dep
+            .daemons
+            .iter()
+            .map(|d| eddy_proto::req::Member {
+                id: d.id,
+                host: d.host.clone(),
+                addr: d.addr.clone(),
+                socket: d.socket.as_ref().map(|s| s.to_string_lossy().into_owned()),
+                root: d.root.to_string_lossy().into_owned(),
+            })
+            .collect(),
+        draining: dep.draining.clone(),
+        moving_from: dep.moving_from.clone(),
+        collect,
+    }
+}
+
 /// Why a failover (`Daemons::failover_to`) brought no reply.
 #[derive(Debug, Clone)]
 pub enum Unanswered {

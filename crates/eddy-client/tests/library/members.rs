@@ -15,23 +15,9 @@ use eddy_testkit::{errno, read_all, Cluster};
 /// The membership of `dep` at `epoch`, draining `draining`, as a coordinating command sends
 /// it to every daemon.
 fn membership(dep: &Deployment, epoch: u64, draining: Vec<u32>) -> req::Membership {
-    req::Membership {
-        epoch,
-        daemons: dep
-            .daemons
-            .iter()
-            .map(|d| req::Member {
-                id: d.id,
-                host: d.host.clone(),
-                addr: d.addr.clone(),
-                socket: d.socket.as_ref().map(|s| s.display().to_string()),
-                root: d.root.display().to_string(),
-            })
-            .collect(),
-        draining,
-        moving_from: None,
-        collect: false,
-    }
+    let mut at = dep.clone();
+    (at.epoch, at.moving_from, at.draining) = (epoch, None, draining);
+    eddy_rpc::membership_of(&at, false)
 }
 
 /// Every daemon adopts `m` (sent by `tool`, a client of its own: `Membership` is never

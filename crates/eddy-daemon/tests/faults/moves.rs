@@ -126,23 +126,9 @@ fn membership(
     draining: Vec<u32>,
     collect: bool,
 ) -> req::Membership {
-    req::Membership {
-        epoch,
-        daemons: dep
-            .daemons
-            .iter()
-            .map(|d| req::Member {
-                id: d.id,
-                host: d.host.clone(),
-                addr: d.addr.clone(),
-                socket: d.socket.as_ref().map(|s| s.display().to_string()),
-                root: d.root.display().to_string(),
-            })
-            .collect(),
-        draining,
-        moving_from,
-        collect,
-    }
+    let mut at = dep.clone();
+    (at.epoch, at.moving_from, at.draining) = (epoch, moving_from, draining);
+    eddy_rpc::membership_of(&at, collect)
 }
 
 /// Sends `m` to every daemon of `ids` until each answers with nothing left to copy (at most

@@ -48,3 +48,16 @@ pub struct Membership {
     pub moving_from: Option<Vec<u32>>,
     pub collect: bool,
 }
+
+impl Membership {
+    /// A membership that only asks a daemon how it stands (epoch 0 is never newer).
+    pub fn question() -> Membership {
+        Membership {
+            epoch: 0,
+            daemons: Vec::new(),
+            draining: Vec::new(),
+            moving_from: None,
+            collect: false,
+        }
+    }
+}
