@@ -10,7 +10,7 @@
 use crate::meta::LazyKeyspace;
 use eddy_proto::sync::lock;
 use eddy_proto::{Errno, FileId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 const KIND_KEY: u8 = 0;
@@ -67,6 +67,11 @@ fn err(what: &str, e: fjall::Error) -> Errno {
 pub struct Hints {
     records: LazyKeyspace,
     counts: Mutex<BTreeMap<u32, u64>>,
+    /// The sequence number of the last `add` of each hint recorded or renewed since the
+    /// daemon started (under `counts`), and the last number given: a push drops a hint only
+    /// when no add renewed it after the push began (`mark`, `done`) — a change applied
+    /// while its copy was on the way is pushed again, not forgotten.
+    renewed: Mutex<(u64, HashMap<Vec<u8>, u64>)>,
 }
 
 impl Hints {
@@ -87,6 +92,7 @@ impl Hints {
         Ok(Hints {
             records,
             counts: Mutex::new(counts),
+            renewed: Mutex::default(),
         })
     }
 
@@ -94,24 +100,42 @@ impl Hints {
         lock(&self.counts)
     }
 
-    /// Records that `target` missed `items` (each once, however often it missed it).
+    /// Records that `target` missed `items` (each once, however often it missed it); a hint
+    /// already held is renewed (a push under way does not drop it).
     pub fn add(&self, target: u32, items: impl IntoIterator<Item = Item>) -> Result<(), Errno> {
         let mut counts = self.counts();
+        let mut renewed = lock(&self.renewed);
         for item in items {
             let k = hint_key(target, &item);
-            if self.records.contains_key(&k).map_err(|e| err("get", e))? {
-                continue;
+            renewed.0 += 1;
+            let seq = renewed.0;
+            let held = self.records.contains_key(&k).map_err(|e| err("get", e))?;
+            if !held {
+                self.records.insert(&k, []).map_err(|e| err("insert", e))?;
+                *counts.entry(target).or_insert(0) += 1;
             }
-            self.records.insert(&k, []).map_err(|e| err("insert", e))?;
-            *counts.entry(target).or_insert(0) += 1;
+            renewed.1.insert(k, seq);
         }
         Ok(())
     }
 
-    /// Drops the hint of `item` for `target` (verified on the target).
-    pub fn done(&self, target: u32, item: &Item) -> Result<(), Errno> {
+    /// The mark a push takes before it reads what it pushes: `done` with it keeps a hint
+    /// renewed since.
+    pub fn mark(&self) -> u64 {
+        lock(&self.renewed).0
+    }
+
+    /// Drops the hint of `item` for `target` (verified on the target by a push that began at
+    /// `mark`), unless an `add` renewed it after the mark (`u64::MAX`: whatever happened).
+    pub fn done(&self, target: u32, item: &Item, mark: u64) -> Result<(), Errno> {
         let mut counts = self.counts();
         let k = hint_key(target, item);
+        let mut renewed = lock(&self.renewed);
+        if renewed.1.get(&k).is_some_and(|&seq| seq > mark) {
+            return Ok(());
+        }
+        renewed.1.remove(&k);
+        drop(renewed);
         if !self.records.contains_key(&k).map_err(|e| err("get", e))? {
             return Ok(());
         }
@@ -131,7 +155,7 @@ impl Hints {
         let targets: Vec<u32> = self.counts().keys().copied().collect();
         let item = Item::Key(key.to_vec());
         for t in targets {
-            self.done(t, &item)?;
+            self.done(t, &item, u64::MAX)?;
         }
         Ok(())
     }
@@ -231,13 +255,31 @@ mod tests {
                 h.page(1, Some(&page[0]), 10).unwrap(),
                 vec![Item::Chunk(5, 1)]
             );
-            h.done(1, &Item::Chunk(5, 0)).unwrap();
-            h.done(1, &Item::Chunk(5, 0)).unwrap();
+            h.done(1, &Item::Chunk(5, 0), u64::MAX).unwrap();
+            h.done(1, &Item::Chunk(5, 0), u64::MAX).unwrap();
             assert_eq!(h.count_for(1), 1);
             db.persist(fjall::PersistMode::SyncAll).unwrap();
         }
         let (_db, h) = open(dir.path());
         assert_eq!(h.per_target(), vec![(1, 1), (2, 1)]);
         assert_eq!(h.total(), 2);
+    }
+
+    #[test]
+    fn a_hint_renewed_while_its_push_was_under_way_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = fjall::Database::builder(dir.path()).open().unwrap();
+        let ks = crate::meta::LazyKeyspace::open(&db, "hints").unwrap();
+        let h = Hints::open(ks).unwrap();
+        let item = Item::Chunk(7, 3);
+        h.add(4, [item.clone()]).unwrap();
+        let push = h.mark();
+        h.add(4, [item.clone()]).unwrap(); // a write while the copy was on its way
+        h.done(4, &item, push).unwrap();
+        assert_eq!(h.count_for(4), 1, "the renewed hint stays");
+        let again = h.mark();
+        h.done(4, &item, again).unwrap();
+        assert_eq!(h.count_for(4), 0);
+        assert!(h.page(4, None, 10).unwrap().is_empty());
     }
 }

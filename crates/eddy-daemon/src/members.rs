@@ -34,6 +34,10 @@ pub(crate) struct Members {
     /// What this daemon does not own at its settled epoch was deleted (`moving.rs`); reset
     /// by the next adoption.
     collected: AtomicBool,
+    /// Held (read) by a client's request that touches what moves from its admission until
+    /// it is answered, and (write) by an adoption: a membership is adopted between such
+    /// requests, never while one admitted at the older epoch is still applying (`admit`).
+    admission: tokio::sync::RwLock<()>,
 }
 
 impl Members {
@@ -59,6 +63,7 @@ impl Members {
             adopted: Mutex::new(adopted),
             conns: Mutex::default(),
             collected: AtomicBool::new(false),
+            admission: tokio::sync::RwLock::new(()),
         })
     }
 
@@ -80,6 +85,28 @@ impl Members {
     /// The connection is gone.
     pub(crate) fn close_conn(&self, conn: ConnId) {
         lock(&self.conns).remove(&conn);
+    }
+
+    /// Admits a client's request of `conn` that touches what moves (data, names, attributes:
+    /// `touches_moving`): refused (`refusal`) when its epoch is older than this daemon's,
+    /// else the guard it holds until it is answered. An adoption (`quiesce`) waits for the
+    /// requests admitted before it, and the requests that come while it waits are admitted
+    /// after it (and so refused): a change admitted at the copy epoch is applied, and hinted
+    /// for its new owners, before the cut-over is adopted.
+    pub(crate) async fn admit(
+        &self,
+        conn: ConnId,
+    ) -> Result<tokio::sync::RwLockReadGuard<'_, ()>, Errno> {
+        let admitted = self.admission.read().await;
+        match self.refusal(conn) {
+            Some(refused) => Err(refused),
+            None => Ok(admitted),
+        }
+    }
+
+    /// What an adoption holds: no request admitted at the older epoch is still applying.
+    pub(crate) async fn quiesce(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.admission.write().await
     }
 
     /// The refusal of a client's request on `conn` when its epoch is older than this

@@ -122,6 +122,8 @@ impl State {
             if m.moving_from.is_some() {
                 self.blocking_any(|st| st.movable()).await??;
             }
+            // Between the clients' requests that touch what moves (`Members::admit`).
+            let _quiet = self.members.quiesce().await;
             let kept = m.clone();
             if self
                 .blocking_any(move |st| st.members.adopt(&kept))

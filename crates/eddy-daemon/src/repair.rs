@@ -108,6 +108,8 @@ impl State {
             if until.is_some_and(|t| Instant::now() >= t) {
                 return Ok(verified);
             }
+            // Taken before anything is read: a hint renewed after it is pushed again.
+            let mark = repair.hints.mark();
             let page = repair
                 .hints
                 .page(target, after.as_ref(), batch)
@@ -124,23 +126,25 @@ impl State {
                 }
             }
             if !keys.is_empty() {
-                verified += self.push_keys(&peers, target, keys).await?;
+                verified += self.push_keys(&peers, target, keys, mark).await?;
             }
             let pushes = chunks
                 .into_iter()
-                .map(|(id, k)| self.push_chunk(&peers, target, id, k));
+                .map(|(id, k)| self.push_chunk(&peers, target, id, k, mark));
             for r in futures::future::join_all(pushes).await {
                 verified += u64::from(r?);
             }
         }
     }
 
-    /// Pushes metadata keys in one `Replicate`; returns how many verified.
+    /// Pushes metadata keys in one `Replicate`; returns how many verified (their hints
+    /// dropped unless renewed after `mark`).
     async fn push_keys(
         self: &Arc<Self>,
         peers: &Daemons,
         target: u32,
         keys: Vec<Vec<u8>>,
+        mark: u64,
     ) -> Result<u64, Failure> {
         let Some(repair) = self.repair() else {
             return Ok(0);
@@ -160,7 +164,7 @@ impl State {
             if verdict(theirs, digest(state.value.as_deref())) == Verdict::Same {
                 repair
                     .hints
-                    .done(target, &Item::Key(state.key))
+                    .done(target, &Item::Key(state.key), mark)
                     .map_err(Failure::Daemon)?;
                 verified += 1;
             }
@@ -168,13 +172,15 @@ impl State {
         Ok(verified)
     }
 
-    /// Pushes one chunk whole (`PutChunk`); returns whether it verified.
+    /// Pushes one chunk whole (`PutChunk`); returns whether it verified (its hint dropped
+    /// unless renewed after `mark`).
     async fn push_chunk(
         self: &Arc<Self>,
         peers: &Daemons,
         target: u32,
         id: eddy_proto::FileId,
         k: u64,
+        mark: u64,
     ) -> Result<bool, Failure> {
         let Some(repair) = self.repair() else {
             return Ok(false);
@@ -227,7 +233,7 @@ impl State {
         }
         repair
             .hints
-            .done(target, &Item::Chunk(id, k))
+            .done(target, &Item::Chunk(id, k), mark)
             .map_err(Failure::Daemon)?;
         Ok(true)
     }

@@ -283,32 +283,43 @@ impl State {
         }
         if !self.leases.any_registered() {
             if !adds_name(req.op()) {
-                return crate::ops::route(self, conn, req).await;
+                return self.route(conn, req).await;
             }
             // Under the gate, so that a registration that begins meanwhile lists this name
             // (it waits for the gate) or this request sees the registration (it was
             // installed before the gate was asked for).
             let gate = self.leases.gate.read().await;
             if !self.leases.any_registered() {
-                return crate::ops::route(self, conn, req).await;
+                return self.route(conn, req).await;
             }
             drop(gate);
         }
         let Some((dir, adds)) = self.lease_key(&req) else {
-            return crate::ops::route(self, conn, req).await;
+            return self.route(conn, req).await;
         };
         loop {
             self.clear_leases(conn, &dir).await;
             if !adds {
-                return crate::ops::route(self, conn, req).await;
+                return self.route(conn, req).await;
             }
             // A request that may add a name runs under the gate: a lease registered from now
             // on lists the names only once it ended (`Leases::gate`).
             let _gate = self.leases.gate.read().await;
             if self.leases.registered(&dir).is_none_or(|r| r.conn == conn) {
-                return crate::ops::route(self, conn, req).await;
+                return self.route(conn, req).await;
             }
         }
+    }
+
+    /// Routes a client's request to its handler; one that touches what moves (`touches_moving`)
+    /// is admitted at this daemon's membership epoch first and holds the admission until it
+    /// is answered (`Members::admit`: an adoption waits for it, decision 0081).
+    async fn route(self: &Arc<Self>, conn: ConnId, req: Request) -> Response {
+        let _admitted = match touches_moving(req.op()) {
+            true => Some(self.members.admit(conn).await?),
+            false => None,
+        };
+        crate::ops::route(self, conn, req).await
     }
 
     /// The directory whose lease a request of another client than its holder recalls (the
@@ -657,6 +668,14 @@ fn device_of(root: &std::path::Path) -> String {
         // Unknown: a name of its own, so it is counted alone.
         Err(_) => format!("{machine}:{}", root.display()),
     }
+}
+
+/// Whether a client's request reads or changes what a move copies (data, names,
+/// attributes): the requests of clients (not `REJOINING`) that change, grow or reach the
+/// storage. Leases, lock waits and statuses are not held up by an adoption.
+fn touches_moving(op: eddy_proto::Op) -> bool {
+    let p = op.props();
+    !p.rejoining() && (p.changes() || p.grows() || p.storage())
 }
 
 /// Whether a request may add a name to a directory (a lease's registration lists names

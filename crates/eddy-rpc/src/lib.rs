@@ -22,6 +22,7 @@
 
 mod conn;
 mod down;
+mod membership;
 mod view;
 
 pub use conn::{client_id, wire_mode, Closed, Failure, RANK_VARS};
@@ -208,96 +209,15 @@ impl Daemons {
         self.view().links.get(&daemon).cloned()
     }
 
-    // ------------------------------------------------------------------ membership
-
-    /// Runs `attempt` again while it fails with `EREMCHG` (`Errno::is_moved`: a daemon
-    /// refused a request for its epoch, the view has followed the hosts file since, and the
-    /// request was not applied): the caller's owners are computed again from the new view
-    /// inside `attempt`. At most `MOVES_MAX` times, then EIO.
-    pub async fn retry_moved<T, F, Fut>(&self, mut attempt: F) -> Result<T, Errno>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, Errno>>,
-    {
-        let mut last = None;
-        for _ in 0..MOVES_MAX {
-            // On the heap: the attempt is often a whole operation, whose future would
-            // otherwise be held inline by every caller up the chain (a thread's stack).
-            match Box::pin(attempt()).await {
-                Err(e) if e.is_moved() => last = Some(e),
-                r => return r,
-            }
-        }
-        Err(gave_up(last))
-    }
-
-    /// A daemon refused a request of the view at epoch `seen` with `moved` (EREMCHG): reads
-    /// the hosts file again until it is at a newer epoch (every `REREAD`, up to the RPC
-    /// deadline) and installs its view: the links of the daemons still listed kept, their
-    /// connections told the new epoch first; the observer told every daemon reconnected (the
-    /// locks are taken back and unfinished renames completed). Concurrent refreshes
-    /// coalesce. An error (EIO) when there is no hosts file or it is not newer in time.
-    pub async fn follow(&self, seen: u64, moved: &Errno) -> Result<(), Errno> {
-        let Some(path) = &self.hosts_file else {
-            return Err(Errno::eio(format!(
-                "{}; this client was not made from a hosts file and cannot follow the \
-                 membership",
-                moved.msg
-            )));
-        };
-        let asked = std::time::Instant::now();
-        let mut failed = self.refreshing.lock().await;
-        let now = self.view();
-        if now.epoch > seen {
-            return Ok(()); // another call followed it meanwhile
-        }
-        match &*failed {
-            Some((from, e, at)) if *from == now.epoch && *at >= asked => return Err(e.clone()),
-            _ => {}
-        }
-        let started = std::time::Instant::now();
-        let deadline = Duration::from_millis(self.maker.config.rpc_timeout_ms);
-        let dep = loop {
-            let read = view::load(path);
-            match read {
-                Ok(dep) if dep.epoch > now.epoch => break dep,
-                read => {
-                    if started.elapsed() >= deadline {
-                        let file = read.ok().map(|d| d.epoch);
-                        let e = view::stale(moved, path, file, started.elapsed());
-                        *failed = Some((now.epoch, e.clone(), std::time::Instant::now()));
-                        return Err(e);
-                    }
-                }
-            }
-            tokio::time::sleep(view::REREAD).await;
-        };
-        let (new, kept) = View::build(&dep, &self.maker, Some(&now))?;
-        join_all(kept.iter().map(|l| l.tell_epoch(dep.epoch))).await;
-        let listed: Vec<u32> = dep.daemons.iter().map(|d| d.id).collect();
-        *self.view.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
-        tracing::info!(
-            from = now.epoch,
-            to = dep.epoch,
-            daemons = listed.len(),
-            "the deployment's membership moved on; this client follows it"
-        );
-        if let Some(o) = &self.observer {
-            for d in listed {
-                o.reconnected(d);
-            }
-        }
-        Ok(())
-    }
-
     // ------------------------------------------------------------------ one daemon
 
     /// Sends a request (as it travels) to one daemon; returns the reply and the generation of
     /// the connection that carried it, or why it failed: an error the daemon answered, or a
     /// daemon that could not be reached within the deadline (marked down with R > 1).
     ///
-    /// A daemon that refuses the request for this client's membership epoch (EREMCHG) makes
-    /// the view follow the hosts file (`follow`); the request, not applied, is sent again to
+    /// A daemon that refuses the request for this client's membership epoch (EREMCHG), or
+    /// that cannot be reached while the hosts file says a newer one (it left), makes the
+    /// view follow the hosts file (`follow`); the request, not applied, is sent again to
     /// the same daemon when the new view places items as the old one did and still lists it,
     /// else the refusal (EREMCHG) is the result: the caller computes its owners again and
     /// resends (`retry_moved`). A view that cannot follow is an EIO error.
@@ -321,6 +241,10 @@ impl Daemons {
                     o.reconnected(daemon);
                 }
             }
+            let reply = match reply {
+                Err(Failure::Unreachable(e)) => Err(self.unreachable(view.epoch, daemon, e).await),
+                reply => reply,
+            };
             let moved = match reply {
                 Err(Failure::Daemon(e)) if e.is_moved() => e,
                 reply => return reply,

@@ -14,7 +14,8 @@ impl Data<'_> {
     /// of this client (its entries, sizes, truncates; decision 0015). EIO if one of them
     /// answers on a newer connection than a change it covers (it may have restarted and
     /// lost it). Refused for this client's membership epoch, it is done again under the new
-    /// view (what it covers is kept until it succeeds; decision 0081).
+    /// view (what it covers is kept until it succeeds; decision 0081); a change taken by a
+    /// daemon that has left since is covered by syncing every member.
     pub async fn fsync(&self, f: &File) -> Result<(), Errno> {
         self.rpc().retry_moved(|| self.fsync_once(f)).await
     }
@@ -31,6 +32,13 @@ impl Data<'_> {
         let meta_owners = self.rpc().meta_owners(&f.path());
         let tolerated = meta_owners.len() - 1;
         targets.extend(meta_owners);
+        // A daemon no longer placed on (drained since it took a change: decision 0081)
+        // handed what it held to the members: every member is synced instead.
+        let members = self.rpc().ids();
+        if targets.iter().any(|d| !members.contains(d)) {
+            targets.retain(|d| members.contains(d));
+            targets.extend(members.iter().copied());
+        }
         let file_id = Some(f.file_id());
         let req = Request::Sync(req::Sync { file_id });
         let syncs = targets.iter().map(|&d| self.rpc().send(d, &req));

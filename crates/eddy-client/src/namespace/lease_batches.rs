@@ -112,7 +112,7 @@ impl Namespace<'_> {
                         let Request::Batch(req::Batch { ops: batch, .. }) = req else {
                             continue;
                         };
-                        self.failed_batch(l, batch, f).await;
+                        self.failed_batch(l, daemon, batch, f).await;
                     }
                 }
             }
@@ -132,7 +132,7 @@ impl Namespace<'_> {
             };
             match outcomes {
                 Ok(outcomes) => self.batch_outcomes(l, ops, outcomes),
-                Err(f) => self.failed_batch(l, ops, f).await,
+                Err(f) => self.failed_batch(l, daemon, ops, f).await,
             }
         }
     }
@@ -159,11 +159,20 @@ impl Namespace<'_> {
         }
     }
 
-    /// A batch refused as a whole: on a full device its removals are sent one by one (they
-    /// are served there) and its creates fail with ENOSPC; otherwise (the lease revoked, a
-    /// daemon not reached) every operation fails with EIO. The lease is given back.
-    async fn failed_batch(&self, l: &Arc<DirLease>, ops: Vec<BatchOp>, f: Failure) {
-        if f.is_unreachable() && self.rpc().replicas() > 1 {
+    /// A batch refused as a whole: refused for a membership that moved on (EREMCHG: not
+    /// applied; decision 0081), sent to a daemon that left since, or queued for a daemon
+    /// the view no longer places on, its
+    /// operations are sent one by one to their owners now; on a full device its removals
+    /// are sent one by one (they are served there) and its creates fail with ENOSPC;
+    /// otherwise (the lease revoked, a daemon not reached) every operation fails with EIO.
+    /// The lease is given back.
+    async fn failed_batch(&self, l: &Arc<DirLease>, daemon: u32, ops: Vec<BatchOp>, f: Failure) {
+        let f = match f {
+            Failure::Unreachable(e) => self.rpc().unreachable(self.rpc().epoch(), daemon, e).await,
+            f => f,
+        };
+        let moved = f.errno().is_moved() || !self.rpc().ids().contains(&daemon);
+        if moved || (f.is_unreachable() && self.rpc().replicas() > 1) {
             self.replay_one_by_one(l, ops).await;
             return;
         }
@@ -186,8 +195,8 @@ impl Namespace<'_> {
     }
 
     /// A batch whose daemon could not be reached (or whose reply was lost with it), with
-    /// other copies: each operation goes on its own to the first copy that answers, as
-    /// without the lease (a create the lost daemon applied and passed on is ours if the
+    /// other copies, or that a moved membership refused: each operation goes on its own to
+    /// the first of its owners that answers, as without the lease (a create the lost daemon applied and passed on is ours if the
     /// entry carries our file id; a removal it applied is done).
     async fn replay_one_by_one(&self, l: &Arc<DirLease>, ops: Vec<BatchOp>) {
         let mut failed = false;

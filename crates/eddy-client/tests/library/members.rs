@@ -5,7 +5,8 @@
 //! new epoch and goes on; new connections say it first. A client whose file stays behind
 //! fails with EIO naming the epochs; one made without a file cannot follow at all. A
 //! membership that places items on other daemons is followed too: the owners are computed
-//! again and the request sent to them.
+//! again and the request sent to them. A daemon that left and was stopped sends its clients
+//! to the file too: one it cannot reach while the file is newer is a membership moved on.
 
 use eddy_client::{Client, Creds};
 use eddy_config::Deployment;
@@ -199,4 +200,59 @@ async fn a_client_places_by_the_new_members_after_a_cut_over() {
     c.pwrite(&f, 0, &data).await.unwrap();
     c.close(&f).await.unwrap();
     assert_eq!(read_all(&fresh, "/n0/f").await, data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daemon_stopped_after_it_left_sends_its_clients_to_the_hosts_file() {
+    let mut cl = Cluster::start(3);
+    let me = Creds::root();
+    let c = following(&cl).await;
+    let root_owner = c.rpc().meta_owners("/")[0];
+    let f = c
+        .open("/f", libc::O_RDWR | libc::O_CREAT, 0o644, me)
+        .await
+        .unwrap();
+    // Enough chunks that every daemon took a write of this handle, unsynced.
+    let chunk = c.config().chunk_size as usize;
+    c.pwrite(&f, 0, &eddy_testkit::pattern(4, 0, 32 * chunk))
+        .await
+        .unwrap();
+    let meta_owner = c.rpc().meta_owners("/f")[0];
+    let (gone, idx) = cl
+        .dep
+        .daemons
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.id, i))
+        .find(|&(id, _)| id != root_owner && id != meta_owner)
+        .expect("a daemon owning neither name");
+    // The daemon is drained (the file says so at epoch 1) and stopped before this client
+    // called it again: it cannot refuse anything, it is not there.
+    assert!(
+        (0..32).any(|k| c.rpc().chunk_owners(f.file_id(), k).contains(&gone)),
+        "daemon {gone} took a write of the handle"
+    );
+    let tool = cl.client().await;
+    adopt(&tool, &cl.dep, &membership(&cl.dep, 1, vec![gone])).await;
+    let mut next = cl.dep.clone();
+    next.epoch = 1;
+    next.draining = vec![gone];
+    next.save(&cl.deployment_file).unwrap();
+    cl.kill(idx);
+
+    // A write to a chunk it owned finds the file newer, follows it and goes to the chunk's
+    // owner among the members; the fsync that covers a write it took syncs the members
+    // instead: no EIO.
+    let k = (0..32)
+        .find(|&k| c.rpc().chunk_owners(f.file_id(), k).contains(&gone))
+        .unwrap();
+    let again = eddy_testkit::pattern(5, 0, chunk);
+    c.pwrite(&f, k * chunk as u64, &again).await.unwrap();
+    assert_eq!(c.rpc().epoch(), 1);
+    assert_eq!(c.pread(&f, k * chunk as u64, chunk).await.unwrap(), again);
+    c.fsync(&f).await.unwrap();
+    assert_eq!(c.rpc().epoch(), 1);
+    assert!(!c.rpc().ids().contains(&gone));
+    c.close(&f).await.unwrap();
+    assert_eq!(c.stat("/f").await.unwrap().size, 32 * chunk as u64);
 }
