@@ -7,12 +7,12 @@
 //! same writer's rate on the raw local storage, measured in the same run.
 
 use crate::args::GrowArgs;
+use crate::deploy::run_eddy as eddy;
 use anyhow::{bail, Context, Result};
 use eddy_client::{Client, Creds};
 use eddy_proto::req;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -94,26 +94,6 @@ fn print(f: &Figures) {
         f.minimum_bytes >> 20,
         f.moved_vs_minimum
     );
-}
-
-/// Runs `eddy ARGS`, failing with its output when it fails; returns how long it took.
-fn eddy(exe: &Path, args: &[&std::ffi::OsStr]) -> Result<Duration> {
-    let t = Instant::now();
-    let out = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", exe.display()))?;
-    if !out.status.success() {
-        bail!(
-            "eddy {:?} failed ({}):\n{}{}",
-            args,
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(t.elapsed())
 }
 
 fn measure(exe: &Path, work: &Path, args: &GrowArgs) -> Result<Figures> {

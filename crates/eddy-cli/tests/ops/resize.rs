@@ -60,6 +60,23 @@ fn movable_config(dir: &Path) -> PathBuf {
     path
 }
 
+/// Starts 3 local daemons in `root` (chunks of 64 KiB, `movable_config`).
+fn start_movable(dir: &Path, root: &Path) {
+    ok(&[
+        "start",
+        "--local",
+        "3",
+        "--root",
+        s(root),
+        "--chunk-size",
+        "65536",
+        "--name",
+        "t",
+        "--config",
+        s(&movable_config(dir)),
+    ]);
+}
+
 /// Stops the deployment when the test ends, whatever happened.
 struct StopGuard(PathBuf);
 
@@ -109,19 +126,7 @@ fn a_deployment_grows_and_shrinks_under_writers_through_the_mount_and_the_preloa
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let _guard = StopGuard(root.clone());
-    ok(&[
-        "start",
-        "--local",
-        "3",
-        "--root",
-        s(&root),
-        "--chunk-size",
-        "65536",
-        "--name",
-        "t",
-        "--config",
-        s(&movable_config(dir.path())),
-    ]);
+    start_movable(dir.path(), &root);
     let state = root.clone();
     let mnt = dir.path().join("m");
     std::fs::create_dir(&mnt).unwrap();
@@ -257,19 +262,7 @@ fn a_grow_killed_at_any_step_is_finished_by_the_next_command_and_every_byte_read
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let _guard = StopGuard(root.clone());
-    ok(&[
-        "start",
-        "--local",
-        "3",
-        "--root",
-        s(&root),
-        "--chunk-size",
-        "65536",
-        "--name",
-        "t",
-        "--config",
-        s(&movable_config(dir.path())),
-    ]);
+    start_movable(dir.path(), &root);
     let script = dir.path().join("writer.py");
     std::fs::write(&script, WRITER).unwrap();
     let stop = dir.path().join("stop");

@@ -516,23 +516,79 @@ fn a_collect_waits_until_every_copy_reached_its_new_owner() {
     });
 }
 
-#[test]
-fn a_daemon_restarted_during_a_move_keeps_its_membership_and_does_not_rejoin() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
+/// A deployment of 3 daemons holding `files()`, grown by `add` daemons that every daemon
+/// knows at the copy epoch (adopted by all of them): the cluster, the files, the copy.
+fn grown_at_the_copy(
+    rt: &tokio::runtime::Runtime,
+    add: usize,
+) -> (Cluster, BTreeMap<String, Vec<u8>>, req::Membership) {
     let mut cluster = Cluster::start_with(3, config(1));
     let files = files();
     rt.block_on(async {
         let c = cluster.client().await;
         write_files(&c, &files).await
     });
-    cluster.add_daemons(1, Some(vec![0, 1, 2]));
+    cluster.add_daemons(add, Some(vec![0, 1, 2]));
     let t = tool(&cluster.dep);
     let copy = membership(&cluster.dep, 1, Some(vec![0, 1, 2]), Vec::new(), false);
+    let all: Vec<u32> = cluster.dep.daemons.iter().map(|d| d.id).collect();
     rt.block_on(async {
-        for id in 0..4 {
+        for &id in &all {
             t.try_call(id, copy.clone()).await.unwrap();
         }
     });
+    (cluster, files, copy)
+}
+
+/// Finishes a grow whatever step each daemon reached (the copy, then the cut-over at epoch
+/// 2, then the collect, each sent again to all as a coordinator resuming would), and checks
+/// that every file reads back and every chunk is held once, some by the daemons that joined.
+fn finish_grow(
+    cluster: &Cluster,
+    rt: &tokio::runtime::Runtime,
+    files: &BTreeMap<String, Vec<u8>>,
+    copy: &req::Membership,
+) {
+    let all: Vec<u32> = cluster.dep.daemons.iter().map(|d| d.id).collect();
+    let t = tool(&cluster.dep);
+    rt.block_on(until_nothing_left(&t, &all, copy));
+    let cut = membership(&cluster.dep, 2, None, Vec::new(), false);
+    rt.block_on(until_nothing_left(&t, &all, &cut));
+    let mut collect = cut.clone();
+    collect.collect = true;
+    rt.block_on(async {
+        for &id in &all {
+            assert!(t.try_call(id, collect.clone()).await.unwrap().collected);
+        }
+    });
+    let mut settled = cluster.dep.clone();
+    (settled.epoch, settled.moving_from) = (2, None);
+    rt.block_on(async {
+        let c = client_at(&settled).await;
+        for (path, data) in files {
+            assert!(read_all(&c, path).await == *data, "{path}");
+        }
+        let ids = file_ids(&c, files).await;
+        let cs = settled.config.chunk_size;
+        let chunks: u64 = ids.iter().map(|&(_, size)| size.div_ceil(cs)).sum();
+        let mut held = 0;
+        let mut joined = 0;
+        for &id in &all {
+            let n = status(&t, id).await.chunks;
+            held += n;
+            if id >= 3 {
+                joined += n;
+            }
+        }
+        assert_eq!(held, chunks, "every chunk held once after the collect");
+        assert!(joined > 0, "the daemons that joined hold what they own");
+    });
+}
+
+#[test]
+fn a_daemon_restarted_during_a_move_keeps_its_membership_and_does_not_rejoin() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (mut cluster, files, copy) = grown_at_the_copy(&rt, 1);
     assert!(cluster.terminate(0), "daemon 0 did not stop cleanly");
     cluster.restart(0);
     let t = tool(&cluster.dep);
@@ -543,83 +599,54 @@ fn a_daemon_restarted_during_a_move_keeps_its_membership_and_does_not_rejoin() {
         let m = t.try_call(0, copy.clone()).await.unwrap();
         assert!(m.epoch == 1 && m.moving, "{m:?}");
     });
-    rt.block_on(until_nothing_left(&t, &[0, 1, 2, 3], &copy));
-    let cut = membership(&cluster.dep, 2, None, Vec::new(), false);
-    rt.block_on(until_nothing_left(&t, &[0, 1, 2, 3], &cut));
-    let mut collect = cut.clone();
-    collect.collect = true;
-    rt.block_on(async {
-        for id in 0..4 {
-            assert!(t.try_call(id, collect.clone()).await.unwrap().collected);
-        }
-    });
-    let mut settled = cluster.dep.clone();
-    (settled.epoch, settled.moving_from) = (2, None);
-    rt.block_on(async {
-        let c = client_at(&settled).await;
-        for (path, data) in &files {
-            assert!(read_all(&c, path).await == *data, "{path}");
-        }
-        // Daemon 3 holds what it owns now; each chunk is held once.
-        let ids = file_ids(&c, &files).await;
-        let cs = settled.config.chunk_size;
-        let chunks: u64 = ids.iter().map(|&(_, size)| size.div_ceil(cs)).sum();
-        let mut held = 0;
-        for id in 0..4 {
-            held += status(&t, id).await.chunks;
-        }
-        assert_eq!(held, chunks);
-        assert!(status(&t, 3).await.chunks > 0);
-    });
+    finish_grow(&cluster, &rt, &files, &copy);
 }
 
 #[test]
 fn a_source_and_a_target_killed_during_the_copy_finish_the_move_after_their_restart() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let mut cluster = Cluster::start_with(3, config(1));
-    let files = files();
-    rt.block_on(async {
-        let c = cluster.client().await;
-        write_files(&c, &files).await
-    });
-    cluster.add_daemons(3, Some(vec![0, 1, 2]));
-    let t = tool(&cluster.dep);
-    let copy = membership(&cluster.dep, 1, Some(vec![0, 1, 2]), Vec::new(), false);
-    rt.block_on(async {
-        for id in 0..6 {
-            t.try_call(id, copy.clone()).await.unwrap();
-        }
-    });
+    let (mut cluster, files, copy) = grown_at_the_copy(&rt, 3);
     // kill -9 of a daemon items move from and of one they move to, in the middle of the copy.
     cluster.kill(1);
     cluster.kill(4);
     cluster.restart(1);
     cluster.restart(4);
+    finish_grow(&cluster, &rt, &files, &copy);
+}
+
+#[test]
+fn daemons_killed_in_the_middle_of_the_cut_over_finish_it_after_their_restart() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (mut cluster, mut files, copy) = grown_at_the_copy(&rt, 3);
     let t = tool(&cluster.dep);
     rt.block_on(until_nothing_left(&t, &[0, 1, 2, 3, 4, 5], &copy));
+    // Files change after the copy caught up: what is left to push is in the sources' hints.
+    let mut placed = cluster.dep.clone();
+    placed.daemons.retain(|d| d.id < 3);
+    (placed.epoch, placed.moving_from) = (1, None);
+    rt.block_on(async {
+        let c = client_at(&placed).await;
+        change_files(&c, &mut files).await;
+    });
+    // The coordinator got the cut-over to half the daemons, then died; so do a source that
+    // took it and a target that did not, with -9.
     let cut = membership(&cluster.dep, 2, None, Vec::new(), false);
-    rt.block_on(until_nothing_left(&t, &[0, 1, 2, 3, 4, 5], &cut));
-    let mut collect = cut.clone();
-    collect.collect = true;
     rt.block_on(async {
-        for id in 0..6 {
-            assert!(t.try_call(id, collect.clone()).await.unwrap().collected);
+        for id in [0, 1, 3] {
+            let s = t.try_call(id, cut.clone()).await.unwrap();
+            assert!(s.epoch == 2 && !s.moving, "daemon {id}: {s:?}");
         }
     });
-    let mut settled = cluster.dep.clone();
-    (settled.epoch, settled.moving_from) = (2, None);
+    cluster.kill(1);
+    cluster.kill(4);
+    cluster.restart(1);
+    cluster.restart(4);
+    let t = tool(&cluster.dep);
     rt.block_on(async {
-        let c = client_at(&settled).await;
-        for (path, data) in &files {
-            assert!(read_all(&c, path).await == *data, "{path}");
-        }
-        let ids = file_ids(&c, &files).await;
-        let cs = settled.config.chunk_size;
-        let chunks: u64 = ids.iter().map(|&(_, size)| size.div_ceil(cs)).sum();
-        let mut held = 0;
-        for id in 0..6 {
-            held += status(&t, id).await.chunks;
-        }
-        assert_eq!(held, chunks, "every chunk held once after the collect");
+        // Each kept the epoch it had taken.
+        assert_eq!(t.try_call(1, cut.clone()).await.unwrap().epoch, 2);
+        let s = t.try_call(4, copy.clone()).await.unwrap();
+        assert!(s.epoch == 1 && s.moving, "{s:?}");
     });
+    finish_grow(&cluster, &rt, &files, &copy);
 }
