@@ -23,6 +23,8 @@ use eddy_proto::{req, MembershipState};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+mod room;
+
 /// How often the daemons are asked how far the move is.
 const POLL: Duration = Duration::from_millis(200);
 /// How often a move under way says how far it is.
@@ -123,6 +125,10 @@ fn grow(
     next.daemons.extend(entries);
     next.epoch = dep.epoch + 1;
     next.moving_from = Some(dep.placed_on());
+    if let Err(e) = check_room(&next) {
+        crate::procs::kill_children(&mut spawned.children);
+        return Err(e);
+    }
     let saved = state
         .write_pids(&pids)
         .and_then(|()| next.validate().context("the grown deployment is not valid"))
@@ -175,6 +181,7 @@ pub fn shrink(state: &StateDir, drain: &[u32], say: Say) -> Result<Resized> {
     next.moving_from = Some(dep.placed_on());
     next.validate()
         .context("the shrunk deployment is not valid")?;
+    check_room(&next)?;
     state.save_deployment(&next)?;
     say.out(&format!(
         "eddy: draining daemons {}; moving what they hold to its next owners (epoch {})",
@@ -182,6 +189,14 @@ pub fn shrink(state: &StateDir, drain: &[u32], say: Say) -> Result<Resized> {
         next.epoch
     ));
     carry_out(state, next, say)
+}
+
+/// Refuses a move whose members would lack room for their shares of the data
+/// (`room::check`): asked of the daemons of `next` before anything is recorded.
+fn check_room(next: &Deployment) -> Result<()> {
+    let rt = crate::runtime()?;
+    let client = Client::new(next.clone()).context("the deployment file is not usable")?;
+    room::check(&rt, &client, next)
 }
 
 /// Finishes the move the hosts file of `state` records as under way, if any (a coordinating

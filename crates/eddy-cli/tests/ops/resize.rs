@@ -383,3 +383,55 @@ fn a_deployment_started_through_a_launcher_grows_through_it() {
     assert!(out.status.success(), "verify: {}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), n.to_string());
 }
+
+#[test]
+fn a_shrink_whose_members_lack_room_for_the_data_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let _guard = StopGuard(root.clone());
+    let config = dir.path().join("small.toml");
+    std::fs::write(&config, "direct_io = false\ncapacity_bytes = 8388608\n").unwrap();
+    ok(&[
+        "start",
+        "--local",
+        "3",
+        "--root",
+        s(&root),
+        "--chunk-size",
+        "65536",
+        "--name",
+        "t",
+        "--config",
+        s(&config),
+    ]);
+    // 18 MB over three daemons of 8 MiB: two could not hold it.
+    let fill = "import os\nfor i in range(18):\n    open('/eddy/f%d' % i, 'wb').write(os.urandom(1000000))\n";
+    let out = preloaded("python3", "/eddy", &root)
+        .args(["-c", fill])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "fill: {}", text(&out));
+    let err = fails(&["shrink", "--state", s(&root), "--drain", "2"]);
+    assert!(
+        err.contains("capacity_bytes") && err.contains("nothing changed"),
+        "{err}"
+    );
+    let st = status_json(&root);
+    assert_eq!(st["epoch"], 0);
+    assert!(
+        st["moving_from"].is_null() && st["draining"].as_array().is_none_or(|d| d.is_empty()),
+        "{st}"
+    );
+    assert_eq!(ids(&st["members"]), vec![0, 1, 2]);
+    // With half of it removed, the same shrink goes through.
+    let out = preloaded("python3", "/eddy", &root)
+        .args([
+            "-c",
+            "import os\nfor i in range(9):\n    os.unlink('/eddy/f%d' % i)\n",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "unlink: {}", text(&out));
+    let out = text(&ok(&["shrink", "--state", s(&root), "--drain", "2"]));
+    assert!(out.contains("2 members at epoch 2"), "{out}");
+}
