@@ -8,8 +8,7 @@ use crate::args::DeployArgs;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One deployment's figures.
 #[derive(Debug, Serialize)]
@@ -81,33 +80,11 @@ pub fn run(args: DeployArgs) -> Result<()> {
     failed.map_or(Ok(()), Err)
 }
 
-/// Runs the eddy command `exe` with `args` to its end; how long it took. Its output is
-/// the error when it fails.
-pub(crate) fn run_eddy(exe: &Path, args: &[&std::ffi::OsStr]) -> Result<Duration> {
-    let t = Instant::now();
-    let out = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", exe.display()))?;
-    let took = t.elapsed();
-    if !out.status.success() {
-        bail!(
-            "eddy {:?} failed ({}):\n{}{}",
-            args,
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(took)
-}
-
 /// Starts `n` daemons under `work`, reads their memory, stops them.
 fn one(exe: &Path, work: &Path, config: &Path, n: u32, idle: Duration) -> Result<Figures> {
     let root = work.join(format!("n{n}"));
     let state = root.join("state");
-    let eddy = |args: &[&std::ffi::OsStr]| run_eddy(exe, args);
+    let eddy = |args: &[&std::ffi::OsStr]| crate::run_eddy(exe, args).map(|(took, _)| took);
     let n_arg = n.to_string();
     let start = eddy(&[
         "start".as_ref(),

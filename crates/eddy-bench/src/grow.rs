@@ -7,7 +7,6 @@
 //! same writer's rate on the raw local storage, measured in the same run.
 
 use crate::args::GrowArgs;
-use crate::deploy::run_eddy as eddy;
 use anyhow::{bail, Context, Result};
 use eddy_client::{Client, Creds};
 use eddy_proto::req;
@@ -94,6 +93,11 @@ fn print(f: &Figures) {
         f.minimum_bytes >> 20,
         f.moved_vs_minimum
     );
+}
+
+/// Runs `eddy ARGS`; its wall time.
+fn eddy(exe: &Path, args: &[&std::ffi::OsStr]) -> Result<Duration> {
+    crate::run_eddy(exe, args).map(|(took, _)| took)
 }
 
 fn measure(exe: &Path, work: &Path, args: &GrowArgs) -> Result<Figures> {

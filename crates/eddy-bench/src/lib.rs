@@ -38,6 +38,36 @@ mod suite;
 mod tier;
 mod worker;
 
+/// Runs the eddy command `exe` (this program) with `args` to its end; fails with its output
+/// if it fails. Returns its wall time and its output.
+pub(crate) fn run_eddy<A: AsRef<std::ffi::OsStr>>(
+    exe: &Path,
+    args: &[A],
+) -> anyhow::Result<(std::time::Duration, std::process::Output)> {
+    use anyhow::Context;
+    let clock = std::time::Instant::now();
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", exe.display()))?;
+    let took = clock.elapsed();
+    if !out.status.success() {
+        let words: Vec<String> = args
+            .iter()
+            .map(|a| a.as_ref().to_string_lossy().into())
+            .collect();
+        anyhow::bail!(
+            "eddy {} failed ({}):\n{}{}",
+            words.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok((took, out))
+}
+
 pub use args::BenchArgs;
 use args::{BenchCommand, CompareArgs, OutputOpts, RunArgs, ScaleArgs};
 use report::{Report, ResultsFile};

@@ -7,29 +7,13 @@ use super::{interrupt, median, mib, Rounds, TierPhase, LINK_PREFIX, MIB, SCRATCH
 use anyhow::{bail, Context};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
-/// Runs `eddy ARGS` (this program); fails with its output if it fails. Returns its wall time.
+/// Runs `eddy ARGS` (this program; `crate::run_eddy` for the tier's argument lists): fails
+/// with its output if it fails. Returns its wall time and its output.
 pub(super) fn eddy(exe: &Path, args: &[OsString]) -> anyhow::Result<(Duration, Output)> {
-    let clock = Instant::now();
-    let out = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", exe.display()))?;
-    let took = clock.elapsed();
-    if !out.status.success() {
-        let words: Vec<String> = args.iter().map(|a| a.to_string_lossy().into()).collect();
-        bail!(
-            "eddy {} failed ({}):\n{}{}",
-            words.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok((took, out))
+    crate::run_eddy(exe, args)
 }
 
 /// What `eddy status --json` tells of the deployment's data, summed over the daemons.
