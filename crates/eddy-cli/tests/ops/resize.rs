@@ -62,6 +62,11 @@ fn movable_config(dir: &Path) -> PathBuf {
 
 /// Starts 3 local daemons in `root` (chunks of 64 KiB, `movable_config`).
 fn start_movable(dir: &Path, root: &Path) {
+    start_local(root, &movable_config(dir));
+}
+
+/// Starts 3 local daemons in `root` (chunks of 64 KiB) with the configuration file `config`.
+fn start_local(root: &Path, config: &Path) {
     ok(&[
         "start",
         "--local",
@@ -73,7 +78,7 @@ fn start_movable(dir: &Path, root: &Path) {
         "--name",
         "t",
         "--config",
-        s(&movable_config(dir)),
+        s(config),
     ]);
 }
 
@@ -391,19 +396,7 @@ fn a_shrink_whose_members_lack_room_for_the_data_is_refused_and_changes_nothing(
     let _guard = StopGuard(root.clone());
     let config = dir.path().join("small.toml");
     std::fs::write(&config, "direct_io = false\ncapacity_bytes = 8388608\n").unwrap();
-    ok(&[
-        "start",
-        "--local",
-        "3",
-        "--root",
-        s(&root),
-        "--chunk-size",
-        "65536",
-        "--name",
-        "t",
-        "--config",
-        s(&config),
-    ]);
+    start_local(&root, &config);
     // 18 MB over three daemons of 8 MiB: two could not hold it.
     let fill = "import os\nfor i in range(18):\n    open('/eddy/f%d' % i, 'wb').write(os.urandom(1000000))\n";
     let out = preloaded("python3", "/eddy", &root)
