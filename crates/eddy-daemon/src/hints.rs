@@ -67,10 +67,13 @@ fn err(what: &str, e: fjall::Error) -> Errno {
 pub struct Hints {
     records: LazyKeyspace,
     counts: Mutex<BTreeMap<u32, u64>>,
-    /// The sequence number of the last `add` of each hint recorded or renewed since the
-    /// daemon started (under `counts`), and the last number given: a push drops a hint only
-    /// when no add renewed it after the push began (`mark`, `done`) — a change applied
-    /// while its copy was on the way is pushed again, not forgotten.
+    /// The last sequence number given, and the number of the last `add` of each hint held
+    /// already when it was added again (renewed) since the daemon started (under `counts`):
+    /// a push drops a hint only when no add renewed it after the push began (`mark`,
+    /// `done`) — a change applied while its copy was on the way is pushed again, not
+    /// forgotten. A hint first recorded after a push's mark is either not in the page that
+    /// push read or read by it after the change that recorded it (the push pages after its
+    /// mark, and reads what it sends after the page), so only renewals are kept here.
     renewed: Mutex<(u64, HashMap<Vec<u8>, u64>)>,
 }
 
@@ -109,12 +112,12 @@ impl Hints {
             let k = hint_key(target, &item);
             renewed.0 += 1;
             let seq = renewed.0;
-            let held = self.records.contains_key(&k).map_err(|e| err("get", e))?;
-            if !held {
+            if self.records.contains_key(&k).map_err(|e| err("get", e))? {
+                renewed.1.insert(k, seq);
+            } else {
                 self.records.insert(&k, []).map_err(|e| err("insert", e))?;
                 *counts.entry(target).or_insert(0) += 1;
             }
-            renewed.1.insert(k, seq);
         }
         Ok(())
     }
