@@ -64,7 +64,7 @@ pub struct Decision {
 
 /// The α-thresholds.
 #[derive(Debug, Clone, Copy)]
-struct Thresholds {
+pub(crate) struct Thresholds {
     bandwidth: f64,
     iops: f64,
     metadata_rate: f64,
@@ -72,6 +72,17 @@ struct Thresholds {
 }
 
 impl Thresholds {
+    /// The policy's thresholds, a server's peak throughput being `b_f` (the median of the
+    /// usable servers' `peak_bandwidth`) unless the policy sets it.
+    pub(crate) fn of(policy: &Policy, b_f: f64) -> Thresholds {
+        Thresholds {
+            bandwidth: policy.alpha * policy.server_peak_bandwidth.unwrap_or(b_f),
+            iops: policy.alpha * policy.server_peak_iops,
+            metadata_rate: policy.alpha * policy.server_peak_metadata_rate,
+            w_metadata: policy.w_metadata,
+        }
+    }
+
     /// Why `t` (history) with `live` (overriding the rates) is interference-prone; empty when
     /// it is not.
     fn prone(&self, t: Option<&Traits>, live: Option<&Load>) -> Vec<String> {
@@ -120,6 +131,11 @@ impl Thresholds {
             && l.iops < ratio * self.iops
             && l.metadata_rate < ratio * self.metadata_rate
     }
+
+    /// No job runs on `s` and its load is quiet: a server the rules may hand out.
+    pub(crate) fn free(&self, s: &Server, ratio: f64) -> bool {
+        s.idle() && self.quiet(&s.load, ratio)
+    }
 }
 
 /// The median of the finite values of `v` (None when there is none).
@@ -137,18 +153,18 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// Decides the servers of `job`, whose history is `history` (see `pool::pick_history`), on
-/// `pool`.
-pub fn decide(
-    policy: &Policy,
-    job: &Job,
-    history: Option<&JobProfile>,
-    pool: &[Server],
-) -> Decision {
+/// The servers the anomaly screening keeps (by id), the ones it excluded and why.
+pub(crate) struct Screened<'a> {
+    pub(crate) usable: Vec<&'a Server>,
+    pub(crate) excluded: Vec<u32>,
+    pub(crate) reasons: Vec<String>,
+}
+
+/// The anomaly screening: unhealthy servers, and those whose recent bandwidth
+/// is below `anomaly_ratio` of the median of the healthy servers' now, are excluded.
+pub(crate) fn screen<'a>(policy: &Policy, pool: &'a [Server]) -> Screened<'a> {
     let mut reasons = Vec::new();
     let mut excluded = Vec::new();
-
-    // Anomaly screening: unhealthy servers, and those far slower than their peers now.
     let recent_median = median(
         pool.iter()
             .filter(|s| s.healthy)
@@ -183,6 +199,27 @@ pub fn decide(
         usable.push(s);
     }
     usable.sort_by_key(|s| s.id);
+    Screened {
+        usable,
+        excluded,
+        reasons,
+    }
+}
+
+/// Decides the servers of `job`, whose history is `history` (see `pool::pick_history`), on
+/// `pool`.
+pub fn decide(
+    policy: &Policy,
+    job: &Job,
+    history: Option<&JobProfile>,
+    pool: &[Server],
+) -> Decision {
+    // Anomaly screening: unhealthy servers, and those far slower than their peers now.
+    let Screened {
+        usable,
+        excluded,
+        mut reasons,
+    } = screen(policy, pool);
     let decision = |servers: Vec<u32>, rule, reasons, refused_at| Decision {
         servers,
         rule,
@@ -194,14 +231,12 @@ pub fn decide(
         reasons.push("no usable server in the pool".into());
         return decision(Vec::new(), Rule::Default, reasons, None);
     };
-    let th = Thresholds {
-        bandwidth: policy.alpha * policy.server_peak_bandwidth.unwrap_or(b_f),
-        iops: policy.alpha * policy.server_peak_iops,
-        metadata_rate: policy.alpha * policy.server_peak_metadata_rate,
-        w_metadata: policy.w_metadata,
-    };
-    let busy = |s: &Server| !s.idle() || !th.quiet(&s.load, policy.quiet_ratio);
-    let idle: Vec<u32> = usable.iter().filter(|s| !busy(s)).map(|s| s.id).collect();
+    let th = Thresholds::of(policy, b_f);
+    let idle: Vec<u32> = usable
+        .iter()
+        .filter(|s| th.free(s, policy.quiet_ratio))
+        .map(|s| s.id)
+        .collect();
 
     // The default allocation: the site's mapping, a screened-out server replaced by the next
     // usable one; else the first D usable servers.
