@@ -8,17 +8,23 @@
 //!   the jobs running on them.
 //! - `decide`: the rules (anomaly screening, the scaling rule, the interference rule) and the
 //!   `Decision` with the numbers each used.
+//! - `grow`: the scaling rule applied to a running job (`judge`: is it bound by its servers,
+//!   to how many does it grow and onto which idle ones, is the data move worth it), from its
+//!   daemons' live counters and a `[pool.grow]` table (`GrowPolicy`), and the watcher's
+//!   pacing of grows (`Watch`: warm-up, sustained polls, cool-down, most grows per job).
 //! - `replay`: a whole history run through the policy, summed up in the shape of the paper's
 //!   Table 4.
 
 #![forbid(unsafe_code)]
 
 pub mod decide;
+pub mod grow;
 pub mod policy;
 pub mod pool;
 pub mod replay;
 
 pub use decide::{decide, Decision, Rule, Test};
+pub use grow::{judge, Cap, GrowPolicy, GrowVerdict, Live, LiveServer, Watch};
 pub use policy::Policy;
 pub use pool::{Job, Load, RunningJob, Server, Traits};
 pub use replay::{replay, Replay};
