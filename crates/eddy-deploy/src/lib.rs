@@ -32,7 +32,7 @@ pub mod writeback;
 
 pub use launch::{DaemonLaunch, HostLine};
 pub use replace::{replace, Replaced};
-pub use resize::{grow_hosts, grow_local, shrink, Resized};
+pub use resize::{grow_hosts, grow_local, shrink, Moving, Resized};
 pub use start::{start, Placement, Plan};
 pub use state::StateDir;
 pub use stop::{stop, StopOptions, Stopped};

@@ -42,6 +42,60 @@ const STALL: Duration = Duration::from_secs(120);
 /// How long drained daemons get to exit once asked to stop.
 const STOP_GRACE: Duration = Duration::from_secs(30);
 
+/// How a move is carried out for a caller that must bound it (the burst buffer's run-time
+/// grow, as root): when it gives up, and what runs after each write of the hosts file. The
+/// commands `eddy grow` and `eddy shrink` use the default: no deadline but `STALL` per
+/// silent daemon, nothing run.
+#[derive(Default, Clone, Copy)]
+pub struct Moving<'a> {
+    /// Past it, the move stops waiting and fails (its daemons' answers cannot hold it longer);
+    /// the hosts file then stays where the move got to, and a later command resumes. A
+    /// cut-over already begun is carried on `STALL` longer: clients wait on it.
+    pub deadline: Option<Instant>,
+    /// The ids the caller reserved for the new daemons (recorded where they will run): a grow
+    /// that would give them others is refused before any starts, with nothing changed.
+    pub ids: Option<&'a [u32]>,
+    /// Run after every write of the hosts file (each epoch a move reaches), e.g. to publish
+    /// it where the deployment's users read it.
+    pub saved: Option<&'a Saved<'a>>,
+}
+
+/// What runs after each write of the hosts file.
+pub type Saved<'a> = dyn Fn(&Deployment) -> Result<()> + 'a;
+
+impl<'a> Moving<'a> {
+    /// The bound of a move whose cut-over has begun: the daemons refuse the copy's epoch, at
+    /// which the hosts file still places clients, so giving up now would leave them waiting
+    /// until the next command; it goes on `STALL` past the deadline.
+    fn cutting_over(self) -> Moving<'a> {
+        Moving {
+            deadline: self.deadline.map(|d| d + STALL),
+            ..self
+        }
+    }
+
+    /// Past the deadline: the error to fail with.
+    fn check(&self, what: impl FnOnce() -> String) -> Result<()> {
+        match self.deadline {
+            Some(d) if Instant::now() >= d => bail!(
+                "the move passed its deadline ({}); the hosts file stays where it got to and \
+                 the next grow, shrink or stop resumes from there",
+                what()
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes the hosts file, then runs `saved`.
+    fn save(&self, state: &StateDir, dep: &Deployment) -> Result<()> {
+        state.save_deployment(dep)?;
+        match self.saved {
+            Some(f) => f(dep).context("the hosts file was written, but not passed on"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// What a grow or a shrink did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resized {
@@ -57,16 +111,16 @@ pub struct Resized {
 
 /// Starts `k` daemons on this host beside the deployment's (roots next to theirs, same
 /// user, configuration and secret) and moves to them the items they now own.
-pub fn grow_local(state: &StateDir, k: u32, say: Say) -> Result<Resized> {
+pub fn grow_local(state: &StateDir, k: u32, how: Moving, say: Say) -> Result<Resized> {
     if k == 0 {
         bail!("--local 0: grow by at least one daemon");
     }
-    let dep = resume(state, say)?;
+    let dep = resume(state, how, say)?;
     refuse_unmovable(&dep)?;
     let root = local_root(state, &dep)?;
     let first = end_orphans(state, &dep, &root, say)? + 1;
     let added: Vec<u32> = (first..first + k).collect();
-    grow(state, dep, added, say, |run, ids, spawned| {
+    grow(state, dep, added, how, say, |run, ids, spawned| {
         spawn_and_wait_local(run, ids, &root, spawned)
     })
 }
@@ -74,7 +128,12 @@ pub fn grow_local(state: &StateDir, k: u32, say: Say) -> Result<Resized> {
 /// Starts one daemon on each host of `hosts` (`name [address]` lines, as `eddy start
 /// --hosts`), through the launcher, with the root template and port the deployment was
 /// started with, and moves to them the items they now own.
-pub fn grow_hosts(state: &StateDir, hosts: Vec<HostLine>, say: Say) -> Result<Resized> {
+pub fn grow_hosts(
+    state: &StateDir,
+    hosts: Vec<HostLine>,
+    how: Moving,
+    say: Say,
+) -> Result<Resized> {
     if hosts.is_empty() {
         bail!("the hosts file lists no host: grow by at least one daemon");
     }
@@ -88,13 +147,20 @@ pub fn grow_hosts(state: &StateDir, hosts: Vec<HostLine>, say: Say) -> Result<Re
             state.dir().display()
         );
     };
-    let dep = resume(state, say)?;
+    let dep = resume(state, how, say)?;
     refuse_unmovable(&dep)?;
     let first = dep.daemons.iter().map(|d| d.id).max().unwrap_or(0) + 1;
     let k = u32::try_from(hosts.len()).context("too many hosts")?;
     let added: Vec<u32> = (first..first + k).collect();
+    if let Some(ids) = how.ids.filter(|ids| *ids != added.as_slice()) {
+        bail!(
+            "the grow would start daemons {}, not {} as reserved; nothing changed",
+            list(&added),
+            list(ids)
+        );
+    }
     let already: Vec<String> = dep.daemons.iter().map(|d| d.host.clone()).collect();
-    grow(state, dep, added, say, |run, ids, spawned| {
+    grow(state, dep, added, how, say, |run, ids, spawned| {
         spawn_and_wait_remote(run, &hosts, ids, &already, &launch, spawned)
     })
 }
@@ -105,6 +171,7 @@ fn grow(
     state: &StateDir,
     dep: Deployment,
     added: Vec<u32>,
+    how: Moving,
     say: Say,
     spawn: impl FnOnce(&Run, &[u32], &mut Spawned) -> Result<Vec<DaemonEntry>>,
 ) -> Result<Resized> {
@@ -132,7 +199,7 @@ fn grow(
     let saved = state
         .write_pids(&pids)
         .and_then(|()| next.validate().context("the grown deployment is not valid"))
-        .and_then(|()| state.save_deployment(&next));
+        .and_then(|()| how.save(state, &next));
     if let Err(e) = saved {
         crate::procs::kill_children(&mut spawned.children);
         return Err(e.context("the grown deployment could not be recorded; nothing changed"));
@@ -142,18 +209,18 @@ fn grow(
         list(&added),
         next.epoch
     ));
-    let mut done = carry_out(state, next, say)?;
+    let mut done = carry_out(state, next, how, say)?;
     done.added = added;
     Ok(done)
 }
 
 /// Drains daemons `drain` (ids as `eddy status` shows): their items move to their next
 /// owners, then they stop and leave the hosts file.
-pub fn shrink(state: &StateDir, drain: &[u32], say: Say) -> Result<Resized> {
+pub fn shrink(state: &StateDir, drain: &[u32], how: Moving, say: Say) -> Result<Resized> {
     if drain.is_empty() {
         bail!("name the daemons to drain with --drain ID (ids as `eddy status` shows)");
     }
-    let dep = resume(state, say)?;
+    let dep = resume(state, how, say)?;
     for id in drain {
         if !dep.daemons.iter().any(|d| d.id == *id) {
             bail!(
@@ -182,13 +249,13 @@ pub fn shrink(state: &StateDir, drain: &[u32], say: Say) -> Result<Resized> {
     next.validate()
         .context("the shrunk deployment is not valid")?;
     check_room(&next)?;
-    state.save_deployment(&next)?;
+    how.save(state, &next)?;
     say.out(&format!(
         "eddy: draining daemons {}; moving what they hold to its next owners (epoch {})",
         list(&next.draining),
         next.epoch
     ));
-    carry_out(state, next, say)
+    carry_out(state, next, how, say)
 }
 
 /// Refuses a move whose members would lack room for their shares of the data
@@ -201,7 +268,7 @@ fn check_room(next: &Deployment) -> Result<()> {
 
 /// Finishes the move the hosts file of `state` records as under way, if any (a coordinating
 /// command was stopped), and returns the deployment as it is then.
-pub fn resume(state: &StateDir, say: Say) -> Result<Deployment> {
+pub fn resume(state: &StateDir, how: Moving, say: Say) -> Result<Deployment> {
     let dep = state.load_deployment()?;
     if dep.moving_from.is_none() && dep.draining.is_empty() {
         return Ok(dep);
@@ -210,7 +277,7 @@ pub fn resume(state: &StateDir, say: Say) -> Result<Deployment> {
         "eddy: a move of the deployment was under way (epoch {}); finishing it first",
         dep.epoch
     ));
-    carry_out(state, dep, say)?;
+    carry_out(state, dep, how, say)?;
     state.load_deployment()
 }
 
@@ -314,26 +381,28 @@ fn local_root(state: &StateDir, dep: &Deployment) -> Result<std::path::PathBuf> 
 
 /// Steps 1–3 of decision 0081 for the deployment `dep` (saved with `moving_from`, or with
 /// daemons being drained): adopt, copy, cut over, collect, stop the drained ones.
-fn carry_out(state: &StateDir, dep: Deployment, say: Say) -> Result<Resized> {
+fn carry_out(state: &StateDir, dep: Deployment, how: Moving, say: Say) -> Result<Resized> {
     let rt = crate::runtime()?;
     let client = Client::new(dep.clone()).context("the deployment file is not usable")?;
     let ids: Vec<u32> = dep.daemons.iter().map(|d| d.id).collect();
     let mut settled = dep.clone();
     if dep.moving_from.is_some() {
         // 1. Copy: every daemon adopts the membership clients do not place by yet.
-        adopt(&rt, &client, &ids, &membership_of(&dep, false))?;
-        wait_moved(&rt, &client, &ids, dep.epoch, say, Phase::Copy)?;
+        adopt(&rt, &client, &ids, &membership_of(&dep, false), how)?;
+        wait_moved(&rt, &client, &ids, dep.epoch, how, say, Phase::Copy)?;
         // 2. Cut over: every daemon refuses the clients of the copy's epoch, pushes what
         // changed since, and only then do clients learn the members from the hosts file.
         settled.epoch = dep.epoch + 1;
         settled.moving_from = None;
-        adopt(&rt, &client, &ids, &membership_of(&settled, false))?;
-        wait_moved(&rt, &client, &ids, settled.epoch, say, Phase::CutOver)?;
-        state.save_deployment(&settled)?;
+        how.check(|| format!("copied at epoch {}, not cut over", dep.epoch))?;
+        let how = how.cutting_over();
+        adopt(&rt, &client, &ids, &membership_of(&settled, false), how)?;
+        wait_moved(&rt, &client, &ids, settled.epoch, how, say, Phase::CutOver)?;
+        how.save(state, &settled)?;
     }
     // 3. Collect: each deletes what it does not own any more.
     let collect = membership_of(&settled, true);
-    let states = adopt(&rt, &client, &ids, &collect)?;
+    let states = adopt(&rt, &client, &ids, &collect, how)?;
     if let Some((id, _)) = states.iter().find(|(_, s)| !s.collected) {
         bail!("daemon {id} did not delete what it no longer owns; run the command again");
     }
@@ -342,7 +411,7 @@ fn carry_out(state: &StateDir, dep: Deployment, say: Say) -> Result<Resized> {
     done.daemons.retain(|d| !removed.contains(&d.id));
     done.draining.retain(|id| !removed.contains(id));
     if !removed.is_empty() {
-        state.save_deployment(&done)?;
+        how.save(state, &done)?;
     }
     say.out(&format!(
         "eddy: the deployment's members are {} (epoch {})",
@@ -359,12 +428,13 @@ fn carry_out(state: &StateDir, dep: Deployment, say: Say) -> Result<Resized> {
 
 /// Sends `m` to every daemon of `ids` (each adopts it when newer, else answers how far it
 /// is); every one must answer. A daemon that cannot be reached is asked again until
-/// `STALL` passes.
+/// `STALL` passes (or the deadline of `how`).
 fn adopt(
     rt: &tokio::runtime::Runtime,
     client: &Client,
     ids: &[u32],
     m: &req::Membership,
+    how: Moving,
 ) -> Result<Vec<(u32, MembershipState)>> {
     let mut states = Vec::with_capacity(ids.len());
     for &id in ids {
@@ -389,7 +459,12 @@ fn adopt(
                     STALL.as_secs(),
                     e.errno()
                 ),
-                Err(_) => std::thread::sleep(POLL),
+                Err(e) => {
+                    how.check(|| {
+                        format!("daemon {id} did not take epoch {}: {}", m.epoch, e.errno())
+                    })?;
+                    std::thread::sleep(POLL)
+                }
             }
         }
     }
@@ -407,12 +482,14 @@ enum Phase {
 /// Waits until every daemon of `ids` is at `epoch` (or later) with its scan done and, for the
 /// cut-over, nothing left to copy; for the copy, at most `CUT_OVER_LEFT` items left, or no new
 /// low for `SETTLE`. Says how far the move is every `REPORT_EVERY`; fails when a daemon does
-/// not answer (or stays behind) for `STALL`.
+/// not answer (or stays behind) for `STALL`, and at the deadline of `how` whatever the
+/// daemons answer (one that always reports an item left cannot hold it longer).
 fn wait_moved(
     rt: &tokio::runtime::Runtime,
     client: &Client,
     ids: &[u32],
     epoch: u64,
+    how: Moving,
     say: Say,
     phase: Phase,
 ) -> Result<()> {
@@ -460,6 +537,7 @@ fn wait_moved(
                 behind.join("; ")
             );
         }
+        how.check(|| format!("{what} at epoch {epoch}: {left} items left"))?;
         if reported.elapsed() >= REPORT_EVERY {
             say.out(&format!("eddy: {what}: {left} items left to copy"));
             reported = Instant::now();

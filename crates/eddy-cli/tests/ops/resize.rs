@@ -428,3 +428,58 @@ fn a_shrink_whose_members_lack_room_for_the_data_is_refused_and_changes_nothing(
     let out = text(&ok(&["shrink", "--state", s(&root), "--drain", "2"]));
     assert!(out.contains("2 members at epoch 2"), "{out}");
 }
+
+/// A move whose copy outlasts `--deadline-s` (slowed by `move_bandwidth_bytes`: 2,400 small
+/// files, a quarter of whose items move at 64 KiB/s a daemon) gives up at the deadline whatever
+/// the daemons answer, before its cut-over, leaving the hosts file at the copy's epoch:
+/// clients keep reading by the old members, and the next `grow` finishes the move. Root's
+/// run-time grow of a pool job bounds its moves so (decision 0082).
+#[test]
+fn a_move_past_its_deadline_gives_up_and_the_next_command_finishes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let _guard = StopGuard(root.clone());
+    let config = dir.path().join("slow.toml");
+    std::fs::write(&config, "direct_io = false\nmove_bandwidth_bytes = 65536\n").unwrap();
+    start_local(&root, &config);
+    let fill =
+        "for i in range(2400):\n    open('/eddy/f%d' % i, 'wb').write(bytes([i % 256]) * 4000)\n";
+    let out = preloaded("python3", "/eddy", &root)
+        .args(["-c", fill])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "fill: {}", text(&out));
+    let started = std::time::Instant::now();
+    let err = fails(&[
+        "grow",
+        "--state",
+        s(&root),
+        "--local",
+        "1",
+        "--deadline-s",
+        "2",
+    ]);
+    assert!(err.contains("passed its deadline"), "{err}");
+    assert!(err.contains("copying"), "{err}");
+    // A guard against a hang, never a claim on speed: the copy alone takes far longer.
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    let st = status_json(&root);
+    assert_eq!(st["epoch"], 1, "{st}");
+    assert_eq!(ids(&st["moving_from"]), vec![0, 1, 2], "{st}");
+    // Clients still read every byte meanwhile.
+    let check = "for i in range(2400):\n    assert open('/eddy/f%d' % i, 'rb').read() == bytes([i % 256]) * 4000, i\n";
+    let out = preloaded("python3", "/eddy", &root)
+        .args(["-c", check])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "read during the move: {}", text(&out));
+    // The next command finishes the move first (no deadline), then grows by its own daemon.
+    let out = text(&ok(&["grow", "--state", s(&root), "--local", "1"]));
+    assert!(out.contains("finishing it first"), "{out}");
+    assert!(out.contains("5 members at epoch 4"), "{out}");
+    let out = preloaded("python3", "/eddy", &root)
+        .args(["-c", check])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "read after the move: {}", text(&out));
+}

@@ -1,0 +1,199 @@
+//! Pool mode's run-time grow through the real private Slurm (issue 37, decision 0082): a pool
+//! job set up on one I/O server, whose two steps write through libeddy_preload.so, is judged
+//! bound by its server by the watcher pre_run starts, is grown to two servers while it
+//! writes, and finds every byte it wrote; the Slurm job's Comment, root's record and the
+//! profile say why, and teardown gives the added server back. A linked job is not grown, and
+//! its record says why.
+//!
+//! The site's knobs make a few MiB/s from two nodes "bound": a server peak (B_f) of 1 KiB/s,
+//! B_c of 1 KiB/s (F = 1, S = N_A = 2), no least queue; the warm-up and the polls are short.
+//! The two steps name their nodes by SLURMD_NODENAME (the slurmd "nodes" share this host).
+//!
+//! Needs root, FUSE and Slurm, like burst_buffer.
+
+use crate::burst_buffer::Site;
+use eddy_testkit::cli::s;
+use serde_json::Value;
+
+const GROW: &str = "[pool.grow]\npoll_s = 1\nwindow_s = 3\nsustain = 2\nmin_queue = 0.0\n\
+                    warmup_s = 2\ncooldown_s = 600\nmax_grows = 1\nstop_grace_s = 60\n\
+                    move_deadline_s = 90\n";
+
+fn grow_site() -> Site {
+    let site = Site::with(|dir| format!("history_db = {:?}\n", dir.join("history.db")));
+    let settings = site.path("bb.toml");
+    let text = std::fs::read_to_string(&settings)
+        .unwrap()
+        .replace("[alloc]\n", &format!("peak_bandwidth = \"1KiB\"\n{GROW}[alloc]\n"));
+    let text = format!(
+        "{text}default_servers = 1\nv_min_bytes = 1048576\ncompute_peak_bandwidth = 1024.0\n"
+    );
+    std::fs::write(&settings, text).unwrap();
+    site
+}
+
+/// Two steps write 256 KiB blocks (rank-tagged) until the deployment has two members at a
+/// settled epoch (at most 80 s), then one step reads every byte back; the job fails if a
+/// byte differs or a write failed.
+fn writing_script(site: &Site, extra: &str) -> String {
+    let out = site.path("out");
+    let so = eddy_testkit::preload_so();
+    format!(
+        "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -J growapp\n#SBATCH -o {out}/slurm-%j.out\n\
+         #EDDY capacity=1G pool=io\n{extra}set -eu\n\
+         STOP={out}/stop-$SLURM_JOB_ID\n\
+         srun -N 2 -n 2 env LD_PRELOAD={so} EDDY_PREFIX=/bb /usr/bin/python3 -c \"\n\
+import os, time\n\
+r = int(os.environ['SLURM_PROCID'])\n\
+blk = bytes([65 + r]) * 262144\n\
+n = 0\n\
+with open('/bb/out-%d' % r, 'wb') as f:\n\
+    while not os.path.exists('$STOP') and n < 4000:\n\
+        f.write(blk)\n\
+        n += 1\n\
+        if n % 8 == 0:\n\
+            f.flush()\n\
+            os.fsync(f.fileno())\n\
+        time.sleep(0.02)\n\
+open('/bb/count-%d' % r, 'w').write(str(n))\n\
+\" &\n\
+         WRITERS=$!\n\
+         for i in $(seq 80); do\n\
+           {eddy} status --json > {out}/status-$SLURM_JOB_ID.json || true\n\
+           python3 -c \"import json,sys; s=json.load(open('{out}/status-$SLURM_JOB_ID.json')); \
+sys.exit(0 if len(s['daemons']) == 2 and s['moving_from'] is None else 1)\" && break\n\
+           sleep 1\n\
+         done\n\
+         sleep 2\n\
+         touch $STOP\n\
+         wait $WRITERS\n\
+         srun -N 1 -n 1 env LD_PRELOAD={so} EDDY_PREFIX=/bb /usr/bin/python3 -c \"\n\
+for r in (0, 1):\n\
+    n = int(open('/bb/count-%d' % r).read())\n\
+    data = open('/bb/out-%d' % r, 'rb').read()\n\
+    assert n > 0 and len(data) == n * 262144, (r, n, len(data))\n\
+    assert data == bytes([65 + r]) * len(data), r\n\
+print('verified', flush=True)\n\
+\"\n",
+        out = out.display(),
+        so = so.display(),
+        eddy = eddy_testkit::eddy_bin(),
+    )
+}
+
+fn comment(cluster: &eddy_testkit::slurm::SlurmCluster, job: u32) -> String {
+    let out = cluster
+        .command("squeue")
+        .args(["-h", "-t", "all", "-j", &job.to_string(), "-o", "%k"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn profile_of(site: &Site, job: u32) -> eddy_history::JobProfile {
+    let out = eddy_testkit::cli::ok(&[
+        "history",
+        "show",
+        &job.to_string(),
+        "--json",
+        "--site",
+        s(&site.path("bb.toml")),
+    ]);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_pool_job_bound_by_its_server_grows_while_it_writes_and_gives_it_back() {
+    let site = grow_site();
+    let cluster = site.cluster();
+    let job = site.run_to_completion(&cluster, &writing_script(&site, ""));
+    let output = site.job_output(job);
+    assert!(output.contains("verified"), "{output}");
+
+    // The job saw its deployment grow to two members, the move over.
+    let status: Value = serde_json::from_str(
+        &std::fs::read_to_string(site.path(&format!("out/status-{job}.json"))).unwrap(),
+    )
+    .unwrap();
+    let hosts: Vec<&str> = status["daemons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["io1", "io2"], "{status}\n{output}");
+    assert!(status["moving_from"].is_null(), "{status}");
+    assert!(status["epoch"].as_u64().unwrap() >= 2, "{status}");
+
+    // The Comment says it grew, after the allocation's note.
+    let c = comment(&cluster, job);
+    assert!(
+        c.contains("eddy grow: 1 -> 2 server(s) +io2: bound by servers"),
+        "{c}"
+    );
+
+    // The profile carries the grow with the rule's numbers, and `eddy history show` prints it.
+    let p = profile_of(&site, job);
+    let a = p.allocation.expect("the profile carries the allocation");
+    assert_eq!(a.servers, [0], "{:?}", a.reasons);
+    assert_eq!(a.grown.len(), 1, "{:?}", a.grown);
+    let g = &a.grown[0];
+    assert_eq!((g.from, g.to), (1, 2), "{g:?}");
+    assert_eq!(g.hosts, ["io2"], "{g:?}");
+    assert!(g.outcome.starts_with("done at epoch"), "{g:?}");
+    assert!(
+        g.reasons.iter().any(|r| r.contains("S = ceil(N_A 2 / F 1) = 2")),
+        "{g:?}"
+    );
+    let shown = eddy_testkit::cli::ok(&[
+        "history",
+        "show",
+        &job.to_string(),
+        "--site",
+        s(&site.path("bb.toml")),
+    ]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("1 -> 2 server(s), +1 (io2)"), "{shown}");
+    // The added server's storage and daemon are gone (run_to_completion checked every root
+    // under pool/ and every process serving one).
+    assert!(!site.path(&format!("pool/io2/job-{job}")).exists());
+}
+
+#[test]
+fn a_linked_pool_job_is_not_grown_and_its_record_says_why() {
+    let site = grow_site();
+    let cluster = site.cluster();
+    let go = site.path("out/go");
+    let script = format!(
+        "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -o {out}/slurm-%j.out\n\
+         #EDDY capacity=1G pool=io\n#EDDY link /data={pfs}\nset -eu\n\
+         for i in $(seq 60); do [ -e {go} ] && break; sleep 1; done\n",
+        out = site.path("out").display(),
+        pfs = site.pfs().join("run").display(),
+        go = go.display(),
+    );
+    let job = cluster
+        .sbatch(&script, &[crate::burst_buffer::FORGED_COMMENT], Some(crate::burst_buffer::USER))
+        .unwrap();
+    cluster
+        .wait_state(job, &["RUNNING"], crate::burst_buffer::JOB_BOUND)
+        .unwrap();
+    // Root's record while it runs: pre_run said why, and started no watcher.
+    let record = site.path(&format!("jobs/{job}/job.toml"));
+    let rec: toml::Value = toml::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    let grow = &rec["grow"];
+    assert!(grow.get("pid").is_none(), "{rec}");
+    assert!(
+        grow["last_hold"]
+            .as_str()
+            .unwrap()
+            .starts_with("not grown: the job links prefixes"),
+        "{rec}"
+    );
+    std::fs::write(&go, b"").unwrap();
+    let state = cluster
+        .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], crate::burst_buffer::JOB_BOUND)
+        .unwrap();
+    assert_eq!(state, "COMPLETED", "{}", site.job_output(job));
+    site.assert_gone(&cluster, job);
+}
