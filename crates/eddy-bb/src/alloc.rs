@@ -205,6 +205,25 @@ pub fn live_load(s: &DaemonStats, window_s: u64) -> Load {
     }
 }
 
+/// The mean of the requests queued or in flight at their arrival over a daemon's last
+/// `window_s` seconds (samples weighted by their width): above 1, requests wait at it.
+pub fn live_queue(s: &DaemonStats, window_s: u64) -> f64 {
+    let from = s.now_ms.saturating_sub(window_s.saturating_mul(1000));
+    let (sum, seconds) =
+        s.series
+            .iter()
+            .filter(|x| x.t_ms >= from)
+            .fold((0.0, 0.0), |(q, n), x| {
+                let w = f64::from(x.seconds.max(1));
+                (q + f64::from(x.queue_mean) * w, n + w)
+            });
+    if seconds > 0.0 && sum.is_finite() {
+        sum / seconds
+    } else {
+        0.0
+    }
+}
+
 /// The allocation in the form the history keeps (with the servers' hosts).
 pub fn allocation(decision: &Decision, pool: &Pool) -> Allocation {
     let names = pool.node_names();
@@ -213,6 +232,7 @@ pub fn allocation(decision: &Decision, pool: &Pool) -> Allocation {
         servers: decision.servers.clone(),
         hosts: hosts_of(decision, &names),
         reasons: decision.reasons.clone(),
+        grown: Vec::new(),
     }
 }
 
@@ -384,6 +404,22 @@ pub fn check_user_limit(site: &Site, pool: &Pool, rec: &JobRecord) -> Result<()>
 
 /// The other pool jobs set up now, with their daemons' live load (all asked at once), and the
 /// history lookup of each (by its own user).
+/// The other pool jobs set up now with their daemons' live load (no history lookups).
+pub(crate) fn neighbours_live(site: &Site, pool: &Pool, job: u32) -> Result<Vec<Neighbour>> {
+    Ok(neighbours(site, pool, job)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect())
+}
+
+/// The pool nodes other jobs' daemons run on (or were decided) now: root's records alone.
+pub(crate) fn hosts_of_others(site: &Site, pool: &Pool, job: u32) -> Result<Vec<String>> {
+    Ok(pool_jobs(site, pool, job)?
+        .into_iter()
+        .flat_map(|(_, _, h)| h)
+        .collect())
+}
+
 fn neighbours(site: &Site, pool: &Pool, job: u32) -> Result<Vec<(Neighbour, Option<Lookup>)>> {
     let jobs = pool_jobs(site, pool, job)?;
     let states = jobs.iter().map(|(jd, _, _)| jd.state()).collect();
@@ -643,7 +679,7 @@ pub fn decide_for(
 /// neighbours' load). A probe that cannot run is a note, never a failed setup. A server probed
 /// within `probe_cache_s` is judged by that probe, and one round runs at a time: an allocation
 /// that finds another's round under way judges by what is stored (decision 0055).
-fn screen(
+pub(crate) fn screen(
     site: &Site,
     pool: &Pool,
     servers: &[Server],
@@ -710,7 +746,7 @@ fn screen(
 
 /// The screening itself: the reasons name each anomalous server of the pool, and `health`
 /// fills in the servers' `recent_bandwidth` and `healthy`.
-fn mark(
+pub(crate) fn mark(
     site: &Site,
     servers: &mut [Server],
     health: &[eddy_sysmap::health::Health],

@@ -22,7 +22,7 @@ use crate::job::{DaemonPlace, GrowEvent, GrowOutcome, JobDir, JobRecord};
 use crate::site::{Pool, Site};
 use crate::walltime::now;
 use anyhow::{bail, Context, Result};
-use eddy_alloc::grow::{judge, Cap, GrowPolicy, GrowVerdict, Live, LiveServer, Watch};
+use eddy_alloc::{judge, Cap, GrowPolicy, GrowVerdict, Live, LiveServer, Watch};
 use eddy_deploy::launch::{fill, parse_hosts, HostLine};
 use eddy_deploy::state::RecordedProcess;
 use eddy_deploy::{Moving, Say};
@@ -204,7 +204,10 @@ pub fn watch(site: &Site, job: u32, say: Say) -> Result<()> {
             }
             Err(e) => {
                 silent += 1;
-                log(say, &format!("eddy: Slurm does not say the job's state: {e:#}"));
+                log(
+                    say,
+                    &format!("eddy: Slurm does not say the job's state: {e:#}"),
+                );
                 if silent >= SLURM_SILENT_POLLS {
                     return Ok(());
                 }
@@ -221,13 +224,17 @@ pub fn watch(site: &Site, job: u32, say: Say) -> Result<()> {
         let mut rec = jd.load()?;
         let verdict = match judge_now(site, pool, &g, &jd, &rec) {
             Ok(v) => v,
-            Err(e) => held(&jd, &mut rec, say, format!("{e:#}"))?,
+            Err(e) => GrowVerdict {
+                bound: false,
+                add: Vec::new(),
+                target: 0,
+                reasons: Vec::new(),
+                hold: Some(format!("{e:#}")),
+            },
         };
         if !w.sustained(&g, &verdict) {
-            if let Some(why) = &verdict.hold {
-                if rec.grow.last_hold.as_ref() != Some(why) {
-                    held(&jd, &mut rec, say, why.clone())?;
-                }
+            if let Some(why) = verdict.hold {
+                held(&jd, &mut rec, say, why)?;
             }
             continue;
         }
@@ -240,18 +247,15 @@ pub fn watch(site: &Site, job: u32, say: Say) -> Result<()> {
     }
 }
 
-/// Records why the job does not grow now (the latest reason only); a verdict that holds.
-fn held(jd: &JobDir, rec: &mut JobRecord, say: Say, why: String) -> Result<GrowVerdict> {
+/// Records why the job does not grow now when it is a new reason (the latest only: the
+/// record stays small, and a job held for the same reason is not rewritten every poll).
+fn held(jd: &JobDir, rec: &mut JobRecord, say: Say, why: String) -> Result<()> {
+    if rec.grow.last_hold.as_ref() == Some(&why) {
+        return Ok(());
+    }
     log(say, &format!("eddy: holding: {why}"));
-    rec.grow.last_hold = Some(why.clone());
-    jd.save(rec)?;
-    Ok(GrowVerdict {
-        bound: false,
-        add: Vec::new(),
-        target: 0,
-        reasons: Vec::new(),
-        hold: Some(why),
-    })
+    rec.grow.last_hold = Some(why);
+    jd.save(rec)
 }
 
 /// The job's daemons' counters over the window, judged against the pool now.
@@ -267,7 +271,10 @@ fn judge_now(
     }
     let dep = jd.state().load_deployment()?;
     if dep.moving_from.is_some() || !dep.draining.is_empty() {
-        bail!("a move of its deployment is under way (epoch {})", dep.epoch);
+        bail!(
+            "a move of its deployment is under way (epoch {})",
+            dep.epoch
+        );
     }
     let stats = own_stats(&dep)?;
     let names = pool.node_names();
@@ -275,18 +282,28 @@ fn judge_now(
     let window = g.window_s.unwrap_or(pool.live_window_s);
     let live = live_of(&dep, &stats, &names, &peaks, window, rec)?;
     let members: Vec<u32> = live.servers.iter().map(|s| s.id).collect();
-    let neighbours = alloc::neighbours_live(site, pool, rec.job)?;
-    let (mut servers, mut notes) = alloc::pool_view(&names, &peaks, &neighbours);
-    let caps = caps_of(pool, g, rec, &neighbours, &names);
-    let first = judge(&site.alloc, g, &live, &servers, &members, &caps);
+    // First as if the job were alone in the pool: only a verdict to grow pays for asking the
+    // other jobs' daemons and for the health of the servers it would take.
+    let (alone, _) = alloc::pool_view(&names, &peaks, &[]);
+    let first = judge(
+        &site.alloc,
+        g,
+        &live,
+        &alone,
+        &members,
+        &caps_of(pool, g, rec, &[], &names),
+    );
     if first.add.is_empty() {
         return Ok(first);
     }
-    // Only a verdict to grow pays for the health of the servers it would take.
+    let neighbours = alloc::neighbours_live(site, pool, rec.job)?;
+    let (mut servers, mut notes) = alloc::pool_view(&names, &peaks, &neighbours);
+    let caps = caps_of(pool, g, rec, &neighbours, &names);
     let health = alloc::screen(site, pool, &servers, &mut notes);
     alloc::mark(site, &mut servers, &health, &mut notes);
     let mut v = judge(&site.alloc, g, &live, &servers, &members, &caps);
-    v.reasons.splice(0..0, notes);
+    // The rule's reasons first: the Comment quotes the first.
+    v.reasons.extend(notes);
     Ok(v)
 }
 
@@ -297,8 +314,10 @@ fn own_stats(dep: &eddy_config::Deployment) -> Result<Vec<(u32, DaemonStats)>> {
     let client = eddy_client::Client::new(dep.clone()).context("the deployment is not usable")?;
     let bound = Duration::from_millis(dep.config.rpc_timeout_ms.saturating_mul(2));
     let answers = rt
-        .block_on(tokio::time::timeout(bound, client.daemon_stats()))
-        .map_err(|_| anyhow::anyhow!("its daemons did not answer within {} ms", bound.as_millis()))?;
+        .block_on(async { tokio::time::timeout(bound, client.daemon_stats()).await })
+        .map_err(|_| {
+            anyhow::anyhow!("its daemons did not answer within {} ms", bound.as_millis())
+        })?;
     answers
         .into_iter()
         .map(|(id, a)| {
@@ -354,6 +373,10 @@ fn live_of(
         }
     }
     let started = rec.grow.started.unwrap_or_else(now);
+    // Each of its daemons pushes at most `move_bandwidth_bytes` while items move (0: no bound
+    // but the links, which the rule then takes as the added servers' peaks).
+    let k = servers.len() as f64;
+    let per_daemon = dep.config.move_bandwidth_bytes as f64;
     Ok(Live {
         servers,
         active_nodes: u32::try_from(nodes.len()).unwrap_or(u32::MAX),
@@ -361,8 +384,11 @@ fn live_of(
         // What was written is at most what the servers hold: a share of it moves.
         held_bytes: written,
         elapsed_s: (now() - started).max(0) as f64,
-        remaining_s: rec.walltime.predicted_end.map(|e| (e - now()).max(0) as f64),
-        move_bandwidth: None,
+        remaining_s: rec
+            .walltime
+            .predicted_end
+            .map(|e| (e - now()).max(0) as f64),
+        move_bandwidth: (per_daemon > 0.0).then_some(per_daemon * k),
     })
 }
 
@@ -469,16 +495,10 @@ fn carry_out(
         (rec, ids)
     };
     let (uid, gid) = (rec.uid, rec.gid);
-    let planned = |planned: &[u32], _: &[HostLine]| {
-        if planned != ids.as_slice() {
-            bail!("the grow would start daemons {planned:?}, the record reserved {ids:?}");
-        }
-        Ok(())
-    };
     let saved = |_: &eddy_config::Deployment| jd.publish_deployment(uid, gid);
     let how = Moving {
         deadline: Some(Instant::now() + Duration::from_secs(g.move_deadline_s)),
-        planned: Some(&planned),
+        ids: Some(&ids),
         saved: Some(&saved),
     };
     let grown = eddy_deploy::grow_hosts(&state, hosts.clone(), how, say);
@@ -517,7 +537,10 @@ fn carry_out(
             note.truncate(cut);
         }
         if let Err(e) = alloc::set_comment(rec.job, &note) {
-            log(say, &format!("eddy: the job's Comment does not say it grew: {e:#}"));
+            log(
+                say,
+                &format!("eddy: the job's Comment does not say it grew: {e:#}"),
+            );
         }
     }
     result

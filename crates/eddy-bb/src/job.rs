@@ -49,6 +49,58 @@ pub struct JobRecord {
     pub prefetch_pid: Option<u32>,
     #[serde(default)]
     pub prefetch_start_time: Option<u64>,
+    /// Pool mode's run-time grow (decision 0082): its watcher and every grow it decided.
+    #[serde(default)]
+    pub grow: GrowRecord,
+}
+
+/// The run-time grow of a pool job: the watcher started at pre_run on this host (pid and
+/// start time from /proc, so that it is never confused with a reused pid), each grow it
+/// decided, and why it last held (only the latest, so that the record stays small).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GrowRecord {
+    pub pid: Option<u32>,
+    pub start_time: Option<u64>,
+    /// Unix seconds when the watcher started: its warm-up counts from there.
+    pub started: Option<i64>,
+    pub events: Vec<GrowEvent>,
+    pub last_hold: Option<String>,
+}
+
+/// One grow: decided at `at` (Unix seconds) from `from` servers, adding pool servers `added`
+/// on `hosts`, for `reasons`; how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GrowEvent {
+    pub at: i64,
+    pub from: u32,
+    pub added: Vec<u32>,
+    pub hosts: Vec<String>,
+    pub reasons: Vec<String>,
+    pub outcome: GrowOutcome,
+    /// Unix seconds when it ended (done or failed).
+    #[serde(default)]
+    pub ended: Option<i64>,
+}
+
+/// How a grow ended: the servers are reserved in the record before any starts (so that
+/// other jobs' setups see them taken and teardown cleans them), then the move is done at an
+/// epoch, or failed (its reserved places stay for teardown when daemons may have started).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrowOutcome {
+    Reserved,
+    Done { epoch: u64 },
+    Failed { why: String },
+}
+
+impl GrowOutcome {
+    pub fn describe(&self) -> String {
+        match self {
+            GrowOutcome::Reserved => "reserved".into(),
+            GrowOutcome::Done { epoch } => format!("done at epoch {epoch}"),
+            GrowOutcome::Failed { why } => format!("failed: {why}"),
+        }
+    }
 }
 
 /// What the walltime prediction said and did, seconds since the epoch (UTC).

@@ -11,7 +11,8 @@
 //! commands on them through the site's launcher; `as_user` resolves paths as the job's user
 //! (a child of the `eddy` program that runs `eddy bb resolve-paths` after dropping to the
 //! user); `walltime` times a pool job's stage-in by its predicted start and records its
-//! predicted end (decision 0040). Lines the phases report go to the caller's `eddy_deploy::Say`.
+//! predicted end (decision 0040); `grow` watches a running pool job's servers and grows them
+//! when they hold it back (decision 0082). Lines the phases report go to the caller's `eddy_deploy::Say`.
 //!
 //! A job's files live in SITE.state_dir/<job id> (see `job`): `job.toml`, root's record of
 //! what was made where (teardown trusts nothing else); `state/`, the deployment's state
@@ -20,6 +21,7 @@
 pub mod alloc;
 pub mod as_user;
 pub mod directives;
+pub mod grow;
 pub mod history_db;
 pub mod job;
 pub mod nodes;

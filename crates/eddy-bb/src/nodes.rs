@@ -90,6 +90,16 @@ fn slurm_tool(program: &str, args: &[&str]) -> Result<String> {
     run_bounded(Path::new(program), &args, SLURM_TOOL_TIMEOUT)
 }
 
+/// Whether Slurm still runs the job (`squeue -o %T`, its state alone): false once it is
+/// completing or gone, as for a job Slurm no longer lists.
+pub fn job_running(job: u32) -> Result<bool> {
+    let state = slurm_tool("squeue", &["-h", "-j", &job.to_string(), "-o", "%T"])?;
+    Ok(matches!(
+        state.trim(),
+        "RUNNING" | "CONFIGURING" | "SUSPENDED" | "PENDING"
+    ))
+}
+
 /// The job's nodes, each with the address Slurm reaches it at (its NodeAddr). Asked field by
 /// field (`squeue -o %N`, `sinfo -o "%N %o"`), never cut out of a record of `Key=Value`
 /// words: a job's comment or name (its user's to set) could carry `NodeList=` of its own.

@@ -86,6 +86,7 @@ pub fn setup(site: &Site, job: u32, uid: u32, gid: u32, script: &Path, say: Say)
             walltime: Default::default(),
             prefetch_pid: None,
             prefetch_start_time: None,
+            grow: Default::default(),
         }
     };
     jd.save(&rec)?;
@@ -186,7 +187,7 @@ pub fn paths(site: &Site, job: u32, path_file: &Path) -> Result<()> {
 
 /// The job's nodes are known: node-local mode starts a daemon on each; the namespace is
 /// mounted on each; node-local mode stages in.
-pub fn pre_run(site: &Site, job: u32, say: Say) -> Result<()> {
+pub fn pre_run(site: &Site, site_file: Option<&Path>, job: u32, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
     let mut rec = jd.load()?;
     let nodes = nodes::job_nodes(job)?;
@@ -228,6 +229,12 @@ pub fn pre_run(site: &Site, job: u32, say: Say) -> Result<()> {
             say.out(&format!("eddy: job {job}: no early write-back: {e:#}"));
         }
     }
+    // Nor one whose servers cannot grow (decision 0082).
+    if let Err(e) = crate::grow::start(site, site_file, &jd, &mut rec, say) {
+        say.out(&format!(
+            "eddy: job {job}: its servers will not grow: {e:#}"
+        ));
+    }
     Ok(())
 }
 
@@ -235,12 +242,15 @@ pub fn pre_run(site: &Site, job: u32, say: Say) -> Result<()> {
 pub fn post_run(site: &Site, job: u32) -> Result<()> {
     let jd = JobDir::new(site, job);
     let rec = jd.load()?;
+    crate::grow::stop(site, &rec);
     unmount_nodes(site, &rec)
 }
 
 /// After the job: write the stage_out trees (every linked prefix if none is listed) back.
 pub fn data_out(site: &Site, job: u32, say: Say) -> Result<()> {
     let jd = JobDir::new(site, job);
+    // The servers a grow added are in the record once its watcher is stopped.
+    crate::grow::stop(site, &jd.load()?);
     let rec = jd.load()?;
     // What the early write-back did not write is written here, once; a prefetch is over.
     crate::walltime::stop_early_writeback(&jd, &rec, say);
@@ -326,6 +336,10 @@ pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
         return Ok(()); // done by the teardown this one waited for
     }
     let mut problems = Vec::new();
+    // The servers a grow added are in the record once its watcher is stopped.
+    if let Ok(rec) = jd.load() {
+        crate::grow::stop(site, &rec);
+    }
     let rec = match jd.load() {
         Ok(rec) => Some(rec),
         Err(e) => {
@@ -366,7 +380,9 @@ pub fn teardown(site: &Site, job: u32, hurry: bool, say: Say) -> Result<()> {
             // The profile carries the allocation its servers were chosen by (decision 0038).
             allocation: rec.as_ref().and_then(|r| {
                 let pool = site.pool.as_ref()?;
-                Some(crate::alloc::allocation(r.decision.as_ref()?, pool))
+                let mut a = crate::alloc::allocation(r.decision.as_ref()?, pool);
+                a.grown = crate::grow::grown(r);
+                Some(a)
             }),
         };
         let stopped = eddy_deploy::stop(&state, options, say);
@@ -554,6 +570,13 @@ fn job_config(site: &Site, rec: &JobRecord, daemons: usize) -> Result<Config> {
     config.capacity_bytes = share;
     if !rec.request.links.is_empty() {
         config.cache_capacity_bytes = share;
+    }
+    // A job whose servers may grow serves no direct local I/O, which a move cannot follow
+    // (decision 0081): its clients run on compute nodes, never on its I/O nodes, and so lose
+    // nothing by it. A linked job does not grow yet, and keeps it.
+    let grows = site.pool.as_ref().is_some_and(|p| p.grow.is_some());
+    if rec.mode == Mode::Pool && grows && rec.request.links.is_empty() {
+        config.direct_io = false;
     }
     Ok(config)
 }

@@ -33,7 +33,9 @@ pub fn bb(args: BbArgs) -> Result<()> {
             script: _,
             path_file,
         } => phases::paths(&site, job, &path_file),
-        BbPhase::PreRun { job, script: _ } => phases::pre_run(&site, job, say),
+        BbPhase::PreRun { job, script: _ } => {
+            phases::pre_run(&site, args.site.as_deref(), job, say)
+        }
         BbPhase::PostRun { job, script: _ } => phases::post_run(&site, job),
         BbPhase::DataOut { job, script: _ } => phases::data_out(&site, job, say),
         BbPhase::Teardown {
@@ -54,6 +56,7 @@ pub fn bb(args: BbArgs) -> Result<()> {
             std::io::Write::flush(&mut std::io::stdout()).context("writing the teardown log")?;
             phases::teardown(&site, job, hurry, say)
         }
+        BbPhase::GrowWatch { job } => eddy_bb::grow::watch(&site, job, say),
         BbPhase::Status { args: _ } => phases::status(&site, say),
         BbPhase::ResolvePaths { paths, bytes } => resolve_paths(&paths, bytes),
         BbPhase::NodeMount { state, mount } => phases::node_mount(&state, &mount),

@@ -446,6 +446,10 @@ pub enum BbPhase {
         #[arg(long)]
         hurry: bool,
     },
+    /// The run-time grow's watcher of a pool job (started by pre_run, stopped by post_run,
+    /// data_out and teardown; decision 0082).
+    #[command(hide = true)]
+    GrowWatch { job: u32 },
     /// `scontrol show bbstat`: the Eddy jobs of this site.
     Status {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

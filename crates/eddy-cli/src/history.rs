@@ -387,6 +387,26 @@ fn print_profile(p: &JobProfile) {
         for r in &a.reasons {
             outln!("  - {r}");
         }
+        // Servers added while it ran (decision 0082).
+        for g in &a.grown {
+            outln!(
+                "{:<width$}  {} -> {} server(s), +{} ({}): {}",
+                "grown:",
+                g.from,
+                g.to,
+                g.servers
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                g.hosts.join(","),
+                g.outcome,
+                width = width + 1
+            );
+            for r in &g.reasons {
+                outln!("  - {r}");
+            }
+        }
     }
     if !p.daemons.is_empty() {
         outln!("");

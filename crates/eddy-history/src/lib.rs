@@ -25,4 +25,6 @@ pub use db::{
     has_password, redacted, user_default_db, Access, App, DbSpec, Filter, HistoryDb, HistoryError,
     Inserted,
 };
-pub use profile::{Allocation, DaemonLoad, IoMode, JobProfile, JobSummary, SeriesPoint, Source};
+pub use profile::{
+    Allocation, DaemonLoad, Grown, IoMode, JobProfile, JobSummary, SeriesPoint, Source,
+};

@@ -131,6 +131,25 @@ pub struct Allocation {
     pub servers: Vec<u32>,
     pub hosts: Vec<String>,
     pub reasons: Vec<String>,
+    /// Servers added while the run ran (the burst buffer's run-time grow, decision 0082),
+    /// each attempt in order; empty for runs never grown and for profiles stored before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grown: Vec<Grown>,
+}
+
+/// One grow of a running job's servers: when, from how many to how many, which were added,
+/// how it ended and why it was decided (the rule's numbers).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Grown {
+    /// Unix seconds of the decision.
+    pub at: i64,
+    pub from: u32,
+    pub to: u32,
+    pub servers: Vec<u32>,
+    pub hosts: Vec<String>,
+    /// `done at epoch N`, `failed: why` or `reserved` (never carried out).
+    pub outcome: String,
+    pub reasons: Vec<String>,
 }
 
 impl JobProfile {

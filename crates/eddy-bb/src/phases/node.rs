@@ -122,7 +122,7 @@ impl MountLock {
 
 /// flock(LOCK_EX) on an open file or directory (`path` names it in errors); released when
 /// the file is closed.
-pub(super) fn lock_exclusive(file: &std::fs::File, path: &Path) -> Result<()> {
+pub(crate) fn lock_exclusive(file: &std::fs::File, path: &Path) -> Result<()> {
     // SAFETY: flock on a descriptor the caller owns.
     if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(file), libc::LOCK_EX) } != 0 {
         return Err(std::io::Error::last_os_error())

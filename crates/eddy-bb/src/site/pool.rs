@@ -81,8 +81,11 @@ impl Pool {
         parse_bytes(&self.min_capacity).map_err(|e| anyhow::anyhow!("[pool] min_capacity: {e}"))
     }
 
-    /// Bytes of the health probe (0: none).
+    /// Bytes of the health probe (`0`: none).
     pub fn probe_bytes(&self) -> Result<u64> {
+        if self.probe_bytes.trim() == "0" {
+            return Ok(0);
+        }
         parse_bytes(&self.probe_bytes).map_err(|e| anyhow::anyhow!("[pool] probe_bytes: {e}"))
     }
 

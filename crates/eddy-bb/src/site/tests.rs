@@ -252,3 +252,31 @@ fn pool_sizes_and_modes() {
         .and_then(|s| s.validate())
         .is_err());
 }
+
+#[test]
+fn pool_grow_knobs_are_checked_by_name_and_unset_means_no_grow() {
+    let pool =
+        "[pool]\nnodes = [\"io1\", \"io2\"]\nroot = \"/nvme/eddy/{job}\"\ncapacity = \"1T\"\n";
+    assert!(site(pool).pool.unwrap().grow.is_none());
+    let s = site(&format!(
+        "{pool}[pool.grow]\npoll_s = 2\nmax_grows = 1\nmove_deadline_s = 60\n"
+    ));
+    let g = s.pool.unwrap().grow.unwrap();
+    assert_eq!((g.poll_s, g.max_grows, g.move_deadline_s), (2, 1, 60));
+    // The rest keep their defaults.
+    assert_eq!((g.sustain, g.busy_ratio, g.cooldown_s), (2, 0.8, 300));
+    let err = |text: &str| {
+        toml::from_str::<Site>(text)
+            .map_err(anyhow::Error::from)
+            .and_then(|s| s.validate())
+            .unwrap_err()
+            .to_string()
+    };
+    let bad = err(&format!("{pool}[pool.grow]\nbusy_ratio = 1.5\n"));
+    assert!(
+        bad.contains("[pool.grow] pool.grow.busy_ratio = 1.5"),
+        "{bad}"
+    );
+    let unknown = err(&format!("{pool}[pool.grow]\nevery_s = 5\n"));
+    assert!(unknown.contains("every_s"), "{unknown}");
+}

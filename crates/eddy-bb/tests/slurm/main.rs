@@ -7,6 +7,7 @@
 // Test code: its helpers unwrap too (clippy.toml allows it in #[test] functions only).
 #![allow(clippy::unwrap_used)]
 
+mod bb_grow;
 mod bb_history;
 mod bb_phases;
 mod bb_pool;

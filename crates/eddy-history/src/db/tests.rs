@@ -208,6 +208,16 @@ fn migrations_suite(spec: &str) {
         servers: vec![0, 2],
         hosts: vec!["io1".into(), "io3".into()],
         reasons: vec!["scaling: S = 2".into()],
+        // ... and the servers added while it ran (decision 0082), in the profile's JSON.
+        grown: vec![crate::Grown {
+            at: 1_800_000_000,
+            from: 2,
+            to: 3,
+            servers: vec![1],
+            hosts: vec!["io2".into()],
+            outcome: "done at epoch 2".into(),
+            reasons: vec!["bound by servers".into()],
+        }],
     });
     db.put(&allocated).unwrap();
     assert_eq!(db.get(&allocated.key).unwrap().as_ref(), Some(&allocated));
