@@ -42,8 +42,9 @@ pub enum BenchCommand {
     /// with the same writer on the raw storage in the same run.
     Grow(GrowArgs),
     /// Measure DFRA's allocation on a live pool: I/O servers and compute nodes in network
-    /// namespaces, each server's link rate-limited with `tc`; scaling, isolation and anomaly
-    /// screening, each against its baseline in the same run (needs root; decision 0039).
+    /// namespaces, each server's link rate-limited with `tc`; scaling, isolation, anomaly
+    /// screening and a running deployment grown from 2 servers to 4, each against its
+    /// baseline in the same run (needs root; decisions 0039, 0081).
     Alloc(crate::alloc::AllocArgs),
     /// Internal: one rank of a run, started by the coordinator.
     #[command(hide = true)]

@@ -3,12 +3,14 @@
 //! Eddy deployments are started with `eddy start --hosts` and the `ip netns exec` launcher on
 //! the servers an allocation chose (`eddy_alloc::decide`), the jobs' ranks run in the compute
 //! namespaces (each with a host name of its own, so that the daemons' counters see nodes)
-//! against `eddy:STATE`, and the three scenarios are measured in one run:
+//! against `eddy:STATE`, and the four scenarios are measured in one run:
 //! a. scaling (default allocation vs the one decided from the job's profile),
 //! b. isolation (a bandwidth job alone, beside an N-1 job on shared servers, and with the
 //!    N-1 job isolated by the interference rule),
 //! c. screening (one server throttled to 10 %: probed, marked anomalous, avoided; and the
-//!    same-size allocation without screening).
+//!    same-size allocation without screening),
+//! d. growth (a job bound by its 2 servers' links, before and after `eddy grow` adds 2 more
+//!    to its running deployment; growth.rs).
 
 use crate::args::{LaunchOpts, WorkloadOpts};
 use crate::coord::{run_plan, RunSpec};
@@ -24,6 +26,8 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+mod growth;
 
 #[derive(Debug, Args)]
 pub struct AllocArgs {
@@ -72,6 +76,7 @@ pub struct Summary {
     pub scaling: Scaling,
     pub isolation: Isolation,
     pub screening: Screening,
+    pub growth: growth::Growth,
 }
 
 #[derive(Debug, Serialize)]
@@ -244,15 +249,12 @@ impl Bench<'_> {
 
     /// `eddy start` on the servers `ids`, named `job`.
     fn start(&self, job: &str, ids: &[u32]) -> Result<Dep> {
-        if ids.is_empty() {
-            bail!("an allocation without servers for {job}");
-        }
-        let n = self.seq();
-        let name = format!("dep{n}-{job}");
-        let dir = self.work.join(&name);
-        std::fs::create_dir_all(&dir)?;
-        let hosts: String = ids
-            .iter()
+        self.start_with(job, ids, "")
+    }
+
+    /// The `name address` lines of the servers `ids`, as `eddy start --hosts` reads them.
+    fn hosts_lines(&self, ids: &[u32]) -> String {
+        ids.iter()
             .map(|&i| {
                 format!(
                     "{} {}\n",
@@ -260,14 +262,26 @@ impl Bench<'_> {
                     self.net.server_addr(i as usize)
                 )
             })
-            .collect();
+            .collect()
+    }
+
+    /// `eddy start` on the servers `ids`, named `job`, with `extra` (whole TOML lines) added
+    /// to its configuration.
+    fn start_with(&self, job: &str, ids: &[u32], extra: &str) -> Result<Dep> {
+        if ids.is_empty() {
+            bail!("an allocation without servers for {job}");
+        }
+        let n = self.seq();
+        let name = format!("dep{n}-{job}");
+        let dir = self.work.join(&name);
+        std::fs::create_dir_all(&dir)?;
         let hosts_file = dir.join("hosts");
-        std::fs::write(&hosts_file, hosts)?;
+        std::fs::write(&hosts_file, self.hosts_lines(ids))?;
         let config = dir.join("config.toml");
         std::fs::write(
             &config,
             format!(
-                "history_db = {:?}\n",
+                "history_db = {:?}\n{extra}",
                 self.work.join("history.db").to_string_lossy()
             ),
         )?;
@@ -367,8 +381,11 @@ fn job(name: &str, nodes: u32) -> Job {
 }
 
 pub fn run(a: AllocArgs) -> Result<()> {
-    if a.servers < 3 || a.computes < 3 {
-        bail!("--servers and --computes: at least 3 each (8 and 4 for the issue's figures)");
+    if a.servers < 4 || a.computes < 3 {
+        bail!(
+            "--servers: at least 4 (scenario d grows 2 to 4), --computes: at least 3 (8 and 4 \
+             for the issue's figures)"
+        );
     }
     let compute_rate = a.compute_rate.clone().unwrap_or(a.server_rate.clone());
     let b_c = net::rate_bytes(&compute_rate)?;
@@ -571,6 +588,11 @@ pub fn run(a: AllocArgs) -> Result<()> {
         slowdown_unscreened: scaled_mib_s / unscreened_mib_s,
     };
 
+    // d. Growth: a job bound by its 2 servers' links, before and after its deployment grows
+    // to 4.
+    note!("eddy bench alloc: d. growth");
+    let growth = growth::measure(&bench, &a, slow, &job_a, &all)?;
+
     let summary = Summary {
         servers: a.servers,
         computes: a.computes,
@@ -582,6 +604,7 @@ pub fn run(a: AllocArgs) -> Result<()> {
         scaling,
         isolation,
         screening,
+        growth,
     };
     crate::table_and_json(a.json.as_deref(), &table(&summary), &summary)?;
     drop(net);
@@ -593,6 +616,7 @@ fn table(s: &Summary) -> String {
     let a = &s.scaling;
     let b = &s.isolation;
     let c = &s.screening;
+    let d = &s.growth;
     format!(
         "eddy bench alloc: {} servers at {}, {} compute nodes at {}, {} MiB per rank\n\
          {:<44} {:>10} {:>10} {:>8}\n\
@@ -601,8 +625,10 @@ fn table(s: &Summary) -> String {
          {:<44} {:>10.1} {:>10.1} {:>7.2}x\n\
          {:<44} {:>10.1} {:>10.1} {:>7.2}x\n\
          {:<44} {:>10.1} {:>10.1} {:>7.2}x\n\
+         {:<44} {:>10.1} {:>10.1} {:>7.2}x\n\
          servers: a default {:?} scaled {:?} ({:?}); b bandwidth job {:?}, N-1 job shared {:?}, \
-         DFRA {:?} ({:?}); c throttled {} at {}, screened {:?} excluded {:?}, unscreened {:?}\n",
+         DFRA {:?} ({:?}); c throttled {} at {}, screened {:?} excluded {:?}, unscreened {:?}; \
+         d {:?} grown by {:?} in {:.1} s to {} members\n",
         s.servers,
         s.server_rate,
         s.computes,
@@ -632,6 +658,10 @@ fn table(s: &Summary) -> String {
         c.baseline_mib_s,
         c.unscreened_mib_s,
         c.slowdown_unscreened,
+        "d. grown 2 -> 4 vs before (want >= 1.8x)",
+        d.before_mib_s,
+        d.after_mib_s,
+        d.ratio,
         a.default.servers,
         a.scaled.servers,
         a.scaled.rule,
@@ -644,5 +674,9 @@ fn table(s: &Summary) -> String {
         c.screened.servers,
         c.screened.excluded,
         c.unscreened.servers,
+        d.servers_before,
+        d.servers_added,
+        d.grow_s,
+        d.members_after,
     )
 }

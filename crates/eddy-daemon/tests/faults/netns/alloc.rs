@@ -1,12 +1,13 @@
 //! `eddy bench alloc --quick --json` on its own live pool (8 server and 4 compute
-//! namespaces, `tc`-limited links): the allocation's decisions, never its timings.
+//! namespaces, `tc`-limited links): the allocation's decisions and the growth's members,
+//! never their timings.
 
 use eddy_testkit::cli::{s, text};
 use eddy_testkit::{eddy_bin, eddyd_bin};
 use std::process::Command;
 
 #[test]
-fn bench_alloc_decides_scaling_isolation_and_screening_on_a_live_pool() {
+fn bench_alloc_decides_scaling_isolation_screening_and_growth_on_a_live_pool() {
     eddy_testkit::require::netns();
     eddy_testkit::require::program("tc", "iproute2");
     eddy_testkit::require::program("unshare", "util-linux");
@@ -26,14 +27,14 @@ fn bench_alloc_decides_scaling_isolation_and_screening_on_a_live_pool() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "eddy bench alloc: {}", text(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ids = |d: &serde_json::Value| -> Vec<u64> {
-        d["servers"]
-            .as_array()
+    let ids_of = |l: &serde_json::Value| -> Vec<u64> {
+        l.as_array()
             .unwrap()
             .iter()
             .map(|x| x.as_u64().unwrap())
             .collect()
     };
+    let ids = |d: &serde_json::Value| ids_of(&d["servers"]);
 
     // a. The profile of the default run calls for scaling: more servers, rule "scaled".
     let a = &v["scaling"];
@@ -42,12 +43,7 @@ fn bench_alloc_decides_scaling_isolation_and_screening_on_a_live_pool() {
 
     // b. Default: the N-1 job shares the bandwidth job's servers; DFRA: disjoint ones.
     let b = &v["isolation"];
-    let bw: Vec<u64> = b["bandwidth_job"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect();
+    let bw = ids_of(&b["bandwidth_job"]);
     assert_eq!(ids(&b["shared"]), bw, "{b}");
     assert_eq!(b["dfra"]["rule"], "isolated", "{b}");
     assert!(ids(&b["dfra"]).iter().all(|i| !bw.contains(i)), "{b}");
@@ -83,6 +79,22 @@ fn bench_alloc_decides_scaling_isolation_and_screening_on_a_live_pool() {
     );
     assert_eq!(c["status_flagged_screened"], serde_json::json!([]), "{c}");
 
+    // d. The deployment grew from 2 servers to 4: the added ones are others, and not the
+    // server c throttled.
+    let d = &v["growth"];
+    let before: Vec<u64> = ids_of(&d["servers_before"]);
+    let added: Vec<u64> = ids_of(&d["servers_added"]);
+    assert_eq!(before.len(), 2, "{d}");
+    assert_eq!(added.len(), 2, "{d}");
+    assert!(added.iter().all(|i| !before.contains(i)), "{d}");
+    assert!(
+        !added.contains(&slow_id) && !before.contains(&slow_id),
+        "{d}"
+    );
+    assert_eq!(d["members_after"], 4, "{d}");
+    let live_queue = d["live_queue_mean"].as_f64().unwrap_or(f64::NAN);
+    assert!(live_queue.is_finite() && live_queue >= 0.0, "{d}");
+
     // Every figure is a positive finite number.
     let figures = [
         &a["default_mib_s"],
@@ -98,6 +110,11 @@ fn bench_alloc_decides_scaling_isolation_and_screening_on_a_live_pool() {
         &c["unscreened_mib_s"],
         &c["slowdown_screened"],
         &c["slowdown_unscreened"],
+        &d["before_mib_s"],
+        &d["after_mib_s"],
+        &d["ratio"],
+        &d["grow_s"],
+        &d["live_bytes_per_s"],
     ];
     for f in figures {
         let x = f.as_f64().unwrap_or(f64::NAN);
