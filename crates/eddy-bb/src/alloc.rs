@@ -183,44 +183,15 @@ pub fn cap(decision: &mut Decision, max: Option<u32>) {
 
 /// The load a daemon's counters show over their last `window_s` seconds.
 pub fn live_load(s: &DaemonStats, window_s: u64) -> Load {
-    let from = s.now_ms.saturating_sub(window_s.saturating_mul(1000));
-    let recent: Vec<_> = s.series.iter().filter(|x| x.t_ms >= from).collect();
-    let seconds: f64 = recent.iter().map(|x| f64::from(x.seconds.max(1))).sum();
-    if recent.is_empty() {
+    let r = s.recent(window_s);
+    if !r.sampled {
         return Load::default();
     }
-    let sum = |f: &dyn Fn(&eddy_proto::stats::Sample) -> u64| {
-        recent.iter().map(|x| f(x) as f64).sum::<f64>() / seconds
-    };
-    let queue = recent
-        .iter()
-        .map(|x| f64::from(x.metadata_queue_mean) * f64::from(x.seconds.max(1)))
-        .sum::<f64>()
-        / seconds;
     Load {
-        bytes_per_s: sum(&|x| x.read_bytes.saturating_add(x.written_bytes)),
-        iops: sum(&|x| x.ops),
-        metadata_rate: sum(&|x| x.metadata_ops),
-        metadata_queue: Some(queue),
-    }
-}
-
-/// The mean of the requests queued or in flight at their arrival over a daemon's last
-/// `window_s` seconds (samples weighted by their width): above 1, requests wait at it.
-pub fn live_queue(s: &DaemonStats, window_s: u64) -> f64 {
-    let from = s.now_ms.saturating_sub(window_s.saturating_mul(1000));
-    let (sum, seconds) =
-        s.series
-            .iter()
-            .filter(|x| x.t_ms >= from)
-            .fold((0.0, 0.0), |(q, n), x| {
-                let w = f64::from(x.seconds.max(1));
-                (q + f64::from(x.queue_mean) * w, n + w)
-            });
-    if seconds > 0.0 && sum.is_finite() {
-        sum / seconds
-    } else {
-        0.0
+        bytes_per_s: r.bytes_per_s,
+        iops: r.ops_per_s,
+        metadata_rate: r.metadata_ops_per_s,
+        metadata_queue: Some(r.metadata_queue_mean),
     }
 }
 

@@ -351,13 +351,13 @@ fn live_of(
             .iter()
             .position(|n| *n == host)
             .with_context(|| format!("daemon {id}'s host {host} is not in the site's [pool]"))?;
-        let load = alloc::live_load(s, window_s);
+        let load = s.recent(window_s);
         servers.push(LiveServer {
             id: u32::try_from(pid).unwrap_or(u32::MAX),
             host,
             bytes_per_s: load.bytes_per_s,
-            queue_mean: alloc::live_queue(s, window_s),
-            metadata_queue_mean: load.metadata_queue.unwrap_or(0.0),
+            queue_mean: load.queue_mean,
+            metadata_queue_mean: load.metadata_queue_mean,
             peak_bandwidth: peaks.get(pid).copied().unwrap_or(0.0),
         });
         let from = s.now_ms.saturating_sub(window_s.saturating_mul(1000));

@@ -43,8 +43,9 @@ pub enum BenchCommand {
     Grow(GrowArgs),
     /// Measure DFRA's allocation on a live pool: I/O servers and compute nodes in network
     /// namespaces, each server's link rate-limited with `tc`; scaling, isolation, anomaly
-    /// screening and a running deployment grown from 2 servers to 4, each against its
-    /// baseline in the same run (needs root; decisions 0039, 0081).
+    /// screening and a running deployment grown from 2 servers to 4 as the run-time rule
+    /// decides, each against its baseline in the same run (needs root; decisions 0039, 0081,
+    /// 0082).
     Alloc(crate::alloc::AllocArgs),
     /// Internal: one rank of a run, started by the coordinator.
     #[command(hide = true)]

@@ -272,6 +272,51 @@ pub struct DaemonStats {
 
 impl Eq for DaemonStats {}
 
+/// What a daemon's samples of its last seconds show (`DaemonStats::recent`): rates per
+/// second and queues weighted by the samples' widths. All 0 without a sample in the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Recent {
+    /// Bytes read and written per second.
+    pub bytes_per_s: f64,
+    pub ops_per_s: f64,
+    pub metadata_ops_per_s: f64,
+    /// Requests queued or in flight at each arrival, and metadata requests waiting.
+    pub queue_mean: f64,
+    pub metadata_queue_mean: f64,
+    /// Whether any sample fell in the window.
+    pub sampled: bool,
+}
+
+impl DaemonStats {
+    /// Its samples of the last `window_s` seconds to its snapshot's time, summed up (the live
+    /// load the allocation and the run-time grow judge by).
+    pub fn recent(&self, window_s: u64) -> Recent {
+        let from = self.now_ms.saturating_sub(window_s.saturating_mul(1000));
+        let recent: Vec<&Sample> = self.series.iter().filter(|x| x.t_ms >= from).collect();
+        let seconds: f64 = recent.iter().map(|x| f64::from(x.seconds.max(1))).sum();
+        if recent.is_empty() || seconds <= 0.0 {
+            return Recent::default();
+        }
+        let rate =
+            |f: &dyn Fn(&Sample) -> u64| recent.iter().map(|x| f(x) as f64).sum::<f64>() / seconds;
+        let mean = |f: &dyn Fn(&Sample) -> f32| {
+            recent
+                .iter()
+                .map(|x| f64::from(f(x)) * f64::from(x.seconds.max(1)))
+                .sum::<f64>()
+                / seconds
+        };
+        Recent {
+            bytes_per_s: rate(&|x| x.read_bytes.saturating_add(x.written_bytes)),
+            ops_per_s: rate(&|x| x.ops),
+            metadata_ops_per_s: rate(&|x| x.metadata_ops),
+            queue_mean: mean(&|x| x.queue_mean),
+            metadata_queue_mean: mean(&|x| x.metadata_queue_mean),
+            sampled: true,
+        }
+    }
+}
+
 /// What one daemon counted of directory leases (decision 0075).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseStats {

@@ -1,16 +1,19 @@
-//! Scenario d of `eddy bench alloc`: growth (decision 0081). A job whose bound is its 2
-//! servers' links (every compute link at twice a server's rate, so that the servers stay the
-//! bound at 4) runs on a deployment of 2 idle servers, started with `direct_io = false` (a
-//! move refuses direct local I/O); meanwhile the daemons' live counters are asked for every
-//! second. Then `eddy grow --hosts` adds the next 2 servers to the running deployment (its
-//! items move, then it cuts over), `eddy status` must list 4 members, and the same job runs
+//! Scenario d of `eddy bench alloc`: growth (decisions 0081, 0082). A job of 4 ranks per
+//! compute node (as an MPI job runs: one rank per node keeps one write in flight per node, too
+//! few to fill 4 servers' links), whose bound is its 2 servers' links (every compute link at
+//! twice a server's rate, so that the servers stay the bound at 4), runs on a deployment of 2
+//! idle servers started with `direct_io = false` (a move refuses direct local I/O); meanwhile
+//! the daemons' live counters are asked for every second. The run-time rule
+//! (`eddy_alloc::judge`, the burst buffer's watcher's) judges the last snapshot against the
+//! idle pool; `eddy grow --hosts` adds the servers it chose (the next 2 idle ones, if it held)
+//! to the running deployment, `eddy status` must list their members, and the same job runs
 //! again into a new directory: after ÷ before is what the grow gained.
 
-use super::{eddy, AllocArgs, Bench, Dep};
-use crate::args::WorkloadOpts;
+use super::{eddy, workload, AllocArgs, Bench, Dep};
 use crate::fs::EddyFs;
 use crate::net;
 use anyhow::{bail, Context, Result};
+use eddy_alloc::{judge, Cap, GrowPolicy, GrowVerdict, Live, LiveServer, Policy, Server};
 use eddy_proto::stats::DaemonStats;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +23,8 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_secs(1);
 /// The daemons' last seconds the live figures are taken over.
 const LIVE_WINDOW_S: u64 = 3;
+/// Ranks of the job per compute node.
+const RANKS_PER_NODE: u32 = 4;
 
 #[derive(Debug, Serialize)]
 pub struct Growth {
@@ -41,6 +46,9 @@ pub struct Growth {
     /// flight at each arrival, averaged over the daemons).
     pub live_bytes_per_s: f64,
     pub live_queue_mean: f64,
+    /// The run-time rule's verdict on those counters (default `[pool.grow]` knobs, B_c the
+    /// compute links' rate).
+    pub verdict: GrowVerdict,
 }
 
 /// Scenario d, after c: `slow` is the server c throttled (given its rate back here, and used
@@ -49,9 +57,14 @@ pub(super) fn measure(
     bench: &Bench,
     a: &AllocArgs,
     slow: usize,
-    job: &WorkloadOpts,
+    policy: &Policy,
+    pool: &[Server],
+    rank_mib: u64,
     nodes: &[usize],
 ) -> Result<Growth> {
+    let ranks = RANKS_PER_NODE * u32::try_from(nodes.len()).context("too many nodes")?;
+    // The same bytes as scenario a's job, over 4 times its ranks.
+    let job = &workload(ranks, (rank_mib / u64::from(RANKS_PER_NODE)).max(1), "n-n")?;
     let net = bench.net;
     net.limit_server(slow, &a.server_rate)?;
     let ids: Vec<u32> = (0..a.servers)
@@ -80,8 +93,14 @@ pub(super) fn measure(
         anyhow::Ok((run?, live?))
     })?;
     let (live_bytes_per_s, live_queue_mean) = live_figures(&live, LIVE_WINDOW_S);
-    // judge: the run-time rule's verdict on `live` (grow or not, by how many) goes here; the
-    // scenario grows by 2 whatever it would say.
+    let b_c = net::rate_bytes(&compute_rate)?;
+    let verdict = judged(policy, b_c, pool, slow, before, &live);
+    let added: Vec<u32> = if verdict.add.is_empty() {
+        added.to_vec()
+    } else {
+        verdict.add.clone()
+    };
+    let added = added.as_slice();
     let hosts = dep.state.with_file_name("hosts-grow");
     std::fs::write(&hosts, bench.hosts_lines(added))
         .with_context(|| format!("cannot write {}", hosts.display()))?;
@@ -112,7 +131,70 @@ pub(super) fn measure(
         members_after,
         live_bytes_per_s,
         live_queue_mean,
+        verdict,
     })
+}
+
+/// The run-time rule on the live counters of the deployment on `before` (daemon i on pool
+/// server `before[i]`), the pool's other servers idle but `slow` (c's throttled one, marked
+/// unhealthy), B_c `b_c`, the rule's default knobs.
+fn judged(
+    policy: &Policy,
+    b_c: f64,
+    pool: &[Server],
+    slow: usize,
+    before: &[u32],
+    live: &[DaemonStats],
+) -> GrowVerdict {
+    let policy = Policy {
+        compute_peak_bandwidth: Some(b_c),
+        ..policy.clone()
+    };
+    let mut pool = pool.to_vec();
+    if let Some(s) = pool.get_mut(slow) {
+        s.healthy = false;
+    }
+    let mut servers = Vec::new();
+    let mut nodes = std::collections::BTreeSet::new();
+    let (mut volume, mut written) = (0u64, 0u64);
+    let mut elapsed_ms = 0u64;
+    for s in live {
+        let Some(&id) = before.get(s.daemon as usize) else {
+            continue;
+        };
+        let r = s.recent(LIVE_WINDOW_S);
+        servers.push(LiveServer {
+            id,
+            host: s.host.clone(),
+            bytes_per_s: r.bytes_per_s,
+            queue_mean: r.queue_mean,
+            metadata_queue_mean: r.metadata_queue_mean,
+            peak_bandwidth: pool.get(id as usize).map_or(0.0, |p| p.peak_bandwidth),
+        });
+        let from = s.now_ms.saturating_sub(LIVE_WINDOW_S * 1000);
+        for c in &s.clients {
+            volume = volume.saturating_add(c.read_bytes.saturating_add(c.written_bytes));
+            written = written.saturating_add(c.written_bytes);
+            if c.last_ms >= from {
+                nodes.insert(c.client.host.clone());
+            }
+        }
+        elapsed_ms = elapsed_ms.max(s.now_ms.saturating_sub(s.started_ms));
+    }
+    let now = Live {
+        servers,
+        active_nodes: u32::try_from(nodes.len()).unwrap_or(u32::MAX),
+        volume_bytes: volume,
+        held_bytes: written,
+        elapsed_s: elapsed_ms as f64 / 1000.0,
+        remaining_s: None,
+        move_bandwidth: None,
+    };
+    let caps = [Cap {
+        name: "the pool's size".into(),
+        servers: u32::try_from(pool.len()).unwrap_or(u32::MAX),
+    }];
+    judge(&policy, &GrowPolicy::default(), &now, &pool, before, &caps)
 }
 
 impl Dep {
@@ -156,26 +238,9 @@ fn live_during(dep: &Dep, stop: &AtomicBool) -> Result<Vec<DaemonStats>> {
 /// bytes/s read and written, summed over the daemons, and the queue (requests queued or in
 /// flight at each arrival), weighted by the samples' widths and averaged over the daemons.
 fn live_figures(stats: &[DaemonStats], window_s: u64) -> (f64, f64) {
-    let mut bytes = 0.0;
-    let mut queue = 0.0;
-    for s in stats {
-        let from = s.now_ms.saturating_sub(window_s.saturating_mul(1000));
-        let recent: Vec<_> = s.series.iter().filter(|x| x.t_ms >= from).collect();
-        let seconds: f64 = recent.iter().map(|x| f64::from(x.seconds.max(1))).sum();
-        if seconds == 0.0 {
-            continue;
-        }
-        bytes += recent
-            .iter()
-            .map(|x| x.read_bytes.saturating_add(x.written_bytes) as f64)
-            .sum::<f64>()
-            / seconds;
-        queue += recent
-            .iter()
-            .map(|x| f64::from(x.queue_mean) * f64::from(x.seconds.max(1)))
-            .sum::<f64>()
-            / seconds;
-    }
+    let recent: Vec<_> = stats.iter().map(|s| s.recent(window_s)).collect();
+    let bytes = recent.iter().map(|r| r.bytes_per_s).sum();
+    let queue = recent.iter().map(|r| r.queue_mean).sum::<f64>();
     (bytes, queue / stats.len().max(1) as f64)
 }
 

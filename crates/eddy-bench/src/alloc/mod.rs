@@ -9,8 +9,9 @@
 //!    N-1 job isolated by the interference rule),
 //! c. screening (one server throttled to 10 %: probed, marked anomalous, avoided; and the
 //!    same-size allocation without screening),
-//! d. growth (a job bound by its 2 servers' links, before and after `eddy grow` adds 2 more
-//!    to its running deployment; growth.rs).
+//! d. growth (a job of 4 ranks per compute node bound by its 2 servers' links; the run-time
+//!    rule judges its live counters, and the job runs again after `eddy grow` adds the servers
+//!    the rule chose to its running deployment; growth.rs).
 
 use crate::args::{LaunchOpts, WorkloadOpts};
 use crate::coord::{run_plan, RunSpec};
@@ -591,7 +592,7 @@ pub fn run(a: AllocArgs) -> Result<()> {
     // d. Growth: a job bound by its 2 servers' links, before and after its deployment grows
     // to 4.
     note!("eddy bench alloc: d. growth");
-    let growth = growth::measure(&bench, &a, slow, &job_a, &all)?;
+    let growth = growth::measure(&bench, &a, slow, &policy, &pool, rank_mib, &all)?;
 
     let summary = Summary {
         servers: a.servers,
@@ -628,7 +629,8 @@ fn table(s: &Summary) -> String {
          {:<44} {:>10.1} {:>10.1} {:>7.2}x\n\
          servers: a default {:?} scaled {:?} ({:?}); b bandwidth job {:?}, N-1 job shared {:?}, \
          DFRA {:?} ({:?}); c throttled {} at {}, screened {:?} excluded {:?}, unscreened {:?}; \
-         d {:?} grown by {:?} in {:.1} s to {} members\n",
+         d {:?} grown by {:?} in {:.1} s to {} members\n\
+         d. the run-time rule on the live counters: {}\n",
         s.servers,
         s.server_rate,
         s.computes,
@@ -678,5 +680,13 @@ fn table(s: &Summary) -> String {
         d.servers_added,
         d.grow_s,
         d.members_after,
+        match &d.verdict.hold {
+            Some(why) => format!("held ({why})"),
+            None => format!(
+                "grow to {} ({})",
+                d.verdict.target,
+                d.verdict.reasons.first().map_or("", String::as_str)
+            ),
+        },
     )
 }

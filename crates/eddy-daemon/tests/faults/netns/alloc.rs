@@ -14,7 +14,17 @@ fn bench_alloc_decides_scaling_isolation_screening_and_growth_on_a_live_pool() {
     let dir = tempfile::tempdir().unwrap();
     let inventory = dir.path().join("inventory.db");
     let child = Command::new(eddy_bin())
-        .args(["bench", "alloc", "--quick", "--json", "-", "--inventory"])
+        // Links slow enough that a debug build fills them (scenario d judges saturation).
+        .args([
+            "bench",
+            "alloc",
+            "--quick",
+            "--server-rate",
+            "40mbit",
+            "--json",
+            "-",
+        ])
+        .arg("--inventory")
         .arg(&inventory)
         .env("EDDY_DAEMON_BIN", eddyd_bin())
         .env_remove("EDDY_STATE")
@@ -92,6 +102,12 @@ fn bench_alloc_decides_scaling_isolation_screening_and_growth_on_a_live_pool() {
         "{d}"
     );
     assert_eq!(d["members_after"], 4, "{d}");
+    // The run-time rule, on the live counters of the job bound by its 2 servers' links,
+    // grows it to 4: the servers added are the ones it chose.
+    let verdict = &d["verdict"];
+    assert!(verdict["hold"].is_null(), "{verdict}");
+    assert_eq!(verdict["target"], 4, "{verdict}");
+    assert_eq!(d["servers_added"], verdict["add"], "{d}");
     let live_queue = d["live_queue_mean"].as_f64().unwrap_or(f64::NAN);
     assert!(live_queue.is_finite() && live_queue >= 0.0, "{d}");
 
