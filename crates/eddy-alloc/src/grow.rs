@@ -9,6 +9,7 @@ use crate::decide::{median, screen, Screened, Thresholds};
 use crate::policy::Policy;
 use crate::pool::Server;
 use eddy_history::plot::human_bytes;
+use eddy_proto::stats::DaemonStats;
 use serde::{Deserialize, Serialize};
 
 /// The `[pool.grow]` knobs of a site's bb.toml.
@@ -144,6 +145,58 @@ pub struct Live {
     pub remaining_s: Option<f64>,
     /// Bytes/s a move may use; None: the added servers' summed peak bandwidth.
     pub move_bandwidth: Option<f64>,
+}
+
+/// One of the job's servers as its daemon counted it: its pool id and host, its B_f, and the
+/// daemon's counters (`Live::observed`).
+pub struct Observed<'a> {
+    pub id: u32,
+    pub host: String,
+    pub peak_bandwidth: f64,
+    pub stats: &'a DaemonStats,
+}
+
+impl Live {
+    /// The job as its daemons' counters show it over their last `window_s` seconds: each
+    /// server's rate and queues, the compute nodes that did I/O in the window (those `counts`
+    /// accepts: the caller's own), the bytes read and written so far, and what was written as
+    /// what the servers hold (at most that: a grow moves a share of it). The times and the
+    /// move's bandwidth are the caller's to set (here: none elapsed, none known).
+    pub fn observed(servers: &[Observed], window_s: u64, counts: impl Fn(&str) -> bool) -> Live {
+        let mut nodes = std::collections::BTreeSet::new();
+        let (mut volume, mut written) = (0u64, 0u64);
+        let mut live = Vec::with_capacity(servers.len());
+        for o in servers {
+            let r = o.stats.recent(window_s);
+            live.push(LiveServer {
+                id: o.id,
+                host: o.host.clone(),
+                bytes_per_s: r.bytes_per_s,
+                queue_mean: r.queue_mean,
+                metadata_queue_mean: r.metadata_queue_mean,
+                peak_bandwidth: o.peak_bandwidth,
+            });
+            let from = o.stats.now_ms.saturating_sub(window_s.saturating_mul(1000));
+            for c in &o.stats.clients {
+                volume = volume
+                    .saturating_add(c.read_bytes)
+                    .saturating_add(c.written_bytes);
+                written = written.saturating_add(c.written_bytes);
+                if c.last_ms >= from && counts(&c.client.host) {
+                    nodes.insert(c.client.host.as_str());
+                }
+            }
+        }
+        Live {
+            servers: live,
+            active_nodes: u32::try_from(nodes.len()).unwrap_or(u32::MAX),
+            volume_bytes: volume,
+            held_bytes: written,
+            elapsed_s: 0.0,
+            remaining_s: None,
+            move_bandwidth: None,
+        }
+    }
 }
 
 /// A cap on the job's server count, named for the reasons ("max_servers_per_job",

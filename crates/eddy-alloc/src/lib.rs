@@ -24,7 +24,7 @@ pub mod pool;
 pub mod replay;
 
 pub use decide::{decide, Decision, Rule, Test};
-pub use grow::{judge, Cap, GrowPolicy, GrowVerdict, Live, LiveServer, Watch};
+pub use grow::{judge, Cap, GrowPolicy, GrowVerdict, Live, LiveServer, Observed, Watch};
 pub use policy::Policy;
 pub use pool::{Job, Load, RunningJob, Server, Traits};
 pub use replay::{replay, Replay};

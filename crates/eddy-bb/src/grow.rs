@@ -22,12 +22,11 @@ use crate::job::{DaemonPlace, GrowEvent, GrowOutcome, JobDir, JobRecord};
 use crate::site::{Pool, Site};
 use crate::walltime::now;
 use anyhow::{bail, Context, Result};
-use eddy_alloc::{judge, Cap, GrowPolicy, GrowVerdict, Live, LiveServer, Watch};
+use eddy_alloc::{judge, Cap, GrowPolicy, GrowVerdict, Live, Observed, Watch};
 use eddy_deploy::launch::{fill, parse_hosts, HostLine};
 use eddy_deploy::state::RecordedProcess;
 use eddy_deploy::{Moving, Say};
 use eddy_proto::stats::DaemonStats;
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -327,8 +326,8 @@ fn own_stats(dep: &eddy_config::Deployment) -> Result<Vec<(u32, DaemonStats)>> {
         .collect()
 }
 
-/// What the rule reads of the job now: each server's rate and queues over the window, the
-/// compute nodes that did I/O in it (only those Slurm gave the job), the bytes so far.
+/// What the rule reads of the job now (`Live::observed`, counting only the compute nodes
+/// Slurm gave the job), with its times and the move's bandwidth.
 fn live_of(
     dep: &eddy_config::Deployment,
     stats: &[(u32, DaemonStats)],
@@ -337,9 +336,7 @@ fn live_of(
     window_s: u64,
     rec: &JobRecord,
 ) -> Result<Live> {
-    let mut servers = Vec::new();
-    let mut nodes = BTreeSet::new();
-    let (mut volume, mut written) = (0u64, 0u64);
+    let mut servers = Vec::with_capacity(stats.len());
     for (id, s) in stats {
         let host = dep
             .daemons
@@ -351,44 +348,28 @@ fn live_of(
             .iter()
             .position(|n| *n == host)
             .with_context(|| format!("daemon {id}'s host {host} is not in the site's [pool]"))?;
-        let load = s.recent(window_s);
-        servers.push(LiveServer {
+        servers.push(Observed {
             id: u32::try_from(pid).unwrap_or(u32::MAX),
             host,
-            bytes_per_s: load.bytes_per_s,
-            queue_mean: load.queue_mean,
-            metadata_queue_mean: load.metadata_queue_mean,
             peak_bandwidth: peaks.get(pid).copied().unwrap_or(0.0),
+            stats: s,
         });
-        let from = s.now_ms.saturating_sub(window_s.saturating_mul(1000));
-        for c in &s.clients {
-            volume = volume
-                .saturating_add(c.read_bytes)
-                .saturating_add(c.written_bytes);
-            written = written.saturating_add(c.written_bytes);
-            let slurm_gave_it = rec.mounted.is_empty() || rec.mounted.contains(&c.client.host);
-            if c.last_ms >= from && slurm_gave_it {
-                nodes.insert(c.client.host.clone());
-            }
-        }
     }
+    let slurm_gave_it =
+        |host: &str| rec.mounted.is_empty() || rec.mounted.iter().any(|m| m == host);
     let started = rec.grow.started.unwrap_or_else(now);
     // Each of its daemons pushes at most `move_bandwidth_bytes` while items move (0: no bound
     // but the links, which the rule then takes as the added servers' peaks).
     let k = servers.len() as f64;
     let per_daemon = dep.config.move_bandwidth_bytes as f64;
     Ok(Live {
-        servers,
-        active_nodes: u32::try_from(nodes.len()).unwrap_or(u32::MAX),
-        volume_bytes: volume,
-        // What was written is at most what the servers hold: a share of it moves.
-        held_bytes: written,
         elapsed_s: (now() - started).max(0) as f64,
         remaining_s: rec
             .walltime
             .predicted_end
             .map(|e| (e - now()).max(0) as f64),
         move_bandwidth: (per_daemon > 0.0).then_some(per_daemon * k),
+        ..Live::observed(&servers, window_s, slurm_gave_it)
     })
 }
 

@@ -518,3 +518,70 @@ fn the_pool_grow_table_is_parsed_and_checked() {
     assert_eq!(ok.check(), Ok(()));
     assert_eq!(GrowPolicy::default().check(), Ok(()));
 }
+
+#[test]
+fn live_is_observed_over_the_window_and_counts_only_the_callers_nodes() {
+    use eddy_proto::stats::{ClientId, ClientStats, Sample};
+    let client = |host: &str, last_ms: u64, written: u64| ClientStats {
+        client: ClientId {
+            host: host.into(),
+            pid: 1,
+            rank: None,
+        },
+        read_bytes: 10,
+        written_bytes: written,
+        last_ms,
+        ..ClientStats::default()
+    };
+    let stats = DaemonStats {
+        now_ms: 10_000,
+        series: vec![
+            // Before the 3 s window: not counted.
+            Sample {
+                t_ms: 5_000,
+                seconds: 1,
+                written_bytes: 1 << 30,
+                ..Sample::default()
+            },
+            Sample {
+                t_ms: 8_000,
+                seconds: 2,
+                written_bytes: 600,
+                queue_mean: 3.0,
+                metadata_queue_mean: 1.0,
+                ..Sample::default()
+            },
+        ],
+        clients: vec![
+            client("n1", 9_000, 100),
+            // Quiet in the window: its bytes count, it does not.
+            client("n2", 1_000, 200),
+            // Not one of the caller's nodes.
+            client("forged", 9_500, 300),
+        ],
+        ..DaemonStats::default()
+    };
+    let servers = [Observed {
+        id: 4,
+        host: "io5".into(),
+        peak_bandwidth: 25.0 * MB,
+        stats: &stats,
+    }];
+    let live = Live::observed(&servers, 3, |h| h != "forged");
+    assert_eq!(live.servers.len(), 1);
+    let s = &live.servers[0];
+    assert_eq!(
+        (s.id, s.host.as_str(), s.peak_bandwidth),
+        (4, "io5", 25.0 * MB)
+    );
+    assert_eq!(
+        (s.bytes_per_s, s.queue_mean, s.metadata_queue_mean),
+        (300.0, 3.0, 1.0)
+    );
+    assert_eq!(live.active_nodes, 1);
+    assert_eq!((live.volume_bytes, live.held_bytes), (630, 600));
+    assert_eq!(
+        (live.elapsed_s, live.remaining_s, live.move_bandwidth),
+        (0.0, None, None)
+    );
+}

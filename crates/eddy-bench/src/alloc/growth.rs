@@ -13,7 +13,7 @@ use super::{eddy, workload, AllocArgs, Bench, Dep};
 use crate::fs::EddyFs;
 use crate::net;
 use anyhow::{bail, Context, Result};
-use eddy_alloc::{judge, Cap, GrowPolicy, GrowVerdict, Live, LiveServer, Policy, Server};
+use eddy_alloc::{judge, Cap, GrowPolicy, GrowVerdict, Live, Observed, Policy, Server};
 use eddy_proto::stats::DaemonStats;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -155,40 +155,22 @@ fn judged(
         s.healthy = false;
     }
     let mut servers = Vec::new();
-    let mut nodes = std::collections::BTreeSet::new();
-    let (mut volume, mut written) = (0u64, 0u64);
     let mut elapsed_ms = 0u64;
     for s in live {
         let Some(&id) = before.get(s.daemon as usize) else {
             continue;
         };
-        let r = s.recent(LIVE_WINDOW_S);
-        servers.push(LiveServer {
+        servers.push(Observed {
             id,
             host: s.host.clone(),
-            bytes_per_s: r.bytes_per_s,
-            queue_mean: r.queue_mean,
-            metadata_queue_mean: r.metadata_queue_mean,
             peak_bandwidth: pool.get(id as usize).map_or(0.0, |p| p.peak_bandwidth),
+            stats: s,
         });
-        let from = s.now_ms.saturating_sub(LIVE_WINDOW_S * 1000);
-        for c in &s.clients {
-            volume = volume.saturating_add(c.read_bytes.saturating_add(c.written_bytes));
-            written = written.saturating_add(c.written_bytes);
-            if c.last_ms >= from {
-                nodes.insert(c.client.host.clone());
-            }
-        }
         elapsed_ms = elapsed_ms.max(s.now_ms.saturating_sub(s.started_ms));
     }
     let now = Live {
-        servers,
-        active_nodes: u32::try_from(nodes.len()).unwrap_or(u32::MAX),
-        volume_bytes: volume,
-        held_bytes: written,
         elapsed_s: elapsed_ms as f64 / 1000.0,
-        remaining_s: None,
-        move_bandwidth: None,
+        ..Live::observed(&servers, LIVE_WINDOW_S, |_| true)
     };
     let caps = [Cap {
         name: "the pool's size".into(),
