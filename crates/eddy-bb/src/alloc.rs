@@ -447,6 +447,18 @@ fn lives_of(
 }
 
 /// What a neighbour's daemons report now, by host (as `eddy stats` asks them).
+/// Every daemon's counters of `dep`, all asked at once within twice its RPC deadline
+/// (decision 0055): daemons that do not answer cost one bound, not one each.
+pub(crate) async fn stats_of(
+    dep: &eddy_config::Deployment,
+) -> Result<Vec<(u32, Result<DaemonStats, eddy_proto::Errno>)>, String> {
+    let client = eddy_client::Client::new(dep.clone()).map_err(|e| e.to_string())?;
+    let bound = Duration::from_millis(dep.config.rpc_timeout_ms.saturating_mul(2));
+    tokio::time::timeout(bound, client.daemon_stats())
+        .await
+        .map_err(|_| format!("no answer within {} ms", bound.as_millis()))
+}
+
 async fn live_of(
     state: eddy_deploy::StateDir,
     window_s: u64,
@@ -455,11 +467,7 @@ async fn live_of(
         return Err("its daemons are not started yet".into());
     }
     let dep = state.load_deployment().map_err(|e| format!("{e:#}"))?;
-    let client = eddy_client::Client::new(dep.clone()).map_err(|e| e.to_string())?;
-    let bound = Duration::from_millis(dep.config.rpc_timeout_ms.saturating_mul(2));
-    let answers = tokio::time::timeout(bound, client.daemon_stats())
-        .await
-        .map_err(|_| format!("no answer within {} ms", bound.as_millis()))?;
+    let answers = stats_of(&dep).await?;
     let mut by_host = BTreeMap::new();
     let mut failed = Vec::new();
     for (id, answer) in answers {

@@ -309,14 +309,9 @@ fn judge_now(
 /// The job's own daemons' counters, all asked at once within twice the RPC deadline; every
 /// daemon must answer (a grow judged from part of the job would be judged wrong).
 fn own_stats(dep: &eddy_config::Deployment) -> Result<Vec<(u32, DaemonStats)>> {
-    let rt = eddy_deploy::runtime()?;
-    let client = eddy_client::Client::new(dep.clone()).context("the deployment is not usable")?;
-    let bound = Duration::from_millis(dep.config.rpc_timeout_ms.saturating_mul(2));
-    let answers = rt
-        .block_on(async { tokio::time::timeout(bound, client.daemon_stats()).await })
-        .map_err(|_| {
-            anyhow::anyhow!("its daemons did not answer within {} ms", bound.as_millis())
-        })?;
+    let answers = eddy_deploy::runtime()?
+        .block_on(alloc::stats_of(dep))
+        .map_err(|e| anyhow::anyhow!("its daemons did not answer: {e}"))?;
     answers
         .into_iter()
         .map(|(id, a)| {
