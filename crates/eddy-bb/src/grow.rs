@@ -504,15 +504,7 @@ fn carry_out(
     };
     jd.save(&rec)?;
     if let Ok(line) = &result {
-        let mut note = line.clone();
-        if note.len() > alloc::COMMENT_MAX {
-            let mut cut = alloc::COMMENT_MAX;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-        }
-        if let Err(e) = alloc::set_comment(rec.job, &note) {
+        if let Err(e) = alloc::set_comment(rec.job, &alloc::one_line(line)) {
             log(
                 say,
                 &format!("eddy: the job's Comment does not say it grew: {e:#}"),

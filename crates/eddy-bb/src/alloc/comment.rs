@@ -44,8 +44,13 @@ pub fn comment(decision: &Decision, pool: &Pool) -> String {
         line.push_str(": ");
         line.push_str(&why);
     }
-    // Slurm's own words split at spaces or quotes differently; keep it one plain line.
-    line = line.replace(['\n', '"', '\''], " ");
+    one_line(&line)
+}
+
+/// `line` as a note of the Comment: one plain line (Slurm's own words split at spaces or
+/// quotes differently) of at most `COMMENT_MAX` bytes, `...` where it was cut.
+pub fn one_line(line: &str) -> String {
+    let mut line = line.replace(['\n', '"', '\''], " ");
     if line.len() > COMMENT_MAX {
         let mut end = COMMENT_MAX - 3;
         while !line.is_char_boundary(end) {
