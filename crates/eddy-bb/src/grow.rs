@@ -24,7 +24,6 @@ use crate::walltime::now;
 use anyhow::{bail, Context, Result};
 use eddy_alloc::{judge, Cap, GrowPolicy, GrowVerdict, Live, Observed, Watch};
 use eddy_deploy::launch::{fill, parse_hosts, HostLine};
-use eddy_deploy::state::RecordedProcess;
 use eddy_deploy::{Moving, Say};
 use eddy_proto::stats::DaemonStats;
 use std::path::Path;
@@ -98,22 +97,17 @@ fn unmovable(jd: &JobDir, rec: &JobRecord) -> Result<Option<String>> {
 /// way up to its deadline; SIGKILL past `stop_grace_s`; never a reused pid). Idempotent. The
 /// caller reads the record again afterwards: the watcher may have added servers.
 pub fn stop(site: &Site, rec: &JobRecord) {
-    let (Some(pid), Some(start_time)) = (rec.grow.pid, rec.grow.start_time) else {
-        return;
-    };
     let grace = site
         .pool
         .as_ref()
         .and_then(|p| p.grow.as_ref())
         .map_or(GrowPolicy::default().stop_grace_s, |g| g.stop_grace_s);
-    let p = RecordedProcess {
-        label: "grow watcher".into(),
-        pid,
-        start_time,
-    };
-    if eddy_deploy::procs::is_running(&p) {
-        eddy_deploy::procs::terminate(&[p], Duration::from_secs(grace));
-    }
+    eddy_deploy::procs::end_recorded(
+        "grow watcher",
+        rec.grow.pid,
+        rec.grow.start_time,
+        Duration::from_secs(grace),
+    );
 }
 
 /// The grows of the record as the profile keeps them.

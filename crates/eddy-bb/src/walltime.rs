@@ -718,20 +718,15 @@ pub fn start_early_writeback(
 /// data_out and teardown: the early write-back stopped (SIGTERM, SIGKILL past a grace; never
 /// a reused pid), and the last lines of its log noted.
 pub fn stop_early_writeback(jd: &JobDir, rec: &JobRecord, say: Say) {
-    let (Some(pid), Some(start_time)) = (
+    if rec.walltime.writeback_pid.is_none() || rec.walltime.writeback_start_time.is_none() {
+        return;
+    }
+    eddy_deploy::procs::end_recorded(
+        "early write-back",
         rec.walltime.writeback_pid,
         rec.walltime.writeback_start_time,
-    ) else {
-        return;
-    };
-    let p = eddy_deploy::state::RecordedProcess {
-        label: "early write-back".into(),
-        pid,
-        start_time,
-    };
-    if eddy_deploy::procs::is_running(&p) {
-        eddy_deploy::procs::terminate(&[p], Duration::from_secs(10));
-    }
+        Duration::from_secs(10),
+    );
     // privileged-path: the write-back log in the job directory, root's 0711
     let text = std::fs::read_to_string(jd.dir.join(WRITEBACK_LOG)).unwrap_or_default();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();

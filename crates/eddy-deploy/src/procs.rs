@@ -180,6 +180,22 @@ pub fn is_running(p: &RecordedProcess) -> bool {
     }
 }
 
+/// Ends a helper whose pid and start time a record keeps (`label` names it), if both are
+/// recorded and it still runs: SIGTERM, then SIGKILL past `grace`.
+pub fn end_recorded(label: &str, pid: Option<u32>, start_time: Option<u64>, grace: Duration) {
+    let (Some(pid), Some(start_time)) = (pid, start_time) else {
+        return;
+    };
+    let p = RecordedProcess {
+        label: label.into(),
+        pid,
+        start_time,
+    };
+    if is_running(&p) {
+        terminate(&[p], grace);
+    }
+}
+
 /// Sends `signal` to the recorded process's group (it leads its own), if it runs.
 /// The process is held by a pidfd before its start time is checked, so the signal reaches
 /// the recorded process or nothing: its own signal goes through the pidfd, and its group's

@@ -10,7 +10,6 @@
 use crate::job::{JobDir, JobRecord};
 use anyhow::{Context, Result};
 use eddy_deploy::prefetch::{self, AsUser};
-use eddy_deploy::state::RecordedProcess;
 use eddy_deploy::{Say, StateDir};
 
 /// Starts the job's prefetch (once: a rerun finds it recorded), as the job's user.
@@ -44,15 +43,10 @@ pub fn start(jd: &JobDir, rec: &mut JobRecord, say: Say) -> Result<()> {
 
 /// Ends the job's prefetch if it still runs (SIGTERM, SIGKILL past a grace).
 pub fn stop(rec: &JobRecord) {
-    let (Some(pid), Some(start_time)) = (rec.prefetch_pid, rec.prefetch_start_time) else {
-        return;
-    };
-    let p = RecordedProcess {
-        label: "prefetch".into(),
-        pid,
-        start_time,
-    };
-    if eddy_deploy::procs::is_running(&p) {
-        eddy_deploy::procs::terminate(&[p], prefetch::STOP_GRACE);
-    }
+    eddy_deploy::procs::end_recorded(
+        "prefetch",
+        rec.prefetch_pid,
+        rec.prefetch_start_time,
+        prefetch::STOP_GRACE,
+    );
 }
