@@ -11,6 +11,7 @@
 //!
 //! Needs root, FUSE and Slurm, like burst_buffer.
 
+use crate::bb_pool::whole_comment;
 use crate::burst_buffer::Site;
 use eddy_testkit::cli::s;
 use serde_json::Value;
@@ -132,27 +133,6 @@ fn watcher_log(site: &Site, job: u32) -> std::sync::Arc<std::sync::Mutex<String>
     seen
 }
 
-fn comment(cluster: &eddy_testkit::slurm::SlurmCluster, job: u32) -> String {
-    let out = cluster
-        .command("squeue")
-        .args(["-h", "-t", "all", "-j", &job.to_string(), "-o", "%k"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn profile_of(site: &Site, job: u32) -> eddy_history::JobProfile {
-    let out = eddy_testkit::cli::ok(&[
-        "history",
-        "show",
-        &job.to_string(),
-        "--json",
-        "--site",
-        s(&site.path("bb.toml")),
-    ]);
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 #[test]
 fn a_pool_job_bound_by_its_server_grows_while_it_writes_and_gives_it_back() {
     let site = grow_site();
@@ -182,14 +162,14 @@ fn a_pool_job_bound_by_its_server_grows_while_it_writes_and_gives_it_back() {
     assert!(status["epoch"].as_u64().unwrap() >= 2, "{status}");
 
     // The Comment says it grew, after the allocation's note.
-    let c = comment(&cluster, job);
+    let c = whole_comment(&cluster, job);
     assert!(
         c.contains("eddy grow: 1 -> 2 server(s) +io2: bound by servers"),
         "{c}"
     );
 
     // The profile carries the grow with the rule's numbers, and `eddy history show` prints it.
-    let p = profile_of(&site, job);
+    let p = site.profile(job);
     let a = p.allocation.expect("the profile carries the allocation");
     assert_eq!(a.servers, [0], "{:?}", a.reasons);
     assert_eq!(a.grown.len(), 1, "{:?}", a.grown);
@@ -230,13 +210,7 @@ fn a_linked_pool_job_is_not_grown_and_its_record_says_why() {
         pfs = site.pfs().join("run").display(),
         go = go.display(),
     );
-    let job = cluster
-        .sbatch(
-            &script,
-            &[crate::burst_buffer::FORGED_COMMENT],
-            Some(crate::burst_buffer::USER),
-        )
-        .unwrap();
+    let job = site.submit(&cluster, &script);
     cluster
         .wait_state(job, &["RUNNING"], crate::burst_buffer::JOB_BOUND)
         .unwrap();
@@ -253,15 +227,7 @@ fn a_linked_pool_job_is_not_grown_and_its_record_says_why() {
         "{rec}"
     );
     std::fs::write(&go, b"").unwrap();
-    let state = cluster
-        .wait_state(
-            job,
-            &["COMPLETED", "FAILED", "CANCELLED"],
-            crate::burst_buffer::JOB_BOUND,
-        )
-        .unwrap();
-    assert_eq!(state, "COMPLETED", "{}", site.job_output(job));
-    site.assert_gone(&cluster, job);
+    site.completes(&cluster, job);
 }
 
 /// An attack on the watcher (root): the job's user stops its own daemon (SIGSTOP, as any
@@ -294,13 +260,7 @@ fn a_user_whose_daemons_stop_answering_holds_the_watcher_only_within_its_bounds(
         writer = writer.display(),
         go = go.display(),
     );
-    let job = cluster
-        .sbatch(
-            &script,
-            &[crate::burst_buffer::FORGED_COMMENT],
-            Some(crate::burst_buffer::USER),
-        )
-        .unwrap();
+    let job = site.submit(&cluster, &script);
     let record = site.path(&format!("jobs/{job}/job.toml"));
     let held = eddy_testkit::eventually::eventually_else(
         std::time::Duration::from_secs(90),
@@ -323,14 +283,6 @@ fn a_user_whose_daemons_stop_answering_holds_the_watcher_only_within_its_bounds(
         .and_then(|e| e.as_array().cloned());
     assert!(events.unwrap_or_default().is_empty(), "{held}");
     std::fs::write(&go, b"").unwrap();
-    let state = cluster
-        .wait_state(
-            job,
-            &["COMPLETED", "FAILED", "CANCELLED"],
-            crate::burst_buffer::JOB_BOUND,
-        )
-        .unwrap();
-    assert_eq!(state, "COMPLETED", "{}", site.job_output(job));
-    site.assert_gone(&cluster, job);
-    assert!(!comment(&cluster, job).contains("eddy grow"));
+    site.completes(&cluster, job);
+    assert!(!whole_comment(&cluster, job).contains("eddy grow"));
 }

@@ -38,15 +38,7 @@ fn a_jobs_profile_is_in_the_sites_history_after_teardown() {
     });
     assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
     // Found through the site settings' `history_db`, by the job id.
-    let out = eddy_testkit::cli::ok(&[
-        "history",
-        "show",
-        &job.to_string(),
-        "--json",
-        "--site",
-        eddy_testkit::cli::s(&site.path("bb.toml")),
-    ]);
-    let p: eddy_history::JobProfile = serde_json::from_slice(&out.stdout).unwrap();
+    let p = site.profile(job);
     assert_eq!(p.key, job.to_string());
     assert_eq!(p.job_id.as_deref(), Some(job.to_string().as_str()));
     assert_eq!(p.user, USER);

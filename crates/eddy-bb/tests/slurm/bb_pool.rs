@@ -59,7 +59,7 @@ fn comment(cluster: &eddy_testkit::slurm::SlurmCluster, job: u32) -> String {
     note.to_string()
 }
 
-fn whole_comment(cluster: &eddy_testkit::slurm::SlurmCluster, job: u32) -> String {
+pub(crate) fn whole_comment(cluster: &eddy_testkit::slurm::SlurmCluster, job: u32) -> String {
     let out = cluster
         .command("squeue")
         .args(["-h", "-t", "all", "-j", &job.to_string(), "-o", "%k"])
@@ -104,18 +104,6 @@ fn explain(site: &Site, script_hash: Option<&str>) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn profile_of(site: &Site, job: u32) -> eddy_history::JobProfile {
-    let out = eddy_testkit::cli::ok(&[
-        "history",
-        "show",
-        &job.to_string(),
-        "--json",
-        "--site",
-        s(&site.path("bb.toml")),
-    ]);
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 #[test]
 fn pool_jobs_are_allocated_from_their_history_through_slurm() {
     let site = Site::with(|dir| format!("history_db = {:?}\n", dir.join("history.db")));
@@ -148,7 +136,7 @@ fn pool_jobs_are_allocated_from_their_history_through_slurm() {
         c1.starts_with("eddy alloc: default 1 server(s) io1: no history of ioapp"),
         "{c1}"
     );
-    let p1 = profile_of(&site, job1);
+    let p1 = site.profile(job1);
     assert_eq!(p1.job_name.as_deref(), Some("ioapp"));
     assert_eq!(p1.written_bytes, 2 * (MIB_EACH << 20), "{p1:?}");
     // Two steps on two Slurm nodes of one host: two nodes did I/O, by Slurm's names.
@@ -189,7 +177,7 @@ fn pool_jobs_are_allocated_from_their_history_through_slurm() {
         c2.starts_with("eddy alloc: scaled 2 server(s) io1,io2: scaling:"),
         "{c2}"
     );
-    let p2 = profile_of(&site, job2);
+    let p2 = site.profile(job2);
     let a2 = p2
         .allocation
         .clone()

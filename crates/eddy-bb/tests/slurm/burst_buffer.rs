@@ -163,9 +163,20 @@ impl Site {
     /// Every job carries a comment of its user's that forges a node list of a record of
     /// `Key=Value` words: the job's nodes are still its own.
     pub(crate) fn run_to_completion(&self, cluster: &SlurmCluster, script: &str) -> u32 {
-        let job = cluster
+        let job = self.submit(cluster, script);
+        self.completes(cluster, job);
+        job
+    }
+
+    /// Submits `script` as the job's user, with the forged comment; its id.
+    pub(crate) fn submit(&self, cluster: &SlurmCluster, script: &str) -> u32 {
+        cluster
             .sbatch(script, &[FORGED_COMMENT], Some(USER))
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Waits until job `job` has COMPLETED and been torn down, leaving nothing.
+    pub(crate) fn completes(&self, cluster: &SlurmCluster, job: u32) {
         let state = cluster
             .wait_state(job, &["COMPLETED", "FAILED", "CANCELLED"], JOB_BOUND)
             .unwrap();
@@ -177,7 +188,20 @@ impl Site {
             cluster.logs()
         );
         self.assert_gone(cluster, job);
-        job
+    }
+
+    /// The profile teardown stored of job `job`, from the site's history
+    /// (`eddy history show JOB --json`).
+    pub(crate) fn profile(&self, job: u32) -> eddy_history::JobProfile {
+        let out = eddy_testkit::cli::ok(&[
+            "history",
+            "show",
+            &job.to_string(),
+            "--json",
+            "--site",
+            eddy_testkit::cli::s(&self.path("bb.toml")),
+        ]);
+        serde_json::from_slice(&out.stdout).unwrap()
     }
 
     /// Waits until teardown removed the job's directory, then checks that nothing of the job
