@@ -2,8 +2,9 @@
 //! daemon does when it adopts a membership with `moving_from` (the placement clients use, S)
 //! and members T, when it adopts the cut-over (no `moving_from`), and when it collects.
 //!
-//! - **Copy.** For every metadata key (a path's, by its hash) and every chunk it holds of
-//!   which it is the first owner under S, the daemon records a durable hint (`hints.rs`) for
+//! - **Copy.** For every metadata key (a path's, by its hash; a hard-linked file's identity
+//!   record, by the daemon its names point at or, once that leaves, by its own hash: decision
+//!   0083) and every chunk it holds of which it is the first owner under S, the daemon records a durable hint (`hints.rs`) for
 //!   each of the item's owners under T that is not an owner under S — only those, so the
 //!   bytes moved are the items whose owner set changed (`scan`). The scan runs on the
 //!   blocking pool; until it is done, the `Membership` reply counts one item left. From the
@@ -19,10 +20,9 @@
 //!   without copies, hints or pending marks, every path key and chunk it holds that it does
 //!   not own under T (`collect`). A drained daemon is left with nothing.
 //!
-//! A move is refused (EOPNOTSUPP) while this daemon holds identity records of hard links or
-//! the deployment links backend prefixes: their records are placed by other rules (ring
-//! successors by id, the tier's imports) that a move does not carry yet. The tier's import
-//! placement keeps the members the daemon started with for the same reason.
+//! A move is refused (EOPNOTSUPP) while the deployment links backend prefixes: the tier's
+//! records are placed by its imports, which a move does not carry yet; its import placement
+//! keeps the members the daemon started with for the same reason.
 
 use crate::hints::Item;
 use crate::state::State;
@@ -173,16 +173,6 @@ impl State {
                  daemons yet (decision 0081)",
             ));
         }
-        if self.meta.holds_identity_records()? {
-            return Err(Errno::new(
-                libc::EOPNOTSUPP,
-                format!(
-                    "daemon {} holds identity records of hard links: they do not move between \
-                     daemons yet (decision 0081)",
-                    self.settings.id
-                ),
-            ));
-        }
         Ok(())
     }
 
@@ -235,8 +225,8 @@ impl State {
             Ok::<(), Errno>(())
         };
         let mut failed = None;
-        self.meta.each_key(|key, _| {
-            if let Some((now, new)) = view.key_owners(key, r) {
+        self.meta.each_key(|key, record| {
+            if let Some((now, new)) = view.record_owners(key, record, r) {
                 if now.first() == Some(&me) && !new.is_empty() {
                     for t in new {
                         per_target
@@ -348,9 +338,9 @@ impl State {
         let view = self.placement().view();
         let (me, r) = (self.settings.id, self.placement().replicas());
         let mut gone_keys = Vec::new();
-        self.meta.each_key(|key, _| {
+        self.meta.each_key(|key, record| {
             if view
-                .key_owners(key, r)
+                .record_owners(key, record, r)
                 .is_some_and(|(owners, _)| !owners.contains(&me))
             {
                 gone_keys.push(key.to_vec());
@@ -453,6 +443,22 @@ mod tests {
         assert!(settled
             .key_owners(&eddy_proto::path::identity_key(9), 1)
             .is_none());
+        // An identity record stays with the daemon its names point at while that is a
+        // member, and follows its hash once that daemon is drained.
+        let linked = |pointer| {
+            let mut i = eddy_proto::Inode::new(eddy_proto::FileKind::File, 9, 0o644, 0, 0);
+            (i.shared, i.nlink) = (Some(pointer), 2);
+            i.to_record()
+        };
+        let key = eddy_proto::path::identity_key(9);
+        // Its holder stays; its copy on the drained 2 goes to the next member round the ring.
+        let (now, new) = shrink.record_owners(&key, &linked(1), 2).unwrap();
+        assert_eq!((now, new), (vec![1, 2], vec![0]));
+        let (now, new) = shrink.record_owners(&key, &linked(3), 1).unwrap();
+        assert_eq!(now, vec![3]);
+        let to = shrink.to.as_ref().unwrap();
+        assert_eq!(new, vec![to.owner(eddy_placement::identity_hash(9))]);
+        assert!(shrink.record_owners(&key, b"not a record", 1).is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -248,7 +248,7 @@ impl State {
         let mut per_target: HashMap<u32, Vec<Item>> = HashMap::new();
         self.meta.each_key(|key, record| {
             for t in replicator
-                .key_targets(key, record)
+                .targets(key, Some(record))
                 .into_iter()
                 .filter(wanted)
             {
@@ -490,9 +490,16 @@ fn hint_leftover_changes(state: &State, repair: &Repair, replicator: &Replicator
         keys = keys.len(),
         "changes this daemon made before it stopped go to their other owners"
     );
-    for key in keys {
+    let states = match state.meta.key_states(keys) {
+        Ok(states) => states,
+        Err(e) => {
+            tracing::warn!("cannot read the changes left pending: {e}");
+            return;
+        }
+    };
+    for eddy_proto::KeyState { key, value } in states {
         let hinted = replicator
-            .targets(&key)
+            .targets(&key, value.as_deref())
             .into_iter()
             .try_for_each(|t| repair.hints.add(t, [Item::Key(key.clone())]));
         if let Err(e) = hinted.and_then(|()| pending.forget(&key)) {

@@ -2,14 +2,15 @@
 //! follows. With `replicas` R > 1 the daemon that applies a metadata change (the first owner
 //! of the path a client could reach) sends the resulting state of every key it changed to
 //! the key's other R-1 owners before it replies: a path's key to the path's placement owners,
-//! a shared file's identity record (decision 0009) to this daemon's R-1 successors in id
-//! order. An owner that cannot be reached within half the RPC deadline misses the change (it
+//! a shared file's identity record (decision 0009) to its holder's R-1 successors in id
+//! order (the holder: the daemon its names point at while that is placed on, else the owner
+//! of the record's hash, decision 0083). An owner that cannot be reached within half the RPC deadline misses the change (it
 //! is marked down for `down_hold_ms`, and later changes are not sent to it meanwhile).
 //!
 //! The placement is the membership's (decision 0081): the deployment file's daemons as
 //! started (`--members`), then each membership the daemon adopts (`follow`). While items move
 //! (`moving_from`), owners are those of the placement clients use (the daemons moved from),
-//! and a path key's first owner also sends each change to the key's owners among the members
+//! and a key's first owner also sends each change to the key's owners among the members
 //! that are not its owners now (`targets`): the copy of a move, with one copy as with several.
 //!
 //! The other daemons' addresses come from the membership adopted, else from the deployment
@@ -69,6 +70,29 @@ impl View {
         Some(split(
             placed.owners(h, r),
             self.to.as_ref().map(|t| t.owners(h, r)),
+        ))
+    }
+
+    /// The owners of a metadata key held with `record`, now and to come: a path's key by
+    /// its hash, an identity record by the daemon its names point at (its `shared`) or, when
+    /// that is not placed on, by its hash (decision 0083). `None` for a key this placement
+    /// cannot place (an identity record that does not decode).
+    pub fn record_owners(
+        &self,
+        key: &[u8],
+        record: &[u8],
+        r: usize,
+    ) -> Option<(Vec<u32>, Vec<u32>)> {
+        let Some(file_id) = eddy_proto::path::identity_of_key(key) else {
+            return self.key_owners(key, r);
+        };
+        let pointer = eddy_proto::Inode::from_record(record).ok()?.shared?;
+        let placed = self.placed.as_ref()?;
+        Some(split(
+            placed.identity_owners(pointer, file_id, r),
+            self.to
+                .as_ref()
+                .map(|t| t.identity_owners(pointer, file_id, r)),
         ))
     }
 
@@ -215,34 +239,40 @@ impl Replicator {
         Daemons::new(&dep)
     }
 
-    /// The other owners of a metadata key (this daemon left out); while items move, a path
-    /// key's first owner adds the key's new owners.
-    pub fn targets(&self, key: &[u8]) -> Vec<u32> {
+    /// The other owners of a metadata key (this daemon left out) whose state here is
+    /// `record` (`None`: removed); while items move, the key's first owner adds the key's new
+    /// owners. An identity record is placed by the daemon its record names (decision 0083);
+    /// one removed is sent to the ring after this daemon (its holder) and, while items move,
+    /// to every daemon listed: where it went is no longer known, and a removal of what a
+    /// daemon does not hold is nothing.
+    pub fn targets(&self, key: &[u8], record: Option<&[u8]>) -> Vec<u32> {
         let view = self.view();
         let Some(placement) = view.placed.as_ref() else {
             return Vec::new();
         };
-        let mut owners = if eddy_proto::path::is_identity_key(key) {
-            if self.replicas <= 1 {
-                return Vec::new();
+        let owners = match (record, eddy_proto::path::identity_of_key(key)) {
+            (Some(record), _) => view.record_owners(key, record, self.replicas),
+            (None, Some(_)) if view.to.is_some() => {
+                let mut all = view.listed.clone();
+                all.retain(|&d| d != self.me);
+                return all;
             }
-            let ids = placement.ids();
-            let start = ids.iter().position(|&d| d == self.me).unwrap_or(0);
-            (0..self.replicas.min(ids.len()))
-                .map(|i| ids[(start + i) % ids.len()])
-                .collect()
-        } else {
-            match view.key_owners(key, self.replicas) {
-                Some((now, new)) => {
-                    let first = now.first() == Some(&self.me);
-                    let mut owners = if self.replicas > 1 { now } else { Vec::new() };
-                    if first {
-                        owners.extend(new);
-                    }
-                    owners
+            (None, Some(file_id)) => Some((
+                placement.identity_owners(self.me, file_id, self.replicas),
+                Vec::new(),
+            )),
+            (None, None) => view.key_owners(key, self.replicas),
+        };
+        let mut owners = match owners {
+            Some((now, new)) => {
+                let first = now.first() == Some(&self.me);
+                let mut owners = if self.replicas > 1 { now } else { Vec::new() };
+                if first {
+                    owners.extend(new);
                 }
-                None => Vec::new(),
+                owners
             }
+            None => Vec::new(),
         };
         owners.retain(|&d| d != self.me);
         owners
@@ -260,29 +290,6 @@ impl Replicator {
     /// The deployment's daemons (every daemon listed).
     pub fn members(&self) -> Vec<u32> {
         self.view().listed.clone()
-    }
-
-    /// The other owners of a metadata key held here with `record` (a full resync, decision
-    /// 0021): as `targets`, except that an identity record names the daemon that holds it
-    /// (`Inode::shared`), whose ring successors hold its copies.
-    pub fn key_targets(&self, key: &[u8], record: &[u8]) -> Vec<u32> {
-        if !eddy_proto::path::is_identity_key(key) {
-            return self.targets(key);
-        }
-        let holder = eddy_proto::Inode::from_record(record)
-            .ok()
-            .and_then(|i| i.shared)
-            .unwrap_or(self.me);
-        let view = self.view();
-        let Some(placement) = view.placed.as_ref() else {
-            return Vec::new();
-        };
-        let ids = placement.ids();
-        let start = ids.iter().position(|&d| d == holder).unwrap_or(0);
-        (0..self.replicas.min(ids.len()))
-            .map(|i| ids[(start + i) % ids.len()])
-            .filter(|&d| d != self.me)
-            .collect()
     }
 
     /// The other owners of chunk `k` of a file.
@@ -347,7 +354,7 @@ impl Replicator {
     pub async fn forward(&self, states: Vec<KeyState>) -> Vec<(u32, Vec<KeyState>)> {
         let mut by_target: BTreeMap<u32, Vec<KeyState>> = BTreeMap::new();
         for s in states {
-            for t in self.targets(&s.key) {
+            for t in self.targets(&s.key, s.value.as_deref()) {
                 by_target.entry(t).or_default().push(s.clone());
             }
         }

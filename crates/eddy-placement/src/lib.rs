@@ -22,6 +22,9 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 pub const PATH_SEED: u64 = 0x4564_6479_5061_7468; // "EddyPath"
 /// Seed of the chunk hash. Changing it re-places every chunk: never do.
 pub const CHUNK_SEED: u64 = 0x4564_6479_4368_6e6b; // "EddyChnk"
+/// Seed of the hash of a hard-linked file's identity record (decision 0083). Changing it
+/// re-places identity records whose daemon left: never do.
+pub const IDENTITY_SEED: u64 = 0x4564_6479_4964_6e74; // "EddyIdnt"
 /// Seed of the rendezvous score.
 pub const OWNER_SEED: u64 = 0x4564_6479_4f77_6e72; // "EddyOwnr"
 
@@ -61,6 +64,11 @@ pub fn chunk_hash(file_id: u128, index: u64) -> u64 {
     buf[..16].copy_from_slice(&file_id.to_le_bytes());
     buf[16..].copy_from_slice(&index.to_le_bytes());
     xxh3_64_with_seed(&buf, CHUNK_SEED)
+}
+
+/// Stable 64-bit hash of the identity record of the hard-linked file `file_id`.
+pub fn identity_hash(file_id: u128) -> u64 {
+    xxh3_64_with_seed(&file_id.to_le_bytes(), IDENTITY_SEED)
 }
 
 /// Rendezvous score of an item hash on a daemon id.
@@ -157,6 +165,28 @@ impl Placement {
             }
         }
     }
+
+    /// The daemon holding the identity record of the hard-linked file `file_id` whose names
+    /// point at daemon `pointer` (the one that held its first name when it was linked,
+    /// decision 0009): that daemon while it is in this placement, else the owner of the
+    /// record's hash (decision 0083: the record follows a move that drains its daemon).
+    pub fn identity_holder(&self, pointer: u32, file_id: u128) -> u32 {
+        if self.ids.binary_search(&pointer).is_ok() {
+            pointer
+        } else {
+            self.owner(identity_hash(file_id))
+        }
+    }
+
+    /// The `r` daemons (or all, if fewer) holding that identity record: its holder, then
+    /// the daemons after it in id order, round the ring.
+    pub fn identity_owners(&self, pointer: u32, file_id: u128, r: usize) -> Vec<u32> {
+        let holder = self.identity_holder(pointer, file_id);
+        let start = self.ids.binary_search(&holder).unwrap_or(0);
+        (0..r.min(self.ids.len()))
+            .map(|i| self.ids[(start + i) % self.ids.len()])
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -174,6 +204,10 @@ mod tests {
             chunk_hash(0x0123_4567_89ab_cdef_0011_2233_4455_6677, 3),
             PINNED_CHUNK
         );
+        assert_eq!(
+            identity_hash(0x0123_4567_89ab_cdef_0011_2233_4455_6677),
+            PINNED_IDENTITY
+        );
     }
 
     #[test]
@@ -190,6 +224,7 @@ mod tests {
     const PINNED_ROOT: u64 = 14057892171467246231;
     const PINNED_AB: u64 = 454331443949274485;
     const PINNED_CHUNK: u64 = 6189345827901158181;
+    const PINNED_IDENTITY: u64 = 15641503764693055053;
     const PINNED_OWNERS: [u32; 16] = [7, 0, 0, 0, 7, 5, 3, 0, 2, 6, 4, 6, 7, 6, 0, 5];
     const PINNED_CHUNK_OWNERS: [u32; 16] = [5, 6, 1, 0, 6, 7, 2, 6, 6, 6, 1, 2, 7, 1, 7, 0];
 
@@ -248,6 +283,36 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn an_identity_record_stays_with_its_daemon_and_follows_the_hash_when_it_leaves(
+            pointer in 0u32..12, id: u128, n in 1u32..10, r in 1usize..5, extra in 10u32..14,
+        ) {
+            let p = Placement::new((0..n).collect()).unwrap();
+            let list = p.identity_owners(pointer, id, r);
+            prop_assert_eq!(list.len(), r.min(n as usize));
+            prop_assert_eq!(list[0], p.identity_holder(pointer, id));
+            if pointer < n {
+                prop_assert_eq!(list[0], pointer);
+            } else {
+                prop_assert_eq!(list[0], p.owner(identity_hash(id)));
+            }
+            // The ring: each next id, wrapping round.
+            for w in list.windows(2) {
+                prop_assert_eq!(w[1], (w[0] + 1) % n);
+            }
+            // A daemon joining moves the record of a daemon that left only as the hash
+            // moves it, and never moves the record of a daemon still there.
+            let mut more: Vec<u32> = (0..n).collect();
+            more.push(extra);
+            let grown = Placement::new(more).unwrap();
+            let after = grown.identity_holder(pointer, id);
+            if pointer < n {
+                prop_assert_eq!(after, pointer);
+            } else if pointer != extra {
+                prop_assert!(after == list[0] || after == extra);
+            }
+        }
+
         #[test]
         fn hashed_ids_place_as_before(raw: u128, k: u64, n in 1u32..20, r in 1usize..6) {
             let id = hashed_file_id(raw);

@@ -163,6 +163,14 @@ pub fn identity_key(file_id: u128) -> Vec<u8> {
     k
 }
 
+/// The file id of an identity record's key (`identity_key`), `None` for any other key.
+pub fn identity_of_key(key: &[u8]) -> Option<u128> {
+    match key {
+        [0xFF, id @ ..] => Some(u128::from_be_bytes(id.try_into().ok()?)),
+        _ => None,
+    }
+}
+
 /// Whether a metadata key is an identity record's (`identity_key`).
 pub fn is_identity_key(key: &[u8]) -> bool {
     key.first() == Some(&0xFF)
@@ -248,6 +256,12 @@ mod tests {
         assert_eq!(key_to_path(b"\0").unwrap(), "/");
         assert_eq!(key_to_path(b"no separator"), None);
         assert!(is_identity_key(&identity_key(7)));
+        assert_eq!(
+            identity_of_key(&identity_key(u128::MAX - 3)),
+            Some(u128::MAX - 3)
+        );
+        assert_eq!(identity_of_key(&meta_key("/a")), None);
+        assert_eq!(identity_of_key(&[0xFF, 1, 2]), None);
         assert!(!is_identity_key(&meta_key("/a")) && !is_identity_key(&meta_key("/")));
     }
 

@@ -404,17 +404,18 @@ impl Daemons {
         placement.chunk_owners(file_id, k, self.replicas)
     }
 
-    /// The daemons holding the identity record of a shared file that `daemon` holds: it,
-    /// then its R-1 successors in id order (the ring), the ones believed down last.
-    pub fn identity_holders(&self, daemon: u32) -> Vec<u32> {
-        let r = self.replicas;
-        if r == 1 {
-            return vec![daemon];
+    /// The daemons holding the identity record of the shared file `file_id` whose names
+    /// point at `daemon`: its holder (that daemon while it is placed on, else the owner by
+    /// the record's hash, decision 0083), then the R-1 daemons after it in id order (the
+    /// ring), the ones believed down last.
+    pub fn identity_holders(&self, daemon: u32, file_id: u128) -> Vec<u32> {
+        let owners = self
+            .placement()
+            .identity_owners(daemon, file_id, self.replicas);
+        if owners.len() == 1 {
+            return owners;
         }
-        let ids = self.ids();
-        let start = ids.iter().position(|&d| d == daemon).unwrap_or(0);
-        let ring = (0..r.min(ids.len())).map(|i| ids[(start + i) % ids.len()]);
-        self.ranked(ring.collect())
+        self.ranked(owners)
     }
 
     /// Whether a failed call to one copy should be tried on the next: unreachable, or (for
@@ -580,7 +581,7 @@ mod tests {
         }
         assert!(d.is_down(1) && !d.is_down(2));
         assert_eq!(d.ranked(vec![1, 2, 3]), vec![2, 3, 1]);
-        assert_eq!(d.identity_holders(1), vec![2, 1]);
+        assert_eq!(d.identity_holders(1, 7), vec![2, 1]);
         d.mark_up(1);
         assert!(!d.is_down(1));
         assert_eq!(d.rpc_counts().get("status"), Some(&1));
@@ -593,7 +594,7 @@ mod tests {
         assert!(d.try_call(2, req::Status).await.is_err());
         assert!(!d.is_down(2));
         assert_eq!(d.chunk_owners(7, 0).len(), 1);
-        assert_eq!(d.identity_holders(2), vec![2]);
+        assert_eq!(d.identity_holders(2, 7), vec![2]);
     }
 
     #[tokio::test]

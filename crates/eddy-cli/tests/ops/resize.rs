@@ -9,8 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// Writes file after file (each `SIZE` bytes of a pattern seeded by its name, fsync'd, read
-/// back and compared, an earlier one read again and compared) until the stop file exists;
-/// with `verify`, only reads every file it finds under DIR and compares. Exits 1 at the first
+/// back and compared, an earlier one read again and compared; every fourth given a second
+/// name, `NAME.l`, every other of those losing it again) until the stop file exists; with
+/// `verify`, only reads every file it finds under DIR and compares, and checks that a file
+/// with a second name shows two links and one inode through both. Exits 1 at the first
 /// error or difference, saying which; prints how many files it wrote.
 const WRITER: &str = r#"
 import hashlib, os, sys, random
@@ -25,7 +27,7 @@ def data(name):
 def check(path):
     with open(path, "rb") as f:
         got = f.read()
-    want = data(os.path.basename(path))
+    want = data(os.path.basename(path).removesuffix(".l"))
     if got != want:
         at = next((j for j in range(min(len(got), len(want))) if got[j] != want[j]), min(len(got), len(want)))
         zero = got[at:at + 64] == bytes(len(got[at:at + 64]))
@@ -35,7 +37,15 @@ if mode == "verify":
     names = sorted(os.listdir(d))
     for n in names:
         check(os.path.join(d, n))
-    print(len(names))
+        if n.endswith(".l"):
+            continue
+        st = os.stat(os.path.join(d, n))
+        other = n + ".l"
+        want = 2 if other in names else 1
+        if st.st_nlink != want or (want == 2 and os.stat(os.path.join(d, other)).st_ino != st.st_ino):
+            print("links:", n, "shows", st.st_nlink, "links, has", want, "names", file=sys.stderr)
+            sys.exit(1)
+    print(len([n for n in names if not n.endswith(".l")]))
     sys.exit(0)
 os.makedirs(d, exist_ok=True)
 i = 0
@@ -48,6 +58,11 @@ while not os.path.exists(stop) or i < 8:
         os.fsync(f.fileno())
     check(path)
     check(os.path.join(d, "%s-%05d" % (tag, random.randrange(i + 1))))
+    if i % 4 == 1:
+        os.link(path, path + ".l")
+        check(path + ".l")
+    if i % 8 == 5:
+        os.unlink(path + ".l")
     i += 1
 print(i)
 "#;

@@ -79,8 +79,7 @@ impl Namespace<'_> {
                 from: old.clone(),
                 to: new.clone(),
             };
-            let holders = self.rpc().identity_holders(daemon);
-            if let Err(e) = self.failover_as(&holders, req).await {
+            if let Err(e) = self.to_identity(daemon, file.file_id, req).await {
                 let removed = self.meta(
                     &new,
                     req::Remove {
@@ -121,8 +120,35 @@ impl Namespace<'_> {
         req: &Request,
     ) -> Result<Reply, Errno> {
         let op = eddy_proto::encode(req)?;
-        let req = req::OnIdentity { file_id, op };
-        self.failover_as(&self.rpc().identity_holders(daemon), req)
+        let req = req::OnIdentity { file_id, op }.into();
+        self.to_identity_raw(daemon, file_id, &req).await
+    }
+
+    /// `req` sent to the daemons holding the identity record of the shared file `file_id`
+    /// whose names point at `daemon`. A refusal for this client's epoch (not applied) is
+    /// sent again to the holders under the new view: the record moves with a deployment
+    /// that drains its daemon (decision 0083).
+    async fn to_identity<R: Rpc>(
+        &self,
+        daemon: u32,
+        file_id: FileId,
+        req: R,
+    ) -> Result<R::Reply, Errno> {
+        typed_reply::<R>(self.to_identity_raw(daemon, file_id, &req.into()).await?)
+    }
+
+    /// `to_identity` for a request as it travels, answered with the reply as it came.
+    async fn to_identity_raw(
+        &self,
+        daemon: u32,
+        file_id: FileId,
+        req: &Request,
+    ) -> Result<Reply, Errno> {
+        self.rpc()
+            .retry_moved(|| async {
+                self.failover(&self.rpc().identity_holders(daemon, file_id), req)
+                    .await
+            })
             .await
     }
 
@@ -147,9 +173,7 @@ impl Namespace<'_> {
             let req = req::LinkedNames {
                 file_id: removed.file_id,
             };
-            let names = self
-                .failover_as(&self.rpc().identity_holders(daemon), req)
-                .await?;
+            let names = self.to_identity(daemon, removed.file_id, req).await?;
             if let Some(other) = names.iter().find(|n| n.as_str() != name) {
                 self.rebind(name, other).await?;
             }
@@ -165,9 +189,7 @@ impl Namespace<'_> {
     /// `drop_name`, answering the names left.
     async fn drop_name_left(&self, daemon: u32, file_id: FileId) -> Result<u32, Errno> {
         let req = req::DropName { file_id };
-        let left = self
-            .failover_as(&self.rpc().identity_holders(daemon), req)
-            .await?;
+        let left = self.to_identity(daemon, file_id, req).await?;
         if left.nlink == 0 {
             self.data().drop_file(&left).await?;
         }

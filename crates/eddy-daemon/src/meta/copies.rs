@@ -69,14 +69,6 @@ impl MetaStore {
         Ok(())
     }
 
-    /// Whether an identity record of a hard link (`path::identity_key`) is held here.
-    pub fn holds_identity_records(&self) -> Result<bool, Errno> {
-        match self.meta.prefix([0xFFu8]).next() {
-            Some(guard) => guard.key().map(|_| true).map_err(|e| fjall_err("scan", e)),
-            None => Ok(false),
-        }
-    }
-
     /// Deletes the key's record here only: no change noted, no copy, no pending mark (a
     /// move's collect, decision 0081: the record now lives on its owners). Returns whether
     /// it was held.

@@ -5,7 +5,9 @@
 //! file of the new epoch, collects, and reads every file back through a new client made from
 //! that file. The bytes the move added on the members are compared with the bytes whose owner
 //! set changed, computed from placement; the daemons that lost items hold fewer chunks after
-//! the collect, and a drained daemon holds nothing.
+//! the collect, and a drained daemon holds nothing. A quarter of the files have a second
+//! name (a hard link): their identity records move with the rest (decision 0083), and every
+//! name of a file shows one file, with as many links as it has names, before and after.
 
 use eddy_client::{Client, Creds};
 use eddy_config::{Config, Deployment};
@@ -26,24 +28,33 @@ fn config(replicas: usize) -> Config {
     }
 }
 
-/// The files a test writes: path → bytes (sizes from empty to a few chunks).
+/// The files a test writes: path → bytes (sizes from empty to a few chunks). A name ending
+/// in `.l` is a hard link to the name without it (made by `write_files`).
 fn files() -> BTreeMap<String, Vec<u8>> {
-    (0..36u64)
-        .map(|i| {
-            let dir = ["a", "b", "c/d"][(i % 3) as usize];
-            let len = ((i * 37_001) % 300_000) as usize;
-            (format!("/{dir}/f{i}"), pattern(i + 1, 0, len))
-        })
-        .collect()
+    let mut files = BTreeMap::new();
+    for i in 0..36u64 {
+        let dir = ["a", "b", "c/d"][(i % 3) as usize];
+        let len = ((i * 37_001) % 300_000) as usize;
+        let path = format!("/{dir}/f{i}");
+        if i % 4 == 1 {
+            files.insert(format!("{path}.l"), pattern(i + 1, 0, len));
+        }
+        files.insert(path, pattern(i + 1, 0, len));
+    }
+    files
 }
 
-/// Writes `files` through `c`.
+/// Writes `files` through `c`; a name ending in `.l` is linked to the name without it.
 async fn write_files(c: &Client, files: &BTreeMap<String, Vec<u8>>) {
     let root = Creds::root();
     for dir in ["/a", "/b", "/c", "/c/d"] {
         c.mkdir(dir, 0o755, root).await.unwrap();
     }
     for (path, data) in files {
+        if let Some(old) = path.strip_suffix(".l") {
+            c.link(old, path, root).await.unwrap();
+            continue;
+        }
         let f = c.create(path, 0o644, true, root).await.unwrap();
         if !data.is_empty() {
             c.pwrite(&f, 0, data).await.unwrap();
@@ -52,15 +63,28 @@ async fn write_files(c: &Client, files: &BTreeMap<String, Vec<u8>>) {
     }
 }
 
-/// Each file's id and size, as `c` finds them (checked against `files`).
+/// Each file's id and size (once per file, whatever its names), as `c` finds them; each
+/// name is checked against `files`, and shows as many links as the file has names there.
 async fn file_ids(c: &Client, files: &BTreeMap<String, Vec<u8>>) -> Vec<(FileId, u64)> {
-    let mut ids = Vec::new();
+    /// A file's size, and each of its names with the links it showed.
+    type Names<'a> = (u64, Vec<(&'a str, u32)>);
+    let mut ids: BTreeMap<FileId, Names> = BTreeMap::new();
     for (path, data) in files {
         let st = c.stat(path).await.unwrap();
         assert_eq!(st.size, data.len() as u64, "{path}");
-        ids.push((st.file_id, st.size));
+        let file = ids.entry(st.file_id).or_insert((st.size, Vec::new()));
+        file.1.push((path, st.nlink));
     }
-    ids
+    for (size, names) in ids.values() {
+        for (path, nlink) in names {
+            assert_eq!(
+                *nlink as usize,
+                names.len(),
+                "{path}: names {names:?}, {size} bytes"
+            );
+        }
+    }
+    ids.into_iter().map(|(id, (size, _))| (id, size)).collect()
 }
 
 /// The file `change_files` removes.
@@ -88,7 +112,37 @@ async fn change_files(c: &Client, files: &mut BTreeMap<String, Vec<u8>>) {
     let f = c.create("/b/made", 0o644, true, root).await.unwrap();
     c.pwrite(&f, 0, &made).await.unwrap();
     c.close(&f).await.unwrap();
-    files.insert("/b/made".into(), made);
+    files.insert("/b/made".into(), made.clone());
+
+    // Hard links: one made (its identity record is made while items move), one file losing
+    // both its names (its identity record removed), one its first name.
+    c.link("/b/made", "/b/made.l", root).await.unwrap();
+    files.insert("/b/made.l".into(), made);
+    for gone in ["/c/d/f5", "/c/d/f5.l", "/a/f9"] {
+        c.unlink(gone, root).await.unwrap();
+        assert!(files.remove(gone).is_some(), "{gone}");
+    }
+}
+
+/// After a move: a file with two names (`/a/f21` and `/a/f21.l`) written through one reads
+/// through the other, loses one name (the other shows one link), then the other (gone).
+async fn use_links(c: &Client) {
+    let root = Creds::root();
+    let patch = pattern(4242, 0, 5_000);
+    let f = c.open("/a/f21", libc::O_RDWR, 0, root).await.unwrap();
+    c.pwrite(&f, 100, &patch).await.unwrap();
+    c.close(&f).await.unwrap();
+    let through = read_all(c, "/a/f21.l").await;
+    assert_eq!(
+        &through[100..5_100],
+        &patch[..],
+        "written through the other name"
+    );
+    c.unlink("/a/f21", root).await.unwrap();
+    assert_eq!(c.stat("/a/f21.l").await.unwrap().nlink, 1);
+    c.unlink("/a/f21.l", root).await.unwrap();
+    let e = c.stat("/a/f21.l").await.expect_err("both names removed");
+    assert_eq!(e.errno, libc::ENOENT, "{e}");
 }
 
 /// Bytes that must be copied when chunks move from placement `from` to `to`: each chunk's
@@ -178,7 +232,9 @@ struct Moved {
 
 /// Runs a whole move on `cluster`, from the daemons `from` to the members `to` (the
 /// daemons listed but not in `to` drained), with `change_files` during the copy when
-/// `change`, and checks every file reads back after it (the removed one is gone).
+/// `change`, and checks every file reads back after it (the removed one is gone), every name
+/// of a file shows one file with as many links as names, and a linked file can be written,
+/// read and removed through its names (`use_links`).
 fn run_move(
     cluster: &mut Cluster,
     rt: &tokio::runtime::Runtime,
@@ -281,7 +337,6 @@ fn run_move(
             assert!(again.collected, "daemon {id}: {again:?}");
         }
     });
-    let after = counts(&t);
 
     // The drained daemons leave the hosts file; a new client reads everything back.
     let mut settled = cluster.dep.clone();
@@ -304,6 +359,15 @@ fn run_move(
                 .await
                 .expect_err("a file removed while moving");
             assert_eq!(e.errno, libc::ENOENT, "{e}");
+        }
+        file_ids(&c, files).await;
+    });
+    let after = counts(&t);
+    rt.block_on(async {
+        let c = client_at(&settled).await;
+        use_links(&c).await;
+        for gone in ["/a/f21", "/a/f21.l"] {
+            assert!(files.remove(gone).is_some(), "{gone}");
         }
     });
     Moved {
@@ -398,6 +462,16 @@ fn a_deployment_of_six_shrinks_to_four_and_the_drained_daemons_end_empty() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut cluster = Cluster::start_with(6, config(1));
     let mut files = files();
+    // Some file linked here has its identity record on a daemon that is drained: the daemon
+    // that held its first name (decision 0009).
+    let six = Placement::new((0..6).collect()).unwrap();
+    assert!(
+        files
+            .keys()
+            .filter_map(|p| p.strip_suffix(".l"))
+            .any(|old| six.meta_owner(old) >= 4),
+        "no identity record would move"
+    );
     rt.block_on(async {
         let c = cluster.client().await;
         write_files(&c, &files).await
@@ -422,43 +496,22 @@ fn a_deployment_of_six_shrinks_to_four_and_the_drained_daemons_end_empty() {
 }
 
 #[test]
-fn a_move_is_refused_while_hard_links_exist_and_a_collect_while_moving_is_refused() {
+fn a_collect_while_items_move_is_refused() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut cluster = Cluster::start_with(3, config(1));
     rt.block_on(async {
         let c = cluster.client().await;
-        let root = Creds::root();
-        let f = c.create("/x", 0o644, true, root).await.unwrap();
+        let f = c.create("/x", 0o644, true, Creds::root()).await.unwrap();
         c.close(&f).await.unwrap();
-        c.link("/x", "/y", root).await.unwrap();
     });
     cluster.add_daemons(1, Some(vec![0, 1, 2]));
     let t = tool(&cluster.dep);
     let m = membership(&cluster.dep, 1, Some(vec![0, 1, 2]), Vec::new(), false);
-    let refused = rt.block_on(async {
-        let mut refused = Vec::new();
-        for id in 0..4 {
-            match t.try_call(id, m.clone()).await {
-                Err(Failure::Daemon(e)) => {
-                    assert_eq!(e.errno, libc::EOPNOTSUPP, "daemon {id}: {e}");
-                    assert!(e.msg.contains("hard links"), "{e}");
-                    refused.push(id);
-                }
-                Err(e) => panic!("daemon {id}: {e:?}"),
-                Ok(s) => assert!(s.moving, "daemon {id} answered {s:?}"),
-            }
-        }
-        refused
-    });
-    assert!(
-        !refused.is_empty(),
-        "the daemon holding the identity record refused the move"
-    );
-    // A collect while items move is refused: the daemons that adopted the move are not at a
-    // settled epoch.
-    let adopted: Vec<u32> = (0..4).filter(|id| !refused.contains(id)).collect();
     rt.block_on(async {
-        for id in adopted {
+        for id in 0..4 {
+            let s = t.try_call(id, m.clone()).await.unwrap();
+            assert!(s.moving, "daemon {id} answered {s:?}");
+            // Not at a settled epoch: refused.
             let mut c = m.clone();
             c.collect = true;
             match t.try_call(id, c).await {
