@@ -202,6 +202,10 @@ pub struct GrowArgs {
     /// Seconds the writer's rate is measured before the grow, and after it.
     #[arg(long, default_value_t = 5)]
     pub window_s: u64,
+    /// The deployment's `move_busy_bandwidth_bytes`: how fast each daemon pushes what moves
+    /// while it serves the writer; default the configuration's (0: `move_bandwidth_bytes`).
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub move_busy_bandwidth: Option<u64>,
     /// Directory for the daemons' storage roots and the raw storage's files (a fresh
     /// sub-directory, removed at the end); default /var/tmp.
     #[arg(long, value_name = "DIR")]

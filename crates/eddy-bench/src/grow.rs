@@ -26,6 +26,8 @@ struct Figures {
     daemons: u32,
     added: u32,
     data_bytes: u64,
+    /// Each daemon's push rate while it serves the writer (`move_busy_bandwidth_bytes`).
+    move_busy_bandwidth_bytes: u64,
     /// The writer on the raw storage (the same pattern into plain files, fsync'd).
     raw_write_bytes_per_s: f64,
     before_bytes_per_s: f64,
@@ -69,8 +71,15 @@ pub fn run(args: GrowArgs) -> Result<()> {
 
 fn print(f: &Figures) {
     let mib = |b: f64| b / (1 << 20) as f64;
+    let yielding = match f.move_busy_bandwidth_bytes {
+        0 => "pushes not slowed for the writer".to_string(),
+        b => format!(
+            "pushes at {} MiB/s per daemon while it serves the writer",
+            b >> 20
+        ),
+    };
     note!(
-        "eddy bench grow: {} -> {} daemons, {} MiB of data",
+        "eddy bench grow: {} -> {} daemons, {} MiB of data, {yielding}",
         f.daemons,
         f.daemons + f.added,
         f.data_bytes >> 20
@@ -95,6 +104,12 @@ fn print(f: &Figures) {
     );
 }
 
+/// The deployment's `move_busy_bandwidth_bytes`: the argument's, else the default.
+fn busy_rate(args: &GrowArgs) -> u64 {
+    args.move_busy_bandwidth
+        .unwrap_or(eddy_config::Config::default().move_busy_bandwidth_bytes)
+}
+
 /// Runs `eddy ARGS`; its wall time.
 fn eddy(exe: &Path, args: &[&std::ffi::OsStr]) -> Result<Duration> {
     crate::run_eddy(exe, args).map(|(took, _)| took)
@@ -106,8 +121,12 @@ fn measure(exe: &Path, work: &Path, args: &GrowArgs) -> Result<Figures> {
     let root = work.join("root");
     // A move refuses a deployment serving direct local I/O (decision 0081).
     let config = work.join("config.toml");
-    std::fs::write(&config, "direct_io = false\n")
-        .with_context(|| format!("cannot write {}", config.display()))?;
+    let busy = busy_rate(args);
+    std::fs::write(
+        &config,
+        format!("direct_io = false\nmove_busy_bandwidth_bytes = {busy}\n"),
+    )
+    .with_context(|| format!("cannot write {}", config.display()))?;
     let (n, k, cs) = (
         args.daemons.to_string(),
         args.add.to_string(),
@@ -240,6 +259,7 @@ fn with_deployment(
         daemons: args.daemons,
         added: args.add,
         data_bytes: files * args.file_size,
+        move_busy_bandwidth_bytes: busy_rate(args),
         raw_write_bytes_per_s: 0.0,
         before_bytes_per_s: before,
         during_bytes_per_s: during,

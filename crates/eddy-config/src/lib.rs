@@ -100,6 +100,12 @@ pub struct Config {
     /// grow`, `eddy shrink`: decision 0081), so that a move leaves the clients' I/O its
     /// bandwidth. 0: unbounded. Default 268 435 456 (256 MiB/s).
     pub move_bandwidth_bytes: u64,
+    /// The same while the daemon serves clients' requests that touch what moves (one came
+    /// within the last 200 ms), so that a move yields to the job running through it; the
+    /// lower of the two applies. 0 (the default): `move_bandwidth_bytes`. A copy that yields
+    /// takes longer, and writers that change what moves faster than it sends it make it
+    /// send their changes again (`eddy bench grow --move-busy-bandwidth`).
+    pub move_busy_bandwidth_bytes: u64,
     /// Deadline to connect and authenticate to a daemon, in milliseconds. Default 3 000.
     pub connect_timeout_ms: u64,
     /// Largest frame accepted on the wire, header included. Default 64 MiB.
@@ -429,6 +435,7 @@ impl Default for Config {
             repair_interval_ms: 1_000,
             repair_batch_items: 64,
             move_bandwidth_bytes: 256 << 20,
+            move_busy_bandwidth_bytes: 0,
             connect_timeout_ms: 3_000,
             max_frame_bytes: 64 * 1024 * 1024,
             max_rpc_data_bytes: 8 * 1024 * 1024,

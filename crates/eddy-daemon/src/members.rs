@@ -38,6 +38,11 @@ pub(crate) struct Members {
     /// it is answered, and (write) by an adoption: a membership is adopted between such
     /// requests, never while one admitted at the older epoch is still applying (`admit`).
     admission: tokio::sync::RwLock<()>,
+    /// When a client's request that touches what moves was last admitted (milliseconds
+    /// from `since`): a move's pushes yield to the clients while they come
+    /// (`served_clients_within`).
+    since: std::time::Instant,
+    last_admitted_ms: AtomicU64,
 }
 
 impl Members {
@@ -64,6 +69,8 @@ impl Members {
             conns: Mutex::default(),
             collected: AtomicBool::new(false),
             admission: tokio::sync::RwLock::new(()),
+            since: std::time::Instant::now(),
+            last_admitted_ms: AtomicU64::new(0),
         })
     }
 
@@ -100,8 +107,23 @@ impl Members {
         let admitted = self.admission.read().await;
         match self.refusal(conn) {
             Some(refused) => Err(refused),
-            None => Ok(admitted),
+            None => {
+                self.last_admitted_ms
+                    .store(self.ms_since_start(), Ordering::Relaxed);
+                Ok(admitted)
+            }
         }
+    }
+
+    /// Whether a client's request that touches what moves was admitted within `window`.
+    pub(crate) fn served_clients_within(&self, window: std::time::Duration) -> bool {
+        let last = self.last_admitted_ms.load(Ordering::Relaxed);
+        last > 0 && self.ms_since_start().saturating_sub(last) <= window.as_millis() as u64
+    }
+
+    /// Milliseconds since this daemon opened its membership (at least 1).
+    fn ms_since_start(&self) -> u64 {
+        (self.since.elapsed().as_millis() as u64).max(1)
     }
 
     /// What an adoption holds: no request admitted at the older epoch is still applying.
@@ -256,6 +278,22 @@ mod tests {
         let again = Members::open(1, dir.path(), 0).unwrap();
         assert_eq!(again.epoch(), 2);
         assert_eq!(again.adopted(), Some(next));
+    }
+
+    #[tokio::test]
+    async fn a_client_admitted_makes_the_daemon_busy_and_a_refused_one_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Members::open(1, dir.path(), 0).unwrap();
+        let window = std::time::Duration::from_secs(60);
+        assert!(!m.served_clients_within(window), "nobody came yet");
+        assert!(m.adopt(&membership(2, &[0, 1])).unwrap());
+        assert!(m.admit(7).await.is_err(), "an older client");
+        assert!(!m.served_clients_within(window), "a refusal serves nobody");
+        m.note_conn(7, 2);
+        drop(m.admit(7).await.unwrap());
+        assert!(m.served_clients_within(window));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!m.served_clients_within(std::time::Duration::from_millis(5)));
     }
 
     #[test]

@@ -34,6 +34,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// A daemon that admitted a client's request within this window is busy: a move's pushes
+/// go at `move_busy_bandwidth_bytes`.
+const BUSY_WINDOW: Duration = Duration::from_millis(200);
+
 /// Hints recorded at once by a scan (per target), so that a scan holds a bounded list.
 const SCAN_BATCH: usize = 4096;
 
@@ -46,8 +50,10 @@ pub(crate) struct Mover {
     scanning: AtomicBool,
     /// A scan task runs.
     running: AtomicBool,
-    /// `move_bandwidth_bytes` (0: unbounded), and when the next push may start.
+    /// `move_bandwidth_bytes` and `move_busy_bandwidth_bytes` (0: unbounded), and when the
+    /// next push may start.
     rate: u64,
+    busy_rate: u64,
     next: Mutex<Option<Instant>>,
     /// Bytes of chunks pushed while a move was active, since start.
     moved: AtomicU64,
@@ -62,6 +68,7 @@ impl Mover {
             scanning: AtomicBool::new(moving),
             running: AtomicBool::new(false),
             rate: config.move_bandwidth_bytes,
+            busy_rate: config.move_busy_bandwidth_bytes,
             next: Mutex::new(None),
             moved: AtomicU64::new(0),
         }
@@ -77,13 +84,19 @@ impl Mover {
         self.moved.load(Ordering::Relaxed)
     }
 
-    /// Waits for the turn of a push of `bytes`: pushes start no faster than the rate allows.
-    pub(crate) async fn pace(&self, bytes: u64) {
+    /// Waits for the turn of a push of `bytes`: pushes start no faster than the rate allows,
+    /// the busy rate when the daemon `busy` serves clients (the lower of the two).
+    pub(crate) async fn pace(&self, bytes: u64, busy: bool) {
         self.moved.fetch_add(bytes, Ordering::Relaxed);
-        if self.rate == 0 || bytes == 0 {
+        let rate = match (busy, self.rate, self.busy_rate) {
+            (true, 0, b) => b,
+            (true, r, b) if b > 0 => r.min(b),
+            (_, r, _) => r,
+        };
+        if rate == 0 || bytes == 0 {
             return;
         }
-        let cost = Duration::from_secs_f64(bytes as f64 / self.rate as f64);
+        let cost = Duration::from_secs_f64(bytes as f64 / rate as f64);
         let at = {
             let mut next = lock(&self.next);
             let now = Instant::now();
@@ -156,6 +169,11 @@ impl State {
                 self.mover.scanning.load(Ordering::Acquire),
             ),
         ))
+    }
+
+    /// Whether a move's push yields to the clients now: one was served within `BUSY_WINDOW`.
+    pub(crate) fn move_yields(&self) -> bool {
+        self.members.served_clients_within(BUSY_WINDOW)
     }
 
     /// Items still to copy from here: hints held, and one while the scan is not done.
@@ -471,11 +489,24 @@ mod tests {
         assert!(mover.is_active());
         let start = Instant::now();
         for _ in 0..4 {
-            mover.pace(512 << 10).await;
+            mover.pace(512 << 10, false).await;
         }
         // The fourth starts once three halves of a second's bytes went (on the paused clock).
         assert!(start.elapsed() >= Duration::from_millis(1_500));
         assert_eq!(mover.moved_bytes(), 2 << 20);
+        // While clients are served, at the busy rate: a quarter here.
+        let config = eddy_config::Config {
+            move_bandwidth_bytes: 1 << 20,
+            move_busy_bandwidth_bytes: 256 << 10,
+            ..Default::default()
+        };
+        let mover = Mover::new(&config, true);
+        let start = Instant::now();
+        for _ in 0..3 {
+            mover.pace(256 << 10, true).await;
+        }
+        assert!(start.elapsed() >= Duration::from_millis(2_000));
+        assert!(start.elapsed() < Duration::from_millis(3_000));
         let unbounded = Mover::new(&eddy_config::Config::default(), false);
         assert!(!unbounded.is_active());
     }

@@ -208,10 +208,11 @@ impl State {
             }
             _ => Vec::new(),
         };
-        // A move's pushes are paced (`move_bandwidth_bytes`) and counted.
+        // A move's pushes are paced (`move_bandwidth_bytes`, `move_busy_bandwidth_bytes`
+        // while they yield to clients) and counted.
         if self.mover.is_active() {
             let len = data.as_ref().map_or(0, |d| d.len() as u64);
-            self.mover.pace(len).await;
+            self.mover.pace(len, self.move_yields()).await;
         }
         let req = req::PutChunk {
             file_id: id,

@@ -29,11 +29,14 @@ mod room;
 const POLL: Duration = Duration::from_millis(200);
 /// How often a move under way says how far it is.
 const REPORT_EVERY: Duration = Duration::from_secs(2);
-/// The items left to copy at or below which the copy ends and the cut-over begins: the
-/// cut-over copies the rest while clients wait (at most the RPC deadline), so it must be
-/// short; above it, a copy whose writers change items as fast as they are copied cuts over
-/// anyway once `SETTLE` passes without a new low.
-const CUT_OVER_LEFT: u64 = 256;
+/// The bytes left to copy at or below which the copy ends and the cut-over begins, counted
+/// as whole chunks (`cut_over_left`): the cut-over copies the rest while clients wait (at
+/// most the RPC deadline), so it must be short; above it, a copy whose writers change items
+/// as fast as they are copied cuts over anyway once `SETTLE` passes without a new low.
+const CUT_OVER_BYTES: u64 = 64 << 20;
+/// The bounds of the items left at the cut-over, whatever the chunk size: metadata keys are
+/// items too, and small.
+const CUT_OVER_ITEMS: (u64, u64) = (16, 256);
 /// How long the copy waits for a new low of the items left before it cuts over anyway.
 const SETTLE: Duration = Duration::from_secs(10);
 /// How long a move waits for a daemon that does not answer (or stays at an older epoch)
@@ -480,8 +483,8 @@ enum Phase {
 }
 
 /// Waits until every daemon of `ids` is at `epoch` (or later) with its scan done and, for the
-/// cut-over, nothing left to copy; for the copy, at most `CUT_OVER_LEFT` items left, or no new
-/// low for `SETTLE`. Says how far the move is every `REPORT_EVERY`; fails when a daemon does
+/// cut-over, nothing left to copy; for the copy, at most `cut_over_left` items left, or no
+/// new low for `SETTLE`. Says how far the move is every `REPORT_EVERY`; fails when a daemon does
 /// not answer (or stays behind) for `STALL`, and at the deadline of `how` whatever the
 /// daemons answer (one that always reports an item left cannot hold it longer).
 fn wait_moved(
@@ -494,6 +497,7 @@ fn wait_moved(
     phase: Phase,
 ) -> Result<()> {
     let ask = req::Membership::question();
+    let tail = cut_over_left(client.config().chunk_size);
     let what = match phase {
         Phase::Copy => "copying",
         Phase::CutOver => "cutting over",
@@ -524,7 +528,7 @@ fn wait_moved(
             }
             let done = match phase {
                 Phase::CutOver => left == 0 && !scanning,
-                Phase::Copy => !scanning && (left <= CUT_OVER_LEFT || lowered.elapsed() >= SETTLE),
+                Phase::Copy => !scanning && (left <= tail || lowered.elapsed() >= SETTLE),
             };
             if done {
                 return Ok(());
@@ -544,6 +548,12 @@ fn wait_moved(
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// The items left to copy at which the copy may cut over: `CUT_OVER_BYTES` of chunks of
+/// `chunk_size`, within `CUT_OVER_ITEMS`.
+fn cut_over_left(chunk_size: u64) -> u64 {
+    (CUT_OVER_BYTES / chunk_size.max(1)).clamp(CUT_OVER_ITEMS.0, CUT_OVER_ITEMS.1)
 }
 
 /// Stops the drained daemons of `dep` (they hold nothing now) and takes them out of the
@@ -592,4 +602,18 @@ fn list(ids: &[u32]) -> String {
         .map(|i| i.to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cut_over_tail_is_bounded_in_bytes_within_its_item_bounds() {
+        assert_eq!(cut_over_left(1 << 20), 64);
+        assert_eq!(cut_over_left(256 << 10), 256);
+        assert_eq!(cut_over_left(64 << 10), 256, "at most 256 items");
+        assert_eq!(cut_over_left(64 << 20), 16, "at least 16 items");
+        assert_eq!(cut_over_left(0), 256, "a chunk size of 0 is read as 1");
+    }
 }
