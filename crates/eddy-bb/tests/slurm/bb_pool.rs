@@ -269,6 +269,12 @@ fn a_pool_job_past_the_users_limit_has_a_reason_saying_so() {
         !site.path(&format!("pool/io1/job-{second}")).exists(),
         "the refused job got daemons"
     );
+    // The first is cancelled once it runs: a cancel while Slurm runs its pre_run kills that
+    // script, and can kill the teardown Slurm starts in the same millisecond before it has
+    // started its own process (a race in Slurm; docs/guide/slurm-admin.md, "Recover").
+    cluster
+        .wait_state(first, &["RUNNING"], crate::burst_buffer::JOB_BOUND)
+        .unwrap();
     for j in [second, first] {
         cluster.cancel(j, true).unwrap();
     }
