@@ -4,10 +4,11 @@
 //!
 //! - **Copy.** For every metadata key (a path's, by its hash; a hard-linked file's identity
 //!   record, by the daemon its names point at or, once that leaves, by its own hash: decision
-//!   0083) and every chunk it holds of which it is the first owner under S, the daemon records a durable hint (`hints.rs`) for
-//!   each of the item's owners under T that is not an owner under S — only those, so the
-//!   bytes moved are the items whose owner set changed (`scan`). The scan runs on the
-//!   blocking pool; until it is done, the `Membership` reply counts one item left. From the
+//!   0083) and every chunk it holds of which it is the first owner under S, the daemon
+//!   records a durable hint (`hints.rs`) for each of the item's owners under T that is not
+//!   an owner under S — only those, so the bytes moved are the items whose owner set
+//!   changed (`scan`). The scan runs on the blocking pool; until it is done, the
+//!   `Membership` reply counts one item left. From the
 //!   adoption on, a metadata change it applies as first owner under S also goes to those new
 //!   owners with its copies (`Replicator::targets`), and a chunk change it applies as first
 //!   owner under S adds a chunk hint for them (`note_moved_chunks`: "make the target's chunk

@@ -4,8 +4,9 @@
 //! the key's other R-1 owners before it replies: a path's key to the path's placement owners,
 //! a shared file's identity record (decision 0009) to its holder's R-1 successors in id
 //! order (the holder: the daemon its names point at while that is placed on, else the owner
-//! of the record's hash, decision 0083). An owner that cannot be reached within half the RPC deadline misses the change (it
-//! is marked down for `down_hold_ms`, and later changes are not sent to it meanwhile).
+//! of the record's hash, decision 0083). An owner that cannot be reached within half the RPC
+//! deadline misses the change (it is marked down for `down_hold_ms`, and later changes are
+//! not sent to it meanwhile).
 //!
 //! The placement is the membership's (decision 0081): the deployment file's daemons as
 //! started (`--members`), then each membership the daemon adopts (`follow`). While items move

@@ -94,8 +94,9 @@ impl Namespace<'_> {
     }
 
     /// Sends `req` to the first of `targets` that can be reached; an answer (error or not)
-    /// from any of them is the result, answered as it came: the rpc layer's failover, except that an exclusive create refused with EEXIST by a copy
-    /// after another could not be reached is ours if the entry carries our file id.
+    /// from any of them is the result, answered as it came: the rpc layer's failover, except
+    /// that an exclusive create refused with EEXIST by a copy after another could not be
+    /// reached is ours if the entry carries our file id.
     pub(crate) async fn failover(&self, targets: &[u32], req: &Request) -> Result<Reply, Errno> {
         match self.rpc().failover_to(targets, req).await {
             Ok(reply) => Ok(reply),
